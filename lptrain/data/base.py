@@ -1,0 +1,122 @@
+"""The Dataset container, the loader registry, and the split and file lookup loaders share."""
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from lptrain.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Training and validation split of one classification problem.
+
+    x_* are float64 tensors of shape (n, features) or (n, 1, 28, 28);
+    y_* are int64 class labels in [0, n_classes).
+    """
+
+    name: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_val: torch.Tensor
+    y_val: torch.Tensor
+    n_classes: int
+    source: str  # file path(s) read, or "generated"
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def feature_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+
+# name -> loader(options, seed) -> Dataset; options is the dataset's config node
+LOADERS: dict[str, Callable[..., Dataset]] = {}
+
+
+def register(name: str):
+    """Decorator adding a loader to LOADERS under `name`."""
+    def wrap(fn):
+        LOADERS[name] = fn
+        return fn
+    return wrap
+
+
+def load_dataset(options, seed: int) -> Dataset:
+    """Dispatch on options.name to the registered loader."""
+    import lptrain.data  # noqa: F401  (registers every loader)
+    try:
+        loader = LOADERS[options.name]
+    except KeyError:
+        raise ConfigError(f"dataset={options.name!r}: unknown, choose one of "
+                          f"{sorted(LOADERS)}") from None
+    return loader(options, seed)
+
+
+def stratified_split(labels: torch.Tensor, n_train: int, n_val: int,
+                     generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sorted indices of a seeded, disjoint split that keeps class proportions.
+
+    Each class c of n_c samples gets n_train·n_c/n training and n_val·n_c/n
+    validation samples, rounded by largest remainder so that the totals are
+    exact and every class is within one sample of its share.
+    """
+    n = labels.numel()
+    if n_train < 0 or n_val < 0 or n_train + n_val > n:
+        raise ConfigError(f"dataset.n_train+n_val={n_train}+{n_val}: need non-negative "
+                          f"sizes summing to at most the {n} samples")
+    classes, counts = labels.unique(return_counts=True)
+    k_train = _apportion(counts, n_train, counts)
+    k_val = _apportion(counts, n_val, counts - k_train)
+    train, val = [], []
+    for c, kt, kv in zip(classes.tolist(), k_train.tolist(), k_val.tolist()):
+        members = torch.nonzero(labels == c).squeeze(1)
+        members = members[torch.randperm(members.numel(), generator=generator)]
+        train.append(members[:kt])
+        val.append(members[kt:kt + kv])
+    return torch.cat(train).sort().values, torch.cat(val).sort().values
+
+
+def _apportion(counts: torch.Tensor, total: int, caps: torch.Tensor) -> torch.Tensor:
+    """Integer shares of `total` proportional to `counts`, each at most `caps`.
+
+    Floors of the exact quotas first, then one more sample at a time to the
+    classes with the largest fractional remainder that still have room.
+    """
+    if int(caps.sum()) < total:
+        raise ConfigError(f"dataset split: {total} samples asked, only {int(caps.sum())} left")
+    quota = counts.double() * total / counts.sum().double()
+    share = torch.minimum(quota.floor().long(), caps)
+    order = torch.argsort(quota - quota.floor(), descending=True, stable=True).tolist()
+    missing = total - int(share.sum())
+    while missing > 0:
+        room = [c for c in order if share[c] < caps[c]]
+        share[room[:missing]] += 1
+        missing = total - int(share.sum())
+    return share
+
+
+def search_dirs(path: str) -> list[Path]:
+    """Directories a dataset `path` may name, in the order they are tried.
+
+    An absolute path is used as is; a relative one is tried against the
+    current directory first, then against the repository root (the parent of
+    the lptrain package), so that runs work from any directory.
+    """
+    given = Path(path).expanduser()
+    if given.is_absolute():
+        return [given]
+    root = Path(__file__).resolve().parents[2]
+    dirs = [Path.cwd() / given, root / given]
+    return dirs if dirs[0].resolve() != dirs[1].resolve() else dirs[:1]
+
+
+def package_dir(package: str) -> Path | None:
+    """Install directory of a top-level package, found without importing it."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])

@@ -1,0 +1,152 @@
+"""Indian Pines: per-pixel spectral classification of the AVIRIS scene (method.md §6)."""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import h5py
+import numpy as np
+import scipy.io
+import torch
+
+from lptrain.data.base import Dataset, package_dir, register, search_dirs, stratified_split
+from lptrain.errors import DataError, require
+
+N_CLASSES = 16
+VARIANTS = ("auto", "corrected", "full")
+BANDS = {"full": 220, "corrected": 200}
+CUBE_FILES = {"full": "Indian_pines.mat", "corrected": "Indian_pines_corrected.mat"}
+GT_FILE = "Indian_pines_gt.mat"
+TENSORLY_FILES = (Path("datasets", "data", "Indian_pines_corrected.npy"),
+                  Path("datasets", "data", "Indian_pines_gt.npy"))
+CITATION = "Purdue University Research Repository, doi:10.4231/R7RX991C"
+MAT_ERRORS = (OSError, ValueError, IndexError, KeyError, zlib.error,
+              scipy.io.matlab.MatReadError)
+
+
+@dataclass
+class IndianPinesOptions:
+    name: str = "indian_pines"
+    n_train: int = 4000
+    n_val: int = 2000
+    path: str = "data/indian_pines"
+    variant: str = "auto"  # auto: the 220-band file if present, else the 200-band one
+
+    def __post_init__(self):
+        require(self.n_train >= 1, "dataset.n_train", self.n_train, "must be positive")
+        require(self.n_val >= 1, "dataset.n_val", self.n_val, "must be positive")
+        require(self.variant in VARIANTS, "dataset.variant", self.variant,
+                f"must be one of {list(VARIANTS)}")
+
+
+def read_mat(path: Path, ndim: int) -> np.ndarray:
+    """The one `ndim`-dimensional array in a MATLAB file, v5 or v7.3 (HDF5)."""
+    try:
+        if h5py.is_hdf5(path):
+            with h5py.File(path, "r") as f:
+                # MATLAB writes column-major, so h5py sees every axis reversed
+                arrays = {k: f[k][()].T for k, v in f.items()
+                          if isinstance(v, h5py.Dataset) and v.ndim == ndim}
+        else:
+            arrays = {k: v for k, v in scipy.io.loadmat(path).items()
+                      if not k.startswith("__") and np.ndim(v) == ndim}
+    except MAT_ERRORS as err:
+        raise DataError(f"{path}: unreadable MATLAB file ({type(err).__name__}: {err})") from err
+    if len(arrays) > 1 and path.stem.lower() in arrays:
+        return arrays[path.stem.lower()]
+    if len(arrays) != 1:
+        raise DataError(f"{path}: expected one {ndim}-dimensional variable, "
+                        f"found {sorted(arrays) or 'none'}")
+    return next(iter(arrays.values()))
+
+
+def read_npy(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as err:
+        raise DataError(f"{path}: unreadable .npy file ({err})") from err
+
+
+def tensorly_files() -> tuple[Path, Path] | None:
+    """The 200-band cube and ground truth shipped in the tensorly wheel, if installed."""
+    root = package_dir("tensorly")
+    if root is None:
+        return None
+    cube, gt = (root / p for p in TENSORLY_FILES)
+    return (cube, gt) if cube.is_file() and gt.is_file() else None
+
+
+def find_scene(dirs: list[Path], variant: str) -> tuple[list[Path], str]:
+    """Files to read (cube, ground truth) and the variant they hold.
+
+    Directories are tried in order; within one, `auto` prefers the 220-band
+    file. Only the 200-band variant falls back to the tensorly copy.
+    """
+    wanted = ["full", "corrected"] if variant == "auto" else [variant]
+    for directory in dirs:
+        for v in wanted:
+            cube = directory / CUBE_FILES[v]
+            if cube.is_file():
+                gt = directory / GT_FILE
+                if not gt.is_file():
+                    raise DataError(f"{cube} found but its ground truth {gt} is missing")
+                return [cube, gt], v
+    packaged = tensorly_files() if "corrected" in wanted else None
+    if packaged:
+        return list(packaged), "corrected"
+    raise DataError(missing_message(dirs, wanted))
+
+
+def missing_message(dirs: list[Path], wanted: list[str]) -> str:
+    cubes = " or ".join(CUBE_FILES[v] for v in wanted)
+    text = (f"indian_pines: expected {cubes} together with {GT_FILE} in "
+            f"{' or '.join(map(str, dirs))}, found none. Download them ({CITATION}) into "
+            f"that directory or set dataset.path")
+    if "corrected" in wanted:
+        return text + ("; for the 200-band copy offline run "
+                       "`pip install --no-deps tensorly`")
+    return text + "; the 220-band cube is not packaged anywhere, only the user can supply it"
+
+
+def read_scene(files: list[Path], variant: str) -> tuple[np.ndarray, np.ndarray]:
+    """Cube (rows, cols, bands) and ground truth (rows, cols), checked against each other."""
+    if files[0].suffix == ".npy":
+        cube, gt = (read_npy(f) for f in files)
+    else:
+        cube, gt = read_mat(files[0], 3), read_mat(files[1], 2)
+    if cube.shape[:2] != gt.shape:
+        raise DataError(f"{files[0]} is {cube.shape[0]}x{cube.shape[1]} pixels but "
+                        f"{files[1]} is {gt.shape[0]}x{gt.shape[1]}")
+    if cube.shape[2] != BANDS[variant]:
+        raise DataError(f"{files[0]}: {cube.shape[2]} bands, expected {BANDS[variant]} "
+                        f"for variant {variant}")
+    bad = gt[(gt < 0) | (gt > N_CLASSES) | (gt != np.round(gt))]
+    if bad.size:
+        raise DataError(f"{files[1]}: ground-truth value {bad[0]} outside 0..{N_CLASSES}")
+    return cube, gt
+
+
+def normalise(x_train: torch.Tensor, x_val: torch.Tensor):
+    """Standardise every band with the mean and std of the training pixels only."""
+    mean = x_train.mean(dim=0)
+    std = x_train.std(dim=0, correction=0)
+    std = torch.where(std > 0, std, torch.ones_like(std))  # a constant band stays finite
+    return (x_train - mean) / std, (x_val - mean) / std, mean, std
+
+
+@register("indian_pines")
+def load_indian_pines(options: IndianPinesOptions, seed: int) -> Dataset:
+    """Labelled pixels (gt > 0) as spectra, labels gt − 1, seeded stratified split."""
+    files, variant = find_scene(search_dirs(options.path), options.variant)
+    cube, gt = read_scene(files, variant)
+    mask = gt > 0
+    x = torch.from_numpy(cube[mask].astype(np.float64))
+    y = torch.from_numpy(gt[mask].astype(np.int64) - 1)
+    gen = torch.Generator().manual_seed(seed)
+    train, val = stratified_split(y, options.n_train, options.n_val, gen)
+    x_train, x_val, mean, std = normalise(x[train], x[val])
+    meta = {"bands": cube.shape[2], "variant": variant, "scene": list(gt.shape),
+            "n_labelled": int(mask.sum()), "band_mean": mean.tolist(), "band_std": std.tolist()}
+    return Dataset("indian_pines", x_train, y[train], x_val, y[val], N_CLASSES,
+                   ", ".join(map(str, files)), meta)

@@ -1,0 +1,90 @@
+"""Load a metrics.h5 file, complete or not, into plain numpy arrays."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from lptrain.metrics import schema as s
+
+
+@dataclass
+class RunMetrics:
+    """Everything one metrics.h5 holds: root attributes and one dict of arrays per group.
+
+    A group the run never wrote is an empty dict. Within a group all arrays have the same
+    number of rows (see `read_metrics`).
+    """
+
+    path: Path
+    attrs: dict
+    train: dict[str, np.ndarray] = field(default_factory=dict)
+    validation: dict[str, np.ndarray] = field(default_factory=dict)
+    mgrit: dict[str, np.ndarray] = field(default_factory=dict)
+    timing: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def group(self, name: str) -> dict[str, np.ndarray]:
+        """The arrays of group `name` (one of schema.GROUPS)."""
+        if name not in s.GROUPS:
+            raise KeyError(f"{name!r} is not a metrics group; known: {', '.join(s.GROUPS)}")
+        return getattr(self, name)
+
+    @property
+    def status(self) -> str:
+        return self.attrs.get(s.STATUS, "unknown")
+
+    @property
+    def mode(self) -> str:
+        return self.attrs.get(s.MODE, "unknown")
+
+    @property
+    def n_iterations(self) -> int:
+        """Rows of train/, i.e. optimizer iterations logged."""
+        return len(self.train.get(s.ITERATION, ()))
+
+
+def read_metrics(path: str | Path) -> RunMetrics:
+    """Read `path`, also while a run is still writing it or after the run was killed.
+
+    The file is opened read-only without HDF5 file locking, so a live writer does not
+    block the reader. A row that reached only some datasets of a group (a writer stopped
+    mid-row) is dropped by truncating the group to its shortest dataset. Raises
+    MetricsFileError when the file is missing, not HDF5, or not written by lptrain.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise s.MetricsFileError(f"{path}: no such metrics file")
+    try:
+        with h5py.File(path, "r", locking=False) as f:
+            attrs = {name: _plain(value) for name, value in f.attrs.items()}
+            groups = {name: _read_group(f, name) for name in s.GROUPS}
+    except (OSError, RuntimeError, KeyError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise s.MetricsFileError(f"{path}: unreadable metrics file ({reason})") from None
+    if s.STATUS not in attrs:
+        raise s.MetricsFileError(f"{path}: not an lptrain metrics file "
+                                 f"(no {s.STATUS!r} attribute)")
+    return RunMetrics(path=path, attrs=attrs, **groups)
+
+
+def _read_group(f: h5py.File, name: str) -> dict[str, np.ndarray]:
+    g = f.get(name)
+    if not isinstance(g, h5py.Group):
+        return {}
+    arrays = {key: item[()] for key, item in g.items()
+              if isinstance(item, h5py.Dataset) and item.ndim >= 1}
+    if not arrays:
+        return {}
+    rows = min(a.shape[0] for a in arrays.values())
+    return {key: a[:rows] for key, a in arrays.items()}
+
+
+def _plain(value):
+    """An HDF5 attribute as a Python str/int/float."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

@@ -1,0 +1,202 @@
+"""The contract of metrics.h5: every attribute, group and dataset name, with its meaning.
+
+Writer, reader, console, report and tests import these names; none of them spells a
+field name as a literal. `FIELDS` documents each entry (meaning, unit, shape, dtype) and
+`markdown()` renders it: `python -m lptrain.metrics.schema > docs/metrics.md`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lptrain.errors import LptrainError
+
+FILE_NAME = "metrics.h5"
+
+# -- root attributes ----------------------------------------------------------------------
+ROOT = "/"
+VERSION = "lptrain_version"
+MODE = "mode"
+WORLD_SIZE = "world_size"
+SEED = "seed"
+CONFIG = "config"
+STATUS = "status"
+DATASET_SOURCE = "dataset_source"
+ERROR = "error"
+STARTED_AT = "started_at"
+
+REQUIRED_ATTRS = (MODE, WORLD_SIZE, SEED, CONFIG)
+
+# values of the `status` attribute
+RUNNING = "running"
+COMPLETED = "completed"
+FAILED = "failed"
+DIVERGED = "diverged"
+INTERRUPTED = "interrupted"
+STATUSES = (RUNNING, COMPLETED, FAILED, DIVERGED, INTERRUPTED)
+FINAL_STATUSES = (COMPLETED, FAILED, DIVERGED, INTERRUPTED)
+
+# values of the `mode` attribute (the writer stores whatever it is given)
+MODE_SERIAL = "serial"
+MODE_MGRIT = "mgrit"
+MODE_SIMULTANEOUS = "simultaneous"
+MODES = (MODE_SERIAL, MODE_MGRIT, MODE_SIMULTANEOUS)
+
+# -- groups and the dataset names code refers to ------------------------------------------
+TRAIN = "train"
+VALIDATION = "validation"
+MGRIT = "mgrit"
+TIMING = "timing"
+GROUPS = (TRAIN, VALIDATION, MGRIT, TIMING)
+
+ITERATION = "iteration"
+OBJECTIVE = "objective"
+LOSS = "loss"
+ACCURACY = "accuracy"
+STEP_TIME = "step_time"
+WALL_TIME = "wall_time"
+FWD_ITERATIONS = "fwd_iterations"
+FWD_RESIDUAL = "fwd_residual"
+FWD_FACTOR = "fwd_factor"
+FWD_HISTORY = "fwd_history"
+ADJ_ITERATIONS = "adj_iterations"
+ADJ_RESIDUAL = "adj_residual"
+ADJ_FACTOR = "adj_factor"
+ADJ_HISTORY = "adj_history"
+COMPUTE = "compute"
+COMMUNICATION = "communication"
+WAITING = "waiting"
+
+HISTORIES = (FWD_HISTORY, ADJ_HISTORY)   # 2-D, NaN-padded, columns grow
+PER_RANK = (COMPUTE, COMMUNICATION, WAITING)  # 2-D, one column per rank
+
+INT = "int64"
+FLOAT = "float64"
+STR = "str"
+# stored for a field that a log call leaves out (or passes as None)
+FILL = {INT: -1, FLOAT: float("nan")}
+
+
+class MetricsFileError(LptrainError, OSError):
+    """A metrics file cannot be created, opened or understood; the message names the path."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """Documentation of one attribute or dataset."""
+
+    dtype: str    # INT, FLOAT or STR
+    shape: str    # "scalar", "(n,)", "(n, k)", "(n, P)" or "(v,)"
+    unit: str     # "" when dimensionless
+    meaning: str
+
+    @property
+    def ndim(self) -> int:
+        """0 for attributes, else the number of axes of the dataset."""
+        if not self.shape.startswith("("):
+            return 0
+        return len([d for d in self.shape.strip("()").split(",") if d.strip()])
+
+
+_ROWS = "(n,)"  # n = optimizer iterations logged so far
+
+FIELDS: dict[str, dict[str, Field]] = {
+    ROOT: {
+        VERSION: Field(STR, "scalar", "", "lptrain version that wrote the file"),
+        MODE: Field(STR, "scalar", "", "training mode: " + ", ".join(MODES)),
+        WORLD_SIZE: Field(INT, "scalar", "", "number of MPI ranks (P)"),
+        SEED: Field(INT, "scalar", "", "random seed of the run"),
+        CONFIG: Field(STR, "scalar", "", "resolved configuration as YAML text"),
+        STATUS: Field(STR, "scalar", "", "run state: " + ", ".join(STATUSES)
+                      + "; `running` in a file whose writer was killed"),
+        DATASET_SOURCE: Field(STR, "scalar", "",
+                              "optional: file(s) the data came from, or `generated`"),
+        ERROR: Field(STR, "scalar", "",
+                     "optional: error message of a `failed` or `diverged` run"),
+        STARTED_AT: Field(STR, "scalar", "", "ISO 8601 local time the file was created"),
+    },
+    TRAIN: {
+        ITERATION: Field(INT, _ROWS, "", "optimizer iteration number"),
+        OBJECTIVE: Field(FLOAT, _ROWS, "", "objective J: loss plus regularisation"),
+        LOSS: Field(FLOAT, _ROWS, "", "training cross-entropy loss"),
+        ACCURACY: Field(FLOAT, _ROWS, "fraction", "training accuracy, 0..1"),
+        "grad_norm": Field(FLOAT, _ROWS, "", "norm of the gradient of J"),
+        "step_size": Field(FLOAT, _ROWS, "", "step length accepted by the optimizer"),
+        STEP_TIME: Field(FLOAT, _ROWS, "s", "duration of this iteration"),
+        WALL_TIME: Field(FLOAT, _ROWS, "s", "time since the start of training"),
+        "ls_trials": Field(INT, _ROWS, "", "line-search trials of this iteration"),
+        "lbfgs_skipped": Field(INT, _ROWS, "0/1",
+                               "1 when the L-BFGS curvature update was skipped"),
+        "lbfgs_reset": Field(INT, _ROWS, "0/1",
+                             "1 when the L-BFGS memory was reset after a failed line search"),
+    },
+    VALIDATION: {
+        ITERATION: Field(INT, "(v,)", "", "optimizer iteration of the evaluation"),
+        LOSS: Field(FLOAT, "(v,)", "", "validation cross-entropy loss"),
+        ACCURACY: Field(FLOAT, "(v,)", "fraction", "validation accuracy, 0..1"),
+    },
+    MGRIT: {
+        ITERATION: Field(INT, _ROWS, "", "optimizer iteration (layer-parallel modes only)"),
+        FWD_ITERATIONS: Field(INT, _ROWS, "", "MGRIT iterations of the forward solve"),
+        FWD_RESIDUAL: Field(FLOAT, _ROWS, "", "final residual norm of the forward solve"),
+        ADJ_ITERATIONS: Field(INT, _ROWS, "", "MGRIT iterations of the adjoint solve"),
+        ADJ_RESIDUAL: Field(FLOAT, _ROWS, "", "final residual norm of the adjoint solve"),
+        FWD_FACTOR: Field(FLOAT, _ROWS, "",
+                          "forward convergence factor: geometric mean of successive "
+                          "residual ratios, NaN with fewer than 2 residuals"),
+        ADJ_FACTOR: Field(FLOAT, _ROWS, "", "adjoint convergence factor, as fwd_factor"),
+        "adaptive_extra": Field(INT, _ROWS, "",
+                                "extra MGRIT iterations added by the adaptive guard"),
+        FWD_HISTORY: Field(FLOAT, "(n, k)", "",
+                           "forward residual after each MGRIT iteration; NaN-padded to "
+                           "the longest solve so far (k grows)"),
+        ADJ_HISTORY: Field(FLOAT, "(n, k)", "", "adjoint residual history, as fwd_history"),
+    },
+    TIMING: {
+        ITERATION: Field(INT, _ROWS, "", "optimizer iteration"),
+        COMPUTE: Field(FLOAT, "(n, P)", "s", "time each rank spent computing"),
+        COMMUNICATION: Field(FLOAT, "(n, P)", "s",
+                             "time each rank spent sending and receiving"),
+        WAITING: Field(FLOAT, "(n, P)", "s", "time each rank spent blocked on others"),
+    },
+}
+
+ROOT_ATTRS = tuple(FIELDS[ROOT])
+
+
+def fields_of(group: str) -> tuple[str, ...]:
+    """Dataset names of `group`, in documentation order."""
+    return tuple(FIELDS[group])
+
+
+_INTRO = """\
+# metrics.h5
+
+Rank 0 writes one HDF5 file per run, `metrics.h5` in the run directory. Every dataset is
+resizable and the file is flushed after each logged row, so a killed run keeps every
+finished iteration (its `status` then stays `running`). A field that a log call leaves out
+is stored as NaN (floats) or -1 (integers). Groups that a mode does not use are absent.
+
+Shapes: n = optimizer iterations logged, v = validation evaluations, k = the most MGRIT
+iterations of any solve so far, P = `world_size`.
+
+Read a file with `lptrain.metrics.reader.read_metrics(path)` (also while the run is still
+writing it); compare runs with `lptrain-report PATH ... --out DIR`. This page is generated
+by `python -m lptrain.metrics.schema`.
+"""
+
+
+def markdown() -> str:
+    """The schema as markdown: one table for the root attributes and one per group."""
+    parts = [_INTRO]
+    for location, fields in FIELDS.items():
+        title = "Root attributes" if location == ROOT else f"Group `{location}/`"
+        parts.append(f"\n## {title}\n\n| name | dtype | shape | unit | meaning |\n"
+                     "|---|---|---|---|---|\n")
+        for name, f in fields.items():
+            parts.append(f"| `{name}` | {f.dtype} | {f.shape} | {f.unit or '-'} "
+                         f"| {f.meaning} |\n")
+    return "".join(parts)
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

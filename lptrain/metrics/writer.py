@@ -1,0 +1,262 @@
+"""Append per-iteration metrics to metrics.h5 on rank 0, flushing after every call.
+
+Every dataset is chunked and resizable along its first axis; each log call appends one row
+to every dataset of its group (left-out fields get the fill value of schema.FILL) and then
+flushes the file, so a run killed at any point leaves a readable file holding every
+finished iteration. Ranks other than 0 use `NullWriter`, which accepts the same calls.
+"""
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from pathlib import Path
+from typing import Sequence
+
+import h5py
+import numpy as np
+
+from lptrain import __version__
+from lptrain.errors import DivergedError
+from lptrain.metrics import schema as s
+
+_CHUNK_ROWS = 256
+_CHUNK_HISTORY = (64, 16)
+
+
+def convergence_factor(residuals: Sequence[float]) -> float:
+    """Geometric mean of the ratios r[k+1]/r[k]; NaN with fewer than 2 residuals.
+
+    The product of the ratios telescopes to r[-1]/r[0], so the mean is
+    (r[-1]/r[0]) ** (1/(m-1)). A non-positive or non-finite first residual gives NaN.
+    """
+    r = [float(x) for x in residuals]
+    if len(r) < 2 or not (math.isfinite(r[0]) and r[0] > 0) or not r[-1] >= 0:
+        return float("nan")
+    return (r[-1] / r[0]) ** (1.0 / (len(r) - 1))
+
+
+class MetricsWriter:
+    """Owner of one open metrics.h5; also a context manager that records how the run ended.
+
+    `with MetricsWriter(path, attrs) as w:` closes with status `completed` on a normal exit,
+    `diverged` on DivergedError, `interrupted` on KeyboardInterrupt and `failed` on any
+    other exception (the message goes to the `error` attribute); the exception propagates.
+    """
+
+    def __init__(self, path: str | Path, attrs: dict):
+        self.path = Path(path)
+        attrs = {s.VERSION: __version__,
+                 s.STARTED_AT: datetime.now().isoformat(timespec="seconds"), **attrs}
+        missing = [name for name in s.REQUIRED_ATTRS if name not in attrs]
+        if missing:
+            raise KeyError(f"metrics attributes missing: {', '.join(missing)}")
+        for name in attrs:
+            _check_name(s.ROOT, name)
+        self._file = _create(self.path)
+        self._closed = False
+        for name, value in attrs.items():
+            self._file.attrs[name] = _attr_value(name, value)
+        self._file.attrs[s.STATUS] = s.RUNNING
+        self._file.flush()
+
+    # -- logging ---------------------------------------------------------------------------
+    def log_train(self, **fields) -> None:
+        """Append one optimizer iteration to train/ (`iteration` is required)."""
+        self._append_row(s.TRAIN, fields)
+
+    def log_validation(self, iteration: int, loss: float, accuracy: float) -> None:
+        """Append one evaluation on the validation set."""
+        self._append_row(s.VALIDATION, {s.ITERATION: iteration, s.LOSS: loss,
+                                        s.ACCURACY: accuracy})
+
+    def log_mgrit(self, **fields) -> None:
+        """Append the MGRIT solves of one optimizer iteration to mgrit/.
+
+        Histories are lists of residuals, one per MGRIT iteration. When a history is given,
+        the iterations, final residual and convergence factor of that solve default to
+        its length, last entry and `convergence_factor`.
+        """
+        fields = dict(fields)
+        for history, its, res, factor in (
+                (s.FWD_HISTORY, s.FWD_ITERATIONS, s.FWD_RESIDUAL, s.FWD_FACTOR),
+                (s.ADJ_HISTORY, s.ADJ_ITERATIONS, s.ADJ_RESIDUAL, s.ADJ_FACTOR)):
+            r = fields.get(history)
+            if r is not None:
+                fields.setdefault(its, len(r))
+                fields.setdefault(res, r[-1] if len(r) else None)
+                fields.setdefault(factor, convergence_factor(r))
+        self._append_row(s.MGRIT, fields)
+
+    def log_timing(self, iteration: int, compute: Sequence[float],
+                   communication: Sequence[float], waiting: Sequence[float]) -> None:
+        """Append the seconds each rank spent computing, communicating and waiting."""
+        sizes = {len(compute), len(communication), len(waiting)}
+        if len(sizes) != 1 or 0 in sizes:
+            raise ValueError("timing lists must be non-empty and of equal length: "
+                             f"compute {len(compute)}, communication {len(communication)}, "
+                             f"waiting {len(waiting)}")
+        self._append_row(s.TIMING, {s.ITERATION: iteration, s.COMPUTE: compute,
+                                    s.COMMUNICATION: communication, s.WAITING: waiting})
+
+    def set_attr(self, name: str, value) -> None:
+        """Set one root attribute (a name of schema.ROOT_ATTRS) and flush."""
+        self._require_open()
+        _check_name(s.ROOT, name)
+        self._file.attrs[name] = _attr_value(name, value)
+        self._file.flush()
+
+    def close(self, status: str = s.COMPLETED, error: str | None = None) -> None:
+        """Record the final `status` (and `error`), then close; later calls do nothing."""
+        if self._closed:
+            return
+        if status not in s.FINAL_STATUSES:
+            raise ValueError(f"status={status!r}: choose one of {s.FINAL_STATUSES}")
+        if error is not None:
+            self._file.attrs[s.ERROR] = str(error)
+        self._file.attrs[s.STATUS] = status
+        self._file.close()
+        self._closed = True
+
+    def __enter__(self) -> MetricsWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc is None:
+            self.close(s.COMPLETED)
+        elif isinstance(exc, KeyboardInterrupt):
+            self.close(s.INTERRUPTED)
+        elif isinstance(exc, DivergedError):
+            self.close(s.DIVERGED, error=str(exc))
+        else:
+            self.close(s.FAILED, error=f"{type(exc).__name__}: {exc}")
+        return False
+
+    # -- internals -------------------------------------------------------------------------
+    def _require_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self.path}: metrics file already closed")
+
+    def _append_row(self, group: str, fields: dict) -> None:
+        self._require_open()
+        for name in fields:
+            _check_name(group, name)
+        if fields.get(s.ITERATION) is None:
+            raise KeyError(f"{group}/{s.ITERATION} is required")
+        g = self._file.require_group(group)
+        # one dataset at a time (resize, then write): a kill in between leaves datasets of
+        # unequal length, which the reader truncates to the common length
+        for name, field in s.FIELDS[group].items():
+            value = fields.get(name)
+            if name in s.HISTORIES:
+                _append_history(g, name, value)
+            elif name in s.PER_RANK:
+                _append_per_rank(g, name, value)
+            else:
+                _append_scalar(g, name, field.dtype, value)
+        self._file.flush()
+
+
+class NullWriter:
+    """Stand-in for MetricsWriter on ranks other than 0: every call does nothing."""
+
+    path = None
+
+    def log_train(self, **fields) -> None:
+        pass
+
+    def log_validation(self, iteration: int, loss: float, accuracy: float) -> None:
+        pass
+
+    def log_mgrit(self, **fields) -> None:
+        pass
+
+    def log_timing(self, iteration, compute, communication, waiting) -> None:
+        pass
+
+    def set_attr(self, name: str, value) -> None:
+        pass
+
+    def close(self, status: str = s.COMPLETED, error: str | None = None) -> None:
+        pass
+
+    def __enter__(self) -> NullWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        return False
+
+
+def open_writer(path: str | Path, attrs: dict, enabled: bool) -> MetricsWriter | NullWriter:
+    """A MetricsWriter where `enabled` (rank 0), a NullWriter elsewhere."""
+    return MetricsWriter(path, attrs) if enabled else NullWriter()
+
+
+# -- dataset helpers ----------------------------------------------------------------------
+def _check_name(group: str, name: str) -> None:
+    if name not in s.FIELDS[group]:
+        where = "root attribute" if group == s.ROOT else f"field of {group}/"
+        raise KeyError(f"{name!r} is not a {where}; known: {', '.join(s.FIELDS[group])}")
+
+
+def _attr_value(name: str, value):
+    if value is None:
+        raise TypeError(f"attribute {name!r}: None cannot be stored")
+    if s.FIELDS[s.ROOT][name].dtype == s.INT:
+        return int(value)
+    return str(value)
+
+
+def _create(path: Path) -> h5py.File:
+    if not path.parent.is_dir():
+        raise s.MetricsFileError(f"{path}: cannot create metrics file, "
+                                 f"directory {path.parent} does not exist")
+    try:
+        # no HDF5 file lock: read_metrics opens the live file unlocked, and HDF5 refuses
+        # a second open in this process whose locking flag differs
+        return h5py.File(path, "w", locking=False)
+    except OSError as exc:
+        raise s.MetricsFileError(f"{path}: cannot create metrics file ({exc})") from None
+
+
+def _append_scalar(g: h5py.Group, name: str, dtype: str, value) -> None:
+    if name not in g:
+        g.create_dataset(name, shape=(0,), maxshape=(None,), chunks=(_CHUNK_ROWS,),
+                         dtype=dtype, fillvalue=s.FILL[dtype])
+    ds = g[name]
+    if value is None:
+        value = s.FILL[dtype]
+    n = ds.shape[0]
+    ds.resize((n + 1,))
+    ds[n] = int(value) if dtype == s.INT else float(value)
+
+
+def _append_history(g: h5py.Group, name: str, values) -> None:
+    row = np.asarray([] if values is None else values, dtype=np.float64).ravel()
+    if name not in g:
+        g.create_dataset(name, shape=(0, 0), maxshape=(None, None), chunks=_CHUNK_HISTORY,
+                         dtype=np.float64, fillvalue=np.nan)
+    ds = g[name]
+    n, width = ds.shape
+    new_width = max(width, row.size)
+    ds.resize((n + 1, new_width))
+    if new_width > width and n > 0:
+        ds[:n, width:] = np.nan  # earlier rows are shorter: pad them explicitly
+    if new_width > 0:
+        padded = np.full(new_width, np.nan)
+        padded[:row.size] = row
+        ds[n, :] = padded
+
+
+def _append_per_rank(g: h5py.Group, name: str, values) -> None:
+    row = np.asarray(values, dtype=np.float64).ravel()
+    if name not in g:
+        g.create_dataset(name, shape=(0, row.size), maxshape=(None, row.size),
+                         chunks=(max(1, 8192 // row.size), row.size),
+                         dtype=np.float64, fillvalue=np.nan)
+    ds = g[name]
+    if ds.shape[1] != row.size:
+        raise ValueError(f"{g.name}/{name}: got {row.size} ranks, "
+                         f"the file has {ds.shape[1]}")
+    n = ds.shape[0]
+    ds.resize((n + 1, row.size))
+    ds[n, :] = row

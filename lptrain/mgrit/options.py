@@ -1,0 +1,60 @@
+"""MGRIT options (the Hydra group `mgrit`), validated once on construction."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from lptrain.errors import require
+
+CYCLES = ("V", "F")
+COARSE_WEIGHTS = ("inject", "average")
+
+
+@dataclass
+class MGRITOptions:
+    levels: int = 3              # maximum number of levels (1 = serial stepping)
+    cfactor0: int = 4            # coarsening factor on the finest level
+    cfactor: int = 4             # coarsening factor on coarser levels
+    min_coarse: int = 2          # a coarse level keeps at least this many steps
+    nrelax0: int = 0             # CF sweeps after the first F-relaxation, finest level
+    nrelax: int = 1              # the same on coarser levels (1 = FCF)
+    skip_first_down: bool = True  # no relaxation on the first down-cycle of a cold start
+    cycle: str = "V"             # V | F
+    tol: float = 1e-10           # absolute residual tolerance (forward)
+    rtol: float = 0.0            # tolerance relative to the first residual (0 = off)
+    max_iter: int = 50           # forward iterations per solve (mode=mgrit)
+    coarse_weights: str = "inject"  # inject | average
+    adj_tol: Optional[float] = None     # adjoint tolerance (None = tol)
+    adj_max_iter: Optional[int] = None  # adjoint iterations (None = max_iter)
+    fwd_iters: int = 2           # mode=simultaneous: forward iterations per optimizer step
+    adj_iters: int = 1           # mode=simultaneous: adjoint iterations per optimizer step
+    adaptive: bool = False       # simultaneous: add iterations when residuals are large
+    adaptive_ratio: float = 0.1  # ... i.e. when residual > ratio × gradient norm
+    adaptive_max_extra: int = 4  # ... at most this many extra iterations per solve
+
+    def __post_init__(self):
+        for key in ("levels", "max_iter", "fwd_iters", "adj_iters"):
+            require(getattr(self, key) >= 1, f"mgrit.{key}", getattr(self, key), "must be >= 1")
+        for key in ("cfactor0", "cfactor"):
+            require(getattr(self, key) >= 2, f"mgrit.{key}", getattr(self, key), "must be >= 2")
+        for key in ("min_coarse", "nrelax0", "nrelax", "adaptive_max_extra"):
+            require(getattr(self, key) >= 0, f"mgrit.{key}", getattr(self, key), "must be >= 0")
+        require(self.cycle in CYCLES, "mgrit.cycle", self.cycle, f"choose one of {CYCLES}")
+        require(self.coarse_weights in COARSE_WEIGHTS, "mgrit.coarse_weights",
+                self.coarse_weights, f"choose one of {COARSE_WEIGHTS}")
+        require(self.tol >= 0, "mgrit.tol", self.tol, "must be >= 0")
+        require(0 <= self.rtol < 1, "mgrit.rtol", self.rtol, "must be in [0, 1)")
+        require(self.adj_tol is None or self.adj_tol >= 0, "mgrit.adj_tol", self.adj_tol,
+                "must be >= 0")
+        require(self.adj_max_iter is None or self.adj_max_iter >= 1, "mgrit.adj_max_iter",
+                self.adj_max_iter, "must be >= 1")
+        require(self.adaptive_ratio > 0, "mgrit.adaptive_ratio", self.adaptive_ratio,
+                "must be > 0")
+
+    @property
+    def adjoint_tol(self) -> float:
+        return self.tol if self.adj_tol is None else self.adj_tol
+
+    @property
+    def adjoint_max_iter(self) -> int:
+        return self.max_iter if self.adj_max_iter is None else self.adj_max_iter

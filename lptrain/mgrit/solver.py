@@ -1,0 +1,340 @@
+"""Nonlinear MGRIT (FAS, V- and F-cycles) over any time stepper, on one or many ranks.
+
+The solver sees only a propagator with `step(u, start, stop)` and
+`step_many(U, starts, stops)` (fine-grid indices of the step's two ends;
+U stacks m states), a Hierarchy, and an exchange object for the few
+messages it sends.  Level equations: u_0 = g_0, u_i = Φ(u_{i-1}) + g_i;
+g is zero on the finest level.
+"""
+from __future__ import annotations
+
+import math
+import time
+from bisect import bisect_left
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import torch
+
+from lptrain.mgrit.hierarchy import Hierarchy
+
+
+@dataclass
+class SolveResult:
+    """Level-0 states owned by this rank, shape (hi-lo, *state_shape), and convergence."""
+
+    states: torch.Tensor
+    history: list[float]   # residual norm at the start of each iteration
+    iterations: int        # cycles performed
+    converged: bool
+
+    @property
+    def residual(self) -> float:
+        return self.history[-1] if self.history else 0.0
+
+
+@dataclass
+class CycleOptions:
+    """What the solver itself needs of MGRITOptions."""
+
+    nrelax0: int = 0
+    nrelax: int = 1
+    cycle: str = "V"
+    skip_first_down: bool = True
+
+
+@dataclass
+class _LevelState:
+    index: int
+    lo: int
+    hi: int
+    left: int | None
+    right: int | None
+    X: torch.Tensor | None = None   # states at this rank's points
+    G: torch.Tensor | None = None   # FAS right-hand side (None: zero, level 0)
+    cs: tuple[int, ...] = field(default=())  # this rank's C-points
+
+    @property
+    def empty(self) -> bool:
+        return self.hi <= self.lo
+
+
+class MGRIT:
+    """An MGRIT solver bound to one hierarchy and one rank of it."""
+
+    def __init__(self, hierarchy: Hierarchy, exchange, options: CycleOptions):
+        self.h, self.ex, self.opt = hierarchy, exchange, options
+        rank = exchange.rank
+        self.levels = []
+        for l, lv in enumerate(hierarchy.levels):
+            lo, hi = hierarchy.ranges[l][rank]
+            cs = lv.cpoints[bisect_left(lv.cpoints, lo):bisect_left(lv.cpoints, hi)]
+            self.levels.append(_LevelState(l, lo, hi, hierarchy.left(l, rank),
+                                           hierarchy.right(l, rank), cs=tuple(cs)))
+        self.timers: dict[tuple[int, str], float] = defaultdict(float)
+        self.prop = None
+
+    # -- public ----------------------------------------------------------------
+    def solve(self, prop, template: torch.Tensor, u0: torch.Tensor | None = None,
+              warm: torch.Tensor | None = None, max_iter: int = 1, tol: float = 0.0,
+              rtol: float = 0.0) -> SolveResult:
+        """Iterate until the level-0 residual norm <= max(tol, rtol·first) or max_iter.
+
+        template: a tensor of the state's shape, dtype and device (every rank);
+        u0: the initial state, needed on the rank owning point 0;
+        warm: this rank's level-0 states from an earlier solve (else cold start).
+        """
+        self.prop = prop
+        self._allocate(template)
+        top = self.levels[0]
+        if warm is not None and warm.data_ptr() != top.X.data_ptr():
+            top.X.copy_(warm)
+        elif warm is None:
+            top.X.zero_()
+        if top.lo == 0:
+            top.X[0] = u0
+        if len(self.levels) == 1:
+            self._timed(0, "coarse", self._serial_solve, top)
+            return SolveResult(top.X, [0.0], 1, True)
+        return self._iterate(cold=warm is None, max_iter=max_iter, tol=tol, rtol=rtol)
+
+    def _iterate(self, cold, max_iter, tol, rtol) -> SolveResult:
+        top, history, fresh = self.levels[0], [], False
+        for k in range(max_iter):
+            if k == 0 and cold and self.opt.skip_first_down:
+                self._cycle(1, "V", skip=True, from_injection=True)
+            else:
+                self._relax(top, self.opt.nrelax0, skip_first_f=fresh)
+                norm = math.sqrt(self.ex.allreduce_sum(self._restrict(top)))
+                history.append(norm)
+                if norm <= max(tol, rtol * history[0]) or not math.isfinite(norm):
+                    return SolveResult(top.X, history, k, math.isfinite(norm))
+                self._cycle(1, self.opt.cycle)
+            self._correct(top)
+            self._timed(0, "relax", self._f_relax, top)
+            fresh = True
+        return SolveResult(top.X, history, max_iter, False)
+
+    # -- cycles ------------------------------------------------------------------
+    def _cycle(self, l: int, kind: str, skip: bool = False, from_injection: bool = False):
+        lv = self.levels[l]
+        if from_injection:
+            self._inject(self.levels[l - 1])
+        if l == len(self.levels) - 1:
+            self._timed(l, "coarse", self._serial_solve, lv)
+            return
+        if skip:
+            self._cycle(l + 1, kind, skip=True, from_injection=True)
+        else:
+            self._relax(lv, self.opt.nrelax)
+            self._restrict(lv)
+            self._cycle(l + 1, kind)
+            if kind == "F" and l + 1 < len(self.levels) - 1:
+                self._cycle(l + 1, "V")
+        self._correct(lv)
+        self._timed(l, "relax", self._f_relax, lv)
+
+    def _relax(self, lv: _LevelState, nrelax: int, skip_first_f: bool = False):
+        if not skip_first_f:
+            self._timed(lv.index, "relax", self._f_relax, lv)
+        for _ in range(nrelax):
+            self._timed(lv.index, "relax", self._c_relax, lv)
+            self._timed(lv.index, "relax", self._f_relax, lv)
+
+    # -- level operations --------------------------------------------------------
+    def _f_relax(self, lv: _LevelState):
+        """u_i = Φ(u_{i-1}) + g_i at every F-point, interval by interval."""
+        if lv.empty:
+            return
+        level = self.h.levels[lv.index]
+        n = level.n_points
+        own = [c for c in lv.cs if c < n - 1]
+        ends = [min(_next_c(level, c), lv.hi) for c in own]
+        lengths = [e - c - 1 for c, e in zip(own, ends)]
+        for s in range(max(lengths, default=0)):
+            active = [c + s for c, L in zip(own, lengths) if L > s]
+            self._advance(lv, active)
+        send = lv.right is not None and not level.is_c(lv.hi)
+        if send and own:
+            self.ex.send(lv.X[-1], lv.right)
+        if lv.lo > 0 and not level.is_c(lv.lo):
+            x = self._recv(lv)
+            stop = own[0] if own else lv.hi
+            x = self._store(lv, lv.lo, self._phi(lv, lv.lo - 1, x))
+            for i in range(lv.lo + 1, stop):
+                x = self._store(lv, i, self._phi(lv, i - 1, x))
+            if send and not own:
+                self.ex.send(lv.X[-1], lv.right)
+        self.ex.wait()
+
+    def _c_relax(self, lv: _LevelState):
+        """u_i = Φ(u_{i-1}) + g_i at every C-point but the first."""
+        phi = self._c_steps(lv)
+        for pos, val in phi:
+            _scatter(lv.X, [p - lv.lo for p in pos], val)
+
+    def _c_steps(self, lv: _LevelState):
+        """[(C-points, Φ(u_{c-1}) + g_c)] for this rank's C-points c > 0."""
+        if lv.empty:
+            return []
+        level = self.h.levels[lv.index]
+        if lv.right is not None and level.is_c(lv.hi):
+            self.ex.send(lv.X[-1], lv.right)
+        out, targets = [], [c for c in lv.cs if c > 0]
+        if targets and targets[0] == lv.lo:
+            x = self._recv(lv)
+            out.append(([lv.lo], self._phi(lv, lv.lo - 1, x).unsqueeze(0)))
+            targets = targets[1:]
+        for run in _runs([c - 1 for c in targets]):
+            out.append(([p + 1 for p in run], self._phi_many(lv, run)))
+        self.ex.wait()
+        return out
+
+    def _restrict(self, lv: _LevelState) -> float:
+        """FAS restriction to the next level; returns this rank's Σ‖r_c‖²."""
+        t0 = time.perf_counter()
+        coarse, sq = self.levels[lv.index + 1], 0.0
+        for pos, phi in self._c_steps(lv):
+            idx = [p - lv.lo for p in pos]
+            r = phi.sub_(_gather(lv.X, idx))      # r_c = Φ(u_{c-1}) + g_c − u_c
+            sq += float(r.pow(2).sum())
+            cidx = [self.h.levels[lv.index].count_c_below(p) - coarse.lo for p in pos]
+            _scatter(coarse.G, cidx, r)            # park r_c in the coarse rhs
+        self._inject(lv, keep_rhs=True)
+        self.timers[(lv.index, "residual")] += time.perf_counter() - t0
+        return sq
+
+    def _inject(self, lv: _LevelState, keep_rhs: bool = False):
+        """v = u at the C-points; coarse rhs g_j = v_j + r_j − Φ^Δ(v_{j−1}).
+
+        Without keep_rhs (first cold down-cycle) r is replaced by the fine rhs.
+        """
+        coarse = self.levels[lv.index + 1]
+        if coarse.empty:
+            return
+        local = [c - lv.lo for c in lv.cs]
+        coarse.X.copy_(_gather(lv.X, local))
+        if not keep_rhs:
+            if lv.G is None:
+                coarse.G.zero_()
+            else:
+                coarse.G.copy_(_gather(lv.G, local))
+            return
+        coarse.G.add_(coarse.X)
+        if coarse.lo == 0:
+            coarse.G[0] = coarse.X[0]
+        for pos, phi in self._coarse_phis(coarse):
+            idx = _index([p - coarse.lo for p in pos])
+            coarse.G[idx] -= phi
+
+    def _coarse_phis(self, lv: _LevelState):
+        """[(points i, Φ(v_{i−1}))] for the points i > 0 of this rank on level lv."""
+        if lv.right is not None:
+            self.ex.send(lv.X[-1], lv.right)
+        out, first = [], max(lv.lo, 1)
+        if lv.lo > 0:
+            x = self._recv(lv)
+            out.append(([lv.lo], self._step(lv, lv.lo - 1, x).unsqueeze(0)))
+            first = lv.lo + 1
+        if first < lv.hi:
+            src = list(range(first - 1, lv.hi - 1))
+            out.append(([p + 1 for p in src], self._steps(lv, src)))
+        self.ex.wait()
+        return out
+
+    def _correct(self, lv: _LevelState):
+        """u_c ← coarse solution at this rank's C-points (FAS with injection)."""
+        coarse = self.levels[lv.index + 1]
+        if not coarse.empty:
+            _scatter(lv.X, [c - lv.lo for c in lv.cs], coarse.X)
+
+    def _serial_solve(self, lv: _LevelState):
+        """Sequential stepping through the level, pipelined across ranks."""
+        if lv.empty:
+            return
+        x = self._recv(lv) if lv.lo > 0 else lv.X[0]
+        for i in range(max(lv.lo, 1), lv.hi):
+            x = self._store(lv, i, self._phi(lv, i - 1, x))
+        if lv.right is not None:
+            self.ex.send(lv.X[-1], lv.right)
+        self.ex.wait()
+
+    # -- helpers -------------------------------------------------------------------
+    def _allocate(self, template: torch.Tensor):
+        for lv in self.levels:
+            shape = (lv.hi - lv.lo, *template.shape)
+            if lv.X is None or lv.X.shape != shape or lv.X.dtype != template.dtype \
+                    or lv.X.device != template.device:
+                lv.X = template.new_zeros(shape)
+                lv.G = template.new_zeros(shape) if lv.index > 0 else None
+        self._template = template
+
+    def _recv(self, lv: _LevelState) -> torch.Tensor:
+        return self.ex.recv(self._template, lv.left)
+
+    def _step(self, lv: _LevelState, i: int, x: torch.Tensor) -> torch.Tensor:
+        pts = self.h.levels[lv.index].points
+        return self.prop.step(x, pts[i], pts[i + 1])
+
+    def _steps(self, lv: _LevelState, src: list[int]) -> torch.Tensor:
+        pts = self.h.levels[lv.index].points
+        U = _gather(lv.X, [i - lv.lo for i in src])
+        return self.prop.step_many(U, [pts[i] for i in src], [pts[i + 1] for i in src])
+
+    def _phi(self, lv: _LevelState, i: int, x: torch.Tensor) -> torch.Tensor:
+        """Φ(x) + g_{i+1} for the step from point i."""
+        y = self._step(lv, i, x)
+        return y if lv.G is None else y.add_(lv.G[i + 1 - lv.lo])
+
+    def _phi_many(self, lv: _LevelState, src: list[int]) -> torch.Tensor:
+        y = self._steps(lv, src)
+        if lv.G is not None:
+            y.add_(_gather(lv.G, [i + 1 - lv.lo for i in src]))
+        return y
+
+    def _advance(self, lv: _LevelState, src: list[int]):
+        for run in _runs(src):
+            _scatter(lv.X, [i + 1 - lv.lo for i in run], self._phi_many(lv, run))
+
+    def _store(self, lv: _LevelState, i: int, x: torch.Tensor) -> torch.Tensor:
+        lv.X[i - lv.lo] = x
+        return lv.X[i - lv.lo]
+
+    def _timed(self, level: int, kind: str, fn, *args):
+        t0 = time.perf_counter()
+        fn(*args)
+        self.timers[(level, kind)] += time.perf_counter() - t0
+
+
+def _next_c(level, c: int) -> int:
+    k = bisect_left(level.cpoints, c + 1)
+    return level.cpoints[k]
+
+
+def _runs(positions: list[int]) -> list[list[int]]:
+    """Split sorted positions into maximal arithmetic progressions."""
+    runs: list[list[int]] = []
+    for p in positions:
+        if runs and (len(runs[-1]) == 1 or p - runs[-1][-1] == runs[-1][1] - runs[-1][0]):
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+    return runs
+
+
+def _index(positions: list[int]):
+    """A slice when positions are an arithmetic progression, else an index list."""
+    if len(positions) == 1:
+        return slice(positions[0], positions[0] + 1)
+    step = positions[1] - positions[0]
+    if step > 0 and all(b - a == step for a, b in zip(positions, positions[1:])):
+        return slice(positions[0], positions[-1] + 1, step)
+    return torch.tensor(positions)
+
+
+def _gather(X: torch.Tensor, positions: list[int]) -> torch.Tensor:
+    return X[_index(positions)]
+
+
+def _scatter(X: torch.Tensor, positions: list[int], values: torch.Tensor) -> None:
+    X[_index(positions)] = values

@@ -1,0 +1,65 @@
+"""Activation functions with the derivative data the adjoint needs, by name."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+SMOOTH_RELU_ETA = 0.1
+
+
+@dataclass(frozen=True)
+class Activation:
+    """σ and σ′.
+
+    `forward(z)` returns (σ(z), saved) and `derivative(saved)` returns σ′(z);
+    `saved` is whatever is cheapest to keep (tanh keeps σ(z) itself).
+    """
+
+    name: str
+    forward: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+    derivative: Callable[[torch.Tensor], torch.Tensor]
+
+    def __call__(self, z: torch.Tensor) -> torch.Tensor:
+        return self.forward(z)[0]
+
+
+def _tanh_forward(z):
+    a = torch.tanh(z)
+    return a, a
+
+
+def _tanh_derivative(a):
+    # σ′ = 1 − tanh²; computed as −(a² − 1) in one fused op
+    return torch.addcmul(torch.ones_like(a), a, a, value=-1.0)
+
+
+def _relu_forward(z):
+    return torch.relu(z), z
+
+
+def _relu_derivative(z):
+    return (z > 0).to(z.dtype)
+
+
+def smooth_relu(z: torch.Tensor, eta: float = SMOOTH_RELU_ETA) -> torch.Tensor:
+    """x²/(4η) + x/2 + η/4 for |x| < η, else max(0, x)."""
+    quad = z * z / (4 * eta) + z / 2 + eta / 4
+    return torch.where(z.abs() < eta, quad, torch.relu(z))
+
+
+def _smooth_relu_forward(z):
+    return smooth_relu(z), z
+
+
+def _smooth_relu_derivative(z, eta: float = SMOOTH_RELU_ETA):
+    inner = z / (2 * eta) + 0.5
+    return torch.where(z.abs() < eta, inner, (z > 0).to(z.dtype))
+
+
+ACTIVATIONS: dict[str, Activation] = {
+    "tanh": Activation("tanh", _tanh_forward, _tanh_derivative),
+    "relu": Activation("relu", _relu_forward, _relu_derivative),
+    "smoothrelu": Activation("smoothrelu", _smooth_relu_forward, _smooth_relu_derivative),
+}

@@ -1,0 +1,217 @@
+"""The ODE-ResNet: options, flat parameter layout, opening, classifier, regulariser."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from lptrain.errors import ConfigError, require
+from lptrain.model.activations import ACTIVATIONS
+from lptrain.model.steps import STEPPERS
+
+OPENINGS = {"dense": ("dense", "pad"), "conv": ("replicate", "conv")}
+
+
+@dataclass
+class NetworkOptions:
+    name: str = "dense"          # dense | conv
+    width: int = 8               # dense: state width; conv: ignored (see channels)
+    channels: int = 4            # conv: channels of the state
+    layers: int = 32             # N residual steps
+    T: float = 1.0               # final time; h = T / N
+    activation: str = "smoothrelu"
+    bias: str = "vector"         # scalar (the authors') | vector
+    opening: str = "dense"       # dense | pad (dense nets); replicate | conv (conv nets)
+    init: str = "uniform"        # uniform: U[0,1)·scale (the authors') | normal: N(0,1)·scale
+    init_opening: float = 1e-3
+    init_hidden: float = 1e-3
+    init_classifier: float = 1e-3
+    gamma_tik: float = 1e-7
+    gamma_class: float = 1e-7
+    gamma_ddt: float = 1e-5
+
+    def __post_init__(self):
+        require(self.name in STEPPERS, "network.name", self.name, f"choose {sorted(STEPPERS)}")
+        require(self.width > 0, "network.width", self.width, "must be positive")
+        require(self.channels > 0, "network.channels", self.channels, "must be positive")
+        require(self.layers > 0, "network.layers", self.layers, "must be positive")
+        require(self.T > 0 and math.isfinite(self.T), "network.T", self.T, "must be positive")
+        require(self.activation in ACTIVATIONS, "network.activation", self.activation,
+                f"choose {sorted(ACTIVATIONS)}")
+        require(self.bias in ("scalar", "vector"), "network.bias", self.bias,
+                "choose scalar or vector")
+        require(self.opening in OPENINGS[self.name], "network.opening", self.opening,
+                f"choose {OPENINGS[self.name]} for network={self.name}")
+        require(self.init in ("uniform", "normal"), "network.init", self.init,
+                "choose uniform or normal")
+        for key in ("gamma_tik", "gamma_class", "gamma_ddt"):
+            require(getattr(self, key) >= 0, f"network.{key}", getattr(self, key),
+                    "must be non-negative")
+
+    @property
+    def h(self) -> float:
+        return self.T / self.layers
+
+
+@dataclass(frozen=True)
+class Block:
+    name: str
+    shape: tuple[int, ...]
+    group: str  # opening | hidden | classifier
+    offset: int
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+class Layout:
+    """Where each parameter block lives in the flat vector θ."""
+
+    def __init__(self, specs: list[tuple[str, tuple[int, ...], str]]):
+        self.blocks, offset = {}, 0
+        for name, shape, group in specs:
+            self.blocks[name] = Block(name, tuple(shape), group, offset)
+            offset += math.prod(shape)
+        self.size = offset
+
+    def views(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {b.name: theta.narrow(0, b.offset, b.size).view(b.shape)
+                for b in self.blocks.values()}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.blocks
+
+
+class ResNet:
+    """Opening layer, N residual steps (a stepper) and a softmax classifier.
+
+    Parameters live in one flat tensor θ laid out by `self.layout`; every
+    method takes θ (or its views) explicitly so optimizers work on θ alone.
+    """
+
+    def __init__(self, opts: NetworkOptions, in_shape: tuple[int, ...], n_classes: int):
+        self.opts, self.in_shape, self.n_classes = opts, tuple(in_shape), n_classes
+        self.act = ACTIVATIONS[opts.activation]
+        self.h = opts.h
+        self.state_shape = self._state_shape()
+        self.layout = Layout(self._specs())
+
+    def _state_shape(self) -> tuple[int, ...]:
+        o = self.opts
+        if o.name == "dense":
+            if len(self.in_shape) != 1:
+                raise ConfigError(f"network=dense: expects feature vectors, data has shape "
+                                  f"{self.in_shape}; use network=conv for images")
+            require(o.opening != "pad" or o.width >= self.in_shape[0], "network.width",
+                    o.width, f"opening=pad needs width >= {self.in_shape[0]} features")
+            return (o.width,)
+        if len(self.in_shape) != 3:
+            raise ConfigError(f"network=conv: expects images (C, H, W), data has shape "
+                              f"{self.in_shape}")
+        return (o.channels, *self.in_shape[1:])
+
+    def _specs(self):
+        o, N, s = self.opts, self.opts.layers, self.state_shape
+        nb = 1 if o.bias == "scalar" else s[0]
+        specs = []
+        if o.opening == "dense":
+            specs += [("open_K", (s[0], self.in_shape[0]), "opening"),
+                      ("open_b", (s[0],), "opening")]
+        elif o.opening == "conv":
+            specs += [("open_K", (s[0], self.in_shape[0], 3, 3), "opening"),
+                      ("open_b", (s[0],), "opening")]
+        k_shape = (N, s[0], s[0]) if o.name == "dense" else (N, s[0], s[0], 3, 3)
+        specs += [("K", k_shape, "hidden"), ("b", (N, nb), "hidden"),
+                  ("W", (self.n_classes, math.prod(s)), "classifier"),
+                  ("mu", (self.n_classes,), "classifier")]
+        return specs
+
+    # -- parameters ----------------------------------------------------------
+    def init_params(self, seed: int, dtype=torch.float64, device="cpu") -> torch.Tensor:
+        """θ drawn from one seeded generator: identical on every rank."""
+        gen = torch.Generator().manual_seed(seed)
+        theta = torch.empty(self.layout.size, dtype=torch.float64)
+        scale = {"opening": self.opts.init_opening, "hidden": self.opts.init_hidden,
+                 "classifier": self.opts.init_classifier}
+        for blk in self.layout.blocks.values():
+            part = theta.narrow(0, blk.offset, blk.size)
+            if self.opts.init == "uniform":
+                part.uniform_(0.0, 1.0, generator=gen)
+            else:
+                part.normal_(0.0, 1.0, generator=gen)
+            part.mul_(scale[blk.group])
+        return theta.to(dtype=dtype, device=device)
+
+    def stepper(self, theta: torch.Tensor):
+        v = self.layout.views(theta)
+        return STEPPERS[self.opts.name](v["K"], v["b"], self.act)
+
+    # -- opening -------------------------------------------------------------
+    def opening(self, theta: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """u_0 from the input batch y."""
+        v, o = self.layout.views(theta), self.opts.opening
+        if o == "dense":
+            return self.act(torch.addmm(v["open_b"], y, v["open_K"].t()))
+        if o == "conv":
+            return self.act(F.conv2d(y, v["open_K"], v["open_b"], padding=1))
+        if o == "pad":
+            return F.pad(y, (0, self.state_shape[0] - y.shape[1]))
+        return y.expand(-1, self.state_shape[0], -1, -1).contiguous()  # replicate
+
+    def opening_vjp(self, theta, y, lam0, grad: torch.Tensor) -> None:
+        """Accumulate ∂/∂θ_opening of ⟨λ_0, u_0(θ)⟩ into grad (views of θ's layout)."""
+        if self.opts.opening not in ("dense", "conv"):
+            return
+        v, gv = self.layout.views(theta), self.layout.views(grad)
+        with torch.enable_grad():
+            K = v["open_K"].detach().requires_grad_()
+            b = v["open_b"].detach().requires_grad_()
+            u0 = self.act(torch.addmm(b, y, K.t()) if self.opts.opening == "dense"
+                          else F.conv2d(y, K, b, padding=1))
+            gK, gb = torch.autograd.grad(u0, (K, b), lam0)
+        gv["open_K"].add_(gK)
+        gv["open_b"].add_(gb)
+
+    # -- classifier ----------------------------------------------------------
+    def classify(self, theta, uN, labels, n_total: int, want_grad: bool):
+        """Cross-entropy summed over this batch / n_total, hits, λ_N and classifier grads.
+
+        Returns (loss, correct, lamN, gW, gmu); the last three are None
+        unless want_grad.
+        """
+        v = self.layout.views(theta)
+        flat = uN.reshape(uN.shape[0], -1)
+        logits = torch.addmm(v["mu"], flat, v["W"].t())
+        loss = F.cross_entropy(logits, labels, reduction="sum") / n_total
+        correct = int((logits.argmax(1) == labels).sum())
+        if not want_grad:
+            return loss, correct, None, None, None
+        dz = torch.softmax(logits, 1)
+        dz[torch.arange(labels.numel()), labels] -= 1.0
+        dz /= n_total
+        lamN = torch.mm(dz, v["W"]).view_as(uN)
+        return loss, correct, lamN, torch.mm(dz.t(), flat), dz.sum(0)
+
+    # -- regulariser ---------------------------------------------------------
+    def regulariser(self, theta: torch.Tensor, grad: torch.Tensor | None = None) -> float:
+        """R(θ) of method.md §1; adds ∇R into grad when given."""
+        o, v = self.opts, self.layout.views(theta)
+        gv = self.layout.views(grad) if grad is not None else None
+        value = 0.0
+        for blk in self.layout.blocks.values():
+            gamma = o.gamma_class if blk.group == "classifier" else o.gamma_tik
+            value += 0.5 * gamma * float(v[blk.name].pow(2).sum())
+            if gv is not None:
+                gv[blk.name].add_(v[blk.name], alpha=gamma)
+        if o.layers > 1 and o.gamma_ddt > 0:
+            scale = o.gamma_ddt / self.h ** 2
+            for name in ("K", "b"):
+                d = v[name][1:] - v[name][:-1]
+                value += 0.5 * scale * float(d.pow(2).sum())
+                if gv is not None:
+                    gv[name][1:].add_(d, alpha=scale)
+                    gv[name][:-1].sub_(d, alpha=scale)
+        return value

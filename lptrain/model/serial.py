@@ -1,0 +1,36 @@
+"""Layer-serial propagation: forward Euler through the layers and its exact adjoint."""
+from __future__ import annotations
+
+import torch
+
+
+def propagate(stepper, u0: torch.Tensor, h: float, save: bool = True):
+    """States u_0..u_N as one (N+1, *u0.shape) tensor, and the saved activations.
+
+    `saved[n]` is what the adjoint of step n needs (None when save=False).
+    """
+    N = stepper.n_layers
+    states = u0.new_empty((N + 1, *u0.shape))
+    states[0] = u0
+    saved = u0.new_empty((N, *u0.shape)) if save else None
+    for n in range(N):
+        nxt, s = stepper.step(states[n], n, h, save)
+        states[n + 1] = nxt
+        if save:
+            saved[n] = s
+    return states, saved
+
+
+def adjoint(stepper, states: torch.Tensor, saved: torch.Tensor, lamN: torch.Tensor, h: float):
+    """Backward sweep λ_N → λ_0 and the hidden weight gradients.
+
+    Returns (λ_0, gK (N, ...), gb (N, nb)).
+    """
+    N = stepper.n_layers
+    g_all = lamN.new_empty((N, *lamN.shape))
+    lam = lamN
+    for n in range(N - 1, -1, -1):
+        dsig = stepper.act.derivative(saved[n])
+        lam, g_all[n] = stepper.vjp_state(dsig, lam, stepper.K[n], h)
+    gK, gb = stepper.vjp_weights(states[:N], g_all)
+    return lam, gK, gb

@@ -1,0 +1,146 @@
+"""Residual steps u ← u + h·σ(K u + b) as time steppers indexed by integer layer.
+
+A stepper holds the hidden weights of all N layers and knows nothing of MPI or
+MGRIT.  Shapes: dense states are (B, w), conv states (B, c, H, W); a stack of
+m states (one per MGRIT interval) adds a leading dimension m.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from lptrain.model.activations import Activation
+
+
+class DenseSteps:
+    """Dense residual layers: K (N, w, w), b (N, w) or (N, 1)."""
+
+    def __init__(self, K: torch.Tensor, b: torch.Tensor, act: Activation):
+        self.K, self.b, self.act = K, b, act
+        self.n_layers = K.shape[0]
+
+    # -- weights -------------------------------------------------------------
+    def weights(self, n: int):
+        return self.K[n], self.b[n]
+
+    def weights_many(self, ns: torch.Tensor):
+        return self.K[ns], self.b[ns]
+
+    def mean_weights(self, start: int, stop: int):
+        return self.K[start:stop].mean(0), self.b[start:stop].mean(0)
+
+    # -- forward ---------------------------------------------------------------
+    def apply(self, u, K, b, h, save: bool = False):
+        """One step with explicit weights; returns (u_next, saved or None).
+
+        u (B, w) with K (w, w), or u (m, B, w) with K (m, w, w) and h a
+        float or a tensor of m step sizes.
+        """
+        if u.dim() == 2:
+            z = torch.addmm(b, u, K.t())
+        else:
+            z = torch.baddbmm(b.unsqueeze(1), u, K.transpose(1, 2))
+        a, saved = self.act.forward(z)
+        return _euler(u, a, h), (saved if save else None)
+
+    def step(self, u, n: int, h: float, save: bool = False):
+        """u_{n+1} = u_n + h·σ(K_n u_n + b_n)."""
+        K, b = self.weights(n)
+        return self.apply(u, K, b, h, save)
+
+    # -- adjoint ---------------------------------------------------------------
+    def linearize(self, u, K, b):
+        """σ′(K u + b), the coefficient of the step's Jacobian at state u."""
+        z = torch.addmm(b, u, K.t()) if u.dim() == 2 else \
+            torch.baddbmm(b.unsqueeze(1), u, K.transpose(1, 2))
+        return self.act.derivative(self.act.forward(z)[1])
+
+    def vjp_state(self, dsig, lam, K, h):
+        """λ_n = λ_{n+1} + h Kᵀ[σ′ ⊙ λ_{n+1}] with dsig = σ′(K u_n + b).
+
+        Returns (λ_n, g) with g = h·σ′ ⊙ λ_{n+1}, the factor vjp_weights needs.
+        """
+        g = torch.mul(dsig, lam).mul_(_bcast(h, lam))
+        if lam.dim() == 2:
+            return torch.addmm(lam, g, K), g
+        return torch.baddbmm(lam, g, K), g
+
+    def vjp_weights(self, u, g):
+        """Weight gradients (gK, gb) of the layer(s) with input u."""
+        if u.dim() == 2:
+            gK, gb = torch.mm(g.t(), u), g.sum(0)
+        else:
+            gK, gb = torch.bmm(g.transpose(1, 2), u), g.sum(1)
+        if self.b.shape[-1] == 1:
+            gb = gb.sum(-1, keepdim=True)
+        return gK, gb
+
+
+class ConvSteps:
+    """3×3 convolutional residual layers: K (N, c, c, 3, 3), b (N, c) or (N, 1)."""
+
+    def __init__(self, K: torch.Tensor, b: torch.Tensor, act: Activation):
+        self.K, self.b, self.act = K, b, act
+        self.n_layers = K.shape[0]
+
+    weights = DenseSteps.weights
+    weights_many = DenseSteps.weights_many
+    mean_weights = DenseSteps.mean_weights
+
+    def _z(self, u, K, b):
+        bias = b.expand(K.shape[0]) if b.numel() == 1 else b
+        return F.conv2d(u, K, bias, padding=1)
+
+    def apply(self, u, K, b, h, save: bool = False):
+        if u.dim() == 4:
+            a, saved = self.act.forward(self._z(u, K, b))
+            return _euler(u, a, h), (saved if save else None)
+        outs = [self.apply(u[i], K[i], b[i], _item(h, i), save) for i in range(u.shape[0])]
+        nxt = torch.stack([o[0] for o in outs])
+        return nxt, (torch.stack([o[1] for o in outs]) if save else None)
+
+    def step(self, u, n: int, h: float, save: bool = False):
+        K, b = self.weights(n)
+        return self.apply(u, K, b, h, save)
+
+    def linearize(self, u, K, b):
+        if u.dim() == 4:
+            return self.act.derivative(self.act.forward(self._z(u, K, b))[1])
+        return torch.stack([self.linearize(u[i], K[i], b[i]) for i in range(u.shape[0])])
+
+    def vjp_state(self, dsig, lam, K, h):
+        g = torch.mul(dsig, lam).mul_(_bcast(h, lam))
+        if lam.dim() == 4:
+            return lam + F.conv_transpose2d(g, K, padding=1), g
+        back = [F.conv_transpose2d(g[i], K[i], padding=1) for i in range(lam.shape[0])]
+        return lam + torch.stack(back), g
+
+    def vjp_weights(self, u, g):
+        if u.dim() == 5:
+            parts = [self.vjp_weights(u[i], g[i]) for i in range(u.shape[0])]
+            return torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts])
+        gK = torch.nn.grad.conv2d_weight(u, self.K.shape[1:], g, padding=1)
+        gb = g.sum((0, 2, 3))
+        if self.b.shape[-1] == 1:
+            gb = gb.sum(-1, keepdim=True)
+        return gK, gb
+
+
+STEPPERS = {"dense": DenseSteps, "conv": ConvSteps}
+
+
+def _euler(u, a, h):
+    if isinstance(h, torch.Tensor):
+        return torch.addcmul(u, _bcast(h, a), a)
+    return u.add(a, alpha=h)
+
+
+def _bcast(h, like):
+    """h as a float, or an (m,) tensor reshaped to broadcast over like (m, ...)."""
+    if not isinstance(h, torch.Tensor):
+        return h
+    return h.view(-1, *([1] * (like.dim() - 1)))
+
+
+def _item(h, i):
+    return float(h[i]) if isinstance(h, torch.Tensor) else h

@@ -1,0 +1,136 @@
+"""The `lptrain-report` command: find metrics files, label the runs, write plots and summary.md.
+
+    lptrain-report PATH [PATH ...] [--out DIR]
+
+PATH is a metrics.h5 file, a run directory, or any directory above run directories (a
+Hydra multirun directory): directories are searched recursively for metrics.h5. A
+missing or unreadable input prints one line on stderr and exits with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import yaml
+
+from lptrain.metrics import schema as s
+from lptrain.metrics.reader import RunMetrics, read_metrics
+from lptrain.report.plots import write_plots
+from lptrain.report.table import add_speedup, summarize, to_markdown
+
+EXIT_INPUT = 2
+MAX_LABEL_KEYS = 4
+
+
+def find_metrics(paths: Sequence[Path]) -> list[Path]:
+    """Every metrics file named by `paths`, in order, without duplicates."""
+    found: list[Path] = []
+    seen: set[Path] = set()
+    for path in paths:
+        if path.is_file():
+            hits = [path]
+        elif path.is_dir():
+            hits = sorted(path.rglob(s.FILE_NAME))
+            if not hits:
+                raise s.MetricsFileError(f"{path}: no {s.FILE_NAME} in this directory "
+                                         "or below")
+        else:
+            raise s.MetricsFileError(f"{path}: no such file or directory")
+        for hit in hits:
+            if hit.resolve() not in seen:
+                seen.add(hit.resolve())
+                found.append(hit)
+    return found
+
+
+def run_labels(runs: Sequence[RunMetrics]) -> list[str]:
+    """A label per run: its mode, P=ranks if ranks vary, and the config values that differ.
+
+    Config keys count when every run has them, their values differ, and they are neither
+    under the `mode` node (the mode is already in the label) nor paths (those differ in
+    every multirun job). Duplicate labels get a '#k' suffix.
+    """
+    configs = [_flat_config(run.attrs.get(s.CONFIG, "")) for run in runs]
+    keys = [k for k in configs[0] if all(k in c for c in configs)] if configs else []
+    varying = [k for k in keys
+               if len({repr(c[k]) for c in configs}) > 1 and k.split(".")[0] != s.MODE
+               and not any("/" in str(c[k]) for c in configs)][:MAX_LABEL_KEYS]
+    ranks_vary = len({run.attrs.get(s.WORLD_SIZE) for run in runs}) > 1
+    labels = []
+    for run, config in zip(runs, configs):
+        parts = [run.mode]
+        if ranks_vary:
+            parts.append(f"P={run.attrs.get(s.WORLD_SIZE)}")
+        parts += [f"{k}={config[k]}" for k in varying]
+        labels.append(" ".join(parts))
+    return _unique(labels)
+
+
+def build_report(runs: Sequence[RunMetrics], out: Path) -> list[Path]:
+    """Write the plots and summary.md for `runs` into `out` (created); return the paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    labels = run_labels(runs)
+    rows = add_speedup([summarize(label, run) for label, run in zip(labels, runs)])
+    summary = out / "summary.md"
+    summary.write_text(to_markdown(rows))
+    return [*write_plots(list(zip(labels, runs)), out), summary]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `lptrain-report`; returns the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="lptrain-report",
+        description="Plots and a summary table of one or more lptrain runs.")
+    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                        help="metrics.h5 file, run directory or multirun directory")
+    parser.add_argument("--out", type=Path, default=Path("report"), metavar="DIR",
+                        help="directory for the PNG files and summary.md (default: report)")
+    args = parser.parse_args(argv)
+    try:
+        runs = [read_metrics(path) for path in find_metrics(args.paths)]
+        written = build_report(runs, args.out)
+    except OSError as exc:  # MetricsFileError included
+        print(f"lptrain-report: error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    for path in written:
+        print(path)
+    return 0
+
+
+def _flat_config(text: str) -> dict:
+    """The YAML config as {'dotted.key': value}; unparsable text gives {}."""
+    try:
+        tree = yaml.safe_load(text) if text else {}
+    except yaml.YAMLError:
+        return {}
+    flat: dict = {}
+
+    def walk(node, prefix):
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            else:
+                flat[f"{prefix}{key}"] = value
+    if isinstance(tree, dict):
+        walk(tree, "")
+    return flat
+
+
+def _unique(labels: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+    count: dict[str, int] = {}
+    out = []
+    for label in labels:
+        if seen[label] > 1:
+            count[label] = count.get(label, 0) + 1
+            label = f"{label} #{count[label]}"
+        out.append(label)
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

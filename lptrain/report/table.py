@@ -1,0 +1,127 @@
+"""The summary table of a set of runs: one row of final numbers per run, as markdown.
+
+Pure functions: `summarize` turns a RunMetrics into a row dict, `add_speedup` compares the
+rows with the set's serial run, `to_markdown` renders them. Nothing here reads files.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lptrain.metrics import schema as s
+from lptrain.metrics.reader import RunMetrics
+
+# row key -> (column header, format of a number)
+COLUMNS = {
+    "label": ("run", "{}"),
+    "mode": ("mode", "{}"),
+    "ranks": ("ranks", "{}"),
+    "status": ("status", "{}"),
+    "iterations": ("iterations", "{}"),
+    "objective": ("final objective", "{:.4g}"),
+    "loss": ("final loss", "{:.4g}"),
+    "train_accuracy": ("final train acc", "{:.3f}"),
+    "val_accuracy": ("final val acc", "{:.3f}"),
+    "best_val_accuracy": ("best val acc", "{:.3f}"),
+    "wall_time": ("wall time [s]", "{:.2f}"),
+    "time_per_iteration": ("time/iter [s]", "{:.3g}"),
+    "fwd_iterations": ("mean MGRIT fwd it", "{:.2f}"),
+    "adj_iterations": ("mean MGRIT adj it", "{:.2f}"),
+    "speedup": ("speedup vs serial", "{:.2f}"),
+}
+_TEXT = ("label", "mode", "status")  # left-aligned; the other columns are numbers
+MISSING = "-"
+
+
+def summarize(label: str, run: RunMetrics) -> dict:
+    """The row of one run; a quantity the file does not hold is None.
+
+    time_per_iteration is the mean `step_time` (wall time / iterations when no step time
+    was logged); the MGRIT means ignore iterations without a recorded solve.
+    """
+    train, val, mgrit = run.train, run.validation, run.mgrit
+    n = run.n_iterations
+    wall = _last(train.get(s.WALL_TIME))
+    per_iteration = _mean(train.get(s.STEP_TIME))
+    if per_iteration is None and wall is not None and n > 0:
+        per_iteration = wall / n
+    return {
+        "label": label,
+        "mode": run.mode,
+        "ranks": run.attrs.get(s.WORLD_SIZE),
+        "status": run.status,
+        "iterations": n,
+        "objective": _last(train.get(s.OBJECTIVE)),
+        "loss": _last(train.get(s.LOSS)),
+        "train_accuracy": _last(train.get(s.ACCURACY)),
+        "val_accuracy": _last(val.get(s.ACCURACY)),
+        "best_val_accuracy": _max(val.get(s.ACCURACY)),
+        "wall_time": wall,
+        "time_per_iteration": per_iteration,
+        "fwd_iterations": _mean(_counts(mgrit.get(s.FWD_ITERATIONS))),
+        "adj_iterations": _mean(_counts(mgrit.get(s.ADJ_ITERATIONS))),
+        "speedup": None,
+    }
+
+
+def add_speedup(rows: list[dict]) -> list[dict]:
+    """Copies of `rows` with speedup = serial time/iteration / this row's time/iteration.
+
+    Defined only when exactly one row has mode `serial` with a known time per iteration;
+    otherwise every speedup stays None.
+    """
+    serial = [r for r in rows if r["mode"] == s.MODE_SERIAL]
+    base = serial[0]["time_per_iteration"] if len(serial) == 1 else None
+    out = []
+    for row in rows:
+        t = row["time_per_iteration"]
+        ok = base is not None and t is not None and t > 0
+        out.append({**row, "speedup": base / t if ok else None})
+    return out
+
+
+def to_markdown(rows: list[dict]) -> str:
+    """A markdown table with one line per row, numbers right-aligned, gaps shown as '-'."""
+    headers = [header for header, _ in COLUMNS.values()]
+    align = [":---" if key in _TEXT else "---:" for key in COLUMNS]
+    lines = [_line(headers), _line(align)]
+    for row in rows:
+        lines.append(_line([_cell(row.get(key), fmt) for key, (_, fmt) in COLUMNS.items()]))
+    return "\n".join(lines) + "\n"
+
+
+def _line(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _cell(value, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    return fmt.format(value).replace("|", "\\|")
+
+
+def _last(a: np.ndarray | None) -> float | None:
+    return float(a[-1]) if a is not None and len(a) else None
+
+
+def _finite(a: np.ndarray | None) -> np.ndarray:
+    if a is None:
+        return np.empty(0)
+    a = np.asarray(a, dtype=np.float64)
+    return a[np.isfinite(a)]
+
+
+def _mean(a: np.ndarray | None) -> float | None:
+    a = _finite(a)
+    return float(a.mean()) if a.size else None
+
+
+def _max(a: np.ndarray | None) -> float | None:
+    a = _finite(a)
+    return float(a.max()) if a.size else None
+
+
+def _counts(a: np.ndarray | None) -> np.ndarray | None:
+    """Iteration counts with the fill value (-1, not recorded) removed."""
+    return None if a is None else a[a >= 0]

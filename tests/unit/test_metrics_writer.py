@@ -1,0 +1,274 @@
+"""MetricsWriter and read_metrics: round trips, padding, status, errors, killed writers."""
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from lptrain.errors import DivergedError
+from lptrain.metrics import schema as s
+from lptrain.metrics.reader import read_metrics
+from lptrain.metrics.writer import (MetricsWriter, NullWriter, convergence_factor,
+                                    open_writer)
+
+REPO = Path(__file__).resolve().parents[2]
+ATTRS = {s.MODE: "simultaneous", s.WORLD_SIZE: 3, s.SEED: 7, s.CONFIG: "lr: 0.5\n"}
+
+
+def _train_row(i):
+    return dict(iteration=i, objective=1.0 / i, loss=0.5 / i, accuracy=0.1 * i,
+                grad_norm=2.0 ** -i, step_size=0.25, step_time=0.01 * i, wall_time=0.5 * i,
+                ls_trials=i % 3, lbfgs_skipped=i % 2, lbfgs_reset=int(i == 2))
+
+
+def test_round_trip_of_every_field(tmp_path):
+    path = tmp_path / s.FILE_NAME
+    with MetricsWriter(path, {**ATTRS, s.DATASET_SOURCE: "generated"}) as w:
+        for i in (1, 2, 3):
+            w.log_train(**_train_row(i))
+            w.log_mgrit(iteration=i, fwd_iterations=2, fwd_residual=1e-3 * i,
+                        adj_iterations=3, adj_residual=1e-4 * i, fwd_factor=0.1,
+                        adj_factor=0.2, adaptive_extra=i - 1,
+                        fwd_history=[1.0, 1e-3 * i], adj_history=[1.0, 0.1, 1e-4 * i])
+            w.log_timing(i, [1.0 * i, 2.0, 3.0], [0.1, 0.2, 0.3], [0.0, 0.5, 1.5 * i])
+        w.log_validation(3, 0.4, 0.85)
+    m = read_metrics(path)
+    assert m.attrs[s.MODE] == "simultaneous" and m.attrs[s.WORLD_SIZE] == 3
+    assert m.attrs[s.SEED] == 7 and m.attrs[s.CONFIG] == "lr: 0.5\n"
+    assert m.attrs[s.DATASET_SOURCE] == "generated" and m.status == s.COMPLETED
+    assert m.attrs[s.VERSION] == "0.1.0" and s.STARTED_AT in m.attrs
+    for name in s.fields_of(s.TRAIN):
+        expected = [_train_row(i)[name] for i in (1, 2, 3)]
+        np.testing.assert_allclose(m.train[name], expected, rtol=0, err_msg=name)
+    assert m.train[s.ITERATION].dtype == np.int64
+    np.testing.assert_array_equal(m.validation[s.ACCURACY], [0.85])
+    np.testing.assert_array_equal(m.validation[s.LOSS], [0.4])
+    np.testing.assert_array_equal(m.mgrit["adaptive_extra"], [0, 1, 2])
+    np.testing.assert_allclose(m.mgrit[s.ADJ_RESIDUAL], [1e-4, 2e-4, 3e-4])
+    np.testing.assert_allclose(m.mgrit[s.ADJ_HISTORY][2], [1.0, 0.1, 3e-4])
+    assert m.timing[s.COMPUTE].shape == (3, 3)
+    np.testing.assert_array_equal(m.timing[s.COMPUTE][:, 0], [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(m.timing[s.WAITING][2], [0.0, 0.5, 4.5])
+
+
+def test_left_out_fields_are_filled(tmp_path):
+    with MetricsWriter(tmp_path / "m.h5", ATTRS) as w:
+        w.log_train(iteration=1, loss=0.3, step_size=None)
+    train = read_metrics(tmp_path / "m.h5").train
+    assert train[s.LOSS][0] == 0.3
+    assert math.isnan(train["step_size"][0]) and math.isnan(train[s.OBJECTIVE][0])
+    assert train["ls_trials"][0] == -1 and train["lbfgs_reset"][0] == -1
+
+
+def test_histories_are_nan_padded_and_grow(tmp_path):
+    with MetricsWriter(tmp_path / "m.h5", ATTRS) as w:
+        w.log_mgrit(iteration=1, fwd_history=[1.0, 0.5])
+        w.log_mgrit(iteration=2, fwd_history=[1.0])
+        w.log_mgrit(iteration=3, fwd_history=[8.0, 4.0, 2.0, 1.0])
+        w.log_mgrit(iteration=4, fwd_history=[])
+    h = read_metrics(tmp_path / "m.h5").mgrit[s.FWD_HISTORY]
+    nan = np.nan
+    np.testing.assert_array_equal(h, [[1.0, 0.5, nan, nan], [1.0, nan, nan, nan],
+                                      [8.0, 4.0, 2.0, 1.0], [nan, nan, nan, nan]])
+
+
+def test_history_defaults_iterations_residual_and_factor(tmp_path):
+    with MetricsWriter(tmp_path / "m.h5", ATTRS) as w:
+        w.log_mgrit(iteration=1, fwd_history=[1.0, 0.1, 0.01], adj_history=[5.0])
+        w.log_mgrit(iteration=2, fwd_history=[1.0, 0.5], fwd_iterations=9)
+    m = read_metrics(tmp_path / "m.h5").mgrit
+    np.testing.assert_array_equal(m[s.FWD_ITERATIONS], [3, 9])  # given value wins
+    np.testing.assert_allclose(m[s.FWD_RESIDUAL], [0.01, 0.5])
+    np.testing.assert_allclose(m[s.FWD_FACTOR], [0.1, 0.5])
+    assert m[s.ADJ_ITERATIONS][0] == 1 and math.isnan(m[s.ADJ_FACTOR][0])
+    assert m[s.ADJ_ITERATIONS][1] == -1  # no adjoint solve recorded
+
+
+@pytest.mark.parametrize("residuals, factor", [
+    ([1.0, 0.5, 0.25], 0.5), ([2.0, 1.0, 0.125], 0.25), ([1.0, 0.1], 0.1),
+    ([1.0, 1.0], 1.0), ([1.0, 0.0], 0.0), ([3.0], math.nan), ([], math.nan),
+    ([0.0, 0.0], math.nan)])
+def test_convergence_factor_is_geometric_mean_of_ratios(residuals, factor):
+    got = convergence_factor(residuals)
+    assert (math.isnan(got) and math.isnan(factor)) or got == pytest.approx(factor)
+
+
+def test_convergence_factor_of_uneven_ratios():
+    # ratios 0.5 and 0.02: geometric mean sqrt(0.01) = 0.1
+    assert convergence_factor([4.0, 2.0, 0.04]) == pytest.approx(0.1)
+
+
+def test_unknown_field_raises_key_error_naming_it(tmp_path):
+    w = MetricsWriter(tmp_path / "m.h5", ATTRS)
+    with pytest.raises(KeyError, match="lossy"):
+        w.log_train(iteration=1, lossy=0.1)
+    with pytest.raises(KeyError, match="fwd_hist"):
+        w.log_mgrit(iteration=1, fwd_hist=[1.0])
+    with pytest.raises(KeyError, match="colour"):
+        w.set_attr("colour", "red")
+    with pytest.raises(KeyError, match="iteration"):
+        w.log_train(loss=0.1)
+    w.close()
+    assert read_metrics(tmp_path / "m.h5").train == {}  # nothing half-written
+
+
+def test_missing_required_attribute(tmp_path):
+    with pytest.raises(KeyError, match="world_size"):
+        MetricsWriter(tmp_path / "m.h5", {s.MODE: "serial", s.SEED: 0, s.CONFIG: ""})
+    assert not (tmp_path / "m.h5").exists()
+
+
+def test_timing_lists_must_agree(tmp_path):
+    with MetricsWriter(tmp_path / "m.h5", ATTRS) as w:
+        with pytest.raises(ValueError, match="equal length"):
+            w.log_timing(1, [1.0, 2.0], [1.0], [1.0, 2.0])
+        w.log_timing(1, [1.0, 2.0], [1.0, 1.0], [1.0, 2.0])
+        with pytest.raises(ValueError, match="3 ranks"):
+            w.log_timing(2, [1.0] * 3, [1.0] * 3, [1.0] * 3)
+
+
+def test_unwritable_path_names_the_path(tmp_path):
+    path = tmp_path / "no_such_dir" / "metrics.h5"
+    with pytest.raises(OSError, match="no_such_dir") as info:
+        MetricsWriter(path, ATTRS)
+    assert isinstance(info.value, s.MetricsFileError)
+    with pytest.raises(s.MetricsFileError, match="cannot create"):
+        MetricsWriter(tmp_path, ATTRS)  # a directory, not a file
+
+
+def _status_after(tmp_path, exc):
+    path = tmp_path / "m.h5"
+    with pytest.raises(type(exc)):
+        with MetricsWriter(path, ATTRS) as w:
+            w.log_train(iteration=1, loss=1.0)
+            raise exc
+    return read_metrics(path)
+
+
+def test_context_manager_records_failed_with_error(tmp_path):
+    m = _status_after(tmp_path, ValueError("bad lr 5"))
+    assert m.status == s.FAILED and m.attrs[s.ERROR] == "ValueError: bad lr 5"
+    assert m.train[s.LOSS].tolist() == [1.0]
+
+
+def test_context_manager_records_interrupted(tmp_path):
+    m = _status_after(tmp_path, KeyboardInterrupt())
+    assert m.status == s.INTERRUPTED and s.ERROR not in m.attrs
+
+
+def test_context_manager_records_diverged(tmp_path):
+    m = _status_after(tmp_path, DivergedError("objective=nan at iteration 4"))
+    assert m.status == s.DIVERGED and "iteration 4" in m.attrs[s.ERROR]
+
+
+def test_status_is_running_until_closed(tmp_path):
+    path = tmp_path / "m.h5"
+    w = MetricsWriter(path, ATTRS)
+    w.log_train(iteration=1, loss=1.0)
+    assert read_metrics(path).status == s.RUNNING  # readable while the writer is open
+    w.close(s.DIVERGED, error="nan")
+    w.close(s.COMPLETED)  # second close does nothing
+    m = read_metrics(path)
+    assert m.status == s.DIVERGED and m.attrs[s.ERROR] == "nan"
+    with pytest.raises(RuntimeError, match="closed"):
+        w.log_train(iteration=2)
+
+
+def test_invalid_final_status(tmp_path):
+    w = MetricsWriter(tmp_path / "m.h5", ATTRS)
+    with pytest.raises(ValueError, match="running"):
+        w.close(s.RUNNING)
+    w.set_attr(s.DATASET_SOURCE, "peaks")
+    w.close()
+    assert read_metrics(tmp_path / "m.h5").attrs[s.DATASET_SOURCE] == "peaks"
+
+
+def test_null_writer_accepts_every_call(tmp_path):
+    w = open_writer(tmp_path / "m.h5", ATTRS, enabled=False)
+    assert isinstance(w, NullWriter)
+    with w:
+        w.log_train(iteration=1, loss=0.1)
+        w.log_validation(1, 0.1, 0.5)
+        w.log_mgrit(iteration=1, fwd_history=[1.0])
+        w.log_timing(1, [1.0], [1.0], [1.0])
+        w.set_attr(s.ERROR, "x")
+    assert not (tmp_path / "m.h5").exists()
+    assert isinstance(open_writer(tmp_path / "m.h5", ATTRS, enabled=True), MetricsWriter)
+
+
+_LOOP = """
+import sys
+from lptrain.metrics.writer import MetricsWriter
+w = MetricsWriter(sys.argv[1], {"mode": "serial", "world_size": 1, "seed": 0, "config": ""})
+i = 0
+while True:
+    i += 1
+    w.log_train(iteration=i, loss=1.0 / i)
+    w.log_mgrit(iteration=i, fwd_history=[1.0] * (1 + i % 5))
+    print(i, flush=True)
+"""
+
+
+def test_rows_survive_sigkill(tmp_path):
+    path = tmp_path / "m.h5"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-c", _LOOP, str(path)], env=env,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        done = 0
+        while done < 30:
+            line = proc.stdout.readline()
+            assert line, "writer subprocess exited early"
+            done = int(line)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    m = read_metrics(path)
+    assert m.status == s.RUNNING
+    n = m.n_iterations
+    assert n >= 30
+    np.testing.assert_array_equal(m.train[s.ITERATION], np.arange(1, n + 1))
+    np.testing.assert_allclose(m.train[s.LOSS], 1.0 / np.arange(1, n + 1))
+    assert len(m.mgrit[s.FWD_HISTORY]) >= 30
+
+
+def test_reader_truncates_a_half_written_row(tmp_path):
+    path = tmp_path / "m.h5"
+    with MetricsWriter(path, ATTRS) as w:
+        for i in (1, 2):
+            w.log_train(iteration=i, loss=0.1 * i)
+    with h5py.File(path, "a") as f:  # mimic a writer killed in the middle of row 3
+        f[s.TRAIN][s.ITERATION].resize((3,))
+        f[s.TRAIN][s.ITERATION][2] = 3
+    m = read_metrics(path)
+    assert {len(a) for a in m.train.values()} == {2}
+    np.testing.assert_array_equal(m.train[s.ITERATION], [1, 2])
+
+
+def test_reader_errors_name_the_path(tmp_path):
+    with pytest.raises(s.MetricsFileError, match="absent.h5"):
+        read_metrics(tmp_path / "absent.h5")
+    junk = tmp_path / "junk.h5"
+    junk.write_bytes(b"not an hdf5 file at all" * 10)
+    with pytest.raises(s.MetricsFileError, match="junk.h5"):
+        read_metrics(junk)
+    foreign = tmp_path / "foreign.h5"
+    with h5py.File(foreign, "w") as f:
+        f["x"] = [1, 2]
+    with pytest.raises(s.MetricsFileError, match="not an lptrain metrics file"):
+        read_metrics(foreign)
+
+
+def test_unused_groups_read_as_empty(tmp_path):
+    with MetricsWriter(tmp_path / "m.h5", {**ATTRS, s.MODE: "serial"}) as w:
+        w.log_train(iteration=1, loss=1.0)
+    m = read_metrics(tmp_path / "m.h5")
+    assert m.mgrit == {} and m.timing == {} and m.validation == {}
+    assert m.group(s.TRAIN) is m.train and m.mode == "serial"
+    with pytest.raises(KeyError, match="tran"):
+        m.group("tran")
