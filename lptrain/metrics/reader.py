@@ -49,8 +49,9 @@ def read_metrics(path: str | Path) -> RunMetrics:
     """Read `path`, also while a run is still writing it or after the run was killed.
 
     The file is opened read-only without HDF5 file locking, so a live writer does not
-    block the reader. A row that reached only some datasets of a group (a writer stopped
-    mid-row) is dropped by truncating the group to its shortest dataset. Raises
+    block the reader. A row that a writer did not finish (it reached only some datasets,
+    or its `iteration` is still the fill value -1) is dropped, so every group's arrays
+    have the same length. Raises
     MetricsFileError when the file is missing, not HDF5, or not written by lptrain.
     """
     path = Path(path)
@@ -78,6 +79,9 @@ def _read_group(f: h5py.File, name: str) -> dict[str, np.ndarray]:
     if not arrays:
         return {}
     rows = min(a.shape[0] for a in arrays.values())
+    iterations = arrays.get(s.ITERATION)
+    while rows and iterations is not None and iterations[rows - 1] == s.FILL[s.INT]:
+        rows -= 1  # the writer stores `iteration` last: this row was never finished
     return {key: a[:rows] for key, a in arrays.items()}
 
 

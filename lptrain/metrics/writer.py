@@ -44,18 +44,24 @@ class MetricsWriter:
     """
 
     def __init__(self, path: str | Path, attrs: dict):
+        """Create `path`, store the root attributes `attrs`, set status `running`.
+
+        Attributes given as None are left out; schema.REQUIRED_ATTRS must be present.
+        """
         self.path = Path(path)
         attrs = {s.VERSION: __version__,
-                 s.STARTED_AT: datetime.now().isoformat(timespec="seconds"), **attrs}
+                 s.STARTED_AT: datetime.now().isoformat(timespec="seconds"),
+                 **{name: value for name, value in attrs.items() if value is not None}}
         missing = [name for name in s.REQUIRED_ATTRS if name not in attrs]
         if missing:
             raise KeyError(f"metrics attributes missing: {', '.join(missing)}")
         for name in attrs:
             _check_name(s.ROOT, name)
+        values = {name: _attr_value(name, value) for name, value in attrs.items()}
         self._file = _create(self.path)
         self._closed = False
-        for name, value in attrs.items():
-            self._file.attrs[name] = _attr_value(name, value)
+        for name, value in values.items():
+            self._file.attrs[name] = value
         self._file.attrs[s.STATUS] = s.RUNNING
         self._file.flush()
 
@@ -143,9 +149,12 @@ class MetricsWriter:
         if fields.get(s.ITERATION) is None:
             raise KeyError(f"{group}/{s.ITERATION} is required")
         g = self._file.require_group(group)
-        # one dataset at a time (resize, then write): a kill in between leaves datasets of
-        # unequal length, which the reader truncates to the common length
-        for name, field in s.FIELDS[group].items():
+        # one dataset at a time (resize, then write), `iteration` last: a kill in between
+        # leaves datasets of unequal length or an iteration still at its fill value, and
+        # the reader drops such a row
+        names = [n for n in s.FIELDS[group] if n != s.ITERATION] + [s.ITERATION]
+        for name in names:
+            field = s.FIELDS[group][name]
             value = fields.get(name)
             if name in s.HISTORIES:
                 _append_history(g, name, value)

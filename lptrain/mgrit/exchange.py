@@ -11,15 +11,22 @@ import time
 import torch
 
 
+class Clock:
+    """Seconds spent in communication calls and in waiting for messages."""
+
+    def __init__(self):
+        self.comm = 0.0
+        self.wait = 0.0
+        self.messages = 0
+
+
 class SerialExchange:
     """One rank: no neighbours, sums are the local value."""
 
     rank, size = 0, 1
 
     def __init__(self):
-        self.comm_time = 0.0
-        self.wait_time = 0.0
-        self.messages = 0
+        self.clock = Clock()
 
     def send(self, tensor, dest):  # pragma: no cover - never has a neighbour
         raise RuntimeError(f"SerialExchange has no rank {dest}")
@@ -32,6 +39,9 @@ class SerialExchange:
 
     def allreduce_sum(self, value: float) -> float:
         return value
+
+    def gather(self, values: list) -> list:
+        return [values]
 
     def reversed(self) -> "SerialExchange":
         return self
@@ -47,35 +57,32 @@ class MPIExchange:
 
     TAG = 17
 
-    def __init__(self, comm, mirror: bool = False):
+    def __init__(self, comm, mirror: bool = False, clock: Clock | None = None):
         self.comm, self.mirror = comm, mirror
         self.size = comm.Get_size()
         self.rank = self._map(comm.Get_rank())
         self._pending: list = []
-        self.comm_time = 0.0
-        self.wait_time = 0.0
-        self.messages = 0
+        self.clock = clock or Clock()
 
     def _map(self, r: int) -> int:
         return self.size - 1 - r if self.mirror else r
 
     def reversed(self) -> "MPIExchange":
-        other = MPIExchange(self.comm, not self.mirror)
-        return other
+        return MPIExchange(self.comm, not self.mirror, self.clock)
 
     def send(self, tensor: torch.Tensor, dest: int) -> None:
         t0 = time.perf_counter()
         buf = tensor.detach().to("cpu").contiguous()
         req = self.comm.Isend(buf.numpy(), dest=self._map(dest), tag=self.TAG)
         self._pending.append((req, buf))
-        self.messages += 1
-        self.comm_time += time.perf_counter() - t0
+        self.clock.messages += 1
+        self.clock.comm += time.perf_counter() - t0
 
     def recv(self, template: torch.Tensor, source: int) -> torch.Tensor:
         t0 = time.perf_counter()
         buf = torch.empty(template.shape, dtype=template.dtype)
         self.comm.Recv(buf.numpy(), source=self._map(source), tag=self.TAG)
-        self.wait_time += time.perf_counter() - t0
+        self.clock.wait += time.perf_counter() - t0
         return buf.to(template.device)
 
     def wait(self) -> None:
@@ -85,14 +92,18 @@ class MPIExchange:
         from mpi4py import MPI
         MPI.Request.Waitall([req for req, _ in self._pending])
         self._pending.clear()
-        self.wait_time += time.perf_counter() - t0
+        self.clock.wait += time.perf_counter() - t0
 
     def allreduce_sum(self, value: float) -> float:
         t0 = time.perf_counter()
         from mpi4py import MPI
         out = self.comm.allreduce(float(value), op=MPI.SUM)
-        self.comm_time += time.perf_counter() - t0
+        self.clock.comm += time.perf_counter() - t0
         return out
+
+    def gather(self, values: list) -> list | None:
+        """Every rank's `values` on rank 0 (None elsewhere)."""
+        return self.comm.gather(values, root=0)
 
 
 def allreduce_tensor(exchange, tensor: torch.Tensor) -> torch.Tensor:
@@ -103,5 +114,5 @@ def allreduce_tensor(exchange, tensor: torch.Tensor) -> torch.Tensor:
     t0 = time.perf_counter()
     buf = tensor.detach().to("cpu").contiguous()
     exchange.comm.Allreduce(MPI.IN_PLACE, buf.numpy(), op=MPI.SUM)
-    exchange.comm_time += time.perf_counter() - t0
+    exchange.clock.comm += time.perf_counter() - t0
     return buf.to(tensor.device)

@@ -1,7 +1,6 @@
 """The schema is complete, consistent, and docs/metrics.md is generated from it."""
-from pathlib import Path
-
 import math
+from pathlib import Path
 
 import pytest
 

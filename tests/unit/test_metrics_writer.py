@@ -120,7 +120,14 @@ def test_unknown_field_raises_key_error_naming_it(tmp_path):
 def test_missing_required_attribute(tmp_path):
     with pytest.raises(KeyError, match="world_size"):
         MetricsWriter(tmp_path / "m.h5", {s.MODE: "serial", s.SEED: 0, s.CONFIG: ""})
+    with pytest.raises(KeyError, match="seed"):
+        MetricsWriter(tmp_path / "m.h5", {**ATTRS, s.SEED: None})
+    with pytest.raises(ValueError):
+        MetricsWriter(tmp_path / "m.h5", {**ATTRS, s.WORLD_SIZE: "four"})
     assert not (tmp_path / "m.h5").exists()
+    with MetricsWriter(tmp_path / "m.h5", {**ATTRS, s.DATASET_SOURCE: None}):
+        pass
+    assert s.DATASET_SOURCE not in read_metrics(tmp_path / "m.h5").attrs
 
 
 def test_timing_lists_must_agree(tmp_path):
@@ -248,6 +255,12 @@ def test_reader_truncates_a_half_written_row(tmp_path):
     m = read_metrics(path)
     assert {len(a) for a in m.train.values()} == {2}
     np.testing.assert_array_equal(m.train[s.ITERATION], [1, 2])
+    with h5py.File(path, "a") as f:  # every dataset resized, `iteration` not yet written
+        for ds in f[s.TRAIN].values():
+            ds.resize((3,))
+        f[s.TRAIN][s.ITERATION][2] = -1
+        f[s.TRAIN][s.LOSS][2] = 0.3
+    assert read_metrics(path).train[s.LOSS].tolist() == [0.1, 0.2]
 
 
 def test_reader_errors_name_the_path(tmp_path):

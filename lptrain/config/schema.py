@@ -1,0 +1,129 @@
+"""Typed configuration schema: the dataclasses Hydra validates every run against."""
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import MISSING
+
+from lptrain.errors import require
+from lptrain.mgrit.options import MGRITOptions
+from lptrain.model.network import NetworkOptions
+
+MODES = ("serial", "mgrit", "simultaneous")
+DTYPES = ("float32", "float64")
+DEVICES = ("cpu", "cuda")
+
+
+@dataclass
+class LBFGSOptions:
+    name: str = "lbfgs"
+    memory: int = 10         # stored (s, y) pairs
+    c1: float = 1e-4         # Armijo constant
+    step0: float = 1.0       # first trial step
+    backtrack: float = 0.5   # step factor per failed trial
+    max_ls: int = 20         # line-search trials
+    gtol: float = 1e-6       # stop when the gradient norm falls below
+
+    def __post_init__(self):
+        require(self.memory >= 1, "optimizer.memory", self.memory, "must be >= 1")
+        require(0 < self.c1 < 1, "optimizer.c1", self.c1, "must be in (0, 1)")
+        require(self.step0 > 0, "optimizer.step0", self.step0, "must be > 0")
+        require(0 < self.backtrack < 1, "optimizer.backtrack", self.backtrack,
+                "must be in (0, 1)")
+        require(self.max_ls >= 1, "optimizer.max_ls", self.max_ls, "must be >= 1")
+        require(self.gtol >= 0, "optimizer.gtol", self.gtol, "must be >= 0")
+
+
+@dataclass
+class SGDOptions:
+    name: str = "sgd"
+    lr: float = 0.05
+    momentum: float = 0.9
+    nesterov: bool = False
+
+    def __post_init__(self):
+        require(self.lr > 0, "optimizer.lr", self.lr, "must be > 0")
+        require(0 <= self.momentum < 1, "optimizer.momentum", self.momentum,
+                "must be in [0, 1)")
+
+
+@dataclass
+class AdamOptions:
+    name: str = "adam"
+    lr: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+
+    def __post_init__(self):
+        require(self.lr > 0, "optimizer.lr", self.lr, "must be > 0")
+        require(0 <= self.beta1 < 1, "optimizer.beta1", self.beta1, "must be in [0, 1)")
+        require(0 <= self.beta2 < 1, "optimizer.beta2", self.beta2, "must be in [0, 1)")
+        require(self.eps > 0, "optimizer.eps", self.eps, "must be > 0")
+
+
+OPTIMIZER_OPTIONS = {"lbfgs": LBFGSOptions, "sgd": SGDOptions, "adam": AdamOptions}
+
+
+@dataclass
+class ModeOptions:
+    name: str = "serial"         # serial | mgrit | simultaneous
+    warm_batches: int = 64       # simultaneous + mini-batches: batches whose states are kept
+
+    def __post_init__(self):
+        require(self.name in MODES, "mode", self.name, f"choose one of {MODES}")
+        require(self.warm_batches >= 0, "mode.warm_batches", self.warm_batches,
+                "must be >= 0")
+
+
+@dataclass
+class TrainOptions:
+    iterations: int = 100
+    batch_size: Optional[int] = None  # None: full batch
+
+    def __post_init__(self):
+        require(self.iterations > 0, "train.iterations", self.iterations, "must be positive")
+        require(self.batch_size is None or self.batch_size > 0, "train.batch_size",
+                self.batch_size, "must be positive or null (full batch)")
+
+
+@dataclass
+class Config:
+    dataset: Any = MISSING
+    network: NetworkOptions = MISSING
+    optimizer: Any = MISSING
+    mode: ModeOptions = MISSING
+    mgrit: MGRITOptions = MISSING
+    train: TrainOptions = field(default_factory=TrainOptions)
+    eval_every: int = 10
+    seed: int = 0
+    dtype: str = "float64"
+    device: str = "cpu"
+
+    def __post_init__(self):
+        require(self.eval_every > 0, "eval_every", self.eval_every, "must be positive")
+        require(self.dtype in DTYPES, "dtype", self.dtype, f"choose one of {DTYPES}")
+        require(self.device in DEVICES, "device", self.device, f"choose one of {DEVICES}")
+        require(self.seed >= 0, "seed", self.seed, "must be >= 0")
+
+
+def dataset_options() -> dict[str, type]:
+    """Options dataclass of every registered dataset, from its loader's signature."""
+    from lptrain.data import LOADERS
+    return {name: typing.get_type_hints(fn)["options"] for name, fn in LOADERS.items()}
+
+
+def register_configs() -> None:
+    """Put the schema into Hydra's ConfigStore (YAML files extend these nodes)."""
+    from hydra.core.config_store import ConfigStore
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    for name, cls in dataset_options().items():
+        cs.store(group="dataset", name=f"{name}_schema", node=cls)
+    for name, cls in OPTIMIZER_OPTIONS.items():
+        cs.store(group="optimizer", name=f"{name}_schema", node=cls)
+    cs.store(group="network", name="network_schema", node=NetworkOptions)
+    cs.store(group="mode", name="mode_schema", node=ModeOptions)
+    cs.store(group="mgrit", name="mgrit_schema", node=MGRITOptions)

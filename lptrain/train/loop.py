@@ -1,0 +1,105 @@
+"""The training loop shared by every mode: batches, optimizer steps, validation, records."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from lptrain.train.oracles import Batch
+
+
+class Batches:
+    """Fixed, seeded mini-batches visited in a fresh random order every epoch.
+
+    Fixed batches let the simultaneous mode keep a warm start per batch;
+    batch_size None gives the full batch (key 0) every iteration.
+    """
+
+    def __init__(self, x, y, batch_size: int | None, seed: int):
+        self.x, self.y = x, y
+        n = x.shape[0]
+        self.gen = torch.Generator().manual_seed(seed + 1)
+        if batch_size is None or batch_size >= n:
+            self.parts = [None]
+        else:
+            perm = torch.randperm(n, generator=self.gen)
+            self.parts = [perm[i:i + batch_size] for i in range(0, n, batch_size)]
+        self.order: list[int] = []
+
+    def next(self) -> Batch:
+        if len(self.parts) == 1:
+            return Batch(self.x, self.y, 0)
+        if not self.order:
+            self.order = torch.randperm(len(self.parts), generator=self.gen).tolist()
+        key = self.order.pop(0)
+        idx = self.parts[key].to(self.x.device)
+        return Batch(self.x[idx], self.y[idx], key)
+
+
+@dataclass
+class Outcome:
+    iterations: int
+    objective: float
+    loss: float
+    accuracy: float
+    val_loss: float
+    val_accuracy: float
+    best_val_accuracy: float
+    wall_time: float
+    converged: bool
+
+
+def train(theta, optimizer, oracle, data, opts, writer, console, exchange) -> tuple:
+    """Run opts.train.iterations optimizer steps; returns (θ, Outcome)."""
+    batches = Batches(data.x_train, data.y_train, opts.train.batch_size, opts.seed)
+    start = time.perf_counter()
+    val = _validate(0, theta, oracle, data, writer)
+    best, info, k = val[1], None, 0
+    for k in range(1, opts.train.iterations + 1):
+        oracle.begin(batches.next())
+        t0, c0, w0 = time.perf_counter(), exchange.clock.comm, exchange.clock.wait
+        theta, info = optimizer.step(theta, oracle)
+        dt = time.perf_counter() - t0
+        writer.log_train(iteration=k, objective=info.objective, loss=info.loss,
+                         accuracy=info.accuracy, grad_norm=info.grad_norm,
+                         step_size=info.step_size, step_time=dt,
+                         wall_time=time.perf_counter() - start, ls_trials=info.ls_trials,
+                         lbfgs_skipped=info.lbfgs_skipped, lbfgs_reset=info.lbfgs_reset)
+        stats = oracle.stats.row() if oracle.stats is not None else None
+        if stats is not None:
+            writer.log_mgrit(iteration=k, **stats)
+        _log_timing(k, dt, exchange, c0, w0, writer)
+        last = k == opts.train.iterations or info.converged
+        if k % opts.eval_every == 0 or last:
+            val = _validate(k, theta, oracle, data, writer)
+            best = max(best, val[1])
+        console.update(k, objective=info.objective, loss=info.loss, accuracy=info.accuracy,
+                       val_accuracy=val[1], step_time=dt, **_console_mgrit(stats))
+        if info.converged:
+            console.message(f"gradient norm {info.grad_norm:.3e} below gtol: stopping")
+            break
+    outcome = Outcome(k, info.objective, info.loss, info.accuracy, val[0], val[1], best,
+                      time.perf_counter() - start, bool(info.converged))
+    return theta, outcome
+
+
+def _validate(k, theta, oracle, data, writer):
+    loss, acc = oracle.validate(theta, data.x_val, data.y_val)
+    writer.log_validation(iteration=k, loss=loss, accuracy=acc)
+    return loss, acc
+
+
+def _log_timing(k, dt, exchange, c0, w0, writer):
+    comm, wait = exchange.clock.comm - c0, exchange.clock.wait - w0
+    rows = exchange.gather([max(dt - comm - wait, 0.0), comm, wait])
+    if rows is not None:
+        writer.log_timing(iteration=k, compute=[r[0] for r in rows],
+                          communication=[r[1] for r in rows], waiting=[r[2] for r in rows])
+
+
+def _console_mgrit(stats):
+    if stats is None:
+        return {}
+    keys = ("fwd_iterations", "fwd_residual", "adj_iterations", "adj_residual")
+    return {key: stats[key] for key in keys}

@@ -1,0 +1,150 @@
+"""Optimizers on the flat parameter vector: L-BFGS with Armijo backtracking, SGD, Adam.
+
+An optimizer talks to an oracle: `value(θ)` evaluates the objective (and
+remembers the states), `gradient()` returns ∇J at the last valued point,
+`accept()` tells it that point is the new iterate.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+
+from lptrain.errors import DivergedError
+
+
+@dataclass
+class StepInfo:
+    """What one optimizer iteration did (the values are at the new iterate)."""
+
+    objective: float
+    loss: float
+    accuracy: float
+    grad_norm: float
+    step_size: float
+    ls_trials: int = 0
+    lbfgs_skipped: int = 0
+    lbfgs_reset: int = 0
+    converged: bool = False
+
+
+def _finite(point) -> None:
+    if not math.isfinite(point.objective):
+        raise DivergedError(f"objective became {point.objective}: lower the step size "
+                            f"or check the data scaling")
+
+
+class LBFGS:
+    """Limited-memory BFGS, H0 = sᵀy/yᵀy, Armijo backtracking (method.md §4).
+
+    Robust where the authors' code is not: an update with sᵀy ≤ eps·‖s‖‖y‖ is
+    skipped, and a failed line search resets the memory and keeps θ.
+    """
+
+    CURVATURE_EPS = 1e-10
+
+    def __init__(self, opts):
+        self.o = opts
+        self.mem: deque = deque(maxlen=opts.memory)
+        self.current = None   # (point, gradient) at θ
+
+    def _start(self, theta, oracle):
+        point = oracle.value(theta)
+        _finite(point)
+        grad = oracle.gradient()
+        oracle.accept()
+        self.current = (point, grad)
+
+    def direction(self, g: torch.Tensor) -> torch.Tensor:
+        """−H g by the two-loop recursion."""
+        q, alphas = g.clone(), []
+        for s, y, rho in reversed(self.mem):
+            a = rho * float(s @ q)
+            q.sub_(y, alpha=a)
+            alphas.append(a)
+        if self.mem:
+            s, y, _ = self.mem[-1]
+            q.mul_(float(s @ y) / float(y @ y))
+        for (s, y, rho), a in zip(self.mem, reversed(alphas)):
+            b = rho * float(y @ q)
+            q.add_(s, alpha=a - b)
+        return q.neg_()
+
+    def step(self, theta: torch.Tensor, oracle):
+        if self.current is None:
+            self._start(theta, oracle)
+        point, g = self.current
+        d = self.direction(g)
+        slope = float(g @ d)
+        if slope >= 0:            # not a descent direction: fall back to −g
+            self.mem.clear()
+            d, slope = -g, -float(g @ g)
+        alpha, trials = self.o.step0, 0
+        while trials < self.o.max_ls:
+            trials += 1
+            trial = oracle.value(theta + alpha * d)
+            if math.isfinite(trial.objective) and \
+                    trial.objective <= point.objective + self.o.c1 * alpha * slope:
+                break
+            alpha *= self.o.backtrack
+        else:                      # no Armijo point: keep θ, forget the curvature pairs
+            self.mem.clear()
+            return theta, StepInfo(point.objective, point.loss, point.accuracy,
+                                   float(g.norm()), 0.0, trials, 0, 1)
+        new = theta + alpha * d
+        g_new = oracle.gradient()
+        oracle.accept()
+        s, y = new - theta, g_new - g
+        sy = float(s @ y)
+        skipped = int(sy <= self.CURVATURE_EPS * float(s.norm()) * float(y.norm()))
+        if not skipped:
+            self.mem.append((s, y, 1.0 / sy))
+        self.current = (trial, g_new)
+        gn = float(g_new.norm())
+        return new, StepInfo(trial.objective, trial.loss, trial.accuracy, gn, alpha, trials,
+                             skipped, 0, gn <= self.o.gtol)
+
+
+class SGD:
+    """Stochastic gradient descent with (Nesterov) momentum on mini-batches."""
+
+    def __init__(self, opts):
+        self.o, self.buf = opts, None
+
+    def update(self, theta, g):
+        o = self.o
+        self.buf = g.clone() if self.buf is None else self.buf.mul_(o.momentum).add_(g)
+        d = g.add(self.buf, alpha=o.momentum) if o.nesterov else self.buf
+        return theta - o.lr * d, o.lr
+
+    def step(self, theta, oracle):
+        point = oracle.value(theta)
+        _finite(point)
+        g = oracle.gradient()
+        oracle.accept()
+        new, lr = self.update(theta, g)
+        return new, StepInfo(point.objective, point.loss, point.accuracy,
+                             float(g.norm()), lr)
+
+
+class Adam(SGD):
+    """Adam with bias correction."""
+
+    def __init__(self, opts):
+        self.o, self.m, self.v, self.t = opts, None, None, 0
+
+    def update(self, theta, g):
+        o = self.o
+        self.t += 1
+        if self.m is None:
+            self.m, self.v = torch.zeros_like(g), torch.zeros_like(g)
+        self.m.mul_(o.beta1).add_(g, alpha=1 - o.beta1)
+        self.v.mul_(o.beta2).addcmul_(g, g, value=1 - o.beta2)
+        mhat = self.m / (1 - o.beta1 ** self.t)
+        vhat = self.v / (1 - o.beta2 ** self.t)
+        return theta - o.lr * mhat / (vhat.sqrt() + o.eps), o.lr
+
+
+OPTIMIZERS = {"lbfgs": LBFGS, "sgd": SGD, "adam": Adam}

@@ -1,0 +1,249 @@
+"""How each mode obtains the objective and its gradient: serial, mgrit, simultaneous.
+
+The optimizers see only `begin(batch)`, `value(θ)`, `gradient()`, `accept()`;
+the three modes differ in nothing else.
+"""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import torch
+
+from lptrain.mgrit.exchange import allreduce_tensor
+from lptrain.model.serial import adjoint, propagate
+from lptrain.parallel.layer_parallel import LayerParallel
+from lptrain.metrics.writer import convergence_factor
+
+
+@dataclass
+class Batch:
+    x: torch.Tensor
+    y: torch.Tensor
+    key: int = 0      # which mini-batch (for per-batch warm starts)
+
+
+@dataclass
+class Point:
+    objective: float
+    loss: float
+    accuracy: float
+
+
+@dataclass
+class SolveStats:
+    """MGRIT record of the accepted point of one optimizer iteration."""
+
+    fwd_iterations: int = 0
+    fwd_history: list = field(default_factory=list)
+    adj_iterations: int = 0
+    adj_history: list = field(default_factory=list)
+    adaptive_extra: int = 0
+
+    def row(self) -> dict:
+        return dict(fwd_iterations=self.fwd_iterations,
+                    fwd_residual=_last(self.fwd_history),
+                    adj_iterations=self.adj_iterations,
+                    adj_residual=_last(self.adj_history),
+                    fwd_factor=convergence_factor(self.fwd_history),
+                    adj_factor=convergence_factor(self.adj_history),
+                    adaptive_extra=self.adaptive_extra,
+                    fwd_history=list(self.fwd_history), adj_history=list(self.adj_history))
+
+
+def _last(history) -> float:
+    return history[-1] if history else float("nan")
+
+
+class SerialOracle:
+    """Exact layer-serial propagation; the batch is split over ranks (data parallel)."""
+
+    stats = None
+
+    def __init__(self, net, exchange):
+        self.net, self.ex = net, exchange
+
+    def _shard(self, t: torch.Tensor) -> torch.Tensor:
+        n, r, p = t.shape[0], self.ex.rank, self.ex.size
+        return t[r * n // p:(r + 1) * n // p]
+
+    def begin(self, batch: Batch):
+        self.n_total = batch.x.shape[0]
+        self.x, self.y = self._shard(batch.x), self._shard(batch.y)
+
+    def _forward(self, theta, x, y, n_total, want_grad):
+        stepper = self.net.stepper(theta)
+        states, saved = propagate(stepper, self.net.opening(theta, x), self.net.h, want_grad)
+        loss, correct, lamN, gW, gmu = self.net.classify(theta, states[-1], y, n_total,
+                                                         want_grad)
+        return stepper, states, saved, float(loss), correct, (lamN, gW, gmu)
+
+    def value(self, theta) -> Point:
+        self.theta = theta
+        st, states, saved, loss, correct, cls = self._forward(theta, self.x, self.y,
+                                                              self.n_total, True)
+        self._tape = (st, states, saved, cls)
+        loss = self.ex.allreduce_sum(loss)
+        acc = self.ex.allreduce_sum(correct) / self.n_total
+        return Point(loss + self.net.regulariser(theta), loss, acc)
+
+    def gradient(self) -> torch.Tensor:
+        st, states, saved, (lamN, gW, gmu) = self._tape
+        grad = torch.zeros_like(self.theta)
+        gv = self.net.layout.views(grad)
+        lam0, gK, gb = adjoint(st, states, saved, lamN, self.net.h)
+        gv["K"].copy_(gK)
+        gv["b"].copy_(gb)
+        gv["W"].copy_(gW)
+        gv["mu"].copy_(gmu)
+        self.net.opening_vjp(self.theta, self.x, lam0, grad)
+        grad = allreduce_tensor(self.ex, grad)
+        self.net.regulariser(self.theta, grad)
+        return grad
+
+    def accept(self):
+        self._tape = None
+
+    def validate(self, theta, x, y) -> tuple[float, float]:
+        n = x.shape[0]
+        *_, loss, correct, _ = self._forward(theta, self._shard(x), self._shard(y), n, False)
+        return self.ex.allreduce_sum(loss), self.ex.allreduce_sum(correct) / n
+
+
+class MGRITOracle:
+    """Forward and adjoint MGRIT to tolerance (exact gradients), warm-started."""
+
+    def __init__(self, net, exchange, mgrit_opts):
+        self.net, self.ex, self.mo = net, exchange, mgrit_opts
+        self.lp = LayerParallel(net, mgrit_opts, exchange)
+        self.warm_fwd = self.warm_adj = None
+        self.stats = SolveStats()
+
+    def begin(self, batch: Batch):
+        self.batch = batch
+
+    def _solve_forward(self, theta, warm):
+        return self.lp.forward(theta, self.batch.x, warm=warm)
+
+    def value(self, theta) -> Point:
+        b = self.batch
+        self.theta = theta
+        res = self._solve_forward(theta, self._warm_fwd())
+        self.fwd = res
+        self.ev = self.lp.evaluate(theta, res.states, b.y, b.x.shape[0], True)
+        self._trial = SolveStats(res.iterations, list(res.history))
+        return Point(self.ev.loss + self.net.regulariser(theta), self.ev.loss,
+                     self.ev.correct / b.x.shape[0])
+
+    def _solve_adjoint(self, warm):
+        return self.lp.backward(self.theta, self.batch.x, self.fwd.states, self.ev, warm=warm)
+
+    def gradient(self) -> torch.Tensor:
+        grad, res = self._solve_adjoint(self._warm_adj())
+        self.adj = res
+        self._trial.adj_iterations, self._trial.adj_history = res.iterations, list(res.history)
+        self.net.regulariser(self.theta, grad)
+        return grad
+
+    def accept(self):
+        self.stats = self._trial
+        self._store(self.fwd.states.clone(),
+                    self.adj.states.clone() if getattr(self, "adj", None) is not None
+                    else None)
+        self.adj = None
+
+    # warm starts (one set; the simultaneous oracle keeps one per mini-batch)
+    def _warm_fwd(self):
+        return self.warm_fwd
+
+    def _warm_adj(self):
+        return self.warm_adj
+
+    def _store(self, fwd, adj):
+        self.warm_fwd = fwd
+        if adj is not None:
+            self.warm_adj = adj
+
+    def validate(self, theta, x, y) -> tuple[float, float]:
+        res = self.lp.forward(theta, x, warm=None, max_iter=max(self.mo.max_iter, 1))
+        ev = self.lp.evaluate(theta, res.states, y, x.shape[0], False)
+        return ev.loss, ev.correct / x.shape[0]
+
+
+class SimultaneousOracle(MGRITOracle):
+    """One-shot: a few warm-started MGRIT iterations per evaluation (inexact gradient).
+
+    Warm starts are kept per mini-batch key for up to `warm_batches` batches
+    (least recently used dropped); a batch without one starts cold, which with
+    skip_first_down is a coarse-grid propagation of u_0.
+    """
+
+    def __init__(self, net, exchange, mgrit_opts, warm_batches: int = 1):
+        super().__init__(net, exchange, mgrit_opts)
+        self.capacity = max(warm_batches, 1)
+        self.cache: OrderedDict = OrderedDict()
+        self.last_gnorm = math.inf
+
+    def _solve_forward(self, theta, warm):
+        mo, extra = self.mo, 0
+        res = self.lp.forward(theta, self.batch.x, warm=warm, max_iter=mo.fwd_iters, tol=0.0)
+        history, iters = list(res.history), res.iterations
+        while mo.adaptive and extra < mo.adaptive_max_extra and history and \
+                history[-1] > mo.adaptive_ratio * self.last_gnorm:
+            res = self.lp.forward(theta, self.batch.x, warm=res.states, max_iter=1, tol=0.0)
+            history += res.history
+            iters += res.iterations
+            extra += 1
+        res.history, res.iterations = history, iters
+        self._extra = extra
+        return res
+
+    def value(self, theta) -> Point:
+        point = super().value(theta)
+        self._trial.adaptive_extra = self._extra
+        return point
+
+    def _solve_adjoint(self, warm):
+        mo = self.mo
+        grad, res = self.lp.backward(self.theta, self.batch.x, self.fwd.states, self.ev,
+                                     warm=warm, max_iter=mo.adj_iters, tol=0.0)
+        history, iters, extra = list(res.history), res.iterations, 0
+        while mo.adaptive and extra < mo.adaptive_max_extra and history and \
+                history[-1] > mo.adaptive_ratio * float(grad.norm()):
+            grad, res = self.lp.backward(self.theta, self.batch.x, self.fwd.states, self.ev,
+                                         warm=res.states, max_iter=1, tol=0.0)
+            history += res.history
+            iters += res.iterations
+            extra += 1
+        res.history, res.iterations = history, iters
+        self._trial.adaptive_extra += extra
+        return grad, res
+
+    def gradient(self) -> torch.Tensor:
+        grad = super().gradient()
+        self.last_gnorm = float(grad.norm())
+        return grad
+
+    def _warm_fwd(self):
+        entry = self.cache.get(self.batch.key)
+        return None if entry is None else entry[0]
+
+    def _warm_adj(self):
+        entry = self.cache.get(self.batch.key)
+        return None if entry is None else entry[1]
+
+    def _store(self, fwd, adj):
+        old = self.cache.pop(self.batch.key, (None, None))
+        self.cache[self.batch.key] = (fwd, adj if adj is not None else old[1])
+        while len(self.cache) > self.capacity:
+            self.cache.popitem(last=False)
+
+
+def make_oracle(mode, net, exchange, mgrit_opts):
+    """The oracle of `mode` (a ModeOptions)."""
+    if mode.name == "serial":
+        return SerialOracle(net, exchange)
+    if mode.name == "mgrit":
+        return MGRITOracle(net, exchange, mgrit_opts)
+    return SimultaneousOracle(net, exchange, mgrit_opts, mode.warm_batches)

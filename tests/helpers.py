@@ -1,0 +1,67 @@
+"""Small float64 problems shared by the numerical tests."""
+from __future__ import annotations
+
+import torch
+
+from lptrain.model.network import NetworkOptions, ResNet
+from lptrain.model.serial import adjoint, propagate
+
+
+def dense_net(layers=8, width=4, features=2, classes=3, T=2.0, activation="tanh",
+              bias="vector", scale=0.5, seed=1, **kw):
+    o = NetworkOptions(name="dense", width=width, layers=layers, T=T, activation=activation,
+                       bias=bias, init="normal", init_opening=scale, init_hidden=scale,
+                       init_classifier=scale, **kw)
+    net = ResNet(o, (features,), classes)
+    return net, net.init_params(seed)
+
+
+def conv_net(layers=4, channels=2, classes=3, T=1.0, activation="tanh", opening="conv",
+             bias="vector", scale=0.3, seed=1, **kw):
+    o = NetworkOptions(name="conv", channels=channels, layers=layers, T=T,
+                       activation=activation, bias=bias, opening=opening, init="normal",
+                       init_opening=scale, init_hidden=scale, init_classifier=scale, **kw)
+    net = ResNet(o, (1, 6, 6), classes)
+    return net, net.init_params(seed)
+
+
+def batch(net, n=16, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, *net.in_shape, generator=gen, dtype=torch.float64)
+    y = torch.randint(net.n_classes, (n,), generator=gen)
+    return x, y
+
+
+def serial_objective_and_grad(net, theta, x, y):
+    """J and ∇J by the hand-written serial adjoint."""
+    st = net.stepper(theta)
+    states, saved = propagate(st, net.opening(theta, x), net.h)
+    loss, _, lamN, gW, gmu = net.classify(theta, states[-1], y, x.shape[0], True)
+    grad = torch.zeros_like(theta)
+    gv = net.layout.views(grad)
+    lam0, gK, gb = adjoint(st, states, saved, lamN, net.h)
+    gv["K"].copy_(gK)
+    gv["b"].copy_(gb)
+    gv["W"].copy_(gW)
+    gv["mu"].copy_(gmu)
+    net.opening_vjp(theta, x, lam0, grad)
+    value = float(loss) + net.regulariser(theta, grad)
+    return value, grad, states
+
+
+def autograd_objective(net, theta, x, y):
+    """The same J built from differentiable torch operations (the test oracle)."""
+    o, v = net.opts, net.layout.views(theta)
+    st = net.stepper(theta)
+    u = net.opening(theta, x)
+    for n in range(o.layers):
+        u = st.step(u, n, net.h)[0]
+    loss = net.classify(theta, u, y, x.shape[0], False)[0]
+    reg = 0.0
+    for blk in net.layout.blocks.values():
+        gamma = o.gamma_class if blk.group == "classifier" else o.gamma_tik
+        reg = reg + 0.5 * gamma * v[blk.name].pow(2).sum()
+    for name in ("K", "b"):
+        d = (v[name][1:] - v[name][:-1]) / net.h
+        reg = reg + 0.5 * o.gamma_ddt * d.pow(2).sum()
+    return loss + reg

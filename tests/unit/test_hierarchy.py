@@ -1,0 +1,83 @@
+"""Pure index arithmetic of the MGRIT hierarchy and its distribution over ranks."""
+import itertools
+
+import pytest
+
+from lptrain.errors import SolverError
+from lptrain.mgrit.hierarchy import build_hierarchy, build_levels, c_points, split_intervals
+
+CASES = [(N, cf, P) for N, cf, P in itertools.product(
+    [1, 2, 3, 7, 8, 10, 16, 30, 33, 64], [2, 3, 4], [1, 2, 3, 4, 5, 7])
+    if P <= -(-N // cf)]
+
+
+def test_c_points_every_cf_plus_last():
+    assert c_points(11, 4) == (0, 4, 8, 10)
+    assert c_points(9, 4) == (0, 4, 8)
+    assert c_points(2, 4) == (0, 1)
+
+
+def test_levels_coarsen_until_limits():
+    lv = build_levels(30, 2, 2, 10, 10)      # the authors' Peaks: 30 → 15 steps
+    assert [len(x.points) - 1 for x in lv] == [30, 15]
+    lv = build_levels(64, 4, 2, 3, 1)
+    assert [x.points[-1] for x in lv] == [64] * 3
+    assert lv[1].points == tuple(range(0, 65, 4)) and lv[2].points == tuple(range(0, 65, 8))
+    assert lv[-1].cpoints == ()
+    assert len(build_levels(10, 2, 2, 1, 1)) == 1
+
+
+@pytest.mark.parametrize("N,cf,P", CASES)
+def test_ranges_partition_every_level(N, cf, P):
+    h = build_hierarchy(N, cf, cf, 4, 1, P)
+    for lv, ranges in zip(h.levels, h.ranges):
+        covered = [i for lo, hi in ranges for i in range(lo, hi)]
+        assert covered == list(range(lv.n_points))        # contiguous, disjoint, complete
+    lv0 = h.levels[0]
+    for lo, hi in h.ranges[0]:
+        assert hi > lo and (len(h.levels) == 1 or lv0.is_c(lo))  # whole C-intervals
+    for l in range(len(h.levels) - 1):                    # coarse points stay with owner
+        for r, (lo, hi) in enumerate(h.ranges[l + 1]):
+            fine = h.levels[l + 1].points[lo:hi]
+            flo, fhi = h.ranges[l][r]
+            assert all(p in h.levels[l].points[flo:fhi] for p in fine)
+
+
+@pytest.mark.parametrize("N,cf,P", CASES)
+def test_reversed_hierarchy_gives_each_rank_its_adjoints(N, cf, P):
+    h = build_hierarchy(N, cf, cf, 3, 1, P)
+    rev = h.reversed()
+    for r in range(P):
+        lo, hi = h.ranges[0][r]
+        layers = range(lo, min(hi, N))
+        rlo, rhi = rev.ranges[0][P - 1 - r]
+        mirrored = {N - q for q in range(rlo, rhi)}        # forward indices of λ held
+        assert {n + 1 for n in layers} <= mirrored        # λ_{n+1} of every own layer
+        if lo == 0:
+            assert 0 in mirrored                          # λ_0 for the opening layer
+    for lv, rl in zip(h.levels, rev.levels):
+        assert rl.points == tuple(N - p for p in reversed(lv.points))
+
+
+def test_neighbours_skip_empty_ranks():
+    h = build_hierarchy(16, 2, 2, 4, 1, 4)
+    coarsest = len(h.levels) - 1
+    ranges = h.ranges[coarsest]
+    assert any(hi == lo for lo, hi in ranges) or len(h.levels[coarsest].points) >= 4
+    for r, (lo, hi) in enumerate(ranges):
+        if hi > lo and lo > 0:
+            left = h.left(coarsest, r)
+            assert h.ranges[coarsest][left][1] == lo
+
+
+def test_too_many_ranks_is_a_clear_error():
+    with pytest.raises(SolverError, match="5 ranks but only 4 C-intervals"):
+        split_intervals(4, 5)
+    with pytest.raises(SolverError, match="at most 2 ranks"):
+        build_hierarchy(8, 4, 4, 2, 1, 3)
+
+
+def test_split_is_balanced():
+    blocks = split_intervals(10, 3)
+    sizes = [b - a for a, b in blocks]
+    assert sum(sizes) == 10 and max(sizes) - min(sizes) <= 1

@@ -1,0 +1,93 @@
+"""The ODE-ResNet: shapes, activations, and gradients against autograd and finite differences."""
+import pytest
+import torch
+
+from helpers import (autograd_objective, batch, conv_net, dense_net,
+                     serial_objective_and_grad)
+from lptrain.errors import ConfigError
+from lptrain.model.activations import ACTIVATIONS, smooth_relu
+from lptrain.model.network import NetworkOptions, ResNet
+
+REG = dict(gamma_tik=1e-2, gamma_class=2e-2, gamma_ddt=3e-2)
+
+
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("bias", ["scalar", "vector"])
+@pytest.mark.parametrize("kind", ["dense", "conv"])
+def test_hand_written_adjoint_equals_autograd(kind, bias, activation):
+    make = dense_net if kind == "dense" else conv_net
+    net, theta = make(activation=activation, bias=bias, **REG)
+    x, y = batch(net)
+    value, grad, _ = serial_objective_and_grad(net, theta, x, y)
+    th = theta.clone().requires_grad_()
+    ref_value = autograd_objective(net, th, x, y)
+    ref_grad, = torch.autograd.grad(ref_value, th)
+    assert value == pytest.approx(float(ref_value.detach()), rel=1e-13)
+    assert torch.allclose(grad, ref_grad, rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("kind", ["dense", "conv"])
+def test_autograd_objective_matches_finite_differences(kind):
+    make = dense_net if kind == "dense" else conv_net
+    net, theta = make(activation="tanh", layers=3, **REG)
+    x, y = batch(net, n=5)
+    th = theta.clone().requires_grad_()
+    assert torch.autograd.gradcheck(lambda t: autograd_objective(net, t, x, y), (th,),
+                                    eps=1e-6, atol=1e-7)
+
+
+def test_gradient_directional_finite_difference():
+    net, theta = dense_net(activation="smoothrelu", **REG)
+    x, y = batch(net)
+    _, grad, _ = serial_objective_and_grad(net, theta, x, y)
+    d = torch.randn(theta.shape, generator=torch.Generator().manual_seed(3),
+                    dtype=torch.float64)
+    eps = 1e-6
+    jp = serial_objective_and_grad(net, theta + eps * d, x, y)[0]
+    jm = serial_objective_and_grad(net, theta - eps * d, x, y)[0]
+    assert (jp - jm) / (2 * eps) == pytest.approx(float(grad @ d), rel=1e-7)
+
+
+def test_smooth_relu_is_c1_at_the_joins():
+    eta = 0.1
+    z = torch.tensor([-eta, eta], dtype=torch.float64)
+    assert torch.allclose(smooth_relu(z), torch.relu(z))
+    dsig = ACTIVATIONS["smoothrelu"].derivative(z)
+    assert torch.allclose(dsig, torch.tensor([0.0, 1.0], dtype=torch.float64))
+
+
+def test_shapes_dense_and_conv():
+    net, theta = dense_net(layers=5, width=6, features=3, classes=4)
+    v = net.layout.views(theta)
+    assert v["K"].shape == (5, 6, 6) and v["b"].shape == (5, 6)
+    assert v["open_K"].shape == (6, 3) and v["W"].shape == (4, 6)
+    x, _ = batch(net, n=7)
+    assert net.opening(theta, x).shape == (7, 6)
+    cnet, ctheta = conv_net(layers=2, channels=3, opening="replicate", bias="scalar")
+    cv = cnet.layout.views(ctheta)
+    assert cv["K"].shape == (2, 3, 3, 3, 3) and cv["b"].shape == (2, 1)
+    assert "open_K" not in cnet.layout
+    x, _ = batch(cnet, n=2)
+    u0 = cnet.opening(ctheta, x)
+    assert u0.shape == (2, 3, 6, 6) and torch.equal(u0[:, 0], u0[:, 2])
+
+
+def test_init_is_seeded_and_scaled():
+    o = NetworkOptions(width=4, layers=3, init="uniform", init_hidden=1e-3)
+    net = ResNet(o, (2,), 2)
+    a, b = net.init_params(5), net.init_params(5)
+    assert torch.equal(a, b) and not torch.equal(a, net.init_params(6))
+    K = net.layout.views(a)["K"]
+    assert float(K.min()) >= 0 and float(K.max()) < 1e-3
+
+
+@pytest.mark.parametrize("key,value", [("width", 0), ("layers", -2), ("T", 0.0),
+                                       ("activation", "sigmoid"), ("bias", "matrix")])
+def test_bad_network_options_name_the_key(key, value):
+    with pytest.raises(ConfigError, match=f"network.{key}={value!r}"):
+        NetworkOptions(**{key: value})
+
+
+def test_pad_opening_needs_enough_width():
+    with pytest.raises(ConfigError, match="network.width=1"):
+        ResNet(NetworkOptions(width=1, opening="pad"), (2,), 3)

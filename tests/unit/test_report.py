@@ -1,0 +1,170 @@
+"""lptrain-report: the summary table, run labels, file discovery, plots and error exits."""
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from lptrain.metrics import schema as s
+from lptrain.metrics.reader import read_metrics
+from lptrain.metrics.writer import MetricsWriter
+from lptrain.report.cli import find_metrics, main, run_labels
+from lptrain.report.table import COLUMNS, add_speedup, summarize, to_markdown
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = "mode:\n  name: {mode}\noptimizer:\n  maxiter: 4\n  lr: {lr}\nrun_dir: /tmp/{mode}\n"
+
+
+def fake_run(run_dir: Path, mode: str, step_time: float, n: int = 4, lr: float = 1.0,
+             ranks: int = 1, close: bool = True) -> Path:
+    """A run directory whose metrics.h5 holds n iterations of known numbers."""
+    run_dir.mkdir(parents=True)
+    path = run_dir / s.FILE_NAME
+    w = MetricsWriter(path, {s.MODE: mode, s.WORLD_SIZE: ranks, s.SEED: 0,
+                             s.CONFIG: CONFIG.format(mode=mode, lr=lr)})
+    for i in range(1, n + 1):
+        w.log_train(iteration=i, objective=1.0 / i, loss=0.5 / i, accuracy=0.2 * i,
+                    step_time=step_time, wall_time=step_time * i + 0.5)
+        if i % 2 == 0:
+            w.log_validation(i, 0.6 / i, 0.9 if i == 2 else 0.8)
+        if mode != s.MODE_SERIAL:
+            w.log_mgrit(iteration=i, fwd_history=[1.0, 0.1][: 1 + i % 2],
+                        adj_history=[1.0, 0.1, 0.01])
+    if close:
+        w.close()
+    return path
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    """A multirun directory: serial at 0.4 s/iteration, simultaneous at 0.1 s/iteration."""
+    root = tmp_path / "multirun"
+    fake_run(root / "0", s.MODE_SERIAL, 0.4)
+    fake_run(root / "1", s.MODE_SIMULTANEOUS, 0.1, ranks=4)
+    return root
+
+
+def _rows(root):
+    runs = [read_metrics(p) for p in find_metrics([root])]
+    return add_speedup([summarize(label, run) for label, run in zip(run_labels(runs), runs)])
+
+
+def test_summary_rows_hold_the_final_numbers(two_runs):
+    serial, simultaneous = _rows(two_runs)
+    assert serial["iterations"] == 4 and serial["ranks"] == 1
+    assert serial["objective"] == 0.25 and serial["loss"] == 0.125
+    assert serial["train_accuracy"] == pytest.approx(0.8)
+    assert serial["val_accuracy"] == 0.8 and serial["best_val_accuracy"] == 0.9
+    assert serial["wall_time"] == pytest.approx(2.1)
+    assert serial["time_per_iteration"] == pytest.approx(0.4)
+    assert serial["fwd_iterations"] is None and serial["status"] == s.COMPLETED
+    # histories of length 2, 1, 2, 1 and 3, 3, 3, 3
+    assert simultaneous["fwd_iterations"] == 1.5 and simultaneous["adj_iterations"] == 3
+
+
+def test_speedup_against_the_serial_run(two_runs):
+    serial, simultaneous = _rows(two_runs)
+    assert serial["speedup"] == pytest.approx(1.0)
+    assert simultaneous["speedup"] == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("modes", [("mgrit", "simultaneous"), ("serial", "serial", "mgrit")])
+def test_no_speedup_without_exactly_one_serial_run(modes):
+    rows = [{"mode": m, "time_per_iteration": 0.5} for m in modes]
+    assert [r["speedup"] for r in add_speedup(rows)] == [None] * len(modes)
+
+
+def test_markdown_table():
+    row = {key: None for key in COLUMNS}
+    row.update(label="a|b", mode="mgrit", ranks=8, iterations=12, loss=0.0123456,
+               val_accuracy=0.5, speedup=2.345, objective=math.nan)
+    lines = to_markdown([row]).splitlines()
+    assert len(lines) == 3
+    assert lines[0].startswith("| run | mode | ranks | status | iterations |")
+    assert lines[1].startswith("| :--- | :--- | ---: | :--- | ---: |")
+    cells = [c.strip() for c in lines[2].strip("|").split(" | ")]
+    assert len(cells) == len(COLUMNS)
+    got = dict(zip(COLUMNS, cells))
+    assert got["label"] == "a\\|b" and got["ranks"] == "8" and got["loss"] == "0.01235"
+    assert got["val_accuracy"] == "0.500" and got["speedup"] == "2.35"
+    assert got["objective"] == "-" and got["wall_time"] == "-"
+
+
+def test_labels_show_mode_ranks_and_differing_overrides(tmp_path):
+    paths = [fake_run(tmp_path / "a", "serial", 0.4, lr=1.0),
+             fake_run(tmp_path / "b", "mgrit", 0.1, lr=0.5, ranks=2),
+             fake_run(tmp_path / "c", "mgrit", 0.1, lr=0.5, ranks=2)]
+    labels = run_labels([read_metrics(p) for p in paths])
+    # mode.* and the run_dir path are left out; optimizer.maxiter is equal everywhere
+    assert labels == ["serial P=1 optimizer.lr=1.0", "mgrit P=2 optimizer.lr=0.5 #1",
+                      "mgrit P=2 optimizer.lr=0.5 #2"]
+
+
+def test_find_metrics_accepts_files_run_dirs_and_multirun_dirs(two_runs, tmp_path):
+    file0 = two_runs / "0" / s.FILE_NAME
+    found = find_metrics([file0, two_runs / "1", two_runs])
+    assert found == [file0, two_runs / "1" / s.FILE_NAME]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(s.MetricsFileError, match="no metrics.h5"):
+        find_metrics([tmp_path / "empty"])
+
+
+def test_report_writes_plots_and_summary(two_runs, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert main([str(two_runs), "--out", str(out)]) == 0
+    names = {"loss_vs_iteration.png", "loss_vs_wall_time.png", "accuracy_vs_iteration.png",
+             "accuracy_vs_wall_time.png", "mgrit_residuals.png", "mgrit_factors.png"}
+    for name in names:
+        png = out / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+        assert png.stat().st_size > 10_000, name
+    summary = (out / "summary.md").read_text().splitlines()
+    assert len(summary) == 4
+    assert summary[3].startswith("| simultaneous P=4 | simultaneous | 4 | completed | 4 |")
+    assert summary[3].endswith("| 1.50 | 3.00 | 4.00 |")
+    assert str(out / "summary.md") in capsys.readouterr().out
+
+
+def test_report_on_a_partial_file(tmp_path):
+    path = fake_run(tmp_path / "live", s.MODE_MGRIT, 0.2, n=3, close=False)
+    with h5py.File(path, "a", locking=False) as f:  # a row cut off after one dataset
+        ds = f[s.TRAIN][s.ITERATION]
+        ds.resize((4,))
+        ds[3] = 4
+    out = tmp_path / "report"
+    assert main([str(path), "--out", str(out)]) == 0
+    row = (out / "summary.md").read_text().splitlines()[2]
+    cells = [c.strip() for c in row.strip("|").split(" | ")]
+    got = dict(zip(COLUMNS, cells))
+    assert got["status"] == s.RUNNING and got["iterations"] == "3"
+    assert got["loss"] == f"{0.5 / 3:.4g}" and got["speedup"] == "-"
+    assert (out / "mgrit_residuals.png").stat().st_size > 10_000
+
+
+def test_missing_path_exits_2_with_one_line(tmp_path, capsys):
+    assert main([str(tmp_path / "nowhere"), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nowhere" in err and err.startswith("lptrain-report:")
+    assert not (tmp_path / "r").exists()
+
+
+def test_corrupt_file_exits_2_without_traceback(tmp_path):
+    bad = tmp_path / "run" / s.FILE_NAME
+    bad.parent.mkdir()
+    bad.write_bytes(b"\x00garbage" * 100)
+    res = subprocess.run([sys.executable, "-m", "lptrain.report.cli", str(tmp_path),
+                          "--out", str(tmp_path / "r")], capture_output=True, text=True,
+                         cwd=REPO, timeout=60)
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+    assert str(bad) in res.stderr
+
+
+def test_validation_rows_are_placed_at_their_wall_time(two_runs):
+    from lptrain.report.plots import _x
+    run = read_metrics(two_runs / "1" / s.FILE_NAME)
+    np.testing.assert_allclose(_x(run, s.VALIDATION, s.WALL_TIME), [0.7, 0.9])
+    np.testing.assert_array_equal(_x(run, s.VALIDATION, s.ITERATION), [2, 4])
