@@ -77,6 +77,7 @@ def run(cfg, comm, run_dir: Path):
                          "validation accuracy": outcome.val_accuracy,
                          "best validation accuracy": outcome.best_val_accuracy,
                          "wall time [s]": outcome.wall_time,
-                         "time / iteration [s]": outcome.wall_time / outcome.iterations,
-                         "metrics": str(path)})
+                         "time / iteration [s]": outcome.wall_time / outcome.iterations})
+        # a line of its own: a table cell would fold a long path
+        console.message(f"metrics: {path}")
     return outcome

@@ -80,7 +80,13 @@ def _one_line(exc: Exception):
     text = str(cause).strip().splitlines()
     head = text[0] if text else type(cause).__name__
     if "Could not find" in head:
-        avail = [ln.strip() for ln in text[1:] if ln.startswith("\t")]
+        # the option names, without the schema nodes and the search path after them
+        avail = []
+        for ln in text[1:]:
+            if ln.startswith("Config search path"):
+                break
+            if ln.startswith("\t") and not ln.strip().endswith("_schema"):
+                avail.append(ln.strip())
         head = head.replace("In 'config': ", "") + (f"; available: {', '.join(avail)}"
                                                      if avail else "")
     return ConfigError(f"{key}: {head}" if key else head)

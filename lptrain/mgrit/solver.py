@@ -159,7 +159,7 @@ class MGRIT:
             self.ex.send(lv.X[-1], lv.right)
         if lv.lo > 0 and not level.is_c(lv.lo):
             x = self._recv(lv)
-            stop = own[0] if own else lv.hi
+            stop = lv.cs[0] if lv.cs else lv.hi   # first C-point ends the interval
             x = self._store(lv, lv.lo, self._phi(lv, lv.lo - 1, x))
             for i in range(lv.lo + 1, stop):
                 x = self._store(lv, i, self._phi(lv, i - 1, x))

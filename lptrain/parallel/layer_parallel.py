@@ -103,12 +103,12 @@ class LayerParallel:
 
     def _linearisation_states(self, states):
         """u_n for this rank's layers plus the next rank's first layer."""
-        if self.last:
-            return states[:self.N - self.lo]
-        right = self.hier.right(0, self.ex.rank)
         left = self.hier.left(0, self.ex.rank)
         if left is not None:
             self.ex.send(states[0], left)
-        extra = self.ex.recv(states[0], right)
+        if self.last:
+            self.ex.wait()
+            return states[:self.N - self.lo]
+        extra = self.ex.recv(states[0], self.hier.right(0, self.ex.rank))
         self.ex.wait()
         return torch.cat([states, extra.unsqueeze(0)])

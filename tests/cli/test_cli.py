@@ -1,0 +1,227 @@
+"""The `lptrain` command end to end, in subprocesses: runs, bad inputs, kills, MPI, sweeps.
+
+Every run uses a tiny Peaks configuration and a temporary run directory; results are read
+from metrics.h5, never parsed from the console.
+"""
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from lptrain.metrics import schema as ms
+from lptrain.metrics.reader import read_metrics
+
+pytestmark = pytest.mark.cli
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+LPTRAIN = str(BIN / "lptrain")
+MPIEXEC = str(BIN / "mpiexec")
+ENV = {**os.environ, "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}
+ENV.pop("HYDRA_FULL_ERROR", None)
+TIMEOUT = 120  # seconds; a hanging run fails the test instead of the suite
+
+SEED = 3
+ITERATIONS = 3
+TINY = ["network.layers=4", "network.width=4", "dataset.n_train=200", "dataset.n_val=50",
+        f"train.iterations={ITERATIONS}", f"seed={SEED}", "eval_every=2"]
+ERROR_PREFIX = "lptrain: error: "
+
+
+def _lptrain(args, cwd, ranks: int = 1) -> subprocess.CompletedProcess:
+    cmd = [LPTRAIN, *args]
+    if ranks > 1:
+        cmd = [MPIEXEC, "-n", str(ranks), *cmd]
+    return subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True,
+                          timeout=TIMEOUT)
+
+
+def _error_lines(proc) -> list[str]:
+    return [ln for ln in proc.stderr.splitlines() if ln.strip()]
+
+
+@pytest.fixture(scope="module")
+def serial_run(tmp_path_factory):
+    """One rank, started from a directory other than the repository, relative run dir."""
+    cwd = tmp_path_factory.mktemp("elsewhere")
+    proc = _lptrain(["hydra.run.dir=run", *TINY], cwd=cwd)
+    return proc, cwd / "run"
+
+
+def test_end_to_end_run_writes_completed_metrics(serial_run):
+    proc, run_dir = serial_run
+    assert proc.returncode == 0, proc.stderr
+    m = read_metrics(run_dir / ms.FILE_NAME)
+    assert m.status == ms.COMPLETED
+    assert m.mode == "serial"
+    assert m.attrs[ms.WORLD_SIZE] == 1
+    assert m.attrs[ms.SEED] == SEED
+    config = OmegaConf.create(m.attrs[ms.CONFIG])
+    assert (config.network.layers, config.network.width, config.train.iterations,
+            config.seed, config.dataset.n_train) == (4, 4, ITERATIONS, SEED, 200)
+    np.testing.assert_array_equal(m.train[ms.ITERATION], np.arange(1, ITERATIONS + 1))
+    assert np.all(np.isfinite(m.train[ms.OBJECTIVE]))
+    assert np.all((m.train[ms.ACCURACY] >= 0) & (m.train[ms.ACCURACY] <= 1))
+    # validation before training, every eval_every iterations, and after the last one
+    np.testing.assert_array_equal(m.validation[ms.ITERATION], [0, 2, 3])
+    assert np.all(np.isfinite(m.validation[ms.LOSS]))
+    assert np.all((m.validation[ms.ACCURACY] >= 0) & (m.validation[ms.ACCURACY] <= 1))
+
+
+def test_console_names_the_metrics_file(serial_run):
+    proc, run_dir = serial_run
+    assert proc.returncode == 0, proc.stderr
+    assert str((run_dir / ms.FILE_NAME).resolve()) in proc.stdout
+
+
+def test_run_from_another_directory_writes_there_only(serial_run):
+    proc, run_dir = serial_run
+    assert proc.returncode == 0, proc.stderr
+    assert (run_dir / ms.FILE_NAME).is_file()
+    assert not (REPO / "run").exists()
+
+
+def _options_of(group: str) -> set[str]:
+    return {p.stem for p in (REPO / "conf" / group).glob("*.yaml")}
+
+
+# (arguments, fragments the one error line must contain)
+BAD_INPUTS = {
+    "unknown_option": (["dataset=nope"], ["dataset", "nope"]),
+    "wrong_type": (["network.width=abc"], ["network.width", "abc"]),
+    "misspelled_key": (["network.widht=3"], ["network.widht"]),
+    "zero_layers": (["network.layers=0"], ["network.layers=0"]),
+    "negative_width": (["network.width=-1"], ["network.width=-1"]),
+    "zero_T": (["network.T=0"], ["network.T=0"]),
+    "zero_iterations": (["train.iterations=0"], ["train.iterations=0"]),
+    "width_below_features": (["network.opening=pad", "network.width=1"],
+                             ["network.width=1"]),
+    "batch_above_data": (["optimizer=sgd", "train.batch_size=100000"],
+                         ["train.batch_size=100000"]),
+    "unwritable_dir": (["hydra.run.dir=/proc/lptrain-test"],
+                       ["hydra.run.dir", "/proc/lptrain-test"]),
+}
+
+
+def _bad_args(args, tmp_path) -> list[str]:
+    run = [] if any(a.startswith("hydra.run.dir=") for a in args) else [
+        f"hydra.run.dir={tmp_path / 'run'}"]
+    # the tiny config first, so that the case's own values win
+    return [*run, *TINY, *args]
+
+
+def _assert_one_error(proc, fragments):
+    lines = _error_lines(proc)
+    assert proc.returncode != 0
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(ERROR_PREFIX), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_gives_one_error_line(case, tmp_path):
+    args, fragments = BAD_INPUTS[case]
+    proc = _lptrain(_bad_args(args, tmp_path), cwd=tmp_path)
+    _assert_one_error(proc, fragments)
+    assert not (tmp_path / "run" / ms.FILE_NAME).exists()
+    if case == "unknown_option":
+        line = _error_lines(proc)[0]
+        listed = line.split("available: ", 1)[1].split(", ")
+        assert set(listed) == _options_of("dataset"), line
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("case", ["zero_layers", "batch_above_data"])
+def test_bad_input_under_mpi_is_reported_once(case, tmp_path):
+    # zero_layers fails while the overrides are checked, batch_above_data inside the run
+    args, fragments = BAD_INPUTS[case]
+    proc = _lptrain(_bad_args(args, tmp_path), cwd=tmp_path, ranks=2)
+    _assert_one_error(proc, fragments)
+
+
+def test_killed_run_keeps_finished_iterations(tmp_path):
+    run_dir = tmp_path / "run"
+    path = run_dir / ms.FILE_NAME
+    args = [f"hydra.run.dir={run_dir}", *TINY, "optimizer=adam", "train.iterations=1000000",
+            "eval_every=100000"]
+    seen = 0
+    with open(tmp_path / "stderr.txt", "w") as err:
+        proc = subprocess.Popen([LPTRAIN, *args], cwd=tmp_path, env=ENV,
+                                stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            deadline = time.monotonic() + TIMEOUT
+            while seen < 3 and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+                if path.exists():
+                    try:
+                        seen = read_metrics(path).n_iterations
+                    except ms.MetricsFileError:
+                        pass  # caught the file between its creation and the first flush
+            assert proc.poll() is None, (tmp_path / "stderr.txt").read_text()
+            assert seen >= 3
+            os.kill(proc.pid, signal.SIGKILL)
+            assert proc.wait(timeout=TIMEOUT) == -signal.SIGKILL
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=TIMEOUT)
+    m = read_metrics(path)
+    assert m.status == ms.RUNNING
+    n = m.n_iterations
+    assert n >= seen
+    np.testing.assert_array_equal(m.train[ms.ITERATION], np.arange(1, n + 1))
+    assert np.all(np.isfinite(m.train[ms.OBJECTIVE]))
+    assert m.validation[ms.ITERATION][0] == 0
+
+
+@pytest.mark.mpi
+def test_serial_mode_on_two_ranks_matches_one_rank(serial_run, tmp_path):
+    one_proc, one_dir = serial_run
+    assert one_proc.returncode == 0, one_proc.stderr
+    run_dir = tmp_path / "run"
+    proc = _lptrain([f"hydra.run.dir={run_dir}", *TINY, "mode=serial"], cwd=tmp_path,
+                    ranks=2)
+    assert proc.returncode == 0, proc.stderr
+    one, two = read_metrics(one_dir / ms.FILE_NAME), read_metrics(run_dir / ms.FILE_NAME)
+    assert two.status == ms.COMPLETED
+    assert (two.mode, two.attrs[ms.WORLD_SIZE]) == ("serial", 2)
+    np.testing.assert_allclose(two.train[ms.OBJECTIVE], one.train[ms.OBJECTIVE],
+                               rtol=1e-10, atol=0)
+    np.testing.assert_allclose(two.train[ms.LOSS], one.train[ms.LOSS], rtol=1e-10, atol=0)
+    np.testing.assert_array_equal(two.train[ms.ACCURACY], one.train[ms.ACCURACY])
+    np.testing.assert_array_equal(two.validation[ms.ACCURACY], one.validation[ms.ACCURACY])
+    assert two.timing[ms.COMPUTE].shape == (ITERATIONS, 2)   # one column per rank
+    # only rank 0 wrote: its log and Hydra's record, no per-rank files or error logs
+    assert {p.name for p in run_dir.iterdir()} == {".hydra", "cli.log", ms.FILE_NAME}
+    assert {p.name for p in (run_dir / ".hydra").iterdir()} == {
+        "config.yaml", "hydra.yaml", "overrides.yaml"}
+    hydra_record = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml")
+    assert hydra_record.hydra.output_subdir == ".hydra"   # rank 0's, not rank 1's
+    assert _error_lines(proc) == []
+
+
+def test_multirun_sweeps_seeds(tmp_path):
+    sweep = tmp_path / "sweep"
+    unseeded = [a for a in TINY if not a.startswith("seed=")]
+    proc = _lptrain(["-m", f"hydra.sweep.dir={sweep}", *unseeded, "seed=1,2"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    runs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    assert [p.name for p in runs] == ["0", "1"]
+    metrics = [read_metrics(p / ms.FILE_NAME) for p in runs]
+    assert [m.status for m in metrics] == [ms.COMPLETED, ms.COMPLETED]
+    assert [m.attrs[ms.SEED] for m in metrics] == [1, 2]
+    assert [m.n_iterations for m in metrics] == [ITERATIONS, ITERATIONS]
+    objectives = [m.train[ms.OBJECTIVE] for m in metrics]
+    assert all(math.isfinite(x) for o in objectives for x in o)
+    assert not np.allclose(objectives[0], objectives[1])   # the seeds were applied

@@ -1,0 +1,79 @@
+"""One layer-parallel problem solved on however many ranks this runs on.
+
+Run under mpiexec: rank 0 saves the results to argv[1] for the pytest side,
+which compares them with the same function run on one rank.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from helpers import batch, dense_net  # noqa: E402
+from lptrain.config.schema import LBFGSOptions, SGDOptions  # noqa: E402
+from lptrain.mgrit.options import MGRITOptions  # noqa: E402
+from lptrain.parallel.layer_parallel import LayerParallel  # noqa: E402
+from lptrain.train.optimizers import LBFGS, SGD  # noqa: E402
+from lptrain.train.oracles import (Batch, MGRITOracle, SerialOracle,  # noqa: E402
+                                   SimultaneousOracle)
+
+N = 30
+SOLVERS = {"V3": dict(levels=3, cfactor0=2, cfactor=2, nrelax0=0, nrelax=1),
+           "F4": dict(levels=4, cfactor0=2, cfactor=3, cycle="F", coarse_weights="average"),
+           "V4a": dict(levels=4, cfactor0=2, cfactor=3, coarse_weights="average"),
+           "F4i": dict(levels=4, cfactor0=2, cfactor=3, cycle="F"),
+           "V4i": dict(levels=4, cfactor0=2, cfactor=3)}
+
+
+def gather_states(exchange, comm, local):
+    if comm is None:
+        return local
+    parts = comm.gather(local, root=0)
+    return torch.cat(parts) if parts is not None else None
+
+
+def trajectory(oracle, optimizer, theta, x, y, steps=5):
+    out = []
+    for _ in range(steps):
+        oracle.begin(Batch(x, y))
+        theta, info = optimizer.step(theta, oracle)
+        out.append(info.objective)
+    return torch.tensor(out, dtype=torch.float64), theta
+
+
+def run(exchange, comm=None) -> dict:
+    net, theta = dense_net(layers=N, width=4, T=3.0, activation="tanh", gamma_ddt=1e-3)
+    x, y = batch(net, n=40)
+    results = {}
+    for name, opts in SOLVERS.items():
+        lp = LayerParallel(net, MGRITOptions(tol=0.0, **opts), exchange)
+        for iters in (2, 40):
+            res = lp.forward(theta, x, max_iter=iters, tol=0.0)
+            ev = lp.evaluate(theta, res.states, y, x.shape[0], True)
+            grad, ares = lp.backward(theta, x, res.states, ev, max_iter=iters, tol=0.0)
+            results[f"{name}-{iters}-states"] = gather_states(exchange, comm, res.states.clone())
+            results[f"{name}-{iters}-grad"] = grad
+            results[f"{name}-{iters}-fwd"] = torch.tensor(res.history)
+            results[f"{name}-{iters}-adj"] = torch.tensor(ares.history)
+    mo = MGRITOptions(tol=1e-11, max_iter=50, **SOLVERS["V3"])
+    so = MGRITOptions(fwd_iters=2, adj_iters=1, **SOLVERS["V3"])
+    results["traj-serial"], _ = trajectory(SerialOracle(net, exchange), LBFGS(LBFGSOptions()),
+                                           theta, x, y)
+    results["traj-mgrit"], _ = trajectory(MGRITOracle(net, exchange, mo),
+                                          LBFGS(LBFGSOptions()), theta, x, y)
+    results["traj-simultaneous"], _ = trajectory(SimultaneousOracle(net, exchange, so),
+                                                 LBFGS(LBFGSOptions()), theta, x, y)
+    results["traj-sgd-serial"], _ = trajectory(SerialOracle(net, exchange),
+                                               SGD(SGDOptions(lr=0.1)), theta, x, y)
+    return results
+
+
+if __name__ == "__main__":
+    from lptrain.parallel.context import make_exchange, world
+    comm = world()
+    out = run(make_exchange(comm), comm)
+    if comm.Get_rank() == 0:
+        torch.save(out, sys.argv[1])

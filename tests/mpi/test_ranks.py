@@ -1,0 +1,54 @@
+"""1 rank against 2, 3 and 4 ranks (oversubscribed): same states, gradients, trajectories."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+import ranks_case  # noqa: E402
+from helpers import batch, dense_net, serial_objective_and_grad  # noqa: E402
+from lptrain.mgrit.exchange import SerialExchange  # noqa: E402
+
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+pytestmark = pytest.mark.mpi
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return ranks_case.run(SerialExchange())
+
+
+def launch(ranks: int, out: Path) -> dict:
+    env = dict(os.environ, MPIR_CVAR_ENABLE_HEAVY_YIELD="1", OMP_NUM_THREADS="1")
+    cmd = [str(MPIEXEC), "-n", str(ranks), sys.executable,
+           str(Path(ranks_case.__file__)), str(out)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return torch.load(out)
+
+
+def test_one_rank_matches_serial_network(reference):
+    net, theta = dense_net(layers=ranks_case.N, width=4, T=3.0, activation="tanh",
+                           gamma_ddt=1e-3)
+    x, y = batch(net, n=40)
+    value, grad, states = serial_objective_and_grad(net, theta, x, y)
+    for name in ranks_case.SOLVERS:
+        got = reference[f"{name}-40-states"]
+        assert float((got - states).norm() / states.norm()) <= 1e-10
+        g = reference[f"{name}-40-grad"].clone()
+        net.regulariser(theta, g)
+        assert float((g - grad).norm() / grad.norm()) <= 1e-8
+    assert reference["traj-mgrit"] == pytest.approx(reference["traj-serial"], rel=1e-8)
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 4])
+def test_many_ranks_equal_one_rank(ranks, reference, tmp_path):
+    got = launch(ranks, tmp_path / "out.pt")
+    assert set(got) == set(reference)
+    for key, ref in reference.items():
+        assert got[key].shape == ref.shape, key
+        scale = max(float(ref.abs().max()), 1e-30)
+        assert float((got[key] - ref).abs().max()) <= 1e-10 * scale, key

@@ -1,0 +1,177 @@
+"""Every config group option and experiment overlay composes into validated options.
+
+Composition goes through Hydra's compose API against conf/ (no subprocess); validation is
+lptrain.app.options, i.e. the typed schema and its __post_init__ checks.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ValidationError
+
+from lptrain.app import options
+from lptrain.config.schema import Config, dataset_options, register_configs
+from lptrain.errors import ConfigError
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+# The options each group must offer (a group may offer more; those are tested too).
+DOCUMENTED = {
+    "dataset": {"peaks", "indian_pines", "mnist", "fashion_mnist"},
+    "network": {"dense", "conv"},
+    "optimizer": {"lbfgs", "sgd", "adam"},
+    "mode": {"serial", "mgrit", "simultaneous"},
+    "mgrit": {"default", "paper"},
+}
+# Groups whose options carry their own name in a `name` field.
+NAMED = ("dataset", "network", "optimizer", "mode")
+
+REQUIRED_KEYS = ("dataset", "network.width", "network.layers", "network.T",
+                 "network.activation", "optimizer", "train.iterations", "train.batch_size",
+                 "eval_every", "seed", "mode", "dtype", "device")
+
+
+def _yaml_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+GROUP_OPTIONS = [(group, name) for group in DOCUMENTED for name in _yaml_options(group)]
+EXPERIMENTS = _yaml_options("experiment")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _schema():
+    register_configs()
+
+
+def _compose(*overrides: str) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def _values(path: Path) -> dict:
+    """The values a YAML file sets, as {dotted key: value}, without its defaults list."""
+    raw = OmegaConf.to_container(OmegaConf.load(path))
+    raw.pop("defaults", None)
+    flat: dict = {}
+
+    def walk(prefix: str, node) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(f"{prefix}{key}.", value)
+        else:
+            flat[prefix[:-1]] = node
+
+    walk("", raw)
+    return flat
+
+
+def _attr(obj, dotted: str):
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def test_default_config_validates():
+    opts = options(_compose())
+    assert isinstance(opts, Config)
+    assert (opts.dataset.name, opts.network.name, opts.optimizer.name, opts.mode.name) == (
+        "peaks", "dense", "lbfgs", "serial")
+
+
+@pytest.mark.parametrize("group", sorted(DOCUMENTED))
+def test_group_offers_the_documented_options(group):
+    assert DOCUMENTED[group] <= set(_yaml_options(group))
+
+
+@pytest.mark.parametrize(("group", "name"), GROUP_OPTIONS)
+def test_every_group_option_composes_and_validates(group, name):
+    opts = options(_compose(f"{group}={name}"))
+    chosen = getattr(opts, group)
+    if group in NAMED:
+        assert chosen.name == name
+    if group == "dataset":
+        assert type(chosen) is dataset_options()[name]
+    # every value the file sets reaches the typed options unchanged
+    values = _values(CONF / group / f"{name}.yaml")
+    for key, value in values.items():
+        assert _attr(chosen, key) == value, f"{group}/{name}.yaml: {key}"
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_overlay_composes_and_wins(name):
+    cfg = _compose(f"experiment={name}")
+    options(cfg)
+    values = _values(CONF / "experiment" / f"{name}.yaml")
+    assert values, f"experiment/{name}.yaml sets nothing"
+    for key, value in values.items():
+        assert OmegaConf.select(cfg, key) == value, f"experiment/{name}.yaml: {key}"
+
+
+def test_peaks_paper_has_the_authors_values():
+    opts = options(_compose("experiment=peaks_paper"))
+    net = opts.network
+    assert opts.dataset.name == "peaks"
+    assert (net.name, net.width, net.layers, net.T) == ("dense", 8, 30, 1.0)
+    assert (net.activation, net.bias, net.init) == ("smoothrelu", "scalar", "uniform")
+    assert net.h == pytest.approx(1.0 / 30, rel=1e-15)
+    assert (opts.optimizer.name, opts.optimizer.memory) == ("lbfgs", 10)
+    assert opts.train.iterations == 130
+    assert opts.train.batch_size is None
+
+
+def test_experiment_values_can_still_be_overridden():
+    opts = options(_compose("experiment=peaks_paper", "train.iterations=7",
+                            "network.layers=6"))
+    assert (opts.train.iterations, opts.network.layers, opts.network.width) == (7, 6, 8)
+
+
+@pytest.mark.parametrize("key", REQUIRED_KEYS)
+def test_required_key_exists_with_this_name(key):
+    cfg = _compose()
+    node = cfg
+    for part in key.split("."):
+        assert isinstance(node, DictConfig) and part in node, f"{key}: no {part!r}"
+        assert not OmegaConf.is_missing(node, part), f"{key} is missing"
+        node = node[part]
+    _attr(options(cfg), key)  # the typed options have it under the same name
+
+
+@pytest.mark.parametrize("override", ["network.widht=3", "train.iteration=3", "sede=1",
+                                      "optimizer.memmory=5"])
+def test_misspelled_key_fails(override):
+    with pytest.raises(ConfigCompositionException) as err:
+        _compose(override)
+    cause = err.value.__cause__
+    assert isinstance(cause, ConfigAttributeError)
+    assert cause.full_key == override.split("=")[0]
+
+
+@pytest.mark.parametrize("override", ["network.width=abc", "network.layers=2.5",
+                                      "network.T=long", "train.iterations=many",
+                                      "seed=x", "eval_every=[1]"])
+def test_wrong_type_fails(override):
+    with pytest.raises(ConfigCompositionException) as err:
+        _compose(override)
+    cause = err.value.__cause__
+    assert isinstance(cause, ValidationError)
+    assert cause.full_key == override.split("=")[0]
+
+
+@pytest.mark.parametrize(("key", "raw", "typed"), [
+    ("network.layers", "0", 0), ("network.layers", "-3", -3),
+    ("network.width", "0", 0), ("network.width", "-1", -1),
+    ("network.T", "0", 0.0), ("network.T", "-0.5", -0.5),
+    ("train.iterations", "0", 0), ("train.iterations", "-2", -2),
+])
+def test_non_positive_value_raises_config_error(key, raw, typed):
+    cfg = _compose(f"{key}={raw}")   # the type is right, so composing succeeds
+    with pytest.raises(ConfigError) as err:
+        options(cfg)
+    message = str(err.value)
+    assert key in message
+    assert repr(typed) in message.split(key, 1)[1], message
