@@ -54,7 +54,7 @@ def build(opts: Config, comm):
     _check(opts, data)
     net = ResNet(opts.network, data.feature_shape, data.n_classes)
     theta = net.init_params(opts.seed, DTYPES[opts.dtype], opts.device)
-    oracle = make_oracle(opts.mode, net, ex, opts.mgrit)
+    oracle = make_oracle(opts.mode, net, ex, opts.mgrit, opts.train.batch_size is not None)
     return ex, data, net, theta, oracle, OPTIMIZERS[opts.optimizer.name](opts.optimizer)
 
 

@@ -55,7 +55,7 @@ def autograd_objective(net, theta, x, y):
     st = net.stepper(theta)
     u = net.opening(theta, x)
     for n in range(o.layers):
-        u = st.step(u, n, net.h)[0]
+        u = st.step(u, n, net.h)
     loss = net.classify(theta, u, y, x.shape[0], False)[0]
     reg = 0.0
     for blk in net.layout.blocks.values():

@@ -41,6 +41,7 @@ class CycleOptions:
     nrelax: int = 1
     cycle: str = "V"
     skip_first_down: bool = True
+    linear: bool = False   # Φ linear in u: coarse levels solve for corrections (no Φ^Δ(v))
 
 
 @dataclass
@@ -53,6 +54,7 @@ class _LevelState:
     X: torch.Tensor | None = None   # states at this rank's points
     G: torch.Tensor | None = None   # FAS right-hand side (None: zero, level 0)
     cs: tuple[int, ...] = field(default=())  # this rank's C-points
+    correction: bool = False        # X holds a correction (linear coarse level)
 
     @property
     def empty(self) -> bool:
@@ -83,52 +85,86 @@ class MGRIT:
         template: a tensor of the state's shape, dtype and device (every rank);
         u0: the initial state, needed on the rank owning point 0;
         warm: this rank's level-0 states from an earlier solve (else cold start).
+        The result lives in one of two buffers the solver alternates between,
+        never in `warm`, so a warm start stays valid until the next solve.
         """
         self.prop = prop
         self._allocate(template)
         top = self.levels[0]
-        if warm is not None and warm.data_ptr() != top.X.data_ptr():
-            top.X.copy_(warm)
-        elif warm is None:
-            top.X.zero_()
+        work = self._buffers[1] if warm is not None and \
+            warm.data_ptr() == self._buffers[0].data_ptr() else self._buffers[0]
+        top.X = work
+        if warm is None and len(self.levels) > 1:
+            _scatter(work, [c - top.lo for c in top.cs], torch.zeros_like(work[:1]))
         if top.lo == 0:
-            top.X[0] = u0
+            for buf in (work, warm):
+                if buf is not None:
+                    buf[0] = u0
         if len(self.levels) == 1:
             self._timed(0, "coarse", self._serial_solve, top)
-            return SolveResult(top.X, [0.0], 1, True)
-        return self._iterate(cold=warm is None, max_iter=max_iter, tol=tol, rtol=rtol)
+            return SolveResult(work, [0.0], 1, True)
+        return self._iterate(work, warm, max_iter, tol, rtol)
 
-    def _iterate(self, cold, max_iter, tol, rtol) -> SolveResult:
-        top, history, fresh = self.levels[0], [], False
+    def resume(self, max_iter: int, tol: float = 0.0, rtol: float = 0.0) -> SolveResult:
+        """More iterations on the result of the last solve, in place, same propagator."""
+        top = self.levels[0]
+        if len(self.levels) == 1:
+            return SolveResult(top.X, [0.0], 0, True)
+        return self._iterate(top.X, None, max_iter, tol, rtol, fresh=True)
+
+    def _iterate(self, work, warm, max_iter, tol, rtol, fresh=False) -> SolveResult:
+        top, history = self.levels[0], []
+        skip = self.opt.skip_first_down and not fresh
         for k in range(max_iter):
-            if k == 0 and cold and self.opt.skip_first_down:
+            if k == 0 and skip and warm is None:      # cold: coarse propagation of u_0
                 self._cycle(1, "V", skip=True, from_injection=True)
             else:
-                self._relax(top, self.opt.nrelax0, skip_first_f=fresh)
-                norm = math.sqrt(self.ex.allreduce_sum(self._restrict(top)))
+                if k == 0 and skip:                   # warm: V(0,1), no down relaxation
+                    top.X = warm
+                elif k == 0 and warm is not None:
+                    self._copy_c_points(warm, work)
+                    self._relax(top, self.opt.nrelax0)
+                else:
+                    self._relax(top, self.opt.nrelax0, skip_first_f=fresh)
+                norm = self._norm(self._restrict(top))
                 history.append(norm)
-                if norm <= max(tol, rtol * history[0]) or not math.isfinite(norm):
-                    return SolveResult(top.X, history, k, math.isfinite(norm))
-                self._cycle(1, self.opt.cycle)
+                # on the warm states themselves the F-points are not relaxed: no exit
+                if top.X is work and (norm <= max(tol, rtol * history[0])
+                                      or not math.isfinite(norm)):
+                    return SolveResult(work, history, k, math.isfinite(norm))
+                top.X = work
+                self._cycle(1, self.opt.cycle, skip=(k == 0 and skip))
             self._correct(top)
             self._timed(0, "relax", self._f_relax, top)
             fresh = True
-        return SolveResult(top.X, history, max_iter, False)
+        norm = self._norm(self._residual(top))        # of the returned states
+        history.append(norm)
+        return SolveResult(work, history, max_iter, norm <= max(tol, rtol * history[0]))
+
+    def _norm(self, local_sq: float) -> float:
+        return math.sqrt(self.ex.allreduce_sum(local_sq))
+
+    def _copy_c_points(self, src, dst):
+        top = self.levels[0]
+        idx = [c - top.lo for c in top.cs]
+        _scatter(dst, idx, _gather(src, idx))
 
     # -- cycles ------------------------------------------------------------------
     def _cycle(self, l: int, kind: str, skip: bool = False, from_injection: bool = False):
+        """One cycle on level l ≥ 1; skip: no down relaxation (first cycle)."""
         lv = self.levels[l]
         if from_injection:
             self._inject(self.levels[l - 1])
         if l == len(self.levels) - 1:
             self._timed(l, "coarse", self._serial_solve, lv)
             return
-        if skip:
+        if skip and from_injection:
             self._cycle(l + 1, kind, skip=True, from_injection=True)
         else:
-            self._relax(lv, self.opt.nrelax)
+            if not skip:
+                self._relax(lv, self.opt.nrelax)
             self._restrict(lv)
-            self._cycle(l + 1, kind)
+            self._cycle(l + 1, kind, skip=skip)
             if kind == "F" and l + 1 < len(self.levels) - 1:
                 self._cycle(l + 1, "V")
         self._correct(lv)
@@ -151,8 +187,8 @@ class MGRIT:
         own = [c for c in lv.cs if c < n - 1]
         ends = [min(_next_c(level, c), lv.hi) for c in own]
         lengths = [e - c - 1 for c, e in zip(own, ends)]
-        for s in range(max(lengths, default=0)):
-            active = [c + s for c, L in zip(own, lengths) if L > s]
+        for sub in range(max(lengths, default=0)):
+            active = [c + sub for c, L in zip(own, lengths) if L > sub]
             self._advance(lv, active)
         send = lv.right is not None and not level.is_c(lv.hi)
         if send and own:
@@ -160,9 +196,8 @@ class MGRIT:
         if lv.lo > 0 and not level.is_c(lv.lo):
             x = self._recv(lv)
             stop = lv.cs[0] if lv.cs else lv.hi   # first C-point ends the interval
-            x = self._store(lv, lv.lo, self._phi(lv, lv.lo - 1, x))
-            for i in range(lv.lo + 1, stop):
-                x = self._store(lv, i, self._phi(lv, i - 1, x))
+            for i in range(lv.lo, stop):
+                x = self._phi(lv, i - 1, x, out=lv.X[i - lv.lo])
             if send and not own:
                 self.ex.send(lv.X[-1], lv.right)
         self.ex.wait()
@@ -190,18 +225,29 @@ class MGRIT:
         self.ex.wait()
         return out
 
+    def _residual(self, lv: _LevelState, park: bool = False) -> float:
+        """Σ‖r_c‖² over this rank's C-points, r_c = Φ(u_{c-1}) + g_c − u_c.
+
+        With park, r is stored in the next level's rhs for the restriction.
+        """
+        t0 = time.perf_counter()
+        sq = 0.0
+        coarse = self.levels[lv.index + 1] if park else None
+        for pos, phi in self._c_steps(lv):
+            r = phi.sub_(_gather(lv.X, [p - lv.lo for p in pos]))
+            sq += float(r.pow(2).sum())
+            if park:
+                cidx = [self.h.levels[lv.index].count_c_below(p) - coarse.lo for p in pos]
+                _scatter(coarse.G, cidx, r)
+        self.timers[(lv.index, "residual")] += time.perf_counter() - t0
+        return sq
+
     def _restrict(self, lv: _LevelState) -> float:
         """FAS restriction to the next level; returns this rank's Σ‖r_c‖²."""
+        sq = self._residual(lv, park=True)
         t0 = time.perf_counter()
-        coarse, sq = self.levels[lv.index + 1], 0.0
-        for pos, phi in self._c_steps(lv):
-            idx = [p - lv.lo for p in pos]
-            r = phi.sub_(_gather(lv.X, idx))      # r_c = Φ(u_{c-1}) + g_c − u_c
-            sq += float(r.pow(2).sum())
-            cidx = [self.h.levels[lv.index].count_c_below(p) - coarse.lo for p in pos]
-            _scatter(coarse.G, cidx, r)            # park r_c in the coarse rhs
         self._inject(lv, keep_rhs=True)
-        self.timers[(lv.index, "residual")] += time.perf_counter() - t0
+        self.timers[(lv.index, "restrict")] += time.perf_counter() - t0
         return sq
 
     def _inject(self, lv: _LevelState, keep_rhs: bool = False):
@@ -213,6 +259,12 @@ class MGRIT:
         if coarse.empty:
             return
         local = [c - lv.lo for c in lv.cs]
+        coarse.correction = keep_rhs and self.opt.linear
+        if coarse.correction:              # linear: e = 0, rhs = r (parked), e_0 = 0
+            coarse.X.zero_()
+            if coarse.lo == 0:
+                coarse.G[0] = 0.0
+            return
         coarse.X.copy_(_gather(lv.X, local))
         if not keep_rhs:
             if lv.G is None:
@@ -243,10 +295,15 @@ class MGRIT:
         return out
 
     def _correct(self, lv: _LevelState):
-        """u_c ← coarse solution at this rank's C-points (FAS with injection)."""
+        """u_c ← coarse solution (FAS with injection), or u_c += correction (linear)."""
         coarse = self.levels[lv.index + 1]
-        if not coarse.empty:
-            _scatter(lv.X, [c - lv.lo for c in lv.cs], coarse.X)
+        if coarse.empty:
+            return
+        idx = [c - lv.lo for c in lv.cs]
+        if coarse.correction:
+            lv.X[_index(idx)] += coarse.X
+        else:
+            _scatter(lv.X, idx, coarse.X)
 
     def _serial_solve(self, lv: _LevelState):
         """Sequential stepping through the level, pipelined across ranks."""
@@ -254,51 +311,56 @@ class MGRIT:
             return
         x = self._recv(lv) if lv.lo > 0 else lv.X[0]
         for i in range(max(lv.lo, 1), lv.hi):
-            x = self._store(lv, i, self._phi(lv, i - 1, x))
+            x = self._phi(lv, i - 1, x, out=lv.X[i - lv.lo])
         if lv.right is not None:
             self.ex.send(lv.X[-1], lv.right)
         self.ex.wait()
 
     # -- helpers -------------------------------------------------------------------
     def _allocate(self, template: torch.Tensor):
-        for lv in self.levels:
+        shape0 = (self.levels[0].hi - self.levels[0].lo, *template.shape)
+        bufs = getattr(self, "_buffers", None)
+        if bufs is not None and bufs[0].shape == shape0 and bufs[0].dtype == template.dtype \
+                and bufs[0].device == template.device:
+            return
+        self._buffers = [template.new_zeros(shape0), template.new_zeros(shape0)]
+        for lv in self.levels[1:]:
             shape = (lv.hi - lv.lo, *template.shape)
-            if lv.X is None or lv.X.shape != shape or lv.X.dtype != template.dtype \
-                    or lv.X.device != template.device:
-                lv.X = template.new_zeros(shape)
-                lv.G = template.new_zeros(shape) if lv.index > 0 else None
+            lv.X, lv.G = template.new_zeros(shape), template.new_zeros(shape)
         self._template = template
 
     def _recv(self, lv: _LevelState) -> torch.Tensor:
         return self.ex.recv(self._template, lv.left)
 
-    def _step(self, lv: _LevelState, i: int, x: torch.Tensor) -> torch.Tensor:
+    def _step(self, lv: _LevelState, i: int, x: torch.Tensor, out=None) -> torch.Tensor:
         pts = self.h.levels[lv.index].points
-        return self.prop.step(x, pts[i], pts[i + 1])
+        return self.prop.step(x, pts[i], pts[i + 1], out=out, save=lv.index == 0)
 
-    def _steps(self, lv: _LevelState, src: list[int]) -> torch.Tensor:
+    def _steps(self, lv: _LevelState, src: list[int], out=None) -> torch.Tensor:
         pts = self.h.levels[lv.index].points
         U = _gather(lv.X, [i - lv.lo for i in src])
-        return self.prop.step_many(U, [pts[i] for i in src], [pts[i + 1] for i in src])
+        return self.prop.step_many(U, [pts[i] for i in src], [pts[i + 1] for i in src],
+                                   out=out, save=lv.index == 0)
 
-    def _phi(self, lv: _LevelState, i: int, x: torch.Tensor) -> torch.Tensor:
+    def _phi(self, lv: _LevelState, i: int, x: torch.Tensor, out=None) -> torch.Tensor:
         """Φ(x) + g_{i+1} for the step from point i."""
-        y = self._step(lv, i, x)
+        y = self._step(lv, i, x, out)
         return y if lv.G is None else y.add_(lv.G[i + 1 - lv.lo])
 
-    def _phi_many(self, lv: _LevelState, src: list[int]) -> torch.Tensor:
-        y = self._steps(lv, src)
+    def _phi_many(self, lv: _LevelState, src: list[int], out=None) -> torch.Tensor:
+        y = self._steps(lv, src, out)
         if lv.G is not None:
             y.add_(_gather(lv.G, [i + 1 - lv.lo for i in src]))
         return y
 
     def _advance(self, lv: _LevelState, src: list[int]):
+        """Φ + g from each point in src into the next point, written in place."""
         for run in _runs(src):
-            _scatter(lv.X, [i + 1 - lv.lo for i in run], self._phi_many(lv, run))
-
-    def _store(self, lv: _LevelState, i: int, x: torch.Tensor) -> torch.Tensor:
-        lv.X[i - lv.lo] = x
-        return lv.X[i - lv.lo]
+            idx = _index([i + 1 - lv.lo for i in run])
+            if isinstance(idx, slice):
+                self._phi_many(lv, run, out=lv.X[idx])
+            else:
+                lv.X[idx] = self._phi_many(lv, run)
 
     def _timed(self, level: int, kind: str, fn, *args):
         t0 = time.perf_counter()

@@ -20,6 +20,8 @@ class Activation:
     name: str
     forward: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
     derivative: Callable[[torch.Tensor], torch.Tensor]
+    # σ(z) computed in place in z (z is scratch); the saved data also into `save`
+    forward_: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
 
     def __call__(self, z: torch.Tensor) -> torch.Tensor:
         return self.forward(z)[0]
@@ -33,6 +35,18 @@ def _tanh_forward(z):
 def _tanh_derivative(a):
     # σ′ = 1 − tanh²; computed as −(a² − 1) in one fused op
     return torch.addcmul(torch.ones_like(a), a, a, value=-1.0)
+
+
+def _tanh_forward_(z, save):
+    return torch.tanh(z, out=save) if save is not None else z.tanh_()
+
+
+def _keep_z(fn):
+    def forward_(z, save):
+        if save is not None:
+            save.copy_(z)
+        return fn(z)
+    return forward_
 
 
 def _relu_forward(z):
@@ -59,7 +73,9 @@ def _smooth_relu_derivative(z, eta: float = SMOOTH_RELU_ETA):
 
 
 ACTIVATIONS: dict[str, Activation] = {
-    "tanh": Activation("tanh", _tanh_forward, _tanh_derivative),
-    "relu": Activation("relu", _relu_forward, _relu_derivative),
-    "smoothrelu": Activation("smoothrelu", _smooth_relu_forward, _smooth_relu_derivative),
+    "tanh": Activation("tanh", _tanh_forward, _tanh_derivative, _tanh_forward_),
+    "relu": Activation("relu", _relu_forward, _relu_derivative,
+                       _keep_z(lambda z: z.relu_())),
+    "smoothrelu": Activation("smoothrelu", _smooth_relu_forward, _smooth_relu_derivative,
+                             _keep_z(smooth_relu)),
 }

@@ -14,10 +14,7 @@ def propagate(stepper, u0: torch.Tensor, h: float, save: bool = True):
     states[0] = u0
     saved = u0.new_empty((N, *u0.shape)) if save else None
     for n in range(N):
-        nxt, s = stepper.step(states[n], n, h, save)
-        states[n + 1] = nxt
-        if save:
-            saved[n] = s
+        stepper.step(states[n], n, h, save=saved[n] if save else None, out=states[n + 1])
     return states, saved
 
 

@@ -30,23 +30,23 @@ class DenseSteps:
         return self.K[start:stop].mean(0), self.b[start:stop].mean(0)
 
     # -- forward ---------------------------------------------------------------
-    def apply(self, u, K, b, h, save: bool = False):
-        """One step with explicit weights; returns (u_next, saved or None).
+    def apply(self, u, K, b, h, save=None, out=None):
+        """One step with explicit weights: u + h·σ(K u + b), written into `out` if given.
 
         u (B, w) with K (w, w), or u (m, B, w) with K (m, w, w) and h a
-        float or a tensor of m step sizes.
+        float or a tensor of m step sizes.  `save`, if given, receives what
+        the adjoint needs (σ(z) for tanh, z otherwise).
         """
         if u.dim() == 2:
             z = torch.addmm(b, u, K.t())
         else:
             z = torch.baddbmm(b.unsqueeze(1), u, K.transpose(1, 2))
-        a, saved = self.act.forward(z)
-        return _euler(u, a, h), (saved if save else None)
+        return _euler(u, self.act.forward_(z, save), h, out)
 
-    def step(self, u, n: int, h: float, save: bool = False):
+    def step(self, u, n: int, h: float, save=None, out=None):
         """u_{n+1} = u_n + h·σ(K_n u_n + b_n)."""
         K, b = self.weights(n)
-        return self.apply(u, K, b, h, save)
+        return self.apply(u, K, b, h, save, out)
 
     # -- adjoint ---------------------------------------------------------------
     def linearize(self, u, K, b):
@@ -91,17 +91,18 @@ class ConvSteps:
         bias = b.expand(K.shape[0]) if b.numel() == 1 else b
         return F.conv2d(u, K, bias, padding=1)
 
-    def apply(self, u, K, b, h, save: bool = False):
+    def apply(self, u, K, b, h, save=None, out=None):
         if u.dim() == 4:
-            a, saved = self.act.forward(self._z(u, K, b))
-            return _euler(u, a, h), (saved if save else None)
-        outs = [self.apply(u[i], K[i], b[i], _item(h, i), save) for i in range(u.shape[0])]
-        nxt = torch.stack([o[0] for o in outs])
-        return nxt, (torch.stack([o[1] for o in outs]) if save else None)
+            return _euler(u, self.act.forward_(self._z(u, K, b), save), h, out)
+        out = torch.empty_like(u) if out is None else out
+        for i in range(u.shape[0]):
+            self.apply(u[i], K[i], b[i], _item(h, i), None if save is None else save[i],
+                       out[i])
+        return out
 
-    def step(self, u, n: int, h: float, save: bool = False):
+    def step(self, u, n: int, h: float, save=None, out=None):
         K, b = self.weights(n)
-        return self.apply(u, K, b, h, save)
+        return self.apply(u, K, b, h, save, out)
 
     def linearize(self, u, K, b):
         if u.dim() == 4:
@@ -129,10 +130,10 @@ class ConvSteps:
 STEPPERS = {"dense": DenseSteps, "conv": ConvSteps}
 
 
-def _euler(u, a, h):
+def _euler(u, a, h, out=None):
     if isinstance(h, torch.Tensor):
-        return torch.addcmul(u, _bcast(h, a), a)
-    return u.add(a, alpha=h)
+        return torch.addcmul(u, _bcast(h, a), a, out=out)
+    return torch.add(u, a, alpha=h, out=out)
 
 
 def _bcast(h, like):

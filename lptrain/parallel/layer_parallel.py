@@ -36,11 +36,12 @@ class LayerParallel:
         self.N = N
         self.hier = build_hierarchy(N, options.cfactor0, options.cfactor, options.levels,
                                     options.min_coarse, exchange.size)
-        cyc = CycleOptions(options.nrelax0, options.nrelax, options.cycle,
-                           options.skip_first_down)
-        self.fwd = MGRIT(self.hier, exchange, cyc)
+        cyc = dict(nrelax0=options.nrelax0, nrelax=options.nrelax, cycle=options.cycle,
+                   skip_first_down=options.skip_first_down)
+        self.fwd = MGRIT(self.hier, exchange, CycleOptions(**cyc))
         self.rev = self.hier.reversed()
-        self.adj = MGRIT(self.rev, exchange.reversed(), cyc)
+        self.adj = MGRIT(self.rev, exchange.reversed(), CycleOptions(linear=True, **cyc))
+        self._saved = None
         self.lo, self.hi = self.hier.ranges[0][exchange.rank]
         self.rev_lo = self.rev.ranges[0][exchange.size - 1 - exchange.rank][0]
         self.first, self.last = self.lo == 0, self.hi == N + 1
@@ -53,14 +54,37 @@ class LayerParallel:
         return x.new_empty((x.shape[0], *self.net.state_shape))
 
     # -- forward ---------------------------------------------------------------
-    def forward(self, theta, x, warm=None, max_iter=None, tol=None) -> SolveResult:
-        """Forward MGRIT: this rank's states u_lo..u_{hi−1}."""
+    @property
+    def saved_first(self) -> int:
+        """First layer whose activations this rank's forward solve saves."""
+        return max(self.lo - 1, 0)
+
+    def forward(self, theta, x, warm=None, max_iter=None, tol=None, save=True,
+                resume=False) -> SolveResult:
+        """Forward MGRIT: this rank's states u_lo..u_{hi−1}.
+
+        With save, the finest-level activations stay for the next backward();
+        resume continues the last solve (same θ and x) in place.
+        """
         o = self.opt
-        prop = ForwardPropagator(self.net.stepper(theta), self.net.h, o.coarse_weights)
+        if resume:
+            return self.fwd.resume(max_iter, 0.0 if tol is None else tol, o.rtol)
+        template = self.template(x)
+        saved = self._saved_buffer(template) if save else None
+        prop = ForwardPropagator(self.net.stepper(theta), self.net.h, o.coarse_weights,
+                                 saved, self.saved_first)
         u0 = self.net.opening(theta, x) if self.first else None
-        return self.fwd.solve(prop, self.template(x), u0, warm,
+        return self.fwd.solve(prop, template, u0, warm,
                               max_iter=o.max_iter if max_iter is None else max_iter,
                               tol=o.tol if tol is None else tol, rtol=o.rtol)
+
+    def _saved_buffer(self, template):
+        n = min(self.hi - 1, self.N) - self.saved_first
+        shape = (n, *template.shape)
+        if self._saved is None or self._saved.shape != shape \
+                or self._saved.dtype != template.dtype:
+            self._saved = template.new_zeros(shape)
+        return self._saved
 
     def evaluate(self, theta, states, labels, n_total: int, want_grad: bool) -> Evaluation:
         """Loss and hits of u_N (computed on the last rank, shared with all)."""
@@ -76,21 +100,32 @@ class LayerParallel:
 
     # -- adjoint ---------------------------------------------------------------
     def backward(self, theta, x, states, ev: Evaluation, warm=None, max_iter=None,
-                 tol=None) -> tuple[torch.Tensor, SolveResult]:
-        """Adjoint MGRIT and the loss gradient ∂loss/∂θ (summed over ranks)."""
+                 tol=None, resume=False) -> tuple[torch.Tensor, SolveResult]:
+        """Adjoint MGRIT and the loss gradient ∂loss/∂θ (summed over ranks).
+
+        `states` must come from the last forward() with save=True; resume
+        continues the last adjoint solve in place.
+        """
         o, net = self.opt, self.net
         stepper = net.stepper(theta)
-        lin = self._linearisation_states(states)
-        prop = AdjointPropagator(stepper, net.h, self.N, lin, self.lo, o.coarse_weights)
-        res = self.adj.solve(prop, self.template(x), ev.lamN, warm,
-                             max_iter=o.adjoint_max_iter if max_iter is None else max_iter,
-                             tol=o.adjoint_tol if tol is None else tol, rtol=o.rtol)
+        max_iter = o.adjoint_max_iter if max_iter is None else max_iter
+        tol = o.adjoint_tol if tol is None else tol
+        if resume:
+            dsig = self._dsig_last
+            res = self.adj.resume(max_iter, tol, o.rtol)
+        else:
+            extra = self._next_first_state(states)
+            dsig = self._dsig_last = self._dsig(stepper, states, extra)
+            state = (lambda n: states[n - self.lo] if n < self.hi else extra)
+            prop = AdjointPropagator(stepper, net.h, self.N, dsig, self.lo, state,
+                                     o.coarse_weights)
+            res = self.adj.solve(prop, self.template(x), ev.lamN, warm, max_iter=max_iter,
+                                 tol=tol, rtol=o.rtol)
         grad = torch.zeros_like(theta)
         gv = net.layout.views(grad)
         own = min(self.hi, self.N) - self.lo            # layers lo..lo+own−1
         q = [self.N - n - 1 - self.rev_lo for n in range(self.lo, self.lo + own)]
-        lam_next = res.states[torch.tensor(q)]           # λ_{n+1} of each own layer
-        g = prop.dsig[:own].mul(lam_next).mul_(net.h)
+        g = res.states[torch.tensor(q)].mul_(dsig[:own]).mul_(net.h)   # h σ′ ⊙ λ_{n+1}
         gK, gb = stepper.vjp_weights(states[:own], g)
         gv["K"][self.lo:self.lo + own] = gK
         gv["b"][self.lo:self.lo + own] = gb
@@ -101,14 +136,29 @@ class LayerParallel:
             net.opening_vjp(theta, x, res.states[-1], grad)
         return allreduce_tensor(self.ex, grad), res
 
-    def _linearisation_states(self, states):
-        """u_n for this rank's layers plus the next rank's first layer."""
+    def _dsig(self, stepper, states, extra):
+        """σ′ of layers lo..min(hi, N−1): the forward's saved activations where it
+        evaluated them, recomputed for the last one or two layers."""
+        top = min(self.hi, self.N - 1)                 # last layer needed
+        dsig = states.new_empty((top - self.lo + 1, *states.shape[1:]))
+        have = min(self.hi - 2 if not self.last else self.N - 1, top)
+        k = have - self.lo + 1
+        if k > 0:
+            src = self._saved[self.lo - self.saved_first:have - self.saved_first + 1]
+            dsig[:k] = stepper.act.derivative(src)
+        for n in range(max(have + 1, self.lo), top + 1):
+            u = states[n - self.lo] if n < self.hi else extra
+            K, b = stepper.weights(n)
+            dsig[n - self.lo] = stepper.linearize(u, K, b)
+        return dsig
+
+    def _next_first_state(self, states):
+        """u_hi from the next rank (None on the last rank)."""
         left = self.hier.left(0, self.ex.rank)
         if left is not None:
             self.ex.send(states[0], left)
-        if self.last:
-            self.ex.wait()
-            return states[:self.N - self.lo]
-        extra = self.ex.recv(states[0], self.hier.right(0, self.ex.rank))
+        extra = None
+        if not self.last:
+            extra = self.ex.recv(states[0], self.hier.right(0, self.ex.rank))
         self.ex.wait()
-        return torch.cat([states, extra.unsqueeze(0)])
+        return extra

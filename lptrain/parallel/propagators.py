@@ -11,43 +11,57 @@ import torch
 
 
 class ForwardPropagator:
-    """Φ: u ← u + H·σ(K u + b) with the stepper's weights."""
+    """Φ: u ← u + H·σ(K u + b) with the stepper's weights.
 
-    def __init__(self, stepper, h: float, coarse_weights: str = "inject"):
+    With a `saved` buffer, finest-level steps (save=True) leave what the
+    adjoint needs of layer n in saved[n − first], so the adjoint can reuse
+    the forward's activations instead of recomputing them.
+    """
+
+    def __init__(self, stepper, h: float, coarse_weights: str = "inject",
+                 saved: torch.Tensor | None = None, first: int = 0):
         self.st, self.h, self.average = stepper, h, coarse_weights == "average"
+        self.saved, self.first = saved, first
 
     def _weights(self, start: int, stop: int):
         if self.average and stop - start > 1:
             return self.st.mean_weights(start, stop)
         return self.st.weights(start)
 
-    def step(self, u, start: int, stop: int):
+    def step(self, u, start: int, stop: int, out=None, save: bool = False):
         K, b = self._weights(start, stop)
-        return self.st.apply(u, K, b, self.h * (stop - start))[0]
+        slot = self.saved[start - self.first] if save and self.saved is not None else None
+        return self.st.apply(u, K, b, self.h * (stop - start), slot, out)
 
-    def step_many(self, U, starts, stops):
+    def step_many(self, U, starts, stops, out=None, save: bool = False):
         K, b = _stack_weights(self, starts, stops)
-        return self.st.apply(U, K, b, _sizes(self.h, starts, stops, U))[0]
+        h = _sizes(self.h, starts, stops, U)
+        if not (save and self.saved is not None):
+            return self.st.apply(U, K, b, h, None, out)
+        idx = _slots(starts, self.first)
+        if isinstance(idx, slice):
+            return self.st.apply(U, K, b, h, self.saved[idx], out)
+        tmp = torch.empty_like(U)
+        res = self.st.apply(U, K, b, h, tmp, out)
+        self.saved[idx] = tmp
+        return res
 
 
 class AdjointPropagator:
     """Φᵀ in mirrored time: λ_n = λ_{n+1} + H Kᵀ[σ′(K u_n + b) ⊙ λ_{n+1}].
 
     The solver's step (a, b) in mirrored indices covers forward layers
-    [N−b, N−a) and is linearised at the forward state u_{N−b}.
-    `states` holds u_n for the forward layers first..first+len−1 that this
-    rank's adjoint steps use (its own layers and, but on the last rank, the
-    first layer of the next rank).
+    [N−b, N−a) and is linearised at the forward state u_{N−b}.  `dsig[k]`
+    is σ′ of forward layer first+k at the forward states (what the steps of
+    this rank need); `state(n)` returns u_n, used only to linearise the
+    averaged weights of coarse steps.
     """
 
-    def __init__(self, stepper, h: float, n_steps: int, states: torch.Tensor, first: int,
-                 coarse_weights: str = "inject"):
+    def __init__(self, stepper, h: float, n_steps: int, dsig: torch.Tensor, first: int,
+                 state=None, coarse_weights: str = "inject"):
         self.st, self.h, self.N = stepper, h, n_steps
-        self.states, self.first = states, first
+        self.dsig, self.first, self.state = dsig, first, state
         self.average = coarse_weights == "average"
-        last = first + states.shape[0]
-        K, b = stepper.K[first:last], stepper.b[first:last]
-        self.dsig = stepper.linearize(states, K, b)  # σ′ of every local layer at once
         self._avg: dict[tuple[int, int], torch.Tensor] = {}
 
     def _layer(self, a: int, b: int):
@@ -57,15 +71,15 @@ class AdjointPropagator:
             K, bias = self.st.mean_weights(n, self.N - a)
             key = (n, b - a)
             if key not in self._avg:
-                self._avg[key] = self.st.linearize(self.states[n - self.first], K, bias)
+                self._avg[key] = self.st.linearize(self.state(n), K, bias)
             return K, self._avg[key]
         return self.st.K[n], self.dsig[n - self.first]
 
-    def step(self, lam, a: int, b: int):
+    def step(self, lam, a: int, b: int, out=None, save: bool = False):
         K, dsig = self._layer(a, b)
-        return self.st.vjp_state(dsig, lam, K, self.h * (b - a))[0]
+        return _into(self.st.vjp_state(dsig, lam, K, self.h * (b - a))[0], out)
 
-    def step_many(self, L, starts, stops):
+    def step_many(self, L, starts, stops, out=None, save: bool = False):
         if self.average and any(b - a > 1 for a, b in zip(starts, stops)):
             pairs = [self._layer(a, b) for a, b in zip(starts, stops)]
             K = torch.stack([p[0] for p in pairs])
@@ -74,7 +88,25 @@ class AdjointPropagator:
             ns = torch.tensor([self.N - b for b in stops])
             K = self.st.K[ns]
             dsig = self.dsig[ns - self.first]
-        return self.st.vjp_state(dsig, L, K, _sizes(self.h, starts, stops, L))[0]
+        lam = self.st.vjp_state(dsig, L, K, _sizes(self.h, starts, stops, L))[0]
+        return _into(lam, out)
+
+
+def _into(value, out):
+    if out is None:
+        return value
+    out.copy_(value)
+    return out
+
+
+def _slots(starts, first: int):
+    """Save slots of layers `starts`: a slice when they are evenly spaced."""
+    if len(starts) == 1:
+        return slice(starts[0] - first, starts[0] - first + 1)
+    step = starts[1] - starts[0]
+    if step > 0 and all(b - a == step for a, b in zip(starts, starts[1:])):
+        return slice(starts[0] - first, starts[-1] - first + 1, step)
+    return torch.tensor(starts) - first
 
 
 def _stack_weights(prop: ForwardPropagator, starts, stops):

@@ -117,7 +117,9 @@ class MGRITOracle:
     def __init__(self, net, exchange, mgrit_opts):
         self.net, self.ex, self.mo = net, exchange, mgrit_opts
         self.lp = LayerParallel(net, mgrit_opts, exchange)
+        self.lp_val = None             # own solver buffers for the validation batch
         self.warm_fwd = self.warm_adj = None
+        self.warm_key = None
         self.stats = SolveStats()
 
     def begin(self, batch: Batch):
@@ -148,26 +150,32 @@ class MGRITOracle:
 
     def accept(self):
         self.stats = self._trial
-        self._store(self.fwd.states.clone(),
-                    self.adj.states.clone() if getattr(self, "adj", None) is not None
-                    else None)
+        adj = getattr(self, "adj", None)
+        self._store(self.fwd.states, adj.states if adj is not None else None)
         self.adj = None
 
-    # warm starts (one set; the simultaneous oracle keeps one per mini-batch)
+    # Warm starts.  The solvers alternate between two buffers and never write
+    # into the warm start they are given, so the accepted states are kept by
+    # reference; only states of other mini-batches need copies.
     def _warm_fwd(self):
-        return self.warm_fwd
+        return self.warm_fwd if self.warm_key == self.batch.key else None
 
     def _warm_adj(self):
-        return self.warm_adj
+        return self.warm_adj if self.warm_key == self.batch.key else None
 
     def _store(self, fwd, adj):
-        self.warm_fwd = fwd
+        if self.warm_key != self.batch.key:
+            self.warm_adj = None
+        self.warm_fwd, self.warm_key = fwd, self.batch.key
         if adj is not None:
             self.warm_adj = adj
 
     def validate(self, theta, x, y) -> tuple[float, float]:
-        res = self.lp.forward(theta, x, warm=None, max_iter=max(self.mo.max_iter, 1))
-        ev = self.lp.evaluate(theta, res.states, y, x.shape[0], False)
+        if self.lp_val is None:
+            self.lp_val = LayerParallel(self.net, self.mo, self.ex)
+        res = self.lp_val.forward(theta, x, warm=None, max_iter=self.mo.max_iter,
+                                  tol=self.mo.tol, save=False)
+        ev = self.lp_val.evaluate(theta, res.states, y, x.shape[0], False)
         return ev.loss, ev.correct / x.shape[0]
 
 
@@ -179,9 +187,11 @@ class SimultaneousOracle(MGRITOracle):
     skip_first_down is a coarse-grid propagation of u_0.
     """
 
-    def __init__(self, net, exchange, mgrit_opts, warm_batches: int = 1):
+    def __init__(self, net, exchange, mgrit_opts, warm_batches: int = 1,
+                 mini_batches: bool = False):
         super().__init__(net, exchange, mgrit_opts)
         self.capacity = max(warm_batches, 1)
+        self.copy = mini_batches      # other batches' solves reuse the solver buffers
         self.cache: OrderedDict = OrderedDict()
         self.last_gnorm = math.inf
 
@@ -191,7 +201,7 @@ class SimultaneousOracle(MGRITOracle):
         history, iters = list(res.history), res.iterations
         while mo.adaptive and extra < mo.adaptive_max_extra and history and \
                 history[-1] > mo.adaptive_ratio * self.last_gnorm:
-            res = self.lp.forward(theta, self.batch.x, warm=res.states, max_iter=1, tol=0.0)
+            res = self.lp.forward(theta, self.batch.x, max_iter=1, tol=0.0, resume=True)
             history += res.history
             iters += res.iterations
             extra += 1
@@ -212,7 +222,7 @@ class SimultaneousOracle(MGRITOracle):
         while mo.adaptive and extra < mo.adaptive_max_extra and history and \
                 history[-1] > mo.adaptive_ratio * float(grad.norm()):
             grad, res = self.lp.backward(self.theta, self.batch.x, self.fwd.states, self.ev,
-                                         warm=res.states, max_iter=1, tol=0.0)
+                                         max_iter=1, tol=0.0, resume=True)
             history += res.history
             iters += res.iterations
             extra += 1
@@ -234,16 +244,19 @@ class SimultaneousOracle(MGRITOracle):
         return None if entry is None else entry[1]
 
     def _store(self, fwd, adj):
+        if self.copy:
+            fwd = fwd.clone()
+            adj = adj.clone() if adj is not None else None
         old = self.cache.pop(self.batch.key, (None, None))
         self.cache[self.batch.key] = (fwd, adj if adj is not None else old[1])
         while len(self.cache) > self.capacity:
             self.cache.popitem(last=False)
 
 
-def make_oracle(mode, net, exchange, mgrit_opts):
+def make_oracle(mode, net, exchange, mgrit_opts, mini_batches: bool = False):
     """The oracle of `mode` (a ModeOptions)."""
     if mode.name == "serial":
         return SerialOracle(net, exchange)
     if mode.name == "mgrit":
         return MGRITOracle(net, exchange, mgrit_opts)
-    return SimultaneousOracle(net, exchange, mgrit_opts, mode.warm_batches)
+    return SimultaneousOracle(net, exchange, mgrit_opts, mode.warm_batches, mini_batches)

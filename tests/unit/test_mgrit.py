@@ -71,14 +71,18 @@ def test_converged_mgrit_conv_network():
     assert float((grad - ref).norm() / ref.norm()) <= 1e-8
 
 
-def test_warm_start_from_the_solution_needs_no_iteration():
+@pytest.mark.parametrize("skip,cycles", [(False, 0), (True, 1)])
+def test_warm_start_from_the_solution(skip, cycles):
+    """Relaxed warm start: converged at once; V(0,1) warm start: one cycle, no exit
+    on the unrelaxed warm states."""
     net, theta = dense_net(layers=16)
     x, y = batch(net)
-    lp = LayerParallel(net, MGRITOptions(levels=3, cfactor0=2, cfactor=2, tol=1e-11),
-                       SerialExchange())
+    lp = LayerParallel(net, MGRITOptions(levels=3, cfactor0=2, cfactor=2, tol=1e-11,
+                                         skip_first_down=skip), SerialExchange())
     first = lp.forward(theta, x).states.clone()
     again = lp.forward(theta, x, warm=first)
-    assert again.iterations == 0 and again.residual <= 1e-11
+    assert again.iterations == cycles and again.residual <= 1e-11
+    assert torch.allclose(again.states, first, rtol=0, atol=1e-12)
 
 
 def test_residual_history_decreases_and_rtol_stops_early():
