@@ -116,3 +116,17 @@ def allreduce_tensor(exchange, tensor: torch.Tensor) -> torch.Tensor:
     exchange.comm.Allreduce(MPI.IN_PLACE, buf.numpy(), op=MPI.SUM)
     exchange.clock.comm += time.perf_counter() - t0
     return buf.to(tensor.device)
+
+
+def broadcast_tensor(exchange, tensor: torch.Tensor | None, root: int,
+                     template: torch.Tensor) -> torch.Tensor:
+    """`tensor` from rank `root` on every rank (template gives shape and dtype)."""
+    if exchange.size == 1:
+        return tensor
+    from mpi4py import MPI  # noqa: F401
+    t0 = time.perf_counter()
+    buf = (tensor.detach().to("cpu").contiguous().clone() if exchange.comm.Get_rank() == root
+           else torch.empty(template.shape, dtype=template.dtype))
+    exchange.comm.Bcast(buf.numpy(), root=root)
+    exchange.clock.comm += time.perf_counter() - t0
+    return buf.to(template.device)

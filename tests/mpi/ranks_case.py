@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from helpers import batch, dense_net  # noqa: E402
 from lptrain.config.schema import LBFGSOptions, SGDOptions  # noqa: E402
 from lptrain.mgrit.options import MGRITOptions  # noqa: E402
+from lptrain.parallel.module import LayerParallelResNet  # noqa: E402
 from lptrain.parallel.layer_parallel import LayerParallel  # noqa: E402
 from lptrain.train.optimizers import LBFGS, SGD  # noqa: E402
 from lptrain.train.oracles import (Batch, MGRITOracle, SerialOracle,  # noqa: E402
@@ -68,7 +69,19 @@ def run(exchange, comm=None) -> dict:
                                                  LBFGS(LBFGSOptions()), theta, x, y)
     results["traj-sgd-serial"], _ = trajectory(SerialOracle(net, exchange),
                                                SGD(SGDOptions(lr=0.1)), theta, x, y)
+    results.update(module_case(comm))
     return results
+
+
+def module_case(comm) -> dict:
+    """The torch module on this communicator: output and gradients."""
+    mod = LayerParallelResNet(width=4, layers=N, T=3.0, comm=comm, init_scale=0.5,
+                              mgrit=MGRITOptions(tol=1e-12, max_iter=60, **SOLVERS["V3"]))
+    u0 = torch.linspace(-1, 1, 24, dtype=torch.float64).view(6, 4).requires_grad_()
+    out = mod(u0)
+    loss = (out ** 2).sum()
+    gu, gK, gb = torch.autograd.grad(loss, (u0, mod.K, mod.b))
+    return {"module-out": out.detach(), "module-gu": gu, "module-gK": gK, "module-gb": gb}
 
 
 if __name__ == "__main__":

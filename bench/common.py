@@ -1,0 +1,53 @@
+"""Shared pieces of the benchmarks: problem set-up, timing, result files."""
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from lptrain.model.network import NetworkOptions, ResNet
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def network(layers: int, width: int = 8, features: int = 2, classes: int = 5,
+            dtype=torch.float64, activation: str = "tanh"):
+    """The benchmark network: dense, smooth weights (small N(0,1)·0.1 hidden)."""
+    o = NetworkOptions(width=width, layers=layers, T=5.0, activation=activation,
+                       init="normal", init_opening=1.0, init_hidden=0.1, init_classifier=0.1,
+                       gamma_ddt=0.0)
+    net = ResNet(o, (features,), classes)
+    return net, net.init_params(0, dtype)
+
+
+def data(batch: int, features: int = 2, classes: int = 5, dtype=torch.float64):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, features, generator=gen, dtype=torch.float64).to(dtype)
+    y = torch.randint(classes, (batch,), generator=gen)
+    return x, y
+
+
+def timeit(fn, reps: int = 5, warmup: int = 1) -> float:
+    """Median seconds of fn() over reps runs."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def save(name: str, payload: dict) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    payload = {"machine": f"{platform.processor() or platform.machine()}, "
+                          f"{torch.get_num_threads()} threads, torch {torch.__version__}",
+               **payload}
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=2))
+    return path

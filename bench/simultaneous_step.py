@@ -1,0 +1,86 @@
+"""Cost of one simultaneous (one-shot) optimizer step against one serial step.
+
+    .venv/bin/python bench/simultaneous_step.py [--layers 1024] [--batch 5000] [--reps 5]
+
+Serial step: exact forward + backward + L-BFGS update.  Simultaneous step:
+mgrit.fwd_iters=2 forward and mgrit.adj_iters=1 adjoint MGRIT iterations
+(3 levels, cfactor 4, F-relaxation on the finest level, FCF on the coarse
+ones), warm-started, + the same update.  Prints the ratio, the count of
+steps the schedule performs, and where the time goes.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from common import data, network, save
+from counting import Counting
+from lptrain.config.schema import LBFGSOptions
+from lptrain.mgrit.exchange import SerialExchange
+from lptrain.mgrit.options import MGRITOptions
+from lptrain.train.optimizers import LBFGS
+from lptrain.train.oracles import Batch, SerialOracle, SimultaneousOracle
+
+
+def run_steps(oracle, theta, x, y, reps):
+    opt = LBFGS(LBFGSOptions())
+    oracle.begin(Batch(x, y))
+    theta, _ = opt.step(theta, oracle)          # warm-up (and first warm start)
+    times = []
+    for _ in range(reps):
+        oracle.begin(Batch(x, y))
+        t0 = time.perf_counter()
+        theta, info = opt.step(theta, oracle)
+        times.append((time.perf_counter() - t0) / max(info.ls_trials, 1))
+    return sorted(times)[len(times) // 2]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--layers", type=int, default=1024)
+    p.add_argument("--batch", type=int, default=5000)
+    p.add_argument("--reps", type=int, default=5)
+    a = p.parse_args()
+    net, theta = network(a.layers)
+    x, y = data(a.batch)
+    serial = run_steps(SerialOracle(net, SerialExchange()), theta, x, y, a.reps)
+    mo = MGRITOptions(levels=3, cfactor0=4, cfactor=4, nrelax0=0, nrelax=1, fwd_iters=2,
+                      adj_iters=1)
+    sim = SimultaneousOracle(net, SerialExchange(), mo)
+    simul = run_steps(sim, theta, x, y, a.reps)
+    timers = {f"{kind} level {lvl} ({which})": t / (a.reps + 1)
+              for which, solver in (("forward", sim.lp.fwd), ("adjoint", sim.lp.adj))
+              for (lvl, kind), t in sorted(solver.timers.items())}
+    # the schedule's own count of steps, from the solver itself
+    counts = {}
+    for which in ("forward", "adjoint"):
+        solver = sim.lp.fwd if which == "forward" else sim.lp.adj
+        orig = solver.solve
+
+        def counted(prop, *args, _orig=orig, _which=which, **kw):
+            c = Counting(prop)
+            counts[_which] = c
+            return _orig(c, *args, **kw)
+        solver.solve = counted
+    sim.begin(Batch(x, y))
+    sim.value(theta)
+    sim.gradient()
+    fine = {k: {length: n for length, n in c.steps.items()} for k, c in counts.items()}
+    steps = {k: c.total() / a.layers for k, c in counts.items()}
+    ratio = simul / serial
+    print(f"N={a.layers}: serial step {serial:.3f} s, simultaneous step {simul:.3f} s, "
+          f"ratio {ratio:.2f}")
+    print(f"schedule: forward {steps['forward']:.2f} N steps, adjoint "
+          f"{steps['adjoint']:.2f} N steps")
+    for k, t in timers.items():
+        print(f"  {k:36s} {t:.3f} s")
+    save(f"simultaneous_step_N{a.layers}", {"layers": a.layers, "batch": a.batch,
+                                            "serial_s": serial, "simultaneous_s": simul,
+                                            "ratio": ratio, "steps_per_N": steps,
+                                            "steps_by_length": fine, "breakdown_s": timers})
+
+
+if __name__ == "__main__":
+    main()
