@@ -1,3 +1,16 @@
 """lptrain: layer-parallel training of deep residual networks with MGRIT."""
 
 __version__ = "0.1.0"
+
+__all__ = ["LayerParallelResNet", "MGRITOptions", "__version__"]
+
+
+def __getattr__(name):
+    # lazy, so that `import lptrain` stays light for the CLI and tools
+    if name == "LayerParallelResNet":
+        from lptrain.parallel.module import LayerParallelResNet
+        return LayerParallelResNet
+    if name == "MGRITOptions":
+        from lptrain.mgrit.options import MGRITOptions
+        return MGRITOptions
+    raise AttributeError(name)
