@@ -1,0 +1,272 @@
+"""The `lptrain-model` command: predicted strong scaling of a configuration, as table and plot.
+
+    lptrain-model [KEY=VALUE ...] [--step-time S] [--adjoint-time S] [--weight-time S]
+                  [--latency S] [--bandwidth B] [--ranks 1,2,...] [--measured PATH ...]
+                  [--paper] [--out DIR]
+
+KEY=VALUE are the `lptrain` command's Hydra overrides.  Step costs not given
+are measured now on a batch of the configured size; latency and bandwidth
+not given come from a ping-pong under `mpiexec -n 2`, else from defaults.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+import lptrain
+from lptrain.errors import ConfigError, LptrainError
+from lptrain.model_perf import measure
+from lptrain.model_perf.modes import Workload
+from lptrain.model_perf.predict import Counts, Machine, predict_all, serial_time
+from lptrain.model_perf.report import comparison_table, plot, scaling_table
+from lptrain.model_perf.schedule import hierarchy_for, max_ranks
+from lptrain.model_perf.simulate import Link, StepCosts
+
+PROG = "lptrain-model"
+CONF_DIR = Path(lptrain.__file__).resolve().parent.parent / "conf"
+DEFAULT_RANKS = ",".join(str(2 ** k) for k in range(11))
+EXIT_ERROR = 2
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Predict time per optimizer "
+                                "iteration and speedup over serial for P ranks.")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="lptrain config overrides, e.g. experiment=peaks_paper")
+    p.add_argument("--step-time", type=float, metavar="S", help="forward step [s]")
+    p.add_argument("--adjoint-time", type=float, metavar="S", help="adjoint step [s]")
+    p.add_argument("--weight-time", type=float, metavar="S",
+                   help="weight-gradient product of one layer [s] (default: measured; "
+                        "the adjoint time when both step times are given)")
+    p.add_argument("--overhead", type=float, metavar="S",
+                   help="batch-independent part of one kernel call [s] (default: "
+                        "measured; 0 when both step times are given)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads while measuring steps (default 1: one rank per core)")
+    p.add_argument("--stack-max", type=int, default=32, metavar="M",
+                   help="measure stacked calls of up to M states (default 32; 1: no stacking)")
+    p.add_argument("--latency", type=float, metavar="S", help="message latency α [s]")
+    p.add_argument("--bandwidth", type=float, metavar="B", help="bandwidth β [bytes/s]")
+    p.add_argument("--ranks", default=DEFAULT_RANKS, help=f"P values (default {DEFAULT_RANKS})")
+    p.add_argument("--trials", type=float,
+                   help="objective evaluations per iteration (default: measured runs, else 1)")
+    p.add_argument("--mgrit-iters", metavar="F,A",
+                   help="mode=mgrit cycles per forward,adjoint solve (default: measured "
+                        "mgrit runs, else 5,5)")
+    p.add_argument("--measured", nargs="+", type=Path, default=[], metavar="PATH",
+                   help="metrics.h5 files or run directories to compare with")
+    p.add_argument("--paper", action="store_true", help="mark the paper's speedups")
+    p.add_argument("--out", type=Path, default=Path("speedup_model"), metavar="DIR")
+    return p
+
+
+def compose(overrides: Sequence[str]):
+    """(typed Config, plain dict) of the lptrain config with these overrides."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from lptrain.app import options
+    from lptrain.config.schema import register_configs
+    register_configs()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = hydra_compose(config_name="config", overrides=list(overrides))
+        return options(cfg), OmegaConf.to_container(cfg, resolve=True)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(str(exc).strip().splitlines()[0]) from None
+
+
+def build_network(opts):
+    """(net, θ, batch) of the configured dataset, network, dtype and device."""
+    import torch
+
+    from lptrain.data import load_dataset
+    from lptrain.model.network import ResNet
+    data = load_dataset(opts.dataset, opts.seed)
+    batch = opts.train.batch_size or data.x_train.shape[0]
+    net = ResNet(opts.network, data.feature_shape, data.n_classes)
+    dtype = {"float32": torch.float32, "float64": torch.float64}[opts.dtype]
+    return net, net.init_params(opts.seed, dtype, opts.device), batch
+
+
+def workload(net, theta, batch: int) -> Workload:
+    size = theta.element_size()
+    return Workload(net.opts.layers, batch, batch * math.prod(net.state_shape) * size,
+                    net.layout.size * size)
+
+
+def step_costs(args, net, theta, batch, device) -> tuple[StepCosts, str]:
+    """Costs from the options where given, else measured now."""
+    given = args.step_time is not None and args.adjoint_time is not None
+    if given:
+        costs = StepCosts(args.step_time, args.adjoint_time,
+                          args.weight_time if args.weight_time is not None
+                          else args.adjoint_time, overhead=args.overhead or 0.0)
+        return costs, "given"
+    import torch
+    torch.set_num_threads(max(args.threads, 1))
+    costs = measure.measure_costs(net, theta, batch, device, max_stack=args.stack_max)
+    keep = {k: v for k, v in (("forward", args.step_time), ("adjoint", args.adjoint_time),
+                              ("weights", args.weight_time), ("overhead", args.overhead))
+            if v is not None}
+    note = f"measured now: batch {batch}, {torch.get_num_threads()} thread(s)" + \
+        (f", given: {', '.join(keep)}" if keep else "")
+    if args.overhead is not None:
+        keep["overheads"] = ()          # one given overhead for every kind
+    return replace(costs, **keep), note
+
+
+def link(args) -> tuple[Link, str, bool]:
+    """(link, where it came from, whether this process should go on: rank 0 only)."""
+    if args.latency is not None and args.bandwidth is not None:
+        return Link(args.latency, args.bandwidth), "given", True
+    go_on = True
+    if measure.launched_size() >= 2:
+        from lptrain.parallel.context import world
+        comm = world()
+        found, note = measure.ping_pong(comm), "ping-pong between ranks 0 and 1"
+        go_on = comm.Get_rank() == 0
+    else:
+        found = measure.DEFAULT_LINK
+        note = "defaults: not under mpiexec with 2 ranks, no ping-pong"
+    chosen = Link(found.latency if args.latency is None else args.latency,
+                  found.bandwidth if args.bandwidth is None else args.bandwidth)
+    return chosen, note, go_on
+
+
+def counts(args, runs) -> tuple[Counts, str]:
+    """Evaluations per iteration and mode=mgrit cycles: options, else runs, else defaults."""
+    notes = []
+    trials = args.trials
+    if trials is None:
+        trials = sum(r.trials for r in runs) / len(runs) if runs else 1.0
+        notes.append(f"evaluations/iteration {trials:.3g} "
+                     f"({'mean of measured runs' if runs else 'assumed'})")
+    mg = [r for r in runs if r.mode == "mgrit" and r.fwd is not None]
+    if args.mgrit_iters:
+        fwd, adj = _numbers(args.mgrit_iters, "--mgrit-iters", 2)
+    elif mg:
+        fwd = sum(r.fwd for r in mg) / len(mg)
+        adj = sum(r.adj or 0.0 for r in mg) / len(mg)
+        notes.append("mgrit cycles: mean of measured mgrit runs")
+    else:
+        fwd = adj = 5.0
+        notes.append("mgrit cycles assumed")
+    return Counts(trials, fwd, adj), "; ".join(notes) or "given"
+
+
+def _numbers(text: str, option: str, count: int | None = None) -> list[float]:
+    """Comma-separated numbers of an option (ConfigError naming it otherwise)."""
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or (count is not None and len(values) != count):
+        want = f"{count} comma-separated numbers" if count else "comma-separated numbers"
+        raise ConfigError(f"{option} {text!r}: need {want}")
+    return values
+
+
+def _ranks(text: str) -> list[int]:
+    values = _numbers(text, "--ranks")
+    if any(p < 1 or p != int(p) for p in values):
+        raise ConfigError(f"--ranks {text!r}: need positive integers")
+    return sorted({int(p) for p in values})
+
+
+def load_runs(paths: Sequence[Path]):
+    from lptrain.model_perf.runs import load_run
+    from lptrain.report.cli import find_metrics
+    runs = [load_run(p) for p in find_metrics(paths)] if paths else []
+    return [r for r in runs if r is not None]
+
+
+def setup_text(opts, w: Workload, costs: StepCosts, sources: dict, cnt: Counts) -> str:
+    """The model's inputs, as a markdown list."""
+    o = opts.mgrit
+    hier = hierarchy_for(w.n_layers, o, 1)
+    steps = " / ".join(str(lv.n_points - 1) for lv in hier.levels)
+    lines = [
+        f"- network: {opts.network.name}, N = {w.n_layers}, state {w.state_bytes} bytes "
+        f"(batch {w.batch}), gradient {w.grad_bytes} bytes, {opts.dtype} on {opts.device}",
+        f"- MGRIT: {len(hier.levels)} levels with {steps} steps, cfactor0 {o.cfactor0}, "
+        f"cfactor {o.cfactor}, nrelax0 {o.nrelax0}, nrelax {o.nrelax}, {o.cycle}-cycle, "
+        f"skip_first_down {o.skip_first_down}; simultaneous: {o.fwd_iters} forward + "
+        f"{o.adj_iters} adjoint cycles; mgrit: {cnt.mgrit_fwd:g} + {cnt.mgrit_adj:g} "
+        f"cycles to tolerance",
+        f"- step costs ({sources['costs']}): forward {costs.forward:.3g} s, adjoint VJP "
+        f"{costs.adjoint:.3g} s, σ′ from saved {costs.derivative:.3g} s, σ′ recomputed "
+        f"{costs.per_step('linearize'):.3g} s, weight product {costs.weights:.3g} s, "
+        f"per-call overhead (forward) {costs.call_overhead('forward'):.3g} s",
+        f"- link ({sources['link']}): latency {sources['alpha']:.3g} s, "
+        f"bandwidth {sources['beta']:.3g} bytes/s",
+        f"- per optimizer iteration: {cnt.trials:g} objective evaluation(s) + 1 gradient "
+        f"({sources['counts']})",
+        f"- at most {max_ranks(w.n_layers, o)} ranks (C-intervals of the finest level)"]
+    return "\n".join(lines) + "\n"
+
+
+def run(args) -> list[Path]:
+    """Everything after argument parsing; returns the files written ([] on ranks > 0)."""
+    the_link, link_note, go_on = link(args)
+    if not go_on:
+        return []
+    opts, cfg = compose(args.overrides)
+    net, theta, batch = build_network(opts)
+    w = workload(net, theta, batch)
+    costs, cost_note = step_costs(args, net, theta, batch, opts.device)
+    runs = load_runs(args.measured)
+    cnt, count_note = counts(args, runs)
+    m = Machine(costs, the_link)
+    preds = predict_all(_ranks(args.ranks), w, opts.mgrit, m, cnt)
+    baseline = serial_time(1, w, m, cnt.trials)
+    measured, compared = _compare(runs, w, opts.mgrit, m, cfg)
+    sources = {"costs": cost_note, "link": link_note, "counts": count_note,
+               "alpha": the_link.latency, "beta": the_link.bandwidth}
+    title = f"lptrain-model {' '.join(args.overrides)}".strip()
+    text = (f"# {title}\n\n{setup_text(opts, w, costs, sources, cnt)}\n"
+            f"Seconds per optimizer iteration; speedups over serial on 1 rank "
+            f"({baseline:.4g} s).\n\n"
+            + scaling_table(preds, baseline, max_ranks(w.n_layers, opts.mgrit), measured))
+    if compared:
+        text += "\n## Measured runs\n\n" + comparison_table(compared)
+    args.out.mkdir(parents=True, exist_ok=True)
+    md = args.out / "speedup_model.md"
+    md.write_text(text)
+    png = plot(preds, baseline, args.out / "speedup_model.png", measured, args.paper, title)
+    print(text)
+    return [md, png]
+
+
+def _compare(runs, w, opts, m, cfg):
+    from lptrain.model_perf.runs import mismatch, predict_run
+    measured: dict = {}
+    rows = []
+    for r in runs:
+        measured.setdefault((r.mode, r.ranks), []).append(r.step_time)
+        pred, note = predict_run(r, w, opts, m)
+        rows.append((r, pred, note, mismatch(r, cfg)))
+    return measured, rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `lptrain-model`; returns the exit status."""
+    args = parser().parse_args(argv)
+    try:
+        written = run(args)
+    except (LptrainError, OSError, ValueError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Measured runs next to the model: read metrics.h5 files and predict each run's iteration.
+
+A run's own structure (layers, batch, MGRIT options) and outcomes (line-search
+trials, MGRIT cycles per solve) go into its prediction; its step costs are
+the model's, so a run whose state shape, batch, dtype or device differs from
+the modelled configuration is flagged.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from lptrain.metrics import schema as s
+from lptrain.metrics.reader import read_metrics
+from lptrain.mgrit.options import MGRITOptions
+from lptrain.model_perf.modes import Workload
+from lptrain.model_perf.predict import Machine, parallel_time, serial_time
+from lptrain.model_perf.schedule import max_ranks
+
+# config keys that change the cost of one step (the model's costs assume the CLI's values)
+COST_KEYS = ("network.name", "network.width", "network.channels", "train.batch_size",
+             "dataset.name", "dataset.n_train", "dtype", "device")
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """Per-iteration figures of one run; the first iteration (cold start) is left out."""
+
+    path: Path
+    mode: str
+    ranks: int
+    step_time: float       # median seconds per optimizer iteration
+    trials: float          # mean objective evaluations per iteration
+    fwd: float | None      # mean forward MGRIT cycles per solve (None: not logged)
+    adj: float | None      # mean adjoint MGRIT cycles per solve
+    config: dict           # the run's resolved config (nested)
+
+
+def load_run(path: Path) -> MeasuredRun | None:
+    """The run in metrics file `path`; None when it logged fewer than two iterations."""
+    m = read_metrics(path)
+    times = m.train.get(s.STEP_TIME, np.array([]))[1:]
+    if len(times) == 0:
+        return None
+    trials = m.train.get("ls_trials", np.array([]))[1:]
+    trials = trials[trials > 0]
+    cfg = yaml.safe_load(m.attrs.get(s.CONFIG, "")) or {}
+    return MeasuredRun(Path(path), m.mode, int(m.attrs.get(s.WORLD_SIZE, 1)),
+                       float(statistics.median(times)),
+                       float(trials.mean()) if len(trials) else 1.0,
+                       _mean(m.mgrit.get(s.FWD_ITERATIONS)),
+                       _mean(m.mgrit.get(s.ADJ_ITERATIONS)), cfg)
+
+
+def _mean(a) -> float | None:
+    a = np.asarray(a if a is not None else [])[1:]
+    a = a[a >= 0]
+    return float(a.mean()) if len(a) else None
+
+
+def flat(cfg: dict, prefix: str = "") -> dict:
+    """{'a.b': value} of a nested dict."""
+    out = {}
+    for key, value in cfg.items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def mismatch(run: MeasuredRun, model_cfg: dict) -> list[str]:
+    """COST_KEYS whose value in the run differs from the modelled config."""
+    a, b = flat(run.config), flat(model_cfg)
+    return [f"{k}={a.get(k)!r}" for k in COST_KEYS if a.get(k) != b.get(k)]
+
+
+def run_structure(run: MeasuredRun, w: Workload, opts: MGRITOptions):
+    """The run's Workload and MGRITOptions: its layers and MGRIT node, the model's sizes."""
+    layers = int(run.config.get("network", {}).get("layers", w.n_layers))
+    node = run.config.get("mgrit")
+    known = {f.name for f in fields(MGRITOptions)}
+    run_opts = MGRITOptions(**{k: v for k, v in node.items() if k in known}) \
+        if isinstance(node, dict) else opts
+    grad = w.grad_bytes * layers // w.n_layers
+    return replace(w, n_layers=layers, grad_bytes=grad), run_opts
+
+
+def predict_run(run: MeasuredRun, w: Workload, opts: MGRITOptions, m: Machine):
+    """(seconds per iteration predicted for the run, note) — seconds None if impossible."""
+    rw, ropts = run_structure(run, w, opts)
+    if run.mode == s.MODE_SERIAL:
+        return serial_time(run.ranks, rw, m, run.trials), ""
+    if run.ranks > max_ranks(rw.n_layers, ropts):
+        return None, "more ranks than C-intervals"
+    converged = run.mode == s.MODE_MGRIT
+    fwd = run.fwd if run.fwd is not None else ropts.fwd_iters
+    adj = run.adj if run.adj is not None else ropts.adj_iters
+    t = parallel_time(run.ranks, rw, ropts, m, fwd, adj, converged, run.trials)
+    return t, f"{fwd:.2g} fwd + {adj:.2g} adj cycles, {run.trials:.2g} evaluations"

@@ -1,0 +1,141 @@
+"""Optimizers on a tiny problem: descent, Armijo, robustness safeguards."""
+import pytest
+import torch
+
+from helpers import batch, dense_net
+from lptrain.config.schema import AdamOptions, LBFGSOptions, SGDOptions
+from lptrain.errors import DivergedError
+from lptrain.mgrit.exchange import SerialExchange
+from lptrain.train.optimizers import LBFGS, OPTIMIZERS, Adam, SGD
+from lptrain.train.oracles import Batch, Point, SerialOracle
+
+
+def oracle_for(n=40):
+    net, theta = dense_net(layers=6, width=4, scale=0.3)
+    x, _ = batch(net, n=n)
+    y = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()       # a learnable 3-class rule
+    oracle = SerialOracle(net, SerialExchange())
+    oracle.begin(Batch(x, y))
+    return oracle, theta
+
+
+@pytest.mark.parametrize("opt", [LBFGS(LBFGSOptions()), SGD(SGDOptions(lr=0.1)),
+                                 SGD(SGDOptions(lr=0.1, nesterov=True)),
+                                 Adam(AdamOptions(lr=0.02))], ids=["lbfgs", "sgd", "nesterov",
+                                                                  "adam"])
+def test_optimizers_decrease_the_objective(opt):
+    oracle, theta = oracle_for()
+    start = oracle.value(theta).objective
+    for _ in range(25):
+        theta, info = opt.step(theta, oracle)
+    assert oracle.value(theta).objective < 0.7 * start
+
+
+class Recording:
+    """Wraps an oracle and records every valued objective."""
+
+    def __init__(self, inner):
+        self.inner, self.values = inner, []
+
+    def value(self, theta):
+        p = self.inner.value(theta)
+        self.values.append((theta.clone(), p.objective))
+        return p
+
+    def gradient(self):
+        return self.inner.gradient()
+
+    def accept(self):
+        self.inner.accept()
+
+
+def test_lbfgs_steps_satisfy_armijo():
+    oracle, theta = oracle_for()
+    opt = LBFGS(LBFGSOptions(c1=1e-4))
+    rec = Recording(oracle)
+    theta, _ = opt.step(theta, rec)
+    for _ in range(10):
+        J0, g = opt.current[0].objective, opt.current[1]
+        d = opt.direction(g)
+        new, info = opt.step(theta, rec)
+        if info.step_size > 0:
+            assert info.objective <= J0 + 1e-4 * info.step_size * float(g @ d) + 1e-15
+            assert torch.allclose(new, theta + info.step_size * d)
+        theta = new
+
+
+def test_lbfgs_two_loop_matches_dense_bfgs_inverse():
+    opt = LBFGS(LBFGSOptions(memory=5))
+    gen = torch.Generator().manual_seed(0)
+    A = torch.randn(6, 6, generator=gen, dtype=torch.float64)
+    A = A @ A.t() + 6 * torch.eye(6, dtype=torch.float64)     # SPD model Hessian
+    pairs = []
+    for _ in range(3):
+        s = torch.randn(6, generator=gen, dtype=torch.float64)
+        y = A @ s
+        pairs.append((s, y))
+        opt.mem.append((s, y, 1.0 / float(s @ y)))
+    s, y = pairs[-1]
+    H = float(s @ y) / float(y @ y) * torch.eye(6, dtype=torch.float64)
+    for s, y in pairs:                              # explicit BFGS inverse updates
+        rho = 1.0 / float(s @ y)
+        V = torch.eye(6, dtype=torch.float64) - rho * torch.outer(y, s)
+        H = V.t() @ H @ V + rho * torch.outer(s, s)
+    g = torch.randn(6, generator=gen, dtype=torch.float64)
+    assert torch.allclose(opt.direction(g), -H @ g, rtol=1e-12, atol=1e-12)
+
+
+class Quadratic:
+    """J(θ) = ½‖θ‖² with a hook to corrupt values."""
+
+    def __init__(self, bad=lambda t: False):
+        self.bad = bad
+
+    def value(self, theta):
+        self.theta = theta
+        j = float("inf") if self.bad(theta) else 0.5 * float(theta @ theta)
+        return Point(j, j, 0.0)
+
+    def gradient(self):
+        return self.theta.clone()
+
+    def accept(self):
+        pass
+
+
+def test_failed_line_search_resets_memory_and_keeps_theta():
+    opt = LBFGS(LBFGSOptions(max_ls=3))
+    theta = torch.ones(3, dtype=torch.float64)
+    theta, info = opt.step(theta, Quadratic())           # a good first step fills memory
+    assert len(opt.mem) in (0, 1)
+    opt.current = (Point(1.0, 1.0, 0), torch.ones(3, dtype=torch.float64))
+    opt.mem.append((torch.ones(3, dtype=torch.float64),) * 2 + (1 / 3,))
+    kept = theta.clone()
+    theta, info = opt.step(theta, Quadratic(bad=lambda t: True))
+    assert info.lbfgs_reset == 1 and info.step_size == 0.0 and len(opt.mem) == 0
+    assert torch.equal(theta, kept) and info.ls_trials == 3
+
+
+def test_curvature_update_skipped_when_not_positive():
+    opt = LBFGS(LBFGSOptions())
+
+    class Flat(Quadratic):
+        def gradient(self):            # gradient that ignores θ: sᵀy = 0
+            return torch.ones(2, dtype=torch.float64)
+
+        def value(self, theta):
+            self.theta = theta
+            j = float(theta.sum())
+            return Point(j, j, 0.0)
+    theta, info = opt.step(torch.zeros(2, dtype=torch.float64), Flat())
+    assert info.lbfgs_skipped == 1 and len(opt.mem) == 0
+
+
+def test_divergence_is_reported():
+    with pytest.raises(DivergedError, match="objective became inf"):
+        SGD(SGDOptions()).step(torch.ones(2, dtype=torch.float64),
+                               Quadratic(bad=lambda t: True))
+
+
+def test_registry_names_match_config_groups():
+    assert set(OPTIMIZERS) == {"lbfgs", "sgd", "adam"}
