@@ -34,3 +34,54 @@ test-fast: install ## the unit tests only (no MPI, no subprocess)
 
 clean: ## remove caches (keeps .venv, outputs/)
 	rm -rf .pytest_cache **/__pycache__
+
+# ---- experiments ---------------------------------------------------------------------
+LPTRAIN := $(VENV)/bin/lptrain
+REPORT := $(VENV)/bin/lptrain-report
+RUN_NP = $(if $(filter-out 1,$(NP)),MPIR_CVAR_ENABLE_HEAVY_YIELD=1 $(MPIEXEC) -n $(NP) ,)$(LPTRAIN)
+OUT ?= outputs
+# QUICK=1: a few minutes on 2 cores (fewer iterations and samples)
+QUICK_peaks := train.iterations=40
+QUICK_indian_pines := train.iterations=15 dataset.n_train=1000 dataset.n_val=500
+QUICK_mnist := train.iterations=5 dataset.n_train=500 dataset.n_val=200
+quick = $(if $(QUICK),$(QUICK_$(1)),)
+
+# $(1) dataset key, $(2) experiment name, $(3) output folder
+define reproduce
+	@mkdir -p $(3)
+	for m in serial mgrit simultaneous; do \
+	  $(RUN_NP) experiment=$(2) mode=$$m hydra.run.dir=$(3)/$$m $(call quick,$(1)) $(ARGS) || exit 1; \
+	done
+	$(REPORT) $(3)/serial $(3)/mgrit $(3)/simultaneous --out $(3)/report
+	@echo "figures and summary.md in $(3)/report"
+endef
+
+.PHONY: compare-modes reproduce-peaks reproduce-indian-pines reproduce-mnist scaling bench
+
+compare-modes: install ## serial vs mgrit vs simultaneous on experiment=peaks_paper (NP=ranks): PNGs + table
+	$(call reproduce,peaks,peaks_paper,$(OUT)/compare-modes)
+
+reproduce-peaks: install ## the paper's Peaks experiment in all three modes (NP=, QUICK=1)
+	$(call reproduce,peaks,peaks_paper,$(OUT)/reproduce-peaks$(if $(QUICK),-quick,))
+
+reproduce-indian-pines: install ## the paper's Indian Pines experiment in all three modes (NP=, QUICK=1)
+	$(call reproduce,indian_pines,indian_pines_paper,$(OUT)/reproduce-indian-pines$(if $(QUICK),-quick,))
+
+reproduce-mnist: install ## the paper's MNIST experiment in all three modes (NP=, QUICK=1)
+	$(call reproduce,mnist,mnist_paper,$(OUT)/reproduce-mnist$(if $(QUICK),-quick,))
+
+SCALING_RANKS ?= 1 2 4
+SCALING_ITERS ?= 5
+scaling: install ## deep Peaks (N=1024) on 1, 2, 4 ranks, serial and simultaneous; measured vs predicted
+	@mkdir -p $(OUT)/scaling
+	for p in $(SCALING_RANKS); do for m in serial simultaneous; do \
+	  MPIR_CVAR_ENABLE_HEAVY_YIELD=1 $(MPIEXEC) -n $$p $(LPTRAIN) experiment=peaks_deep mode=$$m \
+	    train.iterations=$(SCALING_ITERS) eval_every=1000 hydra.run.dir=$(OUT)/scaling/$$m-P$$p || exit 1; \
+	done; done
+	$(REPORT) $(OUT)/scaling --out $(OUT)/scaling/report
+	$(VENV)/bin/lptrain-model experiment=peaks_deep --measured $(OUT)/scaling --paper --out $(OUT)/scaling/model
+
+bench: install ## run the benchmarks of BENCHMARKS.md (minutes; results in bench/results/)
+	$(PY) bench/serial_step.py && $(PY) bench/mgrit_cost.py && $(PY) bench/simultaneous_step.py \
+	  && $(PY) bench/convergence.py
+	for p in 1 2 4; do MPIR_CVAR_ENABLE_HEAVY_YIELD=1 $(MPIEXEC) -n $$p $(PY) bench/ranks.py || exit 1; done

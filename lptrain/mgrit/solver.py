@@ -127,11 +127,12 @@ class MGRIT:
                 else:
                     self._relax(top, self.opt.nrelax0, skip_first_f=fresh)
                 norm = self._norm(self._restrict(top))
-                history.append(norm)
-                # on the warm states themselves the F-points are not relaxed: no exit
-                if top.X is work and (norm <= max(tol, rtol * history[0])
-                                      or not math.isfinite(norm)):
-                    return SolveResult(work, history, k, math.isfinite(norm))
+                # on the unrelaxed warm states the C-point residual misses the F-point
+                # residuals: neither recorded nor a reason to stop
+                if top.X is work:
+                    history.append(norm)
+                    if norm <= max(tol, rtol * history[0]) or not math.isfinite(norm):
+                        return SolveResult(work, history, k, math.isfinite(norm))
                 top.X = work
                 self._cycle(1, self.opt.cycle, skip=(k == 0 and skip))
             self._correct(top)

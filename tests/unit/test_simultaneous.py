@@ -1,0 +1,100 @@
+"""The authors' finding on our code: one-shot training follows layer-serial training."""
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from lptrain.app import build, options
+from lptrain.config.schema import register_configs
+from lptrain.metrics.console import Console
+from lptrain.train.loop import train
+from lptrain.train.oracles import Batch
+
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+K = 20            # the overlay's mgrit=paper runs 2 forward and 2 adjoint iterations
+SMALL = ["experiment=peaks_paper", f"train.iterations={K}", "dataset.n_train=1000",
+         "eval_every=5"]
+
+
+class Rows:
+    """A writer that keeps the rows in memory."""
+
+    def __init__(self):
+        self.train, self.val, self.mgrit = [], [], []
+
+    def log_train(self, **f):
+        self.train.append(f)
+
+    def log_validation(self, **f):
+        self.val.append(f)
+
+    def log_mgrit(self, **f):
+        self.mgrit.append(f)
+
+    def log_timing(self, **f):
+        pass
+
+
+def run(mode, extra=()):
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[*SMALL, f"mode={mode}", *extra])
+    opts = options(cfg)
+    ex, data, net, theta, oracle, opt = build(opts, None)
+    rows = Rows()
+    _, out = train(theta, opt, oracle, data, opts, rows, Console(False, 1), ex)
+    return out, rows
+
+
+@pytest.fixture(scope="module")
+def serial():
+    return run("serial")
+
+
+def test_simultaneous_follows_serial(serial):
+    ref, ref_rows = serial
+    out, rows = run("simultaneous")
+    assert abs(out.val_accuracy - ref.val_accuracy) <= 0.03
+    assert abs(out.loss - ref.loss) <= 0.10 * ref.loss
+    for a, b in zip(rows.train, ref_rows.train):           # along the whole trajectory
+        assert abs(a["loss"] - b["loss"]) <= 0.10 * b["loss"]
+    assert len(rows.mgrit) == K
+    assert all(r["fwd_iterations"] == 2 and r["adj_iterations"] == 2 for r in rows.mgrit)
+    assert all(r["fwd_residual"] > 0 for r in rows.mgrit)  # inexact, and recorded
+
+
+def test_mgrit_mode_equals_serial(serial):
+    ref, ref_rows = serial
+    out, rows = run("mgrit", ["train.iterations=5"])
+    for a, b in zip(rows.train, ref_rows.train[:5]):
+        assert a["objective"] == pytest.approx(b["objective"], rel=1e-8)
+    assert all(r["fwd_residual"] <= 1e-10 for r in rows.mgrit)
+
+
+def test_adaptive_adds_iterations_when_residuals_are_large():
+    out, rows = run("simultaneous", ["train.iterations=3", "mgrit.adaptive=true",
+                                     "mgrit.adaptive_ratio=1e-12", "mgrit.adaptive_max_extra=2"])
+    assert all(r["adaptive_extra"] >= 1 for r in rows.mgrit)
+    assert all(r["fwd_iterations"] > 2 for r in rows.mgrit)
+
+
+def test_minibatch_warm_starts_are_kept_per_batch():
+    extra = ["optimizer=adam", "train.batch_size=250", "train.iterations=8",
+             "mode.warm_batches=2"]
+    out, rows = run("simultaneous", extra)
+    assert len(rows.mgrit) == 8 and out.iterations == 8
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config",
+                      overrides=[*SMALL, "mode=simultaneous", *extra])
+    opts = options(cfg)
+    ex, data, net, theta, oracle, opt = build(opts, None)
+    for key in range(4):
+        idx = slice(250 * key, 250 * (key + 1))
+        oracle.begin(Batch(data.x_train[idx], data.y_train[idx], key))
+        oracle.value(theta)
+        oracle.gradient()
+        oracle.accept()
+    assert list(oracle.cache) == [2, 3]                     # least recently used dropped
+    assert oracle.cache[3][0].data_ptr() != oracle.lp.fwd._buffers[0].data_ptr()
