@@ -55,15 +55,16 @@ class DenseSteps:
             torch.baddbmm(b.unsqueeze(1), u, K.transpose(1, 2))
         return self.act.derivative(self.act.forward(z)[1])
 
-    def vjp_state(self, dsig, lam, K, h):
+    def vjp_state(self, dsig, lam, K, h, out=None):
         """λ_n = λ_{n+1} + h Kᵀ[σ′ ⊙ λ_{n+1}] with dsig = σ′(K u_n + b).
 
-        Returns (λ_n, g) with g = h·σ′ ⊙ λ_{n+1}, the factor vjp_weights needs.
+        Returns (λ_n, g) with g = h·σ′ ⊙ λ_{n+1}, the factor vjp_weights needs;
+        λ_n is written into `out` when given.
         """
         g = torch.mul(dsig, lam).mul_(_bcast(h, lam))
         if lam.dim() == 2:
-            return torch.addmm(lam, g, K), g
-        return torch.baddbmm(lam, g, K), g
+            return torch.addmm(lam, g, K, out=out), g
+        return torch.baddbmm(lam, g, K, out=out), g
 
     def vjp_weights(self, u, g):
         """Weight gradients (gK, gb) of the layer(s) with input u."""
@@ -109,12 +110,12 @@ class ConvSteps:
             return self.act.derivative(self.act.forward(self._z(u, K, b))[1])
         return torch.stack([self.linearize(u[i], K[i], b[i]) for i in range(u.shape[0])])
 
-    def vjp_state(self, dsig, lam, K, h):
+    def vjp_state(self, dsig, lam, K, h, out=None):
         g = torch.mul(dsig, lam).mul_(_bcast(h, lam))
         if lam.dim() == 4:
-            return lam + F.conv_transpose2d(g, K, padding=1), g
+            return torch.add(lam, F.conv_transpose2d(g, K, padding=1), out=out), g
         back = [F.conv_transpose2d(g[i], K[i], padding=1) for i in range(lam.shape[0])]
-        return lam + torch.stack(back), g
+        return torch.add(lam, torch.stack(back), out=out), g
 
     def vjp_weights(self, u, g):
         if u.dim() == 5:
