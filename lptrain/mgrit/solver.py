@@ -42,6 +42,7 @@ class CycleOptions:
     cycle: str = "V"
     skip_first_down: bool = True
     linear: bool = False   # Φ linear in u: coarse levels solve for corrections (no Φ^Δ(v))
+    stack: bool = True     # advance all intervals of a rank with one operation per step
 
 
 @dataclass
@@ -356,7 +357,8 @@ class MGRIT:
 
     def _advance(self, lv: _LevelState, src: list[int]):
         """Φ + g from each point in src into the next point, written in place."""
-        for run in _runs(src):
+        runs = _runs(src) if self.opt.stack else [[i] for i in src]
+        for run in runs:
             idx = _index([i + 1 - lv.lo for i in run])
             if isinstance(idx, slice):
                 self._phi_many(lv, run, out=lv.X[idx])
