@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import time
@@ -12,6 +13,9 @@ import torch
 from lptrain.model.network import NetworkOptions, ResNet
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# One intra-op thread per process (as lptrain uses per rank under mpiexec): small
+# per-layer kernels gain little from more, and a busy core stalls a thread team badly.
+torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
 
 
 def network(layers: int, width: int = 8, features: int = 2, classes: int = 5,

@@ -22,6 +22,13 @@ class Activation:
     derivative: Callable[[torch.Tensor], torch.Tensor]
     # σ(z) computed in place in z (z is scratch); the saved data also into `save`
     forward_: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
+    # σ′ ⊙ λ from the saved data, written into `out` (one fused kernel where torch has one)
+    backward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor] = None
+
+    def vjp(self, saved, lam, out=None):
+        if self.backward is not None:
+            return self.backward(saved, lam, out)
+        return torch.mul(self.derivative(saved), lam, out=out)
 
     def __call__(self, z: torch.Tensor) -> torch.Tensor:
         return self.forward(z)[0]
@@ -35,6 +42,12 @@ def _tanh_forward(z):
 def _tanh_derivative(a):
     # σ′ = 1 − tanh²; computed as −(a² − 1) in one fused op
     return torch.addcmul(torch.ones_like(a), a, a, value=-1.0)
+
+
+def _tanh_backward(a, lam, out):
+    if out is None:
+        return torch.ops.aten.tanh_backward(lam, a)
+    return torch.ops.aten.tanh_backward.grad_input(lam, a, grad_input=out)
 
 
 def _tanh_forward_(z, save):
@@ -73,7 +86,8 @@ def _smooth_relu_derivative(z, eta: float = SMOOTH_RELU_ETA):
 
 
 ACTIVATIONS: dict[str, Activation] = {
-    "tanh": Activation("tanh", _tanh_forward, _tanh_derivative, _tanh_forward_),
+    "tanh": Activation("tanh", _tanh_forward, _tanh_derivative, _tanh_forward_,
+                       _tanh_backward),
     "relu": Activation("relu", _relu_forward, _relu_derivative,
                        _keep_z(lambda z: z.relu_())),
     "smoothrelu": Activation("smoothrelu", _smooth_relu_forward, _smooth_relu_derivative,

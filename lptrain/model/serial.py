@@ -27,7 +27,7 @@ def adjoint(stepper, states: torch.Tensor, saved: torch.Tensor, lamN: torch.Tens
     g_all = lamN.new_empty((N, *lamN.shape))
     lam = lamN
     for n in range(N - 1, -1, -1):
-        dsig = stepper.act.derivative(saved[n])
-        lam, g_all[n] = stepper.vjp_state(dsig, lam, stepper.K[n], h)
+        g = stepper.act.vjp(saved[n], lam, out=g_all[n])      # σ′ ⊙ λ_{n+1}
+        lam = stepper.vjp_from_g(g, lam, stepper.K[n], h)
     gK, gb = stepper.vjp_weights(states[:N], g_all)
-    return lam, gK, gb
+    return lam, gK.mul_(h), gb.mul_(h)

@@ -77,7 +77,7 @@ class AdjointPropagator:
 
     def step(self, lam, a: int, b: int, out=None, save: bool = False):
         K, dsig = self._layer(a, b)
-        return self.st.vjp_state(dsig, lam, K, self.h * (b - a), out)[0]
+        return self.st.vjp_state(dsig, lam, K, self.h * (b - a), out)
 
     def step_many(self, L, starts, stops, out=None, save: bool = False):
         if self.average and any(b - a > 1 for a, b in zip(starts, stops)):
@@ -88,7 +88,7 @@ class AdjointPropagator:
             ns = torch.tensor([self.N - b for b in stops])
             K = self.st.K[ns]
             dsig = self.dsig[ns - self.first]
-        return self.st.vjp_state(dsig, L, K, _sizes(self.h, starts, stops, L), out)[0]
+        return self.st.vjp_state(dsig, L, K, _sizes(self.h, starts, stops, L), out)
 
 
 def _slots(starts, first: int):
