@@ -11,11 +11,13 @@ from pathlib import Path
 import torch
 
 from lptrain.model.network import NetworkOptions, ResNet
+from lptrain.parallel.context import keep_freed_memory
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # One intra-op thread per process (as lptrain uses per rank under mpiexec): small
 # per-layer kernels gain little from more, and a busy core stalls a thread team badly.
 torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
+keep_freed_memory()     # as the lptrain command does
 
 
 def network(layers: int, width: int = 8, features: int = 2, classes: int = 5,

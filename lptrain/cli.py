@@ -94,7 +94,8 @@ def _one_line(exc: Exception):
 
 def main() -> None:
     from lptrain.errors import LptrainError
-    from lptrain.parallel.context import limit_threads, world
+    from lptrain.parallel.context import keep_freed_memory, limit_threads, world
+    keep_freed_memory()
     comm = world()
     limit_threads(comm.Get_size())
     args = sys.argv[1:]

@@ -43,6 +43,7 @@ class CycleOptions:
     skip_first_down: bool = True
     linear: bool = False   # Φ linear in u: coarse levels solve for corrections (no Φ^Δ(v))
     stack: bool = True     # advance all intervals of a rank with one operation per step
+    chunk: int = 4        # ... in groups of this many intervals, to stay in cache
 
 
 @dataclass
@@ -189,9 +190,11 @@ class MGRIT:
         own = [c for c in lv.cs if c < n - 1]
         ends = [min(_next_c(level, c), lv.hi) for c in own]
         lengths = [e - c - 1 for c, e in zip(own, ends)]
-        for sub in range(max(lengths, default=0)):
-            active = [c + sub for c, L in zip(own, lengths) if L > sub]
-            self._advance(lv, active)
+        k = max(self.opt.chunk, 1)
+        for first in range(0, len(own), k):        # a chunk through all its F-points
+            cs, ls = own[first:first + k], lengths[first:first + k]
+            for sub in range(max(ls, default=0)):
+                self._advance(lv, [c + sub for c, L in zip(cs, ls) if L > sub])
         send = lv.right is not None and not level.is_c(lv.hi)
         if send and own:
             self.ex.send(lv.X[-1], lv.right)
@@ -237,7 +240,8 @@ class MGRIT:
         coarse = self.levels[lv.index + 1] if park else None
         for pos, phi in self._c_steps(lv):
             r = phi.sub_(_gather(lv.X, [p - lv.lo for p in pos]))
-            sq += float(r.pow(2).sum())
+            flat = r.reshape(-1)
+            sq += float(torch.dot(flat, flat))
             if park:
                 cidx = [self.h.levels[lv.index].count_c_below(p) - coarse.lo for p in pos]
                 _scatter(coarse.G, cidx, r)

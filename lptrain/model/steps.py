@@ -50,10 +50,14 @@ class DenseSteps:
 
     # -- adjoint ---------------------------------------------------------------
     def linearize(self, u, K, b):
-        """σ′(K u + b), the coefficient of the step's Jacobian at state u."""
+        """What the adjoint of a step at state u needs (the activation's saved data)."""
         z = torch.addmm(b, u, K.t()) if u.dim() == 2 else \
             torch.baddbmm(b.unsqueeze(1), u, K.transpose(1, 2))
-        return self.act.derivative(self.act.forward(z)[1])
+        return self.act.forward(z)[1]
+
+    def vjp_saved(self, saved, lam, K, h, out=None):
+        """λ_{n+1} + h Kᵀ[σ′ ⊙ λ_{n+1}] from the activation's saved data."""
+        return self.vjp_from_g(self.act.vjp(saved, lam), lam, K, h, out)
 
     def vjp_state(self, dsig, lam, K, h, out=None):
         """λ_n = λ_{n+1} + h Kᵀ[σ′ ⊙ λ_{n+1}] with dsig = σ′(K u_n + b), into `out`."""
@@ -109,9 +113,11 @@ class ConvSteps:
         K, b = self.weights(n)
         return self.apply(u, K, b, h, save, out)
 
+    vjp_saved = DenseSteps.vjp_saved
+
     def linearize(self, u, K, b):
         if u.dim() == 4:
-            return self.act.derivative(self.act.forward(self._z(u, K, b))[1])
+            return self.act.forward(self._z(u, K, b))[1]
         return torch.stack([self.linearize(u[i], K[i], b[i]) for i in range(u.shape[0])])
 
     def vjp_state(self, dsig, lam, K, h, out=None):

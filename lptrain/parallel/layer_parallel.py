@@ -14,7 +14,7 @@ from lptrain.mgrit.exchange import allreduce_tensor
 from lptrain.mgrit.hierarchy import build_hierarchy
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.mgrit.solver import MGRIT, CycleOptions, SolveResult
-from lptrain.parallel.propagators import AdjointPropagator, ForwardPropagator
+from lptrain.parallel.propagators import AdjointPropagator, ForwardPropagator, Linearisation
 
 
 @dataclass
@@ -111,24 +111,29 @@ class LayerParallel:
         max_iter = o.adjoint_max_iter if max_iter is None else max_iter
         tol = o.adjoint_tol if tol is None else tol
         if resume:
-            dsig = self._dsig_last
+            lin = self._lin_last
             res = self.adj.resume(max_iter, tol, o.rtol)
         else:
             extra = self._next_first_state(states)
-            dsig = self._dsig_last = self._dsig(stepper, states, extra)
+            lin = self._lin_last = self._linearisation(stepper, states, extra)
             state = (lambda n: states[n - self.lo] if n < self.hi else extra)
-            prop = AdjointPropagator(stepper, net.h, self.N, dsig, self.lo, state,
-                                     o.coarse_weights)
+            prop = AdjointPropagator(stepper, net.h, self.N, lin, state, o.coarse_weights)
             res = self.adj.solve(prop, self.template(x), ev.lamN, warm, max_iter=max_iter,
                                  tol=tol, rtol=o.rtol)
         grad = torch.zeros_like(theta)
         gv = net.layout.views(grad)
         own = min(self.hi, self.N) - self.lo            # layers lo..lo+own−1
         q = [self.N - n - 1 - self.rev_lo for n in range(self.lo, self.lo + own)]
-        g = res.states[torch.tensor(q)].mul_(dsig[:own]).mul_(net.h)   # h σ′ ⊙ λ_{n+1}
+        g = res.states[torch.tensor(q)]                 # λ_{n+1}, then σ′ ⊙ λ_{n+1}
+        k = min(own, lin.main.shape[0] - (self.lo - lin.first))
+        if k > 0:
+            stepper.act.vjp(lin.main[self.lo - lin.first:self.lo - lin.first + k], g[:k],
+                            out=g[:k])
+        for n in range(self.lo + max(k, 0), self.lo + own):
+            stepper.act.vjp(lin.one(n), g[n - self.lo], out=g[n - self.lo])
         gK, gb = stepper.vjp_weights(states[:own], g)
-        gv["K"][self.lo:self.lo + own] = gK
-        gv["b"][self.lo:self.lo + own] = gb
+        gv["K"][self.lo:self.lo + own] = gK.mul_(net.h)
+        gv["b"][self.lo:self.lo + own] = gb.mul_(net.h)
         if self.last:
             gv["W"].copy_(ev.grad_cls[0])
             gv["mu"].copy_(ev.grad_cls[1])
@@ -136,21 +141,19 @@ class LayerParallel:
             net.opening_vjp(theta, x, res.states[-1], grad)
         return allreduce_tensor(self.ex, grad), res
 
-    def _dsig(self, stepper, states, extra):
-        """σ′ of layers lo..min(hi, N−1): the forward's saved activations where it
-        evaluated them, recomputed for the last one or two layers."""
+    def _linearisation(self, stepper, states, extra) -> Linearisation:
+        """Activation data of layers lo..min(hi, N−1): the forward's saved activations
+        where it evaluated those steps, recomputed for the last one or two layers."""
         top = min(self.hi, self.N - 1)                 # last layer needed
-        dsig = states.new_empty((top - self.lo + 1, *states.shape[1:]))
         have = min(self.hi - 2 if not self.last else self.N - 1, top)
-        k = have - self.lo + 1
-        if k > 0:
-            src = self._saved[self.lo - self.saved_first:have - self.saved_first + 1]
-            dsig[:k] = stepper.act.derivative(src)
+        main = self._saved[self.lo - self.saved_first:max(have, self.lo - 1)
+                           - self.saved_first + 1]
+        tail = {}
         for n in range(max(have + 1, self.lo), top + 1):
             u = states[n - self.lo] if n < self.hi else extra
             K, b = stepper.weights(n)
-            dsig[n - self.lo] = stepper.linearize(u, K, b)
-        return dsig
+            tail[n] = stepper.linearize(u, K, b)
+        return Linearisation(main, self.lo, tail)
 
     def _next_first_state(self, states):
         """u_hi from the next rank (None on the last rank)."""

@@ -51,21 +51,21 @@ class AdjointPropagator:
     """Φᵀ in mirrored time: λ_n = λ_{n+1} + H Kᵀ[σ′(K u_n + b) ⊙ λ_{n+1}].
 
     The solver's step (a, b) in mirrored indices covers forward layers
-    [N−b, N−a) and is linearised at the forward state u_{N−b}.  `dsig[k]`
-    is σ′ of forward layer first+k at the forward states (what the steps of
-    this rank need); `state(n)` returns u_n, used only to linearise the
-    averaged weights of coarse steps.
+    [N−b, N−a) and is linearised at the forward state u_{N−b}.  `lin` gives
+    the activation data of the forward layers this rank's steps use (mostly
+    the forward solve's own saved activations); `state(n)` returns u_n, used
+    only to linearise the averaged weights of coarse steps.
     """
 
-    def __init__(self, stepper, h: float, n_steps: int, dsig: torch.Tensor, first: int,
-                 state=None, coarse_weights: str = "inject"):
+    def __init__(self, stepper, h: float, n_steps: int, lin: "Linearisation", state=None,
+                 coarse_weights: str = "inject"):
         self.st, self.h, self.N = stepper, h, n_steps
-        self.dsig, self.first, self.state = dsig, first, state
+        self.lin, self.state = lin, state
         self.average = coarse_weights == "average"
         self._avg: dict[tuple[int, int], torch.Tensor] = {}
 
     def _layer(self, a: int, b: int):
-        """(K, σ′) of the mirrored step a → b."""
+        """(K, activation data) of the mirrored step a → b."""
         n = self.N - b
         if self.average and b - a > 1:
             K, bias = self.st.mean_weights(n, self.N - a)
@@ -73,22 +73,38 @@ class AdjointPropagator:
             if key not in self._avg:
                 self._avg[key] = self.st.linearize(self.state(n), K, bias)
             return K, self._avg[key]
-        return self.st.K[n], self.dsig[n - self.first]
+        return self.st.K[n], self.lin.one(n)
 
     def step(self, lam, a: int, b: int, out=None, save: bool = False):
-        K, dsig = self._layer(a, b)
-        return self.st.vjp_state(dsig, lam, K, self.h * (b - a), out)
+        K, saved = self._layer(a, b)
+        return self.st.vjp_saved(saved, lam, K, self.h * (b - a), out)
 
     def step_many(self, L, starts, stops, out=None, save: bool = False):
         if self.average and any(b - a > 1 for a, b in zip(starts, stops)):
             pairs = [self._layer(a, b) for a, b in zip(starts, stops)]
             K = torch.stack([p[0] for p in pairs])
-            dsig = torch.stack([p[1] for p in pairs])
+            saved = torch.stack([p[1] for p in pairs])
         else:
-            ns = torch.tensor([self.N - b for b in stops])
-            K = self.st.K[ns]
-            dsig = self.dsig[ns - self.first]
-        return self.st.vjp_state(dsig, L, K, _sizes(self.h, starts, stops, L), out)
+            ns = [self.N - b for b in stops]
+            K = self.st.K[torch.tensor(ns)]
+            saved = self.lin.many(ns)
+        return self.st.vjp_saved(saved, L, K, _sizes(self.h, starts, stops, L), out)
+
+
+class Linearisation:
+    """Activation data of forward layers: a view of the forward's saved buffer for
+    layers first..first+len−1, plus a few layers computed separately (`tail`)."""
+
+    def __init__(self, main: torch.Tensor, first: int, tail: dict[int, torch.Tensor]):
+        self.main, self.first, self.tail = main, first, tail
+
+    def one(self, n: int) -> torch.Tensor:
+        return self.tail[n] if n in self.tail else self.main[n - self.first]
+
+    def many(self, ns: list[int]) -> torch.Tensor:
+        if any(n in self.tail for n in ns):
+            return torch.stack([self.one(n) for n in ns])
+        return self.main[_slots(ns, self.first)]
 
 
 def _slots(starts, first: int):
