@@ -11,17 +11,12 @@ keeps the sweep short; the network is the benchmark network (smooth weights).
 from __future__ import annotations
 
 import argparse
-import math
 
 from common import data, network, save
+from lptrain.metrics.writer import convergence_factor
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.parallel.layer_parallel import LayerParallel
-
-
-def factor(history):
-    h = [r for r in history if r > 0]
-    return (h[-1] / h[0]) ** (1 / (len(h) - 1)) if len(h) > 1 else math.nan
 
 
 def main():
@@ -46,9 +41,9 @@ def main():
                 ev = lp.evaluate(theta, res.states, y, a.batch, True)
                 _, ares = lp.backward(theta, x, res.states, ev)
                 row = {"cfactor": cf, "levels": levels, "relax": "FCF" if nrelax else "F",
-                       "fwd_factor": factor(res.history[:6]),
+                       "fwd_factor": convergence_factor(res.history[:6]),
                        "fwd_iters_to_1e-9": res.iterations if res.converged else None,
-                       "adj_factor": factor(ares.history[:6]),
+                       "adj_factor": convergence_factor(ares.history[:6]),
                        "adj_iters_to_1e-9": ares.iterations if ares.converged else None}
                 rows.append(row)
                 print(row, flush=True)
