@@ -42,8 +42,8 @@ RUN_NP = $(if $(filter-out 1,$(NP)),MPIR_CVAR_ENABLE_HEAVY_YIELD=1 $(MPIEXEC) -n
 OUT ?= outputs
 # QUICK=1: a few minutes on 2 cores (fewer iterations and samples)
 QUICK_peaks := train.iterations=40
-QUICK_indian_pines := train.iterations=15 dataset.n_train=1000 dataset.n_val=500
-QUICK_mnist := train.iterations=5 dataset.n_train=500 dataset.n_val=200
+QUICK_indian_pines := train.iterations=5 dataset.n_train=500 dataset.n_val=250 mgrit.tol=1e-8
+QUICK_mnist := train.iterations=3 dataset.n_train=300 dataset.n_val=100 mgrit.tol=1e-8
 quick = $(if $(QUICK),$(QUICK_$(1)),)
 
 # $(1) dataset key, $(2) experiment name, $(3) output folder
