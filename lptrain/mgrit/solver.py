@@ -282,7 +282,7 @@ class MGRIT:
         if coarse.lo == 0:
             coarse.G[0] = coarse.X[0]
         for pos, phi in self._coarse_phis(coarse):
-            idx = _index([p - coarse.lo for p in pos])
+            idx = index_of([p - coarse.lo for p in pos])
             coarse.G[idx] -= phi
 
     def _coarse_phis(self, lv: _LevelState):
@@ -307,7 +307,7 @@ class MGRIT:
             return
         idx = [c - lv.lo for c in lv.cs]
         if coarse.correction:
-            lv.X[_index(idx)] += coarse.X
+            lv.X[index_of(idx)] += coarse.X
         else:
             _scatter(lv.X, idx, coarse.X)
 
@@ -363,7 +363,7 @@ class MGRIT:
         """Φ + g from each point in src into the next point, written in place."""
         runs = _runs(src) if self.opt.stack else [[i] for i in src]
         for run in runs:
-            idx = _index([i + 1 - lv.lo for i in run])
+            idx = index_of([i + 1 - lv.lo for i in run])
             if isinstance(idx, slice):
                 self._phi_many(lv, run, out=lv.X[idx])
             else:
@@ -391,7 +391,7 @@ def _runs(positions: list[int]) -> list[list[int]]:
     return runs
 
 
-def _index(positions: list[int]):
+def index_of(positions: list[int]):
     """A slice when positions are an arithmetic progression, else an index list."""
     if len(positions) == 1:
         return slice(positions[0], positions[0] + 1)
@@ -402,8 +402,8 @@ def _index(positions: list[int]):
 
 
 def _gather(X: torch.Tensor, positions: list[int]) -> torch.Tensor:
-    return X[_index(positions)]
+    return X[index_of(positions)]
 
 
 def _scatter(X: torch.Tensor, positions: list[int], values: torch.Tensor) -> None:
-    X[_index(positions)] = values
+    X[index_of(positions)] = values

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from lptrain.mgrit.solver import index_of
+
 
 class ForwardPropagator:
     """Φ: u ← u + H·σ(K u + b) with the stepper's weights.
@@ -107,14 +109,9 @@ class Linearisation:
         return self.main[_slots(ns, self.first)]
 
 
-def _slots(starts, first: int):
-    """Save slots of layers `starts`: a slice when they are evenly spaced."""
-    if len(starts) == 1:
-        return slice(starts[0] - first, starts[0] - first + 1)
-    step = starts[1] - starts[0]
-    if step > 0 and all(b - a == step for a, b in zip(starts, starts[1:])):
-        return slice(starts[0] - first, starts[-1] - first + 1, step)
-    return torch.tensor(starts) - first
+def _slots(layers, first: int):
+    """Positions of `layers` in a buffer starting at layer `first` (a slice if evenly spaced)."""
+    return index_of([n - first for n in layers])
 
 
 def _stack_weights(prop: ForwardPropagator, starts, stops):
