@@ -5,7 +5,7 @@ import torch
 from helpers import (autograd_objective, batch, conv_net, dense_net,
                      serial_objective_and_grad)
 from lptrain.errors import ConfigError
-from lptrain.model.activations import ACTIVATIONS, smooth_relu
+from lptrain.model.activations import ACTIVATIONS, smooth_relu, tanh
 from lptrain.model.network import NetworkOptions, ResNet
 
 REG = dict(gamma_tik=1e-2, gamma_class=2e-2, gamma_ddt=3e-2)
@@ -54,6 +54,20 @@ def test_smooth_relu_is_c1_at_the_joins():
     assert torch.allclose(smooth_relu(z), torch.relu(z))
     dsig = ACTIVATIONS["smoothrelu"].derivative(z)
     assert torch.allclose(dsig, torch.tensor([0.0, 1.0], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fast_tanh_is_torch_tanh_to_a_few_ulp(dtype):
+    z = torch.cat([torch.linspace(-40, 40, 20001, dtype=dtype),
+                   torch.randn(5000, generator=torch.Generator().manual_seed(0)).to(dtype)])
+    eps = torch.finfo(dtype).eps
+    assert (tanh(z) - torch.tanh(z)).abs().max() <= 2 * eps
+    act, save = ACTIVATIONS["tanh"], torch.empty_like(z)
+    a = act.forward_(z.clone(), save)           # the solver's in-place path
+    assert a.data_ptr() == save.data_ptr() and torch.equal(a, tanh(z))
+    zg = z.clone().requires_grad_()             # the autograd path: same values
+    assert torch.equal(act.forward_(zg * 1.0, None).detach(), tanh(z))
+    assert torch.equal(act(z), tanh(z))
 
 
 def test_shapes_dense_and_conv():
