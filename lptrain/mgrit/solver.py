@@ -214,21 +214,27 @@ class MGRIT:
             _scatter(lv.X, [p - lv.lo for p in pos], val)
 
     def _c_steps(self, lv: _LevelState):
-        """[(C-points, Φ(u_{c-1}) + g_c)] for this rank's C-points c > 0."""
+        """Yield (C-points, Φ(u_{c-1}) + g_c) for this rank's C-points c > 0.
+
+        A chunk of `opt.chunk` C-points at a time, so the temporaries stay in
+        cache; consumers must exhaust the generator (it ends the exchange).
+        """
         if lv.empty:
-            return []
+            return
         level = self.h.levels[lv.index]
         if lv.right is not None and level.is_c(lv.hi):
             self.ex.send(lv.X[-1], lv.right)
-        out, targets = [], [c for c in lv.cs if c > 0]
+        targets = [c for c in lv.cs if c > 0]
         if targets and targets[0] == lv.lo:
             x = self._recv(lv)
-            out.append(([lv.lo], self._phi(lv, lv.lo - 1, x).unsqueeze(0)))
+            yield [lv.lo], self._phi(lv, lv.lo - 1, x).unsqueeze(0)
             targets = targets[1:]
+        k = max(self.opt.chunk, 1)
         for run in _runs([c - 1 for c in targets]):
-            out.append(([p + 1 for p in run], self._phi_many(lv, run)))
+            for first in range(0, len(run), k):
+                part = run[first:first + k]
+                yield [p + 1 for p in part], self._phi_many(lv, part)
         self.ex.wait()
-        return out
 
     def _residual(self, lv: _LevelState, park: bool = False) -> float:
         """Σ‖r_c‖² over this rank's C-points, r_c = Φ(u_{c-1}) + g_c − u_c.
@@ -286,19 +292,19 @@ class MGRIT:
             coarse.G[idx] -= phi
 
     def _coarse_phis(self, lv: _LevelState):
-        """[(points i, Φ(v_{i−1}))] for the points i > 0 of this rank on level lv."""
+        """Yield (points i, Φ(v_{i−1})) for the points i > 0 of this rank on level lv."""
         if lv.right is not None:
             self.ex.send(lv.X[-1], lv.right)
-        out, first = [], max(lv.lo, 1)
+        first = max(lv.lo, 1)
         if lv.lo > 0:
             x = self._recv(lv)
-            out.append(([lv.lo], self._step(lv, lv.lo - 1, x).unsqueeze(0)))
+            yield [lv.lo], self._step(lv, lv.lo - 1, x).unsqueeze(0)
             first = lv.lo + 1
-        if first < lv.hi:
-            src = list(range(first - 1, lv.hi - 1))
-            out.append(([p + 1 for p in src], self._steps(lv, src)))
+        k = max(self.opt.chunk, 1)
+        for start in range(first - 1, lv.hi - 1, k):       # in chunks that stay in cache
+            src = list(range(start, min(start + k, lv.hi - 1)))
+            yield [p + 1 for p in src], self._steps(lv, src)
         self.ex.wait()
-        return out
 
     def _correct(self, lv: _LevelState):
         """u_c ← coarse solution (FAS with injection), or u_c += correction (linear)."""

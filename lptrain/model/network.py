@@ -149,16 +149,28 @@ class ResNet:
         v = self.layout.views(theta)
         return STEPPERS[self.opts.name](v["K"], v["b"], self.act)
 
+    def state_dims(self, batch: int) -> tuple[int, ...]:
+        """Shape of one state of `batch` samples in the stepper's layout."""
+        return STEPPERS[self.opts.name].state_dims(batch, self.state_shape)
+
+    def new_state(self, x: torch.Tensor) -> torch.Tensor:
+        """An uninitialised state for the batch x (its dtype and device)."""
+        return x.new_empty(self.state_dims(x.shape[0]))
+
+    def batch_major(self, u: torch.Tensor) -> torch.Tensor:
+        """A state as (B, ...) (a view for dense states)."""
+        return STEPPERS[self.opts.name].from_state(u)
+
     # -- opening -------------------------------------------------------------
     def opening(self, theta: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """u_0 from the input batch y."""
+        """u_0 from the input batch y, in the stepper's layout."""
         v, o = self.layout.views(theta), self.opts.opening
         if o == "dense":
-            return self.act(torch.addmm(v["open_b"], y, v["open_K"].t()))
+            return self.act(torch.addmm(v["open_b"].unsqueeze(1), v["open_K"], y.t()))
         if o == "conv":
             return self.act(F.conv2d(y, v["open_K"], v["open_b"], padding=1))
         if o == "pad":
-            return F.pad(y, (0, self.state_shape[0] - y.shape[1]))
+            return F.pad(y, (0, self.state_shape[0] - y.shape[1])).t().contiguous()
         return y.expand(-1, self.state_shape[0], -1, -1).contiguous()  # replicate
 
     def opening_vjp(self, theta, y, lam0, grad: torch.Tensor) -> None:
@@ -169,7 +181,7 @@ class ResNet:
         with torch.enable_grad():
             K = v["open_K"].detach().requires_grad_()
             b = v["open_b"].detach().requires_grad_()
-            u0 = self.act(torch.addmm(b, y, K.t()) if self.opts.opening == "dense"
+            u0 = self.act(torch.addmm(b.unsqueeze(1), K, y.t()) if self.opts.opening == "dense"
                           else F.conv2d(y, K, b, padding=1))
             gK, gb = torch.autograd.grad(u0, (K, b), lam0)
         gv["open_K"].add_(gK)
@@ -183,7 +195,8 @@ class ResNet:
         unless want_grad.
         """
         v = self.layout.views(theta)
-        flat = uN.reshape(uN.shape[0], -1)
+        flat = self.batch_major(uN)
+        flat = flat.reshape(flat.shape[0], -1)
         logits = torch.addmm(v["mu"], flat, v["W"].t())
         loss = F.cross_entropy(logits, labels, reduction="sum") / n_total
         correct = int((logits.argmax(1) == labels).sum())
@@ -192,7 +205,8 @@ class ResNet:
         dz = torch.softmax(logits, 1)
         dz[torch.arange(labels.numel()), labels] -= 1.0
         dz /= n_total
-        lamN = torch.mm(dz, v["W"]).view_as(uN)
+        lamN = torch.mm(dz, v["W"]).view(dz.shape[0], *self.state_shape)
+        lamN = STEPPERS[self.opts.name].to_state(lamN)
         return loss, correct, lamN, torch.mm(dz.t(), flat), dz.sum(0)
 
     # -- regulariser ---------------------------------------------------------

@@ -1,8 +1,10 @@
 """Residual steps u ← u + h·σ(K u + b) as time steppers indexed by integer layer.
 
 A stepper holds the hidden weights of all N layers and knows nothing of MPI or
-MGRIT.  Shapes: dense states are (B, w), conv states (B, c, H, W); a stack of
-m states (one per MGRIT interval) adds a leading dimension m.
+MGRIT.  Each stepper owns its state layout: dense states are feature-major
+(w, B), conv states (B, c, H, W); a stack of m states (one per MGRIT
+interval) adds a leading dimension m.  `to_state` and `from_state` convert
+from and to batch-major (B, ...) at the network's edges.
 """
 from __future__ import annotations
 
@@ -13,11 +15,31 @@ from lptrain.model.activations import Activation
 
 
 class DenseSteps:
-    """Dense residual layers: K (N, w, w), b (N, w) or (N, 1)."""
+    """Dense residual layers: K (N, w, w), b (N, w) or (N, 1); states (w, B).
+
+    Feature-major states make K u one GEMM whose long dimension is
+    contiguous: 20 µs instead of 72 µs for u Kᵀ on (B, w) states (MKL,
+    float64, B = 5000, w = 8), in the forward step and the adjoint alike.
+    """
 
     def __init__(self, K: torch.Tensor, b: torch.Tensor, act: Activation):
         self.K, self.b, self.act = K, b, act
         self.n_layers = K.shape[0]
+
+    # -- layout --------------------------------------------------------------
+    @staticmethod
+    def state_dims(batch: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (shape[0], batch)
+
+    @staticmethod
+    def to_state(u: torch.Tensor) -> torch.Tensor:
+        """(B, w) → (w, B), contiguous."""
+        return u.t().contiguous()
+
+    @staticmethod
+    def from_state(u: torch.Tensor) -> torch.Tensor:
+        """(w, B) → (B, w), a view."""
+        return u.t()
 
     # -- weights -------------------------------------------------------------
     def weights(self, n: int):
@@ -33,15 +55,17 @@ class DenseSteps:
     def apply(self, u, K, b, h, save=None, out=None):
         """One step with explicit weights: u + h·σ(K u + b), written into `out` if given.
 
-        u (B, w) with K (w, w), or u (m, B, w) with K (m, w, w) and h a
+        u (w, B) with K (w, w), or u (m, w, B) with K (m, w, w) and h a
         float or a tensor of m step sizes.  `save`, if given, receives what
         the adjoint needs (σ(z) for tanh, z otherwise).
         """
+        return _euler(u, self.act.forward_(self._z(u, K, b), save), h, out)
+
+    @staticmethod
+    def _z(u, K, b):
         if u.dim() == 2:
-            z = _affine(b, u, K.t())
-        else:
-            z = torch.baddbmm(b.unsqueeze(1), u, K.transpose(1, 2))
-        return _euler(u, self.act.forward_(z, save), h, out)
+            return torch.addmm(b.unsqueeze(-1), K, u)
+        return torch.baddbmm(b.unsqueeze(-1), K, u)
 
     def step(self, u, n: int, h: float, save=None, out=None):
         """u_{n+1} = u_n + h·σ(K_n u_n + b_n)."""
@@ -51,9 +75,7 @@ class DenseSteps:
     # -- adjoint ---------------------------------------------------------------
     def linearize(self, u, K, b):
         """What the adjoint of a step at state u needs (the activation's saved data)."""
-        z = torch.addmm(b, u, K.t()) if u.dim() == 2 else \
-            torch.baddbmm(b.unsqueeze(1), u, K.transpose(1, 2))
-        return self.act.forward(z)[1]
+        return self.act.forward(self._z(u, K, b))[1]
 
     def vjp_saved(self, saved, lam, K, h, out=None):
         """λ_{n+1} + h Kᵀ[σ′ ⊙ λ_{n+1}] from the activation's saved data."""
@@ -69,17 +91,16 @@ class DenseSteps:
             g.mul_(_bcast(h, g))
             h = 1.0
         if lam.dim() == 2:
-            if lam.dtype == torch.float64:
-                return torch.addmm(lam, g, K, alpha=h, out=out)
-            return torch.add(lam, torch.mm(g, K), alpha=h, out=out)
-        return torch.baddbmm(lam, g, K, alpha=h, out=out)
+            return torch.addmm(lam, K.t(), g, alpha=h, out=out)
+        return torch.baddbmm(lam, K.transpose(1, 2), g, alpha=h, out=out)
 
     def vjp_weights(self, u, g):
         """Weight gradients (gK, gb) of the layer(s) with input u, for g = h·σ′ ⊙ λ."""
         if u.dim() == 2:
-            gK, gb = torch.mm(g.t(), u), g.sum(0)
+            gK = torch.mm(g, u.t())
         else:
-            gK, gb = torch.bmm(g.transpose(1, 2), u), g.sum(1)
+            gK = torch.bmm(g, u.transpose(1, 2))
+        gb = g.sum(-1)
         if self.b.shape[-1] == 1:
             gb = gb.sum(-1, keepdim=True)
         return gK, gb
@@ -91,6 +112,16 @@ class ConvSteps:
     def __init__(self, K: torch.Tensor, b: torch.Tensor, act: Activation):
         self.K, self.b, self.act = K, b, act
         self.n_layers = K.shape[0]
+
+    @staticmethod
+    def state_dims(batch: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (batch, *shape)
+
+    @staticmethod
+    def to_state(u: torch.Tensor) -> torch.Tensor:
+        return u
+
+    from_state = to_state
 
     weights = DenseSteps.weights
     weights_many = DenseSteps.weights_many
@@ -144,13 +175,6 @@ class ConvSteps:
 
 
 STEPPERS = {"dense": DenseSteps, "conv": ConvSteps}
-
-
-def _affine(b, u, Kt):
-    """b + u Kᵀ: one fused addmm is faster in float64, matmul + add in float32 (measured)."""
-    if u.dtype == torch.float64:
-        return torch.addmm(b, u, Kt)
-    return torch.mm(u, Kt).add_(b)
 
 
 def _euler(u, a, h, out=None):

@@ -78,7 +78,7 @@ def _kernels(stepper, u: torch.Tensor, m: int, h: float) -> dict:
 
 def _stack_kernels(net, theta, batch: int, m: int, pool_bytes: float, device: str) -> dict:
     """{(kind, m): closure} for m states of `batch` samples, from a pool of pool_bytes."""
-    shape = (batch, *net.state_shape) if m == 1 else (m, batch, *net.state_shape)
+    shape = net.state_dims(batch) if m == 1 else (m, *net.state_dims(batch))
     copies = max(1, int(pool_bytes // (math.prod(shape) * theta.element_size())))
     gen = torch.Generator().manual_seed(m)
     u = 0.5 * torch.randn((copies, *shape), generator=gen, dtype=torch.float64)

@@ -51,7 +51,7 @@ class LayerParallel:
         return len(self.hier.levels)
 
     def template(self, x: torch.Tensor) -> torch.Tensor:
-        return x.new_empty((x.shape[0], *self.net.state_shape))
+        return self.net.new_state(x)
 
     # -- forward ---------------------------------------------------------------
     @property

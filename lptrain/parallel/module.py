@@ -50,10 +50,10 @@ class LayerParallelResNet(nn.Module):
     def serial(self, u0: torch.Tensor) -> torch.Tensor:
         """The same layers stepped one after another with autograd (the reference)."""
         stepper = DenseSteps(self.K, self.b, self.net.act)
-        u = u0
+        u = DenseSteps.to_state(u0)
         for n in range(self.net.opts.layers):
             u = stepper.step(u, n, self.net.h)
-        return u
+        return DenseSteps.from_state(u)
 
     def _theta(self, K, b):
         theta = K.new_zeros(self.net.layout.size)
@@ -74,7 +74,8 @@ class _MGRITFunction(torch.autograd.Function):
         mod._calls += 1
         ctx.mod, ctx.theta, ctx.x, ctx.states, ctx.call = mod, theta, x, res.states, mod._calls
         last = ex.size - 1
-        return broadcast_tensor(ex, res.states[-1] if lp.last else None, last, x)
+        uN = broadcast_tensor(ex, res.states[-1] if lp.last else None, last, lp.template(x))
+        return DenseSteps.from_state(uN).clone()
 
     @staticmethod
     def backward(ctx, grad_uN):
@@ -87,11 +88,13 @@ class _MGRITFunction(torch.autograd.Function):
         if lp.last:
             v = mod.net.layout.views(torch.zeros_like(ctx.theta))
             zeros = (v["W"], v["mu"])
-        ev = Evaluation(0.0, 0, grad_uN.detach() if lp.last else None, zeros)
+        lamN = DenseSteps.to_state(grad_uN.detach()) if lp.last else None
+        ev = Evaluation(0.0, 0, lamN, zeros)
         grad, res = lp.backward(ctx.theta, ctx.x, ctx.states, ev,
                                 warm=mod._warm[1] if mod.warm_start else None)
         mod.last_backward = res
         mod._warm = (ctx.states, res.states)
-        lam0 = broadcast_tensor(ex, res.states[-1] if lp.first else None, 0, ctx.x)
+        lam0 = broadcast_tensor(ex, res.states[-1] if lp.first else None, 0,
+                                lp.template(ctx.x))
         g = mod.net.layout.views(grad)
-        return lam0, g["K"].clone(), g["b"].clone(), None
+        return DenseSteps.from_state(lam0).clone(), g["K"].clone(), g["b"].clone(), None

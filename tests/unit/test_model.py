@@ -76,14 +76,17 @@ def test_shapes_dense_and_conv():
     assert v["K"].shape == (5, 6, 6) and v["b"].shape == (5, 6)
     assert v["open_K"].shape == (6, 3) and v["W"].shape == (4, 6)
     x, _ = batch(net, n=7)
-    assert net.opening(theta, x).shape == (7, 6)
+    u0 = net.opening(theta, x)          # dense states are feature-major (w, B)
+    assert u0.shape == (6, 7) == net.state_dims(7) and u0.is_contiguous()
+    assert torch.allclose(net.batch_major(u0), torch.tanh(x @ v["open_K"].t() + v["open_b"]),
+                          atol=1e-15)
     cnet, ctheta = conv_net(layers=2, channels=3, opening="replicate", bias="scalar")
     cv = cnet.layout.views(ctheta)
     assert cv["K"].shape == (2, 3, 3, 3, 3) and cv["b"].shape == (2, 1)
     assert "open_K" not in cnet.layout
     x, _ = batch(cnet, n=2)
     u0 = cnet.opening(ctheta, x)
-    assert u0.shape == (2, 3, 6, 6) and torch.equal(u0[:, 0], u0[:, 2])
+    assert u0.shape == (2, 3, 6, 6) == cnet.state_dims(2) and torch.equal(u0[:, 0], u0[:, 2])
 
 
 def test_init_is_seeded_and_scaled():
