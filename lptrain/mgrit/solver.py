@@ -208,16 +208,20 @@ class MGRIT:
         self.ex.wait()
 
     def _c_relax(self, lv: _LevelState):
-        """u_i = Φ(u_{i-1}) + g_i at every C-point but the first."""
-        phi = self._c_steps(lv)
-        for pos, val in phi:
-            _scatter(lv.X, [p - lv.lo for p in pos], val)
+        """u_i = Φ(u_{i-1}) + g_i at every C-point but the first, written in place."""
+        for _, phi, put in self._c_steps(lv, lambda pos: (lv.X, [p - lv.lo for p in pos])):
+            put(phi)
 
-    def _c_steps(self, lv: _LevelState):
-        """Yield (C-points, Φ(u_{c-1}) + g_c) for this rank's C-points c > 0.
+    def _c_steps(self, lv: _LevelState, dest=None):
+        """Yield (C-points, Φ(u_{c-1}) + g_c, put) for this rank's C-points c > 0.
 
         A chunk of `opt.chunk` C-points at a time, so the temporaries stay in
-        cache; consumers must exhaust the generator (it ends the exchange).
+        cache; `dest(C-points)` → (tensor, positions) says where the values
+        belong: they are computed there directly where possible, and the
+        consumer calls put(values) when done with them.  Chunks go from the last
+        C-point back, so that writing into the states reads only old values
+        (the last point may be a C-point right after another).  Consumers must
+        exhaust the generator (it ends the exchange).
         """
         if lv.empty:
             return
@@ -225,32 +229,39 @@ class MGRIT:
         if lv.right is not None and level.is_c(lv.hi):
             self.ex.send(lv.X[-1], lv.right)
         targets = [c for c in lv.cs if c > 0]
-        if targets and targets[0] == lv.lo:
-            x = self._recv(lv)
-            yield [lv.lo], self._phi(lv, lv.lo - 1, x).unsqueeze(0)
-            targets = targets[1:]
+        remote = bool(targets) and targets[0] == lv.lo
         k = max(self.opt.chunk, 1)
-        for run in _runs([c - 1 for c in targets]):
-            for first in range(0, len(run), k):
-                part = run[first:first + k]
-                yield [p + 1 for p in part], self._phi_many(lv, part)
+        chunks = [run[first:first + k] for run in arithmetic_runs([c - 1 for c in targets[remote:]])
+                  for first in range(0, len(run), k)]
+        for part in reversed(chunks):
+            pos = [p + 1 for p in part]
+            out, put = _destination(dest, pos, clash=not set(part).isdisjoint(pos))
+            yield pos, self._phi_many(lv, part, out=out), put
+        if remote:
+            x = self._recv(lv)
+            out, put = _destination(dest, [lv.lo])
+            yield [lv.lo], self._phi(lv, lv.lo - 1, x, out=out).unsqueeze(0), put
         self.ex.wait()
 
     def _residual(self, lv: _LevelState, park: bool = False) -> float:
         """Σ‖r_c‖² over this rank's C-points, r_c = Φ(u_{c-1}) + g_c − u_c.
 
-        With park, r is stored in the next level's rhs for the restriction.
+        With park, the next level's rhs receives r_c (linear) or Φ(u_{c-1}) + g_c
+        (FAS, completed by _inject).
         """
         t0 = time.perf_counter()
-        sq = 0.0
-        coarse = self.levels[lv.index + 1] if park else None
-        for pos, phi in self._c_steps(lv):
-            r = phi.sub_(_gather(lv.X, [p - lv.lo for p in pos]))
+        sq, dest = 0.0, None
+        if park:
+            coarse, level = self.levels[lv.index + 1], self.h.levels[lv.index]
+            dest = (lambda pos: (coarse.G, [level.count_c_below(p) - coarse.lo
+                                            for p in pos]))
+        linear = park and self.opt.linear
+        for pos, phi, put in self._c_steps(lv, dest):
+            u = _gather(lv.X, [p - lv.lo for p in pos])
+            r = phi.sub_(u) if linear or not park else torch.sub(phi, u)
             flat = r.reshape(-1)
             sq += float(torch.dot(flat, flat))
-            if park:
-                cidx = [self.h.levels[lv.index].count_c_below(p) - coarse.lo for p in pos]
-                _scatter(coarse.G, cidx, r)
+            put(phi)
         self.timers[(lv.index, "residual")] += time.perf_counter() - t0
         return sq
 
@@ -284,8 +295,7 @@ class MGRIT:
             else:
                 coarse.G.copy_(_gather(lv.G, local))
             return
-        coarse.G.add_(coarse.X)
-        if coarse.lo == 0:
+        if coarse.lo == 0:                 # g_j = Φ(u_{c−1}) + g_c − Φ^Δ(v_{j−1}), g_0 = v_0
             coarse.G[0] = coarse.X[0]
         for pos, phi in self._coarse_phis(coarse):
             idx = index_of([p - coarse.lo for p in pos])
@@ -367,7 +377,7 @@ class MGRIT:
 
     def _advance(self, lv: _LevelState, src: list[int]):
         """Φ + g from each point in src into the next point, written in place."""
-        runs = _runs(src) if self.opt.stack else [[i] for i in src]
+        runs = arithmetic_runs(src) if self.opt.stack else [[i] for i in src]
         for run in runs:
             idx = index_of([i + 1 - lv.lo for i in run])
             if isinstance(idx, slice):
@@ -386,7 +396,7 @@ def _next_c(level, c: int) -> int:
     return level.cpoints[k]
 
 
-def _runs(positions: list[int]) -> list[list[int]]:
+def arithmetic_runs(positions: list[int]) -> list[list[int]]:
     """Split sorted positions into maximal arithmetic progressions."""
     runs: list[list[int]] = []
     for p in positions:
@@ -405,6 +415,27 @@ def index_of(positions: list[int]):
     if step > 0 and all(b - a == step for a, b in zip(positions, positions[1:])):
         return slice(positions[0], positions[-1] + 1, step)
     return torch.tensor(positions)
+
+
+def _destination(dest, positions: list[int], clash: bool = False):
+    """(out view or None, put) for values meant for dest(positions).
+
+    clash: the values are computed from points among `positions` (write after).
+    """
+    if dest is None:
+        return None, _nothing
+    X, where = dest(positions)
+    idx = index_of(where)
+    if isinstance(idx, slice) and not clash:
+        return X[idx], _nothing
+
+    def put(values):
+        X[idx] = values
+    return None, put
+
+
+def _nothing(values):
+    pass
 
 
 def _gather(X: torch.Tensor, positions: list[int]) -> torch.Tensor:

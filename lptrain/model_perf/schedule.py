@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Union
 
 from lptrain.mgrit.hierarchy import Hierarchy, build_hierarchy, build_levels
+from lptrain.mgrit.solver import CycleOptions, arithmetic_runs
 
 # which measured cost a step is charged (see simulate.StepCosts)
 FORWARD = "forward"        # u ← u + H σ(K u + b)
@@ -28,6 +29,8 @@ COSTS = (FORWARD, ADJOINT, DERIVATIVE, LINEARIZE, WEIGHTS)
 # which iteration of `_iterate` (see iteration_schedule)
 COLD, WARM, FIRST, FRESH = "cold", "warm", "first", "fresh"
 KINDS = (COLD, WARM, FIRST, FRESH)
+
+CHUNK = max(CycleOptions().chunk, 1)   # intervals the solver stacks per call
 
 
 @dataclass(frozen=True)
@@ -148,9 +151,10 @@ class _Builder:
         for r, lo, hi, cs in self._owned(l):
             own = [c for c in cs if c < level.n_points - 1]
             lengths = [min(_next_c(level.cpoints, c), hi) - c - 1 for c in own]
-            for s in range(max(lengths, default=0)):
-                active = [c + s for c, n in zip(own, lengths) if n > s]
-                self._step(r, l, len(active), count_runs(active))
+            for s in range(max(lengths, default=0)):   # calls: per chunk of intervals
+                active = [[c + s for c, n in zip(own[i:i + CHUNK], lengths[i:i + CHUNK])
+                           if n > s] for i in range(0, len(own), CHUNK)]
+                self._step(r, l, sum(map(len, active)), sum(map(count_runs, active)))
             right = self.h.right(l, r)
             send = right is not None and not level.is_c(hi)
             if send and own:
@@ -169,11 +173,13 @@ class _Builder:
             if right is not None and level.is_c(hi):
                 self._send(r, l, right)
             targets = [c for c in cs if c > 0]
-            if targets and targets[0] == lo:
+            remote = bool(targets) and targets[0] == lo
+            chunks = [run[i:i + CHUNK] for run in arithmetic_runs([c - 1 for c in targets[remote:]])
+                      for i in range(0, len(run), CHUNK)]
+            self._step(r, l, len(targets) - remote, len(chunks))
+            if remote:                     # the solver does the received one last
                 self._recv(r, l)
                 self._step(r, l, 1)
-                targets = targets[1:]
-            self._step(r, l, len(targets), count_runs([c - 1 for c in targets]))
 
     def coarse_phis(self, l: int):
         """Φ^Δ(v) on coarse level l for the FAS right-hand side (`_inject`, keep_rhs)."""
@@ -186,7 +192,7 @@ class _Builder:
                 self._recv(r, l)
                 self._step(r, l, 1)
                 first = lo + 1
-            self._step(r, l, hi - first)
+            self._step(r, l, hi - first, -(-(hi - first) // CHUNK))
 
     def serial_solve(self, l: int):
         for r, lo, hi, _ in self._owned(l):
