@@ -77,6 +77,7 @@ class MGRIT:
                                            hierarchy.right(l, rank), cs=tuple(cs)))
         self.timers: dict[tuple[int, str], float] = defaultdict(float)
         self.prop = None
+        self._saving = True      # finest-level steps save activations (see _iterate)
 
     # -- public ----------------------------------------------------------------
     def solve(self, prop, template: torch.Tensor, u0: torch.Tensor | None = None,
@@ -117,7 +118,12 @@ class MGRIT:
     def _iterate(self, work, warm, max_iter, tol, rtol, fresh=False) -> SolveResult:
         top, history = self.levels[0], []
         skip = self.opt.skip_first_down and not fresh
+        # Finest-level steps leave activations for the adjoint (prop.step save=True).
+        # Without a tolerance the last sweep is known in advance: only its steps and
+        # the closing residual's need to; with one, any iteration may be the last.
+        fixed = tol <= 0 and rtol <= 0
         for k in range(max_iter):
+            self._saving = not fixed
             if k == 0 and skip and warm is None:      # cold: coarse propagation of u_0
                 self._cycle(1, "V", skip=True, from_injection=True)
             else:
@@ -138,8 +144,10 @@ class MGRIT:
                 top.X = work
                 self._cycle(1, self.opt.cycle, skip=(k == 0 and skip))
             self._correct(top)
+            self._saving = not fixed or k == max_iter - 1
             self._timed(0, "relax", self._f_relax, top)
             fresh = True
+        self._saving = True
         norm = self._norm(self._residual(top))        # of the returned states
         history.append(norm)
         return SolveResult(work, history, max_iter, norm <= max(tol, rtol * history[0]))
@@ -356,13 +364,13 @@ class MGRIT:
 
     def _step(self, lv: _LevelState, i: int, x: torch.Tensor, out=None) -> torch.Tensor:
         pts = self.h.levels[lv.index].points
-        return self.prop.step(x, pts[i], pts[i + 1], out=out, save=lv.index == 0)
+        return self.prop.step(x, pts[i], pts[i + 1], out=out, save=self._saving and lv.index == 0)
 
     def _steps(self, lv: _LevelState, src: list[int], out=None) -> torch.Tensor:
         pts = self.h.levels[lv.index].points
         U = _gather(lv.X, [i - lv.lo for i in src])
         return self.prop.step_many(U, [pts[i] for i in src], [pts[i + 1] for i in src],
-                                   out=out, save=lv.index == 0)
+                                   out=out, save=self._saving and lv.index == 0)
 
     def _phi(self, lv: _LevelState, i: int, x: torch.Tensor, out=None) -> torch.Tensor:
         """Φ(x) + g_{i+1} for the step from point i."""

@@ -107,3 +107,21 @@ def test_stacked_steps_equal_one_at_a_time(make):
     many = prop.step_many(U, starts, stops)
     for i, (a, b) in enumerate(zip(starts, stops)):
         assert torch.allclose(many[i], prop.step(U[i], a, b), rtol=1e-14, atol=1e-15)
+
+
+@pytest.mark.parametrize("opts", CONFIGS[:3], ids=lambda o: "-".join(f"{v}" for v in o.values()))
+@pytest.mark.parametrize("warm", [False, True])
+def test_fixed_iterations_save_the_activations_of_the_returned_states(opts, warm):
+    # Without a tolerance only the last sweep saves activations for the adjoint; an
+    # unreachable tolerance (same iterations) saves on every sweep: same gradient.
+    net, theta = dense_net(layers=29, T=3.0, activation="tanh")
+    x, y = batch(net)
+    grads = []
+    for tol in (0.0, 1e-300):
+        lp = LayerParallel(net, MGRITOptions(**opts), SerialExchange())
+        start = lp.forward(theta, x, max_iter=1, tol=0.0).states.clone() if warm else None
+        res = lp.forward(theta * 1.1, x, warm=start, max_iter=2, tol=tol)
+        assert res.iterations == 2 and not res.converged
+        ev = lp.evaluate(theta * 1.1, res.states, y, x.shape[0], True)
+        grads.append(lp.backward(theta * 1.1, x, res.states, ev, max_iter=1)[0])
+    assert torch.equal(grads[0], grads[1])
