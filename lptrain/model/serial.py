@@ -25,9 +25,9 @@ def adjoint(stepper, states: torch.Tensor, saved: torch.Tensor, lamN: torch.Tens
     """
     N = stepper.n_layers
     g_all = lamN.new_empty((N, *lamN.shape))
-    lam = lamN
+    lam, act = lamN, stepper.act
     for n in range(N - 1, -1, -1):
-        g = stepper.act.vjp(saved[n], lam, out=g_all[n])      # σ′ ⊙ λ_{n+1}
-        lam = stepper.vjp_from_g(g, lam, stepper.K[n], h)
+        g = act.vjp(saved[n], lam, out=g_all[n])            # σ′ ⊙ λ_{n+1} / slope
+        lam = stepper.vjp_from_g(g, lam, stepper.K[n], h * act.scale_out)  # K scaled
     gK, gb = stepper.vjp_weights(states[:N], g_all)
-    return lam, gK.mul_(h), gb.mul_(h)
+    return lam, gK.mul_(h * act.slope), gb.mul_(h * act.slope)

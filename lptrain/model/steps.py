@@ -23,7 +23,8 @@ class DenseSteps:
     """
 
     def __init__(self, K: torch.Tensor, b: torch.Tensor, act: Activation):
-        self.K, self.b, self.act = K, b, act
+        self.K, self.b = _scaled(K, b, act)
+        self.act = act
         self.n_layers = K.shape[0]
 
     # -- layout --------------------------------------------------------------
@@ -53,16 +54,17 @@ class DenseSteps:
 
     # -- forward ---------------------------------------------------------------
     def apply(self, u, K, b, h, save=None, out=None):
-        """One step with explicit weights: u + h·σ(K u + b), written into `out` if given.
+        """One step with the stepper's weights: u + h·σ(z), written into `out` if given.
 
         u (w, B) with K (w, w), or u (m, w, B) with K (m, w, w) and h a
         float or a tensor of m step sizes.  `save`, if given, receives what
-        the adjoint needs (σ(z) for tanh, z otherwise).
+        the adjoint needs (see Activation).
         """
-        return _euler(u, self.act.forward_(self._z(u, K, b), save), h, out)
+        return _euler(u, self.act.f_(self._z(u, K, b), save), h, self.act, out)
 
     @staticmethod
     def _z(u, K, b):
+        """z' = K u + b with the stored (scaled) weights."""
         if u.dim() == 2:
             return torch.addmm(b.unsqueeze(-1), K, u)
         return torch.baddbmm(b.unsqueeze(-1), K, u)
@@ -75,18 +77,18 @@ class DenseSteps:
     # -- adjoint ---------------------------------------------------------------
     def linearize(self, u, K, b):
         """What the adjoint of a step at state u needs (the activation's saved data)."""
-        return self.act.forward(self._z(u, K, b))[1]
+        return self.act.saved_of(self._z(u, K, b))
 
     def vjp_saved(self, saved, lam, K, h, out=None):
         """λ_{n+1} + h Kᵀ[σ′ ⊙ λ_{n+1}] from the activation's saved data."""
-        return self.vjp_from_g(self.act.vjp(saved, lam), lam, K, h, out)
+        return self.vjp_from_g(self.act.vjp(saved, lam), lam, K, h * self.act.scale_out, out)
 
     def vjp_state(self, dsig, lam, K, h, out=None):
-        """λ_n = λ_{n+1} + h Kᵀ[σ′ ⊙ λ_{n+1}] with dsig = σ′(K u_n + b), into `out`."""
-        return self.vjp_from_g(torch.mul(dsig, lam), lam, K, h, out)
+        """λ_n = λ_{n+1} + h Kᵀ[σ′ ⊙ λ_{n+1}] with dsig = σ′(z_n), into `out`."""
+        return self.vjp_from_g(torch.mul(dsig, lam), lam, K, h / self.act.scale_in, out)
 
     def vjp_from_g(self, g, lam, K, h, out=None):
-        """λ_{n+1} + h Kᵀ g for g = σ′ ⊙ λ_{n+1} (g may be scaled in place)."""
+        """λ_{n+1} + h Kᵀ g with the stored K (g may be scaled in place)."""
         if isinstance(h, torch.Tensor):
             g.mul_(_bcast(h, g))
             h = 1.0
@@ -95,7 +97,8 @@ class DenseSteps:
         return torch.baddbmm(lam, K.transpose(1, 2), g, alpha=h, out=out)
 
     def vjp_weights(self, u, g):
-        """Weight gradients (gK, gb) of the layer(s) with input u, for g = h·σ′ ⊙ λ."""
+        """g uᵀ and Σ g: the weight gradients (gK, gb) of the layer(s) with input u
+        for g = h·σ′ ⊙ λ (callers pass f′ ⊙ λ and scale by h·act.slope after)."""
         if u.dim() == 2:
             gK = torch.mm(g, u.t())
         else:
@@ -110,7 +113,8 @@ class ConvSteps:
     """3×3 convolutional residual layers: K (N, c, c, 3, 3), b (N, c) or (N, 1)."""
 
     def __init__(self, K: torch.Tensor, b: torch.Tensor, act: Activation):
-        self.K, self.b, self.act = K, b, act
+        self.K, self.b = _scaled(K, b, act)
+        self.act = act
         self.n_layers = K.shape[0]
 
     @staticmethod
@@ -127,13 +131,14 @@ class ConvSteps:
     weights_many = DenseSteps.weights_many
     mean_weights = DenseSteps.mean_weights
 
-    def _z(self, u, K, b):
+    @staticmethod
+    def _z(u, K, b):
         bias = b.expand(K.shape[0]) if b.numel() == 1 else b
         return F.conv2d(u, K, bias, padding=1)
 
     def apply(self, u, K, b, h, save=None, out=None):
         if u.dim() == 4:
-            return _euler(u, self.act.forward_(self._z(u, K, b), save), h, out)
+            return _euler(u, self.act.f_(self._z(u, K, b), save), h, self.act, out)
         out = torch.empty_like(u) if out is None else out
         for i in range(u.shape[0]):
             self.apply(u[i], K[i], b[i], _item(h, i), None if save is None else save[i],
@@ -148,11 +153,10 @@ class ConvSteps:
 
     def linearize(self, u, K, b):
         if u.dim() == 4:
-            return self.act.forward(self._z(u, K, b))[1]
+            return self.act.saved_of(self._z(u, K, b))
         return torch.stack([self.linearize(u[i], K[i], b[i]) for i in range(u.shape[0])])
 
-    def vjp_state(self, dsig, lam, K, h, out=None):
-        return self.vjp_from_g(torch.mul(dsig, lam), lam, K, h, out)
+    vjp_state = DenseSteps.vjp_state
 
     def vjp_from_g(self, g, lam, K, h, out=None):
         g = g.mul(_bcast(h, g)) if isinstance(h, torch.Tensor) else g * h
@@ -177,10 +181,24 @@ class ConvSteps:
 STEPPERS = {"dense": DenseSteps, "conv": ConvSteps}
 
 
-def _euler(u, a, h, out=None):
+def _scaled(K, b, act: Activation):
+    """The weights a stepper stores: scale_in·(K, b), so z' = K u + b needs no extra pass.
+
+    Then λ ← λ + h·scale_out·Kᵀ(f′ ⊙ λ) with the stored K, and the gradient of the
+    parameters is h·slope·(f′ ⊙ λ) uᵀ.
+    """
+    s = act.scale_in
+    return (K, b) if s == 1.0 else (K * s, b * s)
+
+
+def _euler(u, a, h, act, out=None):
+    """u + h·σ = u + h·scale_out·a + h·shift for a = f(z')."""
     if isinstance(h, torch.Tensor):
-        return torch.addcmul(u, _bcast(h, a), a, out=out)
-    return torch.add(u, a, alpha=h, out=out)
+        hb = _bcast(h, a)
+        y = torch.addcmul(u, hb, a, value=act.scale_out, out=out)
+        return y.add_(hb * act.shift) if act.shift else y
+    y = torch.add(u, a, alpha=h * act.scale_out, out=out)
+    return y.add_(h * act.shift) if act.shift else y
 
 
 def _bcast(h, like):

@@ -63,11 +63,27 @@ def test_fast_tanh_is_torch_tanh_to_a_few_ulp(dtype):
     eps = torch.finfo(dtype).eps
     assert (tanh(z) - torch.tanh(z)).abs().max() <= 2 * eps
     act, save = ACTIVATIONS["tanh"], torch.empty_like(z)
-    a = act.forward_(z.clone(), save)           # the solver's in-place path
-    assert a.data_ptr() == save.data_ptr() and torch.equal(a, tanh(z))
-    zg = z.clone().requires_grad_()             # the autograd path: same values
-    assert torch.equal(act.forward_(zg * 1.0, None).detach(), tanh(z))
-    assert torch.equal(act(z), tanh(z))
+    s = act.f_(z * act.scale_in, save)          # the steppers' in-place path
+    assert s.data_ptr() == save.data_ptr()
+    assert torch.equal(s * act.scale_out + act.shift, tanh(z))
+    assert (act.derivative(save) - (1 - torch.tanh(z) ** 2)).abs().max() <= 8 * eps
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_activation_pieces_compose_to_sigma_and_its_derivative(name):
+    # σ = scale_out·f(scale_in·z) + shift; vjp is σ′⊙λ / slope (steppers fold the slope)
+    act = ACTIVATIONS[name]
+    gen = torch.Generator().manual_seed(1)
+    z = torch.randn(200, generator=gen, dtype=torch.float64)
+    lam = torch.randn(200, generator=gen, dtype=torch.float64)
+    value, saved = act.forward(z)
+    zs = z * act.scale_in
+    assert torch.allclose(value, act.scale_out * act.f(zs) + act.shift, atol=1e-15)
+    assert torch.equal(saved, act.saved_of(zs))
+    zg = z.clone().requires_grad_()
+    (dsig,) = torch.autograd.grad(act(zg).sum(), zg)
+    assert torch.allclose(act.derivative(saved), dsig, rtol=1e-12, atol=1e-14)
+    assert torch.allclose(act.vjp(saved, lam) * act.slope, dsig * lam, rtol=1e-12, atol=1e-14)
 
 
 def test_shapes_dense_and_conv():
