@@ -44,6 +44,7 @@ class CycleOptions:
     linear: bool = False   # Φ linear in u: coarse levels solve for corrections (no Φ^Δ(v))
     stack: bool = True     # advance all intervals of a rank with one operation per step
     chunk: int = 4        # ... in groups of this many intervals, to stay in cache
+    reuse_rhs: bool = True  # later FAS restrictions update the coarse rhs (_restrict_again)
 
 
 @dataclass
@@ -78,6 +79,7 @@ class MGRIT:
         self.timers: dict[tuple[int, str], float] = defaultdict(float)
         self.prop = None
         self._saving = True      # finest-level steps save activations (see _iterate)
+        self._rhs_reusable = False
 
     # -- public ----------------------------------------------------------------
     def solve(self, prop, template: torch.Tensor, u0: torch.Tensor | None = None,
@@ -92,6 +94,7 @@ class MGRIT:
         never in `warm`, so a warm start stays valid until the next solve.
         """
         self.prop = prop
+        self._rhs_reusable = False         # see _restrict_again
         self._allocate(template)
         top = self.levels[0]
         work = self._buffers[1] if warm is not None and \
@@ -126,6 +129,7 @@ class MGRIT:
             self._saving = not fixed
             if k == 0 and skip and warm is None:      # cold: coarse propagation of u_0
                 self._cycle(1, "V", skip=True, from_injection=True)
+                self._rhs_reusable = self._may_reuse_rhs()
             else:
                 if k == 0 and skip:                   # warm: V(0,1), no down relaxation
                     top.X = warm
@@ -143,6 +147,7 @@ class MGRIT:
                         return SolveResult(work, history, k, math.isfinite(norm))
                 top.X = work
                 self._cycle(1, self.opt.cycle, skip=(k == 0 and skip))
+                self._rhs_reusable = self._may_reuse_rhs()
             self._correct(top)
             self._saving = not fixed or k == max_iter - 1
             self._timed(0, "relax", self._f_relax, top)
@@ -151,6 +156,10 @@ class MGRIT:
         norm = self._norm(self._residual(top))        # of the returned states
         history.append(norm)
         return SolveResult(work, history, max_iter, norm <= max(tol, rtol * history[0]))
+
+    def _may_reuse_rhs(self) -> bool:
+        """After a full cycle: the finest C-points are untouched until the next restriction."""
+        return self.opt.reuse_rhs and self.opt.nrelax0 == 0 and not self.opt.linear
 
     def _norm(self, local_sq: float) -> float:
         return math.sqrt(self.ex.allreduce_sum(local_sq))
@@ -275,6 +284,8 @@ class MGRIT:
 
     def _restrict(self, lv: _LevelState) -> float:
         """FAS restriction to the next level; returns this rank's Σ‖r_c‖²."""
+        if lv.index == 0 and self._rhs_reusable:
+            return self._restrict_again(lv)
         sq = self._residual(lv, park=True)
         t0 = time.perf_counter()
         self._inject(lv, keep_rhs=True)
@@ -309,19 +320,54 @@ class MGRIT:
             idx = index_of([p - coarse.lo for p in pos])
             coarse.G[idx] -= phi
 
-    def _coarse_phis(self, lv: _LevelState):
-        """Yield (points i, Φ(v_{i−1})) for the points i > 0 of this rank on level lv."""
+    def _restrict_again(self, lv: _LevelState) -> float:
+        """The FAS restriction when the coarse level still holds its last solution.
+
+        That is the case after a full cycle with F-relaxation only on this level:
+        the C-points are the coarse values v, and the coarse F-relaxation (or the
+        coarsest solve) left v_j = Φ^Δ(v_{j−1}) + g_j, so the new rhs
+        Φ(u_{c−1}) − Φ^Δ(v_{j−1}) is g_j + r_j there.  Only the coarse C-points
+        need Φ^Δ: 1/c of the coarse steps of a fresh restriction, and no injection.
+        """
+        t0 = time.perf_counter()
+        coarse, level = self.levels[1], self.h.levels[0]
+        sq, cpts = 0.0, set(self.h.levels[1].cpoints) if len(self.levels) > 2 else set()
+        for pos, phi, _ in self._c_steps(lv):
+            u = _gather(lv.X, [p - lv.lo for p in pos])
+            r = phi.sub_(u)
+            flat = r.reshape(-1)
+            sq += float(torch.dot(flat, flat))
+            js = [level.count_c_below(p) for p in pos]
+            coarse.G[index_of([j - coarse.lo for j in js])] += r
+            for i, j in enumerate(js):
+                if j in cpts:                       # g_j = Φ(u_{c−1}) − Φ^Δ(v_{j−1})
+                    torch.add(r[i], u[i], out=coarse.G[j - coarse.lo])
+        self.timers[(0, "residual")] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        redo = [j for j in range(max(coarse.lo, 1), coarse.hi) if j in cpts]
+        for pos, phi in self._coarse_phis(coarse, redo):
+            coarse.G[index_of([p - coarse.lo for p in pos])] -= phi
+        self.timers[(0, "restrict")] += time.perf_counter() - t0
+        return sq
+
+    def _coarse_phis(self, lv: _LevelState, targets: list[int] | None = None):
+        """Yield (points i, Φ(v_{i−1})) for the points i > 0 of this rank on level lv
+        (only those in `targets`, sorted, if given; the messages are the same)."""
         if lv.right is not None:
             self.ex.send(lv.X[-1], lv.right)
-        first = max(lv.lo, 1)
-        if lv.lo > 0:
+        if targets is None:
+            targets = list(range(max(lv.lo, 1), lv.hi))
+        if targets and targets[0] == lv.lo:
             x = self._recv(lv)
             yield [lv.lo], self._step(lv, lv.lo - 1, x).unsqueeze(0)
-            first = lv.lo + 1
+            targets = targets[1:]
+        elif lv.lo > 0:
+            self._recv(lv)
         k = max(self.opt.chunk, 1)
-        for start in range(first - 1, lv.hi - 1, k):       # in chunks that stay in cache
-            src = list(range(start, min(start + k, lv.hi - 1)))
-            yield [p + 1 for p in src], self._steps(lv, src)
+        for run in arithmetic_runs([i - 1 for i in targets]):   # chunks that stay in cache
+            for first in range(0, len(run), k):
+                src = run[first:first + k]
+                yield [p + 1 for p in src], self._steps(lv, src)
         self.ex.wait()
 
     def _correct(self, lv: _LevelState):

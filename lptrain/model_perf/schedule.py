@@ -181,18 +181,23 @@ class _Builder:
                 self._recv(r, l)
                 self._step(r, l, 1)
 
-    def coarse_phis(self, l: int):
-        """Φ^Δ(v) on coarse level l for the FAS right-hand side (`_inject`, keep_rhs)."""
+    def coarse_phis(self, l: int, only_c: bool = False):
+        """Φ^Δ(v) on coarse level l for the FAS rhs (`_inject`, or at its C-points only:
+        `_restrict_again`)."""
+        cps = set(self.h.levels[l].cpoints)
         for r, lo, hi, _ in self._owned(l):
             right = self.h.right(l, r)
             if right is not None:
                 self._send(r, l, right)
-            first = max(lo, 1)
+            targets = [i for i in range(max(lo, 1), hi) if not only_c or i in cps]
             if lo > 0:
                 self._recv(r, l)
+            if targets and targets[0] == lo:
                 self._step(r, l, 1)
-                first = lo + 1
-            self._step(r, l, hi - first, -(-(hi - first) // CHUNK))
+                targets = targets[1:]
+            chunks = [run[i:i + CHUNK] for run in arithmetic_runs([t - 1 for t in targets])
+                      for i in range(0, len(run), CHUNK)]
+            self._step(r, l, len(targets), len(chunks))
 
     def serial_solve(self, l: int):
         for r, lo, hi, _ in self._owned(l):
@@ -215,11 +220,12 @@ class _Builder:
             self.c_steps(l)
             self.f_relax(l)
 
-    def restrict(self, l: int):
-        """Residual parked on level l+1, then Φ^Δ(v) for the FAS rhs (none if linear)."""
+    def restrict(self, l: int, again: bool = False):
+        """Residual parked on level l+1, then Φ^Δ(v) for the FAS rhs (none if linear;
+        again: at the coarse C-points only, the coarse level holding its last solution)."""
         self.c_steps(l)
         if not self.linear:
-            self.coarse_phis(l + 1)
+            self.coarse_phis(l + 1, only_c=again)
 
     def cycle(self, l: int, kind: str, skip: bool = False, from_injection: bool = False):
         last = len(self.h.levels) - 1
@@ -241,7 +247,7 @@ class _Builder:
         """Level-0 relaxation, restriction and the residual norm opening an iteration."""
         if which != WARM:
             self.relax(0, self.opts.nrelax0, skip_first_f=which == FRESH)
-        self.restrict(0)
+        self.restrict(0, again=which == FRESH and self.opts.nrelax0 == 0)
         self.allreduce()
 
     def iteration(self, which: str):

@@ -125,3 +125,24 @@ def test_fixed_iterations_save_the_activations_of_the_returned_states(opts, warm
         ev = lp.evaluate(theta * 1.1, res.states, y, x.shape[0], True)
         grads.append(lp.backward(theta * 1.1, x, res.states, ev, max_iter=1)[0])
     assert torch.equal(grads[0], grads[1])
+
+
+@pytest.mark.parametrize("opts", [CONFIGS[0], CONFIGS[2], dict(levels=3, cfactor0=4, cfactor=4),
+                                  dict(levels=3, cfactor0=3, cfactor=2, nrelax=2)],
+                         ids=lambda o: "-".join(f"{v}" for v in o.values()))
+@pytest.mark.parametrize("warm", [False, True])
+def test_reused_coarse_rhs_equals_a_fresh_fas_restriction(opts, warm):
+    # after a full cycle g_j ← g_j + r_j at the coarse F-points (_restrict_again): the
+    # same iterates as injecting and stepping Φ^Δ everywhere, up to rounding
+    net, theta = dense_net(layers=29, T=3.0, activation="tanh")
+    x, _ = batch(net)
+    out = []
+    for reuse in (False, True):
+        lp = LayerParallel(net, MGRITOptions(**opts), SerialExchange())
+        lp.fwd.opt.reuse_rhs = reuse
+        start = lp.forward(theta, x, max_iter=1, tol=0.0).states.clone() if warm else None
+        res = lp.forward(theta * 1.1, x, warm=start, max_iter=4, tol=0.0)
+        out.append((res.states.clone(), res.history))
+    (a, ha), (b, hb) = out
+    assert float((a - b).abs().max()) <= 1e-13 and float((a - b).abs().max()) > 0.0
+    assert ha == pytest.approx(hb, rel=1e-10)
