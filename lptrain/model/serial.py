@@ -24,10 +24,11 @@ def adjoint(stepper, states: torch.Tensor, saved: torch.Tensor, lamN: torch.Tens
     Returns (λ_0, gK (N, ...), gb (N, nb)).
     """
     N = stepper.n_layers
-    g_all = lamN.new_empty((N, *lamN.shape))
-    lam, act = lamN, stepper.act
+    gK = stepper.K.new_empty(stepper.K.shape)
+    gb = stepper.b.new_empty(stepper.b.shape)
+    lam, act, g = lamN, stepper.act, None
     for n in range(N - 1, -1, -1):
-        g = act.vjp(saved[n], lam, out=g_all[n])            # σ′ ⊙ λ_{n+1} / slope
+        g = act.vjp(saved[n], lam, out=g)                   # σ′ ⊙ λ_{n+1} / slope
+        gK[n], gb[n] = stepper.vjp_weights(states[n], g)     # while g is in cache
         lam = stepper.vjp_from_g(g, lam, stepper.K[n], h * act.scale_out)  # K scaled
-    gK, gb = stepper.vjp_weights(states[:N], g_all)
     return lam, gK.mul_(h * act.slope), gb.mul_(h * act.slope)

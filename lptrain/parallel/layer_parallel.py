@@ -123,18 +123,17 @@ class LayerParallel:
         grad = torch.zeros_like(theta)
         gv = net.layout.views(grad)
         own = min(self.hi, self.N) - self.lo            # layers lo..lo+own−1
-        q = [self.N - n - 1 - self.rev_lo for n in range(self.lo, self.lo + own)]
-        g = res.states[torch.tensor(q)]                 # λ_{n+1}, then f′ ⊙ λ_{n+1}
-        k = min(own, lin.main.shape[0] - (self.lo - lin.first))
-        if k > 0:
-            stepper.act.vjp(lin.main[self.lo - lin.first:self.lo - lin.first + k], g[:k],
-                            out=g[:k])
-        for n in range(self.lo + max(k, 0), self.lo + own):
-            stepper.act.vjp(lin.one(n), g[n - self.lo], out=g[n - self.lo])
-        gK, gb = stepper.vjp_weights(states[:own], g)
+        gK, gb = gv["K"][self.lo:self.lo + own], gv["b"][self.lo:self.lo + own]
+        g = None
+        for i, n in enumerate(range(self.lo, self.lo + own)):
+            # f′ ⊙ λ_{n+1} and its weight products one layer at a time: the mirrored λ
+            # pair with forward-ordered states without gathering either
+            lam = res.states[self.N - n - 1 - self.rev_lo]
+            g = stepper.act.vjp(lin.one(n), lam, out=g)
+            gK[i], gb[i] = stepper.vjp_weights(states[i], g)
         hs = net.h * stepper.act.slope                  # the vjp leaves σ′'s slope out
-        gv["K"][self.lo:self.lo + own] = gK.mul_(hs)
-        gv["b"][self.lo:self.lo + own] = gb.mul_(hs)
+        gK.mul_(hs)
+        gb.mul_(hs)
         if self.last:
             gv["W"].copy_(ev.grad_cls[0])
             gv["mu"].copy_(ev.grad_cls[1])

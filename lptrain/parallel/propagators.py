@@ -88,6 +88,13 @@ class AdjointPropagator:
             saved = torch.stack([p[1] for p in pairs])
         else:
             ns = [self.N - b for b in stops]
+            if not self.lin.contiguous(ns):
+                # mirrored layers run backwards through the saved buffer: a gather would
+                # copy them, one state at a time reads them where they are
+                out = torch.empty_like(L) if out is None else out
+                for i, (a, b) in enumerate(zip(starts, stops)):
+                    self.step(L[i], a, b, out=out[i])
+                return out
             K = self.st.K[torch.tensor(ns)]
             saved = self.lin.many(ns)
         return self.st.vjp_saved(saved, L, K, _sizes(self.h, starts, stops, L), out)
@@ -102,6 +109,11 @@ class Linearisation:
 
     def one(self, n: int) -> torch.Tensor:
         return self.tail[n] if n in self.tail else self.main[n - self.first]
+
+    def contiguous(self, ns: list[int]) -> bool:
+        """Whether many(ns) is a view (no copy)."""
+        return not any(n in self.tail for n in ns) and \
+            isinstance(_slots(ns, self.first), slice)
 
     def many(self, ns: list[int]) -> torch.Tensor:
         if any(n in self.tail for n in ns):
