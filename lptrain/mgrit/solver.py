@@ -12,11 +12,13 @@ import math
 import time
 from bisect import bisect_left
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from lptrain.mgrit.hierarchy import Hierarchy
+from lptrain.mgrit.indexing import arithmetic_runs, destination, gather, index_of, scatter
+from lptrain.mgrit.restriction import LevelState, Restriction
 
 
 @dataclass
@@ -47,24 +49,7 @@ class CycleOptions:
     reuse_rhs: bool = True  # later FAS restrictions update the coarse rhs (_restrict_again)
 
 
-@dataclass
-class _LevelState:
-    index: int
-    lo: int
-    hi: int
-    left: int | None
-    right: int | None
-    X: torch.Tensor | None = None   # states at this rank's points
-    G: torch.Tensor | None = None   # FAS right-hand side (None: zero, level 0)
-    cs: tuple[int, ...] = field(default=())  # this rank's C-points
-    correction: bool = False        # X holds a correction (linear coarse level)
-
-    @property
-    def empty(self) -> bool:
-        return self.hi <= self.lo
-
-
-class MGRIT:
+class MGRIT(Restriction):
     """An MGRIT solver bound to one hierarchy and one rank of it."""
 
     def __init__(self, hierarchy: Hierarchy, exchange, options: CycleOptions):
@@ -74,7 +59,7 @@ class MGRIT:
         for l, lv in enumerate(hierarchy.levels):
             lo, hi = hierarchy.ranges[l][rank]
             cs = lv.cpoints[bisect_left(lv.cpoints, lo):bisect_left(lv.cpoints, hi)]
-            self.levels.append(_LevelState(l, lo, hi, hierarchy.left(l, rank),
+            self.levels.append(LevelState(l, lo, hi, hierarchy.left(l, rank),
                                            hierarchy.right(l, rank), cs=tuple(cs)))
         self.timers: dict[tuple[int, str], float] = defaultdict(float)
         self.prop = None
@@ -101,7 +86,7 @@ class MGRIT:
             warm.data_ptr() == self._buffers[0].data_ptr() else self._buffers[0]
         top.X = work
         if warm is None and len(self.levels) > 1:
-            _scatter(work, [c - top.lo for c in top.cs], torch.zeros_like(work[:1]))
+            scatter(work, [c - top.lo for c in top.cs], torch.zeros_like(work[:1]))
         if top.lo == 0:
             for buf in (work, warm):
                 if buf is not None:
@@ -167,7 +152,7 @@ class MGRIT:
     def _copy_c_points(self, src, dst):
         top = self.levels[0]
         idx = [c - top.lo for c in top.cs]
-        _scatter(dst, idx, _gather(src, idx))
+        scatter(dst, idx, gather(src, idx))
 
     # -- cycles ------------------------------------------------------------------
     def _cycle(self, l: int, kind: str, skip: bool = False, from_injection: bool = False):
@@ -190,7 +175,7 @@ class MGRIT:
         self._correct(lv)
         self._timed(l, "relax", self._f_relax, lv)
 
-    def _relax(self, lv: _LevelState, nrelax: int, skip_first_f: bool = False):
+    def _relax(self, lv: LevelState, nrelax: int, skip_first_f: bool = False):
         if not skip_first_f:
             self._timed(lv.index, "relax", self._f_relax, lv)
         for _ in range(nrelax):
@@ -198,7 +183,7 @@ class MGRIT:
             self._timed(lv.index, "relax", self._f_relax, lv)
 
     # -- level operations --------------------------------------------------------
-    def _f_relax(self, lv: _LevelState):
+    def _f_relax(self, lv: LevelState):
         """u_i = Φ(u_{i-1}) + g_i at every F-point, interval by interval."""
         if lv.empty:
             return
@@ -224,12 +209,12 @@ class MGRIT:
                 self.ex.send(lv.X[-1], lv.right)
         self.ex.wait()
 
-    def _c_relax(self, lv: _LevelState):
+    def _c_relax(self, lv: LevelState):
         """u_i = Φ(u_{i-1}) + g_i at every C-point but the first, written in place."""
         for _, phi, put in self._c_steps(lv, lambda pos: (lv.X, [p - lv.lo for p in pos])):
             put(phi)
 
-    def _c_steps(self, lv: _LevelState, dest=None):
+    def _c_steps(self, lv: LevelState, dest=None):
         """Yield (C-points, Φ(u_{c-1}) + g_c, put) for this rank's C-points c > 0.
 
         A chunk of `opt.chunk` C-points at a time, so the temporaries stay in
@@ -252,136 +237,15 @@ class MGRIT:
                   for first in range(0, len(run), k)]
         for part in reversed(chunks):
             pos = [p + 1 for p in part]
-            out, put = _destination(dest, pos, clash=not set(part).isdisjoint(pos))
+            out, put = destination(dest, pos, clash=not set(part).isdisjoint(pos))
             yield pos, self._phi_many(lv, part, out=out), put
         if remote:
             x = self._recv(lv)
-            out, put = _destination(dest, [lv.lo])
+            out, put = destination(dest, [lv.lo])
             yield [lv.lo], self._phi(lv, lv.lo - 1, x, out=out).unsqueeze(0), put
         self.ex.wait()
 
-    def _residual(self, lv: _LevelState, park: bool = False) -> float:
-        """Σ‖r_c‖² over this rank's C-points, r_c = Φ(u_{c-1}) + g_c − u_c.
-
-        With park, the next level's rhs receives r_c (linear) or Φ(u_{c-1}) + g_c
-        (FAS, completed by _inject).
-        """
-        t0 = time.perf_counter()
-        sq, dest = 0.0, None
-        if park:
-            coarse, level = self.levels[lv.index + 1], self.h.levels[lv.index]
-            dest = (lambda pos: (coarse.G, [level.count_c_below(p) - coarse.lo
-                                            for p in pos]))
-        linear = park and self.opt.linear
-        for pos, phi, put in self._c_steps(lv, dest):
-            u = _gather(lv.X, [p - lv.lo for p in pos])
-            r = phi.sub_(u) if linear or not park else torch.sub(phi, u)
-            flat = r.reshape(-1)
-            sq += float(torch.dot(flat, flat))
-            put(phi)
-        self.timers[(lv.index, "residual")] += time.perf_counter() - t0
-        return sq
-
-    def _restrict(self, lv: _LevelState) -> float:
-        """FAS restriction to the next level; returns this rank's Σ‖r_c‖²."""
-        if lv.index == 0 and self._rhs_reusable:
-            return self._restrict_again(lv)
-        sq = self._residual(lv, park=True)
-        t0 = time.perf_counter()
-        self._inject(lv, keep_rhs=True)
-        self.timers[(lv.index, "restrict")] += time.perf_counter() - t0
-        return sq
-
-    def _inject(self, lv: _LevelState, keep_rhs: bool = False):
-        """v = u at the C-points; coarse rhs g_j = v_j + r_j − Φ^Δ(v_{j−1}).
-
-        Without keep_rhs (first cold down-cycle) r is replaced by the fine rhs.
-        """
-        coarse = self.levels[lv.index + 1]
-        if coarse.empty:
-            return
-        local = [c - lv.lo for c in lv.cs]
-        coarse.correction = keep_rhs and self.opt.linear
-        if coarse.correction:              # linear: e = 0, rhs = r (parked), e_0 = 0
-            coarse.X.zero_()
-            if coarse.lo == 0:
-                coarse.G[0] = 0.0
-            return
-        coarse.X.copy_(_gather(lv.X, local))
-        if not keep_rhs:
-            if lv.G is None:
-                coarse.G.zero_()
-            else:
-                coarse.G.copy_(_gather(lv.G, local))
-            return
-        if coarse.lo == 0:                 # g_j = Φ(u_{c−1}) + g_c − Φ^Δ(v_{j−1}), g_0 = v_0
-            coarse.G[0] = coarse.X[0]
-        for pos, phi in self._coarse_phis(coarse):
-            idx = index_of([p - coarse.lo for p in pos])
-            coarse.G[idx] -= phi
-
-    def _restrict_again(self, lv: _LevelState) -> float:
-        """The FAS restriction when the coarse level still holds its last solution.
-
-        That is the case after a full cycle with F-relaxation only on this level:
-        the C-points are the coarse values v, and the coarse F-relaxation (or the
-        coarsest solve) left v_j = Φ^Δ(v_{j−1}) + g_j, so the new rhs
-        Φ(u_{c−1}) − Φ^Δ(v_{j−1}) is g_j + r_j there.  Only the coarse C-points
-        need Φ^Δ: 1/c of the coarse steps of a fresh restriction, and no injection.
-        """
-        t0 = time.perf_counter()
-        coarse, level = self.levels[1], self.h.levels[0]
-        sq, cpts = 0.0, set(self.h.levels[1].cpoints) if len(self.levels) > 2 else set()
-        for pos, phi, _ in self._c_steps(lv):
-            u = _gather(lv.X, [p - lv.lo for p in pos])
-            r = phi.sub_(u)
-            flat = r.reshape(-1)
-            sq += float(torch.dot(flat, flat))
-            js = [level.count_c_below(p) for p in pos]
-            coarse.G[index_of([j - coarse.lo for j in js])] += r
-            for i, j in enumerate(js):
-                if j in cpts:                       # g_j = Φ(u_{c−1}) − Φ^Δ(v_{j−1})
-                    torch.add(r[i], u[i], out=coarse.G[j - coarse.lo])
-        self.timers[(0, "residual")] += time.perf_counter() - t0
-        t0 = time.perf_counter()
-        redo = [j for j in range(max(coarse.lo, 1), coarse.hi) if j in cpts]
-        for pos, phi in self._coarse_phis(coarse, redo):
-            coarse.G[index_of([p - coarse.lo for p in pos])] -= phi
-        self.timers[(0, "restrict")] += time.perf_counter() - t0
-        return sq
-
-    def _coarse_phis(self, lv: _LevelState, targets: list[int] | None = None):
-        """Yield (points i, Φ(v_{i−1})) for the points i > 0 of this rank on level lv
-        (only those in `targets`, sorted, if given; the messages are the same)."""
-        if lv.right is not None:
-            self.ex.send(lv.X[-1], lv.right)
-        if targets is None:
-            targets = list(range(max(lv.lo, 1), lv.hi))
-        if targets and targets[0] == lv.lo:
-            x = self._recv(lv)
-            yield [lv.lo], self._step(lv, lv.lo - 1, x).unsqueeze(0)
-            targets = targets[1:]
-        elif lv.lo > 0:
-            self._recv(lv)
-        k = max(self.opt.chunk, 1)
-        for run in arithmetic_runs([i - 1 for i in targets]):   # chunks that stay in cache
-            for first in range(0, len(run), k):
-                src = run[first:first + k]
-                yield [p + 1 for p in src], self._steps(lv, src)
-        self.ex.wait()
-
-    def _correct(self, lv: _LevelState):
-        """u_c ← coarse solution (FAS with injection), or u_c += correction (linear)."""
-        coarse = self.levels[lv.index + 1]
-        if coarse.empty:
-            return
-        idx = [c - lv.lo for c in lv.cs]
-        if coarse.correction:
-            lv.X[index_of(idx)] += coarse.X
-        else:
-            _scatter(lv.X, idx, coarse.X)
-
-    def _serial_solve(self, lv: _LevelState):
+    def _serial_solve(self, lv: LevelState):
         """Sequential stepping through the level, pipelined across ranks."""
         if lv.empty:
             return
@@ -405,31 +269,31 @@ class MGRIT:
             lv.X, lv.G = template.new_zeros(shape), template.new_zeros(shape)
         self._template = template
 
-    def _recv(self, lv: _LevelState) -> torch.Tensor:
+    def _recv(self, lv: LevelState) -> torch.Tensor:
         return self.ex.recv(self._template, lv.left)
 
-    def _step(self, lv: _LevelState, i: int, x: torch.Tensor, out=None) -> torch.Tensor:
+    def _step(self, lv: LevelState, i: int, x: torch.Tensor, out=None) -> torch.Tensor:
         pts = self.h.levels[lv.index].points
         return self.prop.step(x, pts[i], pts[i + 1], out=out, save=self._saving and lv.index == 0)
 
-    def _steps(self, lv: _LevelState, src: list[int], out=None) -> torch.Tensor:
+    def _steps(self, lv: LevelState, src: list[int], out=None) -> torch.Tensor:
         pts = self.h.levels[lv.index].points
-        U = _gather(lv.X, [i - lv.lo for i in src])
+        U = gather(lv.X, [i - lv.lo for i in src])
         return self.prop.step_many(U, [pts[i] for i in src], [pts[i + 1] for i in src],
                                    out=out, save=self._saving and lv.index == 0)
 
-    def _phi(self, lv: _LevelState, i: int, x: torch.Tensor, out=None) -> torch.Tensor:
+    def _phi(self, lv: LevelState, i: int, x: torch.Tensor, out=None) -> torch.Tensor:
         """Φ(x) + g_{i+1} for the step from point i."""
         y = self._step(lv, i, x, out)
         return y if lv.G is None else y.add_(lv.G[i + 1 - lv.lo])
 
-    def _phi_many(self, lv: _LevelState, src: list[int], out=None) -> torch.Tensor:
+    def _phi_many(self, lv: LevelState, src: list[int], out=None) -> torch.Tensor:
         y = self._steps(lv, src, out)
         if lv.G is not None:
-            y.add_(_gather(lv.G, [i + 1 - lv.lo for i in src]))
+            y.add_(gather(lv.G, [i + 1 - lv.lo for i in src]))
         return y
 
-    def _advance(self, lv: _LevelState, src: list[int]):
+    def _advance(self, lv: LevelState, src: list[int]):
         """Φ + g from each point in src into the next point, written in place."""
         runs = arithmetic_runs(src) if self.opt.stack else [[i] for i in src]
         for run in runs:
@@ -448,53 +312,3 @@ class MGRIT:
 def _next_c(level, c: int) -> int:
     k = bisect_left(level.cpoints, c + 1)
     return level.cpoints[k]
-
-
-def arithmetic_runs(positions: list[int]) -> list[list[int]]:
-    """Split sorted positions into maximal arithmetic progressions."""
-    runs: list[list[int]] = []
-    for p in positions:
-        if runs and (len(runs[-1]) == 1 or p - runs[-1][-1] == runs[-1][1] - runs[-1][0]):
-            runs[-1].append(p)
-        else:
-            runs.append([p])
-    return runs
-
-
-def index_of(positions: list[int]):
-    """A slice when positions are an arithmetic progression, else an index list."""
-    if len(positions) == 1:
-        return slice(positions[0], positions[0] + 1)
-    step = positions[1] - positions[0]
-    if step > 0 and all(b - a == step for a, b in zip(positions, positions[1:])):
-        return slice(positions[0], positions[-1] + 1, step)
-    return torch.tensor(positions)
-
-
-def _destination(dest, positions: list[int], clash: bool = False):
-    """(out view or None, put) for values meant for dest(positions).
-
-    clash: the values are computed from points among `positions` (write after).
-    """
-    if dest is None:
-        return None, _nothing
-    X, where = dest(positions)
-    idx = index_of(where)
-    if isinstance(idx, slice) and not clash:
-        return X[idx], _nothing
-
-    def put(values):
-        X[idx] = values
-    return None, put
-
-
-def _nothing(values):
-    pass
-
-
-def _gather(X: torch.Tensor, positions: list[int]) -> torch.Tensor:
-    return X[index_of(positions)]
-
-
-def _scatter(X: torch.Tensor, positions: list[int], values: torch.Tensor) -> None:
-    X[index_of(positions)] = values

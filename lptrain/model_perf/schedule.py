@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Union
 
 from lptrain.mgrit.hierarchy import Hierarchy, build_hierarchy, build_levels
-from lptrain.mgrit.solver import CycleOptions, arithmetic_runs
+from lptrain.mgrit.indexing import arithmetic_runs
+from lptrain.mgrit.solver import CycleOptions
 
 # which measured cost a step is charged (see simulate.StepCosts)
 FORWARD = "forward"        # u ← u + H σ(K u + b)

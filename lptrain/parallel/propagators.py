@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from lptrain.mgrit.solver import index_of
+from lptrain.mgrit.indexing import index_of
 
 
 class ForwardPropagator:

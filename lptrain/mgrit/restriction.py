@@ -1,0 +1,157 @@
+"""The FAS transfers between MGRIT levels: residual, restriction, injection, correction.
+
+A mixin of `MGRIT` (solver.py), which provides the levels, the propagator
+steps (`_step`, `_steps`, `_c_steps`) and the exchange.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from lptrain.mgrit.indexing import arithmetic_runs, gather, index_of, scatter
+
+
+@dataclass
+class LevelState:
+    """One level as this rank holds it: its point range, neighbours and buffers."""
+
+    index: int
+    lo: int
+    hi: int
+    left: int | None
+    right: int | None
+    X: torch.Tensor | None = None   # states at this rank's points
+    G: torch.Tensor | None = None   # FAS right-hand side (None: zero, level 0)
+    cs: tuple[int, ...] = field(default=())  # this rank's C-points
+    correction: bool = False        # X holds a correction (linear coarse level)
+
+    @property
+    def empty(self) -> bool:
+        return self.hi <= self.lo
+
+
+class Restriction:
+    """Level-to-level operations of the FAS cycle (see MGRIT)."""
+
+    def _residual(self, lv: LevelState, park: bool = False) -> float:
+        """Σ‖r_c‖² over this rank's C-points, r_c = Φ(u_{c-1}) + g_c − u_c.
+
+        With park, the next level's rhs receives r_c (linear) or Φ(u_{c-1}) + g_c
+        (FAS, completed by _inject).
+        """
+        t0 = time.perf_counter()
+        sq, dest = 0.0, None
+        if park:
+            coarse, level = self.levels[lv.index + 1], self.h.levels[lv.index]
+            dest = (lambda pos: (coarse.G, [level.count_c_below(p) - coarse.lo
+                                            for p in pos]))
+        linear = park and self.opt.linear
+        for pos, phi, put in self._c_steps(lv, dest):
+            u = gather(lv.X, [p - lv.lo for p in pos])
+            r = phi.sub_(u) if linear or not park else torch.sub(phi, u)
+            flat = r.reshape(-1)
+            sq += float(torch.dot(flat, flat))
+            put(phi)
+        self.timers[(lv.index, "residual")] += time.perf_counter() - t0
+        return sq
+
+    def _restrict(self, lv: LevelState) -> float:
+        """FAS restriction to the next level; returns this rank's Σ‖r_c‖²."""
+        if lv.index == 0 and self._rhs_reusable:
+            return self._restrict_again(lv)
+        sq = self._residual(lv, park=True)
+        t0 = time.perf_counter()
+        self._inject(lv, keep_rhs=True)
+        self.timers[(lv.index, "restrict")] += time.perf_counter() - t0
+        return sq
+
+    def _inject(self, lv: LevelState, keep_rhs: bool = False):
+        """v = u at the C-points; coarse rhs g_j = v_j + r_j − Φ^Δ(v_{j−1}).
+
+        Without keep_rhs (first cold down-cycle) r is replaced by the fine rhs.
+        """
+        coarse = self.levels[lv.index + 1]
+        if coarse.empty:
+            return
+        local = [c - lv.lo for c in lv.cs]
+        coarse.correction = keep_rhs and self.opt.linear
+        if coarse.correction:              # linear: e = 0, rhs = r (parked), e_0 = 0
+            coarse.X.zero_()
+            if coarse.lo == 0:
+                coarse.G[0] = 0.0
+            return
+        coarse.X.copy_(gather(lv.X, local))
+        if not keep_rhs:
+            if lv.G is None:
+                coarse.G.zero_()
+            else:
+                coarse.G.copy_(gather(lv.G, local))
+            return
+        if coarse.lo == 0:                 # g_j = Φ(u_{c−1}) + g_c − Φ^Δ(v_{j−1}), g_0 = v_0
+            coarse.G[0] = coarse.X[0]
+        for pos, phi in self._coarse_phis(coarse):
+            idx = index_of([p - coarse.lo for p in pos])
+            coarse.G[idx] -= phi
+
+    def _restrict_again(self, lv: LevelState) -> float:
+        """The FAS restriction when the coarse level still holds its last solution.
+
+        That is the case after a full cycle with F-relaxation only on this level:
+        the C-points are the coarse values v, and the coarse F-relaxation (or the
+        coarsest solve) left v_j = Φ^Δ(v_{j−1}) + g_j, so the new rhs
+        Φ(u_{c−1}) − Φ^Δ(v_{j−1}) is g_j + r_j there.  Only the coarse C-points
+        need Φ^Δ: 1/c of the coarse steps of a fresh restriction, and no injection.
+        """
+        t0 = time.perf_counter()
+        coarse, level = self.levels[1], self.h.levels[0]
+        sq, cpts = 0.0, set(self.h.levels[1].cpoints) if len(self.levels) > 2 else set()
+        for pos, phi, _ in self._c_steps(lv):
+            u = gather(lv.X, [p - lv.lo for p in pos])
+            r = phi.sub_(u)
+            flat = r.reshape(-1)
+            sq += float(torch.dot(flat, flat))
+            js = [level.count_c_below(p) for p in pos]
+            coarse.G[index_of([j - coarse.lo for j in js])] += r
+            for i, j in enumerate(js):
+                if j in cpts:                       # g_j = Φ(u_{c−1}) − Φ^Δ(v_{j−1})
+                    torch.add(r[i], u[i], out=coarse.G[j - coarse.lo])
+        self.timers[(0, "residual")] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        redo = [j for j in range(max(coarse.lo, 1), coarse.hi) if j in cpts]
+        for pos, phi in self._coarse_phis(coarse, redo):
+            coarse.G[index_of([p - coarse.lo for p in pos])] -= phi
+        self.timers[(0, "restrict")] += time.perf_counter() - t0
+        return sq
+
+    def _coarse_phis(self, lv: LevelState, targets: list[int] | None = None):
+        """Yield (points i, Φ(v_{i−1})) for the points i > 0 of this rank on level lv
+        (only those in `targets`, sorted, if given; the messages are the same)."""
+        if lv.right is not None:
+            self.ex.send(lv.X[-1], lv.right)
+        if targets is None:
+            targets = list(range(max(lv.lo, 1), lv.hi))
+        if targets and targets[0] == lv.lo:
+            x = self._recv(lv)
+            yield [lv.lo], self._step(lv, lv.lo - 1, x).unsqueeze(0)
+            targets = targets[1:]
+        elif lv.lo > 0:
+            self._recv(lv)
+        k = max(self.opt.chunk, 1)
+        for run in arithmetic_runs([i - 1 for i in targets]):   # chunks that stay in cache
+            for first in range(0, len(run), k):
+                src = run[first:first + k]
+                yield [p + 1 for p in src], self._steps(lv, src)
+        self.ex.wait()
+
+    def _correct(self, lv: LevelState):
+        """u_c ← coarse solution (FAS with injection), or u_c += correction (linear)."""
+        coarse = self.levels[lv.index + 1]
+        if coarse.empty:
+            return
+        idx = [c - lv.lo for c in lv.cs]
+        if coarse.correction:
+            lv.X[index_of(idx)] += coarse.X
+        else:
+            scatter(lv.X, idx, coarse.X)
