@@ -1,6 +1,7 @@
 """run(cfg, comm, run_dir): wire data, network, mode, optimizer and metrics; no Hydra here."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -23,10 +24,30 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 def options(cfg) -> Config:
     """The typed, validated options of a composed config (raises ConfigError)."""
+    unknown = _unknown_keys(cfg)
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: not an lptrain option (added with '+'?); "
+                          f"`lptrain --cfg job` lists the options")
     opts = OmegaConf.to_object(cfg)
     if not isinstance(opts, Config):
         raise ConfigError(f"config: expected the lptrain schema, got {type(opts).__name__}")
     return opts
+
+
+def _unknown_keys(cfg, path: str = "") -> list[str]:
+    """Keys of cfg that its schema dataclass does not have (Hydra's '+key=value' adds
+    them past the schema and to_object would drop them silently)."""
+    typ = OmegaConf.get_type(cfg)
+    if not dataclasses.is_dataclass(typ):
+        return []
+    names = {f.name for f in dataclasses.fields(typ)}
+    found = []
+    for key in cfg.keys():
+        if key not in names:
+            found.append(f"{path}{key}")
+        elif OmegaConf.is_dict(node := cfg._get_node(key)):
+            found += _unknown_keys(node, f"{path}{key}.")
+    return found
 
 
 def _cast(data, dtype, device):

@@ -9,25 +9,18 @@ import math
 import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from launch import ENV, LPTRAIN, REPO, lptrain
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
 
 pytestmark = pytest.mark.cli
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-LPTRAIN = str(BIN / "lptrain")
-MPIEXEC = str(BIN / "mpiexec")
-ENV = {**os.environ, "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}
-ENV.pop("HYDRA_FULL_ERROR", None)
 TIMEOUT = 120  # seconds; a hanging run fails the test instead of the suite
 
 SEED = 3
@@ -38,11 +31,7 @@ ERROR_PREFIX = "lptrain: error: "
 
 
 def _lptrain(args, cwd, ranks: int = 1) -> subprocess.CompletedProcess:
-    cmd = [LPTRAIN, *args]
-    if ranks > 1:
-        cmd = [MPIEXEC, "-n", str(ranks), *cmd]
-    return subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True,
-                          timeout=TIMEOUT)
+    return lptrain(args, cwd, ranks, TIMEOUT)
 
 
 def _error_lines(proc) -> list[str]:
@@ -99,6 +88,7 @@ BAD_INPUTS = {
     "unknown_option": (["dataset=nope"], ["dataset", "nope"]),
     "wrong_type": (["network.width=abc"], ["network.width", "abc"]),
     "misspelled_key": (["network.widht=3"], ["network.widht"]),
+    "key_added_past_schema": (["+network.widht=3"], ["network.widht", "not an lptrain option"]),
     "zero_layers": (["network.layers=0"], ["network.layers=0"]),
     "negative_width": (["network.width=-1"], ["network.width=-1"]),
     "zero_T": (["network.T=0"], ["network.T=0"]),

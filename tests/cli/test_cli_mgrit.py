@@ -1,27 +1,20 @@
 """CLI: mode=mgrit gives serial's objective history on 1 and 4 ranks; multirun under mpiexec."""
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from launch import lptrain
 from lptrain.metrics.reader import read_metrics
 
-BIN = Path(sys.executable).parent
 TINY = ["network.layers=12", "network.width=4", "dataset.n_train=200", "dataset.n_val=50",
         "train.iterations=5", "mgrit.levels=3", "mgrit.cfactor0=2", "mgrit.cfactor=2",
         "mgrit.tol=1e-12", "eval_every=5"]
-ENV = dict(os.environ, MPIR_CVAR_ENABLE_HEAVY_YIELD="1")
 pytestmark = pytest.mark.cli
 
 
-def lptrain(args, ranks=1, timeout=240):
-    cmd = [str(BIN / "lptrain"), *args]
-    if ranks > 1:
-        cmd = [str(BIN / "mpiexec"), "-n", str(ranks), *cmd]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
+def run(args, ranks=1, timeout=240):
+    proc = lptrain(args, ranks=ranks, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc
 
@@ -34,9 +27,9 @@ def objectives(run_dir):
 
 @pytest.mark.mpi
 def test_mgrit_mode_equals_serial_on_1_and_4_ranks(tmp_path):
-    lptrain([*TINY, "mode=serial", f"hydra.run.dir={tmp_path / 's'}"])
-    lptrain([*TINY, "mode=mgrit", f"hydra.run.dir={tmp_path / 'm1'}"])
-    lptrain([*TINY, "mode=mgrit", f"hydra.run.dir={tmp_path / 'm4'}"], ranks=4)
+    run([*TINY, "mode=serial", f"hydra.run.dir={tmp_path / 's'}"])
+    run([*TINY, "mode=mgrit", f"hydra.run.dir={tmp_path / 'm1'}"])
+    run([*TINY, "mode=mgrit", f"hydra.run.dir={tmp_path / 'm4'}"], ranks=4)
     _, ref = objectives(tmp_path / "s")
     for name, ranks in (("m1", 1), ("m4", 4)):
         m, got = objectives(tmp_path / name)
@@ -49,7 +42,7 @@ def test_mgrit_mode_equals_serial_on_1_and_4_ranks(tmp_path):
 @pytest.mark.mpi
 def test_multirun_under_mpiexec_agrees_on_directories(tmp_path):
     sweep = tmp_path / "sweep"
-    lptrain(["-m", *TINY, "mode=simultaneous", "mgrit.cfactor0=2,3",
+    run(["-m", *TINY, "mode=simultaneous", "mgrit.cfactor0=2,3",
              f"hydra.sweep.dir={sweep}"], ranks=2)
     runs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit())
     assert [p.name for p in runs] == ["0", "1"]

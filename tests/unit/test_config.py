@@ -175,3 +175,11 @@ def test_non_positive_value_raises_config_error(key, raw, typed):
     message = str(err.value)
     assert key in message
     assert repr(typed) in message.split(key, 1)[1], message
+
+
+@pytest.mark.parametrize("override,key", [("+foo=3", "foo"), ("+train.bar=1", "train.bar"),
+                                          ("+optimizer.momentm=0.9", "optimizer.momentm")])
+def test_keys_added_past_the_schema_are_rejected(override, key):
+    # Hydra's '+key=value' slips past the schema; to_object would drop the value silently
+    with pytest.raises(ConfigError, match=rf"^{key}: not an lptrain option"):
+        options(_compose(override))
