@@ -68,10 +68,14 @@ def summarize(label: str, run: RunMetrics) -> dict:
 def add_speedup(rows: list[dict]) -> list[dict]:
     """Copies of `rows` with speedup = serial time/iteration / this row's time/iteration.
 
-    Defined only when exactly one row has mode `serial` with a known time per iteration;
-    otherwise every speedup stays None.
+    The baseline is the serial run on the fewest ranks (a scaling study compares with
+    serial training on one rank); if several serial runs share that rank count (a seed
+    sweep, say) there is no single baseline and every speedup stays None, as it does
+    without a serial run.
     """
     serial = [r for r in rows if r["mode"] == s.MODE_SERIAL]
+    fewest = min((r.get("ranks") or 1 for r in serial), default=None)
+    serial = [r for r in serial if (r.get("ranks") or 1) == fewest]
     base = serial[0]["time_per_iteration"] if len(serial) == 1 else None
     out = []
     for row in rows:

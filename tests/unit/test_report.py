@@ -72,9 +72,16 @@ def test_speedup_against_the_serial_run(two_runs):
 
 
 @pytest.mark.parametrize("modes", [("mgrit", "simultaneous"), ("serial", "serial", "mgrit")])
-def test_no_speedup_without_exactly_one_serial_run(modes):
-    rows = [{"mode": m, "time_per_iteration": 0.5} for m in modes]
+def test_no_speedup_without_exactly_one_serial_baseline(modes):
+    rows = [{"mode": m, "time_per_iteration": 0.5, "ranks": 1} for m in modes]
     assert [r["speedup"] for r in add_speedup(rows)] == [None] * len(modes)
+
+
+def test_speedup_of_a_scaling_study_is_against_serial_on_the_fewest_ranks():
+    rows = [{"mode": m, "ranks": p, "time_per_iteration": t}
+            for m, p, t in (("serial", 4, 0.25), ("serial", 1, 1.0), ("simultaneous", 4, 0.5),
+                            ("serial", 2, 0.5))]
+    assert [r["speedup"] for r in add_speedup(rows)] == [4.0, 1.0, 2.0, 2.0]
 
 
 def test_markdown_table():
