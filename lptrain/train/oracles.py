@@ -81,6 +81,7 @@ class SerialOracle:
 
     def value(self, theta) -> Point:
         self.theta = theta
+        self._tape = None       # a rejected line-search trial's states: free them first
         st, states, saved, loss, correct, cls = self._forward(theta, self.x, self.y,
                                                               self.n_total, True)
         self._tape = (st, states, saved, cls)

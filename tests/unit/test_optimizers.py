@@ -139,3 +139,18 @@ def test_divergence_is_reported():
 
 def test_registry_names_match_config_groups():
     assert set(OPTIMIZERS) == {"lbfgs", "sgd", "adam"}
+
+
+def test_serial_oracle_holds_one_trial_at_a_time():
+    # a line search re-evaluates: the rejected trial's states are freed before the next
+    # propagation, so the peak is one forward record, not two
+    net, theta = dense_net(layers=6)
+    x, y = batch(net)
+    oracle = SerialOracle(net, SerialExchange())
+    oracle.begin(Batch(x, y))
+    oracle.value(theta)
+    seen = []
+    forward = oracle._forward
+    oracle._forward = lambda *a: (seen.append(oracle._tape), forward(*a))[1]
+    oracle.value(theta * 0.5)
+    assert seen == [None] and oracle._tape is not None
