@@ -21,6 +21,8 @@ from lptrain.train.oracles import Batch, SerialOracle, SimultaneousOracle
 
 
 def median_time(comm, fn, reps):
+    """Median over reps timed runs after one untimed run (buffers allocated, pages mapped)."""
+    fn()
     times = []
     for _ in range(reps):
         comm.Barrier()

@@ -242,7 +242,8 @@ class MGRIT(Restriction):
         if remote:
             x = self._recv(lv)
             out, put = destination(dest, [lv.lo])
-            yield [lv.lo], self._phi(lv, lv.lo - 1, x, out=out).unsqueeze(0), put
+            one = self._phi(lv, lv.lo - 1, x, out=None if out is None else out[0])
+            yield [lv.lo], one.unsqueeze(0), put
         self.ex.wait()
 
     def _serial_solve(self, lv: LevelState):

@@ -27,6 +27,7 @@ def launch(ranks: int, out: Path) -> dict:
            str(Path(ranks_case.__file__)), str(out)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Warning" not in proc.stderr, proc.stderr[-3000:]   # e.g. torch resizing an out=
     return torch.load(out)
 
 
