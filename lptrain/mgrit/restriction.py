@@ -89,7 +89,8 @@ class Restriction:
             else:
                 coarse.G.copy_(gather(lv.G, local))
             return
-        if coarse.lo == 0:                 # g_j = Φ(u_{c−1}) + g_c − Φ^Δ(v_{j−1}), g_0 = v_0
+        # g_j = Φ(u_{c−1}) + g_c − Φ^Δ(v_{j−1}) (the first term parked), g_0 = v_0
+        if coarse.lo == 0:
             coarse.G[0] = coarse.X[0]
         for pos, phi in self._coarse_phis(coarse):
             idx = index_of([p - coarse.lo for p in pos])
