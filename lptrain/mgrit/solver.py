@@ -128,7 +128,10 @@ class MGRIT(Restriction):
                 # residuals: neither recorded nor a reason to stop
                 if top.X is work:
                     history.append(norm)
-                    if norm <= max(tol, rtol * history[0]) or not math.isfinite(norm):
+                    # a fixed solve runs all its iterations even at an exact zero: its
+                    # last sweep leaves the activations (and adjoint weight products)
+                    stop = not fixed and norm <= max(tol, rtol * history[0])
+                    if stop or not math.isfinite(norm):
                         return SolveResult(work, history, k, math.isfinite(norm))
                 top.X = work
                 self._cycle(1, self.opt.cycle, skip=(k == 0 and skip))

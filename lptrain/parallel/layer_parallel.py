@@ -117,20 +117,25 @@ class LayerParallel:
             extra = self._next_first_state(states)
             lin = self._lin_last = self._linearisation(stepper, states, extra)
             state = (lambda n: states[n - self.lo] if n < self.hi else extra)
-            prop = AdjointPropagator(stepper, net.h, self.N, lin, state, o.coarse_weights)
+            # without a tolerance the last sweep is known: its steps leave the weight
+            # products of their layers (each layer once over all ranks) while σ′ ⊙ λ is hot
+            sink = None
+            if tol <= 0 and o.rtol <= 0:
+                v = net.layout.views(theta)
+                sink = self._sink = (torch.zeros_like(v["K"]), torch.zeros_like(v["b"]))
+            self._sunk = sink is not None
+            prop = AdjointPropagator(stepper, net.h, self.N, lin, state, o.coarse_weights,
+                                     weights=sink)
             res = self.adj.solve(prop, self.template(x), ev.lamN, warm, max_iter=max_iter,
                                  tol=tol, rtol=o.rtol)
         grad = torch.zeros_like(theta)
         gv = net.layout.views(grad)
-        own = min(self.hi, self.N) - self.lo            # layers lo..lo+own−1
-        gK, gb = gv["K"][self.lo:self.lo + own], gv["b"][self.lo:self.lo + own]
-        g = None
-        for i, n in enumerate(range(self.lo, self.lo + own)):
-            # f′ ⊙ λ_{n+1} and its weight products one layer at a time: the mirrored λ
-            # pair with forward-ordered states without gathering either
-            lam = res.states[self.N - n - 1 - self.rev_lo]
-            g = stepper.act.vjp(lin.one(n), lam, out=g)
-            gK[i], gb[i] = stepper.vjp_weights(states[i], g)
+        if self._sunk:
+            gK, gb = gv["K"], gv["b"]
+            gK.copy_(self._sink[0])
+            gb.copy_(self._sink[1])
+        else:
+            gK, gb = self._weight_products(stepper, states, lin, res, gv)
         hs = net.h * stepper.act.slope                  # the vjp leaves σ′'s slope out
         gK.mul_(hs)
         gb.mul_(hs)
@@ -140,6 +145,18 @@ class LayerParallel:
         if self.first:
             net.opening_vjp(theta, x, res.states[-1], grad)
         return allreduce_tensor(self.ex, grad), res
+
+    def _weight_products(self, stepper, states, lin, res, gv):
+        """f′ ⊙ λ_{n+1} and its weight products for this rank's layers, one at a time:
+        the mirrored λ pair with forward-ordered states without gathering either."""
+        own = min(self.hi, self.N) - self.lo            # layers lo..lo+own−1
+        gK, gb = gv["K"][self.lo:self.lo + own], gv["b"][self.lo:self.lo + own]
+        g = None
+        for i, n in enumerate(range(self.lo, self.lo + own)):
+            lam = res.states[self.N - n - 1 - self.rev_lo]
+            g = stepper.act.vjp(lin.one(n), lam, out=g)
+            gK[i], gb[i] = stepper.vjp_weights(states[i], g)
+        return gK, gb
 
     def _linearisation(self, stepper, states, extra) -> Linearisation:
         """Activation data of layers lo..min(hi, N−1): the forward's saved activations

@@ -60,11 +60,14 @@ class AdjointPropagator:
     """
 
     def __init__(self, stepper, h: float, n_steps: int, lin: "Linearisation", state=None,
-                 coarse_weights: str = "inject"):
+                 coarse_weights: str = "inject", weights=None):
         self.st, self.h, self.N = stepper, h, n_steps
         self.lin, self.state = lin, state
         self.average = coarse_weights == "average"
         self._avg: dict[tuple[int, int], torch.Tensor] = {}
+        # (gK, gb) of all N layers: finest-level steps with save=True write g uᵀ and Σ g
+        # of their layer there (g = f′ ⊙ λ; the caller scales by h·slope)
+        self.weights = weights
 
     def _layer(self, a: int, b: int):
         """(K, activation data) of the mirrored step a → b."""
@@ -79,7 +82,12 @@ class AdjointPropagator:
 
     def step(self, lam, a: int, b: int, out=None, save: bool = False):
         K, saved = self._layer(a, b)
-        return self.st.vjp_saved(saved, lam, K, self.h * (b - a), out)
+        if not (save and self.weights is not None):
+            return self.st.vjp_saved(saved, lam, K, self.h * (b - a), out)
+        n = self.N - b
+        g = self.st.act.vjp(saved, lam)
+        self.weights[0][n], self.weights[1][n] = self.st.vjp_weights(self.state(n), g)
+        return self.st.vjp_from_g(g, lam, K, self.h * (b - a) * self.st.act.scale_out, out)
 
     def step_many(self, L, starts, stops, out=None, save: bool = False):
         if self.average and any(b - a > 1 for a, b in zip(starts, stops)):
@@ -88,12 +96,12 @@ class AdjointPropagator:
             saved = torch.stack([p[1] for p in pairs])
         else:
             ns = [self.N - b for b in stops]
-            if not self.lin.contiguous(ns):
+            if not self.lin.contiguous(ns) or (save and self.weights is not None):
                 # mirrored layers run backwards through the saved buffer: a gather would
                 # copy them, one state at a time reads them where they are
                 out = torch.empty_like(L) if out is None else out
                 for i, (a, b) in enumerate(zip(starts, stops)):
-                    self.step(L[i], a, b, out=out[i])
+                    self.step(L[i], a, b, out=out[i], save=save)
                 return out
             K = self.st.K[torch.tensor(ns)]
             saved = self.lin.many(ns)
