@@ -46,7 +46,8 @@ class DenseSteps:
     def weights(self, n: int):
         return self.K[n], self.b[n]
 
-    def weights_many(self, ns: torch.Tensor):
+    def weights_many(self, ns):
+        """Weights of layers ns (an index tensor, or a slice: views)."""
         return self.K[ns], self.b[ns]
 
     def mean_weights(self, start: int, stop: int):

@@ -138,7 +138,8 @@ def _stack_weights(prop: ForwardPropagator, starts, stops):
     if prop.average and any(b - a > 1 for a, b in zip(starts, stops)):
         pairs = [prop._weights(a, b) for a, b in zip(starts, stops)]
         return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
-    return prop.st.weights_many(torch.tensor(starts))
+    idx = index_of(starts)          # evenly spaced layers: views, not gathered copies
+    return prop.st.weights_many(idx if isinstance(idx, slice) else torch.tensor(starts))
 
 
 def _sizes(h: float, starts, stops, like: torch.Tensor):
