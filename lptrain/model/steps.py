@@ -84,6 +84,12 @@ class DenseSteps:
         """λ_{n+1} + h Kᵀ[σ′ ⊙ λ_{n+1}] from the activation's saved data."""
         return self.vjp_from_g(self.act.vjp(saved, lam), lam, K, h * self.act.scale_out, out)
 
+    def vjp_and_g(self, saved, lam, K, h: float, out=None):
+        """vjp_saved of one state, and g = f′ ⊙ λ_{n+1}: what vjp_weights takes for the
+        layer (scaled by h·slope after)."""
+        g = self.act.vjp(saved, lam)
+        return self.vjp_from_g(g, lam, K, h * self.act.scale_out, out), g
+
     def vjp_state(self, dsig, lam, K, h, out=None):
         """λ_n = λ_{n+1} + h Kᵀ[σ′ ⊙ λ_{n+1}] with dsig = σ′(z_n), into `out`."""
         return self.vjp_from_g(torch.mul(dsig, lam), lam, K, h / self.act.scale_in, out)
@@ -151,6 +157,7 @@ class ConvSteps:
         return self.apply(u, K, b, h, save, out)
 
     vjp_saved = DenseSteps.vjp_saved
+    vjp_and_g = DenseSteps.vjp_and_g
 
     def linearize(self, u, K, b):
         if u.dim() == 4:

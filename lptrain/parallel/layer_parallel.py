@@ -42,6 +42,7 @@ class LayerParallel:
         self.rev = self.hier.reversed()
         self.adj = MGRIT(self.rev, exchange.reversed(), CycleOptions(linear=True, **cyc))
         self._saved = None
+        self._sink = None       # weight products left by a fixed-iteration adjoint solve
         self.lo, self.hi = self.hier.ranges[0][exchange.rank]
         self.rev_lo = self.rev.ranges[0][exchange.size - 1 - exchange.rank][0]
         self.first, self.last = self.lo == 0, self.hi == N + 1
@@ -119,18 +120,17 @@ class LayerParallel:
             state = (lambda n: states[n - self.lo] if n < self.hi else extra)
             # without a tolerance the last sweep is known: its steps leave the weight
             # products of their layers (each layer once over all ranks) while σ′ ⊙ λ is hot
-            sink = None
+            self._sink = None
             if tol <= 0 and o.rtol <= 0:
                 v = net.layout.views(theta)
-                sink = self._sink = (torch.zeros_like(v["K"]), torch.zeros_like(v["b"]))
-            self._sunk = sink is not None
+                self._sink = (torch.zeros_like(v["K"]), torch.zeros_like(v["b"]))
             prop = AdjointPropagator(stepper, net.h, self.N, lin, state, o.coarse_weights,
-                                     weights=sink)
+                                     weights=self._sink)
             res = self.adj.solve(prop, self.template(x), ev.lamN, warm, max_iter=max_iter,
                                  tol=tol, rtol=o.rtol)
         grad = torch.zeros_like(theta)
         gv = net.layout.views(grad)
-        if self._sunk:
+        if self._sink is not None:
             gK, gb = gv["K"], gv["b"]
             gK.copy_(self._sink[0])
             gb.copy_(self._sink[1])

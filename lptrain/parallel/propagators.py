@@ -85,9 +85,9 @@ class AdjointPropagator:
         if not (save and self.weights is not None):
             return self.st.vjp_saved(saved, lam, K, self.h * (b - a), out)
         n = self.N - b
-        g = self.st.act.vjp(saved, lam)
+        lam_n, g = self.st.vjp_and_g(saved, lam, K, self.h * (b - a), out)
         self.weights[0][n], self.weights[1][n] = self.st.vjp_weights(self.state(n), g)
-        return self.st.vjp_from_g(g, lam, K, self.h * (b - a) * self.st.act.scale_out, out)
+        return lam_n
 
     def step_many(self, L, starts, stops, out=None, save: bool = False):
         if self.average and any(b - a > 1 for a, b in zip(starts, stops)):

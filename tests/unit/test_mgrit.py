@@ -165,3 +165,15 @@ def test_fixed_adjoint_sweep_leaves_the_weight_gradients(opts, iters):
     other, _ = lp.backward(theta, x, res.states, ev, max_iter=iters, tol=1e-300)
     assert fixed_res.iterations == iters
     assert torch.equal(fixed, other)
+
+
+@pytest.mark.parametrize("make", [dense_net, conv_net])
+def test_fixed_adjoint_weight_gradients_dense_and_conv(make):
+    net, theta = make(layers=9)
+    x, y = batch(net, n=3)
+    lp = LayerParallel(net, MGRITOptions(levels=2, cfactor0=2), SerialExchange())
+    res = lp.forward(theta, x, max_iter=2, tol=0.0)
+    ev = lp.evaluate(theta, res.states, y, x.shape[0], True)
+    fixed = lp.backward(theta, x, res.states, ev, max_iter=1, tol=0.0)[0].clone()
+    other = lp.backward(theta, x, res.states, ev, max_iter=1, tol=1e-300)[0]
+    assert torch.equal(fixed, other) and float(fixed.abs().max()) > 0
