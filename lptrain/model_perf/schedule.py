@@ -2,7 +2,8 @@
 
 The generator below walks the same recursion as `lptrain.mgrit.solver.MGRIT`
 (`_iterate`, `_cycle`, `_relax`, `_f_relax`, `_c_steps`, `_serial_solve`; the
-transfers `_restrict`, `_restrict_again`, `_coarse_phis` in restriction.py) and records, per rank and in program order,
+transfers `_restrict`, `_restrict_again`, `_coarse_phis` in restriction.py) and
+records, per rank and in program order,
 what the solver does there: a `Step` for every batch of states a rank
 advances, a `Send`/`Recv` for every neighbour state, an `Allreduce` for the
 residual norm.  Nothing is computed; a schedule is a list of op lists,
