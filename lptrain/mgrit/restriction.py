@@ -49,10 +49,8 @@ class Restriction:
                                             for p in pos]))
         linear = park and self.opt.linear
         for pos, phi, put in self._c_steps(lv, dest):
-            u = gather(lv.X, [p - lv.lo for p in pos])
-            r = phi.sub_(u) if linear or not park else torch.sub(phi, u)
-            flat = r.reshape(-1)
-            sq += float(torch.dot(flat, flat))
+            u = _at(lv, pos)
+            sq += _sq(phi.sub_(u) if linear or not park else torch.sub(phi, u))
             put(phi)
         self.timers[(lv.index, "residual")] += time.perf_counter() - t0
         return sq
@@ -109,10 +107,9 @@ class Restriction:
         coarse, level = self.levels[1], self.h.levels[0]
         sq, cpts = 0.0, set(self.h.levels[1].cpoints) if len(self.levels) > 2 else set()
         for pos, phi, _ in self._c_steps(lv):
-            u = gather(lv.X, [p - lv.lo for p in pos])
+            u = _at(lv, pos)
             r = phi.sub_(u)
-            flat = r.reshape(-1)
-            sq += float(torch.dot(flat, flat))
+            sq += _sq(r)
             js = [level.count_c_below(p) for p in pos]
             coarse.G[index_of([j - coarse.lo for j in js])] += r
             for i, j in enumerate(js):
@@ -156,3 +153,13 @@ class Restriction:
             lv.X[index_of(idx)] += coarse.X
         else:
             scatter(lv.X, idx, coarse.X)
+
+
+def _at(lv: LevelState, pos: list[int]) -> torch.Tensor:
+    """The states of lv at its points pos (a view where they are evenly spaced)."""
+    return gather(lv.X, [p - lv.lo for p in pos])
+
+
+def _sq(r: torch.Tensor) -> float:
+    flat = r.reshape(-1)
+    return float(torch.dot(flat, flat))

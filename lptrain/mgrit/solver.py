@@ -60,7 +60,7 @@ class MGRIT(Restriction):
             lo, hi = hierarchy.ranges[l][rank]
             cs = lv.cpoints[bisect_left(lv.cpoints, lo):bisect_left(lv.cpoints, hi)]
             self.levels.append(LevelState(l, lo, hi, hierarchy.left(l, rank),
-                                           hierarchy.right(l, rank), cs=tuple(cs)))
+                                          hierarchy.right(l, rank), cs=tuple(cs)))
         self.timers: dict[tuple[int, str], float] = defaultdict(float)
         self.prop = None
         self._saving = True      # finest-level steps save activations (see _iterate)

@@ -145,13 +145,18 @@ class ResNet:
             part.mul_(scale[blk.group])
         return theta.to(dtype=dtype, device=device)
 
+    @property
+    def _steps(self):
+        """The stepper class: it owns the state layout."""
+        return STEPPERS[self.opts.name]
+
     def stepper(self, theta: torch.Tensor):
         v = self.layout.views(theta)
-        return STEPPERS[self.opts.name](v["K"], v["b"], self.act)
+        return self._steps(v["K"], v["b"], self.act)
 
     def state_dims(self, batch: int) -> tuple[int, ...]:
         """Shape of one state of `batch` samples in the stepper's layout."""
-        return STEPPERS[self.opts.name].state_dims(batch, self.state_shape)
+        return self._steps.state_dims(batch, self.state_shape)
 
     def new_state(self, x: torch.Tensor) -> torch.Tensor:
         """An uninitialised state for the batch x (its dtype and device)."""
@@ -159,7 +164,7 @@ class ResNet:
 
     def batch_major(self, u: torch.Tensor) -> torch.Tensor:
         """A state as (B, ...) (a view for dense states)."""
-        return STEPPERS[self.opts.name].from_state(u)
+        return self._steps.from_state(u)
 
     # -- opening -------------------------------------------------------------
     def opening(self, theta: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -205,8 +210,7 @@ class ResNet:
         dz = torch.softmax(logits, 1)
         dz[torch.arange(labels.numel()), labels] -= 1.0
         dz /= n_total
-        lamN = torch.mm(dz, v["W"]).view(dz.shape[0], *self.state_shape)
-        lamN = STEPPERS[self.opts.name].to_state(lamN)
+        lamN = self._steps.to_state(torch.mm(dz, v["W"]).view(dz.shape[0], *self.state_shape))
         return loss, correct, lamN, torch.mm(dz.t(), flat), dz.sum(0)
 
     # -- regulariser ---------------------------------------------------------
