@@ -56,3 +56,8 @@ def gather(X: torch.Tensor, positions: list[int]) -> torch.Tensor:
 
 def scatter(X: torch.Tensor, positions: list[int], values: torch.Tensor) -> None:
     X[index_of(positions)] = values
+
+
+def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether a and b are the same elements of the same storage (copying is a no-op)."""
+    return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()

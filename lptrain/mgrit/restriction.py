@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lptrain.mgrit.indexing import arithmetic_runs, gather, index_of, scatter
+from lptrain.mgrit.indexing import arithmetic_runs, gather, index_of, same_view, scatter
 
 
 @dataclass
@@ -80,7 +80,9 @@ class Restriction:
             if coarse.lo == 0:
                 coarse.G[0] = 0.0
             return
-        coarse.X.copy_(gather(lv.X, local))
+        source = gather(lv.X, local)
+        if not same_view(source, coarse.X):       # else coarse.X is those states (_bind)
+            coarse.X.copy_(source)
         if not keep_rhs:
             if lv.G is None:
                 coarse.G.zero_()
@@ -151,7 +153,7 @@ class Restriction:
         idx = [c - lv.lo for c in lv.cs]
         if coarse.correction:
             lv.X[index_of(idx)] += coarse.X
-        else:
+        elif not same_view(gather(lv.X, idx), coarse.X):
             scatter(lv.X, idx, coarse.X)
 
 

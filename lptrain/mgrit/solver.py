@@ -47,6 +47,7 @@ class CycleOptions:
     stack: bool = True     # advance all intervals of a rank with one operation per step
     chunk: int = 4        # ... in groups of this many intervals, to stay in cache
     reuse_rhs: bool = True  # later FAS restrictions update the coarse rhs (_restrict_again)
+    share_coarse: bool = True  # FAS coarse states are views of the finer C-points (_bind)
 
 
 class MGRIT(Restriction):
@@ -85,6 +86,7 @@ class MGRIT(Restriction):
         work = self._buffers[1] if warm is not None and \
             warm.data_ptr() == self._buffers[0].data_ptr() else self._buffers[0]
         top.X = work
+        self._bind()
         if warm is None and len(self.levels) > 1:
             scatter(work, [c - top.lo for c in top.cs], torch.zeros_like(work[:1]))
         if top.lo == 0:
@@ -261,6 +263,26 @@ class MGRIT(Restriction):
         self.ex.wait()
 
     # -- helpers -------------------------------------------------------------------
+    def _can_share(self, l: int) -> bool:
+        """Whether level l's states can live in level l−1's C-points (see _bind)."""
+        fine, coarse = self.levels[l - 1], self.levels[l]
+        return self.opt.share_coarse and not self.opt.linear and not coarse.empty and \
+            isinstance(index_of([c - fine.lo for c in fine.cs]), slice)
+
+    def _bind(self):
+        """Point the coarse levels' states at the finer C-points of the work buffer.
+
+        With FAS and injection the coarse level starts from the fine C-point
+        values and the correction writes its solution back there, so one copy
+        of those states serves both levels: injection and correction copy
+        nothing, and the coarse buffers are not allocated.  (A linear coarse
+        level holds corrections instead, and keeps its own buffer.)
+        """
+        for l in range(1, len(self.levels)):
+            if self._shared[l]:
+                fine = self.levels[l - 1]
+                self.levels[l].X = gather(fine.X, [c - fine.lo for c in fine.cs])
+
     def _allocate(self, template: torch.Tensor):
         shape0 = (self.levels[0].hi - self.levels[0].lo, *template.shape)
         bufs = getattr(self, "_buffers", None)
@@ -268,9 +290,11 @@ class MGRIT(Restriction):
                 and bufs[0].device == template.device:
             return
         self._buffers = [template.new_zeros(shape0), template.new_zeros(shape0)]
-        for lv in self.levels[1:]:
+        self._shared = [False] + [self._can_share(l) for l in range(1, len(self.levels))]
+        for l, lv in enumerate(self.levels[1:], start=1):
             shape = (lv.hi - lv.lo, *template.shape)
-            lv.X, lv.G = template.new_zeros(shape), template.new_zeros(shape)
+            lv.X = None if self._shared[l] else template.new_zeros(shape)
+            lv.G = template.new_zeros(shape)
         self._template = template
 
     def _recv(self, lv: LevelState) -> torch.Tensor:

@@ -149,6 +149,28 @@ def test_reused_coarse_rhs_equals_a_fresh_fas_restriction(opts, warm):
 
 
 @pytest.mark.parametrize("opts", CONFIGS, ids=lambda o: "-".join(f"{v}" for v in o.values()))
+@pytest.mark.parametrize("N", [32, 29])
+@pytest.mark.parametrize("warm", [False, True])
+def test_coarse_states_in_the_fine_c_points_equal_own_buffers(opts, N, warm):
+    # FAS coarse levels working in place in the finer C-points (no injection or
+    # correction copies): bitwise the iterates of coarse levels with their own buffers;
+    # a short last interval (N = 29, or c = 3) keeps level 1 in its own buffer
+    net, theta = dense_net(layers=N, T=3.0, activation="tanh")
+    x, _ = batch(net)
+    out = []
+    for share in (False, True):
+        lp = LayerParallel(net, MGRITOptions(**opts), SerialExchange())
+        lp.fwd.opt.share_coarse = share
+        start = lp.forward(theta, x, max_iter=1, tol=0.0).states.clone() if warm else None
+        res = lp.forward(theta * 1.1, x, warm=start, max_iter=3, tol=0.0)
+        out.append((res.states.clone(), res.history, lp.fwd._shared))
+    (a, ha, sa), (b, hb, sb) = out
+    assert torch.equal(a, b) and ha == hb
+    assert not any(sa) and sb[1] == (N % opts["cfactor0"] == 0)
+    assert not lp.adj._can_share(1)      # the linear adjoint's coarse levels hold corrections
+
+
+@pytest.mark.parametrize("opts", CONFIGS, ids=lambda o: "-".join(f"{v}" for v in o.values()))
 @pytest.mark.parametrize("iters", [1, 2, 40])
 def test_fixed_adjoint_sweep_leaves_the_weight_gradients(opts, iters):
     # without a tolerance the adjoint's last sweep writes each layer's weight products
