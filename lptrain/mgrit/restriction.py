@@ -35,33 +35,56 @@ class LevelState:
 class Restriction:
     """Level-to-level operations of the FAS cycle (see MGRIT)."""
 
-    def _residual(self, lv: LevelState, park: bool = False) -> float:
+    def _residual(self, lv: LevelState, park: bool = False, taken: float | None = None) -> float:
         """Σ‖r_c‖² over this rank's C-points, r_c = Φ(u_{c-1}) + g_c − u_c.
 
         With park, the next level's rhs receives r_c (linear) or Φ(u_{c-1}) + g_c
-        (FAS, completed by _inject).
+        (FAS, completed by _inject).  taken: the sum, when an F-relaxation
+        already fed its C-steps to this residual's sink (see _f_relax).
         """
-        t0 = time.perf_counter()
-        sq, dest = 0.0, None
+        return self._take(lv, self._residual_sink(lv, park)) if taken is None else taken
+
+    def _residual_sink(self, lv: LevelState, park: bool = False):
+        """(dest, take) for `_c_steps`: take(C-points, Φ + g, put) → their Σ‖r_c‖²."""
+        dest = None
         if park:
             coarse, level = self.levels[lv.index + 1], self.h.levels[lv.index]
             dest = (lambda pos: (coarse.G, [level.count_c_below(p) - coarse.lo
                                             for p in pos]))
         linear = park and self.opt.linear
-        for pos, phi, put in self._c_steps(lv, dest):
+
+        def take(pos, phi, put):
             u = _at(lv, pos)
-            sq += _sq(phi.sub_(u) if linear or not park else torch.sub(phi, u))
+            sq = _sq(phi.sub_(u) if linear or not park else torch.sub(phi, u))
             put(phi)
+            return sq
+        return dest, take
+
+    def _take(self, lv: LevelState, sink) -> float:
+        t0 = time.perf_counter()
+        sq = sum(sink[1](*step) for step in self._c_steps(lv, sink[0]))
         self.timers[(lv.index, "residual")] += time.perf_counter() - t0
         return sq
 
-    def _restrict(self, lv: LevelState) -> float:
-        """FAS restriction to the next level; returns this rank's Σ‖r_c‖²."""
+    def _restriction_sink(self, lv: LevelState):
+        """The sink of the C-steps of the next FAS restriction from lv (see _restrict)."""
         if lv.index == 0 and self._rhs_reusable:
-            return self._restrict_again(lv)
-        sq = self._residual(lv, park=True)
+            return self._again_sink(lv)
+        return self._residual_sink(lv, park=True)
+
+    def _restrict(self, lv: LevelState, taken: float | None = None) -> float:
+        """FAS restriction to the next level; returns this rank's Σ‖r_c‖².
+
+        taken: its C-steps were fed to `_restriction_sink(lv)` already (by the
+        F-relaxation just before, see _f_relax), this is what they summed.
+        """
+        again = lv.index == 0 and self._rhs_reusable
+        sq = self._take(lv, self._restriction_sink(lv)) if taken is None else taken
         t0 = time.perf_counter()
-        self._inject(lv, keep_rhs=True)
+        if again:
+            self._restrict_again(lv)
+        else:
+            self._inject(lv, keep_rhs=True)
         self.timers[(lv.index, "restrict")] += time.perf_counter() - t0
         return sq
 
@@ -96,34 +119,38 @@ class Restriction:
             idx = index_of([p - coarse.lo for p in pos])
             coarse.G[idx] -= phi
 
-    def _restrict_again(self, lv: LevelState) -> float:
-        """The FAS restriction when the coarse level still holds its last solution.
+    def _again_sink(self, lv: LevelState):
+        """The residual's sink when the coarse level still holds its last solution.
 
         That is the case after a full cycle with F-relaxation only on this level:
         the C-points are the coarse values v, and the coarse F-relaxation (or the
         coarsest solve) left v_j = Φ^Δ(v_{j−1}) + g_j, so the new rhs
         Φ(u_{c−1}) − Φ^Δ(v_{j−1}) is g_j + r_j there.  Only the coarse C-points
-        need Φ^Δ: 1/c of the coarse steps of a fresh restriction, and no injection.
+        need Φ^Δ (_restrict_again): 1/c of the coarse steps of a fresh
+        restriction, and no injection.
         """
-        t0 = time.perf_counter()
         coarse, level = self.levels[1], self.h.levels[0]
-        sq, cpts = 0.0, set(self.h.levels[1].cpoints) if len(self.levels) > 2 else set()
-        for pos, phi, _ in self._c_steps(lv):
+        cpts = set(self.h.levels[1].cpoints) if len(self.levels) > 2 else set()
+
+        def take(pos, phi, put):
             u = _at(lv, pos)
             r = phi.sub_(u)
-            sq += _sq(r)
+            sq = _sq(r)
             js = [level.count_c_below(p) for p in pos]
             coarse.G[index_of([j - coarse.lo for j in js])] += r
             for i, j in enumerate(js):
                 if j in cpts:                       # g_j = Φ(u_{c−1}) − Φ^Δ(v_{j−1})
                     torch.add(r[i], u[i], out=coarse.G[j - coarse.lo])
-        self.timers[(0, "residual")] += time.perf_counter() - t0
-        t0 = time.perf_counter()
+            return sq
+        return None, take
+
+    def _restrict_again(self, lv: LevelState):
+        """After `_again_sink` took the residual: Φ^Δ at the coarse C-points."""
+        coarse = self.levels[1]
+        cpts = set(self.h.levels[1].cpoints) if len(self.levels) > 2 else set()
         redo = [j for j in range(max(coarse.lo, 1), coarse.hi) if j in cpts]
         for pos, phi in self._coarse_phis(coarse, redo):
             coarse.G[index_of([p - coarse.lo for p in pos])] -= phi
-        self.timers[(0, "restrict")] += time.perf_counter() - t0
-        return sq
 
     def _coarse_phis(self, lv: LevelState, targets: list[int] | None = None):
         """Yield (points i, Φ(v_{i−1})) for the points i > 0 of this rank on level lv

@@ -48,6 +48,7 @@ class CycleOptions:
     chunk: int = 4        # ... in groups of this many intervals, to stay in cache
     reuse_rhs: bool = True  # later FAS restrictions update the coarse rhs (_restrict_again)
     share_coarse: bool = True  # FAS coarse states are views of the finer C-points (_bind)
+    fuse_residual: bool = True  # F-relaxations take the next residual's C-steps (_f_relax)
 
 
 class MGRIT(Restriction):
@@ -112,6 +113,7 @@ class MGRIT(Restriction):
         # Without a tolerance the last sweep is known in advance: only its steps and
         # the closing residual's need to; with one, any iteration may be the last.
         fixed = tol <= 0 and rtol <= 0
+        taken = None      # what the last F-relaxation fed to the residual after it
         for k in range(max_iter):
             self._saving = not fixed
             if k == 0 and skip and warm is None:      # cold: coarse propagation of u_0
@@ -125,7 +127,7 @@ class MGRIT(Restriction):
                     self._relax(top, self.opt.nrelax0)
                 else:
                     self._relax(top, self.opt.nrelax0, skip_first_f=fresh)
-                norm = self._norm(self._restrict(top))
+                norm = self._norm(self._restrict(top, taken))
                 # on the unrelaxed warm states the C-point residual misses the F-point
                 # residuals: neither recorded nor a reason to stop
                 if top.X is work:
@@ -140,12 +142,20 @@ class MGRIT(Restriction):
                 self._rhs_reusable = self._may_reuse_rhs()
             self._correct(top)
             self._saving = not fixed or k == max_iter - 1
-            self._timed(0, "relax", self._f_relax, top)
+            taken = self._timed(0, "relax", self._f_relax, top,
+                                self._next_sink(top, last=k == max_iter - 1))
             fresh = True
         self._saving = True
-        norm = self._norm(self._residual(top))        # of the returned states
+        norm = self._norm(self._residual(top, taken=taken))   # of the returned states
         history.append(norm)
         return SolveResult(work, history, max_iter, norm <= max(tol, rtol * history[0]))
+
+    def _next_sink(self, top: LevelState, last: bool):
+        """The residual that follows the finest F-relaxation closing a cycle: the
+        next restriction's, or after the last cycle the returned states'."""
+        if self.opt.nrelax0 > 0 or not self.opt.fuse_residual:   # (a C-relaxation first)
+            return None
+        return self._residual_sink(top) if last else self._restriction_sink(top)
 
     def _may_reuse_rhs(self) -> bool:
         """After a full cycle: the finest C-points are untouched until the next restriction."""
@@ -171,37 +181,57 @@ class MGRIT(Restriction):
         if skip and from_injection:
             self._cycle(l + 1, kind, skip=True, from_injection=True)
         else:
-            if not skip:
-                self._relax(lv, self.opt.nrelax)
-            self._restrict(lv)
+            sink = self._restriction_sink(lv) if self.opt.fuse_residual else None
+            taken = None if skip else self._relax(lv, self.opt.nrelax, sink=sink)
+            self._restrict(lv, taken)
             self._cycle(l + 1, kind, skip=skip)
             if kind == "F" and l + 1 < len(self.levels) - 1:
                 self._cycle(l + 1, "V")
         self._correct(lv)
         self._timed(l, "relax", self._f_relax, lv)
 
-    def _relax(self, lv: LevelState, nrelax: int, skip_first_f: bool = False):
-        if not skip_first_f:
-            self._timed(lv.index, "relax", self._f_relax, lv)
-        for _ in range(nrelax):
-            self._timed(lv.index, "relax", self._c_relax, lv)
-            self._timed(lv.index, "relax", self._f_relax, lv)
+    def _relax(self, lv: LevelState, nrelax: int, skip_first_f: bool = False, sink=None):
+        """F(CF)^nrelax, without the first F if skip_first_f.
+
+        sink: fed by the last sweep if that is an F-relaxation (see _f_relax);
+        returns what it took, None if it took nothing.
+        """
+        sweeps = ([] if skip_first_f else ["F"]) + ["C", "F"] * nrelax
+        taken = None
+        for i, kind in enumerate(sweeps):
+            if kind == "C":
+                self._timed(lv.index, "relax", self._c_relax, lv)
+            else:
+                last = i == len(sweeps) - 1
+                taken = self._timed(lv.index, "relax", self._f_relax, lv, sink if last else None)
+        return taken
 
     # -- level operations --------------------------------------------------------
-    def _f_relax(self, lv: LevelState):
-        """u_i = Φ(u_{i-1}) + g_i at every F-point, interval by interval."""
+    def _f_relax(self, lv: LevelState, sink=None) -> float | None:
+        """u_i = Φ(u_{i-1}) + g_i at every F-point, interval by interval.
+
+        sink: a consumer of the C-steps that come next (a residual or
+        restriction, see `_c_steps`): each chunk's C-steps are taken right after
+        its F-points, while their inputs are in cache; returns what it summed.
+        """
         if lv.empty:
-            return
+            return 0.0 if sink else None
         level = self.h.levels[lv.index]
         n = level.n_points
         own = [c for c in lv.cs if c < n - 1]
         ends = [min(_next_c(level, c), lv.hi) for c in own]
         lengths = [e - c - 1 for c, e in zip(own, ends)]
-        k = max(self.opt.chunk, 1)
+        k, taken, spent = max(self.opt.chunk, 1), 0.0, 0.0
         for first in range(0, len(own), k):        # a chunk through all its F-points
             cs, ls = own[first:first + k], lengths[first:first + k]
             for sub in range(max(ls, default=0)):
                 self._advance(lv, [c + sub for c, L in zip(cs, ls) if L > sub])
+            if sink:
+                t0 = time.perf_counter()
+                src = [e - 1 for e in ends[first:first + k] if e < lv.hi]
+                for part in arithmetic_runs(src):
+                    taken += sink[1](*self._c_chunk(lv, part, sink[0]))
+                spent += time.perf_counter() - t0
         send = lv.right is not None and not level.is_c(lv.hi)
         if send and own:
             self.ex.send(lv.X[-1], lv.right)
@@ -212,14 +242,25 @@ class MGRIT(Restriction):
                 x = self._phi(lv, i - 1, x, out=lv.X[i - lv.lo])
             if send and not own:
                 self.ex.send(lv.X[-1], lv.right)
+        if not sink:
+            self.ex.wait()
+            return None
+        t0 = time.perf_counter()
+        if lv.lo > 0 and not level.is_c(lv.lo) and lv.cs:   # the interval begun on the left
+            taken += sink[1](*self._c_chunk(lv, [lv.cs[0] - 1], sink[0]))
         self.ex.wait()
+        taken += sum(sink[1](*step) for step in self._c_steps(lv, sink[0], local=False))
+        spent += time.perf_counter() - t0
+        self.timers[(lv.index, "residual")] += spent   # not relaxation (see _timed)
+        self.timers[(lv.index, "relax")] -= spent
+        return taken
 
     def _c_relax(self, lv: LevelState):
         """u_i = Φ(u_{i-1}) + g_i at every C-point but the first, written in place."""
         for _, phi, put in self._c_steps(lv, lambda pos: (lv.X, [p - lv.lo for p in pos])):
             put(phi)
 
-    def _c_steps(self, lv: LevelState, dest=None):
+    def _c_steps(self, lv: LevelState, dest=None, local: bool = True):
         """Yield (C-points, Φ(u_{c-1}) + g_c, put) for this rank's C-points c > 0.
 
         A chunk of `opt.chunk` C-points at a time, so the temporaries stay in
@@ -228,7 +269,9 @@ class MGRIT(Restriction):
         consumer calls put(values) when done with them.  Chunks go from the last
         C-point back, so that writing into the states reads only old values
         (the last point may be a C-point right after another).  Consumers must
-        exhaust the generator (it ends the exchange).
+        exhaust the generator (it ends the exchange).  local=False: only the
+        C-point whose F-point lies on the left neighbour (the F-relaxation took
+        the others, see _f_relax).
         """
         if lv.empty:
             return
@@ -239,17 +282,21 @@ class MGRIT(Restriction):
         remote = bool(targets) and targets[0] == lv.lo
         k = max(self.opt.chunk, 1)
         chunks = [run[first:first + k] for run in arithmetic_runs([c - 1 for c in targets[remote:]])
-                  for first in range(0, len(run), k)]
+                  for first in range(0, len(run), k)] if local else []
         for part in reversed(chunks):
-            pos = [p + 1 for p in part]
-            out, put = destination(dest, pos, clash=not set(part).isdisjoint(pos))
-            yield pos, self._phi_many(lv, part, out=out), put
+            yield self._c_chunk(lv, part, dest)
         if remote:
             x = self._recv(lv)
             out, put = destination(dest, [lv.lo])
             one = self._phi(lv, lv.lo - 1, x, out=None if out is None else out[0])
             yield [lv.lo], one.unsqueeze(0), put
         self.ex.wait()
+
+    def _c_chunk(self, lv: LevelState, part: list[int], dest):
+        """(C-points, Φ + g, put) of the C-steps from the local points `part`."""
+        pos = [p + 1 for p in part]
+        out, put = destination(dest, pos, clash=not set(part).isdisjoint(pos))
+        return pos, self._phi_many(lv, part, out=out), put
 
     def _serial_solve(self, lv: LevelState):
         """Sequential stepping through the level, pipelined across ranks."""
@@ -333,8 +380,9 @@ class MGRIT(Restriction):
 
     def _timed(self, level: int, kind: str, fn, *args):
         t0 = time.perf_counter()
-        fn(*args)
+        out = fn(*args)
         self.timers[(level, kind)] += time.perf_counter() - t0
+        return out
 
 
 def _next_c(level, c: int) -> int:

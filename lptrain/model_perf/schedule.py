@@ -148,15 +148,24 @@ class _Builder:
         self.ops[r].append(Recv(self.h.left(l, r), self.nbytes, l))
 
     # -- level operations (solver.py names) ---------------------------------------------
-    def f_relax(self, l: int):
+    def f_relax(self, l: int, fused: bool = False):
+        """fused: the F-relaxation feeds the residual after it (solver `_f_relax` with
+        a sink): each chunk's C-steps follow its F-points, the one into the first
+        C-point of a range begun on the left follows that interval, and the C-step
+        that needs the left neighbour's state comes last (`c_steps(local=False)`)."""
         level = self.h.levels[l]
         for r, lo, hi, cs in self._owned(l):
             own = [c for c in cs if c < level.n_points - 1]
-            lengths = [min(_next_c(level.cpoints, c), hi) - c - 1 for c in own]
+            ends = [min(_next_c(level.cpoints, c), hi) for c in own]
+            lengths = [e - c - 1 for c, e in zip(own, ends)]
             for s in range(max(lengths, default=0)):   # calls: per chunk of intervals
                 active = [[c + s for c, n in zip(own[i:i + CHUNK], lengths[i:i + CHUNK])
                            if n > s] for i in range(0, len(own), CHUNK)]
                 self._step(r, l, sum(map(len, active)), sum(map(count_runs, active)))
+            if fused:
+                src = [[e - 1 for e in ends[i:i + CHUNK] if e < hi]
+                       for i in range(0, len(own), CHUNK)]
+                self._step(r, l, sum(map(len, src)), sum(map(count_runs, src)))
             right = self.h.right(l, r)
             send = right is not None and not level.is_c(hi)
             if send and own:
@@ -167,8 +176,12 @@ class _Builder:
                 self._step(r, l, stop - lo, stop - lo)
                 if send and not own:
                     self._send(r, l, right)
+                if fused and cs:
+                    self._step(r, l, 1)
+        if fused:
+            self.c_steps(l, local=False)
 
-    def c_steps(self, l: int):
+    def c_steps(self, l: int, local: bool = True):
         level = self.h.levels[l]
         for r, lo, hi, cs in self._owned(l):
             right = self.h.right(l, r)
@@ -178,7 +191,8 @@ class _Builder:
             remote = bool(targets) and targets[0] == lo
             chunks = [run[i:i + CHUNK] for run in arithmetic_runs([c - 1 for c in targets[remote:]])
                       for i in range(0, len(run), CHUNK)]
-            self._step(r, l, len(targets) - remote, len(chunks))
+            if local:
+                self._step(r, l, len(targets) - remote, len(chunks))
             if remote:                     # the solver does the received one last
                 self._recv(r, l)
                 self._step(r, l, 1)
@@ -215,17 +229,21 @@ class _Builder:
             ops.append(Allreduce())
 
     # -- cycles ----------------------------------------------------------------------
-    def relax(self, l: int, nrelax: int, skip_first_f: bool = False):
-        if not skip_first_f:
-            self.f_relax(l)
-        for _ in range(nrelax):
-            self.c_steps(l)
-            self.f_relax(l)
+    def relax(self, l: int, nrelax: int, skip_first_f: bool = False, fused: bool = False):
+        """fused: the last sweep, if an F-relaxation, feeds the residual after it."""
+        sweeps = ([] if skip_first_f else ["F"]) + ["C", "F"] * nrelax
+        for i, kind in enumerate(sweeps):
+            if kind == "C":
+                self.c_steps(l)
+            else:
+                self.f_relax(l, fused=fused and i == len(sweeps) - 1)
 
-    def restrict(self, l: int, again: bool = False):
+    def restrict(self, l: int, again: bool = False, taken: bool = False):
         """Residual parked on level l+1, then Φ^Δ(v) for the FAS rhs (none if linear;
-        again: at the coarse C-points only, the coarse level holding its last solution)."""
-        self.c_steps(l)
+        again: at the coarse C-points only, the coarse level holding its last solution);
+        taken: the F-relaxation before took its C-steps."""
+        if not taken:
+            self.c_steps(l)
         if not self.linear:
             self.coarse_phis(l + 1, only_c=again)
 
@@ -238,8 +256,8 @@ class _Builder:
             self.cycle(l + 1, kind, skip=True, from_injection=True)
         else:
             if not skip:
-                self.relax(l, self.opts.nrelax)
-            self.restrict(l)
+                self.relax(l, self.opts.nrelax, fused=True)
+            self.restrict(l, taken=not skip)
             self.cycle(l + 1, kind, skip=skip)
             if kind == "F" and l + 1 < last:
                 self.cycle(l + 1, "V")
@@ -249,7 +267,8 @@ class _Builder:
         """Level-0 relaxation, restriction and the residual norm opening an iteration."""
         if which != WARM:
             self.relax(0, self.opts.nrelax0, skip_first_f=which == FRESH)
-        self.restrict(0, again=which == FRESH and self.opts.nrelax0 == 0)
+        fresh = which == FRESH and self.opts.nrelax0 == 0     # fed by the last F-relaxation
+        self.restrict(0, again=fresh, taken=fresh)
         self.allreduce()
 
     def iteration(self, which: str):
@@ -258,7 +277,7 @@ class _Builder:
         else:
             self.check(which)
             self.cycle(1, self.opts.cycle, skip=which == WARM)
-        self.f_relax(0)
+        self.f_relax(0, fused=self.opts.nrelax0 == 0)   # feeds the next residual
 
     def solve(self, iterations: int, cold: bool, converged: bool):
         if len(self.h.levels) == 1:
@@ -269,7 +288,8 @@ class _Builder:
         for k in range(iterations):
             self.iteration(first if k == 0 else FRESH)
         if not converged:              # the residual of the returned states
-            self.c_steps(0)
+            if self.opts.nrelax0 > 0:  # (else the last F-relaxation took it)
+                self.c_steps(0)
             self.allreduce()
         elif iterations == 0 and skip:
             raise ValueError("with skip_first_down a solve does at least one cycle")
@@ -283,7 +303,9 @@ def _next_c(cpoints: tuple[int, ...], c: int) -> int:
 
 def iteration_schedule(hier: Hierarchy, opts, which: str = FRESH, nbytes: int = 0,
                        cost: str = FORWARD, linear: bool = False) -> Schedule:
-    """One iteration of `_iterate` (at least two levels).
+    """One iteration of `_iterate` (at least two levels), with nrelax0 = 0 counted
+    with the residual its last F-relaxation takes for the next check (not in that
+    check's count).
 
     which: COLD (first cycle of a cold start with skip_first_down: injection to
     the coarsest level, F-relaxations on the way up, no norm), WARM (first

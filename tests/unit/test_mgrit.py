@@ -171,6 +171,35 @@ def test_coarse_states_in_the_fine_c_points_equal_own_buffers(opts, N, warm):
 
 
 @pytest.mark.parametrize("opts", CONFIGS, ids=lambda o: "-".join(f"{v}" for v in o.values()))
+@pytest.mark.parametrize("warm", [False, True])
+def test_residual_taken_by_the_f_relaxation_equals_a_separate_pass(opts, warm):
+    # the F-relaxation before a residual (restriction or the returned states') feeds it
+    # each chunk's C-steps while their inputs are in cache: the same states bitwise, the
+    # norms up to the order of their sums; forward and adjoint alike
+    net, theta = dense_net(layers=29, T=3.0, activation="tanh")
+    x, y = batch(net)
+    out = []
+    for fuse in (False, True):
+        lp = LayerParallel(net, MGRITOptions(**opts), SerialExchange())
+        lp.fwd.opt.fuse_residual = lp.adj.opt.fuse_residual = fuse
+        fed = []
+        for solver in (lp.fwd, lp.adj):
+            def f_relax(lv, sink=None, _orig=solver._f_relax):
+                fed.append(sink is not None)
+                return _orig(lv, sink)
+            solver._f_relax = f_relax
+        start = lp.forward(theta, x, max_iter=1, tol=0.0).states.clone() if warm else None
+        res = lp.forward(theta * 1.1, x, warm=start, max_iter=3, tol=0.0)
+        ev = lp.evaluate(theta * 1.1, res.states, y, x.shape[0], True)
+        grad, ares = lp.backward(theta * 1.1, x, res.states, ev, max_iter=2, tol=0.0)
+        out.append((res.states.clone(), res.history, grad.clone(), ares.history))
+        assert any(fed) == fuse
+    (a, ha, ga, aa), (b, hb, gb, ab) = out
+    assert torch.equal(a, b) and torch.equal(ga, gb)
+    assert ha == pytest.approx(hb, rel=1e-12) and aa == pytest.approx(ab, rel=1e-12)
+
+
+@pytest.mark.parametrize("opts", CONFIGS, ids=lambda o: "-".join(f"{v}" for v in o.values()))
 @pytest.mark.parametrize("iters", [1, 2, 40])
 def test_fixed_adjoint_sweep_leaves_the_weight_gradients(opts, iters):
     # without a tolerance the adjoint's last sweep writes each layer's weight products

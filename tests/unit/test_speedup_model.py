@@ -53,22 +53,26 @@ def test_one_level_pipelines_through_the_ranks():
 #   restrict: c_steps at C-points 2,4,6,8                       4
 #             coarse Φ^Δ(v) at coarse points 1..4 (_coarse_phis) 4
 #   allreduce; serial solve of level 1                          4
-#   correct; F-relax level 0                                    4   -> 20
-# later iteration: the first F-relax is skipped (fresh), and the coarse level still
-# holds its last solution: g_j += r_j, no Φ^Δ (_restrict_again)   -> 12
-# warm first iteration with skip_first_down: no down relaxation  -> 16
-# cold first iteration (skip_first_down): serial 4 + F-relax 4   ->  8
+#   correct; F-relax level 0                                    4
+#   ... which takes the next check's c_steps (C-points 2,4,6,8)  4   -> 24
+# later iteration: the first F-relax is skipped (fresh), the residual was taken by the
+# last F-relax, and the coarse level still holds its last solution: g_j += r_j, no Φ^Δ
+# (_restrict_again); its own F-relax takes the next residual   -> 12
+# warm first iteration with skip_first_down: no down relaxation  -> 20
+# cold first iteration (skip_first_down): serial 4 + F-relax 4 + next c_steps 4 -> 12
 # P = 2: rank 0 owns fine 0..3 (coarse 0,1), rank 1 fine 4..8 (coarse 2,3,4).
 #   F-relax: both 2 steps, t = 2. c_steps: rank 0 sends u_3, steps C-point 2 (t = 3);
 #   rank 1 receives (t = 2), steps 4, 6, 8 (t = 5). coarse Φ^Δ: rank 0 sends v_1, steps
 #   coarse 1 (t = 4); rank 1 receives, steps 2, 3, 4 (t = 8). allreduce: t = 8.
 #   serial solve: rank 0 steps coarse 1 (t = 9), sends; rank 1 steps 2, 3, 4 (t = 12).
-#   F-relax: rank 1 two steps -> 14. Warm: 14 − 2 = 12.
-#   Fresh: c_steps rank 0 t = 1, rank 1 steps 6, 8 then the received 4 (t = 3); no
-#   coarse Φ^Δ (messages only); allreduce t = 3; serial solve rank 0 t = 4, rank 1
-#   t = 7; F-relax rank 1 -> 9.
-#   Cold: serial solve rank 0 t = 1, rank 1 1 + 3 = 4; F-relax: rank 1 -> 6.
-@pytest.mark.parametrize("size,first,fresh,warm,cold", [(1, 20, 12, 16, 8), (2, 14, 9, 12, 6)])
+#   F-relax taking the next residual: rank 0 F-points 1, 3 and C-point 2 (t = 12), sends
+#   u_3; rank 1 F-points 5, 7, C-points 6, 8, then the received 4 -> 17.
+#   Warm: c_steps rank 0 t = 1, rank 1 t = 3; Φ^Δ rank 1 t = 6; serial solve rank 0
+#   t = 7, rank 1 t = 10; F-relax rank 0 t = 10, rank 1 10 + 4 + 1 -> 15.
+#   Fresh: no c_steps; coarse Φ^Δ messages only; allreduce t = 0; serial solve rank 0
+#   t = 1, rank 1 t = 4; F-relax rank 0 t = 4, rank 1 4 + 4 + 1 -> 9.
+#   Cold: serial solve rank 0 t = 1, rank 1 1 + 3 = 4; F-relax rank 1 -> 9.
+@pytest.mark.parametrize("size,first,fresh,warm,cold", [(1, 24, 12, 20, 12), (2, 17, 9, 15, 9)])
 def test_tiny_critical_path_matches_hand_count(size, first, fresh, warm, cold):
     hier = hierarchy_for(8, TINY, size)
     got = [critical_steps(iteration_schedule(hier, TINY, w)) for w in (FIRST, FRESH, WARM, COLD)]
@@ -76,10 +80,10 @@ def test_tiny_critical_path_matches_hand_count(size, first, fresh, warm, cold):
 
 
 def test_tiny_solves_chain_their_iterations():
-    # on one rank, 2 cycles of a warm solve: warm 16 + fresh 12, then the residual of
-    # the returned states (c_steps: 4); converged after 2 cycles instead: the check that
-    # stopped it (fresh: no F-relax; c_steps 4, no coarse Φ^Δ); cold: 8 + 12 + 4;
-    # without skip_first_down: first 20 + 12 + 4
+    # on one rank, 2 cycles of a warm solve: warm 20 + fresh 12, the last F-relax taking
+    # the residual of the returned states; converged after 2 cycles instead: the check
+    # that stopped it (its c_steps taken before, no coarse Φ^Δ); cold: 12 + 12; without
+    # skip_first_down: first 24 + 12
     hier = hierarchy_for(8, TINY, 1)
     assert critical_steps(solve_schedule(hier, TINY, 2)) == 32
     assert critical_steps(solve_schedule(hier, TINY, 2, converged=True)) == 32
@@ -92,17 +96,19 @@ def test_v_cycle_cost_against_method_3a():
     # method.md §3a: N = 1024, c = 4, 3 levels, F on level 0, FCF on level 1: 2.5 N per
     # V-cycle (level 0: F .75 + residual .25 + F .75; level 1: FCF .4375 + residual
     # .0625 + F .1875; coarsest .0625).  Our FAS also steps the coarse propagator on the
-    # injected values of levels 1 and 2 for the right-hand side: + .25 N + .0625 N.
+    # injected values of levels 1 and 2 for the right-hand side: + .25 N + .0625 N.  An
+    # iteration's last F-relaxation also takes the residual of the next check: + .25 N.
     N, hier = 1024, hierarchy_for(1024, PAPER_3A, 1)
     first = critical_steps(iteration_schedule(hier, PAPER_3A, FIRST))
-    assert first == (2.5 + 0.3125) * N
-    # later iterations skip the first level-0 F-relaxation (.75 N) and reuse the level-1
-    # rhs at level 1's F-points (Φ^Δ only at its C-points: − .1875 N); a cold first one
-    # skips every down relaxation: coarsest .0625 + F level 1 .1875 + F level 0 .75 = N;
-    # a warm first one (V(0,1)) skips the down relaxations but restricts: 1.625 N
-    assert critical_steps(iteration_schedule(hier, PAPER_3A, FRESH)) == first - 0.9375 * N
-    assert critical_steps(iteration_schedule(hier, PAPER_3A, COLD)) == N
-    assert critical_steps(iteration_schedule(hier, PAPER_3A, WARM)) == 1.625 * N
+    assert first == (2.5 + 0.3125 + 0.25) * N
+    # later iterations skip the first level-0 F-relaxation (.75 N) and their residual
+    # (taken) and reuse the level-1 rhs at level 1's F-points (Φ^Δ only at its C-points:
+    # − .1875 N); a cold first one skips every down relaxation: coarsest .0625 + F level 1
+    # .1875 + F level 0 .75 = N, + .25 N; a warm first one (V(0,1)) skips the down
+    # relaxations but restricts: 1.625 N + .25 N
+    assert critical_steps(iteration_schedule(hier, PAPER_3A, FRESH)) == first - 1.1875 * N
+    assert critical_steps(iteration_schedule(hier, PAPER_3A, COLD)) == 1.25 * N
+    assert critical_steps(iteration_schedule(hier, PAPER_3A, WARM)) == 1.875 * N
 
 
 def test_one_rank_simultaneous_step_counts_against_method_3a():
