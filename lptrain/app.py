@@ -85,7 +85,8 @@ def run(cfg, comm, run_dir: Path):
     ex, data, net, theta, oracle, optimizer = build(opts, comm)
     rank0 = ex.rank == 0 if comm is None else comm.Get_rank() == 0
     attrs = {ms.MODE: opts.mode.name, ms.WORLD_SIZE: ex.size, ms.SEED: opts.seed,
-             ms.CONFIG: OmegaConf.to_yaml(cfg), ms.DATASET_SOURCE: data.source}
+             ms.CONFIG: OmegaConf.to_yaml(cfg), ms.DATASET_SOURCE: data.source,
+             ms.STEP_KERNEL: net.stepper(theta).implementation()}
     path = Path(run_dir) / ms.FILE_NAME
     title = f"{opts.mode.name} {data.name} N={opts.network.layers}"
     with open_writer(path, attrs, enabled=rank0) as writer, \

@@ -23,6 +23,7 @@ STATUS = "status"
 DATASET_SOURCE = "dataset_source"
 ERROR = "error"
 STARTED_AT = "started_at"
+STEP_KERNEL = "step_kernel"
 
 REQUIRED_ATTRS = (MODE, WORLD_SIZE, SEED, CONFIG)
 
@@ -113,6 +114,8 @@ FIELDS: dict[str, dict[str, Field]] = {
         ERROR: Field(STR, "scalar", "",
                      "optional: error message of a `failed` or `diverged` run"),
         STARTED_AT: Field(STR, "scalar", "", "ISO 8601 local time the file was created"),
+        STEP_KERNEL: Field(STR, "scalar", "", "optional: how the residual steps ran: `C kernel` "
+                           "(fused dense step) or `torch ops`, with the reason"),
     },
     TRAIN: {
         ITERATION: Field(INT, _ROWS, "", "optimizer iteration number"),

@@ -17,7 +17,7 @@ REQUIRED = {
               "fwd_history", "adj_history"},
     s.TIMING: {"iteration", "compute", "communication", "waiting"},
     s.ROOT: {"lptrain_version", "mode", "world_size", "seed", "config", "status",
-             "dataset_source", "error", "started_at"},
+             "dataset_source", "error", "started_at", "step_kernel"},
 }
 
 
