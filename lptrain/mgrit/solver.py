@@ -45,7 +45,7 @@ class CycleOptions:
     skip_first_down: bool = True
     linear: bool = False   # Φ linear in u: coarse levels solve for corrections (no Φ^Δ(v))
     stack: bool = True     # advance all intervals of a rank with one operation per step
-    chunk: int = 4        # ... in groups of this many intervals, to stay in cache
+    chunk: int = 8        # ... in groups of this many intervals (temporaries in cache)
     reuse_rhs: bool = True  # later FAS restrictions update the coarse rhs (_restrict_again)
     share_coarse: bool = True  # FAS coarse states are views of the finer C-points (_bind)
     fuse_residual: bool = True  # F-relaxations take the next residual's C-steps (_f_relax)
