@@ -28,6 +28,7 @@ SOURCE = Path(__file__).with_name("dense_kernel.c")
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math",
          "-ffinite-math-only", "-fno-signed-zeros", "-fopenmp-simd",
          "-mprefer-vector-width=512", "-shared", "-fPIC")
+WIDTHS = frozenset((2, 4, 8, 16))      # those dense_kernel.c instantiates
 _state: dict = {}
 
 
@@ -39,8 +40,7 @@ def load():
 
 
 def supports(width: int) -> bool:
-    lib = load()
-    return lib is not None and bool(lib.lp_supported_width(width))
+    return load() is not None and width in WIDTHS
 
 
 def status() -> str:
@@ -68,6 +68,8 @@ def _load():
         [ctypes.c_void_p, ctypes.c_long] * 2 + [ctypes.c_void_p, ctypes.c_long, ctypes.c_long] + \
         [ctypes.c_void_p] * 2 + [ctypes.c_void_p, ctypes.c_long] * 2
     lib.lp_supported_width.argtypes = [ctypes.c_int]
+    if {w for w in range(1, 65) if lib.lp_supported_width(w)} != WIDTHS:
+        return None, "kernel widths differ from kernel.WIDTHS"
     return lib, None
 
 
@@ -101,69 +103,72 @@ def dense_sigmoid_step(u, K, b, h, scale: float, shift: float, save=None, out=No
     when the kernel does not apply and the caller takes the torch path.
 
     u, out, save: (w, B) or (m, w, B) with contiguous rows; K (…, w, w), b (…, w)
-    or (…, 1); h: a float or an (m,) tensor.
+    or (…, 1); h: a float or an (m,) tensor.  (Called once per step: the checks
+    read each tensor's metadata once.)
     """
-    lib = load()
-    if lib is None or u.dtype != torch.float64 or u.device.type != "cpu" or \
-            u.dim() not in (2, 3) or not lib.lp_supported_width(u.shape[-2]):
+    lib = _state["lib"] if "lib" in _state else load()
+    shape = u.shape
+    nd = len(shape)
+    if lib is None or nd not in (2, 3) or shape[-2] not in WIDTHS or not _f64(u):
         return None
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (u, K, b)):
+    if (u.requires_grad or K.requires_grad or b.requires_grad) and torch.is_grad_enabled():
         return None
-    m = u.shape[0] if u.dim() == 3 else 1
-    w, B = u.shape[-2], u.shape[-1]
+    w, B = shape[-2], shape[-1]
+    m = shape[0] if nd == 3 else 1
     if out is None:
-        out = torch.empty(u.shape, dtype=u.dtype)
-    parts = (u, out) if save is None else (u, out, save)
-    if not all(_rows(t, u.shape) for t in parts) or not _matrices(K, b, m, w) or \
-            _overlap(u, out) or (save is not None and (_overlap(save, out) or _overlap(save, u))):
+        out = torch.empty(shape, dtype=torch.float64)
+    su = u.stride()
+    so = _rows(out, shape)
+    ss = _rows(save, shape) if save is not None else su
+    if su[-2:] != (B, 1) or so is None or ss is None or not _f64(K) or not _f64(b) or \
+            K.dim() != nd or K.shape[-2:] != (w, w) or K.stride()[-2:] != (w, 1) or \
+            b.dim() != nd - 1 or b.shape[-1] not in (1, w) or \
+            (nd == 3 and (K.shape[0] != m or b.shape[0] != m)):
         return None
-    hs = h.tolist() if isinstance(h, torch.Tensor) else [float(h)] * m
-    av = (ctypes.c_double * m)(*[x * scale for x in hs])
-    cv = (ctypes.c_double * m)(*[x * shift for x in hs])
-    st = u.dim() == 3
+    L, lead = w * B, nd == 3
+    pu, po = u.data_ptr(), out.data_ptr()
+    ps = save.data_ptr() if save is not None else None
+    if _meets(pu, su, po, so, m, L, lead) or ps is not None and \
+            (_meets(ps, ss, po, so, m, L, lead) or _meets(ps, ss, pu, su, m, L, lead)):
+        return None
+    if isinstance(h, torch.Tensor):
+        hs = h.tolist()
+        av = (ctypes.c_double * m)(*[x * scale for x in hs])
+        cv = (ctypes.c_double * m)(*[x * shift for x in hs])
+    else:
+        av = (ctypes.c_double * m)(*([h * scale] * m))
+        cv = (ctypes.c_double * m)(*([h * shift] * m))
     lib.lp_dense_sigmoid_step(
-        m, w, B, u.data_ptr(), _lead(u, st), K.data_ptr(), _lead(K, st), b.data_ptr(),
-        _lead(b, st), 0 if b.shape[-1] == 1 else b.stride(-1), av, cv, out.data_ptr(),
-        _lead(out, st), None if save is None else save.data_ptr(),
-        0 if save is None else _lead(save, st))
+        m, w, B, pu, su[0] if lead else 0, K.data_ptr(), K.stride(0) if lead else 0,
+        b.data_ptr(), b.stride(0) if lead else 0, 0 if b.shape[-1] == 1 else b.stride(-1),
+        av, cv, po, so[0] if lead else 0, ps, ss[0] if lead and ps is not None else 0)
     return out
 
 
-def _rows(t, shape) -> bool:
-    return t.dtype == torch.float64 and t.device.type == "cpu" and t.shape == shape and \
-        t.stride(-1) == 1 and t.stride(-2) == shape[-1]
+def _f64(t) -> bool:
+    return t.dtype is torch.float64 and t.is_cpu
 
 
-def _matrices(K, b, m: int, w: int) -> bool:
-    stacked = K.dim() == 3
-    return K.dtype == b.dtype == torch.float64 and K.device.type == b.device.type == "cpu" \
-        and K.shape[-2:] == (w, w) and K.stride(-1) == 1 and K.stride(-2) == w \
-        and (not stacked or K.shape[0] == m) and b.dim() == K.dim() - 1 \
-        and b.shape[-1] in (1, w) and (not stacked or b.shape[0] == m) \
-        and (m == 1 or stacked)
+def _rows(t, shape):
+    """t's strides if it is a CPU float64 tensor of `shape` with contiguous rows."""
+    if t.shape != shape or not _f64(t):
+        return None
+    st = t.stride()
+    return st if st[-2:] == (shape[-1], 1) else None
 
 
-def _lead(t, stacked: bool) -> int:
-    """Elements between consecutive states or their weights (0 for a single one)."""
-    return t.stride(0) if stacked else 0
+def _meets(p, sp, q, sq, m: int, L: int, lead: bool) -> bool:
+    """Whether some state of one stack shares memory with one of the other.
 
-
-def _overlap(x, y) -> bool:
-    """Whether states of x and y share memory (x, y: like u, rows contiguous).
-
-    Stacks of every c-th state of one buffer interleave without sharing any
-    state: with equal strides s between states of L elements, a state of x
-    meets one of y iff their distance d is within L of a multiple k·s, |k| < m.
+    (Pointers p, q; strides sp, sq; m states of L elements each, contiguous.)
+    Stacks of every c-th state of one buffer interleave without sharing a
+    state: with equal strides s ≥ L they meet iff their distance d is within
+    L of a multiple k·s, |k| < m.  Otherwise: whether their address ranges do.
     """
-    L = x.shape[-2] * x.shape[-1]
-    d = (y.data_ptr() - x.data_ptr()) // x.element_size()
-    if x.dim() == 2 or (x.stride(0) == y.stride(0) and x.stride(0) >= L):
-        m, step = (1, 0) if x.dim() == 2 else (x.shape[0], x.stride(0))
-        return any(abs(d - k * step) < L for k in range(-m + 1, m))
-    (a0, a1), (b0, b1) = _span(x), _span(y)
-    return a0 < b1 and b0 < a1
-
-
-def _span(t) -> tuple[int, int]:
-    extent = sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1
-    return t.data_ptr(), t.data_ptr() + extent * t.element_size()
+    d = (q - p) // 8
+    if not lead:
+        return abs(d) < L
+    if sp[0] == sq[0] and sp[0] >= L:
+        return any(abs(d - k * sp[0]) < L for k in range(-m + 1, m))
+    span_p, span_q = (m - 1) * sp[0] + L, (m - 1) * sq[0] + L
+    return d < span_p and -d < span_q
