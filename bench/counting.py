@@ -10,14 +10,14 @@ class Counting:
     def __init__(self, prop):
         self.prop, self.steps = prop, Counter()
 
-    def step(self, u, start, stop, out=None, save=False):
+    def step(self, u, start, stop, **kw):
         self.steps[abs(stop - start)] += 1
-        return self.prop.step(u, start, stop, out=out, save=save)
+        return self.prop.step(u, start, stop, **kw)
 
-    def step_many(self, U, starts, stops, out=None, save=False):
+    def step_many(self, U, starts, stops, **kw):
         for a, b in zip(starts, stops):
             self.steps[abs(b - a)] += 1
-        return self.prop.step_many(U, starts, stops, out=out, save=save)
+        return self.prop.step_many(U, starts, stops, **kw)
 
     def total(self) -> int:
         return sum(self.steps.values())

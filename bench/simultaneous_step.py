@@ -1,6 +1,6 @@
 """Cost of one simultaneous (one-shot) optimizer step against one serial step.
 
-    .venv/bin/python bench/simultaneous_step.py [--layers 1024] [--batch 5000] [--reps 5]
+    .venv/bin/python bench/simultaneous_step.py [--layers 1024] [--batch 5000] [--reps 9]
 
 Serial step: exact forward + backward + L-BFGS update.  Simultaneous step:
 mgrit.fwd_iters=2 forward and mgrit.adj_iters=1 adjoint MGRIT iterations
@@ -11,6 +11,7 @@ steps the schedule performs, and where the time goes.
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import torch
@@ -24,32 +25,42 @@ from lptrain.train.optimizers import LBFGS
 from lptrain.train.oracles import Batch, SerialOracle, SimultaneousOracle
 
 
-def run_steps(oracle, theta, x, y, reps):
-    opt = LBFGS(LBFGSOptions())
-    oracle.begin(Batch(x, y))
-    theta, _ = opt.step(theta, oracle)          # warm-up (and first warm start)
-    times = []
-    for _ in range(reps):
+def run_steps(oracles, theta, x, y, reps):
+    """Median seconds per line-search trial of an L-BFGS step, for each oracle.
+
+    The oracles take turns step by step, so that drifts of the machine (a
+    shared host's memory bandwidth varies by 10-20 % over minutes) reach both
+    alike.
+    """
+    state = []
+    for oracle in oracles:
+        opt = LBFGS(LBFGSOptions())
         oracle.begin(Batch(x, y))
-        t0 = time.perf_counter()
-        theta, info = opt.step(theta, oracle)
-        times.append((time.perf_counter() - t0) / max(info.ls_trials, 1))
-    return sorted(times)[len(times) // 2]
+        th, _ = opt.step(theta, oracle)          # warm-up (and first warm start)
+        state.append([opt, th])
+    times = [[] for _ in oracles]
+    for _ in range(reps):
+        for k, oracle in enumerate(oracles):
+            opt, th = state[k]
+            oracle.begin(Batch(x, y))
+            t0 = time.perf_counter()
+            state[k][1], info = opt.step(th, oracle)
+            times[k].append((time.perf_counter() - t0) / max(info.ls_trials, 1))
+    return [statistics.median(t) for t in times]
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--layers", type=int, default=1024)
     p.add_argument("--batch", type=int, default=5000)
-    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--reps", type=int, default=9)
     a = p.parse_args()
     net, theta = network(a.layers)
     x, y = data(a.batch)
-    serial = run_steps(SerialOracle(net, SerialExchange()), theta, x, y, a.reps)
     mo = MGRITOptions(levels=3, cfactor0=4, cfactor=4, nrelax0=0, nrelax=1, fwd_iters=2,
                       adj_iters=1)
     sim = SimultaneousOracle(net, SerialExchange(), mo)
-    simul = run_steps(sim, theta, x, y, a.reps)
+    serial, simul = run_steps([SerialOracle(net, SerialExchange()), sim], theta, x, y, a.reps)
     # the breakdown of one evaluation (one forward and one adjoint solve), over reps of them
     for solver in (sim.lp.fwd, sim.lp.adj):
         solver.timers.clear()

@@ -347,26 +347,24 @@ class MGRIT(Restriction):
     def _recv(self, lv: LevelState) -> torch.Tensor:
         return self.ex.recv(self._template, lv.left)
 
-    def _step(self, lv: LevelState, i: int, x: torch.Tensor, out=None) -> torch.Tensor:
+    def _step(self, lv: LevelState, i: int, x: torch.Tensor, out=None, plus=None):
         pts = self.h.levels[lv.index].points
-        return self.prop.step(x, pts[i], pts[i + 1], out=out, save=self._saving and lv.index == 0)
+        return self.prop.step(x, pts[i], pts[i + 1], out=out, plus=plus,
+                              save=self._saving and lv.index == 0)
 
-    def _steps(self, lv: LevelState, src: list[int], out=None) -> torch.Tensor:
+    def _steps(self, lv: LevelState, src: list[int], out=None, plus=None) -> torch.Tensor:
         pts = self.h.levels[lv.index].points
         U = gather(lv.X, [i - lv.lo for i in src])
         return self.prop.step_many(U, [pts[i] for i in src], [pts[i + 1] for i in src],
-                                   out=out, save=self._saving and lv.index == 0)
+                                   out=out, plus=plus, save=self._saving and lv.index == 0)
 
     def _phi(self, lv: LevelState, i: int, x: torch.Tensor, out=None) -> torch.Tensor:
-        """Φ(x) + g_{i+1} for the step from point i."""
-        y = self._step(lv, i, x, out)
-        return y if lv.G is None else y.add_(lv.G[i + 1 - lv.lo])
+        """Φ(x) + g_{i+1} for the step from point i (the rhs added by the step)."""
+        return self._step(lv, i, x, out, None if lv.G is None else lv.G[i + 1 - lv.lo])
 
     def _phi_many(self, lv: LevelState, src: list[int], out=None) -> torch.Tensor:
-        y = self._steps(lv, src, out)
-        if lv.G is not None:
-            y.add_(gather(lv.G, [i + 1 - lv.lo for i in src]))
-        return y
+        g = None if lv.G is None else gather(lv.G, [i + 1 - lv.lo for i in src])
+        return self._steps(lv, src, out, g)
 
     def _advance(self, lv: LevelState, src: list[int]):
         """Φ + g from each point in src into the next point, written in place."""

@@ -1,10 +1,11 @@
 /* Fused dense residual step for activations written as scale_out*sigmoid(z') + shift:
  *
- *     out = u + a*s + c,   s = sigmoid(K u + b)   (K, b already scaled by scale_in)
+ *     out = u + a*s + c [+ g],   s = sigmoid(K u + b)   (K, b already scaled by scale_in)
  *
  * one pass over each state (w, B) instead of five tensor operations (GEMM with a
- * broadcast bias, sigmoid, Euler update, shift).  States are feature-major rows of
- * length B; a call advances m states, each with its own K, b, a, c.  Compiled at
+ * broadcast bias, sigmoid, Euler update, shift, and an MGRIT level's right-hand side g).
+ * States are feature-major rows of length B; a call advances m states, each with its
+ * own K, b, a, c (and g).  Compiled at
  * first use by lptrain/model/kernel.py; see there for the flags and the fallback.
  */
 #include <stdint.h>
@@ -47,10 +48,10 @@ static inline double sigmoid(double z)
 
 /* One state, width W known at compile time: the batch loop is vectorised, the
  * W x W product unrolled into it. */
-#define DEFINE_STEP(W, NAME, SAVE)                                                      \
+#define DEFINE_STEP(W, NAME, SAVE, PLUS)                                                \
 static void NAME(long B, const double *restrict u, const double *restrict K,            \
                  const double *restrict b, long bi, double a, double c,                 \
-                 double *restrict o, double *restrict sv)                               \
+                 const double *restrict g, double *restrict o, double *restrict sv)     \
 {                                                                                       \
     _Pragma("omp simd")                                                                 \
     for (long j = 0; j < B; ++j) {                                                      \
@@ -61,46 +62,52 @@ static void NAME(long B, const double *restrict u, const double *restrict K,    
             _Pragma("GCC unroll 64") for (int q = 0; q < W; ++q) z += K[i * W + q] * x[q]; \
             double s = sigmoid(z);                                                      \
             if (SAVE) sv[i * B + j] = s;                                                \
-            o[i * B + j] = x[i] + a * s + c;                                            \
+            o[i * B + j] = x[i] + a * s + c + (PLUS ? g[i * B + j] : 0.0);             \
         }                                                                               \
     }                                                                                   \
 }
 
 typedef void (*step_fn)(long, const double *, const double *, const double *, long,
-                        double, double, double *, double *);
+                        double, double, const double *, double *, double *);
 
-#define WIDTH(W) DEFINE_STEP(W, step##W, 0) DEFINE_STEP(W, step##W##s, 1)
+#define WIDTH(W) DEFINE_STEP(W, step##W, 0, 0) DEFINE_STEP(W, step##W##s, 1, 0) \
+                 DEFINE_STEP(W, step##W##g, 0, 1)
 WIDTH(2) WIDTH(4) WIDTH(8) WIDTH(16)   /* wider: the GEMM dominates, torch's is better */
 
-static step_fn pick(int w, int save)
+#define PICK(W) (save ? step##W##s : plus ? step##W##g : step##W)
+
+static step_fn pick(int w, int save, int plus)
 {
+    if (save && plus)        /* no level both saves activations and has a rhs */
+        return 0;
     switch (w) {
-    case 2: return save ? step2s : step2;
-    case 4: return save ? step4s : step4;
-    case 8: return save ? step8s : step8;
-    case 16: return save ? step16s : step16;
+    case 2: return PICK(2);
+    case 4: return PICK(4);
+    case 8: return PICK(8);
+    case 16: return PICK(16);
     default: return 0;
     }
 }
 
-/* Strides in elements between consecutive states (su, so, ss), weights (sk) and
+/* Strides in elements between consecutive states (su, sg, so, ss), weights (sk) and
  * biases (sb); bi is the stride within one bias (0: one bias for all features).
- * Returns -1 for a width without a kernel (the caller falls back), else 0. */
+ * g (the rhs added to each result) and save may be null.  Returns -1 for a case
+ * without a kernel (the caller falls back), else 0. */
 int lp_dense_sigmoid_step(int m, int w, long B, const double *u, long su,
                           const double *K, long sk, const double *b, long sb, long bi,
-                          const double *a, const double *c, double *out, long so,
-                          double *save, long ss)
+                          const double *a, const double *c, const double *g, long sg,
+                          double *out, long so, double *save, long ss)
 {
-    step_fn f = pick(w, save != 0);
+    step_fn f = pick(w, save != 0, g != 0);
     if (!f)
         return -1;
     for (int t = 0; t < m; ++t)
-        f(B, u + t * su, K + t * sk, b + t * sb, bi, a[t], c[t], out + t * so,
-          save ? save + t * ss : 0);
+        f(B, u + t * su, K + t * sk, b + t * sb, bi, a[t], c[t], g ? g + t * sg : 0,
+          out + t * so, save ? save + t * ss : 0);
     return 0;
 }
 
 int lp_supported_width(int w)
 {
-    return pick(w, 0) != 0;
+    return pick(w, 0, 0) != 0;
 }

@@ -66,7 +66,7 @@ def _load():
     lib.lp_dense_sigmoid_step.restype = ctypes.c_int
     lib.lp_dense_sigmoid_step.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long] + \
         [ctypes.c_void_p, ctypes.c_long] * 2 + [ctypes.c_void_p, ctypes.c_long, ctypes.c_long] + \
-        [ctypes.c_void_p] * 2 + [ctypes.c_void_p, ctypes.c_long] * 2
+        [ctypes.c_void_p] * 2 + [ctypes.c_void_p, ctypes.c_long] * 3
     lib.lp_supported_width.argtypes = [ctypes.c_int]
     if {w for w in range(1, 65) if lib.lp_supported_width(w)} != WIDTHS:
         return None, "kernel widths differ from kernel.WIDTHS"
@@ -98,13 +98,14 @@ def _cpu_id() -> str:
     return "\n".join(dict.fromkeys(keep))
 
 
-def dense_sigmoid_step(u, K, b, h, scale: float, shift: float, save=None, out=None):
-    """u + h·(scale·s + shift) with s = sigmoid(K u + b) (and s into `save`), or None
-    when the kernel does not apply and the caller takes the torch path.
+def dense_sigmoid_step(u, K, b, h, scale: float, shift: float, save=None, out=None,
+                       plus=None):
+    """u + h·(scale·s + shift) [+ plus] with s = sigmoid(K u + b) (and s into `save`),
+    or None when the kernel does not apply and the caller takes the torch path.
 
-    u, out, save: (w, B) or (m, w, B) with contiguous rows; K (…, w, w), b (…, w)
-    or (…, 1); h: a float or an (m,) tensor.  (Called once per step: the checks
-    read each tensor's metadata once.)
+    u, out, save, plus: (w, B) or (m, w, B) with contiguous rows; K (…, w, w), b
+    (…, w) or (…, 1); h: a float or an (m,) tensor.  (Called once per step: the
+    checks read each tensor's metadata once.)
     """
     lib = _state["lib"] if "lib" in _state else load()
     shape = u.shape
@@ -120,7 +121,9 @@ def dense_sigmoid_step(u, K, b, h, scale: float, shift: float, save=None, out=No
     su = u.stride()
     so = _rows(out, shape)
     ss = _rows(save, shape) if save is not None else su
-    if su[-2:] != (B, 1) or so is None or ss is None or not _f64(K) or not _f64(b) or \
+    sg = _rows(plus, shape) if plus is not None else su
+    if save is not None and plus is not None or sg is None or \
+            su[-2:] != (B, 1) or so is None or ss is None or not _f64(K) or not _f64(b) or \
             K.dim() != nd or K.shape[-2:] != (w, w) or K.stride()[-2:] != (w, 1) or \
             b.dim() != nd - 1 or b.shape[-1] not in (1, w) or \
             (nd == 3 and (K.shape[0] != m or b.shape[0] != m)):
@@ -128,8 +131,10 @@ def dense_sigmoid_step(u, K, b, h, scale: float, shift: float, save=None, out=No
     L, lead = w * B, nd == 3
     pu, po = u.data_ptr(), out.data_ptr()
     ps = save.data_ptr() if save is not None else None
+    pg = plus.data_ptr() if plus is not None else None
     if _meets(pu, su, po, so, m, L, lead) or ps is not None and \
-            (_meets(ps, ss, po, so, m, L, lead) or _meets(ps, ss, pu, su, m, L, lead)):
+            (_meets(ps, ss, po, so, m, L, lead) or _meets(ps, ss, pu, su, m, L, lead)) or \
+            pg is not None and _meets(pg, sg, po, so, m, L, lead):
         return None
     if isinstance(h, torch.Tensor):
         hs = h.tolist()
@@ -141,7 +146,8 @@ def dense_sigmoid_step(u, K, b, h, scale: float, shift: float, save=None, out=No
     lib.lp_dense_sigmoid_step(
         m, w, B, pu, su[0] if lead else 0, K.data_ptr(), K.stride(0) if lead else 0,
         b.data_ptr(), b.stride(0) if lead else 0, 0 if b.shape[-1] == 1 else b.stride(-1),
-        av, cv, po, so[0] if lead else 0, ps, ss[0] if lead and ps is not None else 0)
+        av, cv, pg, sg[0] if lead and pg is not None else 0, po, so[0] if lead else 0,
+        ps, ss[0] if lead and ps is not None else 0)
     return out
 
 

@@ -67,18 +67,21 @@ class DenseSteps:
         return self.K[start:stop].mean(0), self.b[start:stop].mean(0)
 
     # -- forward ---------------------------------------------------------------
-    def apply(self, u, K, b, h, save=None, out=None):
-        """One step with the stepper's weights: u + h·σ(z), written into `out` if given.
+    def apply(self, u, K, b, h, save=None, out=None, plus=None):
+        """One step with the stepper's weights: u + h·σ(z) [+ plus], into `out` if given.
 
         u (w, B) with K (w, w), or u (m, w, B) with K (m, w, w) and h a
         float or a tensor of m step sizes.  `save`, if given, receives what
-        the adjoint needs (see Activation).
+        the adjoint needs (see Activation); `plus` is added to the result (an
+        MGRIT level's right-hand side).
         """
         if self.fused:
-            y = dense_sigmoid_step(u, K, b, h, self.act.scale_out, self.act.shift, save, out)
+            y = dense_sigmoid_step(u, K, b, h, self.act.scale_out, self.act.shift, save, out,
+                                   plus)
             if y is not None:
                 return y
-        return _euler(u, self.act.f_(self._z(u, K, b), save), h, self.act, out)
+        y = _euler(u, self.act.f_(self._z(u, K, b), save), h, self.act, out)
+        return y if plus is None else y.add_(plus)
 
     @staticmethod
     def _z(u, K, b):
@@ -170,13 +173,14 @@ class ConvSteps:
         bias = b.expand(K.shape[0]) if b.numel() == 1 else b
         return F.conv2d(u, K, bias, padding=1)
 
-    def apply(self, u, K, b, h, save=None, out=None):
+    def apply(self, u, K, b, h, save=None, out=None, plus=None):
         if u.dim() == 4:
-            return _euler(u, self.act.f_(self._z(u, K, b), save), h, self.act, out)
+            y = _euler(u, self.act.f_(self._z(u, K, b), save), h, self.act, out)
+            return y if plus is None else y.add_(plus)
         out = torch.empty_like(u) if out is None else out
         for i in range(u.shape[0]):
             self.apply(u[i], K[i], b[i], _item(h, i), None if save is None else save[i],
-                       out[i])
+                       out[i], None if plus is None else plus[i])
         return out
 
     def step(self, u, n: int, h: float, save=None, out=None):

@@ -30,21 +30,22 @@ class ForwardPropagator:
             return self.st.mean_weights(start, stop)
         return self.st.weights(start)
 
-    def step(self, u, start: int, stop: int, out=None, save: bool = False):
+    def step(self, u, start: int, stop: int, out=None, save: bool = False, plus=None):
+        """Φ(u) [+ plus] for the step start → stop."""
         K, b = self._weights(start, stop)
         slot = self.saved[start - self.first] if save and self.saved is not None else None
-        return self.st.apply(u, K, b, self.h * (stop - start), slot, out)
+        return self.st.apply(u, K, b, self.h * (stop - start), slot, out, plus)
 
-    def step_many(self, U, starts, stops, out=None, save: bool = False):
+    def step_many(self, U, starts, stops, out=None, save: bool = False, plus=None):
         K, b = _stack_weights(self, starts, stops)
         h = _sizes(self.h, starts, stops, U)
         if not (save and self.saved is not None):
-            return self.st.apply(U, K, b, h, None, out)
+            return self.st.apply(U, K, b, h, None, out, plus)
         idx = _slots(starts, self.first)
         if isinstance(idx, slice):
-            return self.st.apply(U, K, b, h, self.saved[idx], out)
+            return self.st.apply(U, K, b, h, self.saved[idx], out, plus)
         tmp = torch.empty_like(U)
-        res = self.st.apply(U, K, b, h, tmp, out)
+        res = self.st.apply(U, K, b, h, tmp, out, plus)
         self.saved[idx] = tmp
         return res
 
@@ -80,16 +81,18 @@ class AdjointPropagator:
             return K, self._avg[key]
         return self.st.K[n], self.lin.one(n)
 
-    def step(self, lam, a: int, b: int, out=None, save: bool = False):
+    def step(self, lam, a: int, b: int, out=None, save: bool = False, plus=None):
+        """Φᵀ(λ) [+ plus] for the mirrored step a → b."""
         K, saved = self._layer(a, b)
         if not (save and self.weights is not None):
-            return self.st.vjp_saved(saved, lam, K, self.h * (b - a), out)
+            y = self.st.vjp_saved(saved, lam, K, self.h * (b - a), out)
+            return y if plus is None else y.add_(plus)
         n = self.N - b
         lam_n, g = self.st.vjp_and_g(saved, lam, K, self.h * (b - a), out)
         self.weights[0][n], self.weights[1][n] = self.st.vjp_weights(self.state(n), g)
-        return lam_n
+        return lam_n if plus is None else lam_n.add_(plus)
 
-    def step_many(self, L, starts, stops, out=None, save: bool = False):
+    def step_many(self, L, starts, stops, out=None, save: bool = False, plus=None):
         if self.average and any(b - a > 1 for a, b in zip(starts, stops)):
             pairs = [self._layer(a, b) for a, b in zip(starts, stops)]
             K = torch.stack([p[0] for p in pairs])
@@ -101,11 +104,13 @@ class AdjointPropagator:
                 # copy them, one state at a time reads them where they are
                 out = torch.empty_like(L) if out is None else out
                 for i, (a, b) in enumerate(zip(starts, stops)):
-                    self.step(L[i], a, b, out=out[i], save=save)
+                    self.step(L[i], a, b, out=out[i], save=save,
+                              plus=None if plus is None else plus[i])
                 return out
             K = self.st.K[torch.tensor(ns)]
             saved = self.lin.many(ns)
-        return self.st.vjp_saved(saved, L, K, _sizes(self.h, starts, stops, L), out)
+        y = self.st.vjp_saved(saved, L, K, _sizes(self.h, starts, stops, L), out)
+        return y if plus is None else y.add_(plus)
 
 
 class Linearisation:

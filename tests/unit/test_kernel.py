@@ -46,6 +46,20 @@ def test_kernel_step_and_saved_sigmoid_equal_torch(w, m, bias):
 
 
 @needs_cc
+@pytest.mark.parametrize("m", [0, 3])
+def test_kernel_adds_the_level_rhs(m):
+    # coarse MGRIT levels step u ← Φ(u) + g: the rhs joins the same pass
+    u, K, b = case(8, m)
+    g = case(8, m, seed=1)[0]
+    got = kernel.dense_sigmoid_step(u, K, b, 0.2, 2.0, -1.0, plus=g)
+    assert got is not None
+    assert torch.allclose(got, reference(u, K, b, 0.2, None) + g, rtol=1e-14, atol=1e-14)
+    # no level both saves activations and has a rhs: the torch path
+    assert kernel.dense_sigmoid_step(u, K, b, 0.2, 2.0, -1.0, torch.empty_like(u), plus=g) \
+        is None
+
+
+@needs_cc
 def test_kernel_saturates_like_torch():
     # |z| up to ~1e4: the sigmoid is 1 or below 4e-308 (clamped exponent), never inf or nan
     u, K, b = case(8, 0, scale=300.0)
