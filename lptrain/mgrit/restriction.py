@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lptrain.mgrit.indexing import arithmetic_runs, gather, index_of, same_view, scatter
+from lptrain.model.kernel import residual as fused_residual
 
 
 @dataclass
@@ -54,8 +55,11 @@ class Restriction:
         linear = park and self.opt.linear
 
         def take(pos, phi, put):
+            # r in place for a linear level's rhs, else only the norm: FAS keeps Φ + g
             u = _at(lv, pos)
-            sq = _sq(phi.sub_(u) if linear or not park else torch.sub(phi, u))
+            sq = fused_residual(phi, u, "in_place" if linear else "norm")
+            if sq is None:
+                sq = _sq(phi.sub_(u) if linear or not park else torch.sub(phi, u))
             put(phi)
             return sq
         return dest, take
@@ -134,14 +138,21 @@ class Restriction:
 
         def take(pos, phi, put):
             u = _at(lv, pos)
-            r = phi.sub_(u)
-            sq = _sq(r)
             js = [level.count_c_below(p) for p in pos]
-            coarse.G[index_of([j - coarse.lo for j in js])] += r
+            idx = index_of([j - coarse.lo for j in js])
+            sq = fused_residual(phi, u, "add_to", coarse.G[idx]) \
+                if isinstance(idx, slice) else None
+            if sq is not None:
+                for i, j in enumerate(js):
+                    if j in cpts:                   # g_j = Φ(u_{c−1}) − Φ^Δ(v_{j−1})
+                        coarse.G[j - coarse.lo].copy_(phi[i])
+                return sq
+            r = phi.sub_(u)
+            coarse.G[idx] += r
             for i, j in enumerate(js):
-                if j in cpts:                       # g_j = Φ(u_{c−1}) − Φ^Δ(v_{j−1})
+                if j in cpts:
                     torch.add(r[i], u[i], out=coarse.G[j - coarse.lo])
-            return sq
+            return _sq(r)
         return None, take
 
     def _restrict_again(self, lv: LevelState):

@@ -68,6 +68,9 @@ def _load():
         [ctypes.c_void_p, ctypes.c_long] * 2 + [ctypes.c_void_p, ctypes.c_long, ctypes.c_long] + \
         [ctypes.c_void_p] * 2 + [ctypes.c_void_p, ctypes.c_long] * 3
     lib.lp_supported_width.argtypes = [ctypes.c_int]
+    lib.lp_residual.restype = ctypes.c_double
+    lib.lp_residual.argtypes = [ctypes.c_int, ctypes.c_long] + \
+        [ctypes.c_void_p, ctypes.c_long] * 3 + [ctypes.c_int]
     if {w for w in range(1, 65) if lib.lp_supported_width(w)} != WIDTHS:
         return None, "kernel widths differ from kernel.WIDTHS"
     return lib, None
@@ -178,3 +181,39 @@ def _meets(p, sp, q, sq, m: int, L: int, lead: bool) -> bool:
         return any(abs(d - k * sp[0]) < L for k in range(-m + 1, m))
     span_p, span_q = (m - 1) * sp[0] + L, (m - 1) * sq[0] + L
     return d < span_p and -d < span_q
+
+
+RESIDUAL_MODES = {"norm": 0, "in_place": 1, "add_to": 2}
+
+
+def residual(phi, target, mode: str = "norm", out=None) -> float | None:
+    """Σ‖phi − target‖² over the states, and by mode: nothing else ("norm"), phi ←
+    phi − target ("in_place"), out += phi − target ("add_to"); None when the
+    kernel does not apply (the caller uses torch ops).
+
+    phi, target, out: (L,)-contiguous states stacked as (m, …) or one state.
+    """
+    lib = _state["lib"] if "lib" in _state else load()
+    if lib is None or not _f64(phi) or not _f64(target) or phi.shape != target.shape:
+        return None
+    one = phi.dim() < 3
+    m = 1 if one else phi.shape[0]
+    L = phi[0].numel() if not one else phi.numel()
+    sp, st = _states(phi, one, L), _states(target, one, L)
+    so = _states(out, one, L) if out is not None and out.shape == phi.shape and _f64(out) \
+        else None
+    if sp is None or st is None or (mode == "add_to" and so is None):
+        return None
+    return lib.lp_residual(m, L, phi.data_ptr(), sp, target.data_ptr(), st,
+                           out.data_ptr() if so is not None else None, so or 0,
+                           RESIDUAL_MODES[mode])
+
+
+def _states(t, one: bool, L: int):
+    """Elements between t's states if each is contiguous (0 for one state), else None."""
+    if one:
+        return 0 if t.is_contiguous() else None
+    if not t[0].is_contiguous():
+        return None
+    st = t.stride()
+    return st[0] if st[0] >= L or t.shape[0] == 1 else None

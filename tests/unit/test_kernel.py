@@ -131,3 +131,28 @@ def test_a_stepper_says_how_it_runs():
         "torch ops (torch.float32, cpu)"
     K32, b32 = case(32, 4)[1:]
     assert DenseSteps(K32, b32, TANH).implementation() == "torch ops (width 32)"
+
+
+@needs_cc
+@pytest.mark.parametrize("m", [0, 4])
+def test_residual_pass_equals_torch(m):
+    X = case(8, 13)[0]
+    phi0 = X[0:4] if m else X[0]
+    target = X[5:13:2] if m else X[5]       # every other state of a buffer: a strided stack
+    G = case(8, 4 if m else 0, seed=3)[0]
+    r = phi0 - target
+    want = float((r * r).sum())
+    assert kernel.residual(phi0.clone(), target, "norm") == pytest.approx(want, rel=1e-13)
+    phi = phi0.clone()
+    assert kernel.residual(phi, target, "in_place") == pytest.approx(want, rel=1e-13)
+    assert torch.allclose(phi, r, rtol=0, atol=1e-15)
+    out = G.clone()
+    assert kernel.residual(phi0.clone(), target, "add_to", out) == pytest.approx(want, rel=1e-13)
+    assert torch.allclose(out, G + r, rtol=0, atol=1e-15)
+
+
+def test_residual_pass_falls_back_on_other_layouts():
+    X = case(8, 4)[0]
+    assert kernel.residual(X.transpose(1, 2), X.transpose(1, 2)) is None
+    assert kernel.residual(X.float(), X.float()) is None
+    assert kernel.residual(X, X, "add_to", out=None) is None
