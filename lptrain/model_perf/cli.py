@@ -110,7 +110,12 @@ def step_costs(args, net, theta, batch, device) -> tuple[StepCosts, str]:
                           else args.adjoint_time, overhead=args.overhead or 0.0)
         return costs, "given"
     import torch
+
+    from lptrain.parallel.context import keep_freed_memory
     torch.set_num_threads(max(args.threads, 1))
+    # as the lptrain command runs: without it a stack of m ≥ 4 states got fresh pages for
+    # each temporary and measured 5-9× the cost of m single steps
+    keep_freed_memory()
     costs = measure.measure_costs(net, theta, batch, device, max_stack=args.stack_max)
     keep = {k: v for k, v in (("forward", args.step_time), ("adjoint", args.adjoint_time),
                               ("weights", args.weight_time), ("overhead", args.overhead))
