@@ -127,6 +127,30 @@ def test_fixed_iterations_save_the_activations_of_the_returned_states(opts, warm
     assert torch.equal(grads[0], grads[1])
 
 
+def off_and_on(opts, option, warm, layers=29, iters=3, adjoint=False, prepare=None):
+    """Solves with a CycleOptions switch off, then on, from the same start: per run
+    (states, history, gradient, adjoint history, LayerParallel); a warm start is one
+    iteration at θ, the solve itself at 1.1 θ; `prepare(lp)` runs before the solves."""
+    net, theta = dense_net(layers=layers, T=3.0, activation="tanh")
+    x, y = batch(net)
+    runs = []
+    for value in (False, True):
+        lp = LayerParallel(net, MGRITOptions(**opts), SerialExchange())
+        for solver in (lp.fwd, lp.adj):
+            setattr(solver.opt, option, value)
+        if prepare:
+            prepare(lp)
+        start = lp.forward(theta, x, max_iter=1, tol=0.0).states.clone() if warm else None
+        res = lp.forward(theta * 1.1, x, warm=start, max_iter=iters, tol=0.0)
+        grad = ahist = None
+        if adjoint:
+            ev = lp.evaluate(theta * 1.1, res.states, y, x.shape[0], True)
+            grad, ares = lp.backward(theta * 1.1, x, res.states, ev, max_iter=2, tol=0.0)
+            grad, ahist = grad.clone(), ares.history
+        runs.append((res.states.clone(), res.history, grad, ahist, lp))
+    return runs
+
+
 @pytest.mark.parametrize("opts", [CONFIGS[0], CONFIGS[2], dict(levels=3, cfactor0=4, cfactor=4),
                                   dict(levels=3, cfactor0=3, cfactor=2, nrelax=2)],
                          ids=lambda o: "-".join(f"{v}" for v in o.values()))
@@ -134,16 +158,7 @@ def test_fixed_iterations_save_the_activations_of_the_returned_states(opts, warm
 def test_reused_coarse_rhs_equals_a_fresh_fas_restriction(opts, warm):
     # after a full cycle g_j ← g_j + r_j at the coarse F-points (_restrict_again): the
     # same iterates as injecting and stepping Φ^Δ everywhere, up to rounding
-    net, theta = dense_net(layers=29, T=3.0, activation="tanh")
-    x, _ = batch(net)
-    out = []
-    for reuse in (False, True):
-        lp = LayerParallel(net, MGRITOptions(**opts), SerialExchange())
-        lp.fwd.opt.reuse_rhs = reuse
-        start = lp.forward(theta, x, max_iter=1, tol=0.0).states.clone() if warm else None
-        res = lp.forward(theta * 1.1, x, warm=start, max_iter=4, tol=0.0)
-        out.append((res.states.clone(), res.history))
-    (a, ha), (b, hb) = out
+    (a, ha, *_), (b, hb, *_) = off_and_on(opts, "reuse_rhs", warm, iters=4)
     assert float((a - b).abs().max()) <= 1e-13 and float((a - b).abs().max()) > 0.0
     assert ha == pytest.approx(hb, rel=1e-10)
 
@@ -155,19 +170,10 @@ def test_coarse_states_in_the_fine_c_points_equal_own_buffers(opts, N, warm):
     # FAS coarse levels working in place in the finer C-points (no injection or
     # correction copies): bitwise the iterates of coarse levels with their own buffers;
     # a short last interval (N = 29, or c = 3) keeps level 1 in its own buffer
-    net, theta = dense_net(layers=N, T=3.0, activation="tanh")
-    x, _ = batch(net)
-    out = []
-    for share in (False, True):
-        lp = LayerParallel(net, MGRITOptions(**opts), SerialExchange())
-        lp.fwd.opt.share_coarse = share
-        start = lp.forward(theta, x, max_iter=1, tol=0.0).states.clone() if warm else None
-        res = lp.forward(theta * 1.1, x, warm=start, max_iter=3, tol=0.0)
-        out.append((res.states.clone(), res.history, lp.fwd._shared))
-    (a, ha, sa), (b, hb, sb) = out
+    (a, ha, *_, la), (b, hb, *_, lb) = off_and_on(opts, "share_coarse", warm, layers=N)
     assert torch.equal(a, b) and ha == hb
-    assert not any(sa) and sb[1] == (N % opts["cfactor0"] == 0)
-    assert not lp.adj._can_share(1)      # the linear adjoint's coarse levels hold corrections
+    assert not any(la.fwd._shared) and lb.fwd._shared[1] == (N % opts["cfactor0"] == 0)
+    assert not lb.adj._can_share(1)      # the linear adjoint's coarse levels hold corrections
 
 
 @pytest.mark.parametrize("opts", CONFIGS, ids=lambda o: "-".join(f"{v}" for v in o.values()))
@@ -176,25 +182,17 @@ def test_residual_taken_by_the_f_relaxation_equals_a_separate_pass(opts, warm):
     # the F-relaxation before a residual (restriction or the returned states') feeds it
     # each chunk's C-steps while their inputs are in cache: the same states bitwise, the
     # norms up to the order of their sums; forward and adjoint alike
-    net, theta = dense_net(layers=29, T=3.0, activation="tanh")
-    x, y = batch(net)
-    out = []
-    for fuse in (False, True):
-        lp = LayerParallel(net, MGRITOptions(**opts), SerialExchange())
-        lp.fwd.opt.fuse_residual = lp.adj.opt.fuse_residual = fuse
-        fed = []
+    fed = {False: [], True: []}
+
+    def spy(lp):
         for solver in (lp.fwd, lp.adj):
-            def f_relax(lv, sink=None, _orig=solver._f_relax):
-                fed.append(sink is not None)
+            def f_relax(lv, sink=None, _orig=solver._f_relax, _log=fed[solver.opt.fuse_residual]):
+                _log.append(sink is not None)
                 return _orig(lv, sink)
             solver._f_relax = f_relax
-        start = lp.forward(theta, x, max_iter=1, tol=0.0).states.clone() if warm else None
-        res = lp.forward(theta * 1.1, x, warm=start, max_iter=3, tol=0.0)
-        ev = lp.evaluate(theta * 1.1, res.states, y, x.shape[0], True)
-        grad, ares = lp.backward(theta * 1.1, x, res.states, ev, max_iter=2, tol=0.0)
-        out.append((res.states.clone(), res.history, grad.clone(), ares.history))
-        assert any(fed) == fuse
-    (a, ha, ga, aa), (b, hb, gb, ab) = out
+    (a, ha, ga, aa, _), (b, hb, gb, ab, _) = off_and_on(opts, "fuse_residual", warm,
+                                                        adjoint=True, prepare=spy)
+    assert not any(fed[False]) and any(fed[True])
     assert torch.equal(a, b) and torch.equal(ga, gb)
     assert ha == pytest.approx(hb, rel=1e-12) and aa == pytest.approx(ab, rel=1e-12)
 
