@@ -133,8 +133,7 @@ class Restriction:
         need Φ^Δ (_restrict_again): 1/c of the coarse steps of a fresh
         restriction, and no injection.
         """
-        coarse, level = self.levels[1], self.h.levels[0]
-        cpts = set(self.h.levels[1].cpoints) if len(self.levels) > 2 else set()
+        coarse, level, cpts = self.levels[1], self.h.levels[0], self._level1_cpoints()
 
         def take(pos, phi, put):
             u = _at(lv, pos)
@@ -157,11 +156,14 @@ class Restriction:
 
     def _restrict_again(self, lv: LevelState):
         """After `_again_sink` took the residual: Φ^Δ at the coarse C-points."""
-        coarse = self.levels[1]
-        cpts = set(self.h.levels[1].cpoints) if len(self.levels) > 2 else set()
+        coarse, cpts = self.levels[1], self._level1_cpoints()
         redo = [j for j in range(max(coarse.lo, 1), coarse.hi) if j in cpts]
         for pos, phi in self._coarse_phis(coarse, redo):
             coarse.G[index_of([p - coarse.lo for p in pos])] -= phi
+
+    def _level1_cpoints(self) -> set[int]:
+        """Level 1's C-points (none when it is the coarsest level)."""
+        return set(self.h.levels[1].cpoints) if len(self.levels) > 2 else set()
 
     def _coarse_phis(self, lv: LevelState, targets: list[int] | None = None):
         """Yield (points i, Φ(v_{i−1})) for the points i > 0 of this rank on level lv

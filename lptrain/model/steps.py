@@ -13,7 +13,6 @@ import torch.nn.functional as F
 
 from lptrain.model.activations import Activation
 from lptrain.model import kernel
-from lptrain.model.kernel import dense_sigmoid_step
 
 
 class DenseSteps:
@@ -76,8 +75,8 @@ class DenseSteps:
         MGRIT level's right-hand side).
         """
         if self.fused:
-            y = dense_sigmoid_step(u, K, b, h, self.act.scale_out, self.act.shift, save, out,
-                                   plus)
+            y = kernel.dense_sigmoid_step(u, K, b, h, self.act.scale_out, self.act.shift, save,
+                                          out, plus)
             if y is not None:
                 return y
         y = _euler(u, self.act.f_(self._z(u, K, b), save), h, self.act, out)
@@ -101,7 +100,7 @@ class DenseSteps:
         computed as `apply` saves it."""
         if self.fused:
             saved = torch.empty_like(u)
-            if dense_sigmoid_step(u, K, b, 0.0, 0.0, 0.0, saved, torch.empty_like(u)) \
+            if kernel.dense_sigmoid_step(u, K, b, 0.0, 0.0, 0.0, saved, torch.empty_like(u)) \
                     is not None:
                 return saved
         return self.act.saved_of(self._z(u, K, b))
