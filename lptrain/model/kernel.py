@@ -110,10 +110,12 @@ def dense_sigmoid_step(u, K, b, h, scale: float, shift: float, save=None, out=No
     (…, w) or (…, 1); h: a float or an (m,) tensor.  (Called once per step: the
     checks read each tensor's metadata once.)
     """
-    lib = _state["lib"] if "lib" in _state else load()
     shape = u.shape
     nd = len(shape)
-    if lib is None or nd not in (2, 3) or shape[-2] not in WIDTHS or not _f64(u):
+    if nd not in (2, 3) or shape[-2] not in WIDTHS or not _f64(u):
+        return None                       # (before loading: GPU runs never compile it)
+    lib = _state["lib"] if "lib" in _state else load()
+    if lib is None:
         return None
     if (u.requires_grad or K.requires_grad or b.requires_grad) and torch.is_grad_enabled():
         return None
@@ -193,8 +195,10 @@ def residual(phi, target, mode: str = "norm", out=None) -> float | None:
 
     phi, target, out: (L,)-contiguous states stacked as (m, …) or one state.
     """
+    if not _f64(phi) or not _f64(target) or phi.shape != target.shape:
+        return None
     lib = _state["lib"] if "lib" in _state else load()
-    if lib is None or not _f64(phi) or not _f64(target) or phi.shape != target.shape:
+    if lib is None:
         return None
     one = phi.dim() < 3
     m = 1 if one else phi.shape[0]

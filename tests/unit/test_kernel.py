@@ -156,3 +156,11 @@ def test_residual_pass_falls_back_on_other_layouts():
     assert kernel.residual(X.transpose(1, 2), X.transpose(1, 2)) is None
     assert kernel.residual(X.float(), X.float()) is None
     assert kernel.residual(X, X, "add_to", out=None) is None
+
+
+def test_other_devices_and_dtypes_never_build_the_kernel(monkeypatch):
+    monkeypatch.setattr(kernel, "_state", {})
+    u, K, b = case(8, 0)
+    assert kernel.dense_sigmoid_step(u.float(), K.float(), b.float(), 0.1, 2.0, -1.0) is None
+    assert kernel.residual(u.float(), u.float()) is None
+    assert kernel._state == {}           # not loaded, let alone compiled
