@@ -5,6 +5,8 @@ reading or writing those states is a view instead of a copy.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
 
@@ -20,7 +22,14 @@ def arithmetic_runs(positions: list[int]) -> list[list[int]]:
 
 
 def index_of(positions: list[int]):
-    """A slice when positions are an arithmetic progression, else an index list."""
+    """A slice when positions are an arithmetic progression, else an index tensor
+    (remembered per positions: a solver asks for the same ones every iteration; the
+    tensor is only ever used to index)."""
+    return _index_of(tuple(positions))
+
+
+@lru_cache(maxsize=1 << 14)
+def _index_of(positions: tuple[int, ...]):
     if len(positions) == 1:
         return slice(positions[0], positions[0] + 1)
     step = positions[1] - positions[0]

@@ -179,8 +179,10 @@ def _meets(p, sp, q, sq, m: int, L: int, lead: bool) -> bool:
     d = (q - p) // 8
     if not lead:
         return abs(d) < L
-    if sp[0] == sq[0] and sp[0] >= L:
-        return any(abs(d - k * sp[0]) < L for k in range(-m + 1, m))
+    s = sp[0]
+    if s == sq[0] and s >= L:             # the two multiples of s nearest to d, in range
+        near = (min(max(k, 1 - m), m - 1) for k in (d // s, d // s + 1))
+        return any(abs(d - k * s) < L for k in near)
     span_p, span_q = (m - 1) * sp[0] + L, (m - 1) * sq[0] + L
     return d < span_p and -d < span_q
 

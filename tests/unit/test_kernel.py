@@ -81,6 +81,13 @@ def test_interleaved_stacks_of_one_buffer_use_the_kernel():
     want = reference(src, K, b, 0.1, None)
     assert kernel.dense_sigmoid_step(src, K, b, 0.1, 2.0, -1.0, out=dst) is dst
     assert torch.allclose(dst, want, rtol=1e-14, atol=1e-14)
+    # stacks of 8 with one state in common (at either end, or from the other side)
+    Y = case(8, 64, B=5)[0]
+    K8, b8 = case(8, 8)[1:]
+    for src, dst in ((Y[0:16:2], Y[14:30:2]), (Y[14:30:2], Y[0:16:2]), (Y[0:32:4], Y[28:60:4])):
+        assert kernel.dense_sigmoid_step(src, K8, b8, 0.1, 2.0, -1.0, out=dst) is None
+    assert kernel.dense_sigmoid_step(Y[0:16:2], K8, b8, 0.1, 2.0, -1.0, out=Y[17:33:2]) \
+        is not None
 
 
 def test_torch_path_where_the_kernel_does_not_apply():
