@@ -171,3 +171,19 @@ def test_other_devices_and_dtypes_never_build_the_kernel(monkeypatch):
     assert kernel.dense_sigmoid_step(u.float(), K.float(), b.float(), 0.1, 2.0, -1.0) is None
     assert kernel.residual(u.float(), u.float()) is None
     assert kernel._state == {}           # not loaded, let alone compiled
+
+
+@needs_cc
+@pytest.mark.parametrize("mode", ["serial", "simultaneous"])
+def test_training_with_the_kernel_follows_torch_ops(mode, monkeypatch):
+    # the paper's Peaks run with tanh (width 8: the kernel's case), 20 L-BFGS iterations:
+    # the C step changes the trajectory only by rounding
+    from test_simultaneous import run
+    runs = []
+    for use in (True, False):
+        if not use:
+            monkeypatch.setattr(kernel, "_state", {"lib": None, "why": "test"})
+        out, rows = run(mode, ["network.activation=tanh"])
+        assert (kernel.load() is not None) == use
+        runs.append([r["objective"] for r in rows.train])
+    assert len(runs[0]) == 20 and runs[0] == pytest.approx(runs[1], rel=1e-9)
