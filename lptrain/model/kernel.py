@@ -62,7 +62,8 @@ def _load():
             _compile(cc, cache, path)
         lib = ctypes.CDLL(str(path))
     except (OSError, subprocess.SubprocessError) as exc:
-        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        detail = (getattr(exc, "stderr", None) or str(exc)).strip().splitlines() or [""]
+        return None, f"{type(exc).__name__}: {detail[0]}"     # the compiler's first word
     lib.lp_dense_sigmoid_step.restype = ctypes.c_int
     lib.lp_dense_sigmoid_step.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long] + \
         [ctypes.c_void_p, ctypes.c_long] * 2 + [ctypes.c_void_p, ctypes.c_long, ctypes.c_long] + \

@@ -187,3 +187,15 @@ def test_training_with_the_kernel_follows_torch_ops(mode, monkeypatch):
         assert (kernel.load() is not None) == use
         runs.append([r["objective"] for r in rows.train])
     assert len(runs[0]) == 20 and runs[0] == pytest.approx(runs[1], rel=1e-9)
+
+
+def test_a_failing_compiler_is_reported_in_one_line(monkeypatch, tmp_path):
+    cc = tmp_path / "cc"
+    cc.write_text("#!/bin/sh\necho 'cc: error: no such flag' >&2\nexit 1\n")
+    cc.chmod(0o755)
+    monkeypatch.setattr(kernel, "_state", {})
+    monkeypatch.setenv("CC", str(cc))
+    monkeypatch.setenv("LPTRAIN_KERNEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("LPTRAIN_KERNELS", raising=False)
+    assert kernel.status() == "torch ops (CalledProcessError: cc: error: no such flag)"
+    assert list((tmp_path / "cache").iterdir()) == []        # no half-written library
