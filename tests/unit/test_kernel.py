@@ -1,4 +1,5 @@
 """The fused C dense step (model/kernel.py) against the torch path it replaces."""
+import math
 import shutil
 
 import pytest
@@ -199,3 +200,19 @@ def test_a_failing_compiler_is_reported_in_one_line(monkeypatch, tmp_path):
     monkeypatch.delenv("LPTRAIN_KERNELS", raising=False)
     assert kernel.status() == "torch ops (CalledProcessError: cc: error: no such flag)"
     assert list((tmp_path / "cache").iterdir()) == []        # no half-written library
+
+
+@needs_cc
+def test_nan_propagates_as_in_torch():
+    # a diverged run must stay NaN (the optimizer stops it as diverged), also through the
+    # clamped exponential: NaN where the torch path has NaN, and nowhere else
+    u, K, b = case(8, 0)
+    K[2, 3] = float("nan")
+    u2 = u.clone()
+    u2[0, 5] = float("nan")
+    for uu, KK in ((u, K), (u2, case(8, 0)[1])):
+        got = kernel.dense_sigmoid_step(uu, KK, b, 0.1, 2.0, -1.0)
+        want = reference(uu, KK, b, 0.1, None)
+        assert torch.equal(torch.isnan(got), torch.isnan(want)) and torch.isnan(got).any()
+    phi = u2.clone()
+    assert math.isnan(kernel.residual(phi, u))
