@@ -4,15 +4,38 @@ from __future__ import annotations
 import torch
 
 
-def propagate(stepper, u0: torch.Tensor, h: float, save: bool = True):
+class Buffers:
+    """Tensors kept from one sweep to the next of the same shape.
+
+    A sweep's states and saved activations are the largest tensors of a serial
+    step (2 × 327 MB at N = 1024, width 8, batch 5000); allocated afresh each
+    evaluation they are fresh pages each time (0.45 s instead of 0.17 s per
+    step once the allocator maps such blocks, see parallel.context).  Whoever
+    passes them owns the results only until the next sweep.
+    """
+
+    def __init__(self):
+        self._kept: dict[str, torch.Tensor] = {}
+
+    def get(self, key: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        t = self._kept.get(key)
+        if t is None or t.shape != shape or t.dtype != like.dtype or t.device != like.device:
+            t = self._kept[key] = like.new_empty(shape)
+        return t
+
+
+def propagate(stepper, u0: torch.Tensor, h: float, save: bool = True,
+              buffers: Buffers | None = None):
     """States u_0..u_N as one (N+1, *u0.shape) tensor, and the saved activations.
 
-    `saved[n]` is what the adjoint of step n needs (None when save=False).
+    `saved[n]` is what the adjoint of step n needs (None when save=False);
+    with `buffers` both live in tensors reused by the next sweep.
     """
     N = stepper.n_layers
-    states = u0.new_empty((N + 1, *u0.shape))
+    keep = buffers or Buffers()
+    states = keep.get("states", (N + 1, *u0.shape), u0)
     states[0] = u0
-    saved = u0.new_empty((N, *u0.shape)) if save else None
+    saved = keep.get("saved", (N, *u0.shape), u0) if save else None
     for n in range(N):
         stepper.step(states[n], n, h, save=saved[n] if save else None, out=states[n + 1])
     return states, saved

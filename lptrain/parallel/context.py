@@ -27,12 +27,20 @@ def limit_threads(size: int) -> None:
 
 
 def keep_freed_memory() -> bool:
-    """Let glibc serve large tensors from its heap and keep what is freed.
+    """Let glibc serve tensors up to 256 MB from its heap and keep what is freed.
 
-    By default every tensor above 32 MB is a fresh mmap, so the solver's
-    large temporaries cost page faults each time (measured: an 82 MB tanh took
-    70 ms instead of 25 ms).  The process then keeps its peak memory until it
-    exits, which a training run does anyway.  Returns False off glibc.
+    By default glibc maps every block above a threshold that adapts up to
+    32 MB afresh and trims its heap's free top, so the solver's temporaries
+    cost page faults each time (measured: an 82 MB tanh took 70 ms instead of
+    25 ms).  Blocks above 256 MB are still mapped and returned on free: kept
+    in the heap (as this function did until session 3) they fragmented it,
+    and full-batch convolutional training grew by gigabytes per iteration
+    (MNIST, 4800 images, N = 8, float64: killed at 22 GB in its first ten
+    iterations; now 3-6.4 GB over six, at 16-19 s per iteration, the larger
+    blocks' page faults included).  The few dense tensors that large (a serial
+    sweep's states) are kept between sweeps by their owners instead
+    (model.serial.Buffers), so the dense steps keep their speed.
+    Returns False off glibc.
     """
     import ctypes
     import ctypes.util
@@ -41,8 +49,11 @@ def keep_freed_memory() -> bool:
         return False
     try:
         libc = ctypes.CDLL(name)
-        m_trim_threshold, m_mmap_max = -1, -4
-        return bool(libc.mallopt(m_mmap_max, 0)) and \
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        return bool(libc.mallopt(m_mmap_threshold, MMAP_ABOVE)) and \
             bool(libc.mallopt(m_trim_threshold, 2 ** 31 - 1))
     except (OSError, AttributeError):
         return False
+
+
+MMAP_ABOVE = 256 * 2 ** 20     # bytes: larger blocks are mapped (and unmapped on free)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lptrain.mgrit.exchange import allreduce_tensor
-from lptrain.model.serial import adjoint, propagate
+from lptrain.model.serial import Buffers, adjoint, propagate
 from lptrain.parallel.layer_parallel import LayerParallel
 from lptrain.metrics.writer import convergence_factor
 
@@ -63,6 +63,7 @@ class SerialOracle:
 
     def __init__(self, net, exchange):
         self.net, self.ex = net, exchange
+        self._buffers = Buffers()     # the training sweep's states, reused by the next one
 
     def _shard(self, t: torch.Tensor) -> torch.Tensor:
         n, r, p = t.shape[0], self.ex.rank, self.ex.size
@@ -74,7 +75,8 @@ class SerialOracle:
 
     def _forward(self, theta, x, y, n_total, want_grad):
         stepper = self.net.stepper(theta)
-        states, saved = propagate(stepper, self.net.opening(theta, x), self.net.h, want_grad)
+        states, saved = propagate(stepper, self.net.opening(theta, x), self.net.h, want_grad,
+                                  self._buffers if want_grad else None)
         loss, correct, lamN, gW, gmu = self.net.classify(theta, states[-1], y, n_total,
                                                          want_grad)
         return stepper, states, saved, float(loss), correct, (lamN, gW, gmu)

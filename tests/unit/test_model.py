@@ -124,3 +124,23 @@ def test_bad_network_options_name_the_key(key, value):
 def test_pad_opening_needs_enough_width():
     with pytest.raises(ConfigError, match="network.width=1"):
         ResNet(NetworkOptions(width=1, opening="pad"), (2,), 3)
+
+
+def test_serial_sweeps_reuse_their_buffers():
+    # a serial step's states and activations stay in the same tensors from one sweep to
+    # the next of the same shape (no fresh pages per evaluation), with the same values
+    from lptrain.model.serial import Buffers, propagate
+    net, theta = dense_net(layers=6)
+    x, _ = batch(net, n=5)
+    st = net.stepper(theta)
+    keep = Buffers()
+    s1, a1 = propagate(st, net.opening(theta, x), net.h, buffers=keep)
+    ptrs, first = (s1.data_ptr(), a1.data_ptr()), (s1.clone(), a1.clone())
+    s2, a2 = propagate(st, net.opening(theta, x), net.h, buffers=keep)
+    assert (s2.data_ptr(), a2.data_ptr()) == ptrs
+    assert torch.equal(s2, first[0]) and torch.equal(a2, first[1])
+    fresh = propagate(st, net.opening(theta, x), net.h)
+    assert torch.equal(fresh[0], s2) and fresh[0].data_ptr() != ptrs[0]
+    x3, _ = batch(net, n=7)
+    s3, _ = propagate(st, net.opening(theta, x3), net.h, buffers=keep)
+    assert s3.shape[-1] == 7 and s3.data_ptr() != ptrs[0]   # another shape: new tensors
