@@ -16,7 +16,7 @@ from common import data, network, save, timeit
 from counting import Counting
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.mgrit.options import MGRITOptions
-from lptrain.model.serial import adjoint, propagate
+from lptrain.model.serial import Buffers, adjoint, propagate
 from lptrain.parallel.layer_parallel import LayerParallel
 
 OPTS = dict(levels=3, cfactor0=4, cfactor=4, nrelax0=0, nrelax=1)
@@ -29,7 +29,8 @@ def measure(layers, batch, reps):
     u0 = net.opening(theta, x)
     states, saved = propagate(st, u0, net.h)
     lamN = states[-1].clone()
-    t_fwd = timeit(lambda: propagate(st, u0, net.h), reps)
+    keep = Buffers()            # as the serial oracle sweeps: into the same tensors
+    t_fwd = timeit(lambda: propagate(st, u0, net.h, buffers=keep), reps)
     t_bwd = timeit(lambda: adjoint(st, states, saved, lamN, net.h), reps)
     lp = LayerParallel(net, MGRITOptions(tol=0.0, **OPTS), SerialExchange())
     base = lp.forward(theta, x, max_iter=30).states.clone()
