@@ -56,10 +56,7 @@ class Restriction:
 
         def take(pos, phi, put):
             # r in place for a linear level's rhs, else only the norm: FAS keeps Φ + g
-            u = _at(lv, pos)
-            sq = fused_residual(phi, u, "in_place" if linear else "norm")
-            if sq is None:
-                sq = _sq(phi.sub_(u) if linear or not park else torch.sub(phi, u))
+            sq = fused_residual(phi, _at(lv, pos), "in_place" if linear else "norm")
             put(phi)
             return sq
         return dest, take
@@ -136,22 +133,16 @@ class Restriction:
         coarse, level, cpts = self.levels[1], self.h.levels[0], self._level1_cpoints()
 
         def take(pos, phi, put):
-            u = _at(lv, pos)
             js = [level.count_c_below(p) for p in pos]
             idx = index_of([j - coarse.lo for j in js])
-            sq = fused_residual(phi, u, "add_to", coarse.G[idx]) \
-                if isinstance(idx, slice) else None
-            if sq is not None:
-                for i, j in enumerate(js):
-                    if j in cpts:                   # g_j = Φ(u_{c−1}) − Φ^Δ(v_{j−1})
-                        coarse.G[j - coarse.lo].copy_(phi[i])
-                return sq
-            r = phi.sub_(u)
-            coarse.G[idx] += r
+            g = coarse.G[idx]                       # a view, or a copy put back below
+            sq = fused_residual(phi, _at(lv, pos), "add_to", g)
+            if not isinstance(idx, slice):
+                coarse.G[idx] = g
             for i, j in enumerate(js):
-                if j in cpts:
-                    torch.add(r[i], u[i], out=coarse.G[j - coarse.lo])
-            return _sq(r)
+                if j in cpts:                       # g_j = Φ(u_{c−1}) − Φ^Δ(v_{j−1})
+                    coarse.G[j - coarse.lo].copy_(phi[i])
+            return sq
         return None, take
 
     def _restrict_again(self, lv: LevelState):
@@ -201,7 +192,3 @@ def _at(lv: LevelState, pos: list[int]) -> torch.Tensor:
     """The states of lv at its points pos (a view where they are evenly spaced)."""
     return gather(lv.X, [p - lv.lo for p in pos])
 
-
-def _sq(r: torch.Tensor) -> float:
-    flat = r.reshape(-1)
-    return float(torch.dot(flat, flat))

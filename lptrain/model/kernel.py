@@ -192,13 +192,27 @@ def _meets(p, sp, q, sq, m: int, L: int, lead: bool) -> bool:
 RESIDUAL_MODES = {"norm": 0, "in_place": 1, "add_to": 2}
 
 
-def residual(phi, target, mode: str = "norm", out=None) -> float | None:
+def residual(phi, target, mode: str = "norm", out=None) -> float:
     """Σ‖phi − target‖² over the states, and by mode: nothing else ("norm"), phi ←
-    phi − target ("in_place"), out += phi − target ("add_to"); None when the
-    kernel does not apply (the caller uses torch ops).
+    phi − target ("in_place"), out += phi − target ("add_to", out like phi).
 
-    phi, target, out: (L,)-contiguous states stacked as (m, …) or one state.
+    One C pass for float64 CPU states that are contiguous blocks (stacked as
+    (m, …) or one state), torch operations otherwise.
     """
+    if mode == "add_to" and out is None:
+        raise ValueError("residual(mode='add_to') needs `out`")
+    sq = _residual_pass(phi, target, mode, out)
+    if sq is not None:
+        return sq
+    r = phi.sub_(target) if mode == "in_place" else torch.sub(phi, target)
+    if mode == "add_to":
+        out += r
+    flat = r.reshape(-1)
+    return float(torch.dot(flat, flat))
+
+
+def _residual_pass(phi, target, mode: str, out) -> float | None:
+    """residual() in C, or None when the kernel does not apply."""
     if not _f64(phi) or not _f64(target) or phi.shape != target.shape:
         return None
     lib = _state["lib"] if "lib" in _state else load()

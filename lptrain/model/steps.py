@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from lptrain.model.activations import Activation
 from lptrain.model import kernel
+from lptrain.model.activations import Activation
 
 
 class DenseSteps:

@@ -160,17 +160,28 @@ def test_residual_pass_equals_torch(m):
 
 
 def test_residual_pass_falls_back_on_other_layouts():
-    X = case(8, 4)[0]
-    assert kernel.residual(X.transpose(1, 2), X.transpose(1, 2)) is None
-    assert kernel.residual(X.float(), X.float()) is None
-    assert kernel.residual(X, X, "add_to", out=None) is None
+    # the same results from torch ops where the states are not contiguous blocks
+    X, Y = case(8, 4)[0], case(8, 4, seed=2)[0]
+    r = X - Y
+    want = float((r * r).sum())
+    for phi, target in ((X.transpose(1, 2), Y.transpose(1, 2)), (X.float(), Y.float())):
+        assert kernel._residual_pass(phi, target, "norm", None) is None
+        assert kernel.residual(phi.clone(), target) == pytest.approx(want, rel=1e-6)
+    out, G = case(8, 4, seed=3)[0].transpose(1, 2), case(8, 4, seed=3)[0].transpose(1, 2)
+    phi = X.transpose(1, 2).clone()
+    assert kernel.residual(phi, Y.transpose(1, 2), "add_to", out) == pytest.approx(want)
+    assert torch.allclose(out, G + r.transpose(1, 2), rtol=0, atol=1e-15)
+    assert kernel.residual(phi, Y.transpose(1, 2), "in_place") == pytest.approx(want)
+    assert torch.allclose(phi, r.transpose(1, 2), rtol=0, atol=1e-15)
+    with pytest.raises(ValueError, match="needs `out`"):
+        kernel.residual(X, Y, "add_to")
 
 
 def test_other_devices_and_dtypes_never_build_the_kernel(monkeypatch):
     monkeypatch.setattr(kernel, "_state", {})
     u, K, b = case(8, 0)
     assert kernel.dense_sigmoid_step(u.float(), K.float(), b.float(), 0.1, 2.0, -1.0) is None
-    assert kernel.residual(u.float(), u.float()) is None
+    assert kernel.residual(u.float(), u.float()) == 0.0
     assert kernel._state == {}           # not loaded, let alone compiled
 
 
