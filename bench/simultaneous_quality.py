@@ -8,7 +8,9 @@ and iteration count; both final parameter vectors are then evaluated EXACTLY
 flatter the result.  Pass: simultaneous objective within 15 % of serial's and
 validation accuracy within 0.03.  Also the MGRIT iterations per optimizer
 iteration (accepted point, and all solves incl. line-search trials), failed
-line searches and the highest rung the controller climbed to.
+line searches and the highest rung the controller climbed to.  "Pass" asks
+that simultaneous be no worse than that; the ratio column shows when it is
+better (early in a run L-BFGS paths part ways by chance).
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from lptrain.train.oracles import Batch, SerialOracle
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 QUICK_MNIST = ["dataset=mnist", "network=conv", "dataset.n_train=300", "dataset.n_val=100",
-               "train.iterations=5", "eval_every=5"]
+               "train.iterations=15", "eval_every=15"]
 MATRIX = {
     **{f"default seed {s}": [f"seed={s}", "train.iterations=100"] for s in range(5)},
     "peaks_paper": ["experiment=peaks_paper"],
@@ -99,7 +101,7 @@ HEADER = ("| configuration | its | serial J | simult. J | ratio | serial val | s
 def row(name: str, ser: dict, sim: dict) -> str:
     ratio = sim["objective"] / ser["objective"]
     dval = sim["val"] - ser["val"]
-    ok = ratio <= 1.15 and abs(dval) <= 0.03 and not sim["stalled"]
+    ok = ratio <= 1.15 and dval >= -0.03 and not sim["stalled"]
     return (f"| {name} | {sim['iterations']} | {ser['objective']:.4f} | {sim['objective']:.4f} "
             f"| {ratio:.3f} | {ser['val']:.3f} | {sim['val']:.3f} | {dval:+.3f} "
             f"| {sim['accepted']:.2f} / {sim['total']:.2f} | {sim['failed']} | {sim['rung']} "
