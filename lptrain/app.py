@@ -9,12 +9,14 @@ from omegaconf import OmegaConf
 
 from lptrain.config.schema import Config
 from lptrain.data import load_dataset
-from lptrain.errors import ConfigError, require
+from lptrain.errors import ConfigError, RunFileError, require
 from lptrain.metrics import schema as ms
 from lptrain.metrics.console import Console
 from lptrain.metrics.writer import open_writer
 from lptrain.model.network import ResNet
+from lptrain.model.saved import MODEL_FILE, model_record, save_torch
 from lptrain.parallel.context import make_exchange
+from lptrain.train.guard import Progress
 from lptrain.train.loop import train
 from lptrain.train.optimizers import OPTIMIZERS
 from lptrain.train.oracles import make_oracle
@@ -79,8 +81,12 @@ def build(opts: Config, comm):
     return ex, data, net, theta, oracle, OPTIMIZERS[opts.optimizer.name](opts.optimizer)
 
 
-def run(cfg, comm, run_dir: Path):
-    """Train one configuration; rank 0 writes run_dir/metrics.h5. Returns the Outcome."""
+def run(cfg, comm, run_dir: Path, stop=None):
+    """Train one configuration; rank 0 writes run_dir/metrics.h5 and run_dir/model.pt.
+
+    `stop` (a train.guard.StopSignals) ends the run after the iteration at which any
+    rank received SIGINT/SIGTERM (Interrupted). Returns the Outcome.
+    """
     opts = options(cfg)
     ex, data, net, theta, oracle, optimizer = build(opts, comm)
     rank0 = ex.rank == 0 if comm is None else comm.Get_rank() == 0
@@ -89,9 +95,18 @@ def run(cfg, comm, run_dir: Path):
              ms.STEP_KERNEL: net.stepper(theta).implementation()}
     path = Path(run_dir) / ms.FILE_NAME
     title = f"{opts.mode.name} {data.name} N={opts.network.layers}"
+    progress = Progress(theta)
+    saver = ModelSaver(Path(run_dir) / MODEL_FILE, net, OmegaConf.to_yaml(cfg, resolve=True),
+                       opts.dtype, data, rank0)
     with open_writer(path, attrs, enabled=rank0) as writer, \
             Console(rank0, opts.train.iterations, title) as console:
-        _, outcome = train(theta, optimizer, oracle, data, opts, writer, console, ex)
+        try:
+            _, outcome = train(theta, optimizer, oracle, data, opts, writer, console, ex,
+                               progress, stop)
+        except BaseException:
+            saver.save_quietly(progress)
+            raise
+        saver.save(progress, ex)
         console.close()
         console.summary({"iterations": outcome.iterations, "objective": outcome.objective,
                          "training loss": outcome.loss,
@@ -100,6 +115,42 @@ def run(cfg, comm, run_dir: Path):
                          "best validation accuracy": outcome.best_val_accuracy,
                          "wall time [s]": outcome.wall_time,
                          "time / iteration [s]": outcome.wall_time / outcome.iterations})
-        # a line of its own: a table cell would fold a long path
+        # lines of their own: a table cell would fold a long path
         console.message(f"metrics: {path}")
+        console.message(f"model: {saver.path}")
     return outcome
+
+
+class ModelSaver:
+    """Writes model.pt on rank 0 from a Progress (the last good parameters)."""
+
+    def __init__(self, path: Path, net, config_yaml: str, dtype: str, data, enabled: bool):
+        self.path, self.net, self.config_yaml = path, net, config_yaml
+        self.dtype, self.data, self.enabled = dtype, data, enabled
+
+    def _write(self, progress) -> None:
+        save_torch(model_record(progress.theta, self.net, self.config_yaml, self.dtype,
+                                self.data, progress.iteration), self.path)
+
+    def save(self, progress, exchange) -> None:
+        """Write, and fail on every rank alike (RunFileError) if rank 0 could not."""
+        error = None
+        if self.enabled:
+            try:
+                self._write(progress)
+            except RunFileError as exc:
+                error = exc
+        failed = exchange.allreduce_sum(float(error is not None)) if exchange.size > 1 \
+            else float(error is not None)
+        if error is not None:
+            raise error
+        if failed:
+            raise RunFileError(f"{self.path}: rank 0 could not write the model")
+
+    def save_quietly(self, progress) -> None:
+        """Best effort while another error ends the run: that error is the one reported."""
+        if self.enabled:
+            try:
+                self._write(progress)
+            except Exception:  # noqa: BLE001 - the run's own error is already propagating
+                pass

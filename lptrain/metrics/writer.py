@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 
 from lptrain import __version__
-from lptrain.errors import DivergedError
+from lptrain.errors import DivergedError, Interrupted
 from lptrain.metrics import schema as s
 
 _CHUNK_ROWS = 256
@@ -39,7 +39,8 @@ class MetricsWriter:
     """Owner of one open metrics.h5; also a context manager that records how the run ended.
 
     `with MetricsWriter(path, attrs) as w:` closes with status `completed` on a normal exit,
-    `diverged` on DivergedError, `interrupted` on KeyboardInterrupt and `failed` on any
+    `diverged` on DivergedError, `interrupted` on KeyboardInterrupt or Interrupted (a
+    signal the ranks agreed to stop for) and `failed` on any
     other exception (the message goes to the `error` attribute); the exception propagates.
     """
 
@@ -129,8 +130,8 @@ class MetricsWriter:
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc is None:
             self.close(s.COMPLETED)
-        elif isinstance(exc, KeyboardInterrupt):
-            self.close(s.INTERRUPTED)
+        elif isinstance(exc, (KeyboardInterrupt, Interrupted)):
+            self.close(s.INTERRUPTED, error=str(exc) if isinstance(exc, Interrupted) else None)
         elif isinstance(exc, DivergedError):
             self.close(s.DIVERGED, error=str(exc))
         else:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from lptrain.train.guard import NoStop, Progress
 from lptrain.train.oracles import Batch
 
 
@@ -50,12 +51,21 @@ class Outcome:
     converged: bool
 
 
-def train(theta, optimizer, oracle, data, opts, writer, console, exchange) -> tuple:
-    """Run opts.train.iterations optimizer steps; returns (θ, Outcome)."""
+def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
+          progress: Progress | None = None, stop=None) -> tuple:
+    """Run opts.train.iterations optimizer steps; returns (θ, Outcome).
+
+    `progress` (a guard.Progress) is kept at the last iteration that passed the
+    divergence rule, also when an exception ends the loop; `stop` (a
+    guard.StopSignals) is asked after every iteration whether the ranks stop.
+    """
+    progress = progress or Progress(theta)
+    stop = stop or NoStop()
     batches = Batches(data.x_train, data.y_train, opts.train.batch_size, opts.seed)
     start = time.perf_counter()
     val = _validate(0, theta, oracle, data, writer)
     best, info, k = val[1], None, 0
+    stop.check(exchange, 0)
     for k in range(1, opts.train.iterations + 1):
         oracle.begin(batches.next())
         t0, c0, w0 = time.perf_counter(), exchange.clock.comm, exchange.clock.wait
@@ -76,9 +86,12 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange) -> tu
             best = max(best, val[1])
         console.update(k, objective=info.objective, loss=info.loss, accuracy=info.accuracy,
                        val_accuracy=val[1], step_time=dt, **_console_mgrit(stats))
+        progress.check(k, info.objective, theta)
         if info.converged:
             console.message(f"gradient norm {info.grad_norm:.3e} below gtol: stopping")
             break
+        if not last:
+            stop.check(exchange, k)
     outcome = Outcome(k, info.objective, info.loss, info.accuracy, val[0], val[1], best,
                       time.perf_counter() - start, bool(info.converged))
     return theta, outcome
