@@ -13,6 +13,7 @@ from pathlib import Path
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 PROG = "lptrain"
 _failures: list[str] = []
+_stop: list = []          # the StopSignals main() installed (empty when called otherwise)
 
 
 def _say(msg: str) -> None:
@@ -93,6 +94,8 @@ def _one_line(exc: Exception):
 
 
 def main() -> None:
+    from lptrain.train.guard import StopSignals
+    _stop.append(StopSignals().install())   # first: a signal from here on stops cleanly
     from lptrain.errors import LptrainError
     from lptrain.parallel.context import keep_freed_memory, limit_threads, world
     keep_freed_memory()
@@ -122,12 +125,17 @@ def _task(cfg) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     from lptrain import app
-    from lptrain.errors import LptrainError
+    from lptrain.errors import Interrupted, LptrainError
     from lptrain.parallel.context import world
     comm = world()
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        app.run(cfg, comm, run_dir)
+        app.run(cfg, comm, run_dir, _stop[0] if _stop else None)
+    except Interrupted as exc:       # every rank agreed on it after the same iteration
+        if comm.Get_rank() == 0:
+            print(f"{PROG}: {exc} (status interrupted); resume with: "
+                  f"{PROG} resume={run_dir}", file=sys.stderr, flush=True)
+        sys.exit(exc.exit_code)
     except LptrainError as exc:      # raised identically on every rank
         _failures.append(str(exc))
         if comm.Get_rank() == 0:
