@@ -5,10 +5,14 @@ writes, every error ends the whole job with one line printed once.
 """
 from __future__ import annotations
 
+import atexit
 import sys
 import traceback
 from datetime import datetime
 from pathlib import Path
+
+from lptrain.errors import LptrainError
+from lptrain.rundir import RunLock, claim_new, refuse_earlier_run
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 PROG = "lptrain"
@@ -34,13 +38,27 @@ def _directory_args(args: list[str], comm) -> tuple[list[str], str]:
     chosen = _value(args, key)
     if chosen is None and comm.Get_rank() == 0:
         root = "multirun" if multirun else "outputs"
-        chosen = datetime.now().strftime(f"{root}/%Y-%m-%d/%H-%M-%S")
+        base = datetime.now().strftime(f"{root}/%Y-%m-%d/%H-%M-%S")
+        try:      # a directory of its own even for runs started in the same second
+            chosen = str(claim_new(base))
+        except (OSError, LptrainError):
+            chosen = base     # _check_writable reports it
     chosen = comm.bcast(chosen, root=0)
     extra = [] if _value(args, key) is not None else [f"{key}={chosen}"]
     if comm.Get_rank() != 0:
         extra += ["hydra.output_subdir=null", "hydra/job_logging=disabled",
                   "hydra/hydra_logging=disabled"]
     return args + extra, chosen
+
+
+def _claim(directory: str, args: list[str]) -> None:
+    """Rank 0: lock the run (or sweep) directory for this process, refuse an earlier
+    run's files (RunDirectoryBusy, RunFileError)."""
+    multirun = "-m" in args or "--multirun" in args
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    lock = RunLock(directory, key).acquire()
+    atexit.register(lock.release)
+    refuse_earlier_run(directory, key)
 
 
 def _check_writable(directory: str) -> str | None:
@@ -96,7 +114,6 @@ def _one_line(exc: Exception):
 def main() -> None:
     from lptrain.train.guard import StopSignals
     _stop.append(StopSignals().install())   # first: a signal from here on stops cleanly
-    from lptrain.errors import LptrainError
     from lptrain.parallel.context import keep_freed_memory, limit_threads, world
     keep_freed_memory()
     comm = world()
@@ -107,7 +124,13 @@ def main() -> None:
         if plain:
             _prevalidate(args)
         args, directory = _directory_args(args, comm)
-        problem = _check_writable(directory) if comm.Get_rank() == 0 else None
+        problem = None
+        if comm.Get_rank() == 0:
+            problem = _check_writable(directory)
+            try:
+                problem = problem or _claim(directory, args)
+            except LptrainError as exc:
+                problem = str(exc)
         problem = comm.bcast(problem, root=0)
         if problem:
             raise LptrainError(problem)

@@ -7,7 +7,8 @@ iteration of the run. Every rank holds the same J_k, so every rank decides alike
 Stops: SIGINT and SIGTERM only set a flag (`StopSignals`); the ranks agree at the end of
 each optimizer iteration with one small allreduce whether any of them got one, so they all
 leave the loop after the same iteration, whichever rank the signal reached and whatever
-collective it was in.
+collective it was in. The same allreduce carries whether rank 0's metrics writer failed
+(full disk, write error), so that every rank stops then too.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lptrain.errors import DivergedError, Interrupted
+from lptrain.errors import DivergedError, Interrupted, RunFileError
 
 DIVERGENCE_FACTOR = 1e3
 _TINY = 1e-12
@@ -25,6 +26,7 @@ _TINY = 1e-12
 # signal -> the value a rank contributes to the agreement sum; SIGTERM (a scheduler's
 # cancel) dominates any number of SIGINTs among the ranks
 _WEIGHT = {signal.SIGINT: 1.0, signal.SIGTERM: 4096.0}
+_FAILED = 2.0 ** 24     # a rank's metrics writer failed: larger than any sum of the above
 
 
 @dataclass
@@ -63,23 +65,31 @@ class StopSignals:
         if self.received != signal.SIGTERM:   # keep the stronger request
             self.received = signum
 
-    def agreed(self, exchange) -> int | None:
-        """The signal every rank stops for, or None to go on (collective: all ranks call)."""
-        mine = _WEIGHT.get(self.received, 0.0) if self.received is not None else 0.0
-        total = exchange.allreduce_sum(mine) if exchange.size > 1 else mine
-        if total <= 0:
-            return None
-        return signal.SIGTERM if total >= _WEIGHT[signal.SIGTERM] else signal.SIGINT
+    def agreed(self, exchange, failed: bool = False) -> tuple[int | None, bool]:
+        """(the signal every rank stops for or None, whether a rank's writer failed).
 
-    def check(self, exchange, iteration: int) -> None:
-        """Raise Interrupted on every rank once any rank received a signal."""
-        signum = self.agreed(exchange)
+        Collective: every rank calls it at the same point.
+        """
+        mine = _WEIGHT.get(self.received, 0.0) if self.received is not None else 0.0
+        mine += _FAILED if failed else 0.0
+        total = exchange.allreduce_sum(mine) if exchange.size > 1 else mine
+        failed_somewhere = total >= _FAILED
+        total %= _FAILED
+        if total <= 0:
+            return None, failed_somewhere
+        sig = signal.SIGTERM if total >= _WEIGHT[signal.SIGTERM] else signal.SIGINT
+        return sig, failed_somewhere
+
+    def check(self, exchange, iteration: int, writer=None) -> None:
+        """Raise on every rank alike: the writer's failure (rank 0 holds the message),
+        else Interrupted once any rank received a signal."""
+        failure = getattr(writer, "failure", None)
+        signum, failed = self.agreed(exchange, failure is not None)
+        if failed:
+            raise failure or RunFileError("rank 0 could not write its metrics file")
         if signum is not None:
             raise Interrupted(int(signum), iteration)
 
 
-class NoStop:
-    """A stop check that never stops (library use, tests)."""
-
-    def check(self, exchange, iteration: int) -> None:
-        pass
+class NoStop(StopSignals):
+    """A stop check without signal handlers (library use, tests): only writer failures."""

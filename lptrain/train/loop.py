@@ -65,7 +65,7 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
     start = time.perf_counter()
     val = _validate(0, theta, oracle, data, writer)
     best, info, k = val[1], None, 0
-    stop.check(exchange, 0)
+    stop.check(exchange, 0, writer)
     for k in range(1, opts.train.iterations + 1):
         oracle.begin(batches.next())
         t0, c0, w0 = time.perf_counter(), exchange.clock.comm, exchange.clock.wait
@@ -87,11 +87,10 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
         console.update(k, objective=info.objective, loss=info.loss, accuracy=info.accuracy,
                        val_accuracy=val[1], step_time=dt, **_console_mgrit(stats))
         progress.check(k, info.objective, theta)
+        stop.check(exchange, k, writer)
         if info.converged:
             console.message(f"gradient norm {info.grad_norm:.3e} below gtol: stopping")
             break
-        if not last:
-            stop.check(exchange, k)
     outcome = Outcome(k, info.objective, info.loss, info.accuracy, val[0], val[1], best,
                       time.perf_counter() - start, bool(info.converged))
     return theta, outcome

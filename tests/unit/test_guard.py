@@ -6,9 +6,11 @@ import signal
 import pytest
 import torch
 
-from lptrain.errors import DivergedError, Interrupted
+from lptrain.errors import DivergedError, Interrupted, RunFileError
+from lptrain.metrics.schema import MetricsFileError
+from lptrain.metrics.writer import NullWriter
 from lptrain.mgrit.exchange import SerialExchange
-from lptrain.train.guard import DIVERGENCE_FACTOR, Progress, StopSignals
+from lptrain.train.guard import DIVERGENCE_FACTOR, NoStop, Progress, StopSignals
 
 
 def test_divergence_rule_keeps_the_last_good_parameters():
@@ -53,7 +55,7 @@ def signals():
 
 
 def test_a_signal_is_recorded_not_raised(signals):
-    assert signals.agreed(SerialExchange()) is None
+    assert signals.agreed(SerialExchange())[0] is None
     os.kill(os.getpid(), signal.SIGINT)       # no KeyboardInterrupt
     assert signals.received == signal.SIGINT
     with pytest.raises(Interrupted) as exc:
@@ -62,14 +64,31 @@ def test_a_signal_is_recorded_not_raised(signals):
     assert str(exc.value) == "interrupted by SIGINT after iteration 7"
     os.kill(os.getpid(), signal.SIGTERM)
     os.kill(os.getpid(), signal.SIGINT)       # a later SIGINT does not weaken SIGTERM
-    assert signals.agreed(SerialExchange()) == signal.SIGTERM
+    assert signals.agreed(SerialExchange())[0] == signal.SIGTERM
 
 
 def test_ranks_agree_whichever_rank_got_the_signal(signals):
-    assert signals.agreed(Sum(0.0)) is None
+    assert signals.agreed(Sum(0.0))[0] is None
     # only the other rank got SIGINT / SIGTERM; several SIGINTs never read as SIGTERM
-    assert signals.agreed(Sum(1.0)) == signal.SIGINT
-    assert signals.agreed(Sum(4096.0)) == signal.SIGTERM
+    assert signals.agreed(Sum(1.0))[0] == signal.SIGINT
+    assert signals.agreed(Sum(4096.0))[0] == signal.SIGTERM
     os.kill(os.getpid(), signal.SIGINT)
-    assert signals.agreed(Sum(1.0)) == signal.SIGINT
-    assert signals.agreed(Sum(4096.0)) == signal.SIGTERM
+    assert signals.agreed(Sum(1.0))[0] == signal.SIGINT
+    assert signals.agreed(Sum(4096.0))[0] == signal.SIGTERM
+
+
+class Broken:
+    failure = MetricsFileError("/x/metrics.h5: cannot write (No space left on device)")
+
+
+def test_a_failed_writer_stops_every_rank_before_a_signal(signals):
+    os.kill(os.getpid(), signal.SIGINT)
+    with pytest.raises(MetricsFileError, match="No space left"):
+        signals.check(SerialExchange(), 3, Broken())
+    # the other rank (rank 0) failed: this one stops with a quiet error of its own
+    with pytest.raises(RunFileError, match="rank 0"):
+        signals.check(Sum(2.0 ** 24), 3, NullWriter())
+    assert signals.agreed(Sum(2.0 ** 24 + 4096.0)) == (signal.SIGTERM, True)
+    NoStop().check(SerialExchange(), 3, NullWriter())
+    with pytest.raises(MetricsFileError):
+        NoStop().check(SerialExchange(), 3, Broken())

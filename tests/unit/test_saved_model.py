@@ -118,3 +118,12 @@ def test_missing_or_foreign_model_file_is_named(tmp_path):
     torch.save({"x": 1}, tmp_path / MODEL_FILE)
     with pytest.raises(RunFileError, match="not an lptrain model"):
         load_model(tmp_path)
+
+
+def test_unwritable_model_file_fails_the_run_and_keeps_its_iterations(tmp_path):
+    (tmp_path / MODEL_FILE).mkdir()            # renaming onto a directory fails
+    with pytest.raises(RunFileError, match=f"{MODEL_FILE}: cannot write"):
+        run(tmp_path)
+    m = read_metrics(tmp_path / ms.FILE_NAME)
+    assert m.status == ms.FAILED and MODEL_FILE in m.attrs[ms.ERROR]
+    assert m.n_iterations == 12
