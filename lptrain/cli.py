@@ -87,9 +87,34 @@ def _prevalidate(args: list[str]) -> None:
                  and not a.startswith("+hydra")]
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            options(compose(config_name="config", overrides=overrides))
+            for combination in _sweep_samples(overrides):
+                options(compose(config_name="config", overrides=combination))
     except (HydraException, OmegaConfBaseException) as exc:
         raise _one_line(exc) from None
+
+
+def _sweep_samples(overrides: list[str]) -> list[list[str]]:
+    """Override lists that together try every value of every sweep (`a=1,2`, `range`,
+    `choice`) once, the other sweeps at their first value: one composition per value,
+    not the product. Without sweeps, the overrides themselves."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    values = []
+    for o in parsed:
+        try:
+            swept = list(o.sweep_string_iterator()) if o.is_sweep_override() else None
+        except HydraException:     # glob(): needs Hydra's config loader; Hydra checks it
+            continue
+        values.append([f"{o.get_key_element()}={v}" for v in swept] if swept
+                      else [o.input_line])
+    if not values:
+        return [[]]
+    first = [v[0] for v in values]
+    samples = [first]
+    for i, vs in enumerate(values):
+        samples += [first[:i] + [v] + first[i + 1:] for v in vs[1:]]
+    return samples
 
 
 def _one_line(exc: Exception):
@@ -119,9 +144,9 @@ def main() -> None:
     comm = world()
     limit_threads(comm.Get_size())
     args = sys.argv[1:]
-    plain = not any(a.startswith("-") for a in args)
+    checkable = all(a in ("-m", "--multirun") or not a.startswith("-") for a in args)
     try:
-        if plain:
+        if checkable:
             _prevalidate(args)
         args, directory = _directory_args(args, comm)
         problem = None
