@@ -18,7 +18,7 @@ class MGRITOptions:
     min_coarse: int = 2          # a coarse level keeps at least this many steps
     nrelax0: int = 0             # CF sweeps after the first F-relaxation, finest level
     nrelax: int = 1              # the same on coarser levels (1 = FCF)
-    skip_first_down: bool = True  # no relaxation on the first down-cycle of a cold start
+    skip_first_down: bool = True  # cold starts: first cycle = coarse propagation of u_0
     cycle: str = "V"             # V | F
     tol: float = 1e-10           # absolute residual tolerance (forward)
     rtol: float = 0.0            # tolerance relative to the first residual (0 = off)

@@ -108,7 +108,11 @@ class MGRIT(Restriction):
 
     def _iterate(self, work, warm, max_iter, tol, rtol, fresh=False) -> SolveResult:
         top, history = self.levels[0], []
-        skip = self.opt.skip_first_down and not fresh
+        # skip_first_down applies to a cold start only: there the first cycle is the
+        # coarse propagation of u_0.  A warm start's F-points belong to the states it
+        # came from (another θ); an unrelaxed residual on them would carry their error
+        # into the coarse correction, so a warm solve relaxes first.
+        skip = self.opt.skip_first_down and not fresh and warm is None
         # Finest-level steps leave activations for the adjoint (prop.step save=True).
         # Without a tolerance the last sweep is known in advance: only its steps and
         # the closing residual's need to; with one, any iteration may be the last.
@@ -116,29 +120,23 @@ class MGRIT(Restriction):
         taken = None      # what the last F-relaxation fed to the residual after it
         for k in range(max_iter):
             self._saving = not fixed
-            if k == 0 and skip and warm is None:      # cold: coarse propagation of u_0
-                self._cycle(1, "V", skip=True, from_injection=True)
+            if k == 0 and skip:                       # cold: coarse propagation of u_0
+                self._cycle(1, "V", skip=True)
                 self._rhs_reusable = self._may_reuse_rhs()
             else:
-                if k == 0 and skip:                   # warm: V(0,1), no down relaxation
-                    top.X = warm
-                elif k == 0 and warm is not None:
+                if k == 0 and warm is not None:
                     self._copy_c_points(warm, work)
                     self._relax(top, self.opt.nrelax0)
                 else:
                     self._relax(top, self.opt.nrelax0, skip_first_f=fresh)
                 norm = self._norm(self._restrict(top, taken))
-                # on the unrelaxed warm states the C-point residual misses the F-point
-                # residuals: neither recorded nor a reason to stop
-                if top.X is work:
-                    history.append(norm)
-                    # a fixed solve runs all its iterations even at an exact zero: its
-                    # last sweep leaves the activations (and adjoint weight products)
-                    stop = not fixed and norm <= max(tol, rtol * history[0])
-                    if stop or not math.isfinite(norm):
-                        return SolveResult(work, history, k, math.isfinite(norm))
-                top.X = work
-                self._cycle(1, self.opt.cycle, skip=(k == 0 and skip))
+                history.append(norm)
+                # a fixed solve runs all its iterations even at an exact zero: its
+                # last sweep leaves the activations (and adjoint weight products)
+                stop = not fixed and norm <= max(tol, rtol * history[0])
+                if stop or not math.isfinite(norm):
+                    return SolveResult(work, history, k, math.isfinite(norm))
+                self._cycle(1, self.opt.cycle)
                 self._rhs_reusable = self._may_reuse_rhs()
             self._correct(top)
             self._saving = not fixed or k == max_iter - 1
@@ -170,21 +168,22 @@ class MGRIT(Restriction):
         scatter(dst, idx, gather(src, idx))
 
     # -- cycles ------------------------------------------------------------------
-    def _cycle(self, l: int, kind: str, skip: bool = False, from_injection: bool = False):
-        """One cycle on level l ≥ 1; skip: no down relaxation (first cycle)."""
+    def _cycle(self, l: int, kind: str, skip: bool = False):
+        """One cycle on level l ≥ 1; skip: the first cycle of a cold start, which
+        injects the finer level's states and relaxes only on the way up."""
         lv = self.levels[l]
-        if from_injection:
+        if skip:
             self._inject(self.levels[l - 1])
         if l == len(self.levels) - 1:
             self._timed(l, "coarse", self._serial_solve, lv)
             return
-        if skip and from_injection:
-            self._cycle(l + 1, kind, skip=True, from_injection=True)
+        if skip:
+            self._cycle(l + 1, kind, skip=True)
         else:
             sink = self._restriction_sink(lv) if self.opt.fuse_residual else None
-            taken = None if skip else self._relax(lv, self.opt.nrelax, sink=sink)
+            taken = self._relax(lv, self.opt.nrelax, sink=sink)
             self._restrict(lv, taken)
-            self._cycle(l + 1, kind, skip=skip)
+            self._cycle(l + 1, kind)
             if kind == "F" and l + 1 < len(self.levels) - 1:
                 self._cycle(l + 1, "V")
         self._correct(lv)

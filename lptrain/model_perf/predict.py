@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from lptrain.model_perf import modes
 from lptrain.model_perf.modes import Workload
-from lptrain.model_perf.schedule import (ADJOINT, COLD, FIRST, FORWARD, FRESH, WARM,
+from lptrain.model_perf.schedule import (ADJOINT, COLD, FIRST, FORWARD, FRESH,
                                          hierarchy_for, iteration_schedule, max_ranks,
                                          mirrored)
 from lptrain.model_perf.simulate import Link, StepCosts, simulate
@@ -69,12 +69,8 @@ def parallel_time(size: int, w: Workload, opts, m: Machine, fwd: float, adj: flo
                   converged: bool, trials: float = 1.0) -> float:
     """Layer-parallel optimizer iteration with fwd / adj MGRIT cycles per solve.
 
-    Fractional cycle counts (means over a run) interpolate linearly.  A
-    converged solve that opens with skip_first_down does at least one cycle.
+    Fractional cycle counts (means over a run) interpolate linearly.
     """
-    if converged and opts.skip_first_down:
-        fwd, adj = max(fwd, 1.0), max(adj, 1.0)
-
     def value(k: int) -> float:
         return _makespan(modes.parallel_value(size, w, opts, k, converged), m)
 
@@ -121,9 +117,7 @@ def predict_at(size: int, w: Workload, opts, m: Machine,
 
 def first_kind(opts, cold: bool) -> str:
     """Which iteration opens a solve (schedule.KINDS)."""
-    if not opts.skip_first_down:
-        return FIRST
-    return COLD if cold else WARM
+    return COLD if cold and opts.skip_first_down else FIRST
 
 
 def predict_all(ranks, w: Workload, opts, m: Machine,

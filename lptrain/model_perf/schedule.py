@@ -29,8 +29,8 @@ WEIGHTS = "weights"        # weight-gradient product of a layer
 COSTS = (FORWARD, ADJOINT, DERIVATIVE, LINEARIZE, WEIGHTS)
 
 # which iteration of `_iterate` (see iteration_schedule)
-COLD, WARM, FIRST, FRESH = "cold", "warm", "first", "fresh"
-KINDS = (COLD, WARM, FIRST, FRESH)
+COLD, FIRST, FRESH = "cold", "first", "fresh"
+KINDS = (COLD, FIRST, FRESH)
 
 CHUNK = max(CycleOptions().chunk, 1)   # intervals the solver stacks per call
 
@@ -247,44 +247,42 @@ class _Builder:
         if not self.linear:
             self.coarse_phis(l + 1, only_c=again)
 
-    def cycle(self, l: int, kind: str, skip: bool = False, from_injection: bool = False):
+    def cycle(self, l: int, kind: str, skip: bool = False):
         last = len(self.h.levels) - 1
         if l == last:
             self.serial_solve(l)
             return
-        if skip and from_injection:
-            self.cycle(l + 1, kind, skip=True, from_injection=True)
+        if skip:
+            self.cycle(l + 1, kind, skip=True)
         else:
-            if not skip:
-                self.relax(l, self.opts.nrelax, fused=True)
-            self.restrict(l, taken=not skip)
-            self.cycle(l + 1, kind, skip=skip)
+            self.relax(l, self.opts.nrelax, fused=True)
+            self.restrict(l, taken=True)
+            self.cycle(l + 1, kind)
             if kind == "F" and l + 1 < last:
                 self.cycle(l + 1, "V")
         self.f_relax(l)
 
     def check(self, which: str):
         """Level-0 relaxation, restriction and the residual norm opening an iteration."""
-        if which != WARM:
-            self.relax(0, self.opts.nrelax0, skip_first_f=which == FRESH)
+        self.relax(0, self.opts.nrelax0, skip_first_f=which == FRESH)
         fresh = which == FRESH and self.opts.nrelax0 == 0     # fed by the last F-relaxation
         self.restrict(0, again=fresh, taken=fresh)
         self.allreduce()
 
     def iteration(self, which: str):
         if which == COLD:
-            self.cycle(1, "V", skip=True, from_injection=True)
+            self.cycle(1, "V", skip=True)
         else:
             self.check(which)
-            self.cycle(1, self.opts.cycle, skip=which == WARM)
+            self.cycle(1, self.opts.cycle)
         self.f_relax(0, fused=self.opts.nrelax0 == 0)   # feeds the next residual
 
     def solve(self, iterations: int, cold: bool, converged: bool):
         if len(self.h.levels) == 1:
             self.serial_solve(0)
             return
-        skip = self.opts.skip_first_down
-        first = (COLD if cold else WARM) if skip else FIRST
+        skip = self.opts.skip_first_down and cold      # (warm solves relax first)
+        first = COLD if skip else FIRST
         for k in range(iterations):
             self.iteration(first if k == 0 else FRESH)
         if not converged:              # the residual of the returned states
@@ -308,10 +306,9 @@ def iteration_schedule(hier: Hierarchy, opts, which: str = FRESH, nbytes: int = 
     check's count).
 
     which: COLD (first cycle of a cold start with skip_first_down: injection to
-    the coarsest level, F-relaxations on the way up, no norm), WARM (first
-    cycle of a warm start with skip_first_down: residual and norm of the warm
-    states, a V-cycle without down relaxation), FIRST (first cycle without
-    skip_first_down: full level-0 relaxation) or FRESH (every later cycle:
+    the coarsest level, F-relaxations on the way up, no norm), FIRST (first
+    cycle of a warm start, or of a cold one without skip_first_down: full
+    level-0 relaxation) or FRESH (every later cycle:
     the first level-0 F-relaxation is skipped, its F-points being fresh).
     nbytes: bytes of one state message; opts: MGRITOptions or CycleOptions;
     linear: the adjoint's solver (coarse levels solve for corrections, so

@@ -59,6 +59,7 @@ def run(exchange, comm=None) -> dict:
             results[f"{name}-{iters}-grad"] = grad
             results[f"{name}-{iters}-fwd"] = torch.tensor(res.history)
             results[f"{name}-{iters}-adj"] = torch.tensor(ares.history)
+    results.update(warm_case(net, theta, x, y, exchange))
     mo = MGRITOptions(tol=1e-11, max_iter=50, **SOLVERS["V3"])
     so = MGRITOptions(fwd_iters=2, adj_iters=1, **SOLVERS["V3"])
     results["traj-serial"], _ = trajectory(SerialOracle(net, exchange), LBFGS(LBFGSOptions()),
@@ -77,6 +78,32 @@ def run(exchange, comm=None) -> dict:
                                                 dtype=torch.float64)
     results.update(module_case(comm))
     return results
+
+
+def warm_case(net, theta, x, y, exchange) -> dict:
+    """Warm solves (1 iteration) from the converged solution, after the solvers' buffers
+    held another one: errors of states, adjoints and gradient (all should be ~0)."""
+    out = {}
+    for name in ("V3", "F4"):
+        for skip in (True, False):
+            lp = LayerParallel(net, MGRITOptions(tol=1e-14, max_iter=80, skip_first_down=skip,
+                                                 **SOLVERS[name]), exchange)
+            ref = _solve(lp, theta, x, y)
+            _solve(lp, 1.3 * theta, x, y)
+            got = _solve(lp, theta, x, y, warm=ref[:2], iters=1)
+            errs = [exchange.allreduce_sum(float((a - b).pow(2).sum())) ** 0.5 for a, b in
+                    zip(got[:2], ref[:2])] + [float((got[2] - ref[2]).norm())]
+            out[f"warm-{name}-{skip}"] = torch.tensor(errs)
+    return out
+
+
+def _solve(lp, theta, x, y, warm=(None, None), iters=None):
+    """(states, adjoint states, gradient), copies; converged unless iters is given."""
+    tol = None if iters is None else 0.0
+    res = lp.forward(theta, x, warm=warm[0], max_iter=iters, tol=tol)
+    ev = lp.evaluate(theta, res.states, y, x.shape[0], True)
+    grad, ares = lp.backward(theta, x, res.states, ev, warm=warm[1], max_iter=iters, tol=tol)
+    return res.states.clone(), ares.states.clone(), grad.clone()
 
 
 def module_case(comm) -> dict:

@@ -45,6 +45,13 @@ def test_one_rank_matches_serial_network(reference):
     assert reference["traj-mgrit"] == pytest.approx(reference["traj-serial"], rel=1e-8)
 
 
+def test_warm_starts_from_the_solution_stay_there(reference):
+    warm = {k: v for k, v in reference.items() if k.startswith("warm-")}
+    assert len(warm) == 4
+    for key, errors in warm.items():
+        assert float(errors.max()) <= 1e-11, (key, errors)
+
+
 @pytest.mark.parametrize("ranks", [2, 3, 4])
 def test_many_ranks_equal_one_rank(ranks, reference, tmp_path):
     got = launch(ranks, tmp_path / "out.pt")
@@ -52,4 +59,7 @@ def test_many_ranks_equal_one_rank(ranks, reference, tmp_path):
     for key, ref in reference.items():
         assert got[key].shape == ref.shape, key
         scale = max(float(ref.abs().max()), 1e-30)
+        if key.startswith("warm-"):      # errors against the solution: ~0 on any rank count
+            assert float(got[key].max()) <= 1e-11, (key, got[key])
+            continue
         assert float((got[key] - ref).abs().max()) <= 1e-10 * scale, key

@@ -15,7 +15,7 @@ from lptrain.mgrit.options import MGRITOptions
 from lptrain.mgrit.solver import MGRIT, CycleOptions
 from lptrain.model_perf import modes, predict
 from lptrain.model_perf.schedule import (ADJOINT, COLD, FIRST, FORWARD, FRESH, LINEARIZE,
-                                         WARM, WEIGHTS, Allreduce, Recv, Send, Step, hierarchy_for,
+                                         WEIGHTS, Allreduce, Recv, Send, Step, hierarchy_for,
                                          iteration_schedule, max_ranks, mirrored,
                                          solve_schedule, total_steps)
 from lptrain.model_perf.simulate import (FREE_LINK, Link, ScheduleError, StepCosts,
@@ -58,7 +58,6 @@ def test_one_level_pipelines_through_the_ranks():
 # later iteration: the first F-relax is skipped (fresh), the residual was taken by the
 # last F-relax, and the coarse level still holds its last solution: g_j += r_j, no Φ^Δ
 # (_restrict_again); its own F-relax takes the next residual   -> 12
-# warm first iteration with skip_first_down: no down relaxation  -> 20
 # cold first iteration (skip_first_down): serial 4 + F-relax 4 + next c_steps 4 -> 12
 # P = 2: rank 0 owns fine 0..3 (coarse 0,1), rank 1 fine 4..8 (coarse 2,3,4).
 #   F-relax: both 2 steps, t = 2. c_steps: rank 0 sends u_3, steps C-point 2 (t = 3);
@@ -67,26 +66,24 @@ def test_one_level_pipelines_through_the_ranks():
 #   serial solve: rank 0 steps coarse 1 (t = 9), sends; rank 1 steps 2, 3, 4 (t = 12).
 #   F-relax taking the next residual: rank 0 F-points 1, 3 and C-point 2 (t = 12), sends
 #   u_3; rank 1 F-points 5, 7, C-points 6, 8, then the received 4 -> 17.
-#   Warm: c_steps rank 0 t = 1, rank 1 t = 3; Φ^Δ rank 1 t = 6; serial solve rank 0
-#   t = 7, rank 1 t = 10; F-relax rank 0 t = 10, rank 1 10 + 4 + 1 -> 15.
 #   Fresh: no c_steps; coarse Φ^Δ messages only; allreduce t = 0; serial solve rank 0
 #   t = 1, rank 1 t = 4; F-relax rank 0 t = 4, rank 1 4 + 4 + 1 -> 9.
 #   Cold: serial solve rank 0 t = 1, rank 1 1 + 3 = 4; F-relax rank 1 -> 9.
-@pytest.mark.parametrize("size,first,fresh,warm,cold", [(1, 24, 12, 20, 12), (2, 17, 9, 15, 9)])
-def test_tiny_critical_path_matches_hand_count(size, first, fresh, warm, cold):
+@pytest.mark.parametrize("size,first,fresh,cold", [(1, 24, 12, 12), (2, 17, 9, 9)])
+def test_tiny_critical_path_matches_hand_count(size, first, fresh, cold):
     hier = hierarchy_for(8, TINY, size)
-    got = [critical_steps(iteration_schedule(hier, TINY, w)) for w in (FIRST, FRESH, WARM, COLD)]
-    assert got == [first, fresh, warm, cold]
+    got = [critical_steps(iteration_schedule(hier, TINY, w)) for w in (FIRST, FRESH, COLD)]
+    assert got == [first, fresh, cold]
 
 
 def test_tiny_solves_chain_their_iterations():
-    # on one rank, 2 cycles of a warm solve: warm 20 + fresh 12, the last F-relax taking
-    # the residual of the returned states; converged after 2 cycles instead: the check
-    # that stopped it (its c_steps taken before, no coarse Φ^Δ); cold: 12 + 12; without
-    # skip_first_down: first 24 + 12
+    # on one rank, 2 cycles of a warm solve (skip_first_down is for cold starts only):
+    # first 24 + fresh 12, the last F-relax taking the residual of the returned states;
+    # converged after 2 cycles instead: the check that stopped it (its c_steps taken
+    # before, no coarse Φ^Δ); cold: 12 + 12; cold without skip_first_down: 24 + 12
     hier = hierarchy_for(8, TINY, 1)
-    assert critical_steps(solve_schedule(hier, TINY, 2)) == 32
-    assert critical_steps(solve_schedule(hier, TINY, 2, converged=True)) == 32
+    assert critical_steps(solve_schedule(hier, TINY, 2)) == 36
+    assert critical_steps(solve_schedule(hier, TINY, 2, converged=True)) == 36
     assert critical_steps(solve_schedule(hier, TINY, 2, cold=True)) == 24
     no_skip = MGRITOptions(levels=2, cfactor0=2, min_coarse=2, skip_first_down=False)
     assert critical_steps(solve_schedule(hier, no_skip, 2)) == 36
@@ -104,21 +101,17 @@ def test_v_cycle_cost_against_method_3a():
     # later iterations skip the first level-0 F-relaxation (.75 N) and their residual
     # (taken) and reuse the level-1 rhs at level 1's F-points (Φ^Δ only at its C-points:
     # − .1875 N); a cold first one skips every down relaxation: coarsest .0625 + F level 1
-    # .1875 + F level 0 .75 = N, + .25 N; a warm first one (V(0,1)) skips the down
-    # relaxations but restricts: 1.625 N + .25 N
+    # .1875 + F level 0 .75 = N, + .25 N
     assert critical_steps(iteration_schedule(hier, PAPER_3A, FRESH)) == first - 1.1875 * N
     assert critical_steps(iteration_schedule(hier, PAPER_3A, COLD)) == 1.25 * N
-    assert critical_steps(iteration_schedule(hier, PAPER_3A, WARM)) == 1.875 * N
 
 
 def test_one_rank_simultaneous_step_counts_against_method_3a():
-    # §3a: 2 forward + 1 adjoint warm cycles with the fresh-F skip, stored σ′ and no down
-    # relaxation in the first cycle: ≈ 3.1 N steps + 1.3 N state VJPs + N weight VJPs.
-    # Exactly: forward V(0,1) 1.3125 N + fresh V 1.75 N = 3.0625 N; adjoint V(0,1) of the
-    # linear solver (no Φ^Δ) 1.3125 N.  Our solver adds the FAS coarse Φ^Δ of both
-    # forward cycles (.3125 N, and .125 N in the fresh one, which reuses the level-1 rhs)
-    # and, as each solve ends, the residual norm of the returned states (.25 N per
-    # solve): forward 3.75 N, adjoint 1.5625 N.
+    # §3a: 2 forward + 1 adjoint warm cycles with the fresh-F skip and stored σ′.  A warm
+    # solve relaxes before its first residual (skip_first_down is for cold starts), so
+    # its first cycle is a full one: forward 3.0625 N (V-cycle 2.5 N, FAS Φ^Δ .3125 N,
+    # the next residual .25 N) + fresh 1.875 N = 4.9375 N; adjoint (linear: no Φ^Δ)
+    # 2.5 N + the residual of the returned states .25 N = 2.75 N; N weight VJPs.
     N = 1024
     opts = MGRITOptions(levels=3, cfactor0=4, cfactor=4, nrelax0=0, nrelax=1, fwd_iters=2,
                         adj_iters=1)
@@ -127,13 +120,13 @@ def test_one_rank_simultaneous_step_counts_against_method_3a():
     def count(costs):
         m = predict.Machine(costs, FREE_LINK)
         return predict.parallel_time(1, w, opts, m, 2, 1, converged=False)
-    assert count(StepCosts(forward=1.0, adjoint=0.0, weights=0.0)) == 3.75 * N
-    assert count(StepCosts(forward=0.0, adjoint=1.0, weights=0.0)) == 1.5625 * N
+    assert count(StepCosts(forward=1.0, adjoint=0.0, weights=0.0)) == 4.9375 * N
+    assert count(StepCosts(forward=0.0, adjoint=1.0, weights=0.0)) == 2.75 * N
     assert count(StepCosts(forward=0.0, adjoint=0.0, weights=1.0)) == N
     # serial: N steps + N VJPs + N weight products: 6.5 N / 3 N on one rank
     ser = predict.serial_time(1, w, unit_machine())
     assert ser == 3 * N
-    assert count(StepCosts(1.0, 1.0, 1.0)) / ser == pytest.approx(6.3125 / 3)
+    assert count(StepCosts(1.0, 1.0, 1.0)) / ser == pytest.approx(8.6875 / 3)
 
 
 # -- invariants ------------------------------------------------------------------------------
