@@ -16,6 +16,7 @@ from lptrain.metrics.writer import open_writer
 from lptrain.model.network import ResNet
 from lptrain.model.saved import MODEL_FILE, model_record, save_torch
 from lptrain.parallel.context import make_exchange
+from lptrain.train.checkpoint import CHECKPOINT_FILE, Checkpointer, load_checkpoint, restore
 from lptrain.train.guard import Progress
 from lptrain.train.loop import train
 from lptrain.train.optimizers import OPTIMIZERS
@@ -81,28 +82,37 @@ def build(opts: Config, comm):
     return ex, data, net, theta, oracle, OPTIMIZERS[opts.optimizer.name](opts.optimizer)
 
 
-def run(cfg, comm, run_dir: Path, stop=None):
-    """Train one configuration; rank 0 writes run_dir/metrics.h5 and run_dir/model.pt.
+def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
+    """Train one configuration; rank 0 writes run_dir/metrics.h5, model.pt, checkpoint.pt.
 
     `stop` (a train.guard.StopSignals) ends the run after the iteration at which any
-    rank received SIGINT/SIGTERM (Interrupted). Returns the Outcome.
+    rank received SIGINT/SIGTERM (Interrupted). With `resume` the run continues from
+    run_dir/checkpoint.pt, appending to its metrics.h5. Returns the Outcome.
     """
     opts = options(cfg)
     ex, data, net, theta, oracle, optimizer = build(opts, comm)
     rank0 = ex.rank == 0 if comm is None else comm.Get_rank() == 0
+    run_dir = Path(run_dir)
+    config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
+    progress, record = Progress(theta), None
+    if resume:
+        record = load_checkpoint(run_dir / CHECKPOINT_FILE)
+        check_resumable(record, config_yaml, opts)
+        theta = restore(record, optimizer, oracle, progress, ex)
     attrs = {ms.MODE: opts.mode.name, ms.WORLD_SIZE: ex.size, ms.SEED: opts.seed,
              ms.CONFIG: OmegaConf.to_yaml(cfg), ms.DATASET_SOURCE: data.source,
              ms.STEP_KERNEL: net.stepper(theta).implementation()}
-    path = Path(run_dir) / ms.FILE_NAME
+    path = run_dir / ms.FILE_NAME
     title = f"{opts.mode.name} {data.name} N={opts.network.layers}"
-    progress = Progress(theta)
-    saver = ModelSaver(Path(run_dir) / MODEL_FILE, net, OmegaConf.to_yaml(cfg, resolve=True),
-                       opts.dtype, data, rank0)
-    with open_writer(path, attrs, enabled=rank0) as writer, \
+    saver = ModelSaver(run_dir / MODEL_FILE, net, config_yaml, opts.dtype, data, rank0)
+    checkpointer = Checkpointer(run_dir / CHECKPOINT_FILE, opts.checkpoint_every, ex, rank0,
+                                optimizer, oracle, progress, {"config": config_yaml})
+    loop = None if record is None else {**record["loop"], "batches": record["batches"]}
+    with open_writer(path, attrs, rank0, record and record["iteration"]) as writer, \
             Console(rank0, opts.train.iterations, title) as console:
         try:
             _, outcome = train(theta, optimizer, oracle, data, opts, writer, console, ex,
-                               progress, stop)
+                               progress, stop, checkpointer, loop)
         except BaseException:
             saver.save_quietly(progress)
             raise
@@ -119,6 +129,41 @@ def run(cfg, comm, run_dir: Path, stop=None):
         console.message(f"metrics: {path}")
         console.message(f"model: {saver.path}")
     return outcome
+
+
+RESUME_KEYS = ("train.iterations", "eval_every", "checkpoint_every")
+
+
+def _comparable(config_yaml: str) -> dict:
+    c = OmegaConf.to_container(OmegaConf.create(config_yaml))
+    for key in RESUME_KEYS:
+        *parents, name = key.split(".")
+        node = c
+        for p in parents:
+            node = node.get(p, {})
+        node.pop(name, None)
+    return c
+
+
+def _first_difference(a, b, prefix: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            if a.get(key) != b.get(key):
+                return _first_difference(a.get(key), b.get(key), f"{prefix}{key}.")
+    return f"{prefix.rstrip('.')}: {a!r} in the checkpoint, {b!r} now"
+
+
+def check_resumable(record: dict, config_yaml: str, opts: Config) -> None:
+    """ConfigError unless the configuration equals the checkpoint's up to RESUME_KEYS
+    and asks for iterations beyond it."""
+    saved, now = _comparable(record["config"]), _comparable(config_yaml)
+    if saved != now:
+        raise ConfigError(f"resume: the configuration differs from the run's at "
+                          f"{_first_difference(saved, now)} (only {', '.join(RESUME_KEYS)} "
+                          f"may change)")
+    done = record["iteration"]
+    require(opts.train.iterations > done, "train.iterations", opts.train.iterations,
+            f"the run has done {done} iterations: ask for more to resume it")
 
 
 class ModelSaver:

@@ -18,6 +18,7 @@ CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 PROG = "lptrain"
 _failures: list[str] = []
 _stop: list = []          # the StopSignals main() installed (empty when called otherwise)
+_resuming: list = []      # the run directory given with resume=
 
 
 def _say(msg: str) -> None:
@@ -53,12 +54,40 @@ def _directory_args(args: list[str], comm) -> tuple[list[str], str]:
 
 def _claim(directory: str, args: list[str]) -> None:
     """Rank 0: lock the run (or sweep) directory for this process, refuse an earlier
-    run's files (RunDirectoryBusy, RunFileError)."""
+    run's files unless resuming it (RunDirectoryBusy, RunFileError)."""
     multirun = "-m" in args or "--multirun" in args
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     lock = RunLock(directory, key).acquire()
     atexit.register(lock.release)
-    refuse_earlier_run(directory, key)
+    if not _resuming:
+        refuse_earlier_run(directory, key)
+
+
+def _resume_args(args: list[str]) -> list[str]:
+    """`resume=DIR [key=value ...]`: the run's saved overrides, the allowed new ones
+    (app.RESUME_KEYS), and DIR as the run directory."""
+    given = _value(args, "resume")
+    if given is None:
+        return args
+    from omegaconf import OmegaConf
+
+    from lptrain.app import RESUME_KEYS
+    from lptrain.errors import ConfigError, RunFileError
+    from lptrain.train.checkpoint import CHECKPOINT_FILE
+    rest = [a for a in args if not a.startswith("resume=")]
+    bad = [a for a in rest if a.split("=", 1)[0] not in RESUME_KEYS]
+    if bad:
+        raise ConfigError(f"{bad[0]}: with resume= only {', '.join(RESUME_KEYS)} can be "
+                          f"given (the run keeps its configuration)")
+    run_dir = Path(given)
+    saved = run_dir / ".hydra" / "overrides.yaml"
+    if not (run_dir / CHECKPOINT_FILE).is_file() or not saved.is_file():
+        raise RunFileError(f"resume={given}: no {CHECKPOINT_FILE} (or .hydra/overrides.yaml) "
+                           f"there; only runs of this lptrain version can be resumed")
+    given_keys = {a.split("=", 1)[0] for a in rest}
+    kept = [a for a in OmegaConf.load(saved) if a.split("=", 1)[0] not in given_keys]
+    _resuming.append(run_dir)
+    return [*kept, *rest, f"hydra.run.dir={run_dir}"]
 
 
 def _check_writable(directory: str) -> str | None:
@@ -146,6 +175,7 @@ def main() -> None:
     args = sys.argv[1:]
     checkable = all(a in ("-m", "--multirun") or not a.startswith("-") for a in args)
     try:
+        args = _resume_args(args)
         if checkable:
             _prevalidate(args)
         args, directory = _directory_args(args, comm)
@@ -178,7 +208,7 @@ def _task(cfg) -> None:
     comm = world()
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        app.run(cfg, comm, run_dir, _stop[0] if _stop else None)
+        app.run(cfg, comm, run_dir, _stop[0] if _stop else None, resume=bool(_resuming))
     except Interrupted as exc:       # every rank agreed on it after the same iteration
         if comm.Get_rank() == 0:
             print(f"{PROG}: {exc} (status interrupted); resume with: "

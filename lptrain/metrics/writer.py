@@ -82,6 +82,29 @@ class MetricsWriter:
         self._file.attrs[s.STATUS] = s.RUNNING
         self._file.flush()
 
+    @classmethod
+    def reopen(cls, path: str | Path, iteration: int, world_size: int) -> MetricsWriter:
+        """Continue an earlier run's file (resume): rows after `iteration` are dropped (they
+        will be computed again), status goes back to `running`. On another world size the
+        per-rank timing rows are no longer recorded (their width is the first run's)."""
+        self = cls.__new__(cls)
+        self.path, self._closed, self.failure = Path(path), False, None
+        try:
+            self._file = h5py.File(self.path, "r+", locking=False)
+        except OSError as exc:
+            raise s.MetricsFileError(f"{path}: cannot reopen metrics file ({exc})") from None
+        for group in s.GROUPS:
+            if group in self._file:
+                _truncate(self._file[group], iteration)
+        timing = self._file.get(s.TIMING)
+        self._skip_timing = timing is not None and s.COMPUTE in timing and \
+            timing[s.COMPUTE].shape[1] != world_size
+        if s.ERROR in self._file.attrs:
+            del self._file.attrs[s.ERROR]
+        self._file.attrs[s.STATUS] = s.RUNNING
+        self._file.flush()
+        return self
+
     # -- logging ---------------------------------------------------------------------------
     def log_train(self, **fields) -> None:
         """Append one optimizer iteration to train/ (`iteration` is required)."""
@@ -118,6 +141,8 @@ class MetricsWriter:
             raise ValueError("timing lists must be non-empty and of equal length: "
                              f"compute {len(compute)}, communication {len(communication)}, "
                              f"waiting {len(waiting)}")
+        if getattr(self, "_skip_timing", False):
+            return
         self._append_row(s.TIMING, {s.ITERATION: iteration, s.COMPUTE: compute,
                                     s.COMMUNICATION: communication, s.WAITING: waiting})
 
@@ -243,9 +268,27 @@ class NullWriter:
         return False
 
 
-def open_writer(path: str | Path, attrs: dict, enabled: bool) -> MetricsWriter | NullWriter:
-    """A MetricsWriter where `enabled` (rank 0), a NullWriter elsewhere."""
-    return MetricsWriter(path, attrs) if enabled else NullWriter()
+def open_writer(path: str | Path, attrs: dict, enabled: bool,
+                resume_after: int | None = None) -> MetricsWriter | NullWriter:
+    """A MetricsWriter where `enabled` (rank 0), a NullWriter elsewhere; with
+    `resume_after` the existing file is continued after that iteration."""
+    if not enabled:
+        return NullWriter()
+    if resume_after is None:
+        return MetricsWriter(path, attrs)
+    return MetricsWriter.reopen(path, resume_after, attrs[s.WORLD_SIZE])
+
+
+def _truncate(g: h5py.Group, iteration: int) -> None:
+    """Keep the rows of group g up to `iteration` (rows are in iteration order)."""
+    if s.ITERATION not in g:
+        return
+    # `iteration` is written last in a row: a killed writer leaves it short or at -1
+    ok = (lambda its: (its >= 0) & (its <= iteration))(g[s.ITERATION][:])
+    keep = len(ok) if ok.all() else int(np.argmin(ok))
+    for name, ds in g.items():
+        if ds.shape[0] > keep:
+            ds.resize((keep, *ds.shape[1:]))
 
 
 # -- dataset helpers ----------------------------------------------------------------------

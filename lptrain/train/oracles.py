@@ -108,6 +108,13 @@ class SerialOracle:
     def accept(self):
         self._tape = None
 
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps of this rank's oracle (serial: nothing)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
     def validate(self, theta, x, y) -> tuple[float, float]:
         n = x.shape[0]
         *_, loss, correct, _ = self._forward(theta, self._shard(x), self._shard(y), n, False)
@@ -157,6 +164,16 @@ class MGRITOracle:
         self._store(self.fwd.states, adj.states if adj is not None else None)
         self.adj = None
 
+    # checkpoints: this rank's warm starts (its block of the layers) and controller state
+    STATE = ("warm_fwd", "warm_adj", "warm_key")
+
+    def state_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.STATE}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name in self.STATE:
+            setattr(self, name, state[name])
+
     # Warm starts.  The solvers alternate between two buffers and never write
     # into the warm start they are given, so the accepted states are kept by
     # reference; only states of other mini-batches need copies.
@@ -197,6 +214,16 @@ class SimultaneousOracle(MGRITOracle):
         self.copy = mini_batches      # other batches' solves reuse the solver buffers
         self.cache: OrderedDict = OrderedDict()
         self.last_gnorm = math.inf
+
+    STATE = (*MGRITOracle.STATE, "last_gnorm")
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(),
+                "cache": [[key, fwd, adj] for key, (fwd, adj) in self.cache.items()]}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.cache = OrderedDict((key, (fwd, adj)) for key, fwd, adj in state["cache"])
 
     def _solve_forward(self, theta, warm):
         mo, extra = self.mo, 0
