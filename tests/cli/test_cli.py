@@ -21,6 +21,7 @@ from launch import ENV, LPTRAIN, REPO, lptrain
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
 from lptrain.model.saved import MODEL_FILE, load_model
+from lptrain.train.checkpoint import CHECKPOINT_FILE
 
 pytestmark = pytest.mark.cli
 
@@ -202,7 +203,7 @@ def test_serial_mode_on_two_ranks_matches_one_rank(serial_run, tmp_path):
     assert two.timing[ms.COMPUTE].shape == (ITERATIONS, 2)   # one column per rank
     # only rank 0 wrote: its log and Hydra's record, no per-rank files or error logs
     assert {p.name for p in run_dir.iterdir()} == {".hydra", "cli.log", ms.FILE_NAME,
-                                                   MODEL_FILE}
+                                                   MODEL_FILE, CHECKPOINT_FILE}
     assert {p.name for p in (run_dir / ".hydra").iterdir()} == {
         "config.yaml", "hydra.yaml", "overrides.yaml"}
     hydra_record = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml")
