@@ -46,11 +46,12 @@ QUICK_indian_pines := train.iterations=5 dataset.n_train=500 dataset.n_val=250 m
 QUICK_mnist := train.iterations=3 dataset.n_train=300 dataset.n_val=100 mgrit.tol=1e-8
 quick = $(if $(QUICK),$(QUICK_$(1)),)
 
-# $(1) dataset key, $(2) experiment name, $(3) output folder
+# $(1) dataset key, $(2) experiment name, $(3) output folder (its runs are replaced: lptrain
+# itself never writes over an earlier run)
 define reproduce
 	@mkdir -p $(3)
 	for m in serial mgrit simultaneous; do \
-	  $(RUN_NP) experiment=$(2) mode=$$m hydra.run.dir=$(3)/$$m $(call quick,$(1)) $(ARGS) || exit 1; \
+	  rm -rf $(3)/$$m; $(RUN_NP) experiment=$(2) mode=$$m hydra.run.dir=$(3)/$$m $(call quick,$(1)) $(ARGS) || exit 1; \
 	done
 	$(REPORT) $(3)/serial $(3)/mgrit $(3)/simultaneous --out $(3)/report
 	@echo "figures and summary.md in $(3)/report"
@@ -75,7 +76,7 @@ SCALING_ITERS ?= 5
 scaling: install ## deep Peaks (N=1024) on 1, 2, 4 ranks, serial and simultaneous; measured vs predicted
 	@mkdir -p $(OUT)/scaling
 	for p in $(SCALING_RANKS); do for m in serial simultaneous; do \
-	  MPIR_CVAR_ENABLE_HEAVY_YIELD=1 $(MPIEXEC) -n $$p $(LPTRAIN) experiment=peaks_deep mode=$$m \
+	  rm -rf $(OUT)/scaling/$$m-P$$p; MPIR_CVAR_ENABLE_HEAVY_YIELD=1 $(MPIEXEC) -n $$p $(LPTRAIN) experiment=peaks_deep mode=$$m \
 	    train.iterations=$(SCALING_ITERS) eval_every=1000 hydra.run.dir=$(OUT)/scaling/$$m-P$$p || exit 1; \
 	done; done
 	$(REPORT) $(OUT)/scaling --out $(OUT)/scaling/report

@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-__all__ = ["LayerParallelResNet", "MGRITOptions", "__version__"]
+__all__ = ["LayerParallelResNet", "MGRITOptions", "load_model", "__version__"]
 
 
 def __getattr__(name):
@@ -13,4 +13,7 @@ def __getattr__(name):
     if name == "MGRITOptions":
         from lptrain.mgrit.options import MGRITOptions
         return MGRITOptions
+    if name == "load_model":
+        from lptrain.model.saved import load_model
+        return load_model
     raise AttributeError(name)

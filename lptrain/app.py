@@ -9,12 +9,15 @@ from omegaconf import OmegaConf
 
 from lptrain.config.schema import Config
 from lptrain.data import load_dataset
-from lptrain.errors import ConfigError, StalledError, require
+from lptrain.errors import ConfigError, RunFileError, StalledError, require
 from lptrain.metrics import schema as ms
 from lptrain.metrics.console import Console
 from lptrain.metrics.writer import open_writer
 from lptrain.model.network import ResNet
+from lptrain.model.saved import MODEL_FILE, model_record, save_torch
 from lptrain.parallel.context import make_exchange
+from lptrain.train.checkpoint import CHECKPOINT_FILE, Checkpointer, load_checkpoint, restore
+from lptrain.train.guard import Progress
 from lptrain.train.loop import train
 from lptrain.train.optimizers import OPTIMIZERS
 from lptrain.train.oracles import make_oracle
@@ -79,19 +82,41 @@ def build(opts: Config, comm):
     return ex, data, net, theta, oracle, OPTIMIZERS[opts.optimizer.name](opts.optimizer)
 
 
-def run(cfg, comm, run_dir: Path):
-    """Train one configuration; rank 0 writes run_dir/metrics.h5. Returns the Outcome."""
+def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
+    """Train one configuration; rank 0 writes run_dir/metrics.h5, model.pt, checkpoint.pt.
+
+    `stop` (a train.guard.StopSignals) ends the run after the iteration at which any
+    rank received SIGINT/SIGTERM (Interrupted). With `resume` the run continues from
+    run_dir/checkpoint.pt, appending to its metrics.h5. Returns the Outcome.
+    """
     opts = options(cfg)
     ex, data, net, theta, oracle, optimizer = build(opts, comm)
     rank0 = ex.rank == 0 if comm is None else comm.Get_rank() == 0
+    run_dir = Path(run_dir)
+    config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
+    progress, record = Progress(theta), None
+    if resume:
+        record = load_checkpoint(run_dir / CHECKPOINT_FILE)
+        check_resumable(record, config_yaml, opts)
+        theta = restore(record, optimizer, oracle, progress, ex)
     attrs = {ms.MODE: opts.mode.name, ms.WORLD_SIZE: ex.size, ms.SEED: opts.seed,
              ms.CONFIG: OmegaConf.to_yaml(cfg), ms.DATASET_SOURCE: data.source,
              ms.STEP_KERNEL: net.stepper(theta).implementation()}
-    path = Path(run_dir) / ms.FILE_NAME
+    path = run_dir / ms.FILE_NAME
     title = f"{opts.mode.name} {data.name} N={opts.network.layers}"
-    with open_writer(path, attrs, enabled=rank0) as writer, \
+    saver = ModelSaver(run_dir / MODEL_FILE, net, config_yaml, opts.dtype, data, rank0)
+    checkpointer = Checkpointer(run_dir / CHECKPOINT_FILE, opts.checkpoint_every, ex, rank0,
+                                optimizer, oracle, progress, {"config": config_yaml})
+    loop = None if record is None else {**record["loop"], "batches": record["batches"]}
+    with open_writer(path, attrs, rank0, record and record["iteration"]) as writer, \
             Console(rank0, opts.train.iterations, title) as console:
-        _, outcome = train(theta, optimizer, oracle, data, opts, writer, console, ex)
+        try:
+            _, outcome = train(theta, optimizer, oracle, data, opts, writer, console, ex,
+                               progress, stop, checkpointer, loop)
+        except BaseException:
+            saver.save_quietly(progress)
+            raise
+        saver.save(progress, ex)
         console.close()
         console.summary({"iterations": outcome.iterations, "objective": outcome.objective,
                          "training loss": outcome.loss,
@@ -100,8 +125,9 @@ def run(cfg, comm, run_dir: Path):
                          "best validation accuracy": outcome.best_val_accuracy,
                          "wall time [s]": outcome.wall_time,
                          "time / iteration [s]": outcome.wall_time / outcome.iterations})
-        # a line of its own: a table cell would fold a long path
+        # lines of their own: a table cell would fold a long path
         console.message(f"metrics: {path}")
+        console.message(f"model: {saver.path}")
         if outcome.stalled:
             writer.close(ms.STALLED, error=outcome.stalled)
             console.message(_stall_message(opts, outcome))
@@ -118,3 +144,73 @@ def _stall_message(opts: Config, outcome) -> str:
             "learning rate or network.init")
     return f"stalled after {outcome.iterations} iterations: {outcome.stalled}; {hint} " \
            f"(train.patience={opts.train.patience})"
+
+
+RESUME_KEYS = ("train.iterations", "eval_every", "checkpoint_every")
+
+
+def _comparable(config_yaml: str) -> dict:
+    c = OmegaConf.to_container(OmegaConf.create(config_yaml))
+    for key in RESUME_KEYS:
+        *parents, name = key.split(".")
+        node = c
+        for p in parents:
+            node = node.get(p, {})
+        node.pop(name, None)
+    return c
+
+
+def _first_difference(a, b, prefix: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            if a.get(key) != b.get(key):
+                return _first_difference(a.get(key), b.get(key), f"{prefix}{key}.")
+    return f"{prefix.rstrip('.')}: {a!r} in the checkpoint, {b!r} now"
+
+
+def check_resumable(record: dict, config_yaml: str, opts: Config) -> None:
+    """ConfigError unless the configuration equals the checkpoint's up to RESUME_KEYS
+    and asks for iterations beyond it."""
+    saved, now = _comparable(record["config"]), _comparable(config_yaml)
+    if saved != now:
+        raise ConfigError(f"resume: the configuration differs from the run's at "
+                          f"{_first_difference(saved, now)} (only {', '.join(RESUME_KEYS)} "
+                          f"may change)")
+    done = record["iteration"]
+    require(opts.train.iterations > done, "train.iterations", opts.train.iterations,
+            f"the run has done {done} iterations: ask for more to resume it")
+
+
+class ModelSaver:
+    """Writes model.pt on rank 0 from a Progress (the last good parameters)."""
+
+    def __init__(self, path: Path, net, config_yaml: str, dtype: str, data, enabled: bool):
+        self.path, self.net, self.config_yaml = path, net, config_yaml
+        self.dtype, self.data, self.enabled = dtype, data, enabled
+
+    def _write(self, progress) -> None:
+        save_torch(model_record(progress.theta, self.net, self.config_yaml, self.dtype,
+                                self.data, progress.iteration), self.path)
+
+    def save(self, progress, exchange) -> None:
+        """Write, and fail on every rank alike (RunFileError) if rank 0 could not."""
+        error = None
+        if self.enabled:
+            try:
+                self._write(progress)
+            except RunFileError as exc:
+                error = exc
+        failed = exchange.allreduce_sum(float(error is not None)) if exchange.size > 1 \
+            else float(error is not None)
+        if error is not None:
+            raise error
+        if failed:
+            raise RunFileError(f"{self.path}: rank 0 could not write the model")
+
+    def save_quietly(self, progress) -> None:
+        """Best effort while another error ends the run: that error is the one reported."""
+        if self.enabled:
+            try:
+                self._write(progress)
+            except Exception:  # noqa: BLE001 - the run's own error is already propagating
+                pass

@@ -5,14 +5,20 @@ writes, every error ends the whole job with one line printed once.
 """
 from __future__ import annotations
 
+import atexit
 import sys
 import traceback
 from datetime import datetime
 from pathlib import Path
 
+from lptrain.errors import LptrainError
+from lptrain.rundir import RunLock, claim_new, refuse_earlier_run
+
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 PROG = "lptrain"
 _failures: list[str] = []
+_stop: list = []          # the StopSignals main() installed (empty when called otherwise)
+_resuming: list = []      # the run directory given with resume=
 
 
 def _say(msg: str) -> None:
@@ -33,13 +39,55 @@ def _directory_args(args: list[str], comm) -> tuple[list[str], str]:
     chosen = _value(args, key)
     if chosen is None and comm.Get_rank() == 0:
         root = "multirun" if multirun else "outputs"
-        chosen = datetime.now().strftime(f"{root}/%Y-%m-%d/%H-%M-%S")
+        base = datetime.now().strftime(f"{root}/%Y-%m-%d/%H-%M-%S")
+        try:      # a directory of its own even for runs started in the same second
+            chosen = str(claim_new(base))
+        except (OSError, LptrainError):
+            chosen = base     # _check_writable reports it
     chosen = comm.bcast(chosen, root=0)
     extra = [] if _value(args, key) is not None else [f"{key}={chosen}"]
     if comm.Get_rank() != 0:
         extra += ["hydra.output_subdir=null", "hydra/job_logging=disabled",
                   "hydra/hydra_logging=disabled"]
     return args + extra, chosen
+
+
+def _claim(directory: str, args: list[str]) -> None:
+    """Rank 0: lock the run (or sweep) directory for this process, refuse an earlier
+    run's files unless resuming it (RunDirectoryBusy, RunFileError)."""
+    multirun = "-m" in args or "--multirun" in args
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    lock = RunLock(directory, key).acquire()
+    atexit.register(lock.release)
+    if not _resuming:
+        refuse_earlier_run(directory, key)
+
+
+def _resume_args(args: list[str]) -> list[str]:
+    """`resume=DIR [key=value ...]`: the run's saved overrides, the allowed new ones
+    (app.RESUME_KEYS), and DIR as the run directory."""
+    given = _value(args, "resume")
+    if given is None:
+        return args
+    from omegaconf import OmegaConf
+
+    from lptrain.app import RESUME_KEYS
+    from lptrain.errors import ConfigError, RunFileError
+    from lptrain.train.checkpoint import CHECKPOINT_FILE
+    rest = [a for a in args if not a.startswith("resume=")]
+    bad = [a for a in rest if a.split("=", 1)[0] not in RESUME_KEYS]
+    if bad:
+        raise ConfigError(f"{bad[0]}: with resume= only {', '.join(RESUME_KEYS)} can be "
+                          f"given (the run keeps its configuration)")
+    run_dir = Path(given)
+    saved = run_dir / ".hydra" / "overrides.yaml"
+    if not (run_dir / CHECKPOINT_FILE).is_file() or not saved.is_file():
+        raise RunFileError(f"resume={given}: no {CHECKPOINT_FILE} (or .hydra/overrides.yaml) "
+                           f"there; only runs of this lptrain version can be resumed")
+    given_keys = {a.split("=", 1)[0] for a in rest}
+    kept = [a for a in OmegaConf.load(saved) if a.split("=", 1)[0] not in given_keys]
+    _resuming.append(run_dir)
+    return [*kept, *rest, f"hydra.run.dir={run_dir}"]
 
 
 def _check_writable(directory: str) -> str | None:
@@ -68,9 +116,34 @@ def _prevalidate(args: list[str]) -> None:
                  and not a.startswith("+hydra")]
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            options(compose(config_name="config", overrides=overrides))
+            for combination in _sweep_samples(overrides):
+                options(compose(config_name="config", overrides=combination))
     except (HydraException, OmegaConfBaseException) as exc:
         raise _one_line(exc) from None
+
+
+def _sweep_samples(overrides: list[str]) -> list[list[str]]:
+    """Override lists that together try every value of every sweep (`a=1,2`, `range`,
+    `choice`) once, the other sweeps at their first value: one composition per value,
+    not the product. Without sweeps, the overrides themselves."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    values = []
+    for o in parsed:
+        try:
+            swept = list(o.sweep_string_iterator()) if o.is_sweep_override() else None
+        except HydraException:     # glob(): needs Hydra's config loader; Hydra checks it
+            continue
+        values.append([f"{o.get_key_element()}={v}" for v in swept] if swept
+                      else [o.input_line])
+    if not values:
+        return [[]]
+    first = [v[0] for v in values]
+    samples = [first]
+    for i, vs in enumerate(values):
+        samples += [first[:i] + [v] + first[i + 1:] for v in vs[1:]]
+    return samples
 
 
 def _one_line(exc: Exception):
@@ -93,18 +166,26 @@ def _one_line(exc: Exception):
 
 
 def main() -> None:
-    from lptrain.errors import LptrainError
+    from lptrain.train.guard import StopSignals
+    _stop.append(StopSignals().install())   # first: a signal from here on stops cleanly
     from lptrain.parallel.context import keep_freed_memory, limit_threads, world
     keep_freed_memory()
     comm = world()
     limit_threads(comm.Get_size())
     args = sys.argv[1:]
-    plain = not any(a.startswith("-") for a in args)
+    checkable = all(a in ("-m", "--multirun") or not a.startswith("-") for a in args)
     try:
-        if plain:
+        args = _resume_args(args)
+        if checkable:
             _prevalidate(args)
         args, directory = _directory_args(args, comm)
-        problem = _check_writable(directory) if comm.Get_rank() == 0 else None
+        problem = None
+        if comm.Get_rank() == 0:
+            problem = _check_writable(directory)
+            try:
+                problem = problem or _claim(directory, args)
+            except LptrainError as exc:
+                problem = str(exc)
         problem = comm.bcast(problem, root=0)
         if problem:
             raise LptrainError(problem)
@@ -122,12 +203,17 @@ def _task(cfg) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     from lptrain import app
-    from lptrain.errors import LptrainError
+    from lptrain.errors import Interrupted, LptrainError
     from lptrain.parallel.context import world
     comm = world()
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        app.run(cfg, comm, run_dir)
+        app.run(cfg, comm, run_dir, _stop[0] if _stop else None, resume=bool(_resuming))
+    except Interrupted as exc:       # every rank agreed on it after the same iteration
+        if comm.Get_rank() == 0:
+            print(f"{PROG}: {exc} (status interrupted); resume with: "
+                  f"{PROG} resume={run_dir}", file=sys.stderr, flush=True)
+        sys.exit(exc.exit_code)
     except LptrainError as exc:      # raised identically on every rank
         _failures.append(str(exc))
         if comm.Get_rank() == 0:

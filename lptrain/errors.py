@@ -18,7 +18,30 @@ class SolverError(LptrainError):
 
 
 class DivergedError(LptrainError):
-    """Training produced a non-finite objective."""
+    """Training produced a non-finite objective or one that grew past the divergence rule."""
+
+
+class RunFileError(LptrainError):
+    """A file of the run directory cannot be written or read; the message names it."""
+
+
+class RunDirectoryBusy(LptrainError):
+    """Another live run holds the run directory (its lock file names the owner)."""
+
+
+class Interrupted(LptrainError):
+    """The ranks agreed to stop after a signal (SIGINT or SIGTERM).
+
+    `exit_code` is 128 + the signal number, as a shell reports a process the
+    signal ended; `iteration` is the last finished optimizer iteration.
+    """
+
+    def __init__(self, signum: int, iteration: int):
+        import signal
+        self.signum, self.iteration = signum, iteration
+        self.exit_code = 128 + signum
+        self.signal_name = signal.Signals(signum).name
+        super().__init__(f"interrupted by {self.signal_name} after iteration {iteration}")
 
 
 class StalledError(LptrainError):

@@ -102,12 +102,16 @@ class Config:
     mgrit: MGRITOptions = MISSING
     train: TrainOptions = field(default_factory=TrainOptions)
     eval_every: int = 10
+    checkpoint_every: Optional[int] = None   # iterations; null: automatic (< 2 % of the time)
     seed: int = 0
     dtype: str = "float64"
     device: str = "cpu"
 
     def __post_init__(self):
         require(self.eval_every > 0, "eval_every", self.eval_every, "must be positive")
+        require(self.checkpoint_every is None or self.checkpoint_every >= 0,
+                "checkpoint_every", self.checkpoint_every,
+                "must be >= 0 (0: only when stopped and at the end) or null (automatic)")
         require(self.dtype in DTYPES, "dtype", self.dtype, f"choose one of {DTYPES}")
         require(self.device in DEVICES, "device", self.device, f"choose one of {DEVICES}")
         require(self.seed >= 0, "seed", self.seed, "must be >= 0")

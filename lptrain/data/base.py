@@ -8,7 +8,7 @@ from typing import Callable
 
 import torch
 
-from lptrain.errors import ConfigError
+from lptrain.errors import ConfigError, DataError
 
 
 @dataclass(frozen=True)
@@ -120,3 +120,13 @@ def package_dir(package: str) -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(list(spec.submodule_search_locations)[0])
+
+
+def data_dirs(options) -> list[Path]:
+    """search_dirs of options.path; a path the user chose (not the dataset's default)
+    must exist, so that a typo is an error rather than a silent fallback copy."""
+    dirs = search_dirs(options.path)
+    if options.path != type(options)().path and not any(d.is_dir() for d in dirs):
+        raise DataError(f"dataset.path={options.path!r}: no such directory "
+                        f"(looked for {' and '.join(map(str, dirs))})")
+    return dirs

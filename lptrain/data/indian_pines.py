@@ -10,7 +10,7 @@ import numpy as np
 import scipy.io
 import torch
 
-from lptrain.data.base import Dataset, package_dir, register, search_dirs, stratified_split
+from lptrain.data.base import Dataset, data_dirs, package_dir, register, stratified_split
 from lptrain.errors import DataError, require
 
 N_CLASSES = 16
@@ -138,7 +138,7 @@ def normalise(x_train: torch.Tensor, x_val: torch.Tensor):
 @register("indian_pines")
 def load_indian_pines(options: IndianPinesOptions, seed: int) -> Dataset:
     """Labelled pixels (gt > 0) as spectra, labels gt − 1, seeded stratified split."""
-    files, variant = find_scene(search_dirs(options.path), options.variant)
+    files, variant = find_scene(data_dirs(options), options.variant)
     cube, gt = read_scene(files, variant)
     mask = gt > 0
     x = torch.from_numpy(cube[mask].astype(np.float64))

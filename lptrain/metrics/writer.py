@@ -8,6 +8,7 @@ finished iteration. Ranks other than 0 use `NullWriter`, which accepts the same 
 from __future__ import annotations
 
 import math
+import os
 from datetime import datetime
 from pathlib import Path
 from typing import Sequence
@@ -16,10 +17,11 @@ import h5py
 import numpy as np
 
 from lptrain import __version__
-from lptrain.errors import DivergedError
+from lptrain.errors import DivergedError, Interrupted
 from lptrain.metrics import schema as s
 
 _CHUNK_ROWS = 256
+RESERVE_BYTES = 4 * 2 ** 20   # free space kept on the file's file system (see MetricsWriter)
 _CHUNK_HISTORY = (64, 16)
 
 
@@ -35,11 +37,25 @@ def convergence_factor(residuals: Sequence[float]) -> float:
     return (r[-1] / r[0]) ** (1.0 / (len(r) - 1))
 
 
+def free_bytes(directory: Path) -> int:
+    """Bytes an unprivileged writer may still use on the file system of `directory`."""
+    st = os.statvfs(directory)
+    return st.f_bavail * st.f_frsize
+
+
 class MetricsWriter:
     """Owner of one open metrics.h5; also a context manager that records how the run ended.
 
+    Faults: HDF5 cannot survive a full disk (h5py crashes once a write fails with
+    ENOSPC), so before every row the writer checks that at least RESERVE_BYTES are free
+    on the file's file system. When they are not, or when a write fails, it stores
+    status `failed` with the reason (while it still can), closes the file and keeps the
+    error in `failure`; later log calls do nothing. The training loop turns `failure`
+    into an error on every rank at the end of the iteration.
+
     `with MetricsWriter(path, attrs) as w:` closes with status `completed` on a normal exit,
-    `diverged` on DivergedError, `interrupted` on KeyboardInterrupt and `failed` on any
+    `diverged` on DivergedError, `interrupted` on KeyboardInterrupt or Interrupted (a
+    signal the ranks agreed to stop for) and `failed` on any
     other exception (the message goes to the `error` attribute); the exception propagates.
     """
 
@@ -60,10 +76,34 @@ class MetricsWriter:
         values = {name: _attr_value(name, value) for name, value in attrs.items()}
         self._file = _create(self.path)
         self._closed = False
+        self.failure: s.MetricsFileError | None = None
         for name, value in values.items():
             self._file.attrs[name] = value
         self._file.attrs[s.STATUS] = s.RUNNING
         self._file.flush()
+
+    @classmethod
+    def reopen(cls, path: str | Path, iteration: int, world_size: int) -> MetricsWriter:
+        """Continue an earlier run's file (resume): rows after `iteration` are dropped (they
+        will be computed again), status goes back to `running`. On another world size the
+        per-rank timing rows are no longer recorded (their width is the first run's)."""
+        self = cls.__new__(cls)
+        self.path, self._closed, self.failure = Path(path), False, None
+        try:
+            self._file = h5py.File(self.path, "r+", locking=False)
+        except OSError as exc:
+            raise s.MetricsFileError(f"{path}: cannot reopen metrics file ({exc})") from None
+        for group in s.GROUPS:
+            if group in self._file:
+                _truncate(self._file[group], iteration)
+        timing = self._file.get(s.TIMING)
+        self._skip_timing = timing is not None and s.COMPUTE in timing and \
+            timing[s.COMPUTE].shape[1] != world_size
+        if s.ERROR in self._file.attrs:
+            del self._file.attrs[s.ERROR]
+        self._file.attrs[s.STATUS] = s.RUNNING
+        self._file.flush()
+        return self
 
     # -- logging ---------------------------------------------------------------------------
     def log_train(self, **fields) -> None:
@@ -101,15 +141,18 @@ class MetricsWriter:
             raise ValueError("timing lists must be non-empty and of equal length: "
                              f"compute {len(compute)}, communication {len(communication)}, "
                              f"waiting {len(waiting)}")
+        if getattr(self, "_skip_timing", False):
+            return
         self._append_row(s.TIMING, {s.ITERATION: iteration, s.COMPUTE: compute,
                                     s.COMMUNICATION: communication, s.WAITING: waiting})
 
     def set_attr(self, name: str, value) -> None:
         """Set one root attribute (a name of schema.ROOT_ATTRS) and flush."""
-        self._require_open()
         _check_name(s.ROOT, name)
-        self._file.attrs[name] = _attr_value(name, value)
-        self._file.flush()
+        value = _attr_value(name, value)
+        if self.failure is None:
+            self._require_open()
+            self._guarded(lambda: self._file.attrs.__setitem__(name, value))
 
     def close(self, status: str = s.COMPLETED, error: str | None = None) -> None:
         """Record the final `status` (and `error`), then close; later calls do nothing."""
@@ -117,11 +160,13 @@ class MetricsWriter:
             return
         if status not in s.FINAL_STATUSES:
             raise ValueError(f"status={status!r}: choose one of {s.FINAL_STATUSES}")
-        if error is not None:
-            self._file.attrs[s.ERROR] = str(error)
-        self._file.attrs[s.STATUS] = status
-        self._file.close()
         self._closed = True
+        try:
+            if error is not None:
+                self._file.attrs[s.ERROR] = str(error)
+            self._file.attrs[s.STATUS] = status
+        finally:
+            self._file.close()
 
     def __enter__(self) -> MetricsWriter:
         return self
@@ -129,8 +174,8 @@ class MetricsWriter:
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc is None:
             self.close(s.COMPLETED)
-        elif isinstance(exc, KeyboardInterrupt):
-            self.close(s.INTERRUPTED)
+        elif isinstance(exc, (KeyboardInterrupt, Interrupted)):
+            self.close(s.INTERRUPTED, error=str(exc) if isinstance(exc, Interrupted) else None)
         elif isinstance(exc, DivergedError):
             self.close(s.DIVERGED, error=str(exc))
         else:
@@ -142,12 +187,40 @@ class MetricsWriter:
         if self._closed:
             raise RuntimeError(f"{self.path}: metrics file already closed")
 
+    def _guarded(self, write) -> None:
+        """Run `write` and flush, unless the disk is (nearly) full or the write fails:
+        then record the failure and close the file with status `failed`."""
+        try:
+            free = free_bytes(self.path.parent)
+            if free < RESERVE_BYTES:
+                raise OSError(f"only {free} bytes left free on its file system (lptrain "
+                              f"stops writing below {RESERVE_BYTES})")
+            write()
+            self._file.flush()
+        except (OSError, RuntimeError) as exc:
+            self.failure = s.MetricsFileError(f"{self.path}: cannot write "
+                                              f"({getattr(exc, 'strerror', None) or exc})")
+            self._fail_safely()
+
+    def _fail_safely(self) -> None:
+        self._closed = True
+        try:
+            self._file.attrs[s.ERROR] = str(self.failure)
+            self._file.attrs[s.STATUS] = s.FAILED
+            self._file.close()
+        except (OSError, RuntimeError):
+            pass
+
     def _append_row(self, group: str, fields: dict) -> None:
-        self._require_open()
         for name in fields:
             _check_name(group, name)
         if fields.get(s.ITERATION) is None:
             raise KeyError(f"{group}/{s.ITERATION} is required")
+        if self.failure is None:
+            self._require_open()
+            self._guarded(lambda: self._write_row(group, fields))
+
+    def _write_row(self, group: str, fields: dict) -> None:
         g = self._file.require_group(group)
         # one dataset at a time (resize, then write), `iteration` last: a kill in between
         # leaves datasets of unequal length or an iteration still at its fill value, and
@@ -162,13 +235,13 @@ class MetricsWriter:
                 _append_per_rank(g, name, value)
             else:
                 _append_scalar(g, name, field.dtype, value)
-        self._file.flush()
 
 
 class NullWriter:
     """Stand-in for MetricsWriter on ranks other than 0: every call does nothing."""
 
     path = None
+    failure = None
 
     def log_train(self, **fields) -> None:
         pass
@@ -195,9 +268,27 @@ class NullWriter:
         return False
 
 
-def open_writer(path: str | Path, attrs: dict, enabled: bool) -> MetricsWriter | NullWriter:
-    """A MetricsWriter where `enabled` (rank 0), a NullWriter elsewhere."""
-    return MetricsWriter(path, attrs) if enabled else NullWriter()
+def open_writer(path: str | Path, attrs: dict, enabled: bool,
+                resume_after: int | None = None) -> MetricsWriter | NullWriter:
+    """A MetricsWriter where `enabled` (rank 0), a NullWriter elsewhere; with
+    `resume_after` the existing file is continued after that iteration."""
+    if not enabled:
+        return NullWriter()
+    if resume_after is None:
+        return MetricsWriter(path, attrs)
+    return MetricsWriter.reopen(path, resume_after, attrs[s.WORLD_SIZE])
+
+
+def _truncate(g: h5py.Group, iteration: int) -> None:
+    """Keep the rows of group g up to `iteration` (rows are in iteration order)."""
+    if s.ITERATION not in g:
+        return
+    # `iteration` is written last in a row: a killed writer leaves it short or at -1
+    ok = (lambda its: (its >= 0) & (its <= iteration))(g[s.ITERATION][:])
+    keep = len(ok) if ok.all() else int(np.argmin(ok))
+    for name, ds in g.items():
+        if ds.shape[0] > keep:
+            ds.resize((keep, *ds.shape[1:]))
 
 
 # -- dataset helpers ----------------------------------------------------------------------
@@ -219,10 +310,17 @@ def _create(path: Path) -> h5py.File:
     if not path.parent.is_dir():
         raise s.MetricsFileError(f"{path}: cannot create metrics file, "
                                  f"directory {path.parent} does not exist")
+    free = free_bytes(path.parent)
+    if free < RESERVE_BYTES:
+        raise s.MetricsFileError(f"{path}: cannot create metrics file, only {free} bytes "
+                                 f"free on its file system (lptrain needs {RESERVE_BYTES})")
+    if path.is_file():     # never truncate an earlier run's file
+        raise s.MetricsFileError(f"{path}: exists (an earlier run's metrics); lptrain "
+                                 f"only appends to it through resume=")
     try:
         # no HDF5 file lock: read_metrics opens the live file unlocked, and HDF5 refuses
-        # a second open in this process whose locking flag differs
-        return h5py.File(path, "w", locking=False)
+        # a second open in this process whose locking flag differs; "w-" never truncates
+        return h5py.File(path, "w-", locking=False)
     except OSError as exc:
         raise s.MetricsFileError(f"{path}: cannot create metrics file ({exc})") from None
 

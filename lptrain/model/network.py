@@ -200,9 +200,7 @@ class ResNet:
         unless want_grad.
         """
         v = self.layout.views(theta)
-        flat = self.batch_major(uN)
-        flat = flat.reshape(flat.shape[0], -1)
-        logits = torch.addmm(v["mu"], flat, v["W"].t())
+        flat, logits = self._logits(v, uN)
         loss = F.cross_entropy(logits, labels, reduction="sum") / n_total
         correct = int((logits.argmax(1) == labels).sum())
         if not want_grad:
@@ -212,6 +210,16 @@ class ResNet:
         dz /= n_total
         lamN = self._steps.to_state(torch.mm(dz, v["W"]).view(dz.shape[0], *self.state_shape))
         return loss, correct, lamN, torch.mm(dz.t(), flat), dz.sum(0)
+
+    def logits(self, theta, uN) -> torch.Tensor:
+        """Class scores (B, n_classes) of the final states u_N."""
+        return self._logits(self.layout.views(theta), uN)[1]
+
+    def _logits(self, v, uN):
+        flat = self.batch_major(uN)
+        # the width spelled out: a rank whose data shard is empty has 0 rows
+        flat = flat.reshape(flat.shape[0], math.prod(self.state_shape))
+        return flat, torch.addmm(v["mu"], flat, v["W"].t())
 
     # -- regulariser ---------------------------------------------------------
     def regulariser(self, theta: torch.Tensor, grad: torch.Tensor | None = None) -> float:

@@ -1,13 +1,16 @@
 """The training loop shared by every mode: batches, optimizer steps, validation, records."""
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
 import torch
 
+from lptrain.errors import Interrupted
+from lptrain.train.guard import NoStop, Progress
 from lptrain.train.oracles import Batch
-from lptrain.train.progress import Progress
+from lptrain.train.stall import StallRule
 
 
 class Batches:
@@ -27,6 +30,14 @@ class Batches:
             perm = torch.randperm(n, generator=self.gen)
             self.parts = [perm[i:i + batch_size] for i in range(0, n, batch_size)]
         self.order: list[int] = []
+
+    def state_dict(self) -> dict:
+        """The generator and the rest of this epoch's order (the parts follow the seed)."""
+        return {"generator": self.gen.get_state(), "order": list(self.order)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.gen.set_state(state["generator"])
+        self.order = list(state["order"])
 
     def next(self) -> Batch:
         if len(self.parts) == 1:
@@ -49,17 +60,46 @@ class Outcome:
     best_val_accuracy: float
     wall_time: float
     converged: bool
-    stalled: str | None = None    # why the run stopped making progress (train/progress.py)
+    stalled: str | None = None    # why the run stopped making progress (train/stall.py)
 
 
-def train(theta, optimizer, oracle, data, opts, writer, console, exchange) -> tuple:
-    """Run opts.train.iterations optimizer steps; returns (θ, Outcome)."""
+def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
+          progress: Progress | None = None, stop=None, checkpoint=None,
+          resume: dict | None = None) -> tuple:
+    """Run opts.train.iterations optimizer steps; returns (θ, Outcome).
+
+    `progress` (a guard.Progress) is kept at the last iteration that passed the
+    divergence rule, also when an exception ends the loop; `stop` (a
+    guard.StopSignals) is asked after every iteration whether the ranks stop.
+    `checkpoint` (a train.checkpoint.Checkpointer) saves every few iterations, when
+    the ranks stop for a signal, and at the end; `resume` is the loop part of a
+    checkpoint whose other parts were loaded into θ, optimizer, oracle and progress.
+    """
+    progress = progress or Progress(theta)
+    stop = stop or NoStop()
     batches = Batches(data.x_train, data.y_train, opts.train.batch_size, opts.seed)
-    progress = Progress(opts.train.patience, len(batches.parts))
-    start = time.perf_counter()
-    val = _validate(0, theta, oracle, data, writer)
-    best, info, k = val[1], None, 0
-    for k in range(1, opts.train.iterations + 1):
+    stall = StallRule(opts.train.patience, len(batches.parts))
+    if resume is None:
+        start = time.perf_counter()
+        val = _validate(0, theta, oracle, data, writer)
+        best, k0 = val[1], 0
+    else:
+        batches.load_state_dict(resume["batches"])
+        if "stall" in resume:
+            stall.load_state_dict(resume["stall"])
+        start = time.perf_counter() - resume["wall_time"]
+        val, best, k0 = tuple(resume["val"]), resume["best"], resume["iteration"]
+    info, k = None, k0
+
+    def save(k, force=False):
+        if checkpoint is not None:
+            checkpoint.save(k, theta, batches, {"val": list(val), "best": best,
+                                                "stall": stall.state_dict(),
+                                                "wall_time": time.perf_counter() - start},
+                            force)
+
+    _checked(stop, exchange, k0, writer, save)
+    for k in range(k0 + 1, opts.train.iterations + 1):
         oracle.begin(batches.next())
         t0, c0, w0 = time.perf_counter(), exchange.clock.comm, exchange.clock.wait
         theta, info = optimizer.step(theta, oracle)
@@ -74,21 +114,37 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange) -> tu
         if stats is not None:
             writer.log_mgrit(iteration=k, **stats)
         _log_timing(k, dt, exchange, c0, w0, writer)
-        stalled = progress.update(info.objective, info.exhausted)
+        stalled = stall.update(info.objective, info.exhausted)
         last = k == opts.train.iterations or info.converged or stalled
         if k % opts.eval_every == 0 or last:
             val = _validate(k, theta, oracle, data, writer)
             best = max(best, val[1])
         console.update(k, objective=info.objective, loss=info.loss, accuracy=info.accuracy,
                        val_accuracy=val[1], step_time=dt, **_console_mgrit(stats))
+        progress.check(k, info.objective, theta)
+        _checked(stop, exchange, k, writer, save)
+        save(k)
         if info.converged:
             console.message(f"gradient norm {info.grad_norm:.3e} below gtol: stopping")
             break
         if stalled:
             break
+    save(k, force=True)
+    if info is None:     # resumed at its last iteration: nothing left to do
+        return theta, Outcome(k, *(math.nan,) * 3, val[0], val[1], best,
+                              time.perf_counter() - start, False)
     outcome = Outcome(k, info.objective, info.loss, info.accuracy, val[0], val[1], best,
-                      time.perf_counter() - start, bool(info.converged), progress.stalled)
+                      time.perf_counter() - start, bool(info.converged), stall.stalled)
     return theta, outcome
+
+
+def _checked(stop, exchange, k, writer, save):
+    """stop.check; a stop for a signal is checkpointed first."""
+    try:
+        stop.check(exchange, k, writer)
+    except Interrupted:
+        save(k, force=True)
+        raise
 
 
 def _validate(k, theta, oracle, data, writer):

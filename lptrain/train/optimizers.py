@@ -63,6 +63,18 @@ class LBFGS:
         oracle.accept()
         self.current = (point, grad)
 
+    # checkpoints: plain values and tensors only (torch.load(weights_only=True) reads them)
+    def state_dict(self) -> dict:
+        cur = self.current
+        return {"mem": [list(pair) for pair in self.mem],
+                "current": None if cur is None else {"point": vars(cur[0]), "grad": cur[1]}}
+
+    def load_state_dict(self, state: dict) -> None:
+        from lptrain.train.oracles import Point
+        self.mem = deque((tuple(p) for p in state["mem"]), maxlen=self.o.memory)
+        cur = state["current"]
+        self.current = None if cur is None else (Point(**cur["point"]), cur["grad"])
+
     def direction(self, g: torch.Tensor) -> torch.Tensor:
         """−H g by the two-loop recursion."""
         q, alphas = g.clone(), []
@@ -141,6 +153,15 @@ class SGD:
     def __init__(self, opts):
         self.o, self.buf = opts, None
 
+    STATE = ("buf",)      # attributes a checkpoint keeps
+
+    def state_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.STATE}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name in self.STATE:
+            setattr(self, name, state[name])
+
     def update(self, theta, g):
         o = self.o
         self.buf = g.clone() if self.buf is None else self.buf.mul_(o.momentum).add_(g)
@@ -159,6 +180,8 @@ class SGD:
 
 class Adam(SGD):
     """Adam with bias correction."""
+
+    STATE = ("m", "v", "t")
 
     def __init__(self, opts):
         self.o, self.m, self.v, self.t = opts, None, None, 0

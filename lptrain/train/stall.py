@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 
-class Progress:
+class StallRule:
     """Feed it one optimizer iteration at a time; `stalled` says why it stalled."""
 
     def __init__(self, patience: int, batches_per_epoch: int = 1):
@@ -45,3 +45,9 @@ class Progress:
             self.stalled = f"the objective has not decreased for {self.since} {unit} " \
                            f"(best {self.best:.6g})"
         return self.stalled
+
+    def state_dict(self) -> dict:
+        return {"best": self.best, "since": self.since, "epoch": list(self._epoch)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.best, self.since, self._epoch = state["best"], state["since"], list(state["epoch"])

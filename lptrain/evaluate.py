@@ -1,0 +1,85 @@
+"""The `lptrain-eval` command: loss and accuracy of a run's saved model on a dataset split.
+
+    lptrain-eval RUN_DIR [dataset.KEY=VALUE ...] [dataset=NAME] [--split val|train]
+
+The dataset is the run's own (same options, same seed, hence the same split) unless
+overridden; `dataset=NAME` starts from that dataset's defaults. One process, no MPI.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+PROG = "lptrain-eval"
+SPLITS = ("val", "train")
+
+
+def dataset_for(model, overrides: list[str]):
+    """The dataset options of the model's run with `overrides` applied (ConfigError)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from lptrain.config.schema import dataset_options
+    from lptrain.errors import ConfigError
+    saved = OmegaConf.create(model.config_yaml)
+    node = OmegaConf.to_container(saved.dataset, resolve=True)
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not (key == "dataset" or key.startswith("dataset.")):
+            raise ConfigError(f"{item}: only dataset=NAME and dataset.KEY=VALUE overrides "
+                              f"are accepted")
+        if key == "dataset":
+            node = {"name": value}
+    kinds = dataset_options()
+    if node["name"] not in kinds:
+        raise ConfigError(f"dataset={node['name']!r}: unknown, choose one of {sorted(kinds)}")
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(kinds[node["name"]](**node)),
+                                 OmegaConf.from_dotlist([o[len("dataset."):] for o in overrides
+                                                         if o.startswith("dataset.")]))
+        return OmegaConf.to_object(merged), int(saved.seed)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"dataset.{exc.full_key}: {str(exc).splitlines()[0]}") from None
+    except TypeError as exc:
+        raise ConfigError(f"dataset: {exc}") from None
+
+
+def evaluate(run: str | Path, overrides: list[str], split: str = "val") -> dict:
+    """Load the model of `run`, its dataset (with overrides), and score `split`."""
+    from lptrain.data import load_dataset
+    from lptrain.errors import DataError
+    from lptrain.model.saved import load_model, model_path
+    model = load_model(run)
+    options, seed = dataset_for(model, overrides)
+    data = load_dataset(options, seed)
+    if data.feature_shape != model.feature_shape or data.n_classes > model.n_classes:
+        raise DataError(f"dataset {data.name}: samples of shape {data.feature_shape} in "
+                        f"{data.n_classes} classes, the model takes {model.feature_shape} in "
+                        f"{model.n_classes}")
+    x, y = (data.x_val, data.y_val) if split == "val" else (data.x_train, data.y_train)
+    loss, accuracy = model.evaluate(x, y)
+    return {"model": str(model_path(run)), "iteration": model.iteration,
+            "dataset": data.name, "split": split, "samples": int(x.shape[0]),
+            "loss": loss, "accuracy": accuracy}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", help="run directory holding model.pt (or a model.pt file)")
+    parser.add_argument("overrides", nargs="*", help="dataset=NAME, dataset.KEY=VALUE")
+    parser.add_argument("--split", choices=SPLITS, default="val")
+    args = parser.parse_args(argv)
+    from lptrain.errors import LptrainError
+    try:
+        r = evaluate(args.run, args.overrides, args.split)
+    except LptrainError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    print(f"model: {r['model']} (iteration {r['iteration']})")
+    print(f"{r['dataset']} {r['split']}: {r['samples']} samples, loss {r['loss']:.6g}, "
+          f"accuracy {r['accuracy']:.4f}")
+
+
+if __name__ == "__main__":
+    main()

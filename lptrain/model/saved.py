@@ -1,0 +1,147 @@
+"""The trained network on disk (`model.pt`) and the torch module a saved one loads into.
+
+A run writes `<run dir>/model.pt` when it ends, however it ends: the parameters of the
+last finished iteration that passed the divergence rule, with what rebuilding the network
+needs (the network options, the input shape, the classes, the dtype) and the dataset's
+description (name, source, and its meta such as the normalisation the loader applied).
+Loading needs neither MPI nor Hydra: `load_model(run_dir)` returns a `Classifier`.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from lptrain.errors import RunFileError
+from lptrain.model.network import NetworkOptions, ResNet
+from lptrain.model.serial import propagate
+
+MODEL_FILE = "model.pt"
+FORMAT = "lptrain-model"
+FORMAT_VERSION = 1
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write `data` to a temporary file next to `path`, sync it, rename it over `path`.
+
+    A reader sees the old file or the new one, never a part; a failure removes the
+    temporary file and raises RunFileError naming `path`.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise RunFileError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+def save_torch(obj, path: Path) -> None:
+    """torch.save into memory first (torch reports a full disk as a RuntimeError without
+    the path), then write_atomically."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    write_atomically(path, buffer.getvalue())
+
+
+def load_torch(path: Path, what: str):
+    """torch.load (tensors and plain Python values only), errors naming `path`."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise RunFileError(f"{path}: no {what} there") from None
+    except (OSError, RuntimeError, EOFError, ValueError) as exc:
+        raise RunFileError(f"{path}: unreadable {what} ({exc})") from None
+
+
+def model_record(theta: torch.Tensor, net: ResNet, config_yaml: str, dtype: str, data,
+                 iteration: int) -> dict:
+    """What model.pt holds: plain values and one tensor (see the module docstring)."""
+    return {"format": FORMAT, "format_version": FORMAT_VERSION,
+            "theta": theta.detach().to("cpu").clone(), "iteration": int(iteration),
+            "network": dict(vars(net.opts)), "feature_shape": list(net.in_shape),
+            "n_classes": int(net.n_classes), "dtype": dtype, "config": config_yaml,
+            "dataset": {"name": data.name, "source": data.source, "meta": data.meta}}
+
+
+class Classifier(nn.Module):
+    """A trained ODE-ResNet for inference: `model(x)` gives the class scores.
+
+    x has the training data's feature shape (after the dataset's normalisation,
+    recorded in `dataset_meta`); the layers are stepped one after another, as
+    the serial mode validates, so `evaluate` on the validation split reproduces
+    the run's validation numbers.  The parameters are the flat buffer `theta`
+    laid out by `net.layout` (`net.layout.views(model.theta)` names the blocks).
+    """
+
+    def __init__(self, record: dict):
+        super().__init__()
+        self.net = ResNet(NetworkOptions(**record["network"]), tuple(record["feature_shape"]),
+                          record["n_classes"])
+        self.register_buffer("theta", record["theta"].to(DTYPES[record["dtype"]]))
+        self.iteration = record["iteration"]
+        self.config_yaml = record["config"]
+        self.dataset_name = record["dataset"]["name"]
+        self.dataset_meta = record["dataset"]["meta"]
+
+    @property
+    def feature_shape(self) -> tuple[int, ...]:
+        return self.net.in_shape
+
+    @property
+    def n_classes(self) -> int:
+        return self.net.n_classes
+
+    def _final_states(self, x: torch.Tensor) -> torch.Tensor:
+        net, theta = self.net, self.theta
+        if tuple(x.shape[1:]) != net.in_shape:
+            raise ValueError(f"input of shape {tuple(x.shape)}: expected (batch, "
+                             f"{', '.join(map(str, net.in_shape))})")
+        x = x.to(dtype=theta.dtype, device=theta.device)
+        states, _ = propagate(net.stepper(theta), net.opening(theta, x), net.h, False)
+        return states[-1]
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net.logits(self.theta, self._final_states(x))
+
+    @torch.no_grad()
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """The most likely class of every sample (int64)."""
+        return self.forward(x).argmax(1)
+
+    @torch.no_grad()
+    def evaluate(self, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+        """Mean cross-entropy loss and accuracy (0..1) on the samples x with labels y."""
+        n = x.shape[0]
+        loss, correct, *_ = self.net.classify(self.theta, self._final_states(x),
+                                              y.to(self.theta.device), n, False)
+        return float(loss), correct / n
+
+
+def model_path(run: str | Path) -> Path:
+    """`run` itself if it is a file, else run/model.pt."""
+    run = Path(run)
+    return run if run.is_file() else run / MODEL_FILE
+
+
+def load_model(run: str | Path, device: str = "cpu") -> Classifier:
+    """The Classifier saved in a run directory (or a model.pt file), in eval mode."""
+    path = model_path(run)
+    record = load_torch(path, "saved model")
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        raise RunFileError(f"{path}: not an lptrain model file")
+    if record.get("format_version", 0) > FORMAT_VERSION:
+        raise RunFileError(f"{path}: model format {record['format_version']} is newer than "
+                           f"this lptrain reads ({FORMAT_VERSION})")
+    return Classifier(record).to(device).eval()

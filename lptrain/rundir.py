@@ -1,0 +1,120 @@
+"""Run directories: unique default names, a lock held by the live run, no overwriting.
+
+A run (or a sweep) holds `<dir>/.lptrain.lock`, created exclusively and holding the
+owner's host name and process id; it is removed when the owner exits. A lock whose
+owner is on this host but no longer running lptrain is stale and taken over; a lock
+from another host is honoured (its owner cannot be checked from here).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from pathlib import Path
+
+from lptrain.errors import RunDirectoryBusy, RunFileError
+from lptrain.metrics.schema import FILE_NAME
+
+LOCK_FILE = ".lptrain.lock"
+
+
+def claim_new(base: str | Path) -> Path:
+    """Create and return `base`, or `base-1`, `base-2`, ... if taken (atomic: mkdir)."""
+    base = Path(base)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for i in range(10000):
+        path = base if i == 0 else base.with_name(f"{base.name}-{i}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise RunFileError(f"{base}: no free directory name (tried {base.name}-1 to -9999)")
+
+
+def refuse_earlier_run(directory: str | Path, key: str) -> None:
+    """RunFileError if `directory` (or a sweep job below it) holds a metrics file."""
+    directory = Path(directory)
+    found = [p for p in (directory / FILE_NAME, *directory.glob(f"*/{FILE_NAME}"))
+             if p.is_file()]
+    if found:
+        raise RunFileError(f"{key}={directory}: holds an earlier run ({found[0]}); choose "
+                           f"another directory, or continue that run with "
+                           f"`lptrain resume={found[0].parent}`")
+
+
+def _owner_alive(host: str, pid: int) -> bool:
+    if host != socket.gethostname():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:      # a reused pid: alive, but not an lptrain process
+        return b"lptrain" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+
+
+class RunLock:
+    """The lock of one run directory, taken by `acquire` and dropped by `release`."""
+
+    def __init__(self, directory: str | Path, key: str = "hydra.run.dir"):
+        self.path = Path(directory) / LOCK_FILE
+        self.key, self.held = key, False
+        # host, pid, and a token telling this lock from another of the same process
+        self.mark = f"{socket.gethostname()} {os.getpid()} {uuid.uuid4().hex[:12]}\n"
+
+    def acquire(self) -> RunLock:
+        # the lock appears complete or not at all: written under another name, then
+        # hard-linked to its own (link fails if the name exists)
+        tmp = self.path.with_name(f"{LOCK_FILE}.{os.getpid()}")
+        try:
+            tmp.write_text(self.mark)
+        except OSError as exc:
+            raise RunFileError(f"{self.path}: cannot create the run lock "
+                               f"({exc.strerror or exc})") from None
+        try:
+            for _ in range(2):
+                try:
+                    os.link(tmp, self.path)
+                except FileExistsError:
+                    self._take_over_if_stale()
+                    continue
+                self.held = True
+                return self
+        finally:
+            tmp.unlink(missing_ok=True)
+        raise RunDirectoryBusy(f"{self.key}={self.path.parent}: another run took it "
+                               f"at the same moment")
+
+    def _take_over_if_stale(self) -> None:
+        try:
+            host, pid = self.path.read_text().split()[:2]
+            pid = int(pid)
+        except (OSError, ValueError):
+            host, pid = "?", -1
+        if pid > 0 and _owner_alive(host, pid):
+            raise RunDirectoryBusy(f"{self.key}={self.path.parent}: in use by the lptrain "
+                                   f"process {pid} on {host} (lock file {self.path}; delete "
+                                   f"it if that run is gone)")
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise RunFileError(f"{self.path}: stale run lock, cannot remove it "
+                               f"({exc.strerror or exc})") from None
+
+    def release(self) -> None:
+        """Remove the lock file if it is still this process's."""
+        if not self.held:
+            return
+        self.held = False
+        try:
+            if self.path.read_text() == self.mark:
+                self.path.unlink()
+        except OSError:
+            pass

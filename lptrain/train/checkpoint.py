@@ -1,0 +1,112 @@
+"""Checkpoints: everything a run needs to continue exactly where it stopped.
+
+`<run dir>/checkpoint.pt` (written by rank 0, atomically: write + rename) holds the
+parameters, the optimizer's state (L-BFGS memory and current point and gradient, SGD
+momentum, Adam moments), the order of the mini-batches (generator state and the rest of
+the epoch), the torch RNG state, the divergence rule's reference, the loop's validation
+record and elapsed time, and every rank's oracle state (its block of the warm-start
+states: two state tensors per kept batch in the MGRIT modes, none in serial mode). The
+world size is recorded: on another rank count the warm starts are dropped (cold start).
+
+When: every `checkpoint_every` iterations; when the ranks stop for a signal; at the end.
+`checkpoint_every=null` (the default) chooses the interval itself so that checkpoints
+cost under 2 % of the run: the first checkpoint is at iteration AUTO_FIRST, then the
+interval is max(AUTO_FIRST, 50 × (seconds per checkpoint) / (seconds per iteration)).
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from lptrain.errors import RunFileError
+from lptrain.model.saved import load_torch, save_torch
+
+CHECKPOINT_FILE = "checkpoint.pt"
+FORMAT = "lptrain-checkpoint"
+FORMAT_VERSION = 1
+AUTO_FIRST = 10
+OVERHEAD = 0.02   # the share of the run time automatic checkpoints may take
+
+
+def agree_on_error(exchange, error: Exception | None, what: str) -> None:
+    """Raise on every rank if any rank has `error` (collective); the owner raises its own."""
+    failed = float(error is not None)
+    if exchange.size > 1:
+        failed = exchange.allreduce_sum(failed)
+    if error is not None:
+        raise error
+    if failed:
+        raise RunFileError(f"{what}: another rank could not write it")
+
+
+class Checkpointer:
+    """Saves checkpoints of one run (see the module docstring). Collective: every rank
+    calls `save` at the same iterations."""
+
+    def __init__(self, path: Path, every: int | None, exchange, enabled: bool,
+                 optimizer, oracle, progress, meta: dict):
+        self.path, self.every, self.ex, self.enabled = Path(path), every, exchange, enabled
+        self.optimizer, self.oracle, self.progress, self.meta = (optimizer, oracle, progress,
+                                                                 meta)
+        self.auto = every is None
+        self.next = AUTO_FIRST if self.auto else every
+        self.saved_at: int | None = None
+        self.seconds = 0.0          # spent in the latest save (rank 0)
+
+    def save(self, k: int, theta, batches, loop: dict, force: bool = False) -> None:
+        if self.saved_at == k or (not force and (self.next <= 0 or k < self.next)):
+            return
+        t0 = time.perf_counter()
+        warm = self.ex.gather(self.oracle.state_dict())
+        error = None
+        if self.enabled:
+            record = {"format": FORMAT, "format_version": FORMAT_VERSION, "iteration": k,
+                      "theta": theta, "optimizer": self.optimizer.state_dict(),
+                      "oracles": warm, "world_size": self.ex.size,
+                      "batches": batches.state_dict(), "rng": torch.get_rng_state(),
+                      "first_objective": self.progress.first_objective,
+                      "loop": {**loop, "iteration": k}, **self.meta}
+            try:
+                save_torch(record, self.path)
+            except RunFileError as exc:
+                error = exc
+        agree_on_error(self.ex, error, str(self.path))
+        self.saved_at = k
+        self.seconds = time.perf_counter() - t0
+        self.next = k + self._interval(k, loop["wall_time"])
+
+    def _interval(self, k: int, wall: float) -> int:
+        if not self.auto:
+            return self.every
+        per_iteration = wall / max(k, 1)
+        seconds = self.seconds if self.ex.size == 1 else self.ex.allreduce_sum(
+            self.seconds if self.enabled else 0.0)      # rank 0's cost decides everywhere
+        return max(AUTO_FIRST, math.ceil(seconds / (OVERHEAD * max(per_iteration, 1e-9))))
+
+
+def load_checkpoint(path: Path) -> dict:
+    record = load_torch(path, "checkpoint")
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        raise RunFileError(f"{path}: not an lptrain checkpoint")
+    if record.get("format_version", 0) > FORMAT_VERSION:
+        raise RunFileError(f"{path}: checkpoint format {record['format_version']} is newer "
+                           f"than this lptrain reads ({FORMAT_VERSION})")
+    return record
+
+
+def restore(record: dict, optimizer, oracle, progress, exchange) -> torch.Tensor:
+    """Load a checkpoint's state into the run's parts; returns θ.
+
+    The oracle's warm starts are restored only on the rank count that saved them.
+    """
+    theta = record["theta"]
+    optimizer.load_state_dict(record["optimizer"])
+    if record["world_size"] == exchange.size:
+        oracle.load_state_dict(record["oracles"][exchange.rank])
+    torch.set_rng_state(record["rng"])
+    progress.theta, progress.iteration = theta, record["iteration"]
+    progress.first_objective = record["first_objective"]
+    return theta

@@ -1,0 +1,35 @@
+"""`lptrain resume=DIR` end to end: a run stopped on 2 ranks continues on 1 rank and equals
+the uninterrupted run (serial and mgrit modes, to 1e-10)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from launch import lptrain
+from lptrain.metrics import schema as ms
+from lptrain.metrics.reader import read_metrics
+
+pytestmark = [pytest.mark.cli, pytest.mark.mpi]
+
+TINY = ["network.layers=8", "network.width=4", "dataset.n_train=200", "dataset.n_val=50",
+        "seed=2", "eval_every=2", "mgrit.levels=2", "mgrit.cfactor0=2", "mgrit.tol=1e-13"]
+
+
+@pytest.mark.parametrize("mode", ["serial", "mgrit"])
+def test_resume_on_another_rank_count_equals_the_uninterrupted_run(mode, tmp_path):
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    args = [*TINY, f"mode={mode}"]
+    one = lptrain([f"hydra.run.dir={whole}", *args, "train.iterations=8"], tmp_path)
+    assert one.returncode == 0, one.stderr
+    first = lptrain([f"hydra.run.dir={parts}", *args, "train.iterations=4"], tmp_path,
+                    ranks=2)
+    assert first.returncode == 0, first.stderr
+    second = lptrain([f"resume={parts}", "train.iterations=8"], tmp_path)
+    assert second.returncode == 0, second.stderr
+    a, b = read_metrics(whole / ms.FILE_NAME), read_metrics(parts / ms.FILE_NAME)
+    assert b.status == ms.COMPLETED and b.attrs[ms.WORLD_SIZE] == 2   # the first run's
+    np.testing.assert_array_equal(b.train[ms.ITERATION], np.arange(1, 9))
+    np.testing.assert_allclose(b.train[ms.OBJECTIVE], a.train[ms.OBJECTIVE], rtol=1e-10,
+                               atol=0)
+    np.testing.assert_array_equal(b.validation[ms.ACCURACY], a.validation[ms.ACCURACY])
+    assert b.timing[ms.COMPUTE].shape == (4, 2)    # the first rank count's rows only

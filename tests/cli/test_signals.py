@@ -1,0 +1,129 @@
+"""Clean stops: SIGINT/SIGTERM to mpiexec or to one rank of `mpiexec -n 2 lptrain`.
+
+Ten runs are started at once (the machine is oversubscribed on purpose: signals then land
+in collectives and point-to-point waits as well as in computation); each gets its signal
+once it has logged a few iterations. Every one must end with the signal's exit code, one
+line naming the signal and how to resume, status `interrupted`, a model, and no traceback.
+A hang fails through the timeout.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from launch import ENV, LPTRAIN, MPIEXEC
+from lptrain.metrics import schema as ms
+from lptrain.metrics.reader import read_metrics
+from lptrain.model.saved import MODEL_FILE, load_model
+
+pytestmark = [pytest.mark.cli, pytest.mark.mpi, pytest.mark.slow]
+
+TIMEOUT = 240
+TINY = ["network.layers=8", "network.width=4", "dataset.n_train=200", "dataset.n_val=50",
+        "train.iterations=1000000", "eval_every=1000000", "mgrit.levels=2",
+        "mgrit.cfactor0=2"]
+INT, TERM = signal.SIGINT, signal.SIGTERM
+# (who gets the signal, which signal, mode)
+TRIALS = [("mpiexec", INT, "serial"), ("mpiexec", TERM, "mgrit"),
+          ("mpiexec", INT, "simultaneous"), ("mpiexec", TERM, "serial"),
+          ("rank0", INT, "mgrit"), ("rank1", INT, "serial"), ("rank1", TERM, "mgrit"),
+          ("rank0", TERM, "simultaneous"), ("all", INT, "mgrit"), ("all", INT, "serial")]
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            kids += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return kids
+
+
+def _ranks(pid: int) -> dict[int, int]:
+    """rank -> pid of the processes below mpiexec `pid` (PMI_RANK in their environment)."""
+    found, todo = {}, _children(pid)
+    while todo:
+        p = todo.pop()
+        todo += _children(p)
+        try:
+            env = Path(f"/proc/{p}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for item in env:
+            if item.startswith(b"PMI_RANK="):
+                found[int(item.split(b"=")[1])] = p
+    return found
+
+
+def _iterations(path: Path) -> int:
+    try:
+        return read_metrics(path).n_iterations
+    except (ms.MetricsFileError, OSError, KeyError):
+        return 0
+
+
+class Trial:
+    def __init__(self, tmp: Path, i: int, target: str, sig: int, mode: str):
+        self.dir, self.target, self.sig = tmp / f"run{i}", target, sig
+        self.err = open(tmp / f"stderr{i}.txt", "w+")
+        self.proc = subprocess.Popen(
+            [MPIEXEC, "-n", "2", LPTRAIN, f"hydra.run.dir={self.dir}", f"mode={mode}",
+             f"seed={i}", *TINY], env=ENV, stdout=subprocess.DEVNULL, stderr=self.err,
+            start_new_session=True)
+        self.sent = False
+
+    def poke(self) -> None:
+        """Send the signal once the run has finished a few iterations."""
+        if self.sent or _iterations(self.dir / ms.FILE_NAME) < 3:
+            return
+        ranks = _ranks(self.proc.pid)
+        if self.target == "mpiexec":
+            os.kill(self.proc.pid, self.sig)
+        elif self.target == "all":        # a terminal's Ctrl-C: the whole process group
+            os.killpg(self.proc.pid, self.sig)
+        else:
+            os.kill(ranks[int(self.target[-1])], self.sig)
+        self.sent = True
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def test_signals_stop_every_rank_cleanly(tmp_path):
+    trials = [Trial(tmp_path, i, *t) for i, t in enumerate(TRIALS)]
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and any(t.proc.poll() is None for t in trials):
+            for t in trials:
+                if t.proc.poll() is None:
+                    t.poke()
+            time.sleep(0.1)
+    finally:
+        for t in trials:
+            t.stop()
+    for t in trials:
+        t.err.seek(0)
+        err = t.err.read()
+        what = f"{t.target} {signal.Signals(t.sig).name}: {err}"
+        assert t.sent, what
+        assert t.proc.returncode == 128 + t.sig, what
+        assert "Traceback" not in err, what
+        ours = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("[mpiexec@")]
+        assert len(ours) == 1, what
+        assert ours[0].startswith(f"lptrain: interrupted by {signal.Signals(t.sig).name}")
+        assert f"lptrain resume={t.dir}" in ours[0]
+        m = read_metrics(t.dir / ms.FILE_NAME)
+        assert m.status == ms.INTERRUPTED, what
+        n = m.n_iterations
+        assert n >= 3
+        np.testing.assert_array_equal(m.train[ms.ITERATION], np.arange(1, n + 1))
+        assert load_model(t.dir / MODEL_FILE).iteration == n

@@ -1,0 +1,94 @@
+"""The per-iteration guards: the divergence rule and the agreement on a stop signal."""
+import math
+import os
+import signal
+
+import pytest
+import torch
+
+from lptrain.errors import DivergedError, Interrupted, RunFileError
+from lptrain.metrics.schema import MetricsFileError
+from lptrain.metrics.writer import NullWriter
+from lptrain.mgrit.exchange import SerialExchange
+from lptrain.train.guard import DIVERGENCE_FACTOR, NoStop, Progress, StopSignals
+
+
+def test_divergence_rule_keeps_the_last_good_parameters():
+    p = Progress(torch.zeros(2))
+    p.check(1, 2.0, torch.ones(2))
+    p.check(2, 2.0 * DIVERGENCE_FACTOR, torch.full((2,), 2.0))   # at the bound: still fine
+    assert (p.iteration, p.first_objective) == (2, 2.0)
+    with pytest.raises(DivergedError, match=r"iteration 3 exceeds 1000 x"):
+        p.check(3, 2.0 * DIVERGENCE_FACTOR * 1.0001, torch.full((2,), 3.0))
+    assert p.iteration == 2 and torch.equal(p.theta, torch.full((2,), 2.0))
+    for bad in (math.nan, math.inf):
+        with pytest.raises(DivergedError, match="iteration 4"):
+            p.check(4, bad, torch.zeros(2))
+    assert p.iteration == 2
+
+
+def test_reference_is_the_first_objective_even_if_it_is_tiny():
+    p = Progress(torch.zeros(1))
+    p.check(1, 0.0, torch.zeros(1))
+    with pytest.raises(DivergedError):
+        p.check(2, 1e-8, torch.zeros(1))     # 1e-8 > 1e3 · 1e-12
+
+
+class Sum:
+    """An exchange of two ranks whose other rank contributes `other`."""
+
+    size = 2
+
+    def __init__(self, other):
+        self.other = other
+
+    def allreduce_sum(self, value):
+        return value + self.other
+
+
+@pytest.fixture
+def signals():
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield StopSignals().install()
+    for s, h in saved.items():
+        signal.signal(s, h)
+
+
+def test_a_signal_is_recorded_not_raised(signals):
+    assert signals.agreed(SerialExchange())[0] is None
+    os.kill(os.getpid(), signal.SIGINT)       # no KeyboardInterrupt
+    assert signals.received == signal.SIGINT
+    with pytest.raises(Interrupted) as exc:
+        signals.check(SerialExchange(), 7)
+    assert (exc.value.exit_code, exc.value.iteration) == (130, 7)
+    assert str(exc.value) == "interrupted by SIGINT after iteration 7"
+    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signal.SIGINT)       # a later SIGINT does not weaken SIGTERM
+    assert signals.agreed(SerialExchange())[0] == signal.SIGTERM
+
+
+def test_ranks_agree_whichever_rank_got_the_signal(signals):
+    assert signals.agreed(Sum(0.0))[0] is None
+    # only the other rank got SIGINT / SIGTERM; several SIGINTs never read as SIGTERM
+    assert signals.agreed(Sum(1.0))[0] == signal.SIGINT
+    assert signals.agreed(Sum(4096.0))[0] == signal.SIGTERM
+    os.kill(os.getpid(), signal.SIGINT)
+    assert signals.agreed(Sum(1.0))[0] == signal.SIGINT
+    assert signals.agreed(Sum(4096.0))[0] == signal.SIGTERM
+
+
+class Broken:
+    failure = MetricsFileError("/x/metrics.h5: cannot write (No space left on device)")
+
+
+def test_a_failed_writer_stops_every_rank_before_a_signal(signals):
+    os.kill(os.getpid(), signal.SIGINT)
+    with pytest.raises(MetricsFileError, match="No space left"):
+        signals.check(SerialExchange(), 3, Broken())
+    # the other rank (rank 0) failed: this one stops with a quiet error of its own
+    with pytest.raises(RunFileError, match="rank 0"):
+        signals.check(Sum(2.0 ** 24), 3, NullWriter())
+    assert signals.agreed(Sum(2.0 ** 24 + 4096.0)) == (signal.SIGTERM, True)
+    NoStop().check(SerialExchange(), 3, NullWriter())
+    with pytest.raises(MetricsFileError):
+        NoStop().check(SerialExchange(), 3, Broken())

@@ -1,0 +1,138 @@
+"""Checkpoints and resume in one process: a stopped and resumed run equals an
+uninterrupted one (bitwise in the serial and simultaneous modes, to the MGRIT tolerance
+in mgrit mode), the metrics file is continued, and bad resumes are refused."""
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from lptrain import app
+from lptrain.config.schema import register_configs
+from lptrain.errors import ConfigError, Interrupted
+from lptrain.metrics import schema as ms
+from lptrain.metrics.reader import read_metrics
+from lptrain.model.saved import load_model
+from lptrain.train import checkpoint as ck
+from lptrain.train.guard import StopSignals
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+K = 12
+TINY = ["network.layers=8", "network.width=4", "dataset.n_train=200", "dataset.n_val=50",
+        "seed=5", "eval_every=4", "mgrit.levels=2", "mgrit.cfactor0=2"]
+CASES = {   # name: (overrides, bitwise)
+    "serial-lbfgs": (["mode=serial"], True),
+    "serial-sgd-batches": (["mode=serial", "optimizer=sgd", "train.batch_size=30"], True),
+    "simultaneous-adam-batches": (["mode=simultaneous", "optimizer=adam",
+                                   "train.batch_size=50"], True),
+    "simultaneous-lbfgs": (["mode=simultaneous"], True),
+    "mgrit-lbfgs": (["mode=mgrit", "mgrit.tol=1e-11"], False),
+}
+
+
+def _cfg(*overrides):
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=[*TINY, *overrides])
+
+
+class StopAt(StopSignals):
+    """A SIGINT that arrives during iteration `at`."""
+
+    def __init__(self, at):
+        super().__init__()
+        self.at = at
+
+    def check(self, exchange, iteration, writer=None):
+        if iteration == self.at:
+            self.received = signal.SIGINT
+        super().check(exchange, iteration, writer)
+
+
+def _same(a, b, bitwise):
+    if bitwise:
+        np.testing.assert_array_equal(a, b)
+    else:
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=0)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_stopped_and_resumed_equals_uninterrupted(case, tmp_path):
+    overrides, bitwise = CASES[case]
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    whole.mkdir(), parts.mkdir()
+    app.run(_cfg(*overrides, f"train.iterations={K}"), None, whole)
+    with pytest.raises(Interrupted):
+        app.run(_cfg(*overrides, f"train.iterations={K}"), None, parts, StopAt(5))
+    stopped = read_metrics(parts / ms.FILE_NAME)
+    assert stopped.status == ms.INTERRUPTED and stopped.n_iterations == 5
+    assert ck.load_checkpoint(parts / ck.CHECKPOINT_FILE)["iteration"] == 5
+    app.run(_cfg(*overrides, f"train.iterations={K}"), None, parts, resume=True)
+    a, b = read_metrics(whole / ms.FILE_NAME), read_metrics(parts / ms.FILE_NAME)
+    assert b.status == ms.COMPLETED
+    np.testing.assert_array_equal(b.train[ms.ITERATION], np.arange(1, K + 1))
+    np.testing.assert_array_equal(b.validation[ms.ITERATION], a.validation[ms.ITERATION])
+    for key in (ms.OBJECTIVE, ms.LOSS, "grad_norm", "step_size"):
+        _same(b.train[key], a.train[key], bitwise)
+    _same(b.validation[ms.LOSS], a.validation[ms.LOSS], bitwise)
+    np.testing.assert_array_equal(b.validation[ms.ACCURACY], a.validation[ms.ACCURACY])
+    _same(load_model(parts).theta, load_model(whole).theta, bitwise)
+
+
+def test_a_killed_run_resumes_from_its_last_periodic_checkpoint(tmp_path, monkeypatch):
+    """Rows written after the checkpoint are dropped and computed again."""
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    whole.mkdir(), killed.mkdir()
+    args = ["optimizer=sgd", "train.batch_size=30", "checkpoint_every=5"]
+    app.run(_cfg(*args, f"train.iterations={K}"), None, whole)
+    real = ck.Checkpointer.save
+
+    def periodic_only(self, k, theta, batches, loop, force=False):
+        real(self, k, theta, batches, loop, False)       # a kill: no save at the end
+    monkeypatch.setattr(ck.Checkpointer, "save", periodic_only)
+    app.run(_cfg(*args, "train.iterations=8"), None, killed)
+    monkeypatch.undo()
+    assert ck.load_checkpoint(killed / ck.CHECKPOINT_FILE)["iteration"] == 5
+    app.run(_cfg(*args, f"train.iterations={K}"), None, killed, resume=True)
+    a, b = read_metrics(whole / ms.FILE_NAME), read_metrics(killed / ms.FILE_NAME)
+    np.testing.assert_array_equal(b.train[ms.ITERATION], np.arange(1, K + 1))
+    np.testing.assert_array_equal(b.train[ms.OBJECTIVE], a.train[ms.OBJECTIVE])
+    np.testing.assert_array_equal(b.validation[ms.ITERATION], a.validation[ms.ITERATION])
+
+
+def test_resume_refuses_a_changed_configuration_or_no_new_iterations(tmp_path):
+    app.run(_cfg("train.iterations=3"), None, tmp_path)
+    with pytest.raises(ConfigError, match=r"network.width: 4 in the checkpoint, 5 now"):
+        app.run(_cfg("train.iterations=6", "network.width=5"), None, tmp_path, resume=True)
+    with pytest.raises(ConfigError, match="train.iterations=3: the run has done 3"):
+        app.run(_cfg("train.iterations=3"), None, tmp_path, resume=True)
+    app.run(_cfg("train.iterations=5", "eval_every=1"), None, tmp_path, resume=True)
+    m = read_metrics(tmp_path / ms.FILE_NAME)
+    assert (m.status, m.n_iterations) == (ms.COMPLETED, 5)
+    np.testing.assert_array_equal(m.validation[ms.ITERATION], [0, 3, 4, 5])
+
+
+def test_automatic_interval_keeps_checkpoints_under_two_percent():
+    class Ex:
+        size = 1
+    c = ck.Checkpointer(Path("x"), None, Ex(), True, None, None, None, {})
+    assert c.next == ck.AUTO_FIRST
+    c.seconds = 0.5                      # one checkpoint: 0.5 s; 0.1 s per iteration
+    assert c._interval(10, 1.0) == 250   # 0.5 s every 250 iterations of 0.1 s: 2 %
+    c.seconds = 1e-4
+    assert c._interval(10, 1.0) == ck.AUTO_FIRST
+    assert ck.Checkpointer(Path("x"), 7, Ex(), True, None, None, None, {})._interval(
+        10, 1.0) == 7
+
+
+def test_checkpoint_holds_the_documented_state(tmp_path):
+    app.run(_cfg("mode=simultaneous", "optimizer=adam", "train.batch_size=50",
+                 "train.iterations=3"), None, tmp_path)
+    record = ck.load_checkpoint(tmp_path / ck.CHECKPOINT_FILE)
+    assert record["iteration"] == 3 and record["world_size"] == 1
+    assert set(record["optimizer"]) == {"m", "v", "t"} and record["optimizer"]["t"] == 3
+    cache = record["oracles"][0]["cache"]
+    assert len(cache) == 3 and all(isinstance(f, torch.Tensor) for _, f, _ in cache)
+    assert len(record["batches"]["order"]) == 1        # 4 batches an epoch, 3 visited

@@ -1,0 +1,134 @@
+"""Faults around the run's files: a full disk or failing writes of metrics.h5, the run
+directory lock, unique default directories, and never writing over an earlier run."""
+import errno
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lptrain.errors import RunDirectoryBusy, RunFileError
+from lptrain.metrics import schema as s
+from lptrain.metrics import writer as w
+from lptrain.metrics.reader import read_metrics
+from lptrain.model.saved import write_atomically
+from lptrain.rundir import LOCK_FILE, RunLock, claim_new, refuse_earlier_run
+
+ATTRS = {s.MODE: "serial", s.WORLD_SIZE: 1, s.SEED: 0, s.CONFIG: "x: 1\n"}
+
+
+def _rows(writer, first, last):
+    for i in range(first, last + 1):
+        writer.log_train(iteration=i, objective=1.0 / i, loss=0.5)
+
+
+def test_nearly_full_disk_stops_writing_with_status_failed(tmp_path, monkeypatch):
+    path = tmp_path / s.FILE_NAME
+    writer = w.MetricsWriter(path, ATTRS)
+    _rows(writer, 1, 3)
+    monkeypatch.setattr(w, "free_bytes", lambda d: w.RESERVE_BYTES - 1)
+    _rows(writer, 4, 5)                       # refused before HDF5 sees a full disk
+    assert isinstance(writer.failure, s.MetricsFileError)
+    assert str(path) in str(writer.failure) and "bytes left free" in str(writer.failure)
+    writer.set_attr(s.STEP_KERNEL, "x")        # later calls do nothing, close keeps `failed`
+    writer.close(s.COMPLETED)
+    m = read_metrics(path)
+    assert m.status == s.FAILED and m.attrs[s.ERROR] == str(writer.failure)
+    np.testing.assert_array_equal(m.train[s.ITERATION], [1, 2, 3])
+
+
+def test_a_failing_write_is_recorded_not_raised(tmp_path, monkeypatch):
+    path = tmp_path / s.FILE_NAME
+    writer = w.MetricsWriter(path, ATTRS)
+    _rows(writer, 1, 2)
+
+    def broken(*args):
+        raise OSError(errno.EIO, "Input/output error")
+    monkeypatch.setattr(w, "_append_scalar", broken)
+    _rows(writer, 3, 3)
+    assert "Input/output error" in str(writer.failure) and str(path) in str(writer.failure)
+    monkeypatch.undo()
+    m = read_metrics(path)
+    assert m.status == s.FAILED
+    np.testing.assert_array_equal(m.train[s.ITERATION], [1, 2])
+
+
+def test_no_space_at_creation_is_one_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(w, "free_bytes", lambda d: 10)
+    with pytest.raises(s.MetricsFileError, match="only 10 bytes free"):
+        w.MetricsWriter(tmp_path / s.FILE_NAME, ATTRS)
+
+
+def test_an_earlier_metrics_file_is_never_truncated(tmp_path):
+    path = tmp_path / s.FILE_NAME
+    with w.MetricsWriter(path, ATTRS) as first:
+        _rows(first, 1, 4)
+    with pytest.raises(s.MetricsFileError, match="exists"):
+        w.MetricsWriter(path, ATTRS)
+    assert read_metrics(path).n_iterations == 4
+    with pytest.raises(RunFileError, match=r"resume="):
+        refuse_earlier_run(tmp_path, "hydra.run.dir")
+    refuse_earlier_run(tmp_path / "empty", "hydra.run.dir")   # nothing there: fine
+
+
+def test_sweep_with_an_earlier_job_is_refused(tmp_path):
+    (tmp_path / "3").mkdir()
+    (tmp_path / "3" / s.FILE_NAME).write_bytes(b"")
+    with pytest.raises(RunFileError, match="hydra.sweep.dir"):
+        refuse_earlier_run(tmp_path, "hydra.sweep.dir")
+
+
+def test_default_directories_never_collide(tmp_path):
+    base = tmp_path / "outputs" / "12-00-00"
+    made = [claim_new(base) for _ in range(3)]
+    assert [p.name for p in made] == ["12-00-00", "12-00-00-1", "12-00-00-2"]
+    assert all(p.is_dir() for p in made)
+
+
+def _dead_pid() -> int:
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    return int(proc.stdout)
+
+
+def test_lock_names_its_owner_and_takes_over_a_stale_one(tmp_path):
+    lock = RunLock(tmp_path).acquire()
+    assert (tmp_path / LOCK_FILE).read_text().split()[:2] == [socket.gethostname(),
+                                                               str(os.getpid())]
+    (tmp_path / LOCK_FILE).write_text("elsewhere.example 12345\n")   # cannot be checked
+    with pytest.raises(RunDirectoryBusy, match=r"process 12345 on elsewhere.example"):
+        RunLock(tmp_path).acquire()
+    (tmp_path / LOCK_FILE).write_text(f"{socket.gethostname()} {_dead_pid()}\n")
+    second = RunLock(tmp_path).acquire()       # stale: its owner is gone
+    lock.release()                             # no longer the owner: leaves it
+    assert (tmp_path / LOCK_FILE).exists()
+    second.release()
+    assert not (tmp_path / LOCK_FILE).exists()
+    assert not list(tmp_path.glob(f"{LOCK_FILE}.*"))       # no temporary left behind
+
+
+def test_lock_of_a_live_lptrain_process_on_this_host_is_honoured(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", "print(1, flush=True); input()",
+                             "lptrain"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        proc.stdout.readline()                 # running, its command line names lptrain
+        (tmp_path / LOCK_FILE).write_text(f"{socket.gethostname()} {proc.pid}\n")
+        with pytest.raises(RunDirectoryBusy, match=str(proc.pid)):
+            RunLock(tmp_path).acquire()
+    finally:
+        proc.kill()
+        proc.wait()
+    RunLock(tmp_path).acquire().release()     # gone now: stale
+
+
+def test_atomic_write_failure_names_the_path_and_leaves_nothing(tmp_path):
+    target = tmp_path / "missing_dir" / "model.pt"
+    with pytest.raises(RunFileError, match="missing_dir/model.pt: cannot write"):
+        write_atomically(target, b"data")
+    target = tmp_path / "model.pt"
+    write_atomically(target, b"old")
+    write_atomically(target, b"new")
+    assert target.read_bytes() == b"new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]
