@@ -113,8 +113,8 @@ def step_costs(args, net, theta, batch, device) -> tuple[StepCosts, str]:
 
     from lptrain.parallel.context import keep_freed_memory
     torch.set_num_threads(max(args.threads, 1))
-    # as the lptrain command runs: without it a stack of m ≥ 4 states got fresh pages for
-    # each temporary and measured 5-9× the cost of m single steps
+    # as the lptrain command runs: without it a stack of m ≥ 4 states gets fresh pages
+    # for each temporary and the measured stacking cost is far too high
     keep_freed_memory()
     costs = measure.measure_costs(net, theta, batch, device, max_stack=args.stack_max)
     keep = {k: v for k, v in (("forward", args.step_time), ("adjoint", args.adjoint_time),

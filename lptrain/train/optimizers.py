@@ -39,7 +39,7 @@ def _finite(point) -> None:
 
 
 class LBFGS:
-    """Limited-memory BFGS, H0 = sᵀy/yᵀy, Armijo backtracking (method.md §4).
+    """Limited-memory BFGS, H0 = sᵀy/yᵀy, Armijo backtracking (docs/method.md §5).
 
     Robust where the authors' code is not: an update with sᵀy ≤ eps·‖s‖‖y‖ is
     skipped; a failed line search forgets the curvature pairs and, while the
