@@ -16,6 +16,9 @@ from lptrain.rundir import RunLock, claim_new, refuse_earlier_run
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 PROG = "lptrain"
+# Hydra's flags that print and exit without running the task: they get no run directory
+INFO_FLAGS = ("-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-sc",
+              "--shell-completion", "--version")
 _failures: list[str] = []
 _stop: list = []          # the StopSignals main() installed (empty when called otherwise)
 _resuming: list = []      # the run directory given with resume=
@@ -30,6 +33,10 @@ def _value(args: list[str], key: str) -> str | None:
         if a.startswith(key + "="):
             return a.split("=", 1)[1]
     return None
+
+
+def _informational(args: list[str]) -> bool:
+    return any(a.split("=", 1)[0] in INFO_FLAGS for a in args)
 
 
 def _directory_args(args: list[str], comm) -> tuple[list[str], str]:
@@ -176,6 +183,10 @@ def main() -> None:
     checkable = all(a in ("-m", "--multirun") or not a.startswith("-") for a in args)
     try:
         args = _resume_args(args)
+        if _informational(args):      # --help, --cfg job, --info ...: nothing to write
+            sys.argv = [sys.argv[0], *args]
+            _hydra_entry()
+            return
         if checkable:
             _prevalidate(args)
         args, directory = _directory_args(args, comm)
