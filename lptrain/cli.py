@@ -6,6 +6,7 @@ writes, every error ends the whole job with one line printed once.
 from __future__ import annotations
 
 import atexit
+import logging
 import sys
 import traceback
 from datetime import datetime
@@ -16,6 +17,7 @@ from lptrain.rundir import RunLock, claim_new, refuse_earlier_run
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 PROG = "lptrain"
+log = logging.getLogger("lptrain")
 # Hydra's flags that print and exit without running the task: they get no run directory
 INFO_FLAGS = ("-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-sc",
               "--shell-completion", "--version")
@@ -210,7 +212,9 @@ def main() -> None:
         sys.exit(1)
 
 
-def _task(cfg) -> None:
+def _task(cfg) -> float | None:
+    """One Hydra job; returns the final objective (what a sweeper plugin minimises), None
+    when the run failed."""
     from hydra.core.hydra_config import HydraConfig
 
     from lptrain import app
@@ -219,24 +223,30 @@ def _task(cfg) -> None:
     comm = world()
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        app.run(cfg, comm, run_dir, _stop[0] if _stop else None, resume=bool(_resuming))
+        outcome = app.run(cfg, comm, run_dir, _stop[0] if _stop else None,
+                          resume=bool(_resuming))
+        return float(outcome.objective)
     except Interrupted as exc:       # every rank agreed on it after the same iteration
         if comm.Get_rank() == 0:
-            print(f"{PROG}: {exc} (status interrupted); resume with: "
-                  f"{PROG} resume={run_dir}", file=sys.stderr, flush=True)
+            message = f"{exc} (status interrupted); resume with: {PROG} resume={run_dir}"
+            print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+            log.warning(message)
         sys.exit(exc.exit_code)
     except LptrainError as exc:      # raised identically on every rank
         _failures.append(str(exc))
         if comm.Get_rank() == 0:
             _say(str(exc))
+            log.error(str(exc))
     except Exception as exc:         # unexpected: log, say it once, end every rank
-        log = run_dir / f"error-rank{comm.Get_rank()}.log"
+        trace = run_dir / f"error-rank{comm.Get_rank()}.log"
         try:
-            log.write_text(traceback.format_exc())
+            trace.write_text(traceback.format_exc())
         except OSError:
-            log = None
-        _say(f"rank {comm.Get_rank()}: {type(exc).__name__}: {exc}"
-             + (f" (traceback in {log})" if log else ""))
+            trace = None
+        message = (f"rank {comm.Get_rank()}: {type(exc).__name__}: {exc}"
+                   + (f" (traceback in {trace})" if trace else ""))
+        _say(message)
+        log.error(message)
         if comm.Get_size() > 1:
             comm.Abort(1)
         sys.exit(1)

@@ -79,6 +79,18 @@ def test_console_names_the_metrics_file(serial_run):
     assert str((run_dir / ms.FILE_NAME).resolve()) in proc.stdout
 
 
+def test_run_log_holds_the_console_lines(serial_run):
+    proc, run_dir = serial_run
+    assert proc.returncode == 0, proc.stderr
+    logged = [ln.split("] ", 1)[1] for ln in
+              (run_dir / "lptrain.log").read_text().splitlines()]
+    shown = [ln for ln in proc.stdout.splitlines()
+             if ln.startswith(("serial peaks", "metrics: ", "model: "))]
+    assert len(shown) >= ITERATIONS + 2     # plain lines: every iteration of a short run
+    assert [ln for ln in logged if ln in shown] == shown
+    assert "objective: " in "\n".join(logged)   # the summary, as name: value lines
+
+
 def test_run_from_another_directory_writes_there_only(serial_run):
     proc, run_dir = serial_run
     assert proc.returncode == 0, proc.stderr
@@ -202,7 +214,7 @@ def test_serial_mode_on_two_ranks_matches_one_rank(serial_run, tmp_path):
     np.testing.assert_array_equal(two.validation[ms.ACCURACY], one.validation[ms.ACCURACY])
     assert two.timing[ms.COMPUTE].shape == (ITERATIONS, 2)   # one column per rank
     # only rank 0 wrote: its log and Hydra's record, no per-rank files or error logs
-    assert {p.name for p in run_dir.iterdir()} == {".hydra", "cli.log", ms.FILE_NAME,
+    assert {p.name for p in run_dir.iterdir()} == {".hydra", "lptrain.log", ms.FILE_NAME,
                                                    MODEL_FILE, CHECKPOINT_FILE}
     assert {p.name for p in (run_dir / ".hydra").iterdir()} == {
         "config.yaml", "hydra.yaml", "overrides.yaml"}
