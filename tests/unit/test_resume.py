@@ -132,7 +132,8 @@ def test_checkpoint_holds_the_documented_state(tmp_path):
                  "train.iterations=3"), None, tmp_path)
     record = ck.load_checkpoint(tmp_path / ck.CHECKPOINT_FILE)
     assert record["iteration"] == 3 and record["world_size"] == 1
-    assert set(record["optimizer"]) == {"m", "v", "t"} and record["optimizer"]["t"] == 3
+    adam = record["optimizer"]["state"][0]            # torch.optim.Adam's state_dict
+    assert set(adam) == {"step", "exp_avg", "exp_avg_sq"} and float(adam["step"]) == 3
     cache = record["oracles"][0]["cache"]
     assert len(cache) == 3 and all(isinstance(f, torch.Tensor) for _, f, _ in cache)
     assert len(record["batches"]["order"]) == 1        # 4 batches an epoch, 3 visited
