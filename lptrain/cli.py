@@ -15,7 +15,7 @@ from pathlib import Path
 from lptrain.errors import LptrainError
 from lptrain.rundir import RunLock, claim_new, refuse_earlier_run
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+from lptrain.config import CONF_DIR, CONF_MODULE
 PROG = "lptrain"
 log = logging.getLogger("lptrain")
 # Hydra's flags that print and exit without running the task: they get no run directory
@@ -257,7 +257,7 @@ def _hydra_entry():
 
     from lptrain.config.schema import register_configs
     register_configs()
-    return hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")(_task)()
+    return hydra.main(config_path=f"pkg://{CONF_MODULE}", config_name="config", version_base="1.3")(_task)()
 
 
 if __name__ == "__main__":

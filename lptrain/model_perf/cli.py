@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-import lptrain
+from lptrain import config
 from lptrain.errors import ConfigError, LptrainError
 from lptrain.model_perf import measure
 from lptrain.model_perf.modes import Workload
@@ -27,7 +27,7 @@ from lptrain.model_perf.schedule import hierarchy_for, max_ranks
 from lptrain.model_perf.simulate import Link, StepCosts
 
 PROG = "lptrain-model"
-CONF_DIR = Path(lptrain.__file__).resolve().parent.parent / "conf"
+CONF_DIR = Path(config.CONF_DIR)
 DEFAULT_RANKS = ",".join(str(2 ** k) for k in range(11))
 EXIT_ERROR = 2
 

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ import torch
 from omegaconf import OmegaConf
 
 from launch import ENV, LPTRAIN, REPO, lptrain
+from lptrain import config
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
 from lptrain.model.saved import MODEL_FILE, load_model
@@ -99,7 +101,7 @@ def test_run_from_another_directory_writes_there_only(serial_run):
 
 
 def _options_of(group: str) -> set[str]:
-    return {p.stem for p in (REPO / "conf" / group).glob("*.yaml")}
+    return {p.stem for p in (Path(config.CONF_DIR) / group).glob("*.yaml")}
 
 
 # (arguments, fragments the one error line must contain)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from lptrain import app
+from lptrain import app, config
 from lptrain.config.schema import register_configs
 from lptrain.errors import ConfigError, Interrupted
 from lptrain.metrics import schema as ms
@@ -18,7 +18,7 @@ from lptrain.model.saved import load_model
 from lptrain.train import checkpoint as ck
 from lptrain.train.guard import StopSignals
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = Path(config.CONF_DIR)
 K = 12
 TINY = ["network.layers=8", "network.width=4", "dataset.n_train=200", "dataset.n_val=50",
         "seed=5", "eval_every=4", "mgrit.levels=2", "mgrit.cfactor0=2"]
