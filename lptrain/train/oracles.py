@@ -22,6 +22,7 @@ class Batch:
     x: torch.Tensor
     y: torch.Tensor
     key: int = 0      # which mini-batch (for per-batch warm starts)
+    n: int | None = None  # samples of the whole batch over all data groups (None: x's)
 
 
 @dataclass
