@@ -93,11 +93,19 @@ def _one_line(exc: Exception):
 
 
 def main() -> None:
+    import os
+
     from lptrain.errors import LptrainError
-    from lptrain.parallel.context import keep_freed_memory, limit_threads, world
+    from lptrain.parallel.context import (foreign_launch, keep_freed_memory, limit_threads,
+                                          node_of, world)
+    foreign = foreign_launch(os.environ)
+    if foreign:
+        if os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", "0")) == "0":
+            _say(foreign)
+        sys.exit(2)
     keep_freed_memory()
     comm = world()
-    limit_threads(comm.Get_size())
+    limit_threads(node_of(comm))
     args = sys.argv[1:]
     plain = not any(a.startswith("-") for a in args)
     try:
