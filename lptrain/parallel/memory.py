@@ -2,19 +2,18 @@
 
 The estimate counts what grows with the run, per rank, in bytes:
 
-- the process itself (Python, torch, MPI): BASE;
+- the process itself (Python, torch, MPI, Hydra, h5py): BASE;
 - θ and the vectors of its size the optimizer keeps (L-BFGS: 2·memory pairs);
-- the rank's data shard (training and validation inputs, float64 as loaded,
-  plus their copy in the run's dtype);
-- the states of the batch shard b on the rank's layers: `STATE_COPIES` state
-  tensors per owned layer (MGRIT's two forward and two adjoint buffers, saved
-  activations, coarse levels; serial: states, activations, adjoint) plus
-  `STATE_EXTRA` for temporaries of a step and the validation solve;
+- the data: the rank's shard in the run's dtype, plus the whole source as the
+  loader reads it before the shard is cut (float64, twice);
+- the states of the batch shard b on the rank's layers: `STATE_COPIES`
+  state tensors per owned layer (MGRIT's two forward and two adjoint
+  buffers, saved activations, coarse levels; serial: states, activations,
+  adjoint) plus `STATE_EXTRA` per sample for step temporaries;
 - simultaneous with mini-batches: two kept states per owned layer for each
-  of up to `mode.warm_batches` batches;
-all times ALLOCATOR, the share the allocator keeps of freed memory
-(lptrain keeps freed blocks up to 256 MB for speed: context.keep_freed_memory).
-The coefficients are measured (BENCHMARKS.md, "Memory per rank").
+  of up to `mode.warm_batches` batches.
+The coefficients are fitted to measured peaks (BENCHMARKS.md, "Memory per
+rank"), what the allocator keeps of freed memory included.
 """
 from __future__ import annotations
 
@@ -22,10 +21,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-BASE = 330e6            # bytes: an lptrain rank before its data (torch, MPI, Python)
-STATE_COPIES = {"serial": 3.0, "mgrit": 5.0, "simultaneous": 5.0}
-STATE_EXTRA = 12.0      # state-sized temporaries (conv steps: unfolded inputs)
-ALLOCATOR = 1.3
+BASE = 400e6            # bytes: peak of an lptrain rank on a tiny problem
+STATE_COPIES = {"serial": 4.0, "mgrit": 7.1, "simultaneous": 7.1}
+STATE_EXTRA = 42.0      # state-sized temporaries per sample, whatever the layers
 
 
 @dataclass(frozen=True)
@@ -40,7 +38,7 @@ class Need:
 
     @property
     def total(self) -> float:
-        return ALLOCATOR * (self.params + self.data + self.states + self.warm) + self.base
+        return self.base + self.params + self.data + self.states + self.warm
 
     def __str__(self) -> str:
         return (f"{gb(self.total)} (states {gb(self.states)}, warm starts {gb(self.warm)}, "
