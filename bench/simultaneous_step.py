@@ -1,11 +1,12 @@
 """Cost of one simultaneous (one-shot) optimizer step against one serial step.
 
     .venv/bin/python bench/simultaneous_step.py [--layers 1024] [--batch 5000] [--reps 9]
+        [--fwd-iters 2] [--adj-iters 2]
 
 Serial step: exact forward + backward + L-BFGS update.  Simultaneous step:
-mgrit.fwd_iters=2 forward and mgrit.adj_iters=1 adjoint MGRIT iterations
-(3 levels, cfactor 4, F-relaxation on the finest level, FCF on the coarse
-ones), warm-started, + the same update.  Prints the ratio, the count of
+mgrit.fwd_iters forward and mgrit.adj_iters adjoint MGRIT iterations (the
+defaults; 3 levels, cfactor 4, F-relaxation on the finest level, FCF on the
+coarse ones), warm-started, + the same update.  Prints the ratio, the count of
 steps the schedule performs, and where the time goes.
 """
 from __future__ import annotations
@@ -54,11 +55,13 @@ def main():
     p.add_argument("--layers", type=int, default=1024)
     p.add_argument("--batch", type=int, default=5000)
     p.add_argument("--reps", type=int, default=9)
+    p.add_argument("--fwd-iters", type=int, default=MGRITOptions.fwd_iters)
+    p.add_argument("--adj-iters", type=int, default=MGRITOptions.adj_iters)
     a = p.parse_args()
     net, theta = network(a.layers)
     x, y = data(a.batch)
-    mo = MGRITOptions(levels=3, cfactor0=4, cfactor=4, nrelax0=0, nrelax=1, fwd_iters=2,
-                      adj_iters=1)
+    mo = MGRITOptions(levels=3, cfactor0=4, cfactor=4, nrelax0=0, nrelax=1,
+                      fwd_iters=a.fwd_iters, adj_iters=a.adj_iters)
     sim = SimultaneousOracle(net, SerialExchange(), mo)
     serial, simul = run_steps([SerialOracle(net, SerialExchange()), sim], theta, x, y, a.reps)
     # the breakdown of one evaluation (one forward and one adjoint solve), over reps of them

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from lptrain.config.schema import Config
 from lptrain.data import load_dataset
-from lptrain.errors import ConfigError, require
+from lptrain.errors import ConfigError, StalledError, require
 from lptrain.metrics import schema as ms
 from lptrain.metrics.console import Console
 from lptrain.metrics.writer import open_writer
@@ -123,4 +123,19 @@ def run(cfg, comm, run_dir: Path):
                          "time / iteration [s]": outcome.wall_time / outcome.iterations})
         # a line of its own: a table cell would fold a long path
         console.message(f"metrics: {path}")
+        if outcome.stalled:
+            writer.close(ms.STALLED, error=outcome.stalled)
+            console.message(_stall_message(opts, outcome))
+    if outcome.stalled and opts.train.fail_on_stall:
+        raise StalledError(_stall_message(opts, outcome))
     return outcome
+
+
+def _stall_message(opts: Config, outcome) -> str:
+    """One line: that the run stalled, why, and what to try."""
+    hint = ("try mode=mgrit, more mgrit.fwd_iters/adj_iters or mgrit.adaptive=true"
+            if opts.mode.name == "simultaneous" else
+            "the optimum may be reached (lower optimizer.gtol), or try another optimizer, "
+            "learning rate or network.init")
+    return f"stalled after {outcome.iterations} iterations: {outcome.stalled}; {hint} " \
+           f"(train.patience={opts.train.patience})"

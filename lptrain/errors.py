@@ -21,6 +21,10 @@ class DivergedError(LptrainError):
     """Training produced a non-finite objective."""
 
 
+class StalledError(LptrainError):
+    """Training stopped making progress and the user asked for a non-zero exit."""
+
+
 def require(ok: bool, key: str, value, what: str) -> None:
     """Raise ConfigError naming `key` and `value` unless `ok`."""
     if not ok:

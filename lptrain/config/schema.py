@@ -82,9 +82,13 @@ class ModeOptions:
 class TrainOptions:
     iterations: int = 100
     batch_size: Optional[int] = None  # None: full batch
+    patience: int = 20           # stalled after this many iterations without a better
+                                 # objective (epochs with mini-batches); 0 = never
+    fail_on_stall: bool = False  # a stalled run exits non-zero (else 0, status `stalled`)
 
     def __post_init__(self):
         require(self.iterations > 0, "train.iterations", self.iterations, "must be positive")
+        require(self.patience >= 0, "train.patience", self.patience, "must be >= 0")
         require(self.batch_size is None or self.batch_size > 0, "train.batch_size",
                 self.batch_size, "must be positive or null (full batch)")
 

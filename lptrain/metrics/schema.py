@@ -35,8 +35,9 @@ COMPLETED = "completed"
 FAILED = "failed"
 DIVERGED = "diverged"
 INTERRUPTED = "interrupted"
-STATUSES = (RUNNING, COMPLETED, FAILED, DIVERGED, INTERRUPTED)
-FINAL_STATUSES = (COMPLETED, FAILED, DIVERGED, INTERRUPTED)
+STALLED = "stalled"
+STATUSES = (RUNNING, COMPLETED, FAILED, DIVERGED, INTERRUPTED, STALLED)
+FINAL_STATUSES = (COMPLETED, FAILED, DIVERGED, INTERRUPTED, STALLED)
 
 # values of the `mode` attribute (the writer stores whatever it is given)
 MODE_SERIAL = "serial"
@@ -118,7 +119,9 @@ FIELDS: dict[str, dict[str, Field]] = {
         DATASET_SOURCE: Field(STR, "scalar", "",
                               "optional: file(s) the data came from, or `generated`"),
         ERROR: Field(STR, "scalar", "",
-                     "optional: error message of a `failed` or `diverged` run"),
+                     "optional: error message of a `failed` or `diverged` run, or why "
+                     "a run `stalled` (no progress for train.patience iterations, or no "
+                     "step found with exact solves along steepest descent)"),
         STARTED_AT: Field(STR, "scalar", "", "ISO 8601 local time the file was created"),
         STEP_KERNEL: Field(STR, "scalar", "", "optional: how the residual steps ran: `C kernel` "
                            "(fused dense step) or `torch ops`, with the reason"),
@@ -137,6 +140,10 @@ FIELDS: dict[str, dict[str, Field]] = {
                                "1 when the L-BFGS curvature update was skipped"),
         "lbfgs_reset": Field(INT, _ROWS, "0/1",
                              "1 when the L-BFGS memory was reset after a failed line search"),
+        "ls_failed": Field(INT, _ROWS, "",
+                           "failed line searches of this iteration; each made the "
+                           "gradient more accurate (see mgrit/rung) or searched again "
+                           "along −g"),
     },
     VALIDATION: {
         ITERATION: Field(INT, "(v,)", "", "optimizer iteration of the evaluation"),
@@ -155,6 +162,14 @@ FIELDS: dict[str, dict[str, Field]] = {
         ADJ_FACTOR: Field(FLOAT, _ROWS, "", "adjoint convergence factor, as fwd_factor"),
         "adaptive_extra": Field(INT, _ROWS, "",
                                 "extra MGRIT iterations added by the adaptive guard"),
+        "rung": Field(INT, _ROWS, "",
+                      "simultaneous: solve accuracy of the accepted point, 0 = "
+                      "mgrit.fwd_iters/adj_iters, each rung 4x the iterations, the top "
+                      "rung solved to mgrit.tol; raised after a failed line search"),
+        "fwd_total": Field(INT, _ROWS, "",
+                           "forward MGRIT iterations of every solve of this optimizer "
+                           "iteration (line-search trials and re-evaluations included)"),
+        "adj_total": Field(INT, _ROWS, "", "adjoint MGRIT iterations, as fwd_total"),
         FWD_HISTORY: Field(FLOAT, "(n, k)", "",
                            "forward residual after each MGRIT iteration; NaN-padded to "
                            "the longest solve so far (k grows)"),

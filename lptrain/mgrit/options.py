@@ -27,7 +27,7 @@ class MGRITOptions:
     adj_tol: Optional[float] = None     # adjoint tolerance (None = tol)
     adj_max_iter: Optional[int] = None  # adjoint iterations (None = max_iter)
     fwd_iters: int = 2           # mode=simultaneous: forward iterations per optimizer step
-    adj_iters: int = 1           # mode=simultaneous: adjoint iterations per optimizer step
+    adj_iters: int = 2           # mode=simultaneous: adjoint iterations per optimizer step
     adaptive: bool = False       # simultaneous: add iterations when residuals are large
     adaptive_ratio: float = 0.1  # ... i.e. when residual > ratio × gradient norm
     adaptive_max_extra: int = 4  # ... at most this many extra iterations per solve

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from lptrain.mgrit.exchange import allreduce_tensor
-from lptrain.train.oracles import Batch, Point, SolveStats
+from lptrain.train.oracles import Batch, Point, SerialOracle, SolveStats
 
 
 class DataParallelOracle:
@@ -23,11 +23,19 @@ class DataParallelOracle:
         self.inner, self.net, self.data = inner, net, data
         self.empty = False
 
-    @property
-    def stats(self):
-        if self.empty and self.inner.stats is not None:
-            return SolveStats()      # this group solved nothing for this batch
-        return self.inner.stats
+    def record(self) -> dict | None:
+        """The inner oracle's MGRIT record (an empty one where this group had no samples)."""
+        row = self.inner.record() if not self.empty else None
+        if self.empty and not isinstance(self.inner, SerialOracle):
+            row = SolveStats().row()
+        return row
+
+    def tighten(self) -> bool:
+        """Every group's inner oracle climbs alike (it depends on no data)."""
+        return self.inner.tighten()
+
+    def relax(self) -> None:
+        self.inner.relax()
 
     def begin(self, batch: Batch):
         self.local = batch.x.shape[0]

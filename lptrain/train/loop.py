@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from lptrain.train.oracles import Batch
+from lptrain.train.progress import Progress
 
 
 class Batches:
@@ -55,6 +56,7 @@ class Outcome:
     best_val_accuracy: float
     wall_time: float
     converged: bool
+    stalled: str | None = None    # why the run stopped making progress (train/progress.py)
 
 
 def train(theta, optimizer, oracle, data, opts, writer, console, exchange) -> tuple:
@@ -62,6 +64,7 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange) -> tu
     lo, n_total = data.meta.get("shard", (0, data.x_train.shape[0]))
     batches = Batches(data.x_train, data.y_train, opts.train.batch_size, opts.seed, n_total,
                       lo)
+    progress = Progress(opts.train.patience, len(batches.parts))
     start = time.perf_counter()
     val = _validate(0, theta, oracle, data, writer)
     best, info, k = val[1], None, 0
@@ -74,12 +77,14 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange) -> tu
                          accuracy=info.accuracy, grad_norm=info.grad_norm,
                          step_size=info.step_size, step_time=dt,
                          wall_time=time.perf_counter() - start, ls_trials=info.ls_trials,
-                         lbfgs_skipped=info.lbfgs_skipped, lbfgs_reset=info.lbfgs_reset)
-        stats = oracle.stats.row() if oracle.stats is not None else None
+                         lbfgs_skipped=info.lbfgs_skipped, lbfgs_reset=info.lbfgs_reset,
+                         ls_failed=info.ls_failed)
+        stats = oracle.record()
         if stats is not None:
             writer.log_mgrit(iteration=k, **stats)
         _log_timing(k, dt, exchange, c0, w0, writer)
-        last = k == opts.train.iterations or info.converged
+        stalled = progress.update(info.objective, info.exhausted)
+        last = k == opts.train.iterations or info.converged or stalled
         if k % opts.eval_every == 0 or last:
             val = _validate(k, theta, oracle, data, writer)
             best = max(best, val[1])
@@ -88,8 +93,10 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange) -> tu
         if info.converged:
             console.message(f"gradient norm {info.grad_norm:.3e} below gtol: stopping")
             break
+        if stalled:
+            break
     outcome = Outcome(k, info.objective, info.loss, info.accuracy, val[0], val[1], best,
-                      time.perf_counter() - start, bool(info.converged))
+                      time.perf_counter() - start, bool(info.converged), progress.stalled)
     return theta, outcome
 
 

@@ -28,6 +28,8 @@ class StepInfo:
     lbfgs_skipped: int = 0
     lbfgs_reset: int = 0
     converged: bool = False
+    ls_failed: int = 0        # failed line searches (each followed by tighter solves)
+    exhausted: bool = False   # no step found even with exact solves and steepest descent
 
 
 def _finite(point) -> None:
@@ -40,7 +42,11 @@ class LBFGS:
     """Limited-memory BFGS, H0 = sᵀy/yᵀy, Armijo backtracking (method.md §4).
 
     Robust where the authors' code is not: an update with sᵀy ≤ eps·‖s‖‖y‖ is
-    skipped, and a failed line search resets the memory and keeps θ.
+    skipped; a failed line search forgets the curvature pairs and, while the
+    oracle can make its gradient more accurate (`oracle.tighten()`: the
+    one-shot mode's inexact solves), re-evaluates θ more accurately and
+    searches again along −g.  Only a failed search along −g at the most
+    accurate solves ends the iteration without a step (`exhausted`).
     """
 
     CURVATURE_EPS = 1e-10
@@ -72,30 +78,52 @@ class LBFGS:
             q.add_(s, alpha=a - b)
         return q.neg_()
 
-    def step(self, theta: torch.Tensor, oracle):
-        if self.current is None:
-            self._start(theta, oracle)
-        point, g = self.current
+    def _descent(self, g: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """The L-BFGS direction and its slope gᵀd, or −g where that is no descent."""
         d = self.direction(g)
         slope = float(g @ d)
-        if slope >= 0:            # not a descent direction: fall back to −g
+        if slope >= 0:
             self.mem.clear()
             d, slope = -g, -float(g @ g)
-        alpha, trials = self.o.step0, 0
-        while trials < self.o.max_ls:
-            trials += 1
+        return d, slope
+
+    def _search(self, theta, d, slope, point, oracle):
+        """Armijo backtracking along d: (step, trials, accepted point or None)."""
+        alpha = self.o.step0
+        for trials in range(1, self.o.max_ls + 1):
             trial = oracle.value(theta + alpha * d)
             if math.isfinite(trial.objective) and \
                     trial.objective <= point.objective + self.o.c1 * alpha * slope:
-                break
+                return alpha, trials, trial
             alpha *= self.o.backtrack
-        else:                      # no Armijo point: keep θ, forget the curvature pairs
+        return 0.0, self.o.max_ls, None
+
+    def step(self, theta: torch.Tensor, oracle):
+        if self.current is None:
+            self._start(theta, oracle)
+        trials = failed = 0
+        while True:
+            point, g = self.current
+            d, slope = self._descent(g)
+            alpha, used, trial = self._search(theta, d, slope, point, oracle)
+            trials += used
+            if trial is not None:
+                break
+            failed += 1
+            steepest = not self.mem
             self.mem.clear()
-            return theta, StepInfo(point.objective, point.loss, point.accuracy,
-                                   float(g.norm()), 0.0, trials, 0, 1)
+            if oracle.tighten():
+                self._start(theta, oracle)      # the same θ, more accurate solves
+            elif not steepest:
+                continue                        # once more along −g
+            else:
+                return theta, StepInfo(point.objective, point.loss, point.accuracy,
+                                       float(g.norm()), 0.0, trials, 0, 1, False, failed,
+                                       exhausted=True)
         new = theta + alpha * d
         g_new = oracle.gradient()
         oracle.accept()
+        oracle.relax()
         s, y = new - theta, g_new - g
         sy = float(s @ y)
         skipped = int(sy <= self.CURVATURE_EPS * float(s.norm()) * float(y.norm()))
@@ -104,7 +132,7 @@ class LBFGS:
         self.current = (trial, g_new)
         gn = float(g_new.norm())
         return new, StepInfo(trial.objective, trial.loss, trial.accuracy, gn, alpha, trials,
-                             skipped, 0, gn <= self.o.gtol)
+                             skipped, int(failed > 0), gn <= self.o.gtol, failed)
 
 
 class SGD:

@@ -1,7 +1,8 @@
 """How each mode obtains the objective and its gradient: serial, mgrit, simultaneous.
 
-The optimizers see only `begin(batch)`, `value(θ)`, `gradient()`, `accept()`;
-the three modes differ in nothing else.
+The optimizers see only `begin(batch)`, `value(θ)`, `gradient()`, `accept()`,
+and the inexactness controls `tighten()` / `relax()`; the three modes differ in
+nothing else.
 """
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ class SolveStats:
     adj_iterations: int = 0
     adj_history: list = field(default_factory=list)
     adaptive_extra: int = 0
+    rung: int = 0           # solve accuracy the point was evaluated at (SimultaneousOracle)
+    fwd_total: int = 0      # MGRIT iterations of every solve of the optimizer iteration,
+    adj_total: int = 0      # line-search trials and re-evaluations included
 
     def row(self) -> dict:
         return dict(fwd_iterations=self.fwd_iterations,
@@ -49,7 +53,8 @@ class SolveStats:
                     adj_residual=_last(self.adj_history),
                     fwd_factor=convergence_factor(self.fwd_history),
                     adj_factor=convergence_factor(self.adj_history),
-                    adaptive_extra=self.adaptive_extra,
+                    adaptive_extra=self.adaptive_extra, rung=self.rung,
+                    fwd_total=self.fwd_total, adj_total=self.adj_total,
                     fwd_history=list(self.fwd_history), adj_history=list(self.adj_history))
 
 
@@ -57,10 +62,23 @@ def _last(history) -> float:
     return history[-1] if history else float("nan")
 
 
-class SerialOracle:
-    """Exact layer-serial propagation; the batch is split over ranks (data parallel)."""
+class ExactOracle:
+    """Inexactness controls of an oracle whose gradients are exact already."""
 
-    stats = None
+    def tighten(self) -> bool:
+        """Make the next evaluations more accurate; False when they cannot be."""
+        return False
+
+    def relax(self) -> None:
+        """Back to the configured accuracy (after a successful optimizer iteration)."""
+
+    def record(self) -> dict | None:
+        """The MGRIT record of the optimizer iteration (None: no MGRIT solves)."""
+        return None
+
+
+class SerialOracle(ExactOracle):
+    """Exact layer-serial propagation; the batch is split over ranks (data parallel)."""
 
     def __init__(self, net, exchange):
         self.net, self.ex = net, exchange
@@ -115,8 +133,12 @@ class SerialOracle:
         return self.ex.allreduce_sum(loss), self.ex.allreduce_sum(correct) / n
 
 
-class MGRITOracle:
-    """Forward and adjoint MGRIT to tolerance (exact gradients), warm-started."""
+class MGRITOracle(ExactOracle):
+    """Forward and adjoint MGRIT to tolerance (exact gradients), warm-started.
+
+    Every evaluation warm-starts the next one, a rejected line-search trial's
+    included (its states are the latest iterate of the solves).
+    """
 
     def __init__(self, net, exchange, mgrit_opts):
         self.net, self.ex, self.mo = net, exchange, mgrit_opts
@@ -128,6 +150,11 @@ class MGRITOracle:
 
     def begin(self, batch: Batch):
         self.batch = batch
+        self._spent = [0, 0]          # MGRIT iterations of this optimizer iteration
+
+    def record(self) -> dict:
+        self.stats.fwd_total, self.stats.adj_total = self._spent
+        return self.stats.row()
 
     def _solve_forward(self, theta, warm):
         return self.lp.forward(theta, self.batch.x, warm=warm)
@@ -137,6 +164,8 @@ class MGRITOracle:
         self.theta = theta
         res = self._solve_forward(theta, self._warm_fwd())
         self.fwd = res
+        self._spent[0] += res.iterations
+        self._store(fwd=res.states)
         self.ev = self.lp.evaluate(theta, res.states, b.y, b.x.shape[0], True)
         self._trial = SolveStats(res.iterations, list(res.history))
         return Point(self.ev.loss + self.net.regulariser(theta), self.ev.loss,
@@ -148,18 +177,17 @@ class MGRITOracle:
     def gradient(self) -> torch.Tensor:
         grad, res = self._solve_adjoint(self._warm_adj())
         self.adj = res
+        self._spent[1] += res.iterations
+        self._store(adj=res.states)
         self._trial.adj_iterations, self._trial.adj_history = res.iterations, list(res.history)
         self.net.regulariser(self.theta, grad)
         return grad
 
     def accept(self):
         self.stats = self._trial
-        adj = getattr(self, "adj", None)
-        self._store(self.fwd.states, adj.states if adj is not None else None)
-        self.adj = None
 
     # Warm starts.  The solvers alternate between two buffers and never write
-    # into the warm start they are given, so the accepted states are kept by
+    # into the warm start they are given, so the latest states are kept by
     # reference; only states of other mini-batches need copies.
     def _warm_fwd(self):
         return self.warm_fwd if self.warm_key == self.batch.key else None
@@ -167,10 +195,12 @@ class MGRITOracle:
     def _warm_adj(self):
         return self.warm_adj if self.warm_key == self.batch.key else None
 
-    def _store(self, fwd, adj):
+    def _store(self, fwd=None, adj=None):
         if self.warm_key != self.batch.key:
-            self.warm_adj = None
-        self.warm_fwd, self.warm_key = fwd, self.batch.key
+            self.warm_fwd = self.warm_adj = None
+            self.warm_key = self.batch.key
+        if fwd is not None:
+            self.warm_fwd = fwd
         if adj is not None:
             self.warm_adj = adj
 
@@ -186,10 +216,15 @@ class MGRITOracle:
 class SimultaneousOracle(MGRITOracle):
     """One-shot: a few warm-started MGRIT iterations per evaluation (inexact gradient).
 
-    Warm starts are kept per mini-batch key for up to `warm_batches` batches
-    (least recently used dropped); a batch without one starts cold, which with
-    skip_first_down is a coarse-grid propagation of u_0.
+    Accuracy comes in rungs: rung 0 runs mgrit.fwd_iters / mgrit.adj_iters
+    iterations, each `tighten()` multiplies both by RUNG_FACTOR, and the top
+    rung solves to mgrit.tol / adj_tol like mode=mgrit; `relax()` returns to
+    rung 0.  Warm starts are kept per mini-batch key for up to `warm_batches`
+    batches (least recently used dropped); a batch without one starts cold,
+    which with skip_first_down is a coarse-grid propagation of u_0.
     """
+
+    RUNG_FACTOR = 4
 
     def __init__(self, net, exchange, mgrit_opts, warm_batches: int = 1,
                  mini_batches: bool = False):
@@ -198,13 +233,35 @@ class SimultaneousOracle(MGRITOracle):
         self.copy = mini_batches      # other batches' solves reuse the solver buffers
         self.cache: OrderedDict = OrderedDict()
         self.last_gnorm = math.inf
+        self.rung = 0
+        mo, f, r = mgrit_opts, self.RUNG_FACTOR, 0
+        while mo.fwd_iters * f ** r < mo.max_iter or mo.adj_iters * f ** r < mo.adjoint_max_iter:
+            r += 1
+        self.top = r
+
+    def tighten(self) -> bool:
+        if self.rung >= self.top:
+            return False
+        self.rung += 1
+        return True
+
+    def relax(self) -> None:
+        self.rung = 0
+
+    def budget(self) -> tuple[int, float, int, float]:
+        """(forward iterations, tol, adjoint iterations, tol) at the current rung."""
+        mo = self.mo
+        if self.rung >= self.top:
+            return mo.max_iter, mo.tol, mo.adjoint_max_iter, mo.adjoint_tol
+        scale = self.RUNG_FACTOR ** self.rung
+        return mo.fwd_iters * scale, 0.0, mo.adj_iters * scale, 0.0
 
     def _solve_forward(self, theta, warm):
         mo, extra = self.mo, 0
-        res = self.lp.forward(theta, self.batch.x, warm=warm, max_iter=mo.fwd_iters, tol=0.0)
+        iters, tol, *_ = self.budget()
+        res = self.lp.forward(theta, self.batch.x, warm=warm, max_iter=iters, tol=tol)
         history, iters = list(res.history), res.iterations
-        while mo.adaptive and extra < mo.adaptive_max_extra and history and \
-                history[-1] > mo.adaptive_ratio * self.last_gnorm:
+        while self._guard(history, self.last_gnorm, extra):
             res = self.lp.forward(theta, self.batch.x, max_iter=1, tol=0.0, resume=True)
             history += res.history
             iters += res.iterations
@@ -213,18 +270,25 @@ class SimultaneousOracle(MGRITOracle):
         self._extra = extra
         return res
 
+    def _guard(self, history, gnorm: float, extra: int) -> bool:
+        """The adaptive guard: one more iteration while the residual exceeds
+        mgrit.adaptive_ratio × the gradient norm (fixed-iteration rungs only)."""
+        mo = self.mo
+        return mo.adaptive and self.rung < self.top and extra < mo.adaptive_max_extra \
+            and bool(history) and history[-1] > mo.adaptive_ratio * gnorm
+
     def value(self, theta) -> Point:
         point = super().value(theta)
         self._trial.adaptive_extra = self._extra
+        self._trial.rung = self.rung
         return point
 
     def _solve_adjoint(self, warm):
-        mo = self.mo
+        *_, iters, tol = self.budget()
         grad, res = self.lp.backward(self.theta, self.batch.x, self.fwd.states, self.ev,
-                                     warm=warm, max_iter=mo.adj_iters, tol=0.0)
+                                     warm=warm, max_iter=iters, tol=tol)
         history, iters, extra = list(res.history), res.iterations, 0
-        while mo.adaptive and extra < mo.adaptive_max_extra and history and \
-                history[-1] > mo.adaptive_ratio * float(grad.norm()):
+        while self._guard(history, float(grad.norm()), extra):
             grad, res = self.lp.backward(self.theta, self.batch.x, self.fwd.states, self.ev,
                                          max_iter=1, tol=0.0, resume=True)
             history += res.history
@@ -247,12 +311,13 @@ class SimultaneousOracle(MGRITOracle):
         entry = self.cache.get(self.batch.key)
         return None if entry is None else entry[1]
 
-    def _store(self, fwd, adj):
+    def _store(self, fwd=None, adj=None):
         if self.copy:
-            fwd = fwd.clone()
+            fwd = fwd.clone() if fwd is not None else None
             adj = adj.clone() if adj is not None else None
         old = self.cache.pop(self.batch.key, (None, None))
-        self.cache[self.batch.key] = (fwd, adj if adj is not None else old[1])
+        self.cache[self.batch.key] = (fwd if fwd is not None else old[0],
+                                      adj if adj is not None else old[1])
         while len(self.cache) > self.capacity:
             self.cache.popitem(last=False)
 

@@ -148,9 +148,9 @@ def test_dataset_trains_in_mode(sweeps, dataset, mode):
     if mode == "mgrit":          # solved to the tolerance every iteration
         assert np.all(m.mgrit[ms.FWD_RESIDUAL] <= MGRIT_TOL)
         assert np.all(m.mgrit[ms.ADJ_RESIDUAL] <= MGRIT_TOL)
-    else:                        # the defaults: 2 forward and 1 adjoint iteration, no more
+    else:                        # the defaults: 2 forward and 2 adjoint iterations, no more
         assert np.all(m.mgrit[ms.FWD_ITERATIONS] == 2)
-        assert np.all(m.mgrit[ms.ADJ_ITERATIONS] == 1)
+        assert np.all(m.mgrit[ms.ADJ_ITERATIONS] == 2)
 
 
 @pytest.mark.parametrize("dataset", list(TINY))

@@ -10,11 +10,12 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 REQUIRED = {
     s.TRAIN: {"iteration", "objective", "loss", "accuracy", "grad_norm", "step_size",
-              "step_time", "wall_time", "ls_trials", "lbfgs_skipped", "lbfgs_reset"},
+              "step_time", "wall_time", "ls_trials", "lbfgs_skipped", "lbfgs_reset",
+              "ls_failed"},
     s.VALIDATION: {"iteration", "loss", "accuracy"},
     s.MGRIT: {"iteration", "fwd_iterations", "fwd_residual", "adj_iterations",
               "adj_residual", "fwd_factor", "adj_factor", "adaptive_extra",
-              "fwd_history", "adj_history"},
+              "rung", "fwd_total", "adj_total", "fwd_history", "adj_history"},
     s.TIMING: {"iteration", "compute", "communication", "waiting"},
     s.ROOT: {"lptrain_version", "mode", "world_size", "layer_ranks", "data_ranks", "seed",
              "config", "status",
@@ -51,7 +52,8 @@ def test_two_dimensional_fields_are_the_histories_and_per_rank_times():
 
 
 def test_statuses_and_fill_values():
-    assert s.STATUSES == ("running", "completed", "failed", "diverged", "interrupted")
+    assert s.STATUSES == ("running", "completed", "failed", "diverged", "interrupted",
+                          "stalled")
     assert s.RUNNING not in s.FINAL_STATUSES
     assert set(s.REQUIRED_ATTRS) <= set(s.ROOT_ATTRS)
     assert s.FILL[s.INT] == -1 and math.isnan(s.FILL[s.FLOAT])

@@ -23,7 +23,8 @@ ATTRS = {s.MODE: "simultaneous", s.WORLD_SIZE: 3, s.SEED: 7, s.CONFIG: "lr: 0.5\
 def _train_row(i):
     return dict(iteration=i, objective=1.0 / i, loss=0.5 / i, accuracy=0.1 * i,
                 grad_norm=2.0 ** -i, step_size=0.25, step_time=0.01 * i, wall_time=0.5 * i,
-                ls_trials=i % 3, lbfgs_skipped=i % 2, lbfgs_reset=int(i == 2))
+                ls_trials=i % 3, lbfgs_skipped=i % 2, lbfgs_reset=int(i == 2),
+                ls_failed=int(i == 2))
 
 
 def test_round_trip_of_every_field(tmp_path):
@@ -33,8 +34,8 @@ def test_round_trip_of_every_field(tmp_path):
             w.log_train(**_train_row(i))
             w.log_mgrit(iteration=i, fwd_iterations=2, fwd_residual=1e-3 * i,
                         adj_iterations=3, adj_residual=1e-4 * i, fwd_factor=0.1,
-                        adj_factor=0.2, adaptive_extra=i - 1,
-                        fwd_history=[1.0, 1e-3 * i], adj_history=[1.0, 0.1, 1e-4 * i])
+                        adj_factor=0.2, adaptive_extra=i - 1, rung=i % 2,
+                        fwd_total=2 * i, adj_total=3 * i, fwd_history=[1.0, 1e-3 * i], adj_history=[1.0, 0.1, 1e-4 * i])
             w.log_timing(i, [1.0 * i, 2.0, 3.0], [0.1, 0.2, 0.3], [0.0, 0.5, 1.5 * i])
         w.log_validation(3, 0.4, 0.85)
     m = read_metrics(path)
@@ -49,6 +50,8 @@ def test_round_trip_of_every_field(tmp_path):
     np.testing.assert_array_equal(m.validation[s.ACCURACY], [0.85])
     np.testing.assert_array_equal(m.validation[s.LOSS], [0.4])
     np.testing.assert_array_equal(m.mgrit["adaptive_extra"], [0, 1, 2])
+    np.testing.assert_array_equal(m.mgrit["rung"], [1, 0, 1])
+    np.testing.assert_array_equal(m.mgrit["fwd_total"], [2, 4, 6])
     np.testing.assert_allclose(m.mgrit[s.ADJ_RESIDUAL], [1e-4, 2e-4, 3e-4])
     np.testing.assert_allclose(m.mgrit[s.ADJ_HISTORY][2], [1.0, 0.1, 3e-4])
     assert m.timing[s.COMPUTE].shape == (3, 3)

@@ -7,7 +7,7 @@ from lptrain.config.schema import AdamOptions, LBFGSOptions, SGDOptions
 from lptrain.errors import DivergedError
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.train.optimizers import LBFGS, OPTIMIZERS, Adam, SGD
-from lptrain.train.oracles import Batch, Point, SerialOracle
+from lptrain.train.oracles import Batch, ExactOracle, Point, SerialOracle
 
 
 def oracle_for(n=40):
@@ -31,7 +31,7 @@ def test_optimizers_decrease_the_objective(opt):
     assert oracle.value(theta).objective < 0.7 * start
 
 
-class Recording:
+class Recording(ExactOracle):
     """Wraps an oracle and records every valued objective."""
 
     def __init__(self, inner):
@@ -85,7 +85,7 @@ def test_lbfgs_two_loop_matches_dense_bfgs_inverse():
     assert torch.allclose(opt.direction(g), -H @ g, rtol=1e-12, atol=1e-12)
 
 
-class Quadratic:
+class Quadratic(ExactOracle):
     """J(θ) = ½‖θ‖² with a hook to corrupt values."""
 
     def __init__(self, bad=lambda t: False):
@@ -113,7 +113,43 @@ def test_failed_line_search_resets_memory_and_keeps_theta():
     kept = theta.clone()
     theta, info = opt.step(theta, Quadratic(bad=lambda t: True))
     assert info.lbfgs_reset == 1 and info.step_size == 0.0 and len(opt.mem) == 0
-    assert torch.equal(theta, kept) and info.ls_trials == 3
+    # the L-BFGS direction failed, then −g: no step, and nothing left to try
+    assert torch.equal(theta, kept) and info.ls_trials == 6 and info.ls_failed == 2
+    assert info.exhausted
+
+
+class Inexact(Quadratic):
+    """½‖θ‖² whose gradient points uphill until the oracle is tightened twice."""
+
+    def __init__(self):
+        super().__init__()
+        self.rung, self.relaxed, self.valued = 0, 0, []
+
+    def tighten(self):
+        self.rung += 1
+        return self.rung <= 3
+
+    def relax(self):
+        self.rung, self.relaxed = 0, self.relaxed + 1
+
+    def value(self, theta):
+        self.valued.append(self.rung)
+        return super().value(theta)
+
+    def gradient(self):
+        return self.theta.clone() * (1.0 if self.rung >= 2 else -1.0)
+
+
+def test_failed_line_search_tightens_the_solves_until_a_step_is_found():
+    opt, oracle = LBFGS(LBFGSOptions(max_ls=4)), Inexact()
+    theta = torch.ones(3, dtype=torch.float64)
+    new, info = opt.step(theta, oracle)
+    # rung 0 and 1 give −∇J: two failed searches, θ re-evaluated at rungs 1 and 2; the
+    # exact gradient at rung 2 gives the minimiser in one step, then back to rung 0
+    assert info.ls_failed == 2 and info.lbfgs_reset == 1 and not info.exhausted
+    assert info.step_size == 1.0 and float(new.abs().max()) == 0.0
+    assert oracle.valued == [0] + [0] * 4 + [1] + [1] * 4 + [2, 2]
+    assert oracle.rung == 0 and oracle.relaxed == 1
 
 
 def test_curvature_update_skipped_when_not_positive():

@@ -98,3 +98,53 @@ def test_minibatch_warm_starts_are_kept_per_batch():
         oracle.accept()
     assert list(oracle.cache) == [2, 3]                     # least recently used dropped
     assert oracle.cache[3][0].data_ptr() != oracle.lp.fwd._buffers[0].data_ptr()
+
+
+def run_default(mode, extra=()):
+    """The default configuration (no overlay), as `lptrain mode=...` runs it."""
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"mode={mode}", *extra])
+    opts = options(cfg)
+    ex, data, net, theta, oracle, opt = build(opts, None)
+    rows = Rows()
+    _, out = train(theta, opt, oracle, data, opts, rows, Console(False, 1), ex)
+    return out, rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [
+    ["seed=0"],    # froze at J 1.055 from iteration 12: every line search failed
+    ["seed=11", "mgrit.adaptive=true", "mgrit.cfactor0=2", "mgrit.cfactor=2"],
+], ids=["default", "adaptive-c2"])
+def test_default_simultaneous_run_trains_like_serial(extra):
+    common = ["train.iterations=40", "eval_every=40", "dataset.n_train=2000", *extra]
+    ref, _ = run_default("serial", common)
+    out, rows = run_default("simultaneous", common)
+    assert out.stalled is None and out.iterations == 40
+    assert out.objective <= 1.15 * ref.objective
+    assert abs(out.val_accuracy - ref.val_accuracy) <= 0.03
+    steps = [r["step_size"] for r in rows.train]
+    assert sum(s == 0 for s in steps) <= 2                 # a failed search is retried
+    # still one-shot: a few MGRIT iterations per optimizer iteration, not converged solves
+    mean = sum(r["fwd_iterations"] + r["adj_iterations"] for r in rows.mgrit) / 40
+    assert mean <= 8
+
+
+def test_a_failed_line_search_tightens_the_one_shot_solves():
+    # a line search that cannot succeed at rung 0 (max_ls=1 and a huge first step)
+    # re-evaluates θ at higher rungs; the record says so; the next iteration relaxes
+    out, rows = run("simultaneous", ["train.iterations=3", "optimizer.max_ls=1",
+                                     "optimizer.step0=1e6", "mgrit.max_iter=8"])
+    fails = [r["ls_failed"] for r in rows.train]
+    assert fails[0] >= 1 and rows.train[0]["lbfgs_reset"] == 1
+    rungs = [r["rung"] for r in rows.mgrit]
+    assert rungs[0] >= 1
+    assert rows.mgrit[0]["fwd_total"] > rows.mgrit[0]["fwd_iterations"]
+
+
+def test_a_run_without_progress_ends_stalled():
+    out, rows = run("serial", ["train.iterations=30", "optimizer.max_ls=1",
+                               "optimizer.step0=1e6"])
+    assert out.stalled is not None and "steepest descent" in out.stalled
+    assert out.iterations < 30

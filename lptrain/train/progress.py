@@ -1,0 +1,47 @@
+"""When a run has stopped making progress: the rule behind the `stalled` outcome.
+
+A run stalls when the optimizer can find no step at all (a failed line search
+along −g with the most accurate gradient the mode has), or when the objective
+has not improved on its best value for `patience` iterations.  With
+mini-batches each iteration sees another batch, so epochs are compared: the
+mean objective of an epoch against the best earlier epoch mean, with the
+patience rounded up to whole epochs (at least two).
+"""
+from __future__ import annotations
+
+import math
+
+
+class Progress:
+    """Feed it one optimizer iteration at a time; `stalled` says why it stalled."""
+
+    def __init__(self, patience: int, batches_per_epoch: int = 1):
+        self.per_epoch = max(batches_per_epoch, 1)
+        epochs = math.ceil(patience / self.per_epoch)
+        self.patience = patience if self.per_epoch == 1 else max(epochs, 2)
+        self.best = math.inf
+        self.since = 0               # iterations (epochs with mini-batches) without progress
+        self._epoch: list[float] = []
+        self.stalled: str | None = None
+
+    def update(self, objective: float, exhausted: bool = False) -> str | None:
+        """Record one iteration; returns the reason once the run has stalled, else None."""
+        if exhausted:
+            self.stalled = "no step decreases the objective, even along the steepest " \
+                           "descent with exact solves"
+            return self.stalled
+        if self.per_epoch > 1:
+            self._epoch.append(objective)
+            if len(self._epoch) < self.per_epoch:
+                return None
+            objective = sum(self._epoch) / len(self._epoch)
+            self._epoch = []
+        if objective < self.best:
+            self.best, self.since = objective, 0
+        else:
+            self.since += 1
+        if self.patience and self.since >= self.patience:
+            unit = "iterations" if self.per_epoch == 1 else "epochs"
+            self.stalled = f"the objective has not decreased for {self.since} {unit} " \
+                           f"(best {self.best:.6g})"
+        return self.stalled

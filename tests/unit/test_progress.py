@@ -1,0 +1,33 @@
+"""The stall rule: patience in iterations (full batch) or epochs (mini-batches)."""
+from lptrain.train.progress import Progress
+
+
+def test_patience_counts_iterations_without_a_new_best():
+    p = Progress(patience=3)
+    for j in (5.0, 4.0, 4.0, 4.5, 3.9, 3.95, 3.9):
+        assert p.update(j) is None
+    assert p.update(3.91) is not None and "3 iterations" in p.stalled
+
+
+def test_exhausted_line_search_stalls_at_once():
+    p = Progress(patience=100)
+    assert p.update(1.0) is None
+    assert "steepest descent" in p.update(1.0, exhausted=True)
+
+
+def test_zero_patience_never_stalls_on_a_flat_objective():
+    p = Progress(patience=0)
+    assert all(p.update(1.0) is None for _ in range(50))
+
+
+def test_mini_batches_compare_epoch_means():
+    # 4 batches an epoch, patience 5 iterations -> 2 epochs; noisy batches whose epoch
+    # mean keeps falling never stall, a flat epoch mean stalls after two epochs
+    p = Progress(patience=5, batches_per_epoch=4)
+    assert p.patience == 2
+    for epoch in range(6):
+        for j in (3.0, 1.0, 2.5, 0.5):
+            assert p.update(j - 0.1 * epoch) is None
+    for _ in range(2 * 4 - 1):
+        assert p.update(5.0) is None
+    assert "2 epochs" in p.update(5.0)
