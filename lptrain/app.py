@@ -15,9 +15,13 @@ from lptrain.metrics.console import Console
 from lptrain.metrics.tensorboard import check_available, with_logger
 from lptrain.metrics.writer import open_writer
 from lptrain.model.network import ResNet
+from lptrain import preflight
 from lptrain.model.saved import MODEL_FILE, model_record, save_torch
-from lptrain.parallel.context import make_exchange
+from lptrain.parallel.context import grid_exchanges
+from lptrain.parallel.grid import shard
+from lptrain.preflight import Plan
 from lptrain.train.checkpoint import CHECKPOINT_FILE, Checkpointer, load_checkpoint, restore
+from lptrain.train.data_parallel import DataParallelOracle
 from lptrain.train.guard import Progress
 from lptrain.train.loop import train
 from lptrain.train.optimizers import OPTIMIZERS
@@ -61,26 +65,39 @@ def _cast(data, dtype, device):
                           data.y_val.to(device), data.n_classes, data.source, data.meta)
 
 
-def _check(opts: Config, data) -> None:
-    n = data.x_train.shape[0]
+def _check(opts: Config, n_train: int) -> None:
     bs = opts.train.batch_size
-    require(bs is None or bs <= n, "train.batch_size", bs,
-            f"larger than the {n} training samples")
+    require(bs is None or bs <= n_train, "train.batch_size", bs,
+            f"larger than the {n_train} training samples")
     require(bs is None or opts.optimizer.name != "lbfgs", "train.batch_size", bs,
             "optimizer=lbfgs is full batch: set train.batch_size=null or use sgd/adam")
-    if opts.device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device='cuda': no CUDA device is available here")
 
 
-def build(opts: Config, comm):
-    """Data, network, θ₀, oracle and optimizer for these options."""
-    ex = make_exchange(comm)
-    data = _cast(load_dataset(opts.dataset, opts.seed), DTYPES[opts.dtype], opts.device)
-    _check(opts, data)
+def _shard(data, grid, group: int):
+    """The data group's contiguous shard of the training and validation samples."""
+    def part(x, y):
+        lo, hi = shard(x.shape[0], grid.data, group)
+        return x[lo:hi].clone(), y[lo:hi].clone()
+    n = data.x_train.shape[0]
+    (xt, yt), (xv, yv) = part(data.x_train, data.y_train), part(data.x_val, data.y_val)
+    meta = {**data.meta, "shard": (shard(n, grid.data, group)[0], n)}
+    return data.__class__(data.name, xt, yt, xv, yv, data.n_classes, data.source, meta)
+
+
+def build(opts: Config, comm, plan: Plan | None = None):
+    """World exchange, data shard, network, θ₀, oracle and optimizer for these options."""
+    plan = plan or preflight.plan(opts, comm)
+    _check(opts, plan.sizes.n_train)
+    ex = grid_exchanges(comm, plan.grid)
+    group = plan.grid.coords(ex.world.rank)[1]
+    data = _shard(load_dataset(opts.dataset, opts.seed), plan.grid, group)
+    data = _cast(data, DTYPES[opts.dtype], plan.device)
     net = ResNet(opts.network, data.feature_shape, data.n_classes)
-    theta = net.init_params(opts.seed, DTYPES[opts.dtype], opts.device)
-    oracle = make_oracle(opts.mode, net, ex, opts.mgrit, opts.train.batch_size is not None)
-    return ex, data, net, theta, oracle, OPTIMIZERS[opts.optimizer.name](opts.optimizer)
+    theta = net.init_params(opts.seed, DTYPES[opts.dtype], plan.device)
+    oracle = make_oracle(opts.mode, net, ex.layer, opts.mgrit, opts.train.batch_size is not None)
+    if plan.grid.data > 1:
+        oracle = DataParallelOracle(oracle, net, ex.data)
+    return ex.world, data, net, theta, oracle, OPTIMIZERS[opts.optimizer.name](opts.optimizer)
 
 
 def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
@@ -92,8 +109,10 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     """
     opts = options(cfg)
     check_available(opts.logger)
-    ex, data, net, theta, oracle, optimizer = build(opts, comm)
-    rank0 = ex.rank == 0 if comm is None else comm.Get_rank() == 0
+    plan = preflight.plan(opts, comm)
+    ex, data, net, theta, oracle, optimizer = build(opts, comm, plan)
+    rank0 = ex.rank == 0
+    grid = plan.grid
     run_dir = Path(run_dir)
     config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
     progress, record = Progress(theta), None
@@ -101,11 +120,13 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
         record = load_checkpoint(run_dir / CHECKPOINT_FILE)
         check_resumable(record, config_yaml, opts)
         theta = restore(record, optimizer, oracle, progress, ex)
-    attrs = {ms.MODE: opts.mode.name, ms.WORLD_SIZE: ex.size, ms.SEED: opts.seed,
+    attrs = {ms.MODE: opts.mode.name, ms.WORLD_SIZE: grid.size, ms.LAYER_RANKS: grid.layer,
+             ms.DATA_RANKS: grid.data, ms.SEED: opts.seed,
              ms.CONFIG: OmegaConf.to_yaml(cfg), ms.DATASET_SOURCE: data.source,
              ms.STEP_KERNEL: net.stepper(theta).implementation()}
     path = run_dir / ms.FILE_NAME
-    title = f"{opts.mode.name} {data.name} N={opts.network.layers}"
+    title = (f"{opts.mode.name} {data.name} N={opts.network.layers} "
+             f"P={grid.size} ({grid.layer} layer x {grid.data} data)")
     saver = ModelSaver(run_dir / MODEL_FILE, net, config_yaml, opts.dtype, data, rank0)
     checkpointer = Checkpointer(run_dir / CHECKPOINT_FILE, opts.checkpoint_every, ex, rank0,
                                 optimizer, oracle, progress, {"config": config_yaml})

@@ -175,12 +175,20 @@ def _one_line(exc: Exception):
 
 
 def main() -> None:
+    import os
+
+    from lptrain.parallel.context import (foreign_launch, keep_freed_memory, limit_threads,
+                                          node_of, world)
+    foreign = foreign_launch(os.environ)
+    if foreign:
+        if os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", "0")) == "0":
+            _say(foreign)
+        sys.exit(2)
     from lptrain.train.guard import StopSignals
     _stop.append(StopSignals().install())   # first: a signal from here on stops cleanly
-    from lptrain.parallel.context import keep_freed_memory, limit_threads, world
     keep_freed_memory()
     comm = world()
-    limit_threads(comm.Get_size())
+    limit_threads(node_of(comm))
     args = sys.argv[1:]
     checkable = all(a in ("-m", "--multirun") or not a.startswith("-") for a in args)
     try:

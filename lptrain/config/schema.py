@@ -95,6 +95,18 @@ class TrainOptions:
 
 
 @dataclass
+class ParallelOptions:
+    layer_ranks: str = "auto"        # auto | ranks per layer group (MGRIT over the layers)
+    data_ranks: Optional[int] = None  # layer groups, each on a batch shard (None: P / layer)
+
+    def __post_init__(self):
+        from lptrain.parallel.grid import parse_layer_ranks
+        parse_layer_ranks(self.layer_ranks)
+        require(self.data_ranks is None or self.data_ranks >= 1, "parallel.data_ranks",
+                self.data_ranks, "must be a positive integer or null")
+
+
+@dataclass
 class Config:
     dataset: Any = MISSING
     network: NetworkOptions = MISSING
@@ -102,6 +114,7 @@ class Config:
     mode: ModeOptions = MISSING
     mgrit: MGRITOptions = MISSING
     train: TrainOptions = field(default_factory=TrainOptions)
+    parallel: ParallelOptions = field(default_factory=ParallelOptions)
     eval_every: int = 10
     checkpoint_every: Optional[int] = None   # iterations; null: automatic (< 2 % of the time)
     seed: int = 0

@@ -45,6 +45,44 @@ def register(name: str):
     return wrap
 
 
+@dataclass(frozen=True)
+class Sizes:
+    """What a dataset will hold, known before loading it (for the run's checks)."""
+
+    n_train: int
+    n_val: int
+    feature_shape: tuple[int, ...]
+    n_classes: int
+    n_source: int = 0       # samples the loader reads before it picks (0: n_train + n_val)
+
+    @property
+    def read(self) -> int:
+        return max(self.n_source, self.n_train + self.n_val)
+
+
+# name -> sizes(options) -> Sizes, cheap: no sample is read
+SIZES: dict[str, Callable[..., Sizes]] = {}
+
+
+def register_sizes(name: str):
+    """Decorator adding a size function to SIZES under `name`."""
+    def wrap(fn):
+        SIZES[name] = fn
+        return fn
+    return wrap
+
+
+def dataset_sizes(options) -> Sizes:
+    """Sizes of the dataset `options` name, without loading it."""
+    import lptrain.data  # noqa: F401  (registers every size function)
+    try:
+        fn = SIZES[options.name]
+    except KeyError:
+        raise ConfigError(f"dataset={options.name!r}: unknown, choose one of "
+                          f"{sorted(SIZES)}") from None
+    return fn(options)
+
+
 def load_dataset(options, seed: int) -> Dataset:
     """Dispatch on options.name to the registered loader."""
     import lptrain.data  # noqa: F401  (registers every loader)

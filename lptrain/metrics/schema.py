@@ -17,6 +17,8 @@ ROOT = "/"
 VERSION = "lptrain_version"
 MODE = "mode"
 WORLD_SIZE = "world_size"
+LAYER_RANKS = "layer_ranks"
+DATA_RANKS = "data_ranks"
 SEED = "seed"
 CONFIG = "config"
 STATUS = "status"
@@ -106,6 +108,10 @@ FIELDS: dict[str, dict[str, Field]] = {
         VERSION: Field(STR, "scalar", "", "lptrain version that wrote the file"),
         MODE: Field(STR, "scalar", "", "training mode: " + ", ".join(MODES)),
         WORLD_SIZE: Field(INT, "scalar", "", "number of MPI ranks (P)"),
+        LAYER_RANKS: Field(INT, "scalar", "", "optional: ranks per layer group (MGRIT over "
+                           "the layers; P = layer_ranks × data_ranks)"),
+        DATA_RANKS: Field(INT, "scalar", "", "optional: layer groups, each training on its "
+                          "shard of every batch (gradients summed over them)"),
         SEED: Field(INT, "scalar", "", "random seed of the run"),
         CONFIG: Field(STR, "scalar", "", "resolved configuration as YAML text"),
         STATUS: Field(STR, "scalar", "", "run state: " + ", ".join(STATUSES)

@@ -25,8 +25,8 @@ class SerialExchange:
 
     rank, size = 0, 1
 
-    def __init__(self):
-        self.clock = Clock()
+    def __init__(self, clock: Clock | None = None):
+        self.clock = clock or Clock()
 
     def send(self, tensor, dest):  # pragma: no cover - never has a neighbour
         raise RuntimeError(f"SerialExchange has no rank {dest}")

@@ -239,6 +239,7 @@ def run(args) -> list[Path]:
             f"Seconds per optimizer iteration; speedups over serial on 1 rank "
             f"({baseline:.4g} s).\n\n"
             + scaling_table(preds, baseline, max_ranks(w.n_layers, opts.mgrit), measured))
+    text += "\n" + grid_section(_ranks(args.ranks), w, opts, m, cnt)
     if compared:
         text += "\n## Measured runs\n\n" + comparison_table(compared)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -247,6 +248,26 @@ def run(args) -> list[Path]:
     png = plot(preds, baseline, args.out / "speedup_model.png", measured, args.paper, title)
     print(text)
     return [md, png]
+
+
+def grid_section(ranks, w, opts, m, cnt) -> str:
+    """The layer × data split `parallel.layer_ranks=auto` would take for each P, by mode."""
+    from lptrain.model_perf.grid import recommend
+    from lptrain.parallel.grid import c_intervals
+    o = opts.mgrit
+    most = c_intervals(w.n_layers, o.cfactor0, o.levels, o.min_coarse)
+    lines = ["## Recommended layer x data split", "",
+             "With these step costs (lptrain itself decides on a nominal machine, "
+             "model_perf.grid); s per iteration in brackets.", "",
+             "| P | mgrit | simultaneous |", "|---|---|---|"]
+    for p in ranks:
+        cells = []
+        for mode in ("mgrit", "simultaneous"):
+            g, times = recommend(p, mode, w, o, m, most, cnt)
+            t = times.get(g)
+            cells.append(f"{g.layer} x {g.data}" + (f" ({t:.3g})" if t is not None else ""))
+        lines.append(f"| {p} | {' | '.join(cells)} |")
+    return "\n".join(lines) + "\n"
 
 
 def _compare(runs, w, opts, m, cfg):

@@ -17,12 +17,17 @@ class Batches:
     """Fixed, seeded mini-batches visited in a fresh random order every epoch.
 
     Fixed batches let the simultaneous mode keep a warm start per batch;
-    batch_size None gives the full batch (key 0) every iteration.
+    batch_size None gives the full batch (key 0) every iteration.  x and y
+    may be a shard, samples offset..offset+len(x)−1 of n_total (a data
+    group's): the batches are drawn from all n_total samples alike on every
+    rank, and each rank gets the samples of its shard (possibly none).
     """
 
-    def __init__(self, x, y, batch_size: int | None, seed: int):
+    def __init__(self, x, y, batch_size: int | None, seed: int, n_total: int | None = None,
+                 offset: int = 0):
         self.x, self.y = x, y
-        n = x.shape[0]
+        n = x.shape[0] if n_total is None else n_total
+        self.n, self.lo, self.hi = n, offset, offset + x.shape[0]
         self.gen = torch.Generator().manual_seed(seed + 1)
         if batch_size is None or batch_size >= n:
             self.parts = [None]
@@ -41,12 +46,14 @@ class Batches:
 
     def next(self) -> Batch:
         if len(self.parts) == 1:
-            return Batch(self.x, self.y, 0)
+            return Batch(self.x, self.y, 0, self.n)
         if not self.order:
             self.order = torch.randperm(len(self.parts), generator=self.gen).tolist()
         key = self.order.pop(0)
-        idx = self.parts[key].to(self.x.device)
-        return Batch(self.x[idx], self.y[idx], key)
+        part = self.parts[key]
+        mine = part[(part >= self.lo) & (part < self.hi)] - self.lo
+        idx = mine.to(self.x.device)
+        return Batch(self.x[idx], self.y[idx], key, part.numel())
 
 
 @dataclass
@@ -77,7 +84,9 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
     """
     progress = progress or Progress(theta)
     stop = stop or NoStop()
-    batches = Batches(data.x_train, data.y_train, opts.train.batch_size, opts.seed)
+    lo, n_total = data.meta.get("shard", (0, data.x_train.shape[0]))
+    batches = Batches(data.x_train, data.y_train, opts.train.batch_size, opts.seed, n_total,
+                      lo)
     stall = StallRule(opts.train.patience, len(batches.parts))
     if resume is None:
         start = time.perf_counter()

@@ -23,6 +23,7 @@ class Batch:
     x: torch.Tensor
     y: torch.Tensor
     key: int = 0      # which mini-batch (for per-batch warm starts)
+    n: int | None = None  # samples of the whole batch over all data groups (None: x's)
 
 
 @dataclass
@@ -283,7 +284,7 @@ class SimultaneousOracle(MGRITOracle):
         self.cache = OrderedDict((key, (fwd, adj)) for key, fwd, adj in state["cache"])
 
     def _solve_forward(self, theta, warm):
-        mo, extra = self.mo, 0
+        extra = 0
         iters, tol, *_ = self.budget()
         res = self.lp.forward(theta, self.batch.x, warm=warm, max_iter=iters, tol=tol)
         history, iters = list(res.history), res.iterations

@@ -43,9 +43,9 @@ TINY = {
     "peaks": ["dataset=peaks", "network.width=4", "dataset.n_train=100", "dataset.n_val=50"],
     "indian_pines": ["dataset=indian_pines", "network.width=8", "dataset.n_train=160",
                      "dataset.n_val=80"],
-    "mnist": ["dataset=mnist", "network=conv", "network.channels=2", "dataset.n_train=40",
+    "mnist": ["dataset=mnist", "network.channels=2", "dataset.n_train=40",
               "dataset.n_val=20"],
-    "fashion_mnist": ["dataset=fashion_mnist", "network=conv", "network.channels=2",
+    "fashion_mnist": ["dataset=fashion_mnist", "network.channels=2",
                       "network.opening=conv", "dataset.n_train=40", "dataset.n_val=20"],
 }
 

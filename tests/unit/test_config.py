@@ -184,3 +184,69 @@ def test_keys_added_past_the_schema_are_rejected(override, key):
     # Hydra's '+key=value' slips past the schema; to_object would drop the value silently
     with pytest.raises(ConfigError, match=rf"^{key}: not an lptrain option"):
         options(_compose(override))
+
+
+# Each dataset brings the network that suits its inputs (lptrain/conf/dataset/*.yaml defaults lists).
+DATASET_NETWORK = {"peaks": "dense", "indian_pines": "dense_wide", "mnist": "conv",
+                   "fashion_mnist": "conv"}
+
+
+def _choice(cfg_overrides: list[str], group: str) -> str:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=cfg_overrides,
+                      return_hydra_config=True)
+    return cfg.hydra.runtime.choices[group]
+
+
+def test_every_dataset_brings_a_network():
+    assert set(DATASET_NETWORK) == set(_yaml_options("dataset"))
+
+
+@pytest.mark.parametrize("dataset", sorted(DATASET_NETWORK))
+def test_dataset_selects_its_network(dataset):
+    assert _choice([f"dataset={dataset}"], "network") == DATASET_NETWORK[dataset]
+    opts = options(_compose(f"dataset={dataset}"))
+    want = options(_compose(f"network={DATASET_NETWORK[dataset]}"))
+    assert opts.network == want.network
+
+
+@pytest.mark.parametrize("dataset", sorted(DATASET_NETWORK))
+@pytest.mark.parametrize("network", ["dense", "conv"])
+def test_explicit_network_wins_over_the_dataset(dataset, network):
+    for order in ([f"dataset={dataset}", f"network={network}"],
+                  [f"network={network}", f"dataset={dataset}"]):
+        assert _choice(order, "network") == network
+        assert options(_compose(*order)).network.name == network
+
+
+@pytest.mark.parametrize("dataset", sorted(DATASET_NETWORK))
+def test_network_keys_win_over_the_dataset_network(dataset):
+    opts = options(_compose(f"dataset={dataset}", "network.layers=5", "network.T=2.5"))
+    assert (opts.network.layers, opts.network.T) == (5, 2.5)
+    assert _choice([f"dataset={dataset}", "network.layers=5"], "network") == \
+        DATASET_NETWORK[dataset]
+
+
+def test_mnist_network_is_the_papers_conv_net_made_deeper():
+    net = options(_compose("dataset=mnist")).network
+    assert (net.name, net.channels, net.T, net.opening) == ("conv", 4, 5.0, "replicate")
+    assert net.layers == 32
+
+
+def _overlay_network(name: str) -> str:
+    """The network an overlay's defaults list overrides to (following overlay parents)."""
+    raw = OmegaConf.load(CONF / "experiment" / f"{name}.yaml")
+    for entry in raw.get("defaults", []):
+        if isinstance(entry, str):
+            if entry != "_self_":
+                return _overlay_network(entry)
+        elif "override /network" in entry:
+            return entry["override /network"]
+    raise AssertionError(f"experiment/{name}.yaml names no network")
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_experiment_network_wins_over_its_dataset(name):
+    """An overlay names its network; its dataset's default does not replace it."""
+    assert _choice([f"experiment={name}"], "network") == _overlay_network(name)
+    assert _choice([f"experiment={name}", "network=conv"], "network") == "conv"

@@ -17,7 +17,8 @@ REQUIRED = {
               "adj_residual", "fwd_factor", "adj_factor", "adaptive_extra",
               "rung", "fwd_total", "adj_total", "fwd_history", "adj_history"},
     s.TIMING: {"iteration", "compute", "communication", "waiting"},
-    s.ROOT: {"lptrain_version", "mode", "world_size", "seed", "config", "status",
+    s.ROOT: {"lptrain_version", "mode", "world_size", "layer_ranks", "data_ranks", "seed",
+             "config", "status",
              "dataset_source", "error", "started_at", "step_kernel"},
 }
 

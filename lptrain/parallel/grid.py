@@ -1,0 +1,122 @@
+"""The layer × data grid of P ranks and each data group's batch shard: pure arithmetic.
+
+P ranks form `data` layer groups of `layer` ranks each (P = layer · data).
+A layer group runs MGRIT over the layers on its shard of the batch; the
+groups' losses, hits and gradients are summed.  World rank r sits at layer
+rank r mod layer of data group r // layer, so the ranks of one layer group
+(which exchange states every relaxation) are neighbours in the world
+communicator, i.e. usually on the same node.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from lptrain.errors import ConfigError
+
+AUTO = "auto"
+TIE = 0.05      # auto: a grid within 5 % of the fastest counts as fast, the most layer ranks win
+
+
+@dataclass(frozen=True)
+class Grid:
+    """`layer` ranks per layer group × `data` groups."""
+
+    layer: int
+    data: int
+
+    @property
+    def size(self) -> int:
+        return self.layer * self.data
+
+    def coords(self, rank: int) -> tuple[int, int]:
+        """(layer rank, data group) of world rank `rank`."""
+        return rank % self.layer, rank // self.layer
+
+    def __str__(self) -> str:
+        return f"{self.layer}x{self.data}"
+
+
+def c_intervals(n_layers: int, cf0: int, levels: int, min_coarse: int) -> int:
+    """Intervals of the finest level that ranks can own (steps if MGRIT has one level).
+
+    The arithmetic of mgrit.hierarchy.build_levels' first coarsening, without
+    building the levels (N may be huge before the memory check refuses it).
+    """
+    coarse = math.ceil(n_layers / cf0)
+    if levels < 2 or coarse < max(min_coarse, 1) or coarse >= n_layers:
+        return n_layers
+    return coarse
+
+
+def divisors(p: int) -> list[int]:
+    return [d for d in range(1, p + 1) if p % d == 0]
+
+
+def parse_layer_ranks(value) -> int | str:
+    """`auto` or a positive int from the config string."""
+    text = str(value).strip().lower()
+    if text == AUTO:
+        return AUTO
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ConfigError(f"parallel.layer_ranks={value!r}: choose auto or a positive integer")
+    return number
+
+
+def candidates(size: int, layer_ranks, data_ranks: int | None, max_layer: int,
+               layered: bool) -> list[Grid]:
+    """The grids a run on `size` ranks may use (several only for layer_ranks=auto).
+
+    layered: whether the mode distributes layers at all (serial does not).
+    Raises ConfigError, naming the value, for a split that cannot work.
+    """
+    layer = parse_layer_ranks(layer_ranks)
+    if data_ranks is not None:
+        if data_ranks < 1 or size % data_ranks:
+            raise ConfigError(f"parallel.data_ranks={data_ranks}: must divide the {size} "
+                              f"ranks")
+        if layer == AUTO:
+            layer = size // data_ranks
+        elif layer * data_ranks != size:
+            raise ConfigError(f"parallel.layer_ranks={layer}: times parallel.data_ranks="
+                              f"{data_ranks} must equal the {size} ranks")
+    if layer == AUTO:
+        if not layered:
+            return [Grid(1, size)]
+        return [Grid(d, size // d) for d in divisors(size) if d <= max_layer]
+    if size % layer:
+        raise ConfigError(f"parallel.layer_ranks={layer}: must divide the {size} ranks "
+                          f"(choose one of {divisors(size)})")
+    if layer > 1 and not layered:
+        raise ConfigError(f"parallel.layer_ranks={layer}: mode=serial distributes only the "
+                          f"batch; use 1 (or auto) or a layer-parallel mode")
+    if layer > max_layer:
+        raise ConfigError(f"parallel.layer_ranks={layer}: only {max_layer} C-intervals on the "
+                          f"finest level; use at most {max_layer} layer ranks, more layers or "
+                          f"a smaller mgrit.cfactor0")
+    return [Grid(layer, size // layer)]
+
+
+def choose(grids: list[Grid], predict: Callable[[Grid], float]) -> Grid:
+    """The grid with the shortest predicted time; within TIE of it, the most layer ranks."""
+    if len(grids) == 1:
+        return grids[0]
+    times = {g: predict(g) for g in grids}
+    best = min(times.values())
+    return max((g for g in grids if times[g] <= best * (1 + TIE)), key=lambda g: g.layer)
+
+
+def shard(n: int, parts: int, index: int) -> tuple[int, int]:
+    """[lo, hi) of part `index` of n samples in `parts` contiguous parts.
+
+    The first n mod parts parts hold one sample more, so with fewer samples
+    than parts the empty parts are the last ones (never data group 0).
+    """
+    base, extra = divmod(n, parts)
+    lo = index * base + min(index, extra)
+    return lo, lo + base + (1 if index < extra else 0)

@@ -1,0 +1,101 @@
+"""Memory a rank will need (estimated from the config and data sizes) and memory it may use.
+
+The estimate counts what grows with the run, per rank, in bytes:
+
+- the process itself (Python, torch, MPI, Hydra, h5py): BASE;
+- θ and the vectors of its size the optimizer keeps (L-BFGS: 2·memory pairs);
+- the data: the rank's shard in the run's dtype, plus the whole source as the
+  loader reads it before the shard is cut (float64, twice);
+- the states of the batch shard b on the rank's layers: `STATE_COPIES`
+  state tensors per owned layer (MGRIT's two forward and two adjoint
+  buffers, saved activations, coarse levels; serial: states, activations,
+  adjoint) plus `STATE_EXTRA` per sample for step temporaries;
+- simultaneous with mini-batches: two kept states per owned layer for each
+  of up to `mode.warm_batches` batches.
+The coefficients are fitted to measured peaks (BENCHMARKS.md, "Memory per
+rank"), what the allocator keeps of freed memory included.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+BASE = 400e6            # bytes: peak of an lptrain rank on a tiny problem
+STATE_COPIES = {"serial": 4.0, "mgrit": 7.1, "simultaneous": 7.1}
+STATE_EXTRA = 42.0      # state-sized temporaries per sample, whatever the layers
+
+
+@dataclass(frozen=True)
+class Need:
+    """One rank's estimated bytes, by part."""
+
+    base: float
+    params: float
+    data: float
+    states: float
+    warm: float
+
+    @property
+    def total(self) -> float:
+        return self.base + self.params + self.data + self.states + self.warm
+
+    def __str__(self) -> str:
+        return (f"{gb(self.total)} (states {gb(self.states)}, warm starts {gb(self.warm)}, "
+                f"parameters {gb(self.params)}, data {gb(self.data)})")
+
+
+def gb(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.3g} GB"
+
+
+def estimate(mode: str, n_layers: int, layer_ranks: int, batch: int, state_elements: int,
+             n_params: int, item_bytes: int, data_bytes: float, vectors: int,
+             warm_batches: int = 0) -> Need:
+    """Bytes one rank needs: batch = its samples per evaluation (its shard of the batch),
+    vectors = θ-sized vectors the optimizer keeps, warm_batches = mini-batches whose
+    states are kept (simultaneous)."""
+    own = math.ceil(n_layers / layer_ranks) + 1 if mode != "serial" else n_layers + 1
+    state = batch * state_elements * item_bytes
+    states = state * (STATE_COPIES[mode] * own + STATE_EXTRA)
+    warm = 2 * own * state * warm_batches
+    return Need(BASE, vectors * n_params * item_bytes, data_bytes, states, warm)
+
+
+def available(local_size: int, meminfo: Path = Path("/proc/meminfo"),
+              cgroup: Path = Path("/sys/fs/cgroup")) -> float:
+    """Bytes this rank may still use: the node's available memory (and the cgroup's
+    room, if limited) shared by its `local_size` ranks, plus what it already holds."""
+    free = _meminfo(meminfo).get("MemAvailable", math.inf)
+    limit, used = _read_int(cgroup / "memory.max"), _read_int(cgroup / "memory.current")
+    if limit is not None and used is not None:
+        free = min(free, limit - used)
+    return free / max(local_size, 1) + resident()
+
+
+def resident(status: Path = Path("/proc/self/status")) -> float:
+    """Resident bytes of this process (0 where /proc is absent)."""
+    return _meminfo(status).get("VmRSS", 0.0)
+
+
+def _meminfo(path: Path) -> dict[str, float]:
+    """`Key: value kB` lines as bytes."""
+    out = {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            out[key] = float(parts[0]) * (1024 if parts[1:2] == ["kB"] else 1)
+    return out
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None

@@ -1,0 +1,101 @@
+"""Checks of a run that need no data: grid, device, threads and memory, before loading.
+
+Every rank computes the same plan (the memory limit is the smallest over
+all ranks), so an impossible run stops on every rank with the same one-line
+ConfigError before any data is read or any large tensor allocated.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from lptrain.data.base import Sizes, dataset_sizes
+from lptrain.errors import ConfigError
+from lptrain.model.network import ResNet
+from lptrain.model_perf.grid import Shape, grid_time, nominal_costs
+from lptrain.model_perf.measure import DEFAULT_LINK
+from lptrain.model_perf.predict import Machine
+from lptrain.parallel import memory
+from lptrain.parallel.context import Node, node_of
+from lptrain.parallel.grid import Grid, c_intervals, candidates, choose
+
+ITEM_BYTES = {"float32": 4, "float64": 8}
+
+
+@dataclass(frozen=True)
+class Plan:
+    grid: Grid
+    sizes: Sizes
+    node: Node
+    device: str            # cpu or cuda:<local rank>
+    need: memory.Need      # this rank's estimate on the grid
+    limit: float           # bytes a rank may use (smallest over the ranks)
+
+
+def device_for(kind: str, node: Node) -> str:
+    """`cpu`, or `cuda:<local rank>`; ConfigError where CUDA or the device is missing."""
+    if kind != "cuda":
+        return kind
+    import torch
+    if not torch.cuda.is_available():
+        raise ConfigError("device='cuda': no CUDA device is available here (torch "
+                          f"{torch.__version__} sees none); use device=cpu")
+    count = torch.cuda.device_count()
+    if node.local_rank >= count:
+        raise ConfigError(f"device='cuda': {node.local_size} ranks on a node with {count} "
+                          f"CUDA device(s); start at most {count} ranks per node")
+    return f"cuda:{node.local_rank}"
+
+
+def need(opts, sizes: Sizes, net: ResNet, grid: Grid) -> memory.Need:
+    """This rank's memory estimate on `grid` (its data group's shard of every batch)."""
+    item = ITEM_BYTES[opts.dtype]
+    per_eval = opts.train.batch_size or sizes.n_train
+    batch = max(math.ceil(per_eval / grid.data), math.ceil(sizes.n_val / grid.data))
+    feats = math.prod(sizes.feature_shape)
+    shard = (math.ceil(sizes.n_train / grid.data) + math.ceil(sizes.n_val / grid.data))
+    data_bytes = shard * feats * item + sizes.read * feats * 8 * 2
+    vectors = 2 * getattr(opts.optimizer, "memory", 0) + 8
+    warm = 0
+    if opts.mode.name == "simultaneous" and opts.train.batch_size is not None:
+        warm = min(opts.mode.warm_batches, math.ceil(sizes.n_train / opts.train.batch_size))
+    return memory.estimate(opts.mode.name, opts.network.layers, grid.layer, batch,
+                           math.prod(net.state_shape), net.layout.size, item, data_bytes,
+                           vectors, warm)
+
+
+def plan(opts, comm) -> Plan:
+    """Grid, device and memory of this run on `comm`'s ranks (ConfigError if impossible)."""
+    node = node_of(comm)
+    device = device_for(opts.device, node)
+    sizes = dataset_sizes(opts.dataset)
+    net = ResNet(opts.network, sizes.feature_shape, sizes.n_classes)
+    size = 1 if comm is None else comm.Get_size()
+    mo, po = opts.mgrit, opts.parallel
+    most = c_intervals(opts.network.layers, mo.cfactor0, mo.levels, mo.min_coarse)
+    grids = candidates(size, po.layer_ranks, po.data_ranks, most, opts.mode.name != "serial")
+    limit = memory.available(node.local_size)
+    if comm is not None and comm.Get_size() > 1:
+        from mpi4py import MPI
+        limit = comm.allreduce(limit, op=MPI.MIN)
+    needs = {g: need(opts, sizes, net, g) for g in grids}
+    fits = [g for g in grids if needs[g].total <= limit]
+    if not fits:
+        g = min(grids, key=lambda g: needs[g].total)
+        raise ConfigError(f"memory: {size} rank(s) as {g.layer} layer x {g.data} data ranks "
+                          f"need about {needs[g]} per rank, more than the "
+                          f"{memory.gb(limit)} available to each; use more ranks (or nodes), "
+                          f"fewer layers, a smaller batch or dataset.n_train")
+    grid = choose(fits, _predictor(opts, sizes, net))
+    return Plan(grid, sizes, node, device, needs[grid], limit)
+
+
+def _predictor(opts, sizes: Sizes, net: ResNet):
+    """Predicted seconds per iteration of a grid, on the nominal machine (model_perf.grid)."""
+    k = net.layout.blocks["K"]
+    shape = Shape(opts.network.layers, opts.train.batch_size or sizes.n_train,
+                  math.prod(net.state_shape), math.prod(k.shape[1:]), net.state_shape[0],
+                  ITEM_BYTES[opts.dtype])
+    w = shape.workload(net.layout.size)
+    m = Machine(nominal_costs(shape), DEFAULT_LINK)
+    return lambda g: grid_time(g, opts.mode.name, w, opts.mgrit, m)

@@ -1,0 +1,85 @@
+"""Data groups of a layer × data grid: an oracle on this group's batch shard, summed over groups.
+
+Each data group holds a contiguous shard of the data; a batch is a set of
+global sample indices of which each group sees its own (possibly none).
+The inner oracle (any mode, on the layer group's exchange) returns means
+over its shard; they are weighted by shard / batch size and summed over
+the groups, so the objective, hits and gradient are those of the whole
+batch.  The regulariser, the same on every rank, is counted once.  A group
+without samples skips its solves and contributes zeros to the sums.
+"""
+from __future__ import annotations
+
+import torch
+
+from lptrain.mgrit.exchange import allreduce_tensor
+from lptrain.train.oracles import Batch, Point, SerialOracle, SolveStats
+
+
+class DataParallelOracle:
+    """`inner` on this group's shard; loss, hits and gradient summed over `data`."""
+
+    def __init__(self, inner, net, data):
+        self.inner, self.net, self.data = inner, net, data
+        self.empty = False
+
+    def record(self) -> dict | None:
+        """The inner oracle's MGRIT record (an empty one where this group had no samples)."""
+        row = self.inner.record() if not self.empty else None
+        if self.empty and not isinstance(self.inner, SerialOracle):
+            row = SolveStats().row()
+        return row
+
+    def state_dict(self) -> dict:
+        """The inner oracle's (this rank's warm starts: its layers, its shard)."""
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.inner.load_state_dict(state)
+
+    def tighten(self) -> bool:
+        """Every group's inner oracle climbs alike (it depends on no data)."""
+        return self.inner.tighten()
+
+    def relax(self) -> None:
+        self.inner.relax()
+
+    def begin(self, batch: Batch):
+        self.local = batch.x.shape[0]
+        self.total = batch.n if batch.n is not None else \
+            int(self.data.allreduce_sum(self.local))
+        self.empty = self.local == 0
+        if not self.empty:
+            self.inner.begin(Batch(batch.x, batch.y, batch.key))
+
+    def value(self, theta) -> Point:
+        self.theta = theta
+        reg = self.net.regulariser(theta)
+        loss = hits = 0.0
+        if not self.empty:
+            p = self.inner.value(theta)
+            loss, hits = p.loss * self.local / self.total, p.accuracy * self.local
+        loss = self.data.allreduce_sum(loss)
+        hits = round(self.data.allreduce_sum(hits))
+        return Point(loss + reg, loss, hits / self.total)
+
+    def gradient(self) -> torch.Tensor:
+        reg = torch.zeros_like(self.theta)
+        self.net.regulariser(self.theta, reg)
+        part = torch.zeros_like(self.theta)
+        if not self.empty:
+            part = (self.inner.gradient() - reg).mul_(self.local / self.total)
+        return allreduce_tensor(self.data, part).add_(reg)
+
+    def accept(self):
+        if not self.empty:
+            self.inner.accept()
+
+    def validate(self, theta, x, y) -> tuple[float, float]:
+        local = x.shape[0]
+        total = int(self.data.allreduce_sum(local))
+        loss = hits = 0.0
+        if local:
+            loss, acc = self.inner.validate(theta, x, y)
+            loss, hits = loss * local / total, acc * local
+        return self.data.allreduce_sum(loss), round(self.data.allreduce_sum(hits)) / total

@@ -1,0 +1,130 @@
+"""Grid arithmetic (parallel.grid), the grid time model (model_perf.grid), batch shards."""
+import pytest
+import torch
+
+from lptrain.errors import ConfigError
+from lptrain.mgrit.hierarchy import build_levels
+from lptrain.mgrit.options import MGRITOptions
+from lptrain.model_perf.grid import Shape, grid_time, nominal_costs, recommend, shard_costs
+from lptrain.model_perf.predict import Machine, serial_time
+from lptrain.model_perf.simulate import FREE_LINK, Link, StepCosts
+from lptrain.parallel.grid import Grid, c_intervals, candidates, choose, shard
+from lptrain.train.loop import Batches
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 8, 30, 32, 33, 100])
+@pytest.mark.parametrize("cf0", [2, 3, 4])
+@pytest.mark.parametrize("levels", [1, 2, 3])
+@pytest.mark.parametrize("min_coarse", [0, 2, 10])
+def test_c_intervals_match_the_hierarchy(n, cf0, levels, min_coarse):
+    lv = build_levels(n, cf0, 4, levels, min_coarse)
+    want = len(lv[0].cpoints) - 1 if len(lv) > 1 else n
+    assert c_intervals(n, cf0, levels, min_coarse) == want
+
+
+def test_coords_put_a_layer_group_on_neighbouring_ranks():
+    g = Grid(4, 2)
+    assert [g.coords(r) for r in range(8)] == [(0, 0), (1, 0), (2, 0), (3, 0),
+                                               (0, 1), (1, 1), (2, 1), (3, 1)]
+    assert (g.size, str(g)) == (8, "4x2")
+
+
+def test_auto_offers_every_divisor_up_to_the_c_intervals():
+    assert candidates(12, "auto", None, 4, True) == [Grid(1, 12), Grid(2, 6), Grid(3, 4),
+                                                     Grid(4, 3)]
+    assert candidates(12, "auto", None, 4, False) == [Grid(1, 12)]
+    assert candidates(12, "auto", 3, 4, True) == [Grid(4, 3)]
+    assert candidates(4, "2", None, 8, True) == [Grid(2, 2)]
+    assert candidates(4, 2, 2, 8, True) == [Grid(2, 2)]
+
+
+@pytest.mark.parametrize(("size", "layer", "data", "most", "layered", "words"), [
+    (4, "3", None, 8, True, "parallel.layer_ranks=3: must divide the 4 ranks"),
+    (16, "16", None, 8, True, "parallel.layer_ranks=16: only 8 C-intervals"),
+    (6, "4", 3, 8, True, "parallel.layer_ranks=4: times parallel.data_ranks=3"),
+    (4, "auto", 3, 8, True, "parallel.data_ranks=3: must divide the 4 ranks"),
+    (4, "2", None, 8, False, "parallel.layer_ranks=2: mode=serial"),
+    (4, "0", None, 8, True, "parallel.layer_ranks='0'"),
+    (4, "many", None, 8, True, "parallel.layer_ranks='many'"),
+])
+def test_invalid_splits_are_one_line_config_errors(size, layer, data, most, layered, words):
+    with pytest.raises(ConfigError) as err:
+        candidates(size, layer, data, most, layered)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_choose_takes_the_fastest_and_within_the_tie_the_most_layer_ranks():
+    grids = [Grid(1, 8), Grid(2, 4), Grid(4, 2), Grid(8, 1)]
+    times = {Grid(1, 8): 1.0, Grid(2, 4): 1.04, Grid(4, 2): 1.2, Grid(8, 1): 0.9}
+    assert choose(grids, times.get) == Grid(8, 1)
+    times[Grid(8, 1)] = 2.0
+    assert choose(grids, times.get) == Grid(2, 4)
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 4, 10, 11])
+@pytest.mark.parametrize("parts", [1, 2, 4, 5])
+def test_shards_cover_the_samples_and_empty_ones_come_last(n, parts):
+    bounds = [shard(n, parts, i) for i in range(parts)]
+    assert bounds[0][0] == 0 and bounds[-1][1] == n
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+    sizes = [hi - lo for lo, hi in bounds]
+    assert max(sizes) - min(sizes) <= 1
+    if n < parts:                   # data group 0 (rank 0's) always has samples
+        assert sizes == [1] * n + [0] * (parts - n)
+
+
+@pytest.mark.parametrize("batch_size", [None, 3, 7])
+def test_sharded_batches_together_are_the_one_rank_batches(batch_size):
+    n, parts = 23, 4
+    x = torch.arange(n, dtype=torch.float64).view(n, 1)
+    y = torch.arange(n)
+    whole = Batches(x, y, batch_size, seed=2)
+    shards = []
+    for i in range(parts):
+        lo, hi = shard(n, parts, i)
+        shards.append(Batches(x[lo:hi], y[lo:hi], batch_size, seed=2, n_total=n, offset=lo))
+    for _ in range(12):
+        ref = whole.next()
+        got = [s.next() for s in shards]
+        assert all(g.key == ref.key and g.n == ref.y.numel() for g in got)
+        assert sorted(torch.cat([g.y for g in got]).tolist()) == sorted(ref.y.tolist())
+
+
+def test_shard_costs_keep_the_call_overhead():
+    c = StepCosts(1.0, 2.0, 3.0, overhead=0.2)
+    s = shard_costs(c, 0.25)
+    assert (s.forward, s.adjoint, s.weights) == pytest.approx((0.4, 0.65, 0.9))
+    assert s.overhead == 0.2
+
+
+def _setup(batch, n_layers=64, cost_overhead=0.0):
+    shape = Shape(n_layers, batch, 8, 64, 8)
+    w = shape.workload(n_layers * 72)
+    costs = StepCosts(1e-3, 1e-3, 1e-3, overhead=cost_overhead)
+    return w, costs
+
+
+def test_one_layer_rank_grid_is_the_data_parallel_time_of_a_one_rank_solve():
+    opts = MGRITOptions(levels=2)
+    w, costs = _setup(64)
+    m = Machine(costs, FREE_LINK)
+    t1 = grid_time(Grid(1, 1), "simultaneous", w, opts, m)
+    t4 = grid_time(Grid(1, 4), "simultaneous", w, opts, m)
+    assert t4 == pytest.approx(t1 / 4, rel=1e-12)      # free link, no overhead: exact
+    assert grid_time(Grid(1, 4), "serial", w, opts, m) == serial_time(4, w, m)
+
+
+def test_overheads_make_layer_ranks_pay_off_for_small_shards():
+    opts = MGRITOptions(levels=3)
+    link = Link(7e-6, 5e9)
+    w, costs = _setup(8, n_layers=1024, cost_overhead=0.9e-3)     # overhead-bound steps
+    g, times = recommend(16, "simultaneous", w, opts, Machine(costs, link), 256)
+    assert g.layer > 1 and times[g] < times[Grid(1, 16)]
+    w, costs = _setup(100_000, n_layers=1024, cost_overhead=0.0)  # work-bound steps
+    _, times = recommend(16, "simultaneous", w, opts, Machine(costs, link), 256)
+    assert min(times, key=times.get) == Grid(1, 16)
+
+
+def test_nominal_costs_grow_with_the_batch():
+    a, b = nominal_costs(Shape(32, 10, 3136, 144, 4)), nominal_costs(Shape(32, 20, 3136, 144, 4))
+    assert b.forward - b.overhead == pytest.approx(2 * (a.forward - a.overhead))

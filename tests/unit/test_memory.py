@@ -1,0 +1,58 @@
+"""The per-rank memory estimate and the memory a rank may use (parallel.memory, preflight)."""
+import pytest
+
+from lptrain.data.base import Sizes
+from lptrain.parallel import memory
+from lptrain.parallel.grid import Grid
+
+
+def test_estimate_counts_states_per_owned_layer_and_sample():
+    state = 10 * 100 * 8
+    one = memory.estimate("simultaneous", 32, 1, 10, 100, 0, 8, 0.0, 0)
+    assert one.states == pytest.approx(state * (memory.STATE_COPIES["simultaneous"] * 33
+                                                + memory.STATE_EXTRA))
+    four = memory.estimate("simultaneous", 32, 4, 10, 100, 0, 8, 0.0, 0)
+    assert four.states == pytest.approx(state * (memory.STATE_COPIES["simultaneous"] * 9
+                                                 + memory.STATE_EXTRA))
+    serial = memory.estimate("serial", 32, 1, 10, 100, 0, 8, 0.0, 0)
+    assert serial.states == pytest.approx(state * (memory.STATE_COPIES["serial"] * 33
+                                                   + memory.STATE_EXTRA))
+    warm = memory.estimate("simultaneous", 32, 4, 10, 100, 0, 8, 0.0, 0, warm_batches=3)
+    assert warm.warm == pytest.approx(2 * 9 * state * 3)
+    p = memory.estimate("mgrit", 32, 4, 10, 100, 1000, 8, 5.0, 28)
+    assert p.params == 28 * 1000 * 8 and p.data == 5.0
+    assert p.total == pytest.approx(memory.BASE + p.params + p.data + p.states)
+
+
+def test_meminfo_and_cgroup_limits(tmp_path):
+    info = tmp_path / "meminfo"
+    info.write_text("MemTotal:       8000000 kB\nMemAvailable:   4000000 kB\n")
+    cg = tmp_path / "cg"
+    cg.mkdir()
+    got = memory.available(4, info, cg) - memory.resident()
+    assert got == pytest.approx(4000000 * 1024 / 4, rel=1e-3)
+    (cg / "memory.max").write_text("2048000000\n")
+    (cg / "memory.current").write_text("48000000\n")
+    got = memory.available(4, info, cg) - memory.resident()
+    assert got == pytest.approx(2000000000 / 4, rel=1e-3)
+    (cg / "memory.max").write_text("max\n")       # no cgroup limit
+    got = memory.available(2, info, cg) - memory.resident()
+    assert got == pytest.approx(4000000 * 1024 / 2, rel=1e-3)
+
+
+def test_a_rank_of_a_bigger_grid_needs_less():
+    from lptrain.config.schema import Config, LBFGSOptions, ModeOptions
+    from lptrain.data.mnist import MnistOptions
+    from lptrain.mgrit.options import MGRITOptions
+    from lptrain.model.network import NetworkOptions, ResNet
+    from lptrain.preflight import need
+    net_opts = NetworkOptions(name="conv", channels=4, layers=32, opening="replicate")
+    opts = Config(dataset=MnistOptions(n_train=160, n_val=32), network=net_opts,
+                  optimizer=LBFGSOptions(), mode=ModeOptions("simultaneous"),
+                  mgrit=MGRITOptions())
+    sizes = Sizes(160, 32, (1, 28, 28), 10, 5000)
+    net = ResNet(net_opts, sizes.feature_shape, sizes.n_classes)
+    one, grid, data = (need(opts, sizes, net, g).states
+                       for g in (Grid(1, 1), Grid(8, 2), Grid(1, 16)))
+    assert one > grid and one > data
+    assert data == pytest.approx(one / 16)
