@@ -60,7 +60,7 @@ def estimate(overrides: list[str], layer: int, data: int) -> float:
     from lptrain.parallel.grid import Grid
     from lptrain.preflight import need
     register_configs()
-    conf = Path(__file__).resolve().parents[1] / "conf"
+    from lptrain.config import CONF_DIR as conf
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
         opts = options(compose(config_name="config", overrides=overrides))
     sizes = dataset_sizes(opts.dataset)

@@ -22,13 +22,14 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 import common  # noqa: F401  (one thread, the allocator setting)
+from lptrain import config
 from lptrain.app import build, options
 from lptrain.config.schema import register_configs
 from lptrain.metrics.console import Console
 from lptrain.train.loop import train
 from lptrain.train.oracles import Batch, SerialOracle
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = Path(config.CONF_DIR)
 QUICK_MNIST = ["dataset=mnist", "network=conv", "dataset.n_train=300", "dataset.n_val=100",
                "train.iterations=15", "eval_every=15"]
 MATRIX = {

@@ -1,6 +1,12 @@
 """lptrain: layer-parallel training of deep residual networks with MGRIT."""
 
+import logging
+
 __version__ = "0.1.0"
+
+# lptrain logs through the "lptrain" logger (the console's lines, errors); the application
+# decides where they go (the lptrain command: Hydra's job log in the run directory)
+logging.getLogger("lptrain").addHandler(logging.NullHandler())
 
 __all__ = ["LayerParallelResNet", "MGRITOptions", "load_model", "__version__"]
 

@@ -12,6 +12,7 @@ from lptrain.data import load_dataset
 from lptrain.errors import ConfigError, RunFileError, StalledError, require
 from lptrain.metrics import schema as ms
 from lptrain.metrics.console import Console
+from lptrain.metrics.tensorboard import check_available, with_logger
 from lptrain.metrics.writer import open_writer
 from lptrain.model.network import ResNet
 from lptrain import preflight
@@ -107,6 +108,7 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     run_dir/checkpoint.pt, appending to its metrics.h5. Returns the Outcome.
     """
     opts = options(cfg)
+    check_available(opts.logger)
     plan = preflight.plan(opts, comm)
     ex, data, net, theta, oracle, optimizer = build(opts, comm, plan)
     rank0 = ex.rank == 0
@@ -129,7 +131,8 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     checkpointer = Checkpointer(run_dir / CHECKPOINT_FILE, opts.checkpoint_every, ex, rank0,
                                 optimizer, oracle, progress, {"config": config_yaml})
     loop = None if record is None else {**record["loop"], "batches": record["batches"]}
-    with open_writer(path, attrs, rank0, record and record["iteration"]) as writer, \
+    with open_writer(path, attrs, rank0, record and record["iteration"]) as h5, \
+            with_logger(h5, opts.logger, run_dir, rank0) as writer, \
             Console(rank0, opts.train.iterations, title) as console:
         try:
             _, outcome = train(theta, optimizer, oracle, data, opts, writer, console, ex,

@@ -6,6 +6,7 @@ writes, every error ends the whole job with one line printed once.
 from __future__ import annotations
 
 import atexit
+import logging
 import sys
 import traceback
 from datetime import datetime
@@ -14,8 +15,12 @@ from pathlib import Path
 from lptrain.errors import LptrainError
 from lptrain.rundir import RunLock, claim_new, refuse_earlier_run
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+from lptrain.config import CONF_DIR, CONF_MODULE
 PROG = "lptrain"
+log = logging.getLogger("lptrain")
+# Hydra's flags that print and exit without running the task: they get no run directory
+INFO_FLAGS = ("-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-sc",
+              "--shell-completion", "--version")
 _failures: list[str] = []
 _stop: list = []          # the StopSignals main() installed (empty when called otherwise)
 _resuming: list = []      # the run directory given with resume=
@@ -30,6 +35,10 @@ def _value(args: list[str], key: str) -> str | None:
         if a.startswith(key + "="):
             return a.split("=", 1)[1]
     return None
+
+
+def _informational(args: list[str]) -> bool:
+    return any(a.split("=", 1)[0] in INFO_FLAGS for a in args)
 
 
 def _directory_args(args: list[str], comm) -> tuple[list[str], str]:
@@ -184,6 +193,10 @@ def main() -> None:
     checkable = all(a in ("-m", "--multirun") or not a.startswith("-") for a in args)
     try:
         args = _resume_args(args)
+        if _informational(args):      # --help, --cfg job, --info ...: nothing to write
+            sys.argv = [sys.argv[0], *args]
+            _hydra_entry()
+            return
         if checkable:
             _prevalidate(args)
         args, directory = _directory_args(args, comm)
@@ -207,7 +220,9 @@ def main() -> None:
         sys.exit(1)
 
 
-def _task(cfg) -> None:
+def _task(cfg) -> float | None:
+    """One Hydra job; returns the final objective (what a sweeper plugin minimises), None
+    when the run failed."""
     from hydra.core.hydra_config import HydraConfig
 
     from lptrain import app
@@ -216,24 +231,30 @@ def _task(cfg) -> None:
     comm = world()
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        app.run(cfg, comm, run_dir, _stop[0] if _stop else None, resume=bool(_resuming))
+        outcome = app.run(cfg, comm, run_dir, _stop[0] if _stop else None,
+                          resume=bool(_resuming))
+        return float(outcome.objective)
     except Interrupted as exc:       # every rank agreed on it after the same iteration
         if comm.Get_rank() == 0:
-            print(f"{PROG}: {exc} (status interrupted); resume with: "
-                  f"{PROG} resume={run_dir}", file=sys.stderr, flush=True)
+            message = f"{exc} (status interrupted); resume with: {PROG} resume={run_dir}"
+            print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+            log.warning(message)
         sys.exit(exc.exit_code)
     except LptrainError as exc:      # raised identically on every rank
         _failures.append(str(exc))
         if comm.Get_rank() == 0:
             _say(str(exc))
+            log.error(str(exc))
     except Exception as exc:         # unexpected: log, say it once, end every rank
-        log = run_dir / f"error-rank{comm.Get_rank()}.log"
+        trace = run_dir / f"error-rank{comm.Get_rank()}.log"
         try:
-            log.write_text(traceback.format_exc())
+            trace.write_text(traceback.format_exc())
         except OSError:
-            log = None
-        _say(f"rank {comm.Get_rank()}: {type(exc).__name__}: {exc}"
-             + (f" (traceback in {log})" if log else ""))
+            trace = None
+        message = (f"rank {comm.Get_rank()}: {type(exc).__name__}: {exc}"
+                   + (f" (traceback in {trace})" if trace else ""))
+        _say(message)
+        log.error(message)
         if comm.Get_size() > 1:
             comm.Abort(1)
         sys.exit(1)
@@ -244,7 +265,7 @@ def _hydra_entry():
 
     from lptrain.config.schema import register_configs
     register_configs()
-    return hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")(_task)()
+    return hydra.main(config_path=f"pkg://{CONF_MODULE}", config_name="config", version_base="1.3")(_task)()
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from typing import Any, Optional
 from omegaconf import MISSING
 
 from lptrain.errors import require
+from lptrain.metrics.tensorboard import LOGGERS
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.model.network import NetworkOptions
 
@@ -119,6 +120,7 @@ class Config:
     seed: int = 0
     dtype: str = "float64"
     device: str = "cpu"
+    logger: str = "none"        # none | tensorboard: scalars beside metrics.h5
 
     def __post_init__(self):
         require(self.eval_every > 0, "eval_every", self.eval_every, "must be positive")
@@ -128,6 +130,7 @@ class Config:
         require(self.dtype in DTYPES, "dtype", self.dtype, f"choose one of {DTYPES}")
         require(self.device in DEVICES, "device", self.device, f"choose one of {DEVICES}")
         require(self.seed >= 0, "seed", self.seed, "must be >= 0")
+        require(self.logger in LOGGERS, "logger", self.logger, f"choose one of {LOGGERS}")
 
 
 def dataset_options() -> dict[str, type]:

@@ -1,4 +1,4 @@
-"""Indian Pines: per-pixel spectral classification of the AVIRIS scene (method.md §6)."""
+"""Indian Pines: per-pixel spectral classification of the AVIRIS scene (docs/method.md §8)."""
 from __future__ import annotations
 
 import zlib

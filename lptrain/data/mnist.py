@@ -124,7 +124,7 @@ def subset(labels: np.ndarray, k: Optional[int], key: str, origin: Path,
 def pixel_table(train: np.ndarray, scaling: str) -> tuple[np.ndarray, dict]:
     """Scaled value of each grey level 0..255, and the statistics it was fitted with.
 
-    authors: tanh(6·y/255 − 3) + 1 (method.md); unit: y/255; standard:
+    authors: tanh(6·y/255 − 3) + 1 (docs/method.md); unit: y/255; standard:
     (y/255 − mean)/std with one mean and (population) std over all training pixels.
     """
     unit = np.arange(256, dtype=np.float64) / 255

@@ -1,4 +1,4 @@
-"""Peaks: five classes from binning MATLAB's peaks function (method.md §6)."""
+"""Peaks: five classes from binning MATLAB's peaks function (docs/method.md §8)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -4,9 +4,14 @@ On an interactive terminal the bar redraws in place. When the output is a pipe o
 (CI, `| tee`), or TERM is dumb, the console instead prints one plain line every `every`
 iterations and never emits escape codes. With `enabled=False` (ranks other than 0) every
 method does nothing.
+
+Every line the plain console prints (progress every `every` iterations, messages, errors,
+the summary as `name: value` lines) also goes to the "lptrain" logger, live bar or not:
+the lptrain command's Hydra job log (`<run dir>/lptrain.log`) holds them.
 """
 from __future__ import annotations
 
+import logging
 import time
 from typing import IO
 
@@ -31,6 +36,7 @@ _SHOWN = {
 # MGRIT solves are shown as "fwd <iterations> it <residual>"
 _SOLVES = {"fwd": (s.FWD_ITERATIONS, s.FWD_RESIDUAL), "adj": (s.ADJ_ITERATIONS, s.ADJ_RESIDUAL)}
 FIELDS = (*_SHOWN, s.FWD_ITERATIONS, s.FWD_RESIDUAL, s.ADJ_ITERATIONS, s.ADJ_RESIDUAL)
+log = logging.getLogger("lptrain")
 
 
 def format_stats(values: dict) -> str:
@@ -94,18 +100,22 @@ class Console:
         if self._progress is not None:
             self._progress.update(self._task, completed=min(iteration, self.total),
                                   stats=stats)
-        elif first or iteration % self.every == 0 or iteration >= self.total:
-            self._out.print(Text(f"{self.title} {iteration}/{self.total}  {stats}"),
-                            soft_wrap=True)
+        if first or iteration % self.every == 0 or iteration >= self.total:
+            line = f"{self.title} {iteration}/{self.total}  {stats}"
+            log.info(line)
+            if self._progress is None:
+                self._out.print(Text(line), soft_wrap=True)
 
     def message(self, text: str) -> None:
         """Print one line of plain text (above the bar when it is live)."""
         if self.enabled:
+            log.info(text)
             self._out.print(Text(text), soft_wrap=True)
 
     def error(self, text: str) -> None:
         """Print one red line on stderr."""
         if self.enabled:
+            log.error(text)
             self._err.print(Text(f"error: {text}", style="bold red"), soft_wrap=True)
 
     def summary(self, rows: dict) -> None:
@@ -117,6 +127,7 @@ class Console:
         table.add_column("value", overflow="fold")
         for name, value in rows.items():
             table.add_row(str(name), _format_value(value))
+            log.info("%s: %s", name, _format_value(value))
         self._out.print(table)
 
     def close(self) -> None:

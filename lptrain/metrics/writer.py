@@ -2,7 +2,7 @@
 
 Every dataset is chunked and resizable along its first axis; each log call appends one row
 to every dataset of its group (left-out fields get the fill value of schema.FILL) and then
-flushes the file, so a run killed at any point leaves a readable file holding every
+flushes the file, so a run stopped at any point leaves a readable file holding every
 finished iteration. Ranks other than 0 use `NullWriter`, which accepts the same calls.
 """
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Each σ is written as σ(z) = scale_out · f(scale_in · z) + shift so that a
 stepper can fold scale_in into its affine map (GEMM alpha/beta) and
 scale_out, shift into its Euler update: a step then costs f alone.  tanh is
-2·sigmoid(2z) − 1 this way: torch's CPU sigmoid is vectorised and its tanh
-is not (22 µs against 150 µs on 40 000 float64 values here).
+2·sigmoid(2z) − 1 this way, because torch's CPU sigmoid is vectorised and its
+tanh is not (BENCHMARKS.md, "Implementation choices").
 """
 from __future__ import annotations
 

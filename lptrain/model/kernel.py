@@ -3,9 +3,8 @@
 A dense step u + h·(scale_out·sigmoid(K u + b) + shift) as torch operations
 is five passes over the state (GEMM into a broadcast bias, sigmoid, Euler
 update, shift) plus their dispatch; the C kernel makes one, with the width
-unrolled into a vectorised batch loop: 47 µs instead of 69 µs per float64
-state of 8 × 5000 here.  It is built with the system C compiler (`$CC`, else
-`cc`, about 2 s) for this CPU into `$LPTRAIN_KERNEL_CACHE` (default
+unrolled into a vectorised batch loop (BENCHMARKS.md).  It is built with the
+system C compiler (`$CC`, else `cc`) for this CPU into `$LPTRAIN_KERNEL_CACHE` (default
 ~/.cache/lptrain/kernels), keyed by source, flags and CPU, and is used for
 CPU float64 states with contiguous rows, widths 2, 4, 8 and 16 (wider
 states are GEMM-bound, where MKL does better), outside autograd.  Anything

@@ -223,7 +223,7 @@ class ResNet:
 
     # -- regulariser ---------------------------------------------------------
     def regulariser(self, theta: torch.Tensor, grad: torch.Tensor | None = None) -> float:
-        """R(θ) of method.md §1; adds ∇R into grad when given."""
+        """R(θ) of docs/method.md §1; adds ∇R into grad when given."""
         o, v = self.opts, self.layout.views(theta)
         gv = self.layout.views(grad) if grad is not None else None
         value = 0.0

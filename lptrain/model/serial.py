@@ -8,10 +8,10 @@ class Buffers:
     """Tensors kept from one sweep to the next of the same shape.
 
     A sweep's states and saved activations are the largest tensors of a serial
-    step (2 × 327 MB at N = 1024, width 8, batch 5000); allocated afresh each
-    evaluation they are fresh pages each time (0.45 s instead of 0.17 s per
-    step once the allocator maps such blocks, see parallel.context).  Whoever
-    passes them owns the results only until the next sweep.
+    step; allocated afresh each evaluation they would be fresh pages, with a
+    page fault per page, every time (the allocator maps blocks that large, see
+    parallel.context).  Whoever passes them owns the results only until the
+    next sweep.
     """
 
     def __init__(self):

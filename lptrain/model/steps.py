@@ -19,8 +19,8 @@ class DenseSteps:
     """Dense residual layers: K (N, w, w), b (N, w) or (N, 1); states (w, B).
 
     Feature-major states make K u one GEMM whose long dimension is
-    contiguous: 20 µs instead of 72 µs for u Kᵀ on (B, w) states (MKL,
-    float64, B = 5000, w = 8), in the forward step and the adjoint alike.
+    contiguous, which is much faster than u Kᵀ on (B, w) states, in the
+    forward step and the adjoint alike (BENCHMARKS.md).
     """
 
     def __init__(self, K: torch.Tensor, b: torch.Tensor, act: Activation):
@@ -207,8 +207,8 @@ class ConvSteps:
         if u.dim() == 5:
             parts = [self.vjp_weights(u[i], g[i]) for i in range(u.shape[0])]
             return torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts])
-        # ∂/∂K as one convolution with batch and channels swapped (5× faster than
-        # torch.nn.grad.conv2d_weight in float64 here)
+        # ∂/∂K as one convolution with batch and channels swapped: cheaper than
+        # torch.nn.grad.conv2d_weight in float64 (BENCHMARKS.md)
         gK = F.conv2d(u.transpose(0, 1), g.transpose(0, 1), padding=1).transpose(0, 1)
         gb = g.sum((0, 2, 3))
         if self.b.shape[-1] == 1:

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-import lptrain
+from lptrain import config
 from lptrain.errors import ConfigError, LptrainError
 from lptrain.model_perf import measure
 from lptrain.model_perf.modes import Workload
@@ -27,7 +27,7 @@ from lptrain.model_perf.schedule import hierarchy_for, max_ranks
 from lptrain.model_perf.simulate import Link, StepCosts
 
 PROG = "lptrain-model"
-CONF_DIR = Path(lptrain.__file__).resolve().parent.parent / "conf"
+CONF_DIR = Path(config.CONF_DIR)
 DEFAULT_RANKS = ",".join(str(2 ** k) for k in range(11))
 EXIT_ERROR = 2
 
@@ -113,8 +113,8 @@ def step_costs(args, net, theta, batch, device) -> tuple[StepCosts, str]:
 
     from lptrain.parallel.context import keep_freed_memory
     torch.set_num_threads(max(args.threads, 1))
-    # as the lptrain command runs: without it a stack of m ≥ 4 states got fresh pages for
-    # each temporary and measured 5-9× the cost of m single steps
+    # as the lptrain command runs: without it a stack of m ≥ 4 states gets fresh pages
+    # for each temporary and the measured stacking cost is far too high
     keep_freed_memory()
     costs = measure.measure_costs(net, theta, batch, device, max_stack=args.stack_max)
     keep = {k: v for k, v in (("forward", args.step_time), ("adjoint", args.adjoint_time),

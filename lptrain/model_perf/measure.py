@@ -18,7 +18,7 @@ import torch
 from lptrain.model_perf.schedule import ADJOINT, DERIVATIVE, FORWARD, LINEARIZE, WEIGHTS
 from lptrain.model_perf.simulate import Link, StepCosts
 
-DEFAULT_LINK = Link(7e-6, 5e9)   # MPICH on loopback, measured here (method.md §3a)
+DEFAULT_LINK = Link(7e-6, 5e9)   # MPICH on one machine's loopback (BENCHMARKS.md)
 _LAUNCHER_SIZE = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
 
 

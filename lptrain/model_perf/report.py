@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from lptrain.metrics import schema as s
 from lptrain.model_perf.predict import Prediction
 
-# method.md §5: the paper's strong-scaling results (dataset, cores, speedup)
+# docs/method.md §7: the paper's strong-scaling results (dataset, cores, speedup)
 PAPER_POINTS = (("MNIST", 128, 8.5), ("Peaks", 256, 6.0), ("Indian Pines", 128, 4.4))
 MODES = (s.MODE_SERIAL, s.MODE_MGRIT, s.MODE_SIMULTANEOUS)
 _STYLE = {s.MODE_SERIAL: "C0", s.MODE_MGRIT: "C1", s.MODE_SIMULTANEOUS: "C2"}

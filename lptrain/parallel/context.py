@@ -146,15 +146,12 @@ def keep_freed_memory() -> bool:
 
     By default glibc maps every block above a threshold that adapts up to
     32 MB afresh and trims its heap's free top, so the solver's temporaries
-    cost page faults each time (measured: an 82 MB tanh took 70 ms instead of
-    25 ms).  Blocks above 256 MB are still mapped and returned on free: kept
-    in the heap (as this function did until session 3) they fragmented it,
-    and full-batch convolutional training grew by gigabytes per iteration
-    (MNIST, 4800 images, N = 8, float64: killed at 22 GB in its first ten
-    iterations; now 3-6.4 GB over six, at 16-19 s per iteration, the larger
-    blocks' page faults included).  The few dense tensors that large (a serial
-    sweep's states) are kept between sweeps by their owners instead
-    (model.serial.Buffers), so the dense steps keep their speed.
+    would cost page faults each time.  Blocks above 256 MB are still mapped
+    and returned on free: kept in the heap they fragment it, and full-batch
+    convolutional training then grows by gigabytes per iteration.  The few
+    dense tensors that large (a serial sweep's states) are kept between
+    sweeps by their owners instead (model.serial.Buffers).  Numbers in
+    BENCHMARKS.md.
     Returns False off glibc.
     """
     import ctypes

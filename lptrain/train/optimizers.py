@@ -39,7 +39,7 @@ def _finite(point) -> None:
 
 
 class LBFGS:
-    """Limited-memory BFGS, H0 = sᵀy/yᵀy, Armijo backtracking (method.md §4).
+    """Limited-memory BFGS, H0 = sᵀy/yᵀy, Armijo backtracking (docs/method.md §5).
 
     Robust where the authors' code is not: an update with sᵀy ≤ eps·‖s‖‖y‖ is
     skipped; a failed line search forgets the curvature pairs and, while the
@@ -147,26 +147,37 @@ class LBFGS:
                              skipped, int(failed > 0), gn <= self.o.gtol, failed)
 
 
-class SGD:
-    """Stochastic gradient descent with (Nesterov) momentum on mini-batches."""
+class _TorchOptimizer:
+    """A torch.optim optimizer on the flat θ: one step per oracle evaluation."""
 
     def __init__(self, opts):
-        self.o, self.buf = opts, None
+        self.o = opts
+        self.param: torch.Tensor | None = None     # θ as the torch optimizer's parameter
+        self.opt: torch.optim.Optimizer | None = None
+        self._pending: dict | None = None          # a state loaded before the first step
 
-    STATE = ("buf",)      # attributes a checkpoint keeps
+    def make(self, params) -> torch.optim.Optimizer:
+        raise NotImplementedError
 
     def state_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.STATE}
+        return self.opt.state_dict() if self.opt is not None else (self._pending or {})
 
     def load_state_dict(self, state: dict) -> None:
-        for name in self.STATE:
-            setattr(self, name, state[name])
+        self.opt, self._pending = None, state
 
     def update(self, theta, g):
-        o = self.o
-        self.buf = g.clone() if self.buf is None else self.buf.mul_(o.momentum).add_(g)
-        d = g.add(self.buf, alpha=o.momentum) if o.nesterov else self.buf
-        return theta - o.lr * d, o.lr
+        """θ after one optimizer step with gradient g, and the learning rate."""
+        if self.opt is None:
+            self.param = theta.detach().clone()
+            self.opt = self.make([self.param])
+            if self._pending:
+                self.opt.load_state_dict(self._pending)
+            self._pending = None
+        self.param.copy_(theta)
+        self.param.grad = g
+        self.opt.step()
+        self.param.grad = None
+        return self.param.detach().clone(), self.o.lr
 
     def step(self, theta, oracle):
         point = oracle.value(theta)
@@ -178,24 +189,22 @@ class SGD:
                              float(g.norm()), lr)
 
 
-class Adam(SGD):
-    """Adam with bias correction."""
+class SGD(_TorchOptimizer):
+    """Stochastic gradient descent with (Nesterov) momentum on mini-batches (torch.optim)."""
 
-    STATE = ("m", "v", "t")
-
-    def __init__(self, opts):
-        self.o, self.m, self.v, self.t = opts, None, None, 0
-
-    def update(self, theta, g):
+    def make(self, params):
         o = self.o
-        self.t += 1
-        if self.m is None:
-            self.m, self.v = torch.zeros_like(g), torch.zeros_like(g)
-        self.m.mul_(o.beta1).add_(g, alpha=1 - o.beta1)
-        self.v.mul_(o.beta2).addcmul_(g, g, value=1 - o.beta2)
-        mhat = self.m / (1 - o.beta1 ** self.t)
-        vhat = self.v / (1 - o.beta2 ** self.t)
-        return theta - o.lr * mhat / (vhat.sqrt() + o.eps), o.lr
+        return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, nesterov=o.nesterov,
+                               foreach=False)
+
+
+class Adam(_TorchOptimizer):
+    """Adam with bias correction (torch.optim)."""
+
+    def make(self, params):
+        o = self.o
+        return torch.optim.Adam(params, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps,
+                                foreach=False)
 
 
 OPTIMIZERS = {"lbfgs": LBFGS, "sgd": SGD, "adam": Adam}

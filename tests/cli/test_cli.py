@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ import torch
 from omegaconf import OmegaConf
 
 from launch import ENV, LPTRAIN, REPO, lptrain
+from lptrain import config
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
 from lptrain.model.saved import MODEL_FILE, load_model
@@ -79,6 +81,18 @@ def test_console_names_the_metrics_file(serial_run):
     assert str((run_dir / ms.FILE_NAME).resolve()) in proc.stdout
 
 
+def test_run_log_holds_the_console_lines(serial_run):
+    proc, run_dir = serial_run
+    assert proc.returncode == 0, proc.stderr
+    logged = [ln.split("] ", 1)[1] for ln in
+              (run_dir / "lptrain.log").read_text().splitlines()]
+    shown = [ln for ln in proc.stdout.splitlines()
+             if ln.startswith(("serial peaks", "metrics: ", "model: "))]
+    assert len(shown) >= ITERATIONS + 2     # plain lines: every iteration of a short run
+    assert [ln for ln in logged if ln in shown] == shown
+    assert "objective: " in "\n".join(logged)   # the summary, as name: value lines
+
+
 def test_run_from_another_directory_writes_there_only(serial_run):
     proc, run_dir = serial_run
     assert proc.returncode == 0, proc.stderr
@@ -87,7 +101,7 @@ def test_run_from_another_directory_writes_there_only(serial_run):
 
 
 def _options_of(group: str) -> set[str]:
-    return {p.stem for p in (REPO / "conf" / group).glob("*.yaml")}
+    return {p.stem for p in (Path(config.CONF_DIR) / group).glob("*.yaml")}
 
 
 # (arguments, fragments the one error line must contain)
@@ -202,7 +216,7 @@ def test_serial_mode_on_two_ranks_matches_one_rank(serial_run, tmp_path):
     np.testing.assert_array_equal(two.validation[ms.ACCURACY], one.validation[ms.ACCURACY])
     assert two.timing[ms.COMPUTE].shape == (ITERATIONS, 2)   # one column per rank
     # only rank 0 wrote: its log and Hydra's record, no per-rank files or error logs
-    assert {p.name for p in run_dir.iterdir()} == {".hydra", "cli.log", ms.FILE_NAME,
+    assert {p.name for p in run_dir.iterdir()} == {".hydra", "lptrain.log", ms.FILE_NAME,
                                                    MODEL_FILE, CHECKPOINT_FILE}
     assert {p.name for p in (run_dir / ".hydra").iterdir()} == {
         "config.yaml", "hydra.yaml", "overrides.yaml"}

@@ -11,13 +11,14 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_dir
 
+from lptrain import config
 from lptrain.app import build, options
 from lptrain.config.schema import register_configs
 from lptrain.metrics.console import Console
 from lptrain.parallel.grid import divisors
 from lptrain.train.loop import train
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
+CONF = Path(config.CONF_DIR)
 # Peaks on a dense net with 4 C-intervals (N = 16, c = 4): up to 4 layer ranks
 COMMON = ["dataset=peaks", "dataset.n_train=60", "dataset.n_val=20", "network.width=4",
           "network.layers=16", "mgrit.levels=2", "mgrit.cfactor0=4", "train.iterations=4",

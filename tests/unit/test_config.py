@@ -1,6 +1,6 @@
 """Every config group option and experiment overlay composes into validated options.
 
-Composition goes through Hydra's compose API against conf/ (no subprocess); validation is
+Composition goes through Hydra's compose API against lptrain/conf/ (no subprocess); validation is
 lptrain.app.options, i.e. the typed schema and its __post_init__ checks.
 """
 from __future__ import annotations
@@ -13,11 +13,12 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ValidationError
 
+from lptrain import config
 from lptrain.app import options
 from lptrain.config.schema import Config, dataset_options, register_configs
 from lptrain.errors import ConfigError
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
+CONF = Path(config.CONF_DIR)
 
 # The options each group must offer (a group may offer more; those are tested too).
 DOCUMENTED = {
@@ -185,7 +186,7 @@ def test_keys_added_past_the_schema_are_rejected(override, key):
         options(_compose(override))
 
 
-# Each dataset brings the network that suits its inputs (conf/dataset/*.yaml defaults lists).
+# Each dataset brings the network that suits its inputs (lptrain/conf/dataset/*.yaml defaults lists).
 DATASET_NETWORK = {"peaks": "dense", "indian_pines": "dense_wide", "mnist": "conv",
                    "fashion_mnist": "conv"}
 

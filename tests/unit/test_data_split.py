@@ -8,7 +8,7 @@ import lptrain
 from lptrain.data.base import package_dir, search_dirs, stratified_split
 from lptrain.errors import ConfigError
 
-# class sizes of Indian Pines (method.md §6): very unequal, some tiny
+# class sizes of Indian Pines (docs/method.md §8): very unequal, some tiny
 PINES_COUNTS = [46, 1428, 830, 237, 483, 730, 28, 478, 20, 972, 2455, 593, 205, 1265, 386, 93]
 
 

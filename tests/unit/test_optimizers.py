@@ -190,3 +190,46 @@ def test_serial_oracle_holds_one_trial_at_a_time():
     oracle._forward = lambda *a: (seen.append(oracle._tape), forward(*a))[1]
     oracle.value(theta * 0.5)
     assert seen == [None] and oracle._tape is not None
+
+
+def _reference_sgd(theta, grads, lr, momentum, nesterov):
+    """SGD with momentum written out: buf ← μ·buf + g; d = g + μ·buf (Nesterov) or buf."""
+    buf = None
+    for g in grads:
+        buf = g.clone() if buf is None else momentum * buf + g
+        theta = theta - lr * (g + momentum * buf if nesterov else buf)
+    return theta
+
+
+def _reference_adam(theta, grads, lr, b1, b2, eps):
+    """Adam written out with bias correction (Kingma & Ba, Algorithm 1)."""
+    m = v = torch.zeros_like(theta)
+    for t, g in enumerate(grads, 1):
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        theta = theta - lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps)
+    return theta
+
+
+@pytest.mark.parametrize("name", ["sgd", "nesterov", "adam"])
+def test_sgd_and_adam_follow_their_update_rules(name):
+    gen = torch.Generator().manual_seed(4)
+    theta0 = torch.randn(7, generator=gen, dtype=torch.float64)
+    before = theta0.clone()
+    grads = [torch.randn(7, generator=gen, dtype=torch.float64) for _ in range(6)]
+    if name == "adam":
+        opt = Adam(AdamOptions(lr=0.05, beta1=0.8, beta2=0.9, eps=1e-6))
+        want = _reference_adam(theta0, grads, 0.05, 0.8, 0.9, 1e-6)
+    else:
+        opt = SGD(SGDOptions(lr=0.1, momentum=0.7, nesterov=name == "nesterov"))
+        want = _reference_sgd(theta0, grads, 0.1, 0.7, name == "nesterov")
+    theta = theta0
+    for g in grads[:3]:
+        theta, _ = opt.update(theta, g)
+    state = opt.state_dict()          # a checkpoint in the middle
+    again = type(opt)(opt.o)
+    again.load_state_dict(state)
+    for g in grads[3:]:
+        theta, _ = again.update(theta, g)
+    torch.testing.assert_close(theta, want, rtol=1e-13, atol=1e-15)
+    assert theta0.equal(before)       # the caller's θ is never written into

@@ -6,7 +6,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 import lptrain
-from lptrain import app, evaluate
+from lptrain import app, config, evaluate
 from lptrain.config.schema import register_configs
 from lptrain.data import load_dataset
 from lptrain.errors import RunFileError
@@ -14,7 +14,7 @@ from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
 from lptrain.model.saved import MODEL_FILE, load_model
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = Path(config.CONF_DIR)
 TINY = ["network.layers=6", "network.width=4", "dataset.n_train=200", "dataset.n_val=50",
         "train.iterations=12", "seed=4", "eval_every=5"]
 

@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from lptrain import config
 from lptrain.app import build, options
 from lptrain.config.schema import register_configs
 from lptrain.metrics.console import Console
@@ -11,7 +12,7 @@ from lptrain.train.loop import train
 from lptrain.train.oracles import Batch
 
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = Path(config.CONF_DIR)
 K = 20            # the overlay's mgrit=paper runs 2 forward and 2 adjoint iterations
 SMALL = ["experiment=peaks_paper", f"train.iterations={K}", "dataset.n_train=1000",
          "eval_every=5"]

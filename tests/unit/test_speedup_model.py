@@ -90,7 +90,7 @@ def test_tiny_solves_chain_their_iterations():
 
 
 def test_v_cycle_cost_against_method_3a():
-    # method.md §3a: N = 1024, c = 4, 3 levels, F on level 0, FCF on level 1: 2.5 N per
+    # docs/method.md §4: N = 1024, c = 4, 3 levels, F on level 0, FCF on level 1: 2.5 N per
     # V-cycle (level 0: F .75 + residual .25 + F .75; level 1: FCF .4375 + residual
     # .0625 + F .1875; coarsest .0625).  Our FAS also steps the coarse propagator on the
     # injected values of levels 1 and 2 for the right-hand side: + .25 N + .0625 N.  An

@@ -1,0 +1,1 @@
+"""lptrain's Hydra configuration (YAML), shipped with the package: `pkg://lptrain.conf`."""

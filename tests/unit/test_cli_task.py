@@ -1,0 +1,50 @@
+"""The Hydra task of the lptrain command, called in process: it returns the final
+objective, which is what sweeper plugins (e.g. Optuna) minimise."""
+import copy
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf, open_dict
+
+from lptrain import cli
+from lptrain.config.schema import register_configs
+from lptrain.metrics import schema as ms
+from lptrain.metrics.reader import read_metrics
+
+CONF_DIR = Path(cli.CONF_DIR)
+TINY = ["network.layers=4", "network.width=4", "dataset.n_train=100", "dataset.n_val=20",
+        "train.iterations=3", "seed=2"]
+
+
+def _job(tmp_path, overrides):
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    OmegaConf.update(cfg, "hydra.runtime.output_dir", str(tmp_path), force_add=True)
+    HydraConfig.instance().set_config(cfg)
+    task = copy.deepcopy(cfg)
+    with open_dict(task):
+        del task["hydra"]
+    return task
+
+
+@pytest.mark.parametrize("mode", ["serial", "simultaneous"])
+def test_task_returns_the_final_objective(mode, tmp_path):
+    value = cli._task(_job(tmp_path, [*TINY, f"mode={mode}"]))
+    m = read_metrics(tmp_path / ms.FILE_NAME)
+    assert m.status == ms.COMPLETED
+    assert isinstance(value, float)
+    assert value == m.train[ms.OBJECTIVE][-1]
+
+
+def test_task_returns_none_when_the_run_fails(tmp_path, capsys):
+    failures = list(cli._failures)
+    try:
+        value = cli._task(_job(tmp_path, [*TINY, "dataset=indian_pines",
+                                          "dataset.path=/nonexistent"]))
+    finally:
+        cli._failures[:] = failures
+    assert value is None
+    assert "lptrain: error: " in capsys.readouterr().err
