@@ -79,11 +79,15 @@ class Checkpointer:
         self.next = k + self._interval(k, loop["wall_time"])
 
     def _interval(self, k: int, wall: float) -> int:
+        """Iterations to the next checkpoint; rank 0's times decide on every rank (each
+        rank's clocks differ, and ranks that disagree would wait in different gathers)."""
         if not self.auto:
             return self.every
+        seconds, wall = self.seconds, wall
+        if self.ex.size > 1:
+            seconds, wall = (self.ex.allreduce_sum(v if self.enabled else 0.0)
+                             for v in (self.seconds, wall))
         per_iteration = wall / max(k, 1)
-        seconds = self.seconds if self.ex.size == 1 else self.ex.allreduce_sum(
-            self.seconds if self.enabled else 0.0)      # rank 0's cost decides everywhere
         return max(AUTO_FIRST, math.ceil(seconds / (OVERHEAD * max(per_iteration, 1e-9))))
 
 

@@ -127,6 +127,24 @@ def test_automatic_interval_keeps_checkpoints_under_two_percent():
         10, 1.0) == 7
 
 
+def test_ranks_agree_on_the_automatic_interval_whatever_their_clocks():
+    # every rank gathers warm starts at a checkpoint: ranks that chose different
+    # intervals from their own clocks would wait in different collectives (a hang seen
+    # at iteration 55 of a 2-rank run); rank 0's seconds and wall time decide
+    class Ex:
+        size = 2
+
+        def __init__(self, peer):
+            self.peer = iter(peer)
+
+        def allreduce_sum(self, v):
+            return v + next(self.peer)
+    rank0 = ck.Checkpointer(Path("x"), None, Ex([0.0, 0.0]), True, None, None, None, {})
+    rank1 = ck.Checkpointer(Path("x"), None, Ex([0.5, 1.0]), False, None, None, None, {})
+    rank0.seconds, rank1.seconds = 0.5, 0.3
+    assert rank0._interval(10, 1.0) == rank1._interval(10, 7.0) == 250
+
+
 def test_checkpoint_holds_the_documented_state(tmp_path):
     app.run(_cfg("mode=simultaneous", "optimizer=adam", "train.batch_size=50",
                  "train.iterations=3"), None, tmp_path)
