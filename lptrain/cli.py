@@ -265,7 +265,9 @@ def _hydra_entry():
 
     from lptrain.config.schema import register_configs
     register_configs()
-    return hydra.main(config_path=f"pkg://{CONF_MODULE}", config_name="config", version_base="1.3")(_task)()
+    main = hydra.main(config_path=f"pkg://{CONF_MODULE}", config_name="config",
+                      version_base="1.3")
+    return main(_task)()
 
 
 if __name__ == "__main__":

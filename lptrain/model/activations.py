@@ -61,8 +61,15 @@ class Activation:
         d = self.f_derivative(saved)
         return d.mul_(self.slope) if self.slope != 1.0 else d
 
+    def weight_factor(self, h: float) -> float:
+        """h·slope: turns products of `vjp`'s f′ ⊙ λ into those of the step's h·σ′ ⊙ λ.
+
+        The one place the convention lives: `vjp` leaves σ′'s slope out, so the weight
+        gradients of a sweep are accumulated from f′ ⊙ λ and scaled by this once."""
+        return h * self.slope
+
     def vjp(self, saved, lam, out=None):
-        """f′ ⊙ λ = σ′ ⊙ λ / slope (callers fold slope into their step size)."""
+        """f′ ⊙ λ = σ′ ⊙ λ / slope (weight products: scale by `weight_factor(h)`)."""
         if self.f_vjp is not None:
             return self.f_vjp(saved, lam, out)
         return torch.mul(self.f_derivative(saved), lam, out=out)

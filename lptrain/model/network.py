@@ -151,8 +151,30 @@ class ResNet:
         return STEPPERS[self.opts.name]
 
     def stepper(self, theta: torch.Tensor):
-        v = self.layout.views(theta)
-        return self._steps(v["K"], v["b"], self.act)
+        return self._steps(*self.hidden_views(theta), self.act)
+
+    # -- blocks by role: the one place their names are spelled -------------------
+    HIDDEN = ("K", "b")           # the N residual layers' weights and biases
+    CLASSIFIER = ("W", "mu")      # the classifier's weights and biases
+
+    def hidden_views(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(K, b) of a parameter-shaped flat tensor (θ or a gradient), as views."""
+        v = self.layout.views(flat)
+        return tuple(v[name] for name in self.HIDDEN)
+
+    def classifier_views(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(W, mu) of a parameter-shaped flat tensor, as views."""
+        v = self.layout.views(flat)
+        return tuple(v[name] for name in self.CLASSIFIER)
+
+    def assemble(self, flat: torch.Tensor, hidden=None, classifier=None) -> torch.Tensor:
+        """Copy (K, b) and/or (W, mu) parts into their blocks of `flat`; returns flat."""
+        for views, parts in ((self.hidden_views(flat), hidden),
+                             (self.classifier_views(flat), classifier)):
+            if parts is not None:
+                for view, part in zip(views, parts):
+                    view.copy_(part)
+        return flat
 
     def state_dims(self, batch: int) -> tuple[int, ...]:
         """Shape of one state of `batch` samples in the stepper's layout."""
@@ -234,7 +256,7 @@ class ResNet:
                 gv[blk.name].add_(v[blk.name], alpha=gamma)
         if o.layers > 1 and o.gamma_ddt > 0:
             scale = o.gamma_ddt / self.h ** 2
-            for name in ("K", "b"):
+            for name in self.HIDDEN:
                 d = v[name][1:] - v[name][:-1]
                 value += 0.5 * scale * float(d.pow(2).sum())
                 if gv is not None:

@@ -54,4 +54,5 @@ def adjoint(stepper, states: torch.Tensor, saved: torch.Tensor, lamN: torch.Tens
         g = act.vjp(saved[n], lam, out=g)                   # σ′ ⊙ λ_{n+1} / slope
         gK[n], gb[n] = stepper.vjp_weights(states[n], g)     # while g is in cache
         lam = stepper.vjp_from_g(g, lam, stepper.K[n], h * act.scale_out)  # K scaled
-    return lam, gK.mul_(h * act.slope), gb.mul_(h * act.slope)
+    scale = act.weight_factor(h)
+    return lam, gK.mul_(scale), gb.mul_(scale)

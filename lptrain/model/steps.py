@@ -111,7 +111,7 @@ class DenseSteps:
 
     def vjp_and_g(self, saved, lam, K, h: float, out=None):
         """vjp_saved of one state, and g = f′ ⊙ λ_{n+1}: what vjp_weights takes for the
-        layer (scaled by h·slope after)."""
+        layer (scaled by act.weight_factor(h) after)."""
         g = self.act.vjp(saved, lam)
         return self.vjp_from_g(g, lam, K, h * self.act.scale_out, out), g
 
@@ -130,7 +130,7 @@ class DenseSteps:
 
     def vjp_weights(self, u, g):
         """g uᵀ and Σ g: the weight gradients (gK, gb) of the layer(s) with input u
-        for g = h·σ′ ⊙ λ (callers pass f′ ⊙ λ and scale by h·act.slope after)."""
+        for g = h·σ′ ⊙ λ (callers pass f′ ⊙ λ and scale by act.weight_factor(h) after)."""
         if u.dim() == 2:
             gK = torch.mm(g, u.t())
         else:

@@ -42,7 +42,7 @@ class LayerParallel:
         self.rev = self.hier.reversed()
         self.adj = MGRIT(self.rev, exchange.reversed(), CycleOptions(linear=True, **cyc))
         self._saved = None
-        self._sink = None       # weight products left by a fixed-iteration adjoint solve
+        self._weight_grads = None   # (gK, gb) a fixed-iteration adjoint sweep leaves
         self.lo, self.hi = self.hier.ranges[0][exchange.rank]
         self.rev_lo = self.rev.ranges[0][exchange.size - 1 - exchange.rank][0]
         self.first, self.last = self.lo == 0, self.hi == N + 1
@@ -120,37 +120,32 @@ class LayerParallel:
             state = (lambda n: states[n - self.lo] if n < self.hi else extra)
             # without a tolerance the last sweep is known: its steps leave the weight
             # products of their layers (each layer once over all ranks) while σ′ ⊙ λ is hot
-            self._sink = None
+            self._weight_grads = None
             if tol <= 0 and o.rtol <= 0:
-                v = net.layout.views(theta)
-                self._sink = (torch.zeros_like(v["K"]), torch.zeros_like(v["b"]))
+                self._weight_grads = tuple(torch.zeros_like(t) for t in net.hidden_views(theta))
             prop = AdjointPropagator(stepper, net.h, self.N, lin, state, o.coarse_weights,
-                                     weights=self._sink)
+                                     weights=self._weight_grads)
             res = self.adj.solve(prop, self.template(x), ev.lamN, warm, max_iter=max_iter,
                                  tol=tol, rtol=o.rtol)
         grad = torch.zeros_like(theta)
-        gv = net.layout.views(grad)
-        if self._sink is not None:
-            gK, gb = gv["K"], gv["b"]
-            gK.copy_(self._sink[0])
-            gb.copy_(self._sink[1])
+        if self._weight_grads is not None:
+            gK, gb = net.hidden_views(net.assemble(grad, hidden=self._weight_grads))
         else:
-            gK, gb = self._weight_products(stepper, states, lin, res, gv)
-        hs = net.h * stepper.act.slope                  # the vjp leaves σ′'s slope out
-        gK.mul_(hs)
-        gb.mul_(hs)
+            gK, gb = self._weight_products(stepper, states, lin, res, grad)
+        scale = stepper.act.weight_factor(net.h)
+        gK.mul_(scale)
+        gb.mul_(scale)
         if self.last:
-            gv["W"].copy_(ev.grad_cls[0])
-            gv["mu"].copy_(ev.grad_cls[1])
+            net.assemble(grad, classifier=ev.grad_cls)
         if self.first:
             net.opening_vjp(theta, x, res.states[-1], grad)
         return allreduce_tensor(self.ex, grad), res
 
-    def _weight_products(self, stepper, states, lin, res, gv):
+    def _weight_products(self, stepper, states, lin, res, grad):
         """f′ ⊙ λ_{n+1} and its weight products for this rank's layers, one at a time:
         the mirrored λ pair with forward-ordered states without gathering either."""
         own = min(self.hi, self.N) - self.lo            # layers lo..lo+own−1
-        gK, gb = gv["K"][self.lo:self.lo + own], gv["b"][self.lo:self.lo + own]
+        gK, gb = (t[self.lo:self.lo + own] for t in self.net.hidden_views(grad))
         g = None
         for i, n in enumerate(range(self.lo, self.lo + own)):
             lam = res.states[self.N - n - 1 - self.rev_lo]

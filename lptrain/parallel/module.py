@@ -33,9 +33,9 @@ class LayerParallelResNet(nn.Module):
                               init_hidden=init_scale, gamma_tik=0.0, gamma_class=0.0,
                               gamma_ddt=0.0)
         self.net = ResNet(opts, (width,), 1)
-        v = self.net.layout.views(self.net.init_params(seed, dtype))
-        self.K = nn.Parameter(v["K"].clone())
-        self.b = nn.Parameter(v["b"].clone())
+        K, b = self.net.hidden_views(self.net.init_params(seed, dtype))
+        self.K = nn.Parameter(K.clone())
+        self.b = nn.Parameter(b.clone())
         self.options = mgrit or MGRITOptions()
         self.exchange = make_exchange(comm)
         self.solver = LayerParallel(self.net, self.options, self.exchange)
@@ -56,11 +56,7 @@ class LayerParallelResNet(nn.Module):
         return DenseSteps.from_state(u)
 
     def _theta(self, K, b):
-        theta = K.new_zeros(self.net.layout.size)
-        v = self.net.layout.views(theta)
-        v["K"].copy_(K)
-        v["b"].copy_(b)
-        return theta
+        return self.net.assemble(K.new_zeros(self.net.layout.size), hidden=(K, b))
 
 
 class _MGRITFunction(torch.autograd.Function):
@@ -86,8 +82,7 @@ class _MGRITFunction(torch.autograd.Function):
         lp, ex = mod.solver, mod.exchange
         zeros = (None, None)
         if lp.last:
-            v = mod.net.layout.views(torch.zeros_like(ctx.theta))
-            zeros = (v["W"], v["mu"])
+            zeros = mod.net.classifier_views(torch.zeros_like(ctx.theta))
         lamN = DenseSteps.to_state(grad_uN.detach()) if lp.last else None
         ev = Evaluation(0.0, 0, lamN, zeros)
         grad, res = lp.backward(ctx.theta, ctx.x, ctx.states, ev,
@@ -96,5 +91,5 @@ class _MGRITFunction(torch.autograd.Function):
         mod._warm = (ctx.states, res.states)
         lam0 = broadcast_tensor(ex, res.states[-1] if lp.first else None, 0,
                                 lp.template(ctx.x))
-        g = mod.net.layout.views(grad)
-        return DenseSteps.from_state(lam0).clone(), g["K"].clone(), g["b"].clone(), None
+        gK, gb = mod.net.hidden_views(grad)
+        return DenseSteps.from_state(lam0).clone(), gK.clone(), gb.clone(), None

@@ -22,30 +22,30 @@ class ForwardPropagator:
 
     def __init__(self, stepper, h: float, coarse_weights: str = "inject",
                  saved: torch.Tensor | None = None, first: int = 0):
-        self.st, self.h, self.average = stepper, h, coarse_weights == "average"
+        self.stepper, self.h, self.average = stepper, h, coarse_weights == "average"
         self.saved, self.first = saved, first
 
     def _weights(self, start: int, stop: int):
         if self.average and stop - start > 1:
-            return self.st.mean_weights(start, stop)
-        return self.st.weights(start)
+            return self.stepper.mean_weights(start, stop)
+        return self.stepper.weights(start)
 
     def step(self, u, start: int, stop: int, out=None, save: bool = False, plus=None):
         """Φ(u) [+ plus] for the step start → stop."""
         K, b = self._weights(start, stop)
         slot = self.saved[start - self.first] if save and self.saved is not None else None
-        return self.st.apply(u, K, b, self.h * (stop - start), slot, out, plus)
+        return self.stepper.apply(u, K, b, self.h * (stop - start), slot, out, plus)
 
     def step_many(self, U, starts, stops, out=None, save: bool = False, plus=None):
         K, b = _stack_weights(self, starts, stops)
         h = _sizes(self.h, starts, stops, U)
         if not (save and self.saved is not None):
-            return self.st.apply(U, K, b, h, None, out, plus)
+            return self.stepper.apply(U, K, b, h, None, out, plus)
         idx = _slots(starts, self.first)
         if isinstance(idx, slice):
-            return self.st.apply(U, K, b, h, self.saved[idx], out, plus)
+            return self.stepper.apply(U, K, b, h, self.saved[idx], out, plus)
         tmp = torch.empty_like(U)
-        res = self.st.apply(U, K, b, h, tmp, out, plus)
+        res = self.stepper.apply(U, K, b, h, tmp, out, plus)
         self.saved[idx] = tmp
         return res
 
@@ -62,34 +62,34 @@ class AdjointPropagator:
 
     def __init__(self, stepper, h: float, n_steps: int, lin: "Linearisation", state=None,
                  coarse_weights: str = "inject", weights=None):
-        self.st, self.h, self.N = stepper, h, n_steps
+        self.stepper, self.h, self.N = stepper, h, n_steps
         self.lin, self.state = lin, state
         self.average = coarse_weights == "average"
         self._avg: dict[tuple[int, int], torch.Tensor] = {}
         # (gK, gb) of all N layers: finest-level steps with save=True write g uᵀ and Σ g
-        # of their layer there (g = f′ ⊙ λ; the caller scales by h·slope)
+        # of their layer there (g = f′ ⊙ λ; the caller scales by act.weight_factor)
         self.weights = weights
 
     def _layer(self, a: int, b: int):
         """(K, activation data) of the mirrored step a → b."""
         n = self.N - b
         if self.average and b - a > 1:
-            K, bias = self.st.mean_weights(n, self.N - a)
+            K, bias = self.stepper.mean_weights(n, self.N - a)
             key = (n, b - a)
             if key not in self._avg:
-                self._avg[key] = self.st.linearize(self.state(n), K, bias)
+                self._avg[key] = self.stepper.linearize(self.state(n), K, bias)
             return K, self._avg[key]
-        return self.st.K[n], self.lin.one(n)
+        return self.stepper.K[n], self.lin.one(n)
 
     def step(self, lam, a: int, b: int, out=None, save: bool = False, plus=None):
         """Φᵀ(λ) [+ plus] for the mirrored step a → b."""
         K, saved = self._layer(a, b)
         if not (save and self.weights is not None):
-            y = self.st.vjp_saved(saved, lam, K, self.h * (b - a), out)
+            y = self.stepper.vjp_saved(saved, lam, K, self.h * (b - a), out)
             return y if plus is None else y.add_(plus)
         n = self.N - b
-        lam_n, g = self.st.vjp_and_g(saved, lam, K, self.h * (b - a), out)
-        self.weights[0][n], self.weights[1][n] = self.st.vjp_weights(self.state(n), g)
+        lam_n, g = self.stepper.vjp_and_g(saved, lam, K, self.h * (b - a), out)
+        self.weights[0][n], self.weights[1][n] = self.stepper.vjp_weights(self.state(n), g)
         return lam_n if plus is None else lam_n.add_(plus)
 
     def step_many(self, L, starts, stops, out=None, save: bool = False, plus=None):
@@ -107,9 +107,9 @@ class AdjointPropagator:
                     self.step(L[i], a, b, out=out[i], save=save,
                               plus=None if plus is None else plus[i])
                 return out
-            K = self.st.K[torch.tensor(ns)]
+            K = self.stepper.K[torch.tensor(ns)]
             saved = self.lin.many(ns)
-        y = self.st.vjp_saved(saved, L, K, _sizes(self.h, starts, stops, L), out)
+        y = self.stepper.vjp_saved(saved, L, K, _sizes(self.h, starts, stops, L), out)
         return y if plus is None else y.add_(plus)
 
 
@@ -144,7 +144,7 @@ def _stack_weights(prop: ForwardPropagator, starts, stops):
         pairs = [prop._weights(a, b) for a, b in zip(starts, stops)]
         return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
     idx = index_of(starts)          # evenly spaced layers: views, not gathered copies
-    return prop.st.weights_many(idx if isinstance(idx, slice) else torch.tensor(starts))
+    return prop.stepper.weights_many(idx if isinstance(idx, slice) else torch.tensor(starts))
 
 
 def _sizes(h: float, starts, stops, like: torch.Tensor):

@@ -3,8 +3,8 @@
 `<run dir>/checkpoint.pt` (written by rank 0, atomically: write + rename) holds the
 parameters, the optimizer's state (L-BFGS memory and current point and gradient; the
 torch.optim state_dict of SGD and Adam), the order of the mini-batches (generator state
-and the rest of the epoch), the torch RNG state, the divergence rule's reference, the loop's validation
-record and elapsed time, and every rank's oracle state (its block of the warm-start
+and the rest of the epoch), the torch RNG state, the divergence rule's reference, the
+loop's validation record and elapsed time, and every rank's oracle state (its block of the warm-start
 states: two state tensors per kept batch in the MGRIT modes, none in serial mode). The
 world size is recorded: on another rank count the warm starts are dropped (cold start).
 

@@ -112,13 +112,8 @@ class SerialOracle(ExactOracle):
 
     def gradient(self) -> torch.Tensor:
         st, states, saved, (lamN, gW, gmu) = self._tape
-        grad = torch.zeros_like(self.theta)
-        gv = self.net.layout.views(grad)
         lam0, gK, gb = adjoint(st, states, saved, lamN, self.net.h)
-        gv["K"].copy_(gK)
-        gv["b"].copy_(gb)
-        gv["W"].copy_(gW)
-        gv["mu"].copy_(gmu)
+        grad = self.net.assemble(torch.zeros_like(self.theta), (gK, gb), (gW, gmu))
         self.net.opening_vjp(self.theta, self.x, lam0, grad)
         grad = allreduce_tensor(self.ex, grad)
         self.net.regulariser(self.theta, grad)
@@ -148,7 +143,7 @@ class MGRITOracle(ExactOracle):
     """
 
     def __init__(self, net, exchange, mgrit_opts):
-        self.net, self.ex, self.mo = net, exchange, mgrit_opts
+        self.net, self.ex, self.mgrit = net, exchange, mgrit_opts
         self.lp = LayerParallel(net, mgrit_opts, exchange)
         self.lp_val = None             # own solver buffers for the validation batch
         self.warm_fwd = self.warm_adj = None
@@ -223,9 +218,9 @@ class MGRITOracle(ExactOracle):
 
     def validate(self, theta, x, y) -> tuple[float, float]:
         if self.lp_val is None:
-            self.lp_val = LayerParallel(self.net, self.mo, self.ex)
-        res = self.lp_val.forward(theta, x, warm=None, max_iter=self.mo.max_iter,
-                                  tol=self.mo.tol, save=False)
+            self.lp_val = LayerParallel(self.net, self.mgrit, self.ex)
+        res = self.lp_val.forward(theta, x, warm=None, max_iter=self.mgrit.max_iter,
+                                  tol=self.mgrit.tol, save=False)
         ev = self.lp_val.evaluate(theta, res.states, y, x.shape[0], False)
         return ev.loss, ev.correct / x.shape[0]
 
@@ -251,8 +246,9 @@ class SimultaneousOracle(MGRITOracle):
         self.cache: OrderedDict = OrderedDict()
         self.last_gnorm = math.inf
         self.rung = 0
-        mo, f, r = mgrit_opts, self.RUNG_FACTOR, 0
-        while mo.fwd_iters * f ** r < mo.max_iter or mo.adj_iters * f ** r < mo.adjoint_max_iter:
+        mgrit, f, r = mgrit_opts, self.RUNG_FACTOR, 0
+        while (mgrit.fwd_iters * f ** r < mgrit.max_iter
+               or mgrit.adj_iters * f ** r < mgrit.adjoint_max_iter):
             r += 1
         self.top = r
 
@@ -267,11 +263,11 @@ class SimultaneousOracle(MGRITOracle):
 
     def budget(self) -> tuple[int, float, int, float]:
         """(forward iterations, tol, adjoint iterations, tol) at the current rung."""
-        mo = self.mo
+        mgrit = self.mgrit
         if self.rung >= self.top:
-            return mo.max_iter, mo.tol, mo.adjoint_max_iter, mo.adjoint_tol
+            return mgrit.max_iter, mgrit.tol, mgrit.adjoint_max_iter, mgrit.adjoint_tol
         scale = self.RUNG_FACTOR ** self.rung
-        return mo.fwd_iters * scale, 0.0, mo.adj_iters * scale, 0.0
+        return mgrit.fwd_iters * scale, 0.0, mgrit.adj_iters * scale, 0.0
 
     STATE = (*MGRITOracle.STATE, "last_gnorm", "rung")
 
@@ -300,9 +296,9 @@ class SimultaneousOracle(MGRITOracle):
     def _guard(self, history, gnorm: float, extra: int) -> bool:
         """The adaptive guard: one more iteration while the residual exceeds
         mgrit.adaptive_ratio × the gradient norm (fixed-iteration rungs only)."""
-        mo = self.mo
-        return mo.adaptive and self.rung < self.top and extra < mo.adaptive_max_extra \
-            and bool(history) and history[-1] > mo.adaptive_ratio * gnorm
+        mgrit = self.mgrit
+        return mgrit.adaptive and self.rung < self.top and extra < mgrit.adaptive_max_extra \
+            and bool(history) and history[-1] > mgrit.adaptive_ratio * gnorm
 
     def value(self, theta) -> Point:
         point = super().value(theta)

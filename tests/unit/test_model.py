@@ -84,6 +84,9 @@ def test_activation_pieces_compose_to_sigma_and_its_derivative(name):
     (dsig,) = torch.autograd.grad(act(zg).sum(), zg)
     assert torch.allclose(act.derivative(saved), dsig, rtol=1e-12, atol=1e-14)
     assert torch.allclose(act.vjp(saved, lam) * act.slope, dsig * lam, rtol=1e-12, atol=1e-14)
+    # the factor weight gradients are scaled by: h·σ′ ⊙ λ from the vjp's f′ ⊙ λ
+    assert torch.allclose(act.vjp(saved, lam) * act.weight_factor(0.3), 0.3 * dsig * lam,
+                          rtol=1e-12, atol=1e-14)
 
 
 def test_shapes_dense_and_conv():
@@ -144,3 +147,21 @@ def test_serial_sweeps_reuse_their_buffers():
     x3, _ = batch(net, n=7)
     s3, _ = propagate(st, net.opening(theta, x3), net.h, buffers=keep)
     assert s3.shape[-1] == 7 and s3.data_ptr() != ptrs[0]   # another shape: new tensors
+
+
+def test_assemble_writes_only_its_blocks():
+    net, theta = dense_net(layers=3, width=4)
+    K, b = (t.clone() for t in net.hidden_views(theta))
+    W, mu = (t.clone() for t in net.classifier_views(theta))
+    grad = net.assemble(torch.zeros_like(theta), hidden=(K, b))
+    assert torch.equal(torch.cat([t.flatten() for t in net.hidden_views(grad)]),
+                       torch.cat([K.flatten(), b.flatten()]))
+    rest = grad.clone()
+    net.assemble(rest, hidden=(torch.zeros_like(K), torch.zeros_like(b)))
+    assert not rest.any()                                 # nothing else was written
+    net.assemble(grad, classifier=(W, mu))
+    v, g = net.layout.views(theta), net.layout.views(grad)
+    for name in (*net.HIDDEN, *net.CLASSIFIER):
+        assert torch.equal(g[name], v[name])
+    assert not g["open_K"].any() and not g["open_b"].any()
+
