@@ -26,6 +26,7 @@ from lptrain import config
 from lptrain.app import build, options
 from lptrain.config.schema import register_configs
 from lptrain.metrics.console import Console
+from lptrain.metrics.writer import MemoryWriter
 from lptrain.train.loop import train
 from lptrain.train.oracles import Batch, SerialOracle
 
@@ -51,32 +52,13 @@ MATRIX = {
 }
 
 
-class Rows:
-    """A writer that keeps the rows in memory."""
-
-    def __init__(self):
-        self.train, self.mgrit = [], []
-
-    def log_train(self, **f):
-        self.train.append(f)
-
-    def log_mgrit(self, **f):
-        self.mgrit.append(f)
-
-    def log_validation(self, **f):
-        pass
-
-    def log_timing(self, **f):
-        pass
-
-
 def run(mode: str, overrides: list[str]) -> dict:
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[f"mode={mode}", *overrides])
     opts = options(cfg)
     ex, data, net, theta, oracle, opt = build(opts, None)
-    rows = Rows()
+    rows = MemoryWriter()
     t0 = time.perf_counter()
     theta, out = train(theta, opt, oracle, data, opts, rows, Console(False, 1), ex)
     wall = time.perf_counter() - t0

@@ -8,6 +8,7 @@ from lptrain import config
 from lptrain.app import build, options
 from lptrain.config.schema import register_configs
 from lptrain.metrics.console import Console
+from lptrain.metrics.writer import MemoryWriter
 from lptrain.train.loop import train
 from lptrain.train.oracles import Batch
 
@@ -18,32 +19,13 @@ SMALL = ["experiment=peaks_paper", f"train.iterations={K}", "dataset.n_train=100
          "eval_every=5"]
 
 
-class Rows:
-    """A writer that keeps the rows in memory."""
-
-    def __init__(self):
-        self.train, self.val, self.mgrit = [], [], []
-
-    def log_train(self, **f):
-        self.train.append(f)
-
-    def log_validation(self, **f):
-        self.val.append(f)
-
-    def log_mgrit(self, **f):
-        self.mgrit.append(f)
-
-    def log_timing(self, **f):
-        pass
-
-
 def run(mode, extra=()):
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[*SMALL, f"mode={mode}", *extra])
     opts = options(cfg)
     ex, data, net, theta, oracle, opt = build(opts, None)
-    rows = Rows()
+    rows = MemoryWriter()
     _, out = train(theta, opt, oracle, data, opts, rows, Console(False, 1), ex)
     return out, rows
 
@@ -108,7 +90,7 @@ def run_default(mode, extra=()):
         cfg = compose(config_name="config", overrides=[f"mode={mode}", *extra])
     opts = options(cfg)
     ex, data, net, theta, oracle, opt = build(opts, None)
-    rows = Rows()
+    rows = MemoryWriter()
     _, out = train(theta, opt, oracle, data, opts, rows, Console(False, 1), ex)
     return out, rows
 
