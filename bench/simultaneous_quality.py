@@ -19,18 +19,14 @@ import sys
 import time
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-
 import common  # noqa: F401  (one thread, the allocator setting)
-from lptrain import config
-from lptrain.app import build, options
-from lptrain.config.schema import register_configs
+from lptrain.app import build
+from lptrain.config import compose
 from lptrain.metrics.console import Console
 from lptrain.metrics.writer import MemoryWriter
 from lptrain.train.loop import train
 from lptrain.train.oracles import Batch, SerialOracle
 
-CONF_DIR = Path(config.CONF_DIR)
 QUICK_MNIST = ["dataset=mnist", "network=conv", "dataset.n_train=300", "dataset.n_val=100",
                "train.iterations=15", "eval_every=15"]
 MATRIX = {
@@ -53,10 +49,7 @@ MATRIX = {
 
 
 def run(mode: str, overrides: list[str]) -> dict:
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"mode={mode}", *overrides])
-    opts = options(cfg)
+    opts, _ = compose([f"mode={mode}", *overrides])
     ex, data, net, theta, oracle, opt = build(opts, None)
     rows = MemoryWriter()
     t0 = time.perf_counter()

@@ -64,6 +64,19 @@ def load_torch(path: Path, what: str):
         raise RunFileError(f"{path}: unreadable {what} ({exc})") from None
 
 
+def load_record(path: Path, what: str, fmt: str, version: int) -> dict:
+    """load_torch of a file lptrain wrote as `fmt` (e.g. "lptrain-model"), refusing other
+    files and later format versions than `version`."""
+    record = load_torch(path, what)
+    label = fmt.removeprefix("lptrain-")
+    if not isinstance(record, dict) or record.get("format") != fmt:
+        raise RunFileError(f"{path}: not an lptrain {label}")
+    if record.get("format_version", 0) > version:
+        raise RunFileError(f"{path}: {label} format {record['format_version']} is newer than "
+                           f"this lptrain reads ({version})")
+    return record
+
+
 def model_record(theta: torch.Tensor, net: ResNet, config_yaml: str, dtype: str, data,
                  iteration: int) -> dict:
     """What model.pt holds: plain values and one tensor (see the module docstring)."""
@@ -137,11 +150,5 @@ def model_path(run: str | Path) -> Path:
 
 def load_model(run: str | Path, device: str = "cpu") -> Classifier:
     """The Classifier saved in a run directory (or a model.pt file), in eval mode."""
-    path = model_path(run)
-    record = load_torch(path, "saved model")
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
-        raise RunFileError(f"{path}: not an lptrain model file")
-    if record.get("format_version", 0) > FORMAT_VERSION:
-        raise RunFileError(f"{path}: model format {record['format_version']} is newer than "
-                           f"this lptrain reads ({FORMAT_VERSION})")
+    record = load_record(model_path(run), "saved model", FORMAT, FORMAT_VERSION)
     return Classifier(record).to(device).eval()

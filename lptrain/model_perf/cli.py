@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from lptrain import config
+from lptrain.config import compose
 from lptrain.errors import ConfigError, LptrainError
 from lptrain.model_perf import measure
 from lptrain.model_perf.modes import Workload
@@ -27,7 +27,6 @@ from lptrain.model_perf.schedule import hierarchy_for, max_ranks
 from lptrain.model_perf.simulate import Link, StepCosts
 
 PROG = "lptrain-model"
-CONF_DIR = Path(config.CONF_DIR)
 DEFAULT_RANKS = ",".join(str(2 ** k) for k in range(11))
 EXIT_ERROR = 2
 
@@ -62,24 +61,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--paper", action="store_true", help="mark the paper's speedups")
     p.add_argument("--out", type=Path, default=Path("speedup_model"), metavar="DIR")
     return p
-
-
-def compose(overrides: Sequence[str]):
-    """(typed Config, plain dict) of the lptrain config with these overrides."""
-    from hydra import compose as hydra_compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    from lptrain.app import options
-    from lptrain.config.schema import register_configs
-    register_configs()
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = hydra_compose(config_name="config", overrides=list(overrides))
-        return options(cfg), OmegaConf.to_container(cfg, resolve=True)
-    except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(str(exc).strip().splitlines()[0]) from None
 
 
 def build_network(opts):

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from lptrain.errors import RunFileError
-from lptrain.model.saved import load_torch, save_torch
+from lptrain.model.saved import load_record, save_torch
 
 CHECKPOINT_FILE = "checkpoint.pt"
 FORMAT = "lptrain-checkpoint"
@@ -92,13 +92,7 @@ class Checkpointer:
 
 
 def load_checkpoint(path: Path) -> dict:
-    record = load_torch(path, "checkpoint")
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
-        raise RunFileError(f"{path}: not an lptrain checkpoint")
-    if record.get("format_version", 0) > FORMAT_VERSION:
-        raise RunFileError(f"{path}: checkpoint format {record['format_version']} is newer "
-                           f"than this lptrain reads ({FORMAT_VERSION})")
-    return record
+    return load_record(path, "checkpoint", FORMAT, FORMAT_VERSION)
 
 
 def restore(record: dict, optimizer, oracle, progress, exchange) -> torch.Tensor:

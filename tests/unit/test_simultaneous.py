@@ -1,33 +1,31 @@
 """The authors' finding on our code: one-shot training follows layer-serial training."""
-from pathlib import Path
-
 import pytest
-from hydra import compose, initialize_config_dir
 
-from lptrain import config
-from lptrain.app import build, options
-from lptrain.config.schema import register_configs
+from lptrain.app import build
+from lptrain.config import compose
 from lptrain.metrics.console import Console
 from lptrain.metrics.writer import MemoryWriter
 from lptrain.train.loop import train
 from lptrain.train.oracles import Batch
 
 
-CONF_DIR = Path(config.CONF_DIR)
 K = 20            # the overlay's mgrit=paper runs 2 forward and 2 adjoint iterations
 SMALL = ["experiment=peaks_paper", f"train.iterations={K}", "dataset.n_train=1000",
          "eval_every=5"]
 
 
-def run(mode, extra=()):
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[*SMALL, f"mode={mode}", *extra])
-    opts = options(cfg)
+def run_default(mode, extra=()):
+    """The default configuration (no overlay) as `lptrain mode=...` runs it, in process."""
+    opts, _ = compose([f"mode={mode}", *extra])
     ex, data, net, theta, oracle, opt = build(opts, None)
     rows = MemoryWriter()
     _, out = train(theta, opt, oracle, data, opts, rows, Console(False, 1), ex)
     return out, rows
+
+
+def run(mode, extra=()):
+    """The small Peaks-paper setup (SMALL) in `mode`."""
+    return run_default(mode, [*SMALL, *extra])
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +65,7 @@ def test_minibatch_warm_starts_are_kept_per_batch():
              "mode.warm_batches=2"]
     out, rows = run("simultaneous", extra)
     assert len(rows.mgrit) == 8 and out.iterations == 8
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config",
-                      overrides=[*SMALL, "mode=simultaneous", *extra])
-    opts = options(cfg)
+    opts, _ = compose([*SMALL, "mode=simultaneous", *extra])
     ex, data, net, theta, oracle, opt = build(opts, None)
     for key in range(4):
         idx = slice(250 * key, 250 * (key + 1))
@@ -81,18 +75,6 @@ def test_minibatch_warm_starts_are_kept_per_batch():
         oracle.accept()
     assert list(oracle.cache) == [2, 3]                     # least recently used dropped
     assert oracle.cache[3][0].data_ptr() != oracle.lp.fwd._buffers[0].data_ptr()
-
-
-def run_default(mode, extra=()):
-    """The default configuration (no overlay), as `lptrain mode=...` runs it."""
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"mode={mode}", *extra])
-    opts = options(cfg)
-    ex, data, net, theta, oracle, opt = build(opts, None)
-    rows = MemoryWriter()
-    _, out = train(theta, opt, oracle, data, opts, rows, Console(False, 1), ex)
-    return out, rows
 
 
 @pytest.mark.slow
