@@ -122,8 +122,7 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
         theta = restore(record, optimizer, oracle, progress, ex)
     attrs = {ms.MODE: opts.mode.name, ms.WORLD_SIZE: grid.size, ms.LAYER_RANKS: grid.layer,
              ms.DATA_RANKS: grid.data, ms.SEED: opts.seed,
-             ms.CONFIG: OmegaConf.to_yaml(cfg), ms.DATASET_SOURCE: data.source,
-             ms.STEP_KERNEL: net.stepper(theta).implementation()}
+             ms.CONFIG: OmegaConf.to_yaml(cfg), ms.DATASET_SOURCE: data.source}
     path = run_dir / ms.FILE_NAME
     title = (f"{opts.mode.name} {data.name} N={opts.network.layers} "
              f"P={grid.size} ({grid.layer} layer x {grid.data} data)")

@@ -25,7 +25,6 @@ STATUS = "status"
 DATASET_SOURCE = "dataset_source"
 ERROR = "error"
 STARTED_AT = "started_at"
-STEP_KERNEL = "step_kernel"
 
 REQUIRED_ATTRS = (MODE, WORLD_SIZE, SEED, CONFIG)
 
@@ -123,8 +122,6 @@ FIELDS: dict[str, dict[str, Field]] = {
                      "a run `stalled` (no progress for train.patience iterations, or no "
                      "step found with exact solves along steepest descent)"),
         STARTED_AT: Field(STR, "scalar", "", "ISO 8601 local time the file was created"),
-        STEP_KERNEL: Field(STR, "scalar", "", "optional: how the residual steps ran: `C kernel` "
-                           "(fused dense step) or `torch ops`, with the reason"),
     },
     TRAIN: {
         ITERATION: Field(INT, _ROWS, "", "optimizer iteration number"),

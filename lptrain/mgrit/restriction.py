@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 import torch
 
 from lptrain.mgrit.indexing import arithmetic_runs, gather, index_of, same_view, scatter
-from lptrain.model.kernel import residual as fused_residual
 
 
 @dataclass
@@ -56,7 +55,7 @@ class Restriction:
 
         def take(pos, phi, put):
             # r in place for a linear level's rhs, else only the norm: FAS keeps Φ + g
-            sq = fused_residual(phi, _at(lv, pos), "in_place" if linear else "norm")
+            sq = _residual_sq(phi, _at(lv, pos), "in_place" if linear else "norm")
             put(phi)
             return sq
         return dest, take
@@ -136,7 +135,7 @@ class Restriction:
             js = [level.count_c_below(p) for p in pos]
             idx = index_of([j - coarse.lo for j in js])
             g = coarse.G[idx]                       # a view, or a copy put back below
-            sq = fused_residual(phi, _at(lv, pos), "add_to", g)
+            sq = _residual_sq(phi, _at(lv, pos), "add_to", g)
             if not isinstance(idx, slice):
                 coarse.G[idx] = g
             for i, j in enumerate(js):
@@ -192,3 +191,14 @@ def _at(lv: LevelState, pos: list[int]) -> torch.Tensor:
     """The states of lv at its points pos (a view where they are evenly spaced)."""
     return gather(lv.X, [p - lv.lo for p in pos])
 
+
+
+def _residual_sq(phi: torch.Tensor, target: torch.Tensor, mode: str = "norm",
+                 out: torch.Tensor | None = None) -> float:
+    """Σ‖phi − target‖², and by mode: nothing else ("norm"), phi ← phi − target
+    ("in_place"), out += phi − target ("add_to")."""
+    r = phi.sub_(target) if mode == "in_place" else torch.sub(phi, target)
+    if mode == "add_to":
+        out += r
+    flat = r.reshape(-1)
+    return float(torch.dot(flat, flat))

@@ -35,7 +35,6 @@ class Activation:
     scale_in: float = 1.0
     scale_out: float = 1.0
     shift: float = 0.0
-    kernel: str | None = None   # f as a fused C step (model/kernel.py): "sigmoid"
 
     @property
     def slope(self) -> float:
@@ -120,7 +119,7 @@ def _smooth_relu_derivative(z, eta: float = SMOOTH_RELU_ETA):
 ACTIVATIONS: dict[str, Activation] = {
     "tanh": Activation("tanh", torch.sigmoid, _sigmoid_, _sigmoid_derivative,
                        keeps_input=False, f_vjp=_sigmoid_vjp, scale_in=2.0, scale_out=2.0,
-                       shift=-1.0, kernel="sigmoid"),
+                       shift=-1.0),
     "relu": Activation("relu", torch.relu, _keep_z(lambda z: z.relu_()), _relu_derivative,
                        keeps_input=True),
     "smoothrelu": Activation("smoothrelu", smooth_relu, _keep_z(smooth_relu),

@@ -11,7 +11,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from lptrain.model import kernel
 from lptrain.model.activations import Activation
 
 
@@ -27,7 +26,6 @@ class DenseSteps:
         self.K, self.b = _scaled(K, b, act)
         self.act = act
         self.n_layers = K.shape[0]
-        self.fused = act.kernel == "sigmoid"    # the C step where it applies (kernel.py)
 
     # -- layout --------------------------------------------------------------
     @staticmethod
@@ -43,16 +41,6 @@ class DenseSteps:
     def from_state(u: torch.Tensor) -> torch.Tensor:
         """(w, B) → (B, w), a view."""
         return u.t()
-
-    def implementation(self) -> str:
-        """How `apply` runs for these weights (the C step, or torch ops and why)."""
-        if not self.fused:
-            return f"torch ops (activation {self.act.name})"
-        if self.K.dtype != torch.float64 or self.K.device.type != "cpu":
-            return f"torch ops ({self.K.dtype}, {self.K.device.type})"
-        if kernel.load() is not None and not kernel.supports(self.K.shape[-1]):
-            return f"torch ops (width {self.K.shape[-1]})"
-        return kernel.status()
 
     # -- weights -------------------------------------------------------------
     def weights(self, n: int):
@@ -74,11 +62,6 @@ class DenseSteps:
         the adjoint needs (see Activation); `plus` is added to the result (an
         MGRIT level's right-hand side).
         """
-        if self.fused:
-            y = kernel.dense_sigmoid_step(u, K, b, h, self.act.scale_out, self.act.shift, save,
-                                          out, plus)
-            if y is not None:
-                return y
         y = _euler(u, self.act.f_(self._z(u, K, b), save), h, self.act, out)
         return y if plus is None else y.add_(plus)
 
@@ -98,11 +81,6 @@ class DenseSteps:
     def linearize(self, u, K, b):
         """What the adjoint of a step at state u needs (the activation's saved data),
         computed as `apply` saves it."""
-        if self.fused:
-            saved = torch.empty_like(u)
-            if kernel.dense_sigmoid_step(u, K, b, 0.0, 0.0, 0.0, saved, torch.empty_like(u)) \
-                    is not None:
-                return saved
         return self.act.saved_of(self._z(u, K, b))
 
     def vjp_saved(self, saved, lam, K, h, out=None):
@@ -158,10 +136,6 @@ class ConvSteps:
         return u
 
     from_state = to_state
-
-    @staticmethod
-    def implementation() -> str:
-        return "torch ops (convolution)"
 
     weights = DenseSteps.weights
     weights_many = DenseSteps.weights_many

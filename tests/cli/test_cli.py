@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -60,9 +59,6 @@ def test_end_to_end_run_writes_completed_metrics(serial_run):
     assert m.mode == "serial"
     assert m.attrs[ms.WORLD_SIZE] == 1
     assert m.attrs[ms.SEED] == SEED
-    # dense tanh, width 4, float64 on the CPU: the fused C step wherever a compiler is
-    kernel = m.attrs[ms.STEP_KERNEL]
-    assert kernel == "C kernel" if shutil.which("cc") else kernel.startswith("torch ops (")
     config = OmegaConf.create(m.attrs[ms.CONFIG])
     assert (config.network.layers, config.network.width, config.train.iterations,
             config.seed, config.dataset.n_train) == (4, 4, ITERATIONS, SEED, 200)

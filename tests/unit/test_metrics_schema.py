@@ -19,7 +19,7 @@ REQUIRED = {
     s.TIMING: {"iteration", "compute", "communication", "waiting"},
     s.ROOT: {"lptrain_version", "mode", "world_size", "layer_ranks", "data_ranks", "seed",
              "config", "status",
-             "dataset_source", "error", "started_at", "step_kernel"},
+             "dataset_source", "error", "started_at"},
 }
 
 

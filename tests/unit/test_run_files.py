@@ -32,7 +32,7 @@ def test_nearly_full_disk_stops_writing_with_status_failed(tmp_path, monkeypatch
     _rows(writer, 4, 5)                       # refused before HDF5 sees a full disk
     assert isinstance(writer.failure, s.MetricsFileError)
     assert str(path) in str(writer.failure) and "bytes left free" in str(writer.failure)
-    writer.set_attr(s.STEP_KERNEL, "x")        # later calls do nothing, close keeps `failed`
+    writer.set_attr(s.DATASET_SOURCE, "x")        # later calls do nothing, close keeps `failed`
     writer.close(s.COMPLETED)
     m = read_metrics(path)
     assert m.status == s.FAILED and m.attrs[s.ERROR] == str(writer.failure)
