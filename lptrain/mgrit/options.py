@@ -5,9 +5,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 from lptrain.errors import require
+from lptrain.mgrit.solver import CycleOptions
 
 CYCLES = ("V", "F")
 COARSE_WEIGHTS = ("inject", "average")
+LEVEL_OPS = ("fused", "plain")   # the solver's level operations (mgrit/solver.py LEVEL_OPS)
 
 
 @dataclass
@@ -31,6 +33,7 @@ class MGRITOptions:
     adaptive: bool = False       # simultaneous: add iterations when residuals are large
     adaptive_ratio: float = 0.1  # ... i.e. when residual > ratio × gradient norm
     adaptive_max_extra: int = 4  # ... at most this many extra iterations per solve
+    level_ops: str = "fused"     # fused | plain (the reference: same iterates, slower)
 
     def __post_init__(self):
         for key in ("levels", "max_iter", "fwd_iters", "adj_iters"):
@@ -42,6 +45,8 @@ class MGRITOptions:
         require(self.cycle in CYCLES, "mgrit.cycle", self.cycle, f"choose one of {CYCLES}")
         require(self.coarse_weights in COARSE_WEIGHTS, "mgrit.coarse_weights",
                 self.coarse_weights, f"choose one of {COARSE_WEIGHTS}")
+        require(self.level_ops in LEVEL_OPS, "mgrit.level_ops", self.level_ops,
+                f"choose one of {LEVEL_OPS}")
         require(self.tol >= 0, "mgrit.tol", self.tol, "must be >= 0")
         require(0 <= self.rtol < 1, "mgrit.rtol", self.rtol, "must be in [0, 1)")
         require(self.adj_tol is None or self.adj_tol >= 0, "mgrit.adj_tol", self.adj_tol,
@@ -50,6 +55,12 @@ class MGRITOptions:
                 self.adj_max_iter, "must be >= 1")
         require(self.adaptive_ratio > 0, "mgrit.adaptive_ratio", self.adaptive_ratio,
                 "must be > 0")
+
+    def cycle_options(self, linear: bool = False) -> CycleOptions:
+        """What the solver needs: the forward's, or (linear) the adjoint's."""
+        return CycleOptions(nrelax0=self.nrelax0, nrelax=self.nrelax, cycle=self.cycle,
+                            skip_first_down=self.skip_first_down, linear=linear,
+                            level_ops=self.level_ops)
 
     @property
     def adjoint_tol(self) -> float:

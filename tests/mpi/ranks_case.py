@@ -49,8 +49,10 @@ def run(exchange, comm=None) -> dict:
     net, theta = dense_net(layers=N, width=4, T=3.0, activation="tanh", gamma_ddt=1e-3)
     x, y = batch(net, n=40)
     results = {}
-    for name, opts in SOLVERS.items():
-        lp = LayerParallel(net, MGRITOptions(tol=0.0, **opts), exchange)
+    cases = [(name, opts, "fused") for name, opts in SOLVERS.items()] + \
+        [(f"plain-{name}", SOLVERS[name], "plain") for name in ("V3", "F4")]
+    for name, opts, level_ops in cases:
+        lp = LayerParallel(net, MGRITOptions(tol=0.0, level_ops=level_ops, **opts), exchange)
         for iters in (2, 40):
             res = lp.forward(theta, x, max_iter=iters, tol=0.0)
             ev = lp.evaluate(theta, res.states, y, x.shape[0], True)

@@ -45,6 +45,16 @@ def test_one_rank_matches_serial_network(reference):
     assert reference["traj-mgrit"] == pytest.approx(reference["traj-serial"], rel=1e-8)
 
 
+def test_reference_level_operations_match_the_fused_ones(reference):
+    # the plain cases run on every rank count too (test_many_ranks_equal_one_rank)
+    plain = [key for key in reference if key.startswith("plain-")]
+    assert len(plain) == 16
+    for key in plain:
+        ref, got = reference[key[len("plain-"):]], reference[key]
+        scale = max(float(ref.abs().max()), 1e-30)
+        assert float((got - ref).abs().max()) <= 1e-10 * scale, key
+
+
 def test_warm_starts_from_the_solution_stay_there(reference):
     warm = {k: v for k, v in reference.items() if k.startswith("warm-")}
     assert len(warm) == 4

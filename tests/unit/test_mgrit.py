@@ -137,7 +137,7 @@ def off_and_on(opts, option, warm, layers=29, iters=3, adjoint=False, prepare=No
     for value in (False, True):
         lp = LayerParallel(net, MGRITOptions(**opts), SerialExchange())
         for solver in (lp.fwd, lp.adj):
-            setattr(solver.opt, option, value)
+            setattr(solver.options, option, value)
         if prepare:
             prepare(lp)
         start = lp.forward(theta, x, max_iter=1, tol=0.0).states.clone() if warm else None
@@ -156,7 +156,7 @@ def off_and_on(opts, option, warm, layers=29, iters=3, adjoint=False, prepare=No
                          ids=lambda o: "-".join(f"{v}" for v in o.values()))
 @pytest.mark.parametrize("warm", [False, True])
 def test_reused_coarse_rhs_equals_a_fresh_fas_restriction(opts, warm):
-    # after a full cycle g_j ← g_j + r_j at the coarse F-points (_restrict_again): the
+    # after a full cycle g_j ← g_j + r_j at the coarse F-points (FusedLevelOps._rhs_update): the
     # same iterates as injecting and stepping Φ^Δ everywhere, up to rounding
     (a, ha, *_), (b, hb, *_) = off_and_on(opts, "reuse_rhs", warm, iters=4)
     assert float((a - b).abs().max()) <= 1e-13 and float((a - b).abs().max()) > 0.0
@@ -172,8 +172,8 @@ def test_coarse_states_in_the_fine_c_points_equal_own_buffers(opts, N, warm):
     # a short last interval (N = 29, or c = 3) keeps level 1 in its own buffer
     (a, ha, *_, la), (b, hb, *_, lb) = off_and_on(opts, "share_coarse", warm, layers=N)
     assert torch.equal(a, b) and ha == hb
-    assert not any(la.fwd._shared) and lb.fwd._shared[1] == (N % opts["cfactor0"] == 0)
-    assert not lb.adj._can_share(1)      # the linear adjoint's coarse levels hold corrections
+    assert not any(la.fwd.ops.shared) and lb.fwd.ops.shared[1] == (N % opts["cfactor0"] == 0)
+    assert not lb.adj.ops.can_share(1)   # the linear adjoint's coarse levels hold corrections
 
 
 @pytest.mark.parametrize("opts", CONFIGS, ids=lambda o: "-".join(f"{v}" for v in o.values()))
@@ -186,10 +186,11 @@ def test_residual_taken_by_the_f_relaxation_equals_a_separate_pass(opts, warm):
 
     def spy(lp):
         for solver in (lp.fwd, lp.adj):
-            def f_relax(lv, sink=None, _orig=solver._f_relax, _log=fed[solver.opt.fuse_residual]):
-                _log.append(sink is not None)
-                return _orig(lv, sink)
-            solver._f_relax = f_relax
+            def f_relax(lv, consumer, _orig=solver.ops._f_relax,
+                        _log=fed[solver.options.fuse_residual]):
+                _log.append(consumer is not None)
+                return _orig(lv, consumer)
+            solver.ops._f_relax = f_relax
     (a, ha, ga, aa, _), (b, hb, gb, ab, _) = off_and_on(opts, "fuse_residual", warm,
                                                         adjoint=True, prepare=spy)
     assert not any(fed[False]) and any(fed[True])

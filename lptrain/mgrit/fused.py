@@ -1,0 +1,359 @@
+"""The level operations of `levels.LevelOps` with fewer passes and copies.
+
+The same iterates as the reference (to rounding; tests compare them), by
+four devices, each behind a CycleOptions switch:
+
+- stack/chunk: the intervals of a rank advance together, one propagator call
+  per step index for up to `chunk` intervals (temporaries stay in cache);
+- fuse_residual: an F-relaxation followed by a residual (`then`) takes that
+  residual's C-steps right after each chunk of F-points, while their inputs
+  are in cache, and leaves Σ‖r‖² in `LevelState.pending`;
+- share_coarse: FAS coarse states are views of the finer level's C-points,
+  so injection and correction copy nothing;
+- reuse_rhs: a finest-level restriction right after a full cycle updates
+  the coarse right-hand side, g_j += r_j, instead of rebuilding it
+  (`_rhs_update`), which needs Φ^Δ only at the coarse C-points.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from lptrain.mgrit.indexing import (arithmetic_runs, destination, gather, index_of, same_view,
+                                    scatter)
+from lptrain.mgrit.levels import RESIDUAL, RESTRICT, LevelOps, LevelState, sq_norm, timed
+
+
+class FusedLevelOps(LevelOps):
+    """`LevelOps` with stacked steps, fused residuals, shared coarse states and rhs reuse."""
+
+    def __init__(self, hierarchy, exchange, options, levels):
+        super().__init__(hierarchy, exchange, options, levels)
+        self.shared: list[bool] = []
+        self.rhs_current = False   # level 1 still holds the solution its last relaxation left
+
+    # -- set-up ----------------------------------------------------------------------
+    def begin(self, prop, template, work):
+        super().begin(prop, template, work)
+        self.rhs_current = False
+        for l in range(1, len(self.levels)):
+            if self.shared[l]:
+                fine = self.levels[l - 1]
+                self.levels[l].X = gather(fine.X, [c - fine.lo for c in fine.cs])
+
+    def _allocate(self, template):
+        if self.template is not None and self.template.shape == template.shape and \
+                self.template.dtype == template.dtype and \
+                self.template.device == template.device:
+            return
+        self.shared = [False] + [self.can_share(l) for l in range(1, len(self.levels))]
+        for l, lv in enumerate(self.levels[1:], start=1):
+            shape = (lv.hi - lv.lo, *template.shape)
+            lv.X = None if self.shared[l] else template.new_zeros(shape)
+            lv.G = template.new_zeros(shape)
+        self.template = template
+
+    def can_share(self, l: int) -> bool:
+        """Whether level l's states can be a view of level l−1's C-points: FAS (a linear
+        coarse level holds corrections) and evenly spaced C-points."""
+        fine, coarse = self.levels[l - 1], self.levels[l]
+        return self.options.share_coarse and not self.options.linear and not coarse.empty \
+            and isinstance(index_of([c - fine.lo for c in fine.cs]), slice)
+
+    # -- relaxation ------------------------------------------------------------------
+    @timed("relax")
+    def f_relax(self, lv: LevelState, then: str | None = None) -> None:
+        """F-relaxation; with `then`, also the C-steps of that residual (see module)."""
+        consumer = self._consumer(lv, then) if self.options.fuse_residual else None
+        self._f_relax(lv, consumer)
+        if lv.index == 1:
+            self.rhs_current = True
+
+    def _consumer(self, lv: LevelState, then: str | None):
+        if then == RESTRICT:
+            return self._restriction_residual(lv)
+        return self._residual_norm(lv) if then == RESIDUAL else None
+
+    def _f_relax(self, lv: LevelState, consumer) -> None:
+        if lv.empty:
+            lv.pending = 0.0 if consumer else None
+            return
+        level = self._level(lv)
+        own = [c for c in lv.cs if c < level.n_points - 1]
+        ends = [min(_next_c(level, c), lv.hi) for c in own]
+        lengths = [e - c - 1 for c, e in zip(own, ends)]
+        k, taken, spent = max(self.options.chunk, 1), 0.0, 0.0
+        for first in range(0, len(own), k):        # a chunk through all its F-points
+            cs, ls = own[first:first + k], lengths[first:first + k]
+            for sub in range(max(ls, default=0)):
+                self._advance(lv, [c + sub for c, n in zip(cs, ls) if n > sub])
+            if consumer:
+                t0 = time.perf_counter()
+                src = [e - 1 for e in ends[first:first + k] if e < lv.hi]
+                for part in arithmetic_runs(src):
+                    taken += consumer[1](*self._c_chunk(lv, part, consumer[0]))
+                spent += time.perf_counter() - t0
+        send = lv.right is not None and not level.is_c(lv.hi)
+        if send and own:
+            self.exchange.send(lv.X[-1], lv.right)
+        if lv.lo > 0 and not level.is_c(lv.lo):     # the interval begun on the left
+            x = self._recv(lv)
+            stop = lv.cs[0] if lv.cs else lv.hi
+            for i in range(lv.lo, stop):
+                x = self._phi(lv, i, x, out=lv.X[i - lv.lo])
+            if send and not own:
+                self.exchange.send(lv.X[-1], lv.right)
+        if not consumer:
+            self.exchange.wait()
+            return
+        t0 = time.perf_counter()
+        if lv.lo > 0 and not level.is_c(lv.lo) and lv.cs:
+            taken += consumer[1](*self._c_chunk(lv, [lv.cs[0] - 1], consumer[0]))
+        self.exchange.wait()
+        taken += sum(consumer[1](*step) for step in self._c_steps_fused(lv, consumer[0],
+                                                                          local=False))
+        spent += time.perf_counter() - t0
+        self.timers[(lv.index, "residual")] += spent   # not relaxation
+        self.timers[(lv.index, "relax")] -= spent
+        lv.pending = taken
+
+    @timed("relax")
+    def c_relax(self, lv: LevelState) -> None:
+        """u_c = Φ(u_{c−1}) + g_c at every C-point but the first, written in place."""
+        if lv.index <= 1:
+            self.rhs_current = False
+        dest = (lambda pos: (lv.X, [p - lv.lo for p in pos]))
+        for _, phi, put in self._c_steps_fused(lv, dest):
+            put(phi)
+
+    def coarse_solve(self, lv: LevelState) -> None:
+        super().coarse_solve(lv)
+        if lv.index == 1:
+            self.rhs_current = True
+
+    # -- residual and transfers --------------------------------------------------------
+    @timed("residual")
+    def residual(self, lv: LevelState) -> float:
+        return self._take(lv, self._residual_norm(lv))
+
+    def restrict(self, lv: LevelState) -> float:
+        """As LevelOps.restrict; the residual's C-steps may have been taken already."""
+        update = self._updates_rhs(lv)
+        sq = self._residual_of_restriction(lv)
+        self._transfer(lv, update)
+        if lv.index == 0:
+            self.rhs_current = False
+        return sq
+
+    @timed("residual")
+    def _residual_of_restriction(self, lv: LevelState) -> float:
+        return self._take(lv, self._restriction_residual(lv))
+
+    @timed("restrict")
+    def _transfer(self, lv: LevelState, update: bool) -> None:
+        if update:
+            self._rhs_update(lv)
+        else:
+            self._inject(lv, keep_rhs=True)
+
+    @timed("restrict")
+    def inject(self, lv: LevelState) -> None:
+        self._inject(lv, keep_rhs=False)
+
+    @timed("correct")
+    def correct(self, lv: LevelState) -> None:
+        coarse = self.levels[lv.index + 1]
+        if coarse.empty:
+            return
+        idx = [c - lv.lo for c in lv.cs]
+        if coarse.correction:
+            lv.X[index_of(idx)] += coarse.X
+        elif not same_view(gather(lv.X, idx), coarse.X):
+            scatter(lv.X, idx, coarse.X)
+
+    def _take(self, lv: LevelState, consumer) -> float:
+        """Σ‖r‖²: what the F-relaxation before took, else a pass of C-steps."""
+        if lv.pending is not None:
+            sq, lv.pending = lv.pending, None
+            return sq
+        return sum(consumer[1](*step) for step in self._c_steps_fused(lv, consumer[0]))
+
+    def _updates_rhs(self, lv: LevelState) -> bool:
+        return lv.index == 0 and self.rhs_current and self.options.reuse_rhs and \
+            not self.options.linear
+
+    def _residual_norm(self, lv: LevelState, to_rhs: bool = False):
+        """(dest, take) for the C-steps: take(C-points, Φ + g, put) → their Σ‖r_c‖².
+
+        to_rhs: the next level's rhs receives r_c (linear) or Φ(u_{c−1}) + g_c
+        (FAS, completed by _inject).
+        """
+        dest = None
+        if to_rhs:
+            coarse, level = self.levels[lv.index + 1], self._level(lv)
+            dest = (lambda pos: (coarse.G, [level.count_c_below(p) - coarse.lo
+                                            for p in pos]))
+        in_place = to_rhs and self.options.linear
+
+        def take(pos, phi, put):
+            r = phi.sub_(_at(lv, pos)) if in_place else torch.sub(phi, _at(lv, pos))
+            put(phi)           # FAS keeps Φ + g, a linear rhs r
+            return sq_norm(r)
+        return dest, take
+
+    def _restriction_residual(self, lv: LevelState):
+        """The C-step consumer of the next restriction from lv."""
+        if self._updates_rhs(lv):
+            return self._rhs_update_residual(lv)
+        return self._residual_norm(lv, to_rhs=True)
+
+    def _inject(self, lv: LevelState, keep_rhs: bool) -> None:
+        """v = u at the C-points; coarse rhs g_j = Φ(u_{c−1}) + g_c − Φ^Δ(v_{j−1})
+        (the first term already in place), or without keep_rhs the fine rhs."""
+        coarse = self.levels[lv.index + 1]
+        if coarse.empty:
+            return
+        local = [c - lv.lo for c in lv.cs]
+        coarse.correction = keep_rhs and self.options.linear
+        if coarse.correction:              # linear: e = 0, rhs = r, e_0 = 0
+            coarse.X.zero_()
+            if coarse.lo == 0:
+                coarse.G[0] = 0.0
+            return
+        source = gather(lv.X, local)
+        if not same_view(source, coarse.X):       # else coarse.X is those states
+            coarse.X.copy_(source)
+        if not keep_rhs:
+            if lv.G is None:
+                coarse.G.zero_()
+            else:
+                coarse.G.copy_(gather(lv.G, local))
+            return
+        if coarse.lo == 0:
+            coarse.G[0] = coarse.X[0]
+        for pos, phi in self._coarse_phis(coarse):
+            coarse.G[index_of([p - coarse.lo for p in pos])] -= phi
+
+    def _rhs_update_residual(self, lv: LevelState):
+        """The residual's consumer when level 1 still holds its last solution.
+
+        Its F-relaxation (or the coarsest solve) left v_j = Φ^Δ(v_{j−1}) + g_j and
+        the fine C-points are v, so the new rhs Φ(u_{c−1}) − Φ^Δ(v_{j−1}) is
+        g_j + r_j there; only level 1's own C-points need Φ^Δ (`_rhs_update`).
+        """
+        coarse, level, cpts = self.levels[1], self._level(lv), self._level1_cpoints()
+
+        def take(pos, phi, put):
+            js = [level.count_c_below(p) for p in pos]
+            idx = index_of([j - coarse.lo for j in js])
+            g = coarse.G[idx]                       # a view, or a copy put back below
+            r = torch.sub(phi, _at(lv, pos))
+            g += r
+            if not isinstance(idx, slice):
+                coarse.G[idx] = g
+            for i, j in enumerate(js):
+                if j in cpts:                       # g_j = Φ(u_{c−1}) − Φ^Δ(v_{j−1})
+                    coarse.G[j - coarse.lo].copy_(phi[i])
+            return sq_norm(r)
+        return None, take
+
+    def _rhs_update(self, lv: LevelState) -> None:
+        """After `_rhs_update_residual`: Φ^Δ at level 1's C-points."""
+        coarse, cpts = self.levels[1], self._level1_cpoints()
+        todo = [j for j in range(max(coarse.lo, 1), coarse.hi) if j in cpts]
+        for pos, phi in self._coarse_phis(coarse, todo):
+            coarse.G[index_of([p - coarse.lo for p in pos])] -= phi
+
+    def _level1_cpoints(self) -> set[int]:
+        """Level 1's C-points (none when it is the coarsest level)."""
+        return set(self.hierarchy.levels[1].cpoints) if len(self.levels) > 2 else set()
+
+    # -- C-steps ------------------------------------------------------------------------
+    def _c_steps_fused(self, lv: LevelState, dest=None, local: bool = True):
+        """Yield (C-points, Φ(u_{c−1}) + g_c, put) for this rank's C-points c > 0.
+
+        A chunk of `options.chunk` C-points at a time; `dest(C-points)` →
+        (tensor, positions) says where the values belong: they are computed there
+        directly where possible, and the consumer calls put(values) when done.
+        Chunks go from the last C-point back, so that writing into the states
+        reads only old values.  Consumers must exhaust the generator (it ends
+        the exchange).  local=False: only the C-point whose F-point lies on the
+        left neighbour (the F-relaxation took the others).
+        """
+        if lv.empty:
+            return
+        level = self._level(lv)
+        if lv.right is not None and level.is_c(lv.hi):
+            self.exchange.send(lv.X[-1], lv.right)
+        targets = [c for c in lv.cs if c > 0]
+        remote = bool(targets) and targets[0] == lv.lo
+        k = max(self.options.chunk, 1)
+        chunks = [run[first:first + k] for run in arithmetic_runs([c - 1 for c in targets[remote:]])
+                  for first in range(0, len(run), k)] if local else []
+        for part in reversed(chunks):
+            yield self._c_chunk(lv, part, dest)
+        if remote:
+            x = self._recv(lv)
+            out, put = destination(dest, [lv.lo])
+            one = self._phi(lv, lv.lo, x, out=None if out is None else out[0])
+            yield [lv.lo], one.unsqueeze(0), put
+        self.exchange.wait()
+
+    def _c_chunk(self, lv: LevelState, part: list[int], dest):
+        """(C-points, Φ + g, put) of the C-steps from the local points `part`."""
+        pos = [p + 1 for p in part]
+        out, put = destination(dest, pos, clash=not set(part).isdisjoint(pos))
+        return pos, self._phi_many(lv, part, out=out), put
+
+    def _coarse_phis(self, lv: LevelState, targets: list[int] | None = None):
+        """Yield (points i, Φ(v_{i−1})) for this rank's points i > 0 of level lv (only
+        `targets`, sorted, if given; the messages are the same)."""
+        if lv.right is not None:
+            self.exchange.send(lv.X[-1], lv.right)
+        if targets is None:
+            targets = list(range(max(lv.lo, 1), lv.hi))
+        if targets and targets[0] == lv.lo:
+            x = self._recv(lv)
+            yield [lv.lo], self._step(lv, lv.lo, x).unsqueeze(0)
+            targets = targets[1:]
+        elif lv.lo > 0:
+            self._recv(lv)
+        k = max(self.options.chunk, 1)
+        for run in arithmetic_runs([i - 1 for i in targets]):
+            for first in range(0, len(run), k):
+                src = run[first:first + k]
+                yield [p + 1 for p in src], self._steps(lv, src)
+        self.exchange.wait()
+
+    # -- stacked steps -------------------------------------------------------------------
+    def _steps(self, lv: LevelState, src: list[int], out=None, plus=None) -> torch.Tensor:
+        """Φ from each point in src, one propagator call."""
+        pts = self._level(lv).points
+        U = gather(lv.X, [i - lv.lo for i in src])
+        return self.prop.step_many(U, [pts[i] for i in src], [pts[i + 1] for i in src],
+                                   out=out, plus=plus, save=self.saving and lv.index == 0)
+
+    def _phi_many(self, lv: LevelState, src: list[int], out=None) -> torch.Tensor:
+        g = None if lv.G is None else gather(lv.G, [i + 1 - lv.lo for i in src])
+        return self._steps(lv, src, out, g)
+
+    def _advance(self, lv: LevelState, src: list[int]) -> None:
+        """Φ + g from each point in src into the next point, written in place."""
+        runs = arithmetic_runs(src) if self.options.stack else [[i] for i in src]
+        for run in runs:
+            idx = index_of([i + 1 - lv.lo for i in run])
+            if isinstance(idx, slice):
+                self._phi_many(lv, run, out=lv.X[idx])
+            else:
+                lv.X[idx] = self._phi_many(lv, run)
+
+
+def _next_c(level, c: int) -> int:
+    return level.cpoints[level.count_c_below(c + 1)]
+
+
+def _at(lv: LevelState, pos: list[int]) -> torch.Tensor:
+    """The states of lv at its points pos (a view where they are evenly spaced)."""
+    return gather(lv.X, [p - lv.lo for p in pos])
+
