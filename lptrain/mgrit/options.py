@@ -5,7 +5,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 from lptrain.errors import require
-from lptrain.mgrit.solver import CycleOptions
 
 CYCLES = ("V", "F")
 COARSE_WEIGHTS = ("inject", "average")
@@ -56,8 +55,9 @@ class MGRITOptions:
         require(self.adaptive_ratio > 0, "mgrit.adaptive_ratio", self.adaptive_ratio,
                 "must be > 0")
 
-    def cycle_options(self, linear: bool = False) -> CycleOptions:
-        """What the solver needs: the forward's, or (linear) the adjoint's."""
+    def cycle_options(self, linear: bool = False):
+        """The solver's CycleOptions for these options (linear: the adjoint's solver)."""
+        from lptrain.mgrit.solver import CycleOptions   # the solver needs torch, options not
         return CycleOptions(nrelax0=self.nrelax0, nrelax=self.nrelax, cycle=self.cycle,
                             skip_first_down=self.skip_first_down, linear=linear,
                             level_ops=self.level_ops)

@@ -204,15 +204,15 @@ class ResNet:
         """Accumulate ∂/∂θ_opening of ⟨λ_0, u_0(θ)⟩ into grad (views of θ's layout)."""
         if self.opts.opening not in ("dense", "conv"):
             return
-        v, gv = self.layout.views(theta), self.layout.views(grad)
+        v, grad_views = self.layout.views(theta), self.layout.views(grad)
         with torch.enable_grad():
             K = v["open_K"].detach().requires_grad_()
             b = v["open_b"].detach().requires_grad_()
             u0 = self.act(torch.addmm(b.unsqueeze(1), K, y.t()) if self.opts.opening == "dense"
                           else F.conv2d(y, K, b, padding=1))
             gK, gb = torch.autograd.grad(u0, (K, b), lam0)
-        gv["open_K"].add_(gK)
-        gv["open_b"].add_(gb)
+        grad_views["open_K"].add_(gK)
+        grad_views["open_b"].add_(gb)
 
     # -- classifier ----------------------------------------------------------
     def classify(self, theta, uN, labels, n_total: int, want_grad: bool):
@@ -247,19 +247,19 @@ class ResNet:
     def regulariser(self, theta: torch.Tensor, grad: torch.Tensor | None = None) -> float:
         """R(θ) of docs/method.md §1; adds ∇R into grad when given."""
         o, v = self.opts, self.layout.views(theta)
-        gv = self.layout.views(grad) if grad is not None else None
+        grad_views = self.layout.views(grad) if grad is not None else None
         value = 0.0
         for blk in self.layout.blocks.values():
             gamma = o.gamma_class if blk.group == "classifier" else o.gamma_tik
             value += 0.5 * gamma * float(v[blk.name].pow(2).sum())
-            if gv is not None:
-                gv[blk.name].add_(v[blk.name], alpha=gamma)
+            if grad_views is not None:
+                grad_views[blk.name].add_(v[blk.name], alpha=gamma)
         if o.layers > 1 and o.gamma_ddt > 0:
             scale = o.gamma_ddt / self.h ** 2
             for name in self.HIDDEN:
                 d = v[name][1:] - v[name][:-1]
                 value += 0.5 * scale * float(d.pow(2).sum())
-                if gv is not None:
-                    gv[name][1:].add_(d, alpha=scale)
-                    gv[name][:-1].sub_(d, alpha=scale)
+                if grad_views is not None:
+                    grad_views[name][1:].add_(d, alpha=scale)
+                    grad_views[name][:-1].sub_(d, alpha=scale)
         return value

@@ -31,7 +31,7 @@ class LayerParallel:
     """MGRIT solvers for the forward and the adjoint propagation of `net`."""
 
     def __init__(self, net, options: MGRITOptions, exchange):
-        self.net, self.opt, self.ex = net, options, exchange
+        self.net, self.options, self.exchange = net, options, exchange
         N = net.opts.layers
         self.N = N
         self.hier = build_hierarchy(N, options.cfactor0, options.cfactor, options.levels,
@@ -65,7 +65,7 @@ class LayerParallel:
         With save, the finest-level activations stay for the next backward();
         resume continues the last solve (same θ and x) in place.
         """
-        o = self.opt
+        o = self.options
         if resume:
             return self.fwd.resume(max_iter, 0.0 if tol is None else tol, o.rtol)
         template = self.template(x)
@@ -93,8 +93,8 @@ class LayerParallel:
             loss, correct, lamN, gW, gmu = self.net.classify(theta, states[-1], labels,
                                                              n_total, want_grad)
             grads = (gW, gmu)
-        loss = self.ex.allreduce_sum(float(loss))
-        correct = int(round(self.ex.allreduce_sum(float(correct))))
+        loss = self.exchange.allreduce_sum(float(loss))
+        correct = int(round(self.exchange.allreduce_sum(float(correct))))
         return Evaluation(loss, correct, lamN, grads)
 
     # -- adjoint ---------------------------------------------------------------
@@ -105,7 +105,7 @@ class LayerParallel:
         `states` must come from the last forward() with save=True; resume
         continues the last adjoint solve in place.
         """
-        o, net = self.opt, self.net
+        o, net = self.options, self.net
         stepper = net.stepper(theta)
         max_iter = o.adjoint_max_iter if max_iter is None else max_iter
         tol = o.adjoint_tol if tol is None else tol
@@ -137,7 +137,7 @@ class LayerParallel:
             net.assemble(grad, classifier=ev.grad_cls)
         if self.first:
             net.opening_vjp(theta, x, res.states[-1], grad)
-        return allreduce_tensor(self.ex, grad), res
+        return allreduce_tensor(self.exchange, grad), res
 
     def _weight_products(self, stepper, states, lin, res, grad):
         """f′ ⊙ λ_{n+1} and its weight products for this rank's layers, one at a time:
@@ -167,11 +167,11 @@ class LayerParallel:
 
     def _next_first_state(self, states):
         """u_hi from the next rank (None on the last rank)."""
-        left = self.hier.left(0, self.ex.rank)
+        left = self.hier.left(0, self.exchange.rank)
         if left is not None:
-            self.ex.send(states[0], left)
+            self.exchange.send(states[0], left)
         extra = None
         if not self.last:
-            extra = self.ex.recv(states[0], self.hier.right(0, self.ex.rank))
-        self.ex.wait()
+            extra = self.exchange.recv(states[0], self.hier.right(0, self.exchange.rank))
+        self.exchange.wait()
         return extra

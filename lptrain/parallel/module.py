@@ -62,15 +62,15 @@ class LayerParallelResNet(nn.Module):
 class _MGRITFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, u0, K, b, mod: LayerParallelResNet):
-        lp, ex = mod.solver, mod.exchange
+        lp, exchange = mod.solver, mod.exchange
         theta = mod._theta(K.detach(), b.detach())
         x = u0.detach()
         res = lp.forward(theta, x, warm=mod._warm[0] if mod.warm_start else None)
         mod.last_forward = res
         mod._calls += 1
         ctx.mod, ctx.theta, ctx.x, ctx.states, ctx.call = mod, theta, x, res.states, mod._calls
-        last = ex.size - 1
-        uN = broadcast_tensor(ex, res.states[-1] if lp.last else None, last, lp.template(x))
+        last = exchange.size - 1
+        uN = broadcast_tensor(exchange, res.states[-1] if lp.last else None, last, lp.template(x))
         return DenseSteps.from_state(uN).clone()
 
     @staticmethod
@@ -79,7 +79,7 @@ class _MGRITFunction(torch.autograd.Function):
         if ctx.call != mod._calls:
             raise RuntimeError("LayerParallelResNet: backward must run before the next "
                                "forward (the solver keeps one set of states)")
-        lp, ex = mod.solver, mod.exchange
+        lp, exchange = mod.solver, mod.exchange
         zeros = (None, None)
         if lp.last:
             zeros = mod.net.classifier_views(torch.zeros_like(ctx.theta))
@@ -89,7 +89,7 @@ class _MGRITFunction(torch.autograd.Function):
                                 warm=mod._warm[1] if mod.warm_start else None)
         mod.last_backward = res
         mod._warm = (ctx.states, res.states)
-        lam0 = broadcast_tensor(ex, res.states[-1] if lp.first else None, 0,
+        lam0 = broadcast_tensor(exchange, res.states[-1] if lp.first else None, 0,
                                 lp.template(ctx.x))
         gK, gb = mod.net.hidden_views(grad)
         return DenseSteps.from_state(lam0).clone(), gK.clone(), gb.clone(), None

@@ -48,7 +48,7 @@ class Checkpointer:
 
     def __init__(self, path: Path, every: int | None, exchange, enabled: bool,
                  optimizer, oracle, progress, meta: dict):
-        self.path, self.every, self.ex, self.enabled = Path(path), every, exchange, enabled
+        self.path, self.every, self.exchange, self.enabled = Path(path), every, exchange, enabled
         self.optimizer, self.oracle, self.progress, self.meta = (optimizer, oracle, progress,
                                                                  meta)
         self.auto = every is None
@@ -60,12 +60,12 @@ class Checkpointer:
         if self.saved_at == k or (not force and (self.next <= 0 or k < self.next)):
             return
         t0 = time.perf_counter()
-        warm = self.ex.gather(self.oracle.state_dict())
+        warm = self.exchange.gather(self.oracle.state_dict())
         error = None
         if self.enabled:
             record = {"format": FORMAT, "format_version": FORMAT_VERSION, "iteration": k,
                       "theta": theta, "optimizer": self.optimizer.state_dict(),
-                      "oracles": warm, "world_size": self.ex.size,
+                      "oracles": warm, "world_size": self.exchange.size,
                       "batches": batches.state_dict(), "rng": torch.get_rng_state(),
                       "first_objective": self.progress.first_objective,
                       "loop": {**loop, "iteration": k}, **self.meta}
@@ -73,7 +73,7 @@ class Checkpointer:
                 save_torch(record, self.path)
             except RunFileError as exc:
                 error = exc
-        agree_on_error(self.ex, error, str(self.path))
+        agree_on_error(self.exchange, error, str(self.path))
         self.saved_at = k
         self.seconds = time.perf_counter() - t0
         self.next = k + self._interval(k, loop["wall_time"])
@@ -84,8 +84,8 @@ class Checkpointer:
         if not self.auto:
             return self.every
         seconds, wall = self.seconds, wall
-        if self.ex.size > 1:
-            seconds, wall = (self.ex.allreduce_sum(v if self.enabled else 0.0)
+        if self.exchange.size > 1:
+            seconds, wall = (self.exchange.allreduce_sum(v if self.enabled else 0.0)
                              for v in (self.seconds, wall))
         per_iteration = wall / max(k, 1)
         return max(AUTO_FIRST, math.ceil(seconds / (OVERHEAD * max(per_iteration, 1e-9))))

@@ -153,29 +153,31 @@ class _TorchOptimizer:
     def __init__(self, opts):
         self.o = opts
         self.param: torch.Tensor | None = None     # θ as the torch optimizer's parameter
-        self.opt: torch.optim.Optimizer | None = None
+        self.torch_optimizer: torch.optim.Optimizer | None = None
         self._pending: dict | None = None          # a state loaded before the first step
 
     def make(self, params) -> torch.optim.Optimizer:
         raise NotImplementedError
 
     def state_dict(self) -> dict:
-        return self.opt.state_dict() if self.opt is not None else (self._pending or {})
+        if self.torch_optimizer is None:
+            return self._pending or {}
+        return self.torch_optimizer.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        self.opt, self._pending = None, state
+        self.torch_optimizer, self._pending = None, state
 
     def update(self, theta, g):
         """θ after one optimizer step with gradient g, and the learning rate."""
-        if self.opt is None:
+        if self.torch_optimizer is None:
             self.param = theta.detach().clone()
-            self.opt = self.make([self.param])
+            self.torch_optimizer = self.make([self.param])
             if self._pending:
-                self.opt.load_state_dict(self._pending)
+                self.torch_optimizer.load_state_dict(self._pending)
             self._pending = None
         self.param.copy_(theta)
         self.param.grad = g
-        self.opt.step()
+        self.torch_optimizer.step()
         self.param.grad = None
         return self.param.detach().clone(), self.o.lr
 

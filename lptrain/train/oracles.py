@@ -81,11 +81,11 @@ class SerialOracle(ExactOracle):
     """Exact layer-serial propagation; the batch is split over ranks (data parallel)."""
 
     def __init__(self, net, exchange):
-        self.net, self.ex = net, exchange
+        self.net, self.exchange = net, exchange
         self._buffers = Buffers()     # the training sweep's states, reused by the next one
 
     def _shard(self, t: torch.Tensor) -> torch.Tensor:
-        n, r, p = t.shape[0], self.ex.rank, self.ex.size
+        n, r, p = t.shape[0], self.exchange.rank, self.exchange.size
         return t[r * n // p:(r + 1) * n // p]
 
     def begin(self, batch: Batch):
@@ -106,8 +106,8 @@ class SerialOracle(ExactOracle):
         st, states, saved, loss, correct, cls = self._forward(theta, self.x, self.y,
                                                               self.n_total, True)
         self._tape = (st, states, saved, cls)
-        loss = self.ex.allreduce_sum(loss)
-        acc = self.ex.allreduce_sum(correct) / self.n_total
+        loss = self.exchange.allreduce_sum(loss)
+        acc = self.exchange.allreduce_sum(correct) / self.n_total
         return Point(loss + self.net.regulariser(theta), loss, acc)
 
     def gradient(self) -> torch.Tensor:
@@ -115,7 +115,7 @@ class SerialOracle(ExactOracle):
         lam0, gK, gb = adjoint(st, states, saved, lamN, self.net.h)
         grad = self.net.assemble(torch.zeros_like(self.theta), (gK, gb), (gW, gmu))
         self.net.opening_vjp(self.theta, self.x, lam0, grad)
-        grad = allreduce_tensor(self.ex, grad)
+        grad = allreduce_tensor(self.exchange, grad)
         self.net.regulariser(self.theta, grad)
         return grad
 
@@ -132,7 +132,7 @@ class SerialOracle(ExactOracle):
     def validate(self, theta, x, y) -> tuple[float, float]:
         n = x.shape[0]
         *_, loss, correct, _ = self._forward(theta, self._shard(x), self._shard(y), n, False)
-        return self.ex.allreduce_sum(loss), self.ex.allreduce_sum(correct) / n
+        return self.exchange.allreduce_sum(loss), self.exchange.allreduce_sum(correct) / n
 
 
 class MGRITOracle(ExactOracle):
@@ -143,7 +143,7 @@ class MGRITOracle(ExactOracle):
     """
 
     def __init__(self, net, exchange, mgrit_opts):
-        self.net, self.ex, self.mgrit = net, exchange, mgrit_opts
+        self.net, self.exchange, self.mgrit = net, exchange, mgrit_opts
         self.lp = LayerParallel(net, mgrit_opts, exchange)
         self.lp_val = None             # own solver buffers for the validation batch
         self.warm_fwd = self.warm_adj = None
@@ -218,7 +218,7 @@ class MGRITOracle(ExactOracle):
 
     def validate(self, theta, x, y) -> tuple[float, float]:
         if self.lp_val is None:
-            self.lp_val = LayerParallel(self.net, self.mgrit, self.ex)
+            self.lp_val = LayerParallel(self.net, self.mgrit, self.exchange)
         res = self.lp_val.forward(theta, x, warm=None, max_iter=self.mgrit.max_iter,
                                   tol=self.mgrit.tol, save=False)
         ev = self.lp_val.evaluate(theta, res.states, y, x.shape[0], False)
