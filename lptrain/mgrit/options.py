@@ -51,6 +51,12 @@ class MGRITOptions:
         require(self.adaptive_ratio > 0, "mgrit.adaptive_ratio", self.adaptive_ratio,
                 "must be > 0")
 
+    def cycle_options(self, linear: bool = False):
+        """The solver's CycleOptions for these options (linear: the adjoint's solver)."""
+        from lptrain.mgrit.solver import CycleOptions   # the solver needs torch, options not
+        return CycleOptions(nrelax0=self.nrelax0, nrelax=self.nrelax, cycle=self.cycle,
+                            skip_first_down=self.skip_first_down, linear=linear)
+
     @property
     def adjoint_tol(self) -> float:
         return self.tol if self.adj_tol is None else self.adj_tol

@@ -13,7 +13,7 @@ import torch
 from lptrain.mgrit.exchange import allreduce_tensor
 from lptrain.mgrit.hierarchy import build_hierarchy
 from lptrain.mgrit.options import MGRITOptions
-from lptrain.mgrit.solver import MGRIT, CycleOptions, SolveResult
+from lptrain.mgrit.solver import MGRIT, SolveResult
 from lptrain.parallel.propagators import AdjointPropagator, ForwardPropagator, Linearisation
 
 
@@ -36,11 +36,9 @@ class LayerParallel:
         self.N = N
         self.hier = build_hierarchy(N, options.cfactor0, options.cfactor, options.levels,
                                     options.min_coarse, exchange.size)
-        cyc = dict(nrelax0=options.nrelax0, nrelax=options.nrelax, cycle=options.cycle,
-                   skip_first_down=options.skip_first_down)
-        self.fwd = MGRIT(self.hier, exchange, CycleOptions(**cyc))
+        self.fwd = MGRIT(self.hier, exchange, options.cycle_options())
         self.rev = self.hier.reversed()
-        self.adj = MGRIT(self.rev, exchange.reversed(), CycleOptions(linear=True, **cyc))
+        self.adj = MGRIT(self.rev, exchange.reversed(), options.cycle_options(linear=True))
         self._saved = None
         self._weight_grads = None   # (gK, gb) a fixed-iteration adjoint sweep leaves
         self.lo, self.hi = self.hier.ranges[0][exchange.rank]
