@@ -1,7 +1,7 @@
 """Speedup model: predicted time per optimizer iteration and speedup over serial on P ranks.
 
-`schedule` lists what the MGRIT solver does on every rank (steps, messages,
-allreduces, in solver order), `modes` assembles one optimizer iteration of
+`schedule` records what the MGRIT solver does on every rank (steps, messages,
+allreduces, in solver order) by running it without computing, `modes` assembles one optimizer iteration of
 each training mode from it, `simulate` runs a schedule as a discrete-event
 critical-path computation with measured costs, `predict` combines them per
 mode and P, `measure` times steps and messages on this machine, `runs`

@@ -1,24 +1,28 @@
-"""Which steps, messages and allreduces one MGRIT solve performs on every rank: pure.
+"""Which steps, messages and allreduces one MGRIT solve performs on every rank.
 
-The generator below walks the same recursion as `lptrain.mgrit.solver.MGRIT`
-(`_iterate`, `_cycle`, `_relax`, `_f_relax`, `_c_steps`, `_serial_solve`; the
-transfers `_restrict`, `_restrict_again`, `_coarse_phis` in restriction.py) and
-records, per rank and in program order,
-what the solver does there: a `Step` for every batch of states a rank
-advances, a `Send`/`Recv` for every neighbour state, an `Allreduce` for the
-residual norm.  Nothing is computed; a schedule is a list of op lists,
-`schedule[rank]`.  Ranks are the solver's own numbering (for the adjoint,
-the mirrored one: see `mirrored`).
+The schedule is recorded from the solver itself, not re-derived: for each
+rank, `MGRIT` solves with a recording exchange (it logs each message and
+receives zeros; the residual-norm sums return scripted values, which decide
+where a solve stops) and a counting propagator (it logs how many states each
+call advances and computes nothing).  The solver's control flow depends on
+nothing else, so the log is what that rank does on P ranks, and a change to
+the solver changes the model with it.  A schedule is a list of op lists,
+`schedule[rank]`, in program order; ranks are the solver's own numbering (for
+the adjoint, the mirrored one: see `mirrored`).  The method is docs/method.md §3–§4.
 """
 from __future__ import annotations
 
-from bisect import bisect_left
-from dataclasses import dataclass, replace
+import sys
+from dataclasses import astuple, dataclass, replace
+from functools import lru_cache
 from typing import Union
 
+import torch
+
+from lptrain.errors import LptrainError
 from lptrain.mgrit.hierarchy import Hierarchy, build_hierarchy, build_levels
-from lptrain.mgrit.indexing import arithmetic_runs
-from lptrain.mgrit.solver import CycleOptions
+from lptrain.mgrit.levels import LevelState
+from lptrain.mgrit.solver import MGRIT, CycleOptions
 
 # which measured cost a step is charged (see simulate.StepCosts)
 FORWARD = "forward"        # u ← u + H σ(K u + b)
@@ -28,11 +32,14 @@ LINEARIZE = "linearize"    # σ′(K u + b) of a layer recomputed from its input
 WEIGHTS = "weights"        # weight-gradient product of a layer
 COSTS = (FORWARD, ADJOINT, DERIVATIVE, LINEARIZE, WEIGHTS)
 
-# which iteration of `_iterate` (see iteration_schedule)
+# which iteration of `MGRIT._iterate` (see iteration_schedule)
 COLD, FIRST, FRESH = "cold", "first", "fresh"
 KINDS = (COLD, FIRST, FRESH)
 
-CHUNK = max(CycleOptions().chunk, 1)   # intervals the solver stacks per call
+
+class RecordingError(LptrainError):
+    """A recorded solve did not do what the model reads from it (stop at the scripted
+    check, end with its closing residual, name its levels): the model needs updating."""
 
 
 @dataclass(frozen=True)
@@ -101,207 +108,31 @@ def append(ops: list, op: Op) -> None:
         last = ops[-1] if ops else None
         if isinstance(last, Step) and (last.cost, last.level, last.share) == \
                 (op.cost, op.level, op.share) and last.count * op.calls == op.count * last.calls:
-            ops[-1] = replace(last, count=last.count + op.count, calls=last.calls + op.calls)
+            ops[-1] = Step(op.cost, last.count + op.count, last.calls + op.calls, op.level,
+                           op.share)
             return
     ops.append(op)
 
 
-def count_runs(positions: list[int]) -> int:
-    """Kernel calls the solver needs for these sorted positions: one per arithmetic run."""
-    runs, first, last, stride = 0, None, None, None
-    for p in positions:
-        if first is not None and (stride is None or p - last == stride):
-            stride, last = p - last, p
-        else:
-            runs, first, last, stride = runs + 1, p, p, None
-    return runs
+# -- public schedules ------------------------------------------------------------------------
+def solve_schedule(hier: Hierarchy, opts, iterations: int, cold: bool = False,
+                   converged: bool = False, nbytes: int = 0, cost: str = FORWARD,
+                   linear: bool = False) -> Schedule:
+    """A whole `MGRIT.solve` that performs `iterations` cycles.
 
-
-class _Builder:
-    """Records the solver's operations for every rank of one hierarchy.
-
-    Each method loops over the ranks and appends what that rank does in the
-    solver method of the same name; since every rank runs the same program,
-    appending method by method keeps each rank's program order.
+    converged: the solve stopped at the tolerance check that opens cycle
+    `iterations` (fewer cycles than max_iter; mode=mgrit).  Otherwise it ran
+    all its cycles and ends with the residual norm of the returned states
+    (mode=simultaneous).  One level is serial stepping, whatever the rest.
+    opts: MGRITOptions or CycleOptions; linear: the adjoint's solver.
     """
-
-    def __init__(self, hier: Hierarchy, opts, nbytes: int, cost: str, linear: bool):
-        self.h, self.opts, self.nbytes, self.cost = hier, opts, nbytes, cost
-        self.linear = linear
-        self.ops: Schedule = [[] for _ in range(hier.size)]
-
-    # -- helpers -------------------------------------------------------------------
-    def _owned(self, l: int):
-        """(rank, lo, hi, C-points in [lo, hi)) for each rank with points on level l."""
-        cps = self.h.levels[l].cpoints
-        for r, (lo, hi) in enumerate(self.h.ranges[l]):
-            if hi > lo:
-                yield r, lo, hi, cps[bisect_left(cps, lo):bisect_left(cps, hi)]
-
-    def _step(self, r: int, l: int, count: int, calls: int = 1):
-        append(self.ops[r], Step(self.cost, count, calls, l))
-
-    def _send(self, r: int, l: int, dest: int):
-        self.ops[r].append(Send(dest, self.nbytes, l))
-
-    def _recv(self, r: int, l: int):
-        self.ops[r].append(Recv(self.h.left(l, r), self.nbytes, l))
-
-    # -- level operations (solver.py names) ---------------------------------------------
-    def f_relax(self, l: int, fused: bool = False):
-        """fused: the F-relaxation feeds the residual after it (solver `_f_relax` with
-        a sink): each chunk's C-steps follow its F-points, the one into the first
-        C-point of a range begun on the left follows that interval, and the C-step
-        that needs the left neighbour's state comes last (`c_steps(local=False)`)."""
-        level = self.h.levels[l]
-        for r, lo, hi, cs in self._owned(l):
-            own = [c for c in cs if c < level.n_points - 1]
-            ends = [min(_next_c(level.cpoints, c), hi) for c in own]
-            lengths = [e - c - 1 for c, e in zip(own, ends)]
-            for s in range(max(lengths, default=0)):   # calls: per chunk of intervals
-                active = [[c + s for c, n in zip(own[i:i + CHUNK], lengths[i:i + CHUNK])
-                           if n > s] for i in range(0, len(own), CHUNK)]
-                self._step(r, l, sum(map(len, active)), sum(map(count_runs, active)))
-            if fused:
-                src = [[e - 1 for e in ends[i:i + CHUNK] if e < hi]
-                       for i in range(0, len(own), CHUNK)]
-                self._step(r, l, sum(map(len, src)), sum(map(count_runs, src)))
-            right = self.h.right(l, r)
-            send = right is not None and not level.is_c(hi)
-            if send and own:
-                self._send(r, l, right)
-            if lo > 0 and not level.is_c(lo):
-                self._recv(r, l)
-                stop = cs[0] if cs else hi
-                self._step(r, l, stop - lo, stop - lo)
-                if send and not own:
-                    self._send(r, l, right)
-                if fused and cs:
-                    self._step(r, l, 1)
-        if fused:
-            self.c_steps(l, local=False)
-
-    def c_steps(self, l: int, local: bool = True):
-        level = self.h.levels[l]
-        for r, lo, hi, cs in self._owned(l):
-            right = self.h.right(l, r)
-            if right is not None and level.is_c(hi):
-                self._send(r, l, right)
-            targets = [c for c in cs if c > 0]
-            remote = bool(targets) and targets[0] == lo
-            chunks = [run[i:i + CHUNK] for run in arithmetic_runs([c - 1 for c in targets[remote:]])
-                      for i in range(0, len(run), CHUNK)]
-            if local:
-                self._step(r, l, len(targets) - remote, len(chunks))
-            if remote:                     # the solver does the received one last
-                self._recv(r, l)
-                self._step(r, l, 1)
-
-    def coarse_phis(self, l: int, only_c: bool = False):
-        """Φ^Δ(v) on coarse level l for the FAS rhs (`_inject`, or at its C-points only:
-        `_restrict_again`)."""
-        cps = set(self.h.levels[l].cpoints)
-        for r, lo, hi, _ in self._owned(l):
-            right = self.h.right(l, r)
-            if right is not None:
-                self._send(r, l, right)
-            targets = [i for i in range(max(lo, 1), hi) if not only_c or i in cps]
-            if lo > 0:
-                self._recv(r, l)
-            if targets and targets[0] == lo:
-                self._step(r, l, 1)
-                targets = targets[1:]
-            chunks = [run[i:i + CHUNK] for run in arithmetic_runs([t - 1 for t in targets])
-                      for i in range(0, len(run), CHUNK)]
-            self._step(r, l, len(targets), len(chunks))
-
-    def serial_solve(self, l: int):
-        for r, lo, hi, _ in self._owned(l):
-            if lo > 0:
-                self._recv(r, l)
-            self._step(r, l, hi - max(lo, 1), hi - max(lo, 1))
-            right = self.h.right(l, r)
-            if right is not None:
-                self._send(r, l, right)
-
-    def allreduce(self):
-        for ops in self.ops:
-            ops.append(Allreduce())
-
-    # -- cycles ----------------------------------------------------------------------
-    def relax(self, l: int, nrelax: int, skip_first_f: bool = False, fused: bool = False):
-        """fused: the last sweep, if an F-relaxation, feeds the residual after it."""
-        sweeps = ([] if skip_first_f else ["F"]) + ["C", "F"] * nrelax
-        for i, kind in enumerate(sweeps):
-            if kind == "C":
-                self.c_steps(l)
-            else:
-                self.f_relax(l, fused=fused and i == len(sweeps) - 1)
-
-    def restrict(self, l: int, again: bool = False, taken: bool = False):
-        """Residual parked on level l+1, then Φ^Δ(v) for the FAS rhs (none if linear;
-        again: at the coarse C-points only, the coarse level holding its last solution);
-        taken: the F-relaxation before took its C-steps."""
-        if not taken:
-            self.c_steps(l)
-        if not self.linear:
-            self.coarse_phis(l + 1, only_c=again)
-
-    def cycle(self, l: int, kind: str, skip: bool = False):
-        last = len(self.h.levels) - 1
-        if l == last:
-            self.serial_solve(l)
-            return
-        if skip:
-            self.cycle(l + 1, kind, skip=True)
-        else:
-            self.relax(l, self.opts.nrelax, fused=True)
-            self.restrict(l, taken=True)
-            self.cycle(l + 1, kind)
-            if kind == "F" and l + 1 < last:
-                self.cycle(l + 1, "V")
-        self.f_relax(l)
-
-    def check(self, which: str):
-        """Level-0 relaxation, restriction and the residual norm opening an iteration."""
-        self.relax(0, self.opts.nrelax0, skip_first_f=which == FRESH)
-        fresh = which == FRESH and self.opts.nrelax0 == 0     # fed by the last F-relaxation
-        self.restrict(0, again=fresh, taken=fresh)
-        self.allreduce()
-
-    def iteration(self, which: str):
-        if which == COLD:
-            self.cycle(1, "V", skip=True)
-        else:
-            self.check(which)
-            self.cycle(1, self.opts.cycle)
-        self.f_relax(0, fused=self.opts.nrelax0 == 0)   # feeds the next residual
-
-    def solve(self, iterations: int, cold: bool, converged: bool):
-        if len(self.h.levels) == 1:
-            self.serial_solve(0)
-            return
-        skip = self.opts.skip_first_down and cold      # (warm solves relax first)
-        first = COLD if skip else FIRST
-        for k in range(iterations):
-            self.iteration(first if k == 0 else FRESH)
-        if not converged:              # the residual of the returned states
-            if self.opts.nrelax0 > 0:  # (else the last F-relaxation took it)
-                self.c_steps(0)
-            self.allreduce()
-        elif iterations == 0 and skip:
-            raise ValueError("with skip_first_down a solve does at least one cycle")
-        else:                          # the check that met the tolerance
-            self.check(first if iterations == 0 else FRESH)
-
-
-def _next_c(cpoints: tuple[int, ...], c: int) -> int:
-    return cpoints[bisect_left(cpoints, c + 1)]
+    cyc = _cycle_key(opts, linear)
+    return _sized(_solve_ops(hier, cyc, iterations, cold, converged, cost), nbytes)
 
 
 def iteration_schedule(hier: Hierarchy, opts, which: str = FRESH, nbytes: int = 0,
                        cost: str = FORWARD, linear: bool = False) -> Schedule:
-    """One iteration of `_iterate` (at least two levels), with nrelax0 = 0 counted
+    """One iteration of `MGRIT._iterate` (at least two levels), with nrelax0 = 0 counted
     with the residual its last F-relaxation takes for the next check (not in that
     check's count).
 
@@ -318,24 +149,8 @@ def iteration_schedule(hier: Hierarchy, opts, which: str = FRESH, nbytes: int = 
         raise ValueError("one level has no iterations: use solve_schedule")
     if which not in KINDS:
         raise ValueError(f"which={which!r}: choose one of {KINDS}")
-    b = _Builder(hier, opts, nbytes, cost, linear)
-    b.iteration(which)
-    return b.ops
-
-
-def solve_schedule(hier: Hierarchy, opts, iterations: int, cold: bool = False,
-                   converged: bool = False, nbytes: int = 0, cost: str = FORWARD,
-                   linear: bool = False) -> Schedule:
-    """A whole `MGRIT.solve` that performs `iterations` cycles.
-
-    converged: the solve stopped at the tolerance check that opens cycle
-    `iterations` (fewer cycles than max_iter; mode=mgrit).  Otherwise it ran
-    all its cycles and ends with the residual norm of the returned states
-    (mode=simultaneous).  One level is serial stepping, whatever the rest.
-    """
-    b = _Builder(hier, opts, nbytes, cost, linear)
-    b.solve(iterations, cold, converged)
-    return b.ops
+    cyc = _cycle_key(opts, linear)
+    return _sized(_iteration_ops(hier, cyc, which, cost), nbytes)
 
 
 def mirrored(schedule: Schedule) -> Schedule:
@@ -343,7 +158,8 @@ def mirrored(schedule: Schedule) -> Schedule:
     top = len(schedule) - 1
 
     def flip(op: Op) -> Op:
-        return replace(op, peer=top - op.peer) if isinstance(op, (Send, Recv)) else op
+        return type(op)(top - op.peer, op.nbytes, op.level) if isinstance(op, (Send, Recv)) \
+            else op
     return [[flip(op) for op in ops] for ops in reversed(schedule)]
 
 
@@ -351,3 +167,215 @@ def total_steps(schedule: Schedule, cost: str | None = None) -> int:
     """States advanced over all ranks (of one cost kind, or all)."""
     return sum(op.count for ops in schedule for op in ops
                if isinstance(op, Step) and (cost is None or op.cost == cost))
+
+
+def clear_cache() -> None:
+    """Forget the recorded solves (they are kept per hierarchy and options): for a
+    solver changed while this process runs, e.g. by a test."""
+    for cached in (_solve_ops, _iteration_ops, _record):
+        cached.cache_clear()
+
+
+def _sized(schedule: tuple, nbytes: int) -> Schedule:
+    """Fresh lists of the (immutable, shared) ops, messages of nbytes: callers extend them."""
+    return [[type(op)(op.peer, nbytes, op.level) if isinstance(op, (Send, Recv)) else op
+             for op in ops] for ops in schedule]
+
+
+def _cycle_key(opts, linear: bool) -> tuple:
+    """The solver's CycleOptions for opts (MGRITOptions or CycleOptions), as a cache key."""
+    cyc = replace(opts, linear=linear) if isinstance(opts, CycleOptions) \
+        else opts.cycle_options(linear)
+    return astuple(cyc)
+
+
+# -- schedules from recorded solves ------------------------------------------------------------
+@lru_cache(maxsize=256)
+def _solve_ops(hier, cyc: tuple, iterations: int, cold: bool, converged: bool,
+               cost: str) -> tuple:
+    """solve_schedule's ops, messages of 0 bytes (cyc: CycleOptions fields)."""
+    if len(hier.levels) == 1:               # serial stepping: solve() ignores the rest
+        return _ops_of(_record(hier, cyc, False, 1, None)[0], cost)
+    skip = cold and CycleOptions(*cyc).skip_first_down
+    if not converged:
+        return _ops_of(_expect(hier, cyc, not cold, iterations, None, iterations, False), cost)
+    if iterations == 0 and skip:
+        raise ValueError("with skip_first_down a solve does at least one cycle")
+    # the first cycle of a cold start with skip_first_down opens with no check
+    events = _expect(hier, cyc, not cold, iterations + 1, iterations - skip, iterations, True)
+    return _ops_of(events, cost)
+
+
+@lru_cache(maxsize=256)
+def _iteration_ops(hier, cyc: tuple, which: str, cost: str) -> tuple:
+    """iteration_schedule's ops, from fixed solves of one and two cycles.
+
+    No message or sum marks where an iteration ends (after the F-relaxation that
+    closes it), but a fixed solve of k cycles is its first k iterations and then the
+    residual norm of its states (`_closing`): iteration k is what a solve of k + 1
+    cycles does beyond one of k, both less that closing residual.
+    """
+    if which == COLD:                       # whatever opts say: the cold kind skips down
+        cyc = astuple(replace(CycleOptions(*cyc), skip_first_down=True))
+    warm = which != COLD
+    one = _expect(hier, cyc, warm, 1, None, 1, False)
+    closing = _closing(hier, cyc, warm, one)
+    if which != FRESH:
+        return _ops_of(tuple(ev[:len(ev) - len(c)] for ev, c in zip(one, closing)), cost)
+    two = _expect(hier, cyc, warm, 2, None, 2, False)
+    fresh = []
+    for r, (a, b, c) in enumerate(zip(one, two, closing)):
+        start = len(a) - len(c)
+        if b[:start] != a[:start] or b[len(b) - len(c):] != c:
+            raise RecordingError(f"rank {r}: a solve of 2 cycles does not begin as one of "
+                                 f"1 cycle and end with the same residual")
+        fresh.append(b[start:len(b) - len(c)])
+    return _ops_of(tuple(fresh), cost)
+
+
+def _closing(hier, cyc: tuple, warm: bool, solved: tuple) -> tuple:
+    """Each rank's events of the residual norm a fixed solve ends with.
+
+    That is the sum alone where the last F-relaxation took the residual's C-steps
+    (F-relaxation only on level 0, `MGRIT._after_last_sweep`, and fused level
+    operations that take them, `FusedLevelOps.f_relax`), else the
+    residual of a solve of no cycles.  This is the one thing taken from the
+    solver's code rather than its record; `solved` must end with it.
+    """
+    c = CycleOptions(*cyc)
+    if c.nrelax0 == 0 and c.level_ops == "fused" and c.fuse_residual:
+        closing = tuple(((_SUM,),) * hier.size)
+    else:
+        closing = _expect(hier, cyc, warm, 0, None, 0, False)
+    for r, (ev, end) in enumerate(zip(solved, closing)):
+        if ev[len(ev) - len(end):] != end:
+            raise RecordingError(f"rank {r}: a fixed solve ends with {ev[-3:]}, not with "
+                                 f"the residual norm of its states ({end[-3:]})")
+    return closing
+
+
+def _ops_of(events: tuple, cost: str) -> tuple:
+    """Each rank's events as ops: steps merged (`append`), messages of 0 bytes (see _sized)."""
+    out = []
+    for rank_events in events:
+        ops: list = []
+        for kind, a, b in rank_events:
+            if kind == "step":
+                append(ops, Step(cost, a, 1, b))
+            elif kind == "send":
+                ops.append(Send(a, 0, b))
+            elif kind == "recv":
+                ops.append(Recv(a, 0, b))
+            else:
+                ops.append(Allreduce())
+        out.append(tuple(ops))
+    return tuple(out)
+
+
+# -- the recorder ------------------------------------------------------------------------------
+_SUM = ("sum", 0, 0)   # events: (kind, states or peer, level)
+
+
+def _expect(hier, cyc: tuple, warm: bool, max_iter: int, stop_at, iterations: int,
+            converged: bool) -> tuple:
+    """_record's events, after checking the solve did `iterations` cycles as asked."""
+    events, result = _record(hier, cyc, warm, max_iter, stop_at)
+    if (result.iterations, result.converged) != (iterations, converged):
+        raise RecordingError(f"asked for {iterations} cycles (converged={converged}), the "
+                             f"solver did {result.iterations} (converged={result.converged})")
+    return events
+
+
+@lru_cache(maxsize=64)
+def _record(hier: Hierarchy, cyc: tuple, warm: bool, max_iter: int, stop_at: int | None):
+    """(every rank's events, rank 0's SolveResult) of one solve on `hier`.
+
+    stop_at: the residual-norm sum (counted from 0) that reports convergence;
+    None: a fixed-iteration solve (tol = 0), which runs all max_iter cycles.
+    """
+    options, events, result = CycleOptions(*cyc), [], None
+    template = torch.zeros(1, dtype=torch.float64)
+    for r in range(hier.size):
+        log = _Log()
+        solver = MGRIT(hier, _RecordingExchange(r, hier.size, log, stop_at), options)
+        lo, hi = hier.ranges[0][r]
+        states = torch.zeros(hi - lo, 1, dtype=torch.float64) if warm else None
+        got = solver.solve(_CountingPropagator(log), template, template if lo == 0 else None,
+                           states, max_iter=max_iter, tol=0.0 if stop_at is None else 0.5)
+        events.append(tuple(log))
+        result = got if r == 0 else result
+    return tuple(events), result
+
+
+class _Log(list):
+    """A rank's events; equal events are stored once (a schedule repeats them a lot,
+    and there are few: kinds × peers or states per call × levels)."""
+
+    _shared: dict = {}
+
+    def add(self, event: tuple):
+        self.append(self._shared.setdefault(event, event))
+
+
+def _solver_level() -> int:
+    """The level the solver works on at this call: that of the nearest calling frame
+    holding a LevelState (each solver method that steps or exchanges takes the level
+    it works on).  Exact where a step's ends or a message's peer are not: a one-step
+    C-interval is also a step of the next level, and a rank's neighbour is mostly the
+    same rank on every level."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        for value in frame.f_locals.values():
+            if isinstance(value, LevelState):
+                return value.index
+        frame = frame.f_back
+    raise RecordingError("no LevelState on the solver's call stack: the recorder cannot "
+                         "tell the level of a step or message")
+
+
+class _RecordingExchange:
+    """The solver's exchange for rank `rank` of `size`, logging instead of sending.
+
+    Receives give zeros; the k-th residual-norm sum gives 1 before `stop_at`,
+    0 from it on (with tol = 0.5: not converged, converged).
+    """
+
+    def __init__(self, rank: int, size: int, log: _Log, stop_at: int | None):
+        self.rank, self.size, self.log, self.stop_at = rank, size, log, stop_at
+        self.sums = 0
+
+    def send(self, tensor, dest):
+        self.log.add(("send", dest, _solver_level()))
+
+    def recv(self, template, source):
+        self.log.add(("recv", source, _solver_level()))
+        return torch.zeros_like(template)
+
+    def wait(self):
+        pass
+
+    def allreduce_sum(self, value: float) -> float:
+        self.log.add(_SUM)
+        self.sums += 1
+        return 0.0 if self.stop_at is not None and self.sums > self.stop_at else 1.0
+
+
+class _CountingPropagator:
+    """Φ(u) = 0 (+ the rhs `plus`) for any step: logs how many states each call advances."""
+
+    def __init__(self, log: _Log):
+        self.log = log
+
+    def step(self, u, start, stop, out=None, plus=None, save=False):
+        self.log.add(("step", 1, _solver_level()))
+        return _zero_plus(u, out, plus)
+
+    def step_many(self, U, starts, stops, out=None, plus=None, save=False):
+        self.log.add(("step", len(starts), _solver_level()))
+        return _zero_plus(U, out, plus)
+
+
+def _zero_plus(u, out, plus):
+    if out is None:
+        return torch.zeros_like(u) if plus is None else plus.clone()
+    return out.zero_() if plus is None else out.copy_(plus)

@@ -4,16 +4,19 @@ Step counts use unit costs (every step 1, messages free) unless a test says othe
 """
 from __future__ import annotations
 
+import importlib.util
 import math
 import queue
 import threading
+from pathlib import Path
 
 import pytest
 import torch
 
+from lptrain.mgrit.levels import LevelOps
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.mgrit.solver import MGRIT, CycleOptions
-from lptrain.model_perf import modes, predict
+from lptrain.model_perf import modes, predict, schedule
 from lptrain.model_perf.schedule import (ADJOINT, COLD, FIRST, FORWARD, FRESH, LINEARIZE,
                                          WEIGHTS, Allreduce, Recv, Send, Step, hierarchy_for,
                                          iteration_schedule, max_ranks, mirrored,
@@ -57,7 +60,7 @@ def test_one_level_pipelines_through_the_ranks():
 #   ... which takes the next check's c_steps (C-points 2,4,6,8)  4   -> 24
 # later iteration: the first F-relax is skipped (fresh), the residual was taken by the
 # last F-relax, and the coarse level still holds its last solution: g_j += r_j, no Φ^Δ
-# (_restrict_again); its own F-relax takes the next residual   -> 12
+# (FusedLevelOps._rhs_update); its own F-relax takes the next residual   -> 12
 # cold first iteration (skip_first_down): serial 4 + F-relax 4 + next c_steps 4 -> 12
 # P = 2: rank 0 owns fine 0..3 (coarse 0,1), rank 1 fine 4..8 (coarse 2,3,4).
 #   F-relax: both 2 steps, t = 2. c_steps: rank 0 sends u_3, steps C-point 2 (t = 3);
@@ -308,6 +311,105 @@ def test_schedule_replays_the_solver(cfg, size, cold, max_iter, tol, reverse):
     stopped = res.iterations < max_iter       # at a tolerance check, not out of cycles
     sched = solve_schedule(hier, opts, res.iterations, cold, stopped, linear=reverse)
     assert [_signature(ops) for ops in sched] == logs
+
+
+# -- recorded from the solver itself ----------------------------------------------------------
+def _counting_wrapper():
+    """bench/counting.py's Counting (bench/ is not a package)."""
+    path = Path(__file__).resolve().parents[2] / "bench" / "counting.py"
+    spec = importlib.util.spec_from_file_location("bench_counting", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.Counting
+
+
+def _step_lengths(hier):
+    """{level: fine steps per step} (uniform levels: N a multiple of every level's spacing)."""
+    return {l: abs(lv.points[1] - lv.points[0]) for l, lv in enumerate(hier.levels)}
+
+
+def test_recorded_steps_per_level_are_those_of_a_numeric_solve():
+    # a real network on one rank, its propagators wrapped by bench's step counter: a cold
+    # fixed forward solve of 3 cycles and a cold adjoint solve to tolerance
+    from helpers import batch, dense_net
+    from lptrain.mgrit.exchange import SerialExchange
+    from lptrain.parallel.layer_parallel import LayerParallel
+    Counting = _counting_wrapper()
+    opts = MGRITOptions(levels=3, cfactor0=2, cfactor=2, nrelax0=0, nrelax=1, tol=0.0,
+                        adj_tol=1e-9, adj_max_iter=40)
+    net, theta = dense_net(layers=32, T=2.0)
+    x, y = batch(net)
+    lp = LayerParallel(net, opts, SerialExchange())
+    counts = {}
+    for name, solver in (("forward", lp.fwd), ("adjoint", lp.adj)):
+        def counted(prop, *args, _solve=solver.solve, _name=name, **kw):
+            counts[_name] = Counting(prop)
+            return _solve(counts[_name], *args, **kw)
+        solver.solve = counted
+    res = lp.forward(theta, x, max_iter=3)
+    _, ares = lp.backward(theta, x, res.states, lp.evaluate(theta, res.states, y, 16, True))
+    assert res.iterations == 3 and ares.converged and 1 < ares.iterations < 40
+    for name, hier, solved, linear in (("forward", lp.hier, res, False),
+                                       ("adjoint", lp.rev, ares, True)):
+        sched = solve_schedule(hier, opts, solved.iterations, cold=True,
+                               converged=solved.converged, linear=linear)
+        length = _step_lengths(hier)
+        assert {length[l]: n for l, n in _per_level(sched).items()} == counts[name].steps, name
+
+
+def test_a_one_step_interval_counts_on_the_level_that_steps_it():
+    # N = 23, c = 2: the last interval of level 0 is one step, so level 1's last step is
+    # the same pair of layers; FIRST on one rank: level 0 F 11 + C 12 + F 11 + C 12,
+    # level 1 Φ^Δ 12 + serial 12
+    hier = hierarchy_for(23, TINY, 1)
+    assert _per_level(iteration_schedule(hier, TINY, FIRST)) == {0: 46, 1: 24}
+
+
+def test_a_solve_of_no_cycles_is_the_residual_of_its_states():
+    # nothing relaxed before it, so its C-steps are its own (4 C-points on N = 8)
+    sched = solve_schedule(hierarchy_for(8, TINY, 1), TINY, 0)
+    assert total_steps(sched) == 4 and isinstance(sched[0][-1], Allreduce)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=str)
+def test_later_cycles_repeat_the_fresh_iteration(cfg):
+    # iterations come from solves of 1 and 2 cycles; a solve of 4 is FIRST + 3 FRESH and
+    # the closing residual (taken by the last F-relaxation with nrelax0 = 0)
+    opts = MGRITOptions(**cfg)
+    for size in (1, 3):
+        hier = hierarchy_for(29, opts, size)
+        closing = 0 if opts.nrelax0 == 0 else total_steps(solve_schedule(hier, opts, 0))
+        first, fresh = (total_steps(iteration_schedule(hier, opts, w)) for w in (FIRST, FRESH))
+        assert total_steps(solve_schedule(hier, opts, 4)) == first + 3 * fresh + closing
+
+
+@pytest.fixture
+def fresh_recordings():
+    """Schedules recorded after the test's changes to the solver, and none kept after it."""
+    schedule.clear_cache()
+    yield
+    schedule.clear_cache()
+
+
+def test_a_change_to_the_solver_changes_the_schedule(monkeypatch, fresh_recordings):
+    # were the coarsest solve done twice, every cycle would show it: 4 more level-1 steps
+    # on N = 8 with c = 2, and twice its messages on 2 ranks
+    hier = hierarchy_for(8, TINY, 2)
+    before = iteration_schedule(hier, TINY, FRESH)
+    coarse_solve = LevelOps.coarse_solve      # (FusedLevelOps calls it too)
+
+    def twice(self, lv):
+        coarse_solve(self, lv)
+        coarse_solve(self, lv)
+    monkeypatch.setattr(LevelOps, "coarse_solve", twice)
+    schedule.clear_cache()
+    after = iteration_schedule(hier, TINY, FRESH)
+    assert _per_level(after)[1] == _per_level(before)[1] + 4
+    assert _per_level(after)[0] == _per_level(before)[0]
+
+    def level1_messages(sched):
+        return sum(isinstance(op, (Send, Recv)) and op.level == 1 for ops in sched for op in ops)
+    assert level1_messages(after) == level1_messages(before) + 2   # rank 0 → rank 1, again
 
 
 # -- the discrete-event evaluation ---------------------------------------------------------
