@@ -84,5 +84,5 @@ scaling: install ## deep Peaks (N=1024) on 1, 2, 4 ranks, serial and simultaneou
 
 bench: install ## run the benchmarks of BENCHMARKS.md (minutes; results in bench/results/)
 	$(PY) bench/serial_step.py && $(PY) bench/mgrit_cost.py && $(PY) bench/simultaneous_step.py \
-	  && $(PY) bench/convergence.py
+	  && $(PY) bench/convergence.py && $(PY) bench/level_ops.py
 	for p in 1 2 4; do MPIR_CVAR_ENABLE_HEAVY_YIELD=1 $(MPIEXEC) -n $$p $(PY) bench/ranks.py || exit 1; done

@@ -47,11 +47,11 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     a = p.parse_args()
     comm = world()
-    ex = make_exchange(comm)
+    exchange = make_exchange(comm)
     net, theta = network(a.layers)
     x, y = data(a.batch)
-    mo = MGRITOptions(levels=3, cfactor0=4, cfactor=4, tol=0.0, rtol=1e-9, max_iter=30)
-    lp = LayerParallel(net, mo, ex)
+    mgrit_opts = MGRITOptions(levels=3, cfactor0=4, cfactor=4, tol=0.0, rtol=1e-9, max_iter=30)
+    lp = LayerParallel(net, mgrit_opts, exchange)
     fwd = lp.forward(theta, x)
     ev = lp.evaluate(theta, fwd.states, y, a.batch, True)
     row = {"ranks": comm.Get_size(), "layers": a.layers, "batch": a.batch,
@@ -60,10 +60,10 @@ def main():
     fwd = lp.forward(theta, x)
     row["adjoint_solve_s"] = median_time(
         comm, lambda: lp.backward(theta, x, fwd.states, ev), a.reps)
-    sim = SimultaneousOracle(net, ex, MGRITOptions(levels=3, cfactor0=4, cfactor=4))
+    sim = SimultaneousOracle(net, exchange, MGRITOptions(levels=3, cfactor0=4, cfactor=4))
     step(sim, theta, x, y)
     row["simultaneous_step_s"] = median_time(comm, lambda: step(sim, theta, x, y), a.reps)
-    ser = SerialOracle(net, ex)
+    ser = SerialOracle(net, exchange)
     row["serial_step_s"] = median_time(comm, lambda: step(ser, theta, x, y), a.reps)
     if comm.Get_rank() == 0:
         print(json.dumps(row))

@@ -62,13 +62,14 @@ def run(exchange, comm=None) -> dict:
             results[f"{name}-{iters}-fwd"] = torch.tensor(res.history)
             results[f"{name}-{iters}-adj"] = torch.tensor(ares.history)
     results.update(warm_case(net, theta, x, y, exchange))
-    mo = MGRITOptions(tol=1e-11, max_iter=50, **SOLVERS["V3"])
-    so = MGRITOptions(fwd_iters=2, adj_iters=1, **SOLVERS["V3"])
+    mgrit_opts = MGRITOptions(tol=1e-11, max_iter=50, **SOLVERS["V3"])
+    simultaneous_opts = MGRITOptions(fwd_iters=2, adj_iters=1, **SOLVERS["V3"])
     results["traj-serial"], _ = trajectory(SerialOracle(net, exchange), LBFGS(LBFGSOptions()),
                                            theta, x, y)
-    results["traj-mgrit"], _ = trajectory(MGRITOracle(net, exchange, mo),
+    results["traj-mgrit"], _ = trajectory(MGRITOracle(net, exchange, mgrit_opts),
                                           LBFGS(LBFGSOptions()), theta, x, y)
-    results["traj-simultaneous"], _ = trajectory(SimultaneousOracle(net, exchange, so),
+    results["traj-simultaneous"], _ = trajectory(SimultaneousOracle(net, exchange,
+                                                                    simultaneous_opts),
                                                  LBFGS(LBFGSOptions()), theta, x, y)
     results["traj-sgd-serial"], _ = trajectory(SerialOracle(net, exchange),
                                                SGD(SGDOptions(lr=0.1)), theta, x, y)
