@@ -39,8 +39,8 @@ def convergence_factor(residuals: Sequence[float]) -> float:
 
 def free_bytes(directory: Path) -> int:
     """Bytes an unprivileged writer may still use on the file system of `directory`."""
-    st = os.statvfs(directory)
-    return st.f_bavail * st.f_frsize
+    fs = os.statvfs(directory)
+    return fs.f_bavail * fs.f_frsize
 
 
 class MetricsWriter:
