@@ -96,14 +96,14 @@ class FusedLevelOps(LevelOps):
                 spent += time.perf_counter() - t0
         send = lv.right is not None and not level.is_c(lv.hi)
         if send and own:
-            self.exchange.send(lv.X[-1], lv.right)
+            self._send(lv)
         if lv.lo > 0 and not level.is_c(lv.lo):     # the interval begun on the left
             x = self._recv(lv)
             stop = lv.cs[0] if lv.cs else lv.hi
             for i in range(lv.lo, stop):
                 x = self._phi(lv, i, x, out=lv.X[i - lv.lo])
             if send and not own:
-                self.exchange.send(lv.X[-1], lv.right)
+                self._send(lv)
         if not consumer:
             self.exchange.wait()
             return
@@ -285,7 +285,7 @@ class FusedLevelOps(LevelOps):
             return
         level = self._level(lv)
         if lv.right is not None and level.is_c(lv.hi):
-            self.exchange.send(lv.X[-1], lv.right)
+            self._send(lv)
         targets = [c for c in lv.cs if c > 0]
         remote = bool(targets) and targets[0] == lv.lo
         k = max(self.options.chunk, 1)
@@ -310,7 +310,7 @@ class FusedLevelOps(LevelOps):
         """Yield (points i, Φ(v_{i−1})) for this rank's points i > 0 of level lv (only
         `targets`, sorted, if given; the messages are the same)."""
         if lv.right is not None:
-            self.exchange.send(lv.X[-1], lv.right)
+            self._send(lv)
         if targets is None:
             targets = list(range(max(lv.lo, 1), lv.hi))
         if targets and targets[0] == lv.lo:
@@ -329,7 +329,7 @@ class FusedLevelOps(LevelOps):
     # -- stacked steps -------------------------------------------------------------------
     def _steps(self, lv: LevelState, src: list[int], out=None, plus=None) -> torch.Tensor:
         """Φ from each point in src, one propagator call."""
-        pts = self._level(lv).points
+        pts, self.level = self._level(lv).points, lv.index
         U = gather(lv.X, [i - lv.lo for i in src])
         return self.prop.step_many(U, [pts[i] for i in src], [pts[i + 1] for i in src],
                                    out=out, plus=plus, save=self.saving and lv.index == 0)

@@ -68,6 +68,7 @@ class LevelOps:
         self.prop = None
         self.saving = True      # finest-level steps leave what the adjoint needs
         self.template = None
+        self.level = 0          # the level of the step or message in progress (for recorders)
 
     # -- set-up ------------------------------------------------------------------
     def begin(self, prop, template: torch.Tensor, work: torch.Tensor) -> None:
@@ -107,7 +108,7 @@ class LevelOps:
                 x = self._recv(lv)
             x = self._phi(lv, i, x, out=lv.X[i - lv.lo])
         if lv.right is not None and not level.is_c(lv.hi):
-            self.exchange.send(lv.X[-1], lv.right)
+            self._send(lv)
         self.exchange.wait()
 
     @timed("relax")
@@ -183,7 +184,7 @@ class LevelOps:
         for i in range(max(lv.lo, 1), lv.hi):
             x = self._phi(lv, i, x, out=lv.X[i - lv.lo])
         if lv.right is not None:
-            self.exchange.send(lv.X[-1], lv.right)
+            self._send(lv)
         self.exchange.wait()
 
     # -- helpers ---------------------------------------------------------------------
@@ -192,7 +193,7 @@ class LevelOps:
         if lv.empty:
             return []
         if lv.right is not None and self._level(lv).is_c(lv.hi):
-            self.exchange.send(lv.X[-1], lv.right)
+            self._send(lv)
         out = []
         for c in lv.cs:
             if c > 0:
@@ -204,7 +205,7 @@ class LevelOps:
     def _coarse_steps(self, coarse: LevelState) -> list[tuple[int, torch.Tensor]]:
         """(j, Φ^Δ(v_{j−1})) for the coarse points j > 0 of this rank (no rhs)."""
         if coarse.right is not None:
-            self.exchange.send(coarse.X[-1], coarse.right)
+            self._send(coarse)
         out = []
         for j in range(max(coarse.lo, 1), coarse.hi):
             x = self._recv(coarse) if j == coarse.lo else coarse.X[j - 1 - coarse.lo]
@@ -220,12 +221,19 @@ class LevelOps:
     def _level(self, lv: LevelState):
         return self.hierarchy.levels[lv.index]
 
+    def _send(self, lv: LevelState) -> None:
+        """This rank's last state of lv to the right neighbour."""
+        self.level = lv.index
+        self.exchange.send(lv.X[-1], lv.right)
+
     def _recv(self, lv: LevelState) -> torch.Tensor:
+        """The state just before lv's points, from the left neighbour."""
+        self.level = lv.index
         return self.exchange.recv(self.template, lv.left)
 
     def _step(self, lv: LevelState, i: int, x: torch.Tensor, out=None, plus=None):
         """Φ(x) for the step into point i of lv's level (+ plus)."""
-        pts = self._level(lv).points
+        pts, self.level = self._level(lv).points, lv.index
         return self.prop.step(x, pts[i - 1], pts[i], out=out, plus=plus,
                               save=self.saving and lv.index == 0)
 

@@ -12,7 +12,6 @@ the adjoint, the mirrored one: see `mirrored`).  The method is docs/method.md §
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import astuple, dataclass, replace
 from functools import lru_cache
 from typing import Union
@@ -21,7 +20,6 @@ import torch
 
 from lptrain.errors import LptrainError
 from lptrain.mgrit.hierarchy import Hierarchy, build_hierarchy, build_levels
-from lptrain.mgrit.levels import LevelState
 from lptrain.mgrit.solver import MGRIT, CycleOptions
 
 # which measured cost a step is charged (see simulate.StepCosts)
@@ -297,10 +295,12 @@ def _record(hier: Hierarchy, cyc: tuple, warm: bool, max_iter: int, stop_at: int
     template = torch.zeros(1, dtype=torch.float64)
     for r in range(hier.size):
         log = _Log()
-        solver = MGRIT(hier, _RecordingExchange(r, hier.size, log, stop_at), options)
+        exchange = _RecordingExchange(r, hier.size, log, stop_at)
+        solver = MGRIT(hier, exchange, options)
+        exchange.ops = solver.ops           # whose `level` says what a message belongs to
         lo, hi = hier.ranges[0][r]
         states = torch.zeros(hi - lo, 1, dtype=torch.float64) if warm else None
-        got = solver.solve(_CountingPropagator(log), template, template if lo == 0 else None,
+        got = solver.solve(_CountingPropagator(log, solver.ops), template, template if lo == 0 else None,
                            states, max_iter=max_iter, tol=0.0 if stop_at is None else 0.5)
         events.append(tuple(log))
         result = got if r == 0 else result
@@ -317,38 +317,23 @@ class _Log(list):
         self.append(self._shared.setdefault(event, event))
 
 
-def _solver_level() -> int:
-    """The level the solver works on at this call: that of the nearest calling frame
-    holding a LevelState (each solver method that steps or exchanges takes the level
-    it works on).  Exact where a step's ends or a message's peer are not: a one-step
-    C-interval is also a step of the next level, and a rank's neighbour is mostly the
-    same rank on every level."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        for value in frame.f_locals.values():
-            if isinstance(value, LevelState):
-                return value.index
-        frame = frame.f_back
-    raise RecordingError("no LevelState on the solver's call stack: the recorder cannot "
-                         "tell the level of a step or message")
-
-
 class _RecordingExchange:
     """The solver's exchange for rank `rank` of `size`, logging instead of sending.
 
     Receives give zeros; the k-th residual-norm sum gives 1 before `stop_at`,
-    0 from it on (with tol = 0.5: not converged, converged).
+    0 from it on (with tol = 0.5: not converged, converged).  A message belongs
+    to the level the solver's level operations (`ops`) name as in progress.
     """
 
     def __init__(self, rank: int, size: int, log: _Log, stop_at: int | None):
         self.rank, self.size, self.log, self.stop_at = rank, size, log, stop_at
-        self.sums = 0
+        self.sums, self.ops = 0, None
 
     def send(self, tensor, dest):
-        self.log.add(("send", dest, _solver_level()))
+        self.log.add(("send", dest, self.ops.level))
 
     def recv(self, template, source):
-        self.log.add(("recv", source, _solver_level()))
+        self.log.add(("recv", source, self.ops.level))
         return torch.zeros_like(template)
 
     def wait(self):
@@ -361,17 +346,18 @@ class _RecordingExchange:
 
 
 class _CountingPropagator:
-    """Φ(u) = 0 (+ the rhs `plus`) for any step: logs how many states each call advances."""
+    """Φ(u) = 0 (+ the rhs `plus`) for any step: logs how many states each call advances,
+    on the level the solver's level operations (`ops`) name as in progress."""
 
-    def __init__(self, log: _Log):
-        self.log = log
+    def __init__(self, log: _Log, ops):
+        self.log, self.ops = log, ops
 
     def step(self, u, start, stop, out=None, plus=None, save=False):
-        self.log.add(("step", 1, _solver_level()))
+        self.log.add(("step", 1, self.ops.level))
         return _zero_plus(u, out, plus)
 
     def step_many(self, U, starts, stops, out=None, plus=None, save=False):
-        self.log.add(("step", len(starts), _solver_level()))
+        self.log.add(("step", len(starts), self.ops.level))
         return _zero_plus(U, out, plus)
 
 
