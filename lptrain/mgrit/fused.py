@@ -42,17 +42,9 @@ class FusedLevelOps(LevelOps):
                 fine = self.levels[l - 1]
                 self.levels[l].X = gather(fine.X, [c - fine.lo for c in fine.cs])
 
-    def _allocate(self, template):
-        if self.template is not None and self.template.shape == template.shape and \
-                self.template.dtype == template.dtype and \
-                self.template.device == template.device:
-            return
+    def _coarse_views(self) -> list[bool]:
         self.shared = [False] + [self.can_share(l) for l in range(1, len(self.levels))]
-        for l, lv in enumerate(self.levels[1:], start=1):
-            shape = (lv.hi - lv.lo, *template.shape)
-            lv.X = None if self.shared[l] else template.new_zeros(shape)
-            lv.G = template.new_zeros(shape)
-        self.template = template
+        return self.shared
 
     def can_share(self, l: int) -> bool:
         """Whether level l's states can be a view of level l−1's C-points: FAS (a linear

@@ -84,10 +84,16 @@ class LevelOps:
                 self.template.dtype == template.dtype and \
                 self.template.device == template.device:
             return
-        for lv in self.levels[1:]:
+        views = self._coarse_views()
+        for l, lv in enumerate(self.levels[1:], start=1):
             shape = (lv.hi - lv.lo, *template.shape)
-            lv.X, lv.G = template.new_zeros(shape), template.new_zeros(shape)
+            lv.X = None if views[l] else template.new_zeros(shape)
+            lv.G = template.new_zeros(shape)
         self.template = template
+
+    def _coarse_views(self) -> list[bool]:
+        """Per level, whether its states are a view set by `begin` (no buffer of its own)."""
+        return [False] * len(self.levels)
 
     # -- relaxation ----------------------------------------------------------------
     @timed("relax")
