@@ -57,10 +57,13 @@ class FusedLevelOps(LevelOps):
     @timed("relax")
     def f_relax(self, lv: LevelState, then: str | None = None) -> None:
         """F-relaxation; with `then`, also the C-steps of that residual (see module)."""
-        consumer = self._consumer(lv, then) if self.options.fuse_residual else None
+        consumer = self._consumer(lv, then) if self.takes(then) else None
         self._f_relax(lv, consumer)
         if lv.index == 1:
             self.rhs_current = True
+
+    def takes(self, then: str | None) -> bool:
+        return then is not None and self.options.fuse_residual
 
     def _consumer(self, lv: LevelState, then: str | None):
         if then == RESTRICT:

@@ -96,6 +96,10 @@ class LevelOps:
         return [False] * len(self.levels)
 
     # -- relaxation ----------------------------------------------------------------
+    def takes(self, then: str | None) -> bool:
+        """Whether `f_relax(lv, then)` takes the C-steps of the residual that follows."""
+        return False
+
     @timed("relax")
     def f_relax(self, lv: LevelState, then: str | None = None) -> None:
         """u_i = Φ(u_{i−1}) + g_i at every F-point, in order from each C-point.

@@ -194,6 +194,11 @@ class MGRIT:
             return None
         return RESIDUAL if last else RESTRICT
 
+    def closing_residual_taken(self) -> bool:
+        """Whether the F-relaxation that ends a fixed solve's last cycle also takes the
+        C-steps of the residual norm of the returned states."""
+        return self.ops.takes(self._after_last_sweep(last=True))
+
     # -- helpers -------------------------------------------------------------------
     def _norm(self, local_sq: float) -> float:
         return math.sqrt(self.exchange.allreduce_sum(local_sq))

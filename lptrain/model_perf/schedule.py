@@ -235,13 +235,12 @@ def _closing(hier, cyc: tuple, warm: bool, solved: tuple) -> tuple:
     """Each rank's events of the residual norm a fixed solve ends with.
 
     That is the sum alone where the last F-relaxation took the residual's C-steps
-    (F-relaxation only on level 0, `MGRIT._after_last_sweep`, and fused level
-    operations that take them, `FusedLevelOps.f_relax`), else the
-    residual of a solve of no cycles.  This is the one thing taken from the
-    solver's code rather than its record; `solved` must end with it.
+    (`MGRIT.closing_residual_taken`), else the residual of a solve of no cycles.
+    This is the one thing the solver says rather than its record shows; `solved`
+    must end with it.
     """
-    c = CycleOptions(*cyc)
-    if c.nrelax0 == 0 and c.level_ops == "fused" and c.fuse_residual:
+    solver = MGRIT(hier, _RecordingExchange(0, hier.size, _Log(), None), CycleOptions(*cyc))
+    if solver.closing_residual_taken():
         closing = tuple(((_SUM,),) * hier.size)
     else:
         closing = _expect(hier, cyc, warm, 0, None, 0, False)
