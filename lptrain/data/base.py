@@ -33,16 +33,19 @@ class Dataset:
         return tuple(self.x_train.shape[1:])
 
 
+def _registrar(table: dict):
+    """A decorator factory: @it(name) puts the decorated function into `table`."""
+    def register_as(name: str):
+        def wrap(fn):
+            table[name] = fn
+            return fn
+        return wrap
+    return register_as
+
+
 # name -> loader(options, seed) -> Dataset; options is the dataset's config node
 LOADERS: dict[str, Callable[..., Dataset]] = {}
-
-
-def register(name: str):
-    """Decorator adding a loader to LOADERS under `name`."""
-    def wrap(fn):
-        LOADERS[name] = fn
-        return fn
-    return wrap
+register = _registrar(LOADERS)      # @register(name): a loader
 
 
 @dataclass(frozen=True)
@@ -62,14 +65,7 @@ class Sizes:
 
 # name -> sizes(options) -> Sizes, cheap: no sample is read
 SIZES: dict[str, Callable[..., Sizes]] = {}
-
-
-def register_sizes(name: str):
-    """Decorator adding a size function to SIZES under `name`."""
-    def wrap(fn):
-        SIZES[name] = fn
-        return fn
-    return wrap
+register_sizes = _registrar(SIZES)  # @register_sizes(name): a size function
 
 
 def dataset_sizes(options) -> Sizes:

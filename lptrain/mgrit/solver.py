@@ -21,6 +21,7 @@ from lptrain.mgrit.fused import FusedLevelOps
 from lptrain.mgrit.hierarchy import Hierarchy
 from lptrain.mgrit.indexing import gather, scatter
 from lptrain.mgrit.levels import RESIDUAL, RESTRICT, LevelOps, LevelState
+from lptrain.mgrit.options import CYCLES
 
 
 @dataclass
@@ -58,8 +59,8 @@ class CycleOptions:
         if self.level_ops not in LEVEL_OPS:
             raise SolverError(f"level_ops={self.level_ops!r}: choose one of "
                               f"{sorted(LEVEL_OPS)}")
-        if self.cycle not in ("V", "F"):
-            raise SolverError(f"cycle={self.cycle!r}: choose V or F")
+        if self.cycle not in CYCLES:
+            raise SolverError(f"cycle={self.cycle!r}: choose one of {CYCLES}")
 
 
 LEVEL_OPS = {"plain": LevelOps, "fused": FusedLevelOps}

@@ -10,8 +10,9 @@ from lptrain.errors import ConfigError, SolverError
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.mgrit.fused import FusedLevelOps
 from lptrain.mgrit.levels import LevelOps
+from lptrain.mgrit import options as mgrit_options
 from lptrain.mgrit.options import MGRITOptions
-from lptrain.mgrit.solver import CycleOptions
+from lptrain.mgrit.solver import LEVEL_OPS, CycleOptions
 from lptrain.parallel.layer_parallel import LayerParallel
 
 PATHS = [dict(levels=lv, cycle=cyc, skip_first_down=skip, nrelax0=nr0, nrelax=nr,
@@ -88,3 +89,8 @@ def test_unknown_level_operations_are_refused():
         CycleOptions(level_ops="fast")
     with pytest.raises(ConfigError, match="mgrit.level_ops"):
         MGRITOptions(level_ops="fast")
+
+
+def test_the_config_names_every_registered_level_operations():
+    # options.py lists the names without importing the solver (which needs torch)
+    assert set(mgrit_options.LEVEL_OPS) == set(LEVEL_OPS)
