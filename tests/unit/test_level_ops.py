@@ -3,7 +3,6 @@ the same iterates, residual histories and gradients on every solver path."""
 import itertools
 
 import pytest
-import torch
 
 from helpers import batch, dense_net, serial_objective_and_grad
 from lptrain.errors import ConfigError, SolverError
