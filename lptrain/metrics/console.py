@@ -122,7 +122,9 @@ class Console:
         """Print a two-column table of final quantities, e.g. {'final loss': 0.12}."""
         if not self.enabled:
             return
-        table = Table(title=f"{self.title}: summary", show_header=False)
+        title = f"{self.title}: summary"
+        # at least as wide as its title, so the title stays one line whatever the values
+        table = Table(title=title, show_header=False, min_width=len(title) + 2)
         table.add_column("quantity", style="bold")
         table.add_column("value", overflow="fold")
         for name, value in rows.items():

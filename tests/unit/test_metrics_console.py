@@ -80,6 +80,13 @@ def test_summary_message_and_error(plain_env):
     assert err.getvalue() == "error: objective is nan\n"
 
 
+def test_summary_title_is_one_line_whatever_the_values(plain_env):
+    out = io.StringIO()
+    title = "serial peaks N=4 P=1 (1 layer x 1 data)"
+    Console(True, 3, title, file=out).summary({"objective": 1.26, "iterations": 3})
+    assert out.getvalue().splitlines()[0].strip() == f"{title}: summary"
+
+
 _SCRIPT = """
 from lptrain.metrics.console import Console
 c = Console(True, 40, "peaks", every=10)
