@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 
 
@@ -39,6 +40,9 @@ class SerialExchange:
 
     def allreduce_sum(self, value: float) -> float:
         return value
+
+    def allreduce_sums(self, values) -> list[float]:
+        return [float(v) for v in values]
 
     def gather(self, values: list) -> list:
         return [values]
@@ -100,6 +104,15 @@ class MPIExchange:
         out = self.comm.allreduce(float(value), op=MPI.SUM)
         self.clock.comm += time.perf_counter() - t0
         return out
+
+    def allreduce_sums(self, values) -> list[float]:
+        """Several float sums in one allreduce (elementwise)."""
+        t0 = time.perf_counter()
+        from mpi4py import MPI
+        buf = np.array(values, dtype=np.float64)
+        self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+        self.clock.comm += time.perf_counter() - t0
+        return buf.tolist()
 
     def gather(self, values: list) -> list | None:
         """Every rank's `values` on rank 0 (None elsewhere)."""

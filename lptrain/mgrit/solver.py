@@ -20,8 +20,12 @@ from lptrain.errors import SolverError
 from lptrain.mgrit.fused import FusedLevelOps
 from lptrain.mgrit.hierarchy import Hierarchy
 from lptrain.mgrit.indexing import gather, scatter
-from lptrain.mgrit.levels import RESIDUAL, RESTRICT, LevelOps, LevelState
+from lptrain.mgrit.levels import RESIDUAL, RESTRICT, LevelOps, LevelState, sq_norm
 from lptrain.mgrit.options import CYCLES
+
+# A level-0 residual below ROUNDOFF·eps·‖u_C‖ (eps of the states' dtype, u_C this solve's
+# C-point states) is round-off: a solve stops there whatever its tolerance.
+ROUNDOFF = 10.0
 
 
 @dataclass
@@ -136,11 +140,12 @@ class MGRIT:
                 if k == 0 and warm is not None:
                     self._take_c_points(warm)
                 self._relax(top, opt.nrelax0, skip_first_f=k > 0 or resumed)
-                norm = self._norm(ops.restrict(top))
+                norm, floor = self._measure(ops.restrict(top), fixed)
                 history.append(norm)
                 # a fixed solve runs all its iterations even at an exact zero: its
                 # last sweep leaves the activations (and adjoint weight products)
-                if not math.isfinite(norm) or not fixed and norm <= max(tol, rtol * history[0]):
+                if not math.isfinite(norm) or not fixed and \
+                        norm <= max(tol, rtol * history[0], floor):
                     return SolveResult(top.X, history, k, math.isfinite(norm))
                 self._cycle(1, opt.cycle)
             ops.correct(top)
@@ -148,9 +153,10 @@ class MGRIT:
             ops.saving = not fixed or last
             ops.f_relax(top, then=self._after_last_sweep(last))
         ops.saving = True
-        norm = self._norm(ops.residual(top))      # of the returned states
+        norm, floor = self._measure(ops.residual(top), fixed)   # of the returned states
         history.append(norm)
-        return SolveResult(top.X, history, max_iter, norm <= max(tol, rtol * history[0]))
+        return SolveResult(top.X, history, max_iter,
+                           norm <= max(tol, rtol * history[0], floor))
 
     def _cycle(self, l: int, kind: str) -> None:
         """One V- or F-cycle on level l ≥ 1 (its problem set by the restriction)."""
@@ -201,8 +207,14 @@ class MGRIT:
         return self.ops.takes(self._after_last_sweep(last=True))
 
     # -- helpers -------------------------------------------------------------------
-    def _norm(self, local_sq: float) -> float:
-        return math.sqrt(self.exchange.allreduce_sum(local_sq))
+    def _measure(self, local_sq: float, fixed: bool) -> tuple[float, float]:
+        """The level-0 residual norm from this rank's Σ r², and its round-off floor
+        (ROUNDOFF); one allreduce for both.  Fixed solves ignore the floor (0)."""
+        top = self.levels[0]
+        state_sq = 0.0 if fixed else sum(sq_norm(top.X[c - top.lo]) for c in top.cs)
+        res_sq, state_sq = self.exchange.allreduce_sums((local_sq, state_sq))
+        eps = torch.finfo(top.X.dtype).eps
+        return math.sqrt(res_sq), ROUNDOFF * eps * math.sqrt(state_sq)
 
     def _take_c_points(self, warm: torch.Tensor) -> None:
         """A warm start's C-points into the work buffer (its F-points come next)."""

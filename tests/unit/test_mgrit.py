@@ -96,6 +96,23 @@ def test_residual_history_decreases_and_rtol_stops_early():
     assert all(b < a for a, b in zip(h, h[1:]))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_tolerance_below_round_off_stops_at_the_round_off_floor(dtype):
+    """tol = 1e-300 cannot be met; the solves stop where the residual is round-off of the
+    C-point states (float32: at 3.7e-6 after 8 of 50 iterations) with serial's states."""
+    net, theta = dense_net(layers=32, T=2.0)
+    x, y = batch(net, n=64)
+    theta, x, eps = theta.to(dtype), x.to(dtype), torch.finfo(dtype).eps
+    _, ref, states = serial_objective_and_grad(net, theta, x, y)
+    res, ares, grad, _ = solve(net, theta, x, y, levels=3, cfactor0=4, cfactor=2, tol=1e-300,
+                               max_iter=50)
+    assert res.converged and ares.converged
+    assert res.iterations < 10 and ares.iterations < 10
+    assert res.history[-2] > res.history[-1] > 0.0
+    assert float((res.states - states).norm() / states.norm()) <= 10 * eps
+    assert float((grad - ref).norm() / ref.norm()) <= 1e3 * eps
+
+
 @pytest.mark.parametrize("make", [dense_net, conv_net])
 def test_stacked_steps_equal_one_at_a_time(make):
     net, theta = make(layers=6)
