@@ -47,11 +47,13 @@ def device_for(kind: str, node: Node) -> str:
     return f"cuda:{node.local_rank}"
 
 
-def need(opts, sizes: Sizes, net: ResNet, grid: Grid) -> memory.Need:
-    """This rank's memory estimate on `grid` (its data group's shard of every batch)."""
+def need(opts, sizes: Sizes, net: ResNet, grid: Grid,
+         per_eval: int | None = None) -> memory.Need:
+    """This rank's memory estimate on `grid` (its data group's shard of every batch of
+    `per_eval` samples; None: the configured batch)."""
     item = ITEM_BYTES[opts.dtype]
-    per_eval = opts.train.batch_size or sizes.n_train
-    batch = max(math.ceil(per_eval / grid.data), math.ceil(sizes.n_val / grid.data))
+    per_eval = per_eval or opts.train.batch_size or sizes.n_train
+    batch = math.ceil(per_eval / grid.data)     # validation goes in chunks of this size
     feats = math.prod(sizes.feature_shape)
     shard = (math.ceil(sizes.n_train / grid.data) + math.ceil(sizes.n_val / grid.data))
     data_bytes = shard * feats * item + sizes.read * feats * 8 * 2
@@ -85,9 +87,21 @@ def plan(opts, comm) -> Plan:
         raise ConfigError(f"memory: {size} rank(s) as {g.layer} layer x {g.data} data ranks "
                           f"need about {needs[g]} per rank, more than the "
                           f"{memory.gb(limit)} available to each; use more ranks (or nodes), "
-                          f"fewer layers, a smaller batch or dataset.n_train")
+                          f"fewer layers{_batch_hint(opts, sizes, net, g, limit)}")
     grid = choose(fits, _predictor(opts, sizes, net))
     return Plan(grid, sizes, node, device, needs[grid], limit)
+
+
+def _batch_hint(opts, sizes: Sizes, net: ResNet, grid: Grid, limit: float) -> str:
+    """', or at most B samples per batch (...)': the largest batch that fits on `grid`."""
+    lo, hi = 0, opts.train.batch_size or sizes.n_train    # need(lo) fits, need(hi) not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if need(opts, sizes, net, grid, mid).total <= limit else (lo, mid)
+    if lo == 0:
+        return ""
+    return (f", or batches of at most {lo} samples (train.batch_size={lo} with "
+            f"optimizer=sgd or adam, or dataset.n_train={lo})")
 
 
 def _predictor(opts, sizes: Sizes, net: ResNet):

@@ -87,6 +87,9 @@ def model_record(theta: torch.Tensor, net: ResNet, config_yaml: str, dtype: str,
             "dataset": {"name": data.name, "source": data.source, "meta": data.meta}}
 
 
+EVAL_CHUNK = 4096   # samples Classifier.evaluate steps at once
+
+
 class Classifier(nn.Module):
     """A trained ODE-ResNet for inference: `model(x)` gives the class scores.
 
@@ -134,12 +137,17 @@ class Classifier(nn.Module):
         return self.forward(x).argmax(1)
 
     @torch.no_grad()
-    def evaluate(self, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
-        """Mean cross-entropy loss and accuracy (0..1) on the samples x with labels y."""
-        n = x.shape[0]
-        loss, correct, *_ = self.net.classify(self.theta, self._final_states(x),
-                                              y.to(self.theta.device), n, False)
-        return float(loss), correct / n
+    def evaluate(self, x: torch.Tensor, y: torch.Tensor,
+                 chunk: int = EVAL_CHUNK) -> tuple[float, float]:
+        """Mean cross-entropy loss and accuracy (0..1) on the samples x with labels y,
+        stepped `chunk` samples at a time (memory; the numbers are those of one pass
+        to rounding, and bitwise where the run validated in the same chunks)."""
+        n, loss, correct = x.shape[0], 0.0, 0
+        for lo in range(0, n, chunk):
+            l, c, *_ = self.net.classify(self.theta, self._final_states(x[lo:lo + chunk]),
+                                         y[lo:lo + chunk].to(self.theta.device), n, False)
+            loss, correct = loss + float(l), correct + c
+        return loss, correct / n
 
 
 def model_path(run: str | Path) -> Path:

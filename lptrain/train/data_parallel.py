@@ -75,11 +75,11 @@ class DataParallelOracle:
         if not self.empty:
             self.inner.accept()
 
-    def validate(self, theta, x, y) -> tuple[float, float]:
+    def validate(self, theta, x, y, chunk: int | None = None) -> tuple[float, float]:
         local = x.shape[0]
         total = int(self.data.allreduce_sum(local))
         loss = hits = 0.0
         if local:
-            loss, acc = self.inner.validate(theta, x, y)
+            loss, acc = self.inner.validate(theta, x, y, chunk)
             loss, hits = loss * local / total, acc * local
         return self.data.allreduce_sum(loss), round(self.data.allreduce_sum(hits)) / total

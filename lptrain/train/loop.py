@@ -36,6 +36,12 @@ class Batches:
             self.parts = [perm[i:i + batch_size] for i in range(0, n, batch_size)]
         self.order: list[int] = []
 
+    def local_size(self) -> int:
+        """The most samples of this shard one batch can hold (at least 1)."""
+        if len(self.parts) == 1:
+            return max(self.x.shape[0], 1)
+        return max(1, *(int(((p >= self.lo) & (p < self.hi)).sum()) for p in self.parts))
+
     def state_dict(self) -> dict:
         """The generator and the rest of this epoch's order (the parts follow the seed)."""
         return {"generator": self.gen.get_state(), "order": list(self.order)}
@@ -88,9 +94,10 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
     batches = Batches(data.x_train, data.y_train, opts.train.batch_size, opts.seed, n_total,
                       lo)
     stall = StallRule(opts.train.patience, len(batches.parts))
+    chunk = batches.local_size()   # validation: no more samples a pass than training
     if resume is None:
         start = time.perf_counter()
-        val = _validate(0, theta, oracle, data, writer)
+        val = _validate(0, theta, oracle, data, writer, chunk)
         best, k0 = val[1], 0
     else:
         batches.load_state_dict(resume["batches"])
@@ -126,7 +133,7 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
         stalled = stall.update(info.objective, info.exhausted)
         last = k == opts.train.iterations or info.converged or stalled
         if k % opts.eval_every == 0 or last:
-            val = _validate(k, theta, oracle, data, writer)
+            val = _validate(k, theta, oracle, data, writer, chunk)
             best = max(best, val[1])
         console.update(k, objective=info.objective, loss=info.loss, accuracy=info.accuracy,
                        val_accuracy=val[1], step_time=dt, **_console_mgrit(stats))
@@ -156,8 +163,8 @@ def _checked(stop, exchange, k, writer, save):
         raise
 
 
-def _validate(k, theta, oracle, data, writer):
-    loss, acc = oracle.validate(theta, data.x_val, data.y_val)
+def _validate(k, theta, oracle, data, writer, chunk):
+    loss, acc = oracle.validate(theta, data.x_val, data.y_val, chunk)
     writer.log_validation(iteration=k, loss=loss, accuracy=acc)
     return loss, acc
 

@@ -58,6 +58,14 @@ class SolveStats:
                     fwd_history=list(self.fwd_history), adj_history=list(self.adj_history))
 
 
+def chunks(n: int, size: int | None) -> list[slice]:
+    """Slices of at most `size` (None: all n) consecutive samples covering 0..n-1."""
+    size = n if size is None else size
+    if size < 1:
+        raise ValueError(f"chunk size {size}: must be >= 1")
+    return [slice(lo, min(lo + size, n)) for lo in range(0, n, size)]
+
+
 def _last(history) -> float:
     return history[-1] if history else float("nan")
 
@@ -129,9 +137,13 @@ class SerialOracle(ExactOracle):
     def load_state_dict(self, state: dict) -> None:
         pass
 
-    def validate(self, theta, x, y) -> tuple[float, float]:
-        n = x.shape[0]
-        *_, loss, correct, _ = self._forward(theta, self._shard(x), self._shard(y), n, False)
+    def validate(self, theta, x, y, chunk: int | None = None) -> tuple[float, float]:
+        """Mean loss and accuracy on (x, y), propagated `chunk` samples at a time."""
+        n, loss, correct = x.shape[0], 0.0, 0.0
+        for part in chunks(n, chunk):     # each chunk split over the ranks like a batch
+            *_, l, c, _ = self._forward(theta, self._shard(x[part]), self._shard(y[part]), n,
+                                        False)
+            loss, correct = loss + l, correct + c
         return self.exchange.allreduce_sum(loss), self.exchange.allreduce_sum(correct) / n
 
 
@@ -216,13 +228,17 @@ class MGRITOracle(ExactOracle):
         if adj is not None:
             self.warm_adj = adj
 
-    def validate(self, theta, x, y) -> tuple[float, float]:
+    def validate(self, theta, x, y, chunk: int | None = None) -> tuple[float, float]:
+        """Mean loss and accuracy on (x, y) by converged MGRIT, `chunk` samples a solve."""
         if self.lp_val is None:
             self.lp_val = LayerParallel(self.net, self.mgrit, self.exchange)
-        res = self.lp_val.forward(theta, x, warm=None, max_iter=self.mgrit.max_iter,
-                                  tol=self.mgrit.tol, save=False)
-        ev = self.lp_val.evaluate(theta, res.states, y, x.shape[0], False)
-        return ev.loss, ev.correct / x.shape[0]
+        n, loss, correct = x.shape[0], 0.0, 0
+        for part in chunks(n, chunk):
+            res = self.lp_val.forward(theta, x[part], warm=None, max_iter=self.mgrit.max_iter,
+                                      tol=self.mgrit.tol, save=False)
+            ev = self.lp_val.evaluate(theta, res.states, y[part], n, False)
+            loss, correct = loss + ev.loss, correct + ev.correct
+        return loss, correct / n
 
 
 class SimultaneousOracle(MGRITOracle):

@@ -79,6 +79,11 @@ def run(exchange, comm=None) -> dict:
                                                    x[:2], y[:2])
     results["validate-serial-2"] = torch.tensor(serial.validate(end, x[:2], y[:2]),
                                                 dtype=torch.float64)
+    # validation in chunks of 3 samples (some ranks get none of a chunk)
+    results["validate-serial-chunks"] = torch.tensor(serial.validate(end, x, y, 3),
+                                                     dtype=torch.float64)
+    results["validate-mgrit-chunks"] = torch.tensor(
+        MGRITOracle(net, exchange, mgrit_opts).validate(end, x, y, 3), dtype=torch.float64)
     results.update(module_case(comm))
     return results
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import batch, conv_net
+from helpers import batch, conv_net, dense_net
 from lptrain.config.schema import LBFGSOptions
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.train.optimizers import LBFGS
-from lptrain.train.oracles import Batch, MGRITOracle, SerialOracle
+from lptrain.train.oracles import Batch, MGRITOracle, SerialOracle, chunks
 
 OPENINGS = ["replicate", "conv"]
 # N = 12 with c = 2 gives three levels (12 → 6 → 3 steps); V- and F-cycles, FCF on level 0
@@ -100,3 +100,30 @@ def test_mgrit_oracle_matches_serial_over_lbfgs_steps(opening):
         objectives[name] = torch.tensor(history, dtype=torch.float64)
     assert objectives["serial"][-1] < objectives["serial"][0]   # it trains
     torch.testing.assert_close(objectives["mgrit"], objectives["serial"], rtol=1e-9, atol=0)
+
+
+@pytest.mark.parametrize("mode", ["serial", "mgrit"])
+@pytest.mark.parametrize("make", ["conv", "dense"])
+def test_validation_in_chunks_equals_one_pass(mode, make):
+    """Validation goes through the network `chunk` samples at a time (memory of a training
+    batch); the mean loss and the accuracy are those of one pass over every sample."""
+    if make == "conv":
+        net, theta, x, y = _problem("conv")
+    else:
+        net, theta = dense_net(layers=12, T=2.0, seed=3)
+        x, y = batch(net, n=11, seed=4)
+    oracle = SerialOracle(net, SerialExchange()) if mode == "serial" else \
+        _mgrit_oracle(net, "V3")
+    whole = oracle.validate(theta, x, y)
+    assert chunks(x.shape[0], 4) != chunks(x.shape[0], None)
+    for chunk in (1, 4, x.shape[0], 100):
+        loss, acc = oracle.validate(theta, x, y, chunk)
+        assert loss == pytest.approx(whole[0], rel=1e-13, abs=0)
+        assert acc == whole[1]
+
+
+def test_chunks_cover_every_sample_once():
+    assert chunks(7, 3) == [slice(0, 3), slice(3, 6), slice(6, 7)]
+    assert chunks(6, None) == [slice(0, 6)] and chunks(0, 5) == []
+    with pytest.raises(ValueError, match="chunk size 0"):
+        chunks(4, 0)

@@ -90,6 +90,18 @@ def test_sharded_batches_together_are_the_one_rank_batches(batch_size):
         assert sorted(torch.cat([g.y for g in got]).tolist()) == sorted(ref.y.tolist())
 
 
+@pytest.mark.parametrize("batch_size", [None, 3, 7])
+def test_local_size_is_the_largest_batch_a_shard_sees(batch_size):
+    n, parts = 23, 4
+    x, y = torch.zeros(n, 1, dtype=torch.float64), torch.arange(n)
+    for i in range(parts):
+        lo, hi = shard(n, parts, i)
+        b = Batches(x[lo:hi], y[lo:hi], batch_size, seed=2, n_total=n, offset=lo)
+        seen = [b.next().y.numel() for _ in range(3 * len(b.parts))]
+        assert b.local_size() == max(max(seen), 1)
+        assert b.local_size() <= (hi - lo if batch_size is None else batch_size)
+
+
 def test_shard_costs_keep_the_call_overhead():
     c = StepCosts(1.0, 2.0, 3.0, overhead=0.2)
     s = shard_costs(c, 0.25)

@@ -56,3 +56,34 @@ def test_a_rank_of_a_bigger_grid_needs_less():
                        for g in (Grid(1, 1), Grid(8, 2), Grid(1, 16)))
     assert one > grid and one > data
     assert data == pytest.approx(one / 16)
+
+
+def _mnist_setup(n_train, n_val):
+    from lptrain.config.schema import Config, LBFGSOptions, ModeOptions
+    from lptrain.data.mnist import MnistOptions
+    from lptrain.mgrit.options import MGRITOptions
+    from lptrain.model.network import NetworkOptions, ResNet
+    net_opts = NetworkOptions(name="conv", channels=4, layers=32, opening="replicate")
+    opts = Config(dataset=MnistOptions(n_train=n_train, n_val=n_val), network=net_opts,
+                  optimizer=LBFGSOptions(), mode=ModeOptions("simultaneous"),
+                  mgrit=MGRITOptions())
+    sizes = Sizes(n_train, n_val, (1, 28, 28), 10, n_train + n_val)
+    return opts, sizes, ResNet(net_opts, sizes.feature_shape, sizes.n_classes)
+
+
+def test_validation_set_takes_no_state_memory_beyond_a_batch():
+    from lptrain.preflight import need
+    small, big = (need(*_mnist_setup(600, n_val), Grid(1, 1)) for n_val in (10, 10000))
+    assert small.states == big.states          # validation goes in batch-sized chunks
+    assert big.data > small.data               # but its samples are held
+
+
+def test_refusal_names_the_largest_batch_that_fits():
+    from lptrain.preflight import _batch_hint, need
+    opts, sizes, net = _mnist_setup(60000, 10000)
+    g = Grid(1, 1)
+    limit = need(opts, sizes, net, g, 500).total
+    assert need(opts, sizes, net, g, 501).total > limit
+    hint = _batch_hint(opts, sizes, net, g, limit)
+    assert "at most 500 samples" in hint and "train.batch_size=500" in hint
+    assert _batch_hint(opts, sizes, net, g, memory.BASE / 2) == ""   # nothing fits

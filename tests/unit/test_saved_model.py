@@ -50,6 +50,17 @@ def test_saved_model_reproduces_final_validation_exactly(serial_run):
     assert acc == m.validation[ms.ACCURACY][-1]
 
 
+def test_evaluation_in_chunks_equals_one_pass(serial_run):
+    path, m = serial_run
+    model = lptrain.load_model(path)
+    data = _val_split(model)
+    n = data.x_val.shape[0]
+    whole = model.evaluate(data.x_val, data.y_val, chunk=n)
+    for chunk in (1, 7, n - 1):
+        loss, acc = model.evaluate(data.x_val, data.y_val, chunk=chunk)
+        assert loss == pytest.approx(whole[0], rel=1e-13, abs=0) and acc == whole[1]
+
+
 def test_mgrit_run_model_matches_its_validation(tmp_path):
     m = run(tmp_path, "mode=mgrit", "mgrit.levels=2", "mgrit.cfactor0=2")
     model = load_model(tmp_path / MODEL_FILE)
