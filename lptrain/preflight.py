@@ -87,9 +87,19 @@ def plan(opts, comm) -> Plan:
         raise ConfigError(f"memory: {size} rank(s) as {g.layer} layer x {g.data} data ranks "
                           f"need about {needs[g]} per rank, more than the "
                           f"{memory.gb(limit)} available to each; use more ranks (or nodes), "
-                          f"fewer layers{_batch_hint(opts, sizes, net, g, limit)}")
+                          f"fewer layers{_warm_hint(opts, sizes, needs[g], limit)}"
+                          f"{_batch_hint(opts, sizes, net, g, limit)}")
     grid = choose(fits, _predictor(opts, sizes, net))
     return Plan(grid, sizes, node, device, needs[grid], limit)
+
+
+def _warm_hint(opts, sizes: Sizes, need_g: memory.Need, limit: float) -> str:
+    """', fewer kept warm starts (mode.warm_batches=K)' where K of them would fit."""
+    if need_g.warm <= 0:
+        return ""
+    kept = min(opts.mode.warm_batches, math.ceil(sizes.n_train / opts.train.batch_size))
+    k = math.floor((limit - (need_g.total - need_g.warm)) / (need_g.warm / kept))
+    return f", fewer kept warm starts (mode.warm_batches={k})" if k >= 0 else ""
 
 
 def _batch_hint(opts, sizes: Sizes, net: ResNet, grid: Grid, limit: float) -> str:

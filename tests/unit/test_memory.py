@@ -87,3 +87,19 @@ def test_refusal_names_the_largest_batch_that_fits():
     hint = _batch_hint(opts, sizes, net, g, limit)
     assert "at most 500 samples" in hint and "train.batch_size=500" in hint
     assert _batch_hint(opts, sizes, net, g, memory.BASE / 2) == ""   # nothing fits
+
+
+def test_refusal_names_the_warm_starts_that_fit():
+    import dataclasses
+    from lptrain.config.schema import TrainOptions
+    from lptrain.preflight import _warm_hint, need
+    opts, sizes, net = _mnist_setup(60000, 10000)
+    opts = dataclasses.replace(opts, train=TrainOptions(iterations=1, batch_size=500))
+    g = Grid(1, 1)
+    full = need(opts, sizes, net, g)
+    assert full.warm > 0 and opts.mode.warm_batches == 64
+    per_batch = full.warm / 64
+    limit = full.total - full.warm + 23.5 * per_batch
+    assert _warm_hint(opts, sizes, full, limit) == \
+        ", fewer kept warm starts (mode.warm_batches=23)"
+    assert _warm_hint(opts, sizes, need(*_mnist_setup(600, 10), g), limit) == ""
