@@ -61,9 +61,10 @@ def need(opts, sizes: Sizes, net: ResNet, grid: Grid,
     warm = 0
     if opts.mode.name == "simultaneous" and opts.train.batch_size is not None:
         warm = min(opts.mode.warm_batches, math.ceil(sizes.n_train / opts.train.batch_size))
+    val_chunk = min(batch, math.ceil(sizes.n_val / grid.data))
     return memory.estimate(opts.mode.name, opts.network.layers, grid.layer, batch,
                            math.prod(net.state_shape), net.layout.size, item, data_bytes,
-                           vectors, warm)
+                           vectors, warm, val_chunk)
 
 
 def plan(opts, comm) -> Plan:

@@ -10,8 +10,12 @@ The estimate counts what grows with the run, per rank, in bytes:
   state tensors per owned layer (MGRIT's two forward and two adjoint
   buffers, saved activations, coarse levels; serial: states, activations,
   adjoint) plus `STATE_EXTRA` per sample for step temporaries;
-- simultaneous with mini-batches: two kept states per owned layer for each
-  of up to `mode.warm_batches` batches.
+- the validation pass, in chunks of at most the batch shard: `VAL_COPIES`
+  states per owned layer of a chunk (the MGRIT modes keep a validation
+  solver with its own buffers; serial keeps the sweep's states);
+- simultaneous with mini-batches: `WARM_COPIES` states per owned layer for
+  each of up to `mode.warm_batches` batches (forward and adjoint warm starts
+  and the buffers they pin).
 The coefficients are fitted to measured peaks (BENCHMARKS.md, "Memory per
 rank"), what the allocator keeps of freed memory included.
 """
@@ -24,6 +28,8 @@ from pathlib import Path
 BASE = 400e6            # bytes: peak of an lptrain rank on a tiny problem
 STATE_COPIES = {"serial": 4.0, "mgrit": 7.1, "simultaneous": 7.1}
 STATE_EXTRA = 42.0      # state-sized temporaries per sample, whatever the layers
+VAL_COPIES = {"serial": 1.0, "mgrit": 6.0, "simultaneous": 6.0}
+WARM_COPIES = 3.3       # per owned layer and kept batch (measured; 2 are the states)
 
 
 @dataclass(frozen=True)
@@ -51,14 +57,15 @@ def gb(nbytes: float) -> str:
 
 def estimate(mode: str, n_layers: int, layer_ranks: int, batch: int, state_elements: int,
              n_params: int, item_bytes: int, data_bytes: float, vectors: int,
-             warm_batches: int = 0) -> Need:
+             warm_batches: int = 0, val_chunk: int = 0) -> Need:
     """Bytes one rank needs: batch = its samples per evaluation (its shard of the batch),
     vectors = θ-sized vectors the optimizer keeps, warm_batches = mini-batches whose
-    states are kept (simultaneous)."""
+    states are kept (simultaneous), val_chunk = validation samples per pass."""
     own = math.ceil(n_layers / layer_ranks) + 1 if mode != "serial" else n_layers + 1
     state = batch * state_elements * item_bytes
-    states = state * (STATE_COPIES[mode] * own + STATE_EXTRA)
-    warm = 2 * own * state * warm_batches
+    val = val_chunk * state_elements * item_bytes * VAL_COPIES[mode] * own
+    states = state * (STATE_COPIES[mode] * own + STATE_EXTRA) + val
+    warm = WARM_COPIES * own * state * warm_batches
     return Need(BASE, vectors * n_params * item_bytes, data_bytes, states, warm)
 
 

@@ -18,7 +18,10 @@ def test_estimate_counts_states_per_owned_layer_and_sample():
     assert serial.states == pytest.approx(state * (memory.STATE_COPIES["serial"] * 33
                                                    + memory.STATE_EXTRA))
     warm = memory.estimate("simultaneous", 32, 4, 10, 100, 0, 8, 0.0, 0, warm_batches=3)
-    assert warm.warm == pytest.approx(2 * 9 * state * 3)
+    assert warm.warm == pytest.approx(memory.WARM_COPIES * 9 * state * 3)
+    val = memory.estimate("simultaneous", 32, 4, 10, 100, 0, 8, 0.0, 0, val_chunk=5)
+    assert val.states - four.states == pytest.approx(
+        memory.VAL_COPIES["simultaneous"] * 9 * state / 2)
     p = memory.estimate("mgrit", 32, 4, 10, 100, 1000, 8, 5.0, 28)
     assert p.params == 28 * 1000 * 8 and p.data == 5.0
     assert p.total == pytest.approx(memory.BASE + p.params + p.data + p.states)
@@ -73,9 +76,10 @@ def _mnist_setup(n_train, n_val):
 
 def test_validation_set_takes_no_state_memory_beyond_a_batch():
     from lptrain.preflight import need
-    small, big = (need(*_mnist_setup(600, n_val), Grid(1, 1)) for n_val in (10, 10000))
-    assert small.states == big.states          # validation goes in batch-sized chunks
-    assert big.data > small.data               # but its samples are held
+    small, mid, big = (need(*_mnist_setup(600, n_val), Grid(1, 1))
+                       for n_val in (10, 600, 10000))
+    assert mid.states == big.states > small.states   # validation goes in batch-sized chunks
+    assert big.data > small.data                     # but its samples are held
 
 
 def test_refusal_names_the_largest_batch_that_fits():
