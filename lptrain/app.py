@@ -117,7 +117,7 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
     progress, record = Progress(theta), None
     if resume:
-        record = load_checkpoint(run_dir / CHECKPOINT_FILE)
+        record = load_checkpoint(run_dir / CHECKPOINT_FILE, ex.rank)
         check_resumable(record, config_yaml, opts)
         theta = restore(record, optimizer, oracle, progress, ex)
     attrs = {ms.MODE: opts.mode.name, ms.WORLD_SIZE: grid.size, ms.LAYER_RANKS: grid.layer,

@@ -64,7 +64,7 @@ def need(opts, sizes: Sizes, net: ResNet, grid: Grid,
     val_chunk = min(batch, math.ceil(sizes.n_val / grid.data))
     return memory.estimate(opts.mode.name, opts.network.layers, grid.layer, batch,
                            math.prod(net.state_shape), net.layout.size, item, data_bytes,
-                           vectors, warm, val_chunk)
+                           vectors, warm, val_chunk, grid.size)
 
 
 def plan(opts, comm) -> Plan:
@@ -99,7 +99,8 @@ def _warm_hint(opts, sizes: Sizes, need_g: memory.Need, limit: float) -> str:
     if need_g.warm <= 0:
         return ""
     kept = min(opts.mode.warm_batches, math.ceil(sizes.n_train / opts.train.batch_size))
-    k = math.floor((limit - (need_g.total - need_g.warm)) / (need_g.warm / kept))
+    per_batch = (need_g.warm + need_g.checkpoint) / kept     # both grow with kept batches
+    k = math.floor((limit - (need_g.total - need_g.warm - need_g.checkpoint)) / per_batch)
     return f", fewer kept warm starts (mode.warm_batches={k})" if k >= 0 else ""
 
 

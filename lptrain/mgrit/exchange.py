@@ -47,6 +47,9 @@ class SerialExchange:
     def gather(self, values: list) -> list:
         return [values]
 
+    def gather_each(self, obj, consume) -> None:
+        consume(0, obj)
+
     def reversed(self) -> "SerialExchange":
         return self
 
@@ -60,6 +63,7 @@ class MPIExchange:
     """
 
     TAG = 17
+    GATHER_TAG = 18
 
     def __init__(self, comm, mirror: bool = False, clock: Clock | None = None):
         self.comm, self.mirror = comm, mirror
@@ -117,6 +121,17 @@ class MPIExchange:
     def gather(self, values: list) -> list | None:
         """Every rank's `values` on rank 0 (None elsewhere)."""
         return self.comm.gather(values, root=0)
+
+    def gather_each(self, obj, consume) -> None:
+        """Every rank's `obj` to rank 0 in rank order, one at a time: rank 0 calls
+        consume(rank, obj) for each, so it never holds two other ranks' objects
+        (large ones: checkpointed warm starts).  `consume` must not raise."""
+        if self.comm.Get_rank() != 0:
+            self.comm.send(obj, dest=0, tag=self.GATHER_TAG)
+            return
+        consume(0, obj)
+        for r in range(1, self.size):
+            consume(r, self.comm.recv(source=r, tag=self.GATHER_TAG))
 
 
 def allreduce_tensor(exchange, tensor: torch.Tensor) -> torch.Tensor:

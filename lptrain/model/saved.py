@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import zipfile
 from pathlib import Path
 
 import torch
@@ -54,6 +55,74 @@ def save_torch(obj, path: Path) -> None:
     write_atomically(path, buffer.getvalue())
 
 
+class AtomicArchive:
+    """A zip of torch-saved entries, written one entry at a time to a temporary file next
+    to `path` and renamed over it by `commit()`: a reader sees the old file or the new
+    one; memory holds one entry at a time.  Failures raise RunFileError naming `path`."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        self._file = self._zip = None
+        with self._failing("cannot write"):
+            self._file = open(self.tmp, "wb")
+            self._zip = zipfile.ZipFile(self._file, "w", zipfile.ZIP_STORED, allowZip64=True)
+
+    def add(self, name: str, obj) -> None:
+        """torch.save `obj` straight into the entry (no copy of it in memory)."""
+        with self._failing("cannot write"):
+            with self._zip.open(name, "w", force_zip64=True) as entry:
+                torch.save(obj, entry)
+
+    def commit(self) -> None:
+        with self._failing("cannot write"):
+            self._zip.close()
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        with contextlib.suppress(Exception):
+            self._zip.close()
+        with contextlib.suppress(Exception):
+            self._file.close()
+        with contextlib.suppress(OSError):
+            self.tmp.unlink()
+
+    @contextlib.contextmanager
+    def _failing(self, what: str):
+        try:
+            yield
+        except (OSError, RuntimeError) as exc:   # torch.save reports a full disk so
+            self.abort()
+            raise RunFileError(f"{self.path}: {what} "
+                               f"({getattr(exc, 'strerror', None) or exc})") from None
+
+
+def archive_entries(path: Path) -> list[str] | None:
+    """The entry names of an AtomicArchive at `path`; None for any other file."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return None
+    # a torch file is a zip too, its entries in one folder; an archive's are flat
+    return names if names and all("/" not in n for n in names) else None
+
+
+def load_entry(path: Path, name: str, what: str):
+    """One entry of an AtomicArchive (tensors and plain values only)."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            data = z.read(name)
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except KeyError:
+        raise RunFileError(f"{path}: {what} has no entry {name}") from None
+    except (OSError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile) as exc:
+        raise RunFileError(f"{path}: unreadable {what} ({exc})") from None
+
+
 def load_torch(path: Path, what: str):
     """torch.load (tensors and plain Python values only), errors naming `path`."""
     try:
@@ -67,7 +136,12 @@ def load_torch(path: Path, what: str):
 def load_record(path: Path, what: str, fmt: str, version: int) -> dict:
     """load_torch of a file lptrain wrote as `fmt` (e.g. "lptrain-model"), refusing other
     files and later format versions than `version`."""
-    record = load_torch(path, what)
+    return check_record(load_torch(path, what), path, fmt, version)
+
+
+def check_record(record, path: Path, fmt: str, version: int) -> dict:
+    """`record` if it is an lptrain `fmt` record no newer than `version` (else
+    RunFileError naming `path`)."""
     label = fmt.removeprefix("lptrain-")
     if not isinstance(record, dict) or record.get("format") != fmt:
         raise RunFileError(f"{path}: not an lptrain {label}")

@@ -15,7 +15,10 @@ The estimate counts what grows with the run, per rank, in bytes:
   solver with its own buffers; serial keeps the sweep's states);
 - simultaneous with mini-batches: `WARM_COPIES` states per owned layer for
   each of up to `mode.warm_batches` batches (forward and adjoint warm starts
-  and the buffers they pin).
+  and the buffers they pin);
+- on more than one rank, rank 0's checkpoints: it receives the ranks' oracle
+  states one at a time, `CHECKPOINT_COPIES` copies of one rank's (its
+  pickled message and the tensors), counted on every rank alike.
 The coefficients are fitted to measured peaks (BENCHMARKS.md, "Memory per
 rank"), what the allocator keeps of freed memory included.
 """
@@ -30,6 +33,7 @@ STATE_COPIES = {"serial": 4.0, "mgrit": 7.1, "simultaneous": 7.1}
 STATE_EXTRA = 42.0      # state-sized temporaries per sample, whatever the layers
 VAL_COPIES = {"serial": 1.0, "mgrit": 6.0, "simultaneous": 6.0}
 WARM_COPIES = 3.3       # per owned layer and kept batch (measured; 2 are the states)
+CHECKPOINT_COPIES = 2.0  # of a rank's oracle state (2 states per owned layer and batch)
 
 
 @dataclass(frozen=True)
@@ -41,14 +45,16 @@ class Need:
     data: float
     states: float
     warm: float
+    checkpoint: float = 0.0
 
     @property
     def total(self) -> float:
-        return self.base + self.params + self.data + self.states + self.warm
+        return self.base + self.params + self.data + self.states + self.warm + self.checkpoint
 
     def __str__(self) -> str:
         return (f"{gb(self.total)} (states {gb(self.states)}, warm starts {gb(self.warm)}, "
-                f"parameters {gb(self.params)}, data {gb(self.data)})")
+                f"checkpoint {gb(self.checkpoint)}, parameters {gb(self.params)}, "
+                f"data {gb(self.data)})")
 
 
 def gb(nbytes: float) -> str:
@@ -57,16 +63,19 @@ def gb(nbytes: float) -> str:
 
 def estimate(mode: str, n_layers: int, layer_ranks: int, batch: int, state_elements: int,
              n_params: int, item_bytes: int, data_bytes: float, vectors: int,
-             warm_batches: int = 0, val_chunk: int = 0) -> Need:
+             warm_batches: int = 0, val_chunk: int = 0, ranks: int = 1) -> Need:
     """Bytes one rank needs: batch = its samples per evaluation (its shard of the batch),
     vectors = θ-sized vectors the optimizer keeps, warm_batches = mini-batches whose
-    states are kept (simultaneous), val_chunk = validation samples per pass."""
+    states are kept (simultaneous), val_chunk = validation samples per pass, ranks =
+    all ranks of the run."""
     own = math.ceil(n_layers / layer_ranks) + 1 if mode != "serial" else n_layers + 1
     state = batch * state_elements * item_bytes
     val = val_chunk * state_elements * item_bytes * VAL_COPIES[mode] * own
     states = state * (STATE_COPIES[mode] * own + STATE_EXTRA) + val
     warm = WARM_COPIES * own * state * warm_batches
-    return Need(BASE, vectors * n_params * item_bytes, data_bytes, states, warm)
+    oracle_state = 0 if mode == "serial" else 2 * own * state * max(1, warm_batches)
+    checkpoint = CHECKPOINT_COPIES * oracle_state if ranks > 1 else 0.0
+    return Need(BASE, vectors * n_params * item_bytes, data_bytes, states, warm, checkpoint)
 
 
 def available(local_size: int, meminfo: Path = Path("/proc/meminfo"),

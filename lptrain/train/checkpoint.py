@@ -8,6 +8,11 @@ loop's validation record and elapsed time, and every rank's oracle state (its bl
 states: two state tensors per kept batch in the MGRIT modes, none in serial mode). The
 world size is recorded: on another rank count the warm starts are dropped (cold start).
 
+The file is an archive (model/saved.py AtomicArchive): the record as entry `record.pt`
+and rank r's oracle state as `oracle-r.pt`. Rank 0 receives and writes the ranks' states
+one at a time, so a checkpoint costs it one rank's warm starts, not all of them; on
+resume every rank reads its own entry. Files of format 1 (one torch file) still load.
+
 When: every `checkpoint_every` iterations; when the ranks stop for a signal; at the end.
 `checkpoint_every=null` (the default) chooses the interval itself so that checkpoints
 cost under 2 % of the run: the first checkpoint is at iteration AUTO_FIRST, then the
@@ -22,11 +27,13 @@ from pathlib import Path
 import torch
 
 from lptrain.errors import RunFileError
-from lptrain.model.saved import load_record, save_torch
+from lptrain.model.saved import (AtomicArchive, archive_entries, check_record, load_entry,
+                                 load_record)
 
 CHECKPOINT_FILE = "checkpoint.pt"
 FORMAT = "lptrain-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2     # 1: one torch file with every rank's oracle state
+RECORD_ENTRY = "record.pt"
 AUTO_FIRST = 10
 OVERHEAD = 0.02   # the share of the run time automatic checkpoints may take
 
@@ -60,17 +67,33 @@ class Checkpointer:
         if self.saved_at == k or (not force and (self.next <= 0 or k < self.next)):
             return
         t0 = time.perf_counter()
-        warm = self.exchange.gather(self.oracle.state_dict())
-        error = None
+        archive, error = None, None
         if self.enabled:
-            record = {"format": FORMAT, "format_version": FORMAT_VERSION, "iteration": k,
-                      "theta": theta, "optimizer": self.optimizer.state_dict(),
-                      "oracles": warm, "world_size": self.exchange.size,
-                      "batches": batches.state_dict(), "rng": torch.get_rng_state(),
-                      "first_objective": self.progress.first_objective,
-                      "loop": {**loop, "iteration": k}, **self.meta}
             try:
-                save_torch(record, self.path)
+                archive = AtomicArchive(self.path)
+                archive.add(RECORD_ENTRY, {
+                    "format": FORMAT, "format_version": FORMAT_VERSION, "iteration": k,
+                    "theta": theta, "optimizer": self.optimizer.state_dict(),
+                    "world_size": self.exchange.size, "batches": batches.state_dict(),
+                    "rng": torch.get_rng_state(),
+                    "first_objective": self.progress.first_objective,
+                    "loop": {**loop, "iteration": k}, **self.meta})
+            except RunFileError as exc:
+                archive, error = None, exc
+
+        def write(rank, state):          # every rank's state is received, written or not
+            nonlocal archive, error
+            if archive is not None:
+                try:
+                    archive.add(oracle_entry(rank), state)
+                except RunFileError as exc:
+                    archive.abort()
+                    archive, error = None, exc
+
+        self.exchange.gather_each(self.oracle.state_dict(), write)
+        if archive is not None:
+            try:
+                archive.commit()
             except RunFileError as exc:
                 error = exc
         agree_on_error(self.exchange, error, str(self.path))
@@ -91,19 +114,34 @@ class Checkpointer:
         return max(AUTO_FIRST, math.ceil(seconds / (OVERHEAD * max(per_iteration, 1e-9))))
 
 
-def load_checkpoint(path: Path) -> dict:
-    return load_record(path, "checkpoint", FORMAT, FORMAT_VERSION)
+def oracle_entry(rank: int) -> str:
+    return f"oracle-{rank}.pt"
+
+
+def load_checkpoint(path: Path, rank: int | None = None) -> dict:
+    """The checkpoint's record; with `rank`, record["oracle"] is that rank's oracle state."""
+    if archive_entries(path) is None:           # format 1: one torch file
+        record = load_record(path, "checkpoint", FORMAT, FORMAT_VERSION)
+        oracles = record.pop("oracles")
+        if rank is not None:
+            record["oracle"] = oracles[rank] if rank < len(oracles) else None
+        return record
+    record = check_record(load_entry(path, RECORD_ENTRY, "checkpoint"), path, FORMAT,
+                          FORMAT_VERSION)
+    if rank is not None:
+        record["oracle"] = (load_entry(path, oracle_entry(rank), "checkpoint")
+                            if rank < record["world_size"] else None)
+    return record
 
 
 def restore(record: dict, optimizer, oracle, progress, exchange) -> torch.Tensor:
-    """Load a checkpoint's state into the run's parts; returns θ.
-
-    The oracle's warm starts are restored only on the rank count that saved them.
-    """
+    """Load a checkpoint's state (read with this rank's oracle entry) into the run's
+    parts; returns θ.  The warm starts are restored only on the rank count that saved
+    them."""
     theta = record["theta"]
     optimizer.load_state_dict(record["optimizer"])
     if record["world_size"] == exchange.size:
-        oracle.load_state_dict(record["oracles"][exchange.rank])
+        oracle.load_state_dict(record["oracle"])
     torch.set_rng_state(record["rng"])
     progress.theta, progress.iteration = theta, record["iteration"]
     progress.first_objective = record["first_objective"]

@@ -23,8 +23,13 @@ def test_estimate_counts_states_per_owned_layer_and_sample():
     assert val.states - four.states == pytest.approx(
         memory.VAL_COPIES["simultaneous"] * 9 * state / 2)
     p = memory.estimate("mgrit", 32, 4, 10, 100, 1000, 8, 5.0, 28)
-    assert p.params == 28 * 1000 * 8 and p.data == 5.0
+    assert p.params == 28 * 1000 * 8 and p.data == 5.0 and p.checkpoint == 0
     assert p.total == pytest.approx(memory.BASE + p.params + p.data + p.states)
+    # rank 0 receives one other rank's oracle state at a checkpoint
+    ranks = memory.estimate("simultaneous", 32, 4, 10, 100, 0, 8, 0.0, 0, warm_batches=3,
+                            ranks=4)
+    assert ranks.checkpoint == pytest.approx(memory.CHECKPOINT_COPIES * 2 * 9 * state * 3)
+    assert memory.estimate("serial", 32, 1, 10, 100, 0, 8, 0.0, 0, ranks=4).checkpoint == 0
 
 
 def test_meminfo_and_cgroup_limits(tmp_path):

@@ -148,10 +148,92 @@ def test_ranks_agree_on_the_automatic_interval_whatever_their_clocks():
 def test_checkpoint_holds_the_documented_state(tmp_path):
     app.run(_cfg("mode=simultaneous", "optimizer=adam", "train.batch_size=50",
                  "train.iterations=3"), None, tmp_path)
-    record = ck.load_checkpoint(tmp_path / ck.CHECKPOINT_FILE)
+    record = ck.load_checkpoint(tmp_path / ck.CHECKPOINT_FILE, rank=0)
     assert record["iteration"] == 3 and record["world_size"] == 1
     adam = record["optimizer"]["state"][0]            # torch.optim.Adam's state_dict
     assert set(adam) == {"step", "exp_avg", "exp_avg_sq"} and float(adam["step"]) == 3
-    cache = record["oracles"][0]["cache"]
+    cache = record["oracle"]["cache"]
     assert len(cache) == 3 and all(isinstance(f, torch.Tensor) for _, f, _ in cache)
     assert len(record["batches"]["order"]) == 1        # 4 batches an epoch, 3 visited
+
+
+class _Ranks:
+    """gather_each of `size` ranks, in process: rank 0 consumes each state in rank order."""
+
+    def __init__(self, states):
+        self.states, self.rank, self.size = states, 0, len(states)
+
+    def gather_each(self, obj, consume):
+        for r, state in enumerate(self.states):
+            consume(r, obj if r == 0 else state)
+
+    def allreduce_sum(self, value):
+        return value
+
+
+def _three_rank_checkpoint(path):
+    states = [{"cache": [(0, torch.full((2, 3), float(r)), None)]} for r in range(3)]
+
+    class Oracle:
+        def state_dict(self):
+            return states[0]
+
+    class Optimizer:
+        def state_dict(self):
+            return {"k": 1}
+
+    class Batches:
+        def state_dict(self):
+            return {"order": []}
+
+    class Progress:
+        first_objective = 2.5
+
+    saver = ck.Checkpointer(path, 1, _Ranks(states), True, Optimizer(), Oracle(), Progress(),
+                            {"config": "c"})
+    saver.save(4, torch.arange(3.0), Batches(), {"wall_time": 1.0})
+    return states
+
+
+def test_checkpoint_gives_each_rank_its_own_oracle_state(tmp_path):
+    path = tmp_path / ck.CHECKPOINT_FILE
+    states = _three_rank_checkpoint(path)
+    for r in range(3):
+        record = ck.load_checkpoint(path, rank=r)
+        assert record["iteration"] == 4 and record["world_size"] == 3
+        assert torch.equal(record["oracle"]["cache"][0][1], states[r]["cache"][0][1])
+    assert "oracle" not in ck.load_checkpoint(path)
+    assert ck.load_checkpoint(path, rank=5)["oracle"] is None
+    assert not list(tmp_path.glob(".*.tmp"))           # the temporary file was renamed
+
+
+def test_format_1_checkpoints_still_load(tmp_path):
+    from lptrain.model.saved import save_torch
+    path = tmp_path / ck.CHECKPOINT_FILE
+    save_torch({"format": ck.FORMAT, "format_version": 1, "iteration": 7, "world_size": 2,
+                "oracles": [{"cache": "a"}, {"cache": "b"}]}, path)
+    assert ck.load_checkpoint(path, rank=1)["oracle"] == {"cache": "b"}
+    assert ck.load_checkpoint(path)["iteration"] == 7
+
+
+def test_a_failed_checkpoint_write_keeps_the_old_file_and_receives_every_rank(
+        tmp_path, monkeypatch):
+    from lptrain.errors import RunFileError
+    from lptrain.model import saved
+    path = tmp_path / ck.CHECKPOINT_FILE
+    _three_rank_checkpoint(path)
+    before = path.read_bytes()
+    consumed = []
+    real_add = saved.AtomicArchive.add
+
+    def add(self, name, obj):
+        consumed.append(name)
+        if name == ck.oracle_entry(1):
+            raise RunFileError(f"{self.path}: cannot write (disk full)")
+        real_add(self, name, obj)
+
+    monkeypatch.setattr(saved.AtomicArchive, "add", add)
+    with pytest.raises(RunFileError, match="disk full"):
+        _three_rank_checkpoint(path)
+    assert consumed == ["record.pt", "oracle-0.pt", "oracle-1.pt"]   # no write after it
+    assert path.read_bytes() == before and not list(tmp_path.glob(".*.tmp"))
