@@ -58,13 +58,18 @@ def need(opts, sizes: Sizes, net: ResNet, grid: Grid,
     shard = (math.ceil(sizes.n_train / grid.data) + math.ceil(sizes.n_val / grid.data))
     data_bytes = shard * feats * item + sizes.read * feats * 8 * 2
     vectors = 2 * getattr(opts.optimizer, "memory", 0) + 8
-    warm = 0
-    if opts.mode.name == "simultaneous" and opts.train.batch_size is not None:
-        warm = min(opts.mode.warm_batches, math.ceil(sizes.n_train / opts.train.batch_size))
+    warm = _kept_warm_starts(opts, sizes)
     val_chunk = min(batch, math.ceil(sizes.n_val / grid.data))
     return memory.estimate(opts.mode.name, opts.network.layers, grid.layer, batch,
                            math.prod(net.state_shape), net.layout.size, item, data_bytes,
                            vectors, warm, val_chunk, grid.size)
+
+
+def _kept_warm_starts(opts, sizes: Sizes) -> int:
+    """Mini-batches whose warm starts the simultaneous mode keeps (0: none kept)."""
+    if opts.mode.name != "simultaneous" or opts.train.batch_size is None:
+        return 0
+    return min(opts.mode.warm_batches, math.ceil(sizes.n_train / opts.train.batch_size))
 
 
 def plan(opts, comm) -> Plan:
@@ -98,7 +103,7 @@ def _warm_hint(opts, sizes: Sizes, need_g: memory.Need, limit: float) -> str:
     """', fewer kept warm starts (mode.warm_batches=K)' where K of them would fit."""
     if need_g.warm <= 0:
         return ""
-    kept = min(opts.mode.warm_batches, math.ceil(sizes.n_train / opts.train.batch_size))
+    kept = _kept_warm_starts(opts, sizes)
     per_batch = (need_g.warm + need_g.checkpoint) / kept     # both grow with kept batches
     k = math.floor((limit - (need_g.total - need_g.warm - need_g.checkpoint)) / per_batch)
     return f", fewer kept warm starts (mode.warm_batches={k})" if k >= 0 else ""

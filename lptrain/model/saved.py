@@ -20,11 +20,17 @@ from torch import nn
 from lptrain.errors import RunFileError
 from lptrain.model.network import NetworkOptions, ResNet
 from lptrain.model.serial import propagate
+from lptrain.parallel.grid import chunks
 
 MODEL_FILE = "model.pt"
 FORMAT = "lptrain-model"
 FORMAT_VERSION = 1
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def _temporary(path: Path) -> Path:
+    """The hidden file next to `path` an atomic write goes to before its rename."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -34,7 +40,7 @@ def write_atomically(path: Path, data: bytes) -> None:
     temporary file and raises RunFileError naming `path`.
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = _temporary(path)
     try:
         with open(tmp, "wb") as f:
             f.write(data)
@@ -62,7 +68,7 @@ class AtomicArchive:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        self.tmp = _temporary(self.path)
         self._file = self._zip = None
         with self._failing("cannot write"):
             self._file = open(self.tmp, "wb")
@@ -217,9 +223,9 @@ class Classifier(nn.Module):
         stepped `chunk` samples at a time (memory; the numbers are those of one pass
         to rounding, and bitwise where the run validated in the same chunks)."""
         n, loss, correct = x.shape[0], 0.0, 0
-        for lo in range(0, n, chunk):
-            l, c, *_ = self.net.classify(self.theta, self._final_states(x[lo:lo + chunk]),
-                                         y[lo:lo + chunk].to(self.theta.device), n, False)
+        for part in chunks(n, chunk):
+            l, c, *_ = self.net.classify(self.theta, self._final_states(x[part]),
+                                         y[part].to(self.theta.device), n, False)
             loss, correct = loss + float(l), correct + c
         return loss, correct / n
 

@@ -14,6 +14,7 @@ import torch
 
 from lptrain.mgrit.exchange import allreduce_tensor
 from lptrain.model.serial import Buffers, adjoint, propagate
+from lptrain.parallel.grid import chunks
 from lptrain.parallel.layer_parallel import LayerParallel
 from lptrain.metrics.writer import convergence_factor
 
@@ -56,14 +57,6 @@ class SolveStats:
                     adaptive_extra=self.adaptive_extra, rung=self.rung,
                     fwd_total=self.fwd_total, adj_total=self.adj_total,
                     fwd_history=list(self.fwd_history), adj_history=list(self.adj_history))
-
-
-def chunks(n: int, size: int | None) -> list[slice]:
-    """Slices of at most `size` (None: all n) consecutive samples covering 0..n-1."""
-    size = n if size is None else size
-    if size < 1:
-        raise ValueError(f"chunk size {size}: must be >= 1")
-    return [slice(lo, min(lo + size, n)) for lo in range(0, n, size)]
 
 
 def _last(history) -> float:

@@ -14,7 +14,8 @@ from lptrain.config.schema import LBFGSOptions
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.train.optimizers import LBFGS
-from lptrain.train.oracles import Batch, MGRITOracle, SerialOracle, chunks
+from lptrain.parallel.grid import chunks
+from lptrain.train.oracles import Batch, MGRITOracle, SerialOracle
 
 OPENINGS = ["replicate", "conv"]
 # N = 12 with c = 2 gives three levels (12 → 6 → 3 steps); V- and F-cycles, FCF on level 0
