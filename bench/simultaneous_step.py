@@ -62,7 +62,8 @@ def main():
     net, theta = network(a.layers)
     x, y = data(a.batch)
     mgrit_opts = MGRITOptions(levels=3, cfactor0=4, cfactor=4, nrelax0=0, nrelax=1,
-                      fwd_iters=a.fwd_iters, adj_iters=a.adj_iters, level_ops=a.level_ops)
+                              fwd_iters=a.fwd_iters, adj_iters=a.adj_iters,
+                              level_ops=a.level_ops)
     sim = SimultaneousOracle(net, SerialExchange(), mgrit_opts)
     serial, simul = run_steps([SerialOracle(net, SerialExchange()), sim], theta, x, y, a.reps)
     # the breakdown of one evaluation (one forward and one adjoint solve), over reps of them
