@@ -17,7 +17,8 @@ from common import RESULTS, data, network
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.parallel.context import make_exchange, world
 from lptrain.parallel.layer_parallel import LayerParallel
-from lptrain.train.oracles import Batch, SerialOracle, SimultaneousOracle
+from lptrain.train.oneshot import SimultaneousOracle
+from lptrain.train.oracles import Batch, SerialOracle
 
 
 def median_time(comm, fn, reps):

@@ -11,12 +11,22 @@ iteration (accepted point, and all solves incl. line-search trials), failed
 line searches and the highest rung the controller climbed to.  "Pass" asks
 that simultaneous be no worse than that; the ratio column shows when it is
 better (early in a run L-BFGS paths part ways by chance).
+
+The simultaneous run's parameters are also evaluated exactly after every
+iteration, which gives the iterations it needs to reach serial's final
+objective ("to serial J": goal ≤ 1.2 × serial's iterations; it runs LONGER
+times as many, the other columns are at serial's count).  From those and
+the speedup model (costs measured now on this machine, the default link), the
+predicted time to serial's final objective on P = 16, 64, 128 ranks: serial
+data parallel against simultaneous on the grid the model recommends.
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import common  # noqa: F401  (one thread, the allocator setting)
@@ -24,13 +34,22 @@ from lptrain.app import build
 from lptrain.config import compose
 from lptrain.metrics.console import Console
 from lptrain.metrics.writer import MemoryWriter
+from lptrain.model_perf import measure
+from lptrain.model_perf.cli import workload
+from lptrain.model_perf.grid import grid_time, recommend
+from lptrain.model_perf.predict import Counts, Machine
+from lptrain.model_perf.schedule import max_ranks
+from lptrain.parallel.grid import Grid
+from lptrain.train.guard import Progress
 from lptrain.train.loop import train
 from lptrain.train.oracles import Batch, SerialOracle
+
+NAN = float("nan")
 
 QUICK_MNIST = ["dataset=mnist", "network=conv", "dataset.n_train=300", "dataset.n_val=100",
                "train.iterations=15", "eval_every=15"]
 MATRIX = {
-    **{f"default seed {s}": [f"seed={s}", "train.iterations=100"] for s in range(5)},
+    **{f"default seed {s}": [f"seed={s}", "train.iterations=100"] for s in range(10)},
     "peaks_paper": ["experiment=peaks_paper"],
     "N=128": ["network.layers=128", "train.iterations=60"],
     "N=1024": ["network.layers=1024", "train.iterations=20", "dataset.n_train=1000"],
@@ -45,43 +64,121 @@ MATRIX = {
     "mnist conv (short)": QUICK_MNIST,
     "sgd mini-batch": ["optimizer=sgd", "train.batch_size=500", "train.iterations=100"],
     "adam mini-batch": ["optimizer=adam", "train.batch_size=500", "train.iterations=100"],
+    # large layer steps (h = T/N = 0.31-0.74) and stale mini-batch warm starts (issue 18)
+    "dense_wide": ["network=dense_wide", "train.iterations=100"],
+    "T=10": ["network.T=10", "train.iterations=60"],
+    "indian_pines": ["dataset=indian_pines", "train.iterations=100"],
+    "indian_pines_paper": ["experiment=indian_pines_paper", "train.iterations=100"],
+    "mnist adam mini-batch": ["dataset=mnist", "optimizer=adam", "train.batch_size=100",
+                              "dataset.n_train=500", "dataset.n_val=200",
+                              "train.iterations=25", "eval_every=25"],
 }
+RANKS = (16, 64, 128)
+LONGER = 1.5     # simultaneous runs this many times serial's iterations (the trajectory)
 
 
-def run(mode: str, overrides: list[str]) -> dict:
+class ExactTrajectory(Progress):
+    """Progress that also evaluates each iterate's objective exactly (layer-serial, full
+    training set) and keeps the parameters of iteration `keep`."""
+
+    def __init__(self, theta, exact, keep: int):
+        super().__init__(theta)
+        self.exact, self.keep, self.objectives, self.kept = exact, keep, [], theta
+
+    def check(self, k, objective, theta):
+        super().check(k, objective, theta)
+        self.objectives.append(self.exact.value(theta).objective)
+        if k == self.keep:
+            self.kept = theta.clone()
+
+
+def run(mode: str, overrides: list[str], longer: float = 1.0) -> dict:
+    """Train; the objective and validation accuracy at the configured iteration count,
+    evaluated exactly.  `longer` runs that many times the iterations beyond it (the
+    trajectory shows when serial's objective is reached)."""
     opts, _ = compose([f"mode={mode}", *overrides])
+    its = opts.train.iterations
+    if longer != 1.0:
+        opts.train.iterations = int(round(longer * its))
     ex, data, net, theta, oracle, opt = build(opts, None)
-    rows = MemoryWriter()
-    t0 = time.perf_counter()
-    theta, out = train(theta, opt, oracle, data, opts, rows, Console(False, 1), ex)
-    wall = time.perf_counter() - t0
-    exact = SerialOracle(net, ex)                     # the exact objective at the result
+    exact = SerialOracle(net, ex)                     # the exact objective of an iterate
     exact.begin(Batch(data.x_train, data.y_train))
+    rows = MemoryWriter()
+    progress = ExactTrajectory(theta, exact, its)
+    theta, out = train(theta, opt, oracle, data, opts, rows, Console(False, 1), ex, progress)
+    k = min(its, out.iterations)
+    theta = progress.kept if out.iterations >= its else theta
     point = exact.value(theta)
     _, val_acc = exact.validate(theta, data.x_val, data.y_val)
-    m = rows.mgrit
+    m = rows.mgrit[:k]
     n = max(len(m), 1)
-    return dict(objective=point.objective, val=val_acc, iterations=out.iterations,
-                stalled=out.stalled, wall=wall,
+    train_rows = rows.train[:k]
+    return dict(objective=point.objective, val=val_acc, iterations=k,
+                stalled=out.stalled if out.iterations <= its else None,
+                wall=sum(r["step_time"] for r in train_rows), opts=opts, net=net,
+                theta=theta, n_train=data.x_train.shape[0], trajectory=progress.objectives,
+                trials=sum(r["ls_trials"] for r in train_rows) / max(len(train_rows), 1),
+                fwd=sum(r["fwd_total"] for r in m) / n, adj=sum(r["adj_total"] for r in m) / n,
                 accepted=sum(r["fwd_iterations"] + r["adj_iterations"] for r in m) / n,
                 total=sum(r["fwd_total"] + r["adj_total"] for r in m) / n,
-                failed=sum(r["ls_failed"] for r in rows.train),
+                grad_error=statistics.median([r["grad_error"] for r in m]) if m else NAN,
+                factor=_median([r["fwd_factor"] for r in m]),
+                failed=sum(r["ls_failed"] for r in train_rows),
                 rung=max((r["rung"] for r in m), default=0))
 
 
+def _median(values) -> float:
+    values = [v for v in values if v == v]       # NaN: fewer than 2 residuals
+    return statistics.median(values) if values else NAN
+
+
+def iterations_to(trajectory, target: float) -> int | None:
+    """First iteration whose exact objective is at most `target` (None: never)."""
+    return next((k for k, j in enumerate(trajectory, 1) if j <= target), None)
+
+
+def predicted_times(ser: dict, sim: dict, its: int | None) -> str:
+    """'serial / simult.' seconds to serial's final J on each of RANKS (model)."""
+    opts = sim["opts"]
+    batch = opts.train.batch_size or sim["n_train"]
+    w = workload(sim["net"], sim["theta"], batch)
+    costs = measure.measure_costs(sim["net"], sim["theta"], batch)
+    m = Machine(costs, measure.DEFAULT_LINK)
+    # the run's mean iterations per solve (a forward solve per line-search trial)
+    mgrit = replace(opts.mgrit, fwd_iters=sim["fwd"] / max(sim["trials"], 1),
+                    adj_iters=sim["adj"])
+    cells = []
+    for p in RANKS:
+        t_ser = ser["iterations"] * grid_time(Grid(1, p), "serial", w, mgrit, m,
+                                              Counts(ser["trials"]))
+        _, times = recommend(p, "simultaneous", w, mgrit, m, max_ranks(w.n_layers, mgrit),
+                             Counts(sim["trials"]))
+        t_sim = its * min(times.values()) if its and times else NAN
+        cells.append(f"{t_ser:.3g} / {t_sim:.3g}")
+    return " | ".join(cells)
+
+
 HEADER = ("| configuration | its | serial J | simult. J | ratio | serial val | simult. val "
-          "| Δval | MGRIT it/iter (accepted / all) | failed LS | max rung | serial s "
-          "| simult. s | pass |\n|" + "---|" * 14)
+          "| Δval | MGRIT it/iter (accepted / all) | median grad_error | median fwd factor "
+          "| failed LS | max rung "
+          "| serial s | simult. s | to serial J (its) | "
+          + " | ".join(f"P={p}: s to serial J (ser. / sim.)" for p in RANKS)
+          + " | pass |\n|" + "---|" * (18 + len(RANKS)))
 
 
 def row(name: str, ser: dict, sim: dict) -> str:
     ratio = sim["objective"] / ser["objective"]
     dval = sim["val"] - ser["val"]
+    its = iterations_to(sim["trajectory"], ser["objective"])
     ok = ratio <= 1.15 and dval >= -0.03 and not sim["stalled"]
+    reach = f"{its}" if its else f"> {len(sim['trajectory'])}"
     return (f"| {name} | {sim['iterations']} | {ser['objective']:.4f} | {sim['objective']:.4f} "
             f"| {ratio:.3f} | {ser['val']:.3f} | {sim['val']:.3f} | {dval:+.3f} "
-            f"| {sim['accepted']:.2f} / {sim['total']:.2f} | {sim['failed']} | {sim['rung']} "
-            f"| {ser['wall']:.1f} | {sim['wall']:.1f} | {'yes' if ok else 'NO'} |")
+            f"| {sim['accepted']:.2f} / {sim['total']:.2f} | {sim['grad_error']:.1e} "
+            f"| {sim['factor']:.2f} "
+            f"| {sim['failed']} | {sim['rung']} "
+            f"| {ser['wall']:.1f} | {sim['wall']:.1f} | {reach} "
+            f"| {predicted_times(ser, sim, its)} | {'yes' if ok else 'NO'} |")
 
 
 def main():
@@ -94,7 +191,7 @@ def main():
     print(HEADER, flush=True)
     for name in names:
         over = MATRIX[name]
-        line = row(name, run("serial", over), run("simultaneous", over))
+        line = row(name, run("serial", over), run("simultaneous", over, LONGER))
         lines.append(line)
         print(line, flush=True)
     if a.out:

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/simultaneous_step.py [--layers 1024] [--batch 5000] [--reps 9]
         [--fwd-iters 2] [--adj-iters 2] [--level-ops fused|plain]
+        [--coarse-weights average|inject]
 
 Serial step: exact forward + backward + L-BFGS update.  Simultaneous step:
 mgrit.fwd_iters forward and mgrit.adj_iters adjoint MGRIT iterations (the
@@ -21,9 +22,10 @@ from common import data, network, save
 from counting import Counting
 from lptrain.config.schema import LBFGSOptions
 from lptrain.mgrit.exchange import SerialExchange
-from lptrain.mgrit.options import LEVEL_OPS, MGRITOptions
+from lptrain.mgrit.options import COARSE_WEIGHTS, LEVEL_OPS, MGRITOptions
 from lptrain.train.optimizers import LBFGS
-from lptrain.train.oracles import Batch, SerialOracle, SimultaneousOracle
+from lptrain.train.oneshot import SimultaneousOracle
+from lptrain.train.oracles import Batch, SerialOracle
 
 
 def run_steps(oracles, theta, x, y, reps):
@@ -58,12 +60,15 @@ def main():
     p.add_argument("--fwd-iters", type=int, default=MGRITOptions.fwd_iters)
     p.add_argument("--adj-iters", type=int, default=MGRITOptions.adj_iters)
     p.add_argument("--level-ops", default=MGRITOptions.level_ops, choices=LEVEL_OPS)
+    p.add_argument("--coarse-weights", default=MGRITOptions.coarse_weights,
+                   choices=COARSE_WEIGHTS)
     a = p.parse_args()
     net, theta = network(a.layers)
     x, y = data(a.batch)
     mgrit_opts = MGRITOptions(levels=3, cfactor0=4, cfactor=4, nrelax0=0, nrelax=1,
                               fwd_iters=a.fwd_iters, adj_iters=a.adj_iters,
-                              level_ops=a.level_ops)
+                              level_ops=a.level_ops, coarse_weights=a.coarse_weights,
+                              control="fixed")   # the cost of the given iterations
     sim = SimultaneousOracle(net, SerialExchange(), mgrit_opts)
     serial, simul = run_steps([SerialOracle(net, SerialExchange()), sim], theta, x, y, a.reps)
     # the breakdown of one evaluation (one forward and one adjoint solve), over reps of them

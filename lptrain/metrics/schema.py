@@ -167,6 +167,19 @@ FIELDS: dict[str, dict[str, Field]] = {
                            "forward MGRIT iterations of every solve of this optimizer "
                            "iteration (line-search trials and re-evaluations included)"),
         "adj_total": Field(INT, _ROWS, "", "adjoint MGRIT iterations, as fwd_total"),
+        "grad_error": Field(FLOAT, _ROWS, "",
+                            "estimated error of the gradient relative to its norm at the "
+                            "accepted point, fwd_error + adj_error (docs/method.md §6; "
+                            "measured 7-15x the true error)"),
+        "fwd_error": Field(FLOAT, _ROWS, "", "the forward solve's share of grad_error: "
+                           "T · r_u · ‖λ_C‖ / (n_C ‖g‖)"),
+        "adj_error": Field(FLOAT, _ROWS, "", "the adjoint solve's share of grad_error: "
+                           "T · r_λ · ‖u_C‖ / (n_C ‖g‖)"),
+        "fwd_plan": Field(INT, _ROWS, "",
+                          "simultaneous: forward iterations the controller plans for the "
+                          "batch's next evaluation (mgrit.control=error keeps grad_error "
+                          "below mgrit.grad_tol)"),
+        "adj_plan": Field(INT, _ROWS, "", "adjoint iterations planned, as fwd_plan"),
         FWD_HISTORY: Field(FLOAT, "(n, k)", "",
                            "forward residual after each MGRIT iteration; NaN-padded to "
                            "the longest solve so far (k grows)"),

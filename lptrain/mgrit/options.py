@@ -1,6 +1,7 @@
 """MGRIT options (the Hydra group `mgrit`), validated once on construction."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -8,6 +9,7 @@ from lptrain.errors import require
 
 CYCLES = ("V", "F")
 COARSE_WEIGHTS = ("inject", "average")
+CONTROLS = ("fixed", "error")    # the one-shot controller (train/control.py CONTROLS)
 LEVEL_OPS = ("fused", "plain")   # the solver's level operations (mgrit/solver.py LEVEL_OPS)
 
 
@@ -24,18 +26,22 @@ class MGRITOptions:
     tol: float = 1e-10           # absolute residual tolerance (forward)
     rtol: float = 0.0            # tolerance relative to the first residual (0 = off)
     max_iter: int = 50           # forward iterations per solve (mode=mgrit)
-    coarse_weights: str = "inject"  # inject | average
+    coarse_weights: str = "average"  # average | inject (coarse step: layer mean or first)
     adj_tol: Optional[float] = None     # adjoint tolerance (None = tol)
     adj_max_iter: Optional[int] = None  # adjoint iterations (None = max_iter)
     fwd_iters: int = 2           # mode=simultaneous: forward iterations per optimizer step
     adj_iters: int = 2           # mode=simultaneous: adjoint iterations per optimizer step
+    control: str = "error"       # simultaneous: error (plan iterations to grad_tol) | fixed
+    grad_tol: float = 0.01       # ... target of the estimated relative gradient error
+    control_min_iters: int = 1   # ... fewest iterations it plans per solve
+    control_max_iters: int = 6   # ... most iterations it plans per solve
     adaptive: bool = False       # simultaneous: add iterations when residuals are large
     adaptive_ratio: float = 0.1  # ... i.e. when residual > ratio × gradient norm
     adaptive_max_extra: int = 4  # ... at most this many extra iterations per solve
     level_ops: str = "fused"     # fused | plain (the reference: same iterates, slower)
 
     def __post_init__(self):
-        for key in ("levels", "max_iter", "fwd_iters", "adj_iters"):
+        for key in ("levels", "max_iter", "fwd_iters", "adj_iters", "control_min_iters"):
             require(getattr(self, key) >= 1, f"mgrit.{key}", getattr(self, key), "must be >= 1")
         for key in ("cfactor0", "cfactor"):
             require(getattr(self, key) >= 2, f"mgrit.{key}", getattr(self, key), "must be >= 2")
@@ -44,6 +50,13 @@ class MGRITOptions:
         require(self.cycle in CYCLES, "mgrit.cycle", self.cycle, f"choose one of {CYCLES}")
         require(self.coarse_weights in COARSE_WEIGHTS, "mgrit.coarse_weights",
                 self.coarse_weights, f"choose one of {COARSE_WEIGHTS}")
+        require(self.control in CONTROLS, "mgrit.control", self.control,
+                f"choose one of {CONTROLS}")
+        require(0 < self.grad_tol < math.inf, "mgrit.grad_tol", self.grad_tol,
+                "must be a positive number")
+        require(self.control_max_iters >= self.control_min_iters, "mgrit.control_max_iters",
+                self.control_max_iters,
+                f"must be >= mgrit.control_min_iters ({self.control_min_iters})")
         require(self.level_ops in LEVEL_OPS, "mgrit.level_ops", self.level_ops,
                 f"choose one of {LEVEL_OPS}")
         require(self.tol >= 0, "mgrit.tol", self.tol, "must be >= 0")
@@ -61,6 +74,12 @@ class MGRITOptions:
         return CycleOptions(nrelax0=self.nrelax0, nrelax=self.nrelax, cycle=self.cycle,
                             skip_first_down=self.skip_first_down, linear=linear,
                             level_ops=self.level_ops)
+
+    def control_options(self):
+        """The one-shot controller's ControlOptions (train/control.py)."""
+        from lptrain.train.control import ControlOptions
+        return ControlOptions(self.control, self.fwd_iters, self.adj_iters, self.grad_tol,
+                              self.control_min_iters, self.control_max_iters)
 
     @property
     def adjoint_tol(self) -> float:

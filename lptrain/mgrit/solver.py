@@ -19,8 +19,8 @@ import torch
 from lptrain.errors import SolverError
 from lptrain.mgrit.fused import FusedLevelOps
 from lptrain.mgrit.hierarchy import Hierarchy
-from lptrain.mgrit.indexing import gather, scatter
-from lptrain.mgrit.levels import RESIDUAL, RESTRICT, LevelOps, LevelState, sq_norm
+from lptrain.mgrit.indexing import gather, index_of, scatter
+from lptrain.mgrit.levels import RESIDUAL, RESTRICT, LevelOps, LevelState
 from lptrain.mgrit.options import CYCLES
 
 # A level-0 residual below ROUNDOFF·eps·‖u_C‖ (eps of the states' dtype, u_C this solve's
@@ -36,6 +36,7 @@ class SolveResult:
     history: list[float]   # residual norm at the start of each iteration
     iterations: int        # cycles performed
     converged: bool
+    state_norm: float = 0.0  # ‖u_C‖ over all ranks when the last residual was measured
 
     @property
     def residual(self) -> float:
@@ -146,7 +147,8 @@ class MGRIT:
                 # last sweep leaves the activations (and adjoint weight products)
                 if not math.isfinite(norm) or not fixed and \
                         norm <= max(tol, rtol * history[0], floor):
-                    return SolveResult(top.X, history, k, math.isfinite(norm))
+                    return SolveResult(top.X, history, k, math.isfinite(norm),
+                                       self._state_norm)
                 self._cycle(1, opt.cycle)
             ops.correct(top)
             last = k == max_iter - 1
@@ -156,7 +158,7 @@ class MGRIT:
         norm, floor = self._measure(ops.residual(top), fixed)   # of the returned states
         history.append(norm)
         return SolveResult(top.X, history, max_iter,
-                           norm <= max(tol, rtol * history[0], floor))
+                           norm <= max(tol, rtol * history[0], floor), self._state_norm)
 
     def _cycle(self, l: int, kind: str) -> None:
         """One V- or F-cycle on level l ≥ 1 (its problem set by the restriction)."""
@@ -209,12 +211,15 @@ class MGRIT:
     # -- helpers -------------------------------------------------------------------
     def _measure(self, local_sq: float, fixed: bool) -> tuple[float, float]:
         """The level-0 residual norm from this rank's Σ r², and its round-off floor
-        (ROUNDOFF); one allreduce for both.  Fixed solves ignore the floor (0)."""
+        (ROUNDOFF); one allreduce for both.  Fixed solves ignore the floor (0).
+        The C-point norm ‖u_C‖ is kept (`state_norm`): residuals relative to the
+        states tell the one-shot controller how far a solve is (docs/method.md §6)."""
         top = self.levels[0]
-        state_sq = 0.0 if fixed else sum(sq_norm(top.X[c - top.lo]) for c in top.cs)
+        state_sq = _c_point_sq_norm(top)
         res_sq, state_sq = self.exchange.allreduce_sums((local_sq, state_sq))
+        self._state_norm = math.sqrt(state_sq)
         eps = torch.finfo(top.X.dtype).eps
-        return math.sqrt(res_sq), ROUNDOFF * eps * math.sqrt(state_sq)
+        return math.sqrt(res_sq), 0.0 if fixed else ROUNDOFF * eps * self._state_norm
 
     def _take_c_points(self, warm: torch.Tensor) -> None:
         """A warm start's C-points into the work buffer (its F-points come next)."""
@@ -232,3 +237,12 @@ class MGRIT:
         if warm is not None and warm.data_ptr() == bufs[0].data_ptr():
             return bufs[1]
         return bufs[0]
+
+
+def _c_point_sq_norm(lv: LevelState) -> float:
+    """Σ ‖u_c‖² over this rank's C-points of a level (one reduction, no copy)."""
+    if not lv.cs:
+        return 0.0
+    idx = index_of([c - lv.lo for c in lv.cs])
+    view = lv.X[idx]
+    return float(torch.linalg.vector_norm(view)) ** 2

@@ -49,6 +49,11 @@ class LayerParallel:
     def n_levels(self) -> int:
         return len(self.hier.levels)
 
+    @property
+    def n_c_points(self) -> int:
+        """C-points of the finest level, where residuals are measured (0: one level)."""
+        return len(self.hier.levels[0].cpoints)
+
     def template(self, x: torch.Tensor) -> torch.Tensor:
         return self.net.new_state(x)
 

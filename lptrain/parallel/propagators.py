@@ -24,10 +24,11 @@ class ForwardPropagator:
                  saved: torch.Tensor | None = None, first: int = 0):
         self.stepper, self.h, self.average = stepper, h, coarse_weights == "average"
         self.saved, self.first = saved, first
+        self.means = MeanWeights(stepper)
 
     def _weights(self, start: int, stop: int):
         if self.average and stop - start > 1:
-            return self.stepper.mean_weights(start, stop)
+            return self.means(start, stop)
         return self.stepper.weights(start)
 
     def step(self, u, start: int, stop: int, out=None, save: bool = False, plus=None):
@@ -65,6 +66,7 @@ class AdjointPropagator:
         self.stepper, self.h, self.N = stepper, h, n_steps
         self.lin, self.state = lin, state
         self.average = coarse_weights == "average"
+        self.means = MeanWeights(stepper)
         self._avg: dict[tuple[int, int], torch.Tensor] = {}
         # (gK, gb) of all N layers: finest-level steps with save=True write g uᵀ and Σ g
         # of their layer there (g = f′ ⊙ λ; the caller scales by act.weight_factor)
@@ -74,7 +76,7 @@ class AdjointPropagator:
         """(K, activation data) of the mirrored step a → b."""
         n = self.N - b
         if self.average and b - a > 1:
-            K, bias = self.stepper.mean_weights(n, self.N - a)
+            K, bias = self.means(n, self.N - a)
             key = (n, b - a)
             if key not in self._avg:
                 self._avg[key] = self.stepper.linearize(self.state(n), K, bias)
@@ -113,6 +115,31 @@ class AdjointPropagator:
         return y if plus is None else y.add_(plus)
 
 
+class MeanWeights:
+    """The mean weights of layers [start, stop), computed once per propagator (one
+    solve: the same coarse steps recur in every cycle and on the stacked calls)."""
+
+    def __init__(self, stepper):
+        self.stepper = stepper
+        self._memo: dict[tuple[int, int], tuple] = {}
+        self._stacks: dict[tuple, tuple] = {}
+
+    def __call__(self, start: int, stop: int):
+        key = (start, stop)
+        if key not in self._memo:
+            self._memo[key] = self.stepper.mean_weights(start, stop)
+        return self._memo[key]
+
+    def stacked(self, starts, stops, one):
+        """(K, b) of many steps stacked, `one(start, stop)` giving each step's."""
+        key = (tuple(starts), tuple(stops))
+        if key not in self._stacks:
+            pairs = [one(a, b) for a, b in zip(starts, stops)]
+            self._stacks[key] = (torch.stack([p[0] for p in pairs]),
+                                 torch.stack([p[1] for p in pairs]))
+        return self._stacks[key]
+
+
 class Linearisation:
     """Activation data of forward layers: a view of the forward's saved buffer for
     layers first..first+len−1, plus a few layers computed separately (`tail`)."""
@@ -141,8 +168,7 @@ def _slots(layers, first: int):
 
 def _stack_weights(prop: ForwardPropagator, starts, stops):
     if prop.average and any(b - a > 1 for a, b in zip(starts, stops)):
-        pairs = [prop._weights(a, b) for a, b in zip(starts, stops)]
-        return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+        return prop.means.stacked(starts, stops, prop._weights)
     idx = index_of(starts)          # evenly spaced layers: views, not gathered copies
     return prop.stepper.weights_many(idx if isinstance(idx, slice) else torch.tensor(starts))
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 
 from lptrain.mgrit.exchange import allreduce_tensor
-from lptrain.train.oracles import Batch, Point, SerialOracle, SolveStats
+from lptrain.train.control import Measured
+from lptrain.train.oracles import Batch, MGRITOracle, Point, SerialOracle, SolveStats, measured
 
 
 class DataParallelOracle:
@@ -22,6 +23,9 @@ class DataParallelOracle:
     def __init__(self, inner, net, data):
         self.inner, self.net, self.data = inner, net, data
         self.empty = False
+        self.controlled = isinstance(inner, MGRITOracle)
+        if self.controlled:     # its error estimate needs the sums over all groups
+            inner.external_control = True
 
     def record(self) -> dict | None:
         """The inner oracle's MGRIT record (an empty one where this group had no samples)."""
@@ -49,6 +53,7 @@ class DataParallelOracle:
         self.total = batch.n if batch.n is not None else \
             int(self.data.allreduce_sum(self.local))
         self.empty = self.local == 0
+        self.key = batch.key
         if not self.empty:
             self.inner.begin(Batch(batch.x, batch.y, batch.key))
 
@@ -69,7 +74,18 @@ class DataParallelOracle:
         part = torch.zeros_like(self.theta)
         if not self.empty:
             part = (self.inner.gradient() - reg).mul_(self.local / self.total)
-        return allreduce_tensor(self.data, part).add_(reg)
+        if not self.controlled:
+            return allreduce_tensor(self.data, part).add_(reg)
+        # the solve record summed over the groups in the same reduction as the gradient
+        record = [0.0] * (len(Measured.__dataclass_fields__) + 1)
+        if not self.empty:
+            record = measured(self.inner.fwd, self.inner.adj, self.local / self.total)
+            record = [*record.as_list(), 1.0]
+        both = allreduce_tensor(self.data, torch.cat([part, part.new_tensor(record)]))
+        grad = both[:part.numel()].add_(reg)
+        m = Measured.from_sums(both[part.numel():-1].tolist(), float(both[-1]))
+        self.inner.control(m, float(grad.norm()), self.key)
+        return grad
 
     def accept(self):
         if not self.empty:

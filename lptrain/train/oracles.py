@@ -7,7 +7,6 @@ nothing else.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import torch
@@ -17,6 +16,7 @@ from lptrain.model.serial import Buffers, adjoint, propagate
 from lptrain.parallel.grid import chunks
 from lptrain.parallel.layer_parallel import LayerParallel
 from lptrain.metrics.writer import convergence_factor
+from lptrain.train.control import Measured, gradient_error
 
 
 @dataclass
@@ -46,6 +46,10 @@ class SolveStats:
     rung: int = 0           # solve accuracy the point was evaluated at (SimultaneousOracle)
     fwd_total: int = 0      # MGRIT iterations of every solve of the optimizer iteration,
     adj_total: int = 0      # line-search trials and re-evaluations included
+    fwd_error: float = math.nan   # estimated gradient error from the forward solve,
+    adj_error: float = math.nan   # ... and from the adjoint (train/control.py)
+    fwd_plan: int = -1      # simultaneous: iterations the controller plans for the next
+    adj_plan: int = -1      # evaluation of this batch
 
     def row(self) -> dict:
         return dict(fwd_iterations=self.fwd_iterations,
@@ -56,7 +60,18 @@ class SolveStats:
                     adj_factor=convergence_factor(self.adj_history),
                     adaptive_extra=self.adaptive_extra, rung=self.rung,
                     fwd_total=self.fwd_total, adj_total=self.adj_total,
+                    grad_error=self.fwd_error + self.adj_error,
+                    fwd_error=self.fwd_error, adj_error=self.adj_error,
+                    fwd_plan=self.fwd_plan, adj_plan=self.adj_plan,
                     fwd_history=list(self.fwd_history), adj_history=list(self.adj_history))
+
+
+def measured(fwd, adj, weight: float = 1.0) -> Measured:
+    """The controller's record of a forward and an adjoint SolveResult."""
+    def parts(res, w):
+        h = res.history
+        return (w * h[0]) ** 2, (w * h[-1]) ** 2, (w * res.state_norm) ** 2, len(h) - 1
+    return Measured(*parts(fwd, 1.0), *parts(adj, weight))
 
 
 def _last(history) -> float:
@@ -153,7 +168,8 @@ class MGRITOracle(ExactOracle):
         self.lp_val = None             # own solver buffers for the validation batch
         self.warm_fwd = self.warm_adj = None
         self.warm_key = None
-        self.stats = SolveStats()
+        self.stats = self._trial = SolveStats()
+        self.external_control = False   # True: a DataParallelOracle calls control()
 
     def begin(self, batch: Batch):
         self.batch = batch
@@ -188,7 +204,19 @@ class MGRITOracle(ExactOracle):
         self._store(adj=res.states)
         self._trial.adj_iterations, self._trial.adj_history = res.iterations, list(res.history)
         self.net.regulariser(self.theta, grad)
+        if not self.external_control:
+            self.control(self.measured(), float(grad.norm()), self.batch.key)
         return grad
+
+    def measured(self) -> Measured:
+        """This evaluation's solve record for the error estimate (sums over the layers)."""
+        return measured(self.fwd, self.adj)
+
+    def control(self, m: Measured, grad_norm: float, key: int) -> None:
+        """Estimate the gradient error of the evaluation just finished (train/control.py);
+        m and grad_norm are over all ranks and data groups."""
+        fwd, adj = gradient_error(m, self.net.opts.T, self.lp.n_c_points, grad_norm)
+        self._trial.fwd_error, self._trial.adj_error = fwd, adj
 
     def accept(self):
         self.stats = self._trial
@@ -234,130 +262,11 @@ class MGRITOracle(ExactOracle):
         return loss, correct / n
 
 
-class SimultaneousOracle(MGRITOracle):
-    """One-shot: a few warm-started MGRIT iterations per evaluation (inexact gradient).
-
-    Accuracy comes in rungs: rung 0 runs mgrit.fwd_iters / mgrit.adj_iters
-    iterations, each `tighten()` multiplies both by RUNG_FACTOR, and the top
-    rung solves to mgrit.tol / adj_tol like mode=mgrit; `relax()` returns to
-    rung 0.  Warm starts are kept per mini-batch key for up to `warm_batches`
-    batches (least recently used dropped); a batch without one starts cold,
-    which with skip_first_down is a coarse-grid propagation of u_0.
-    """
-
-    RUNG_FACTOR = 4
-
-    def __init__(self, net, exchange, mgrit_opts, warm_batches: int = 1,
-                 mini_batches: bool = False):
-        super().__init__(net, exchange, mgrit_opts)
-        self.capacity = max(warm_batches, 1)
-        self.copy = mini_batches      # other batches' solves reuse the solver buffers
-        self.cache: OrderedDict = OrderedDict()
-        self.last_gnorm = math.inf
-        self.rung = 0
-        mgrit, f, r = mgrit_opts, self.RUNG_FACTOR, 0
-        while (mgrit.fwd_iters * f ** r < mgrit.max_iter
-               or mgrit.adj_iters * f ** r < mgrit.adjoint_max_iter):
-            r += 1
-        self.top = r
-
-    def tighten(self) -> bool:
-        if self.rung >= self.top:
-            return False
-        self.rung += 1
-        return True
-
-    def relax(self) -> None:
-        self.rung = 0
-
-    def budget(self) -> tuple[int, float, int, float]:
-        """(forward iterations, tol, adjoint iterations, tol) at the current rung."""
-        mgrit = self.mgrit
-        if self.rung >= self.top:
-            return mgrit.max_iter, mgrit.tol, mgrit.adjoint_max_iter, mgrit.adjoint_tol
-        scale = self.RUNG_FACTOR ** self.rung
-        return mgrit.fwd_iters * scale, 0.0, mgrit.adj_iters * scale, 0.0
-
-    STATE = (*MGRITOracle.STATE, "last_gnorm", "rung")
-
-    def state_dict(self) -> dict:
-        return {**super().state_dict(),
-                "cache": [[key, fwd, adj] for key, (fwd, adj) in self.cache.items()]}
-
-    def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
-        self.cache = OrderedDict((key, (fwd, adj)) for key, fwd, adj in state["cache"])
-
-    def _solve_forward(self, theta, warm):
-        extra = 0
-        iters, tol, *_ = self.budget()
-        res = self.lp.forward(theta, self.batch.x, warm=warm, max_iter=iters, tol=tol)
-        history, iters = list(res.history), res.iterations
-        while self._guard(history, self.last_gnorm, extra):
-            res = self.lp.forward(theta, self.batch.x, max_iter=1, tol=0.0, resume=True)
-            history += res.history
-            iters += res.iterations
-            extra += 1
-        res.history, res.iterations = history, iters
-        self._extra = extra
-        return res
-
-    def _guard(self, history, gnorm: float, extra: int) -> bool:
-        """The adaptive guard: one more iteration while the residual exceeds
-        mgrit.adaptive_ratio × the gradient norm (fixed-iteration rungs only)."""
-        mgrit = self.mgrit
-        return mgrit.adaptive and self.rung < self.top and extra < mgrit.adaptive_max_extra \
-            and bool(history) and history[-1] > mgrit.adaptive_ratio * gnorm
-
-    def value(self, theta) -> Point:
-        point = super().value(theta)
-        self._trial.adaptive_extra = self._extra
-        self._trial.rung = self.rung
-        return point
-
-    def _solve_adjoint(self, warm):
-        *_, iters, tol = self.budget()
-        grad, res = self.lp.backward(self.theta, self.batch.x, self.fwd.states, self.ev,
-                                     warm=warm, max_iter=iters, tol=tol)
-        history, iters, extra = list(res.history), res.iterations, 0
-        while self._guard(history, float(grad.norm()), extra):
-            grad, res = self.lp.backward(self.theta, self.batch.x, self.fwd.states, self.ev,
-                                         max_iter=1, tol=0.0, resume=True)
-            history += res.history
-            iters += res.iterations
-            extra += 1
-        res.history, res.iterations = history, iters
-        self._trial.adaptive_extra += extra
-        return grad, res
-
-    def gradient(self) -> torch.Tensor:
-        grad = super().gradient()
-        self.last_gnorm = float(grad.norm())
-        return grad
-
-    def _warm_fwd(self):
-        entry = self.cache.get(self.batch.key)
-        return None if entry is None else entry[0]
-
-    def _warm_adj(self):
-        entry = self.cache.get(self.batch.key)
-        return None if entry is None else entry[1]
-
-    def _store(self, fwd=None, adj=None):
-        if self.copy:
-            fwd = fwd.clone() if fwd is not None else None
-            adj = adj.clone() if adj is not None else None
-        old = self.cache.pop(self.batch.key, (None, None))
-        self.cache[self.batch.key] = (fwd if fwd is not None else old[0],
-                                      adj if adj is not None else old[1])
-        while len(self.cache) > self.capacity:
-            self.cache.popitem(last=False)
-
-
 def make_oracle(mode, net, exchange, mgrit_opts, mini_batches: bool = False):
     """The oracle of `mode` (a ModeOptions)."""
     if mode.name == "serial":
         return SerialOracle(net, exchange)
     if mode.name == "mgrit":
         return MGRITOracle(net, exchange, mgrit_opts)
+    from lptrain.train.oneshot import SimultaneousOracle   # it builds on MGRITOracle
     return SimultaneousOracle(net, exchange, mgrit_opts, mode.warm_batches, mini_batches)

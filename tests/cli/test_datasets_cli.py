@@ -148,9 +148,12 @@ def test_dataset_trains_in_mode(sweeps, dataset, mode):
     if mode == "mgrit":          # solved to the tolerance every iteration
         assert np.all(m.mgrit[ms.FWD_RESIDUAL] <= MGRIT_TOL)
         assert np.all(m.mgrit[ms.ADJ_RESIDUAL] <= MGRIT_TOL)
-    else:                        # the defaults: 2 forward and 2 adjoint iterations, no more
-        assert np.all(m.mgrit[ms.FWD_ITERATIONS] == 2)
-        assert np.all(m.mgrit[ms.ADJ_ITERATIONS] == 2)
+    else:      # the defaults: each accepted point ran what the controller planned
+        fwd, adj = m.mgrit[ms.FWD_ITERATIONS][1:], m.mgrit[ms.ADJ_ITERATIONS][1:]
+        np.testing.assert_array_equal(fwd, m.mgrit["fwd_plan"][:-1])
+        np.testing.assert_array_equal(adj, m.mgrit["adj_plan"][:-1])
+        assert np.all((fwd >= 1) & (fwd <= 6) & (adj >= 1) & (adj <= 6))
+        assert np.all(np.isfinite(m.mgrit["grad_error"]))
 
 
 @pytest.mark.parametrize("dataset", list(TINY))

@@ -1,0 +1,132 @@
+"""The one-shot controller: how many MGRIT iterations an evaluation gets (docs/method.md §6).
+
+A one-shot gradient is computed from states u and adjoints λ that are not
+converged.  Its error is estimated from what the solves measure anyway:
+their final residual norms r_u, r_λ at the C-points and the C-point norms
+‖u_C‖, ‖λ_C‖.  The weight gradient is h Σ_n (σ′ ⊙ λ_{n+1}) u_nᵀ; an error of
+r/√n_C per C-point in u or λ changes it by about T·r·‖other‖/n_C, so
+
+    ε_u = T · r_u · ‖λ_C‖ / (n_C ‖g‖),   ε_λ = T · r_λ · ‖u_C‖ / (n_C ‖g‖)
+
+estimate the gradient error relative to the gradient (ε = ε_u + ε_λ).  The
+estimate is an upper-bound kind: measured 7–15× the true error
+(BENCHMARKS.md).  The controller keeps ε_u and ε_λ each below half of
+`mgrit.grad_tol` by planning the next evaluation's iterations from the
+measured convergence factor ρ: too large by a factor q → ⌈log q / log(1/ρ)⌉
+more; met even with one iteration fewer → one fewer.  Plans are kept per
+mini-batch, so a batch whose warm start is an epoch old gets what its own
+last visit needed.  Everything here is arithmetic on a few numbers: pure.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+CONTROLS = ("fixed", "error")
+RHO_MIN, RHO_MAX = 0.01, 0.9     # measured factors are clipped to this range
+
+
+@dataclass
+class Measured:
+    """One evaluation's solve record, summed over every rank (and data group).
+
+    *_first_sq / *_last_sq: squared first and last residual norms of the solve;
+    *_ratios: residual ratios between them (len(history) − 1); *_state_sq: ‖·_C‖².
+    """
+
+    fwd_first_sq: float
+    fwd_last_sq: float
+    fwd_state_sq: float
+    fwd_ratios: int
+    adj_first_sq: float
+    adj_last_sq: float
+    adj_state_sq: float
+    adj_ratios: int
+
+    def as_list(self) -> list[float]:
+        return [self.fwd_first_sq, self.fwd_last_sq, self.fwd_state_sq, self.fwd_ratios,
+                self.adj_first_sq, self.adj_last_sq, self.adj_state_sq, self.adj_ratios]
+
+    @classmethod
+    def from_sums(cls, sums, groups: float) -> "Measured":
+        """From the elementwise sum of as_list() over `groups` contributing groups."""
+        s = list(sums)
+        n = max(groups, 1.0)
+        return cls(s[0], s[1], s[2], round(s[3] / n), s[4], s[5], s[6], round(s[7] / n))
+
+
+def gradient_error(m: Measured, T: float, n_c: int, grad_norm: float) -> tuple[float, float]:
+    """(ε_u, ε_λ): the forward and the adjoint share of the relative gradient error."""
+    if n_c <= 0:
+        return 0.0, 0.0
+    if not grad_norm > 0:
+        return math.inf, math.inf
+    scale = T / (n_c * grad_norm)
+    return (scale * math.sqrt(m.fwd_last_sq * m.adj_state_sq),
+            scale * math.sqrt(m.adj_last_sq * m.fwd_state_sq))
+
+
+def factor(first_sq: float, last_sq: float, ratios: int) -> float:
+    """Measured convergence factor per iteration, clipped to [RHO_MIN, RHO_MAX]."""
+    if ratios < 1 or not first_sq > 0 or not math.isfinite(last_sq):
+        return RHO_MAX
+    rho = math.sqrt(last_sq / first_sq) ** (1.0 / ratios)
+    return min(max(rho, RHO_MIN), RHO_MAX)
+
+
+def next_iterations(k: int, eps: float, rho: float, target: float, lo: int, hi: int) -> int:
+    """Iterations for the next solve: enough that ε falls below `target` at factor ρ,
+    one fewer if that still meets it, within [lo, hi]."""
+    if not math.isfinite(eps):
+        return hi
+    if eps > target:
+        k += max(1, math.ceil(math.log(eps / target) / -math.log(rho) - 1e-9))
+    elif eps / rho <= target:
+        k -= 1
+    return min(max(k, lo), hi)
+
+
+@dataclass
+class ControlOptions:
+    """What the controller needs of MGRITOptions."""
+
+    control: str = "error"
+    fwd_iters: int = 2
+    adj_iters: int = 2
+    grad_tol: float = 0.01
+    control_min_iters: int = 1
+    control_max_iters: int = 6
+
+
+class IterationController:
+    """Plans (forward, adjoint) iterations per batch key from the last estimate."""
+
+    def __init__(self, options: ControlOptions, T: float, n_c: int):
+        self.o, self.T, self.n_c = options, T, n_c
+        self.plans: dict[int, list[int]] = {}
+        self.estimate = (math.nan, math.nan)     # (ε_u, ε_λ) of the last update
+
+    def plan(self, key: int) -> tuple[int, int]:
+        k = self.plans.get(key)
+        return (self.o.fwd_iters, self.o.adj_iters) if k is None else (k[0], k[1])
+
+    def update(self, key: int, m: Measured, grad_norm: float) -> tuple[float, float]:
+        """Estimate (ε_u, ε_λ) from an evaluation done with plan(key); re-plan the key."""
+        eps = gradient_error(m, self.T, self.n_c, grad_norm)
+        self.estimate = eps
+        if self.o.control == "error":
+            kf, ka = self.plan(key)
+            half = self.o.grad_tol / 2
+            lo, hi = self.o.control_min_iters, self.o.control_max_iters
+            self.plans[key] = [
+                next_iterations(kf, eps[0], factor(m.fwd_first_sq, m.fwd_last_sq,
+                                                   m.fwd_ratios), half, lo, hi),
+                next_iterations(ka, eps[1], factor(m.adj_first_sq, m.adj_last_sq,
+                                                   m.adj_ratios), half, lo, hi)]
+        return eps
+
+    def state_dict(self) -> dict:
+        return {"plans": [[key, *k] for key, k in self.plans.items()]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.plans = {int(key): [int(kf), int(ka)] for key, kf, ka in state["plans"]}

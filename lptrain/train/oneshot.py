@@ -1,0 +1,143 @@
+"""The one-shot (simultaneous) oracle: a few warm-started MGRIT iterations per evaluation."""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+
+from lptrain.train.control import IterationController
+from lptrain.train.oracles import MGRITOracle
+
+
+class SimultaneousOracle(MGRITOracle):
+    """One-shot: a few warm-started MGRIT iterations per evaluation (inexact gradient).
+
+    Accuracy comes in rungs: rung 0 runs the iterations the controller plans
+    for the batch (train/control.py: mgrit.fwd_iters / adj_iters to begin with,
+    then what keeps the estimated gradient error below mgrit.grad_tol), each
+    `tighten()` multiplies both by RUNG_FACTOR, and the top rung solves to
+    mgrit.tol / adj_tol like mode=mgrit; `relax()` returns to rung 0.  Warm starts are kept per mini-batch key for up to `warm_batches`
+    batches (least recently used dropped); a batch without one starts cold,
+    which with skip_first_down is a coarse-grid propagation of u_0.
+    """
+
+    RUNG_FACTOR = 4
+
+    def __init__(self, net, exchange, mgrit_opts, warm_batches: int = 1,
+                 mini_batches: bool = False):
+        super().__init__(net, exchange, mgrit_opts)
+        self.capacity = max(warm_batches, 1)
+        self.copy = mini_batches      # other batches' solves reuse the solver buffers
+        self.cache: OrderedDict = OrderedDict()
+        self.last_gnorm = math.inf
+        self.rung = 0
+        mgrit, f, r = mgrit_opts, self.RUNG_FACTOR, 0
+        while (mgrit.fwd_iters * f ** r < mgrit.max_iter
+               or mgrit.adj_iters * f ** r < mgrit.adjoint_max_iter):
+            r += 1
+        self.top = r
+        self.controller = IterationController(mgrit_opts.control_options(), net.opts.T,
+                                              self.lp.n_c_points)
+
+    def tighten(self) -> bool:
+        if self.rung >= self.top:
+            return False
+        self.rung += 1
+        return True
+
+    def relax(self) -> None:
+        self.rung = 0
+
+    def budget(self) -> tuple[int, float, int, float]:
+        """(forward iterations, tol, adjoint iterations, tol) at the current rung."""
+        mgrit = self.mgrit
+        if self.rung >= self.top:
+            return mgrit.max_iter, mgrit.tol, mgrit.adjoint_max_iter, mgrit.adjoint_tol
+        scale = self.RUNG_FACTOR ** self.rung
+        fwd, adj = self.controller.plan(self.batch.key)
+        return fwd * scale, 0.0, adj * scale, 0.0
+
+    STATE = (*MGRITOracle.STATE, "last_gnorm", "rung")
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(),
+                "cache": [[key, fwd, adj] for key, (fwd, adj) in self.cache.items()],
+                "controller": self.controller.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.cache = OrderedDict((key, (fwd, adj)) for key, fwd, adj in state["cache"])
+        if "controller" in state:        # checkpoints written before the controller
+            self.controller.load_state_dict(state["controller"])
+
+    def control(self, m, grad_norm: float, key: int) -> None:
+        """Estimate the gradient error and plan the batch's next iterations; only
+        rung-0 evaluations re-plan (higher rungs multiply the plan)."""
+        super().control(m, grad_norm, key)
+        if self.rung == 0:
+            self.controller.update(key, m, grad_norm)
+        self._trial.fwd_plan, self._trial.adj_plan = self.controller.plan(key)
+
+    def _solve_forward(self, theta, warm):
+        extra = 0
+        iters, tol, *_ = self.budget()
+        res = self.lp.forward(theta, self.batch.x, warm=warm, max_iter=iters, tol=tol)
+        history, iters = list(res.history), res.iterations
+        while self._guard(history, self.last_gnorm, extra):
+            res = self.lp.forward(theta, self.batch.x, max_iter=1, tol=0.0, resume=True)
+            history += res.history
+            iters += res.iterations
+            extra += 1
+        res.history, res.iterations = history, iters
+        self._extra = extra
+        return res
+
+    def _guard(self, history, gnorm: float, extra: int) -> bool:
+        """The adaptive guard: one more iteration while the residual exceeds
+        mgrit.adaptive_ratio × the gradient norm (fixed-iteration rungs only)."""
+        mgrit = self.mgrit
+        return mgrit.adaptive and self.rung < self.top and extra < mgrit.adaptive_max_extra \
+            and bool(history) and history[-1] > mgrit.adaptive_ratio * gnorm
+
+    def value(self, theta) -> Point:
+        point = super().value(theta)
+        self._trial.adaptive_extra = self._extra
+        self._trial.rung = self.rung
+        return point
+
+    def _solve_adjoint(self, warm):
+        *_, iters, tol = self.budget()
+        grad, res = self.lp.backward(self.theta, self.batch.x, self.fwd.states, self.ev,
+                                     warm=warm, max_iter=iters, tol=tol)
+        history, iters, extra = list(res.history), res.iterations, 0
+        while self._guard(history, float(grad.norm()), extra):
+            grad, res = self.lp.backward(self.theta, self.batch.x, self.fwd.states, self.ev,
+                                         max_iter=1, tol=0.0, resume=True)
+            history += res.history
+            iters += res.iterations
+            extra += 1
+        res.history, res.iterations = history, iters
+        self._trial.adaptive_extra += extra
+        return grad, res
+
+    def gradient(self) -> torch.Tensor:
+        grad = super().gradient()
+        self.last_gnorm = float(grad.norm())
+        return grad
+
+    def _warm_fwd(self):
+        entry = self.cache.get(self.batch.key)
+        return None if entry is None else entry[0]
+
+    def _warm_adj(self):
+        entry = self.cache.get(self.batch.key)
+        return None if entry is None else entry[1]
+
+    def _store(self, fwd=None, adj=None):
+        if self.copy:
+            fwd = fwd.clone() if fwd is not None else None
+            adj = adj.clone() if adj is not None else None
+        old = self.cache.pop(self.batch.key, (None, None))
+        self.cache[self.batch.key] = (fwd if fwd is not None else old[0],
+                                      adj if adj is not None else old[1])
+        while len(self.cache) > self.capacity:
+            self.cache.popitem(last=False)

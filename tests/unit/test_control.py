@@ -1,0 +1,151 @@
+"""The one-shot controller: its arithmetic, its estimate against the true gradient error,
+and the runs it exists for (large layer steps; gradients L-BFGS amplifies)."""
+import math
+
+import pytest
+import torch
+
+from helpers import batch, dense_net, serial_objective_and_grad
+from lptrain.mgrit.exchange import SerialExchange
+from lptrain.mgrit.options import MGRITOptions
+from lptrain.train.control import (ControlOptions, IterationController, Measured, factor,
+                                   gradient_error, next_iterations)
+from lptrain.train.oneshot import SimultaneousOracle
+from lptrain.train.oracles import Batch, SerialOracle
+
+from test_simultaneous import run_default
+
+
+def measured(r_u=1.0, u=10.0, r_l=1.0, lam=10.0, first=10.0, ratios=2):
+    return Measured(first ** 2, r_u ** 2, u ** 2, ratios, first ** 2, r_l ** 2, lam ** 2,
+                    ratios)
+
+
+# -- arithmetic -----------------------------------------------------------------------
+def test_gradient_error_is_the_stated_formula():
+    fwd, adj = gradient_error(measured(r_u=2.0, u=3.0, r_l=5.0, lam=7.0), T=4.0, n_c=8,
+                              grad_norm=0.5)
+    assert fwd == pytest.approx(4.0 * 2.0 * 7.0 / (8 * 0.5))
+    assert adj == pytest.approx(4.0 * 5.0 * 3.0 / (8 * 0.5))
+    assert gradient_error(measured(), 4.0, 0, 1.0) == (0.0, 0.0)       # one level: exact
+    assert gradient_error(measured(), 4.0, 8, 0.0) == (math.inf, math.inf)
+
+
+def test_factor_is_the_geometric_mean_and_clipped():
+    assert factor(100.0, 1.0, 2) == pytest.approx(0.1 ** 0.5)   # (1/10)^(1/2)
+    assert factor(1.0, 1.0, 1) == 0.9                      # stagnation: clipped to RHO_MAX
+    assert factor(1.0, 1e-40, 1) == 0.01
+    assert factor(1.0, 0.5, 0) == 0.9                       # nothing measured
+
+
+@pytest.mark.parametrize("k, eps, rho, want", [
+    (2, 1.0, 0.1, 4),      # 100× too large at ρ = 0.1: two more
+    (2, 0.011, 0.1, 3),    # a little too large: one more
+    (2, 0.0011, 0.1, 2),   # one fewer would miss (0.011 > 0.01): keep
+    (2, 0.0009, 0.1, 1),   # one fewer still meets it: one fewer
+    (1, 1e-9, 0.1, 1),     # never below lo
+    (5, 1e9, 0.5, 6),      # never above hi
+    (2, math.nan, 0.1, 6),  # no estimate: the most
+])
+def test_next_iterations(k, eps, rho, want):
+    assert next_iterations(k, eps, rho, 0.01, 1, 6) == want
+
+
+def test_plans_are_per_batch_and_survive_a_checkpoint():
+    c = IterationController(ControlOptions(fwd_iters=2, adj_iters=2, grad_tol=0.02), 5.0, 8)
+    assert c.plan(3) == (2, 2)
+    c.update(3, measured(r_u=0.05, u=1.0, r_l=1e-6, lam=1.0, first=1.0, ratios=2), 1.0)
+    assert c.plan(3) == (3, 1) and c.plan(4) == (2, 2)
+    again = IterationController(ControlOptions(), 5.0, 8)
+    again.load_state_dict(c.state_dict())
+    assert again.plan(3) == (3, 1)
+
+
+def test_fixed_control_estimates_but_never_replans():
+    c = IterationController(ControlOptions(control="fixed"), 5.0, 8)
+    eps = c.update(0, measured(r_u=1.0), 1e-3)
+    assert eps[0] > 1 and c.plan(0) == (2, 2)
+
+
+def test_sums_over_data_groups_average_the_counts():
+    a, b = measured(r_u=1.0, ratios=2), measured(r_u=2.0, ratios=2)
+    m = Measured.from_sums([x + y for x, y in zip(a.as_list(), b.as_list())], 2.0)
+    assert m.fwd_last_sq == 5.0 and m.fwd_ratios == 2
+
+
+# -- the estimate against the true error ---------------------------------------------------
+@pytest.mark.parametrize("weights", ["inject", "average"])
+@pytest.mark.parametrize("iters", [1, 2, 3])
+def test_the_estimate_bounds_the_true_gradient_error(weights, iters):
+    """Rough weights and a large step (h = 0.5): the estimate is above the true
+    relative error of the one-shot gradient, by less than a factor 100."""
+    torch.manual_seed(0)
+    net, theta = dense_net(layers=16, width=4, T=8.0, scale=0.6, seed=3)
+    x, y = batch(net, n=32)
+    opts = MGRITOptions(levels=3, cfactor0=2, cfactor=2, fwd_iters=iters, adj_iters=iters,
+                        coarse_weights=weights, control="fixed")
+    oracle = SimultaneousOracle(net, SerialExchange(), opts)
+    oracle.begin(Batch(x, y))
+    oracle.value(theta)
+    g = oracle.gradient()
+    _, exact, _ = serial_objective_and_grad(net, theta, x, y)   # ∇J, penalties included
+    true = float((g - exact).norm() / exact.norm())
+    est = oracle._trial.fwd_error + oracle._trial.adj_error
+    assert true < est < 100 * true
+
+
+def test_the_exact_modes_estimate_round_off():
+    net, theta = dense_net(layers=16, width=4, T=8.0, scale=0.6, seed=3)
+    x, y = batch(net, n=32)
+    from lptrain.train.oracles import MGRITOracle
+    oracle = MGRITOracle(net, SerialExchange(), MGRITOptions(levels=3, cfactor0=2, cfactor=2))
+    oracle.begin(Batch(x, y))
+    oracle.value(theta)
+    oracle.gradient()
+    assert oracle._trial.fwd_error + oracle._trial.adj_error < 1e-8
+
+
+# -- the runs it exists for ----------------------------------------------------------------
+def _exact_objective(extra):
+    from lptrain.app import build
+    from lptrain.config import compose
+    from lptrain.metrics.console import Console
+    from lptrain.metrics.writer import MemoryWriter
+    from lptrain.train.loop import train
+    opts, _ = compose(extra)
+    ex, data, net, theta, oracle, opt = build(opts, None)
+    rows = MemoryWriter()
+    theta, _ = train(theta, opt, oracle, data, opts, rows, Console(False, 1), ex)
+    exact = SerialOracle(net, ex)
+    exact.begin(Batch(data.x_train, data.y_train))
+    return exact.value(theta).objective, rows
+
+
+LARGE_STEP = ["network.T=10", "dataset.n_train=1000", "train.iterations=100"]   # h = 0.31
+AMPLIFIED = ["seed=9", "train.iterations=100"]       # default network; L-BFGS path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case, old", [
+    (LARGE_STEP, ["mgrit.coarse_weights=inject", "mgrit.control=fixed"]),   # 1.235 before
+    (AMPLIFIED, ["mgrit.control=fixed"]),              # 1.211 with averaged weights alone
+])
+def test_one_shot_keeps_up_with_serial_where_it_fell_behind(case, old):
+    serial, _ = _exact_objective(["mode=serial", *case])
+    simult, rows = _exact_objective(["mode=simultaneous", *case])
+    before, _ = _exact_objective(["mode=simultaneous", *case, *old])
+    assert simult <= 1.10 * serial
+    assert before > 1.15 * serial            # the defect this guards against is there
+    its = [r["fwd_iterations"] + r["adj_iterations"] for r in rows.mgrit]
+    assert sum(its) / len(its) <= 8          # still one-shot
+    errors = sorted(r["grad_error"] for r in rows.mgrit)
+    assert errors[len(errors) // 2] <= 0.01  # the median estimate meets grad_tol
+
+
+def test_a_tighter_target_plans_more_iterations():
+    _, loose = run_default("simultaneous", ["train.iterations=15", "mgrit.grad_tol=1.0"])
+    _, tight = run_default("simultaneous", ["train.iterations=15", "mgrit.grad_tol=1e-4"])
+    mean = (lambda rows: sum(r["fwd_plan"] + r["adj_plan"] for r in rows.mgrit)
+            / len(rows.mgrit))
+    assert mean(loose) < 4 < mean(tight)
+    assert all(r["fwd_plan"] >= 1 and r["adj_plan"] <= 6 for r in tight.mgrit)
