@@ -35,12 +35,15 @@ _SHOWN = {
 }
 # MGRIT solves are shown as "fwd <iterations> it <residual>"
 _SOLVES = {"fwd": (s.FWD_ITERATIONS, s.FWD_RESIDUAL), "adj": (s.ADJ_ITERATIONS, s.ADJ_RESIDUAL)}
-FIELDS = (*_SHOWN, s.FWD_ITERATIONS, s.FWD_RESIDUAL, s.ADJ_ITERATIONS, s.ADJ_RESIDUAL)
+GRAD_ERROR = "grad_error"   # the one-shot gradient's estimated relative error, last
+FIELDS = (*_SHOWN, s.FWD_ITERATIONS, s.FWD_RESIDUAL, s.ADJ_ITERATIONS, s.ADJ_RESIDUAL,
+          GRAD_ERROR)
 log = logging.getLogger("lptrain")
 
 
 def format_stats(values: dict) -> str:
-    """One line of the fields present in `values`, e.g. 'loss 0.2 acc 0.910 fwd 2 it 3.0e-06'."""
+    """One line of the fields present in `values`, e.g. 'loss 0.2 acc 0.910 fwd 2 it 3.0e-06'
+    (gerr: the estimated relative error of the gradient, docs/method.md §6)."""
     parts = [f"{label} {fmt.format(values[name])}"
              for name, (label, fmt) in _SHOWN.items() if values.get(name) is not None]
     for label, (its, res) in _SOLVES.items():
@@ -48,6 +51,8 @@ def format_stats(values: dict) -> str:
                  f"{values[res]:.1e}" if values.get(res) is not None else ""]
         if any(solve):
             parts.append(" ".join([label, *filter(None, solve)]))
+    if values.get(GRAD_ERROR) is not None:
+        parts.append(f"gerr {values[GRAD_ERROR]:.1e}")
     return "  ".join(parts)
 
 

@@ -32,7 +32,7 @@ class MGRITOptions:
     fwd_iters: int = 2           # mode=simultaneous: forward iterations per optimizer step
     adj_iters: int = 2           # mode=simultaneous: adjoint iterations per optimizer step
     control: str = "error"       # simultaneous: error (plan iterations to grad_tol) | fixed
-    grad_tol: float = 0.01       # ... target of the estimated relative gradient error
+    grad_tol: float = 0.005      # ... target of the estimated relative gradient error
     control_min_iters: int = 1   # ... fewest iterations it plans per solve
     control_max_iters: int = 6   # ... most iterations it plans per solve
     adaptive: bool = False       # simultaneous: add iterations when residuals are large

@@ -93,7 +93,7 @@ class ControlOptions:
     control: str = "error"
     fwd_iters: int = 2
     adj_iters: int = 2
-    grad_tol: float = 0.01
+    grad_tol: float = 0.005
     control_min_iters: int = 1
     control_max_iters: int = 6
 

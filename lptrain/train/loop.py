@@ -180,5 +180,5 @@ def _log_timing(k, dt, exchange, c0, w0, writer):
 def _console_mgrit(stats):
     if stats is None:
         return {}
-    keys = ("fwd_iterations", "fwd_residual", "adj_iterations", "adj_residual")
+    keys = ("fwd_iterations", "fwd_residual", "adj_iterations", "adj_residual", "grad_error")
     return {key: stats[key] for key in keys}

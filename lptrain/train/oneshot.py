@@ -15,9 +15,10 @@ class SimultaneousOracle(MGRITOracle):
     for the batch (train/control.py: mgrit.fwd_iters / adj_iters to begin with,
     then what keeps the estimated gradient error below mgrit.grad_tol), each
     `tighten()` multiplies both by RUNG_FACTOR, and the top rung solves to
-    mgrit.tol / adj_tol like mode=mgrit; `relax()` returns to rung 0.  Warm starts are kept per mini-batch key for up to `warm_batches`
-    batches (least recently used dropped); a batch without one starts cold,
-    which with skip_first_down is a coarse-grid propagation of u_0.
+    mgrit.tol / adj_tol like mode=mgrit; `relax()` returns to rung 0.  Warm
+    starts are kept per mini-batch key for up to `warm_batches` batches (least
+    recently used dropped); a batch without one starts cold, which with
+    skip_first_down is a coarse-grid propagation of u_0.
     """
 
     RUNG_FACTOR = 4

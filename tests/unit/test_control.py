@@ -126,20 +126,33 @@ AMPLIFIED = ["seed=9", "train.iterations=100"]       # default network; L-BFGS p
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case, old", [
-    (LARGE_STEP, ["mgrit.coarse_weights=inject", "mgrit.control=fixed"]),   # 1.235 before
-    (AMPLIFIED, ["mgrit.control=fixed"]),              # 1.211 with averaged weights alone
-])
-def test_one_shot_keeps_up_with_serial_where_it_fell_behind(case, old):
-    serial, _ = _exact_objective(["mode=serial", *case])
-    simult, rows = _exact_objective(["mode=simultaneous", *case])
-    before, _ = _exact_objective(["mode=simultaneous", *case, *old])
+def test_one_shot_keeps_up_with_serial_on_large_layer_steps():
+    """h = 0.31: injected coarse weights and fixed 2 + 2 iterations ended 1.235 × serial's
+    objective; now within 10 %, at most 12 MGRIT iterations per optimizer iteration."""
+    serial, _ = _exact_objective(["mode=serial", *LARGE_STEP])
+    simult, rows = _exact_objective(["mode=simultaneous", *LARGE_STEP])
+    before, _ = _exact_objective(["mode=simultaneous", *LARGE_STEP,
+                                  "mgrit.coarse_weights=inject", "mgrit.control=fixed"])
     assert simult <= 1.10 * serial
     assert before > 1.15 * serial            # the defect this guards against is there
+    _check_controlled(rows, most=12)
+
+
+@pytest.mark.slow
+def test_one_shot_keeps_up_with_serial_where_lbfgs_amplifies_errors():
+    """Default network, seed 9: fixed 2 + 2 iterations ended 1.2 × serial's objective
+    (the L-BFGS path drifts); the controller keeps it within the quality bound."""
+    serial, _ = _exact_objective(["mode=serial", *AMPLIFIED])
+    simult, rows = _exact_objective(["mode=simultaneous", *AMPLIFIED])
+    assert simult <= 1.15 * serial
+    _check_controlled(rows, most=8)
+
+
+def _check_controlled(rows, most: int):
     its = [r["fwd_iterations"] + r["adj_iterations"] for r in rows.mgrit]
-    assert sum(its) / len(its) <= 8          # still one-shot
+    assert sum(its) / len(its) <= most        # still one-shot
     errors = sorted(r["grad_error"] for r in rows.mgrit)
-    assert errors[len(errors) // 2] <= 0.01  # the median estimate meets grad_tol
+    assert errors[len(errors) // 2] <= 0.005  # the median estimate meets grad_tol
 
 
 def test_a_tighter_target_plans_more_iterations():

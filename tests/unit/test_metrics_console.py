@@ -25,6 +25,7 @@ def test_format_stats_shows_only_given_fields():
     line = format_stats({"val_accuracy": 0.875, "step_time": 0.0421, "fwd_iterations": 2,
                          "fwd_residual": 3.2e-6, "adj_residual": 1e-3})
     assert line == "val 0.875  s/it 0.0421  fwd 2 it 3.2e-06  adj 1.0e-03"
+    assert format_stats({"fwd_iterations": 3, "grad_error": 0.0041}) == "fwd 3 it  gerr 4.1e-03"
 
 
 def test_disabled_console_prints_nothing(capsys):
