@@ -96,9 +96,7 @@ class AdjointPropagator:
 
     def step_many(self, L, starts, stops, out=None, save: bool = False, plus=None):
         if self.average and any(b - a > 1 for a, b in zip(starts, stops)):
-            pairs = [self._layer(a, b) for a, b in zip(starts, stops)]
-            K = torch.stack([p[0] for p in pairs])
-            saved = torch.stack([p[1] for p in pairs])
+            K, saved = self.means.stacked(starts, stops, self._layer)   # once per solve
         else:
             ns = [self.N - b for b in stops]
             if not self.lin.contiguous(ns) or (save and self.weights is not None):
