@@ -170,7 +170,7 @@ FIELDS: dict[str, dict[str, Field]] = {
         "grad_error": Field(FLOAT, _ROWS, "",
                             "estimated error of the gradient relative to its norm at the "
                             "accepted point, fwd_error + adj_error (docs/method.md §6; "
-                            "measured 7-15x the true error)"),
+                            "measured 5-20x the true error)"),
         "fwd_error": Field(FLOAT, _ROWS, "", "the forward solve's share of grad_error: "
                            "T · r_u · ‖λ_C‖ / (n_C ‖g‖)"),
         "adj_error": Field(FLOAT, _ROWS, "", "the adjoint solve's share of grad_error: "

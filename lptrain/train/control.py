@@ -9,7 +9,7 @@ r/√n_C per C-point in u or λ changes it by about T·r·‖other‖/n_C, so
     ε_u = T · r_u · ‖λ_C‖ / (n_C ‖g‖),   ε_λ = T · r_λ · ‖u_C‖ / (n_C ‖g‖)
 
 estimate the gradient error relative to the gradient (ε = ε_u + ε_λ).  The
-estimate is an upper-bound kind: measured 7–15× the true error
+estimate is an upper-bound kind: measured 5–20× the true error, never below it
 (BENCHMARKS.md).  The controller keeps ε_u and ε_λ each below half of
 `mgrit.grad_tol` by planning the next evaluation's iterations from the
 measured convergence factor ρ: too large by a factor q → ⌈log q / log(1/ρ)⌉

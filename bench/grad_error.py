@@ -1,0 +1,52 @@
+"""The one-shot gradient error estimate against the true error, along a training run.
+
+    .venv/bin/python bench/grad_error.py "seed=9 train.iterations=100 mgrit.control=fixed"
+
+Runs mode=simultaneous with the overrides and, at every accepted gradient,
+computes the exact gradient layer-serially: prints the median true relative
+error ‖g̃ − g‖/‖g‖, the median estimate (mgrit/grad_error, docs/method.md §6),
+the median ratio estimate / true and the correlation of their logarithms.
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+
+import numpy as np
+
+import common  # noqa: F401  (one thread, the allocator setting)
+from lptrain.app import build
+from lptrain.config import compose
+from lptrain.metrics.console import Console
+from lptrain.metrics.writer import MemoryWriter
+from lptrain.train.loop import train
+from lptrain.train.oneshot import SimultaneousOracle
+from lptrain.train.oracles import SerialOracle
+
+
+def main():
+    opts, _ = compose(["mode=simultaneous", *sys.argv[1].split()])
+    ex, data, net, theta, oracle, opt = build(opts, None)
+    exact, pairs = SerialOracle(net, ex), []
+    inexact_gradient = SimultaneousOracle.gradient
+
+    def gradient(self):
+        g = inexact_gradient(self)
+        exact.begin(self.batch)
+        exact.value(self.theta)
+        true = exact.gradient()
+        pairs.append((float((g - true).norm() / true.norm()),
+                      self._trial.fwd_error + self._trial.adj_error))
+        return g
+    SimultaneousOracle.gradient = gradient
+    train(theta, opt, oracle, data, opts, MemoryWriter(), Console(False, 1), ex)
+    true, est = np.array(pairs).T
+    print(f"{sys.argv[1]}: evaluations {len(pairs)}, median true error "
+          f"{statistics.median(true):.2e}, median estimate {statistics.median(est):.2e}, "
+          f"median estimate / true {statistics.median(est / true):.1f} "
+          f"(min {min(est / true):.1f}), log correlation "
+          f"{np.corrcoef(np.log(true), np.log(est))[0, 1]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
