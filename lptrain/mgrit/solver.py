@@ -155,7 +155,7 @@ class MGRIT:
             ops.saving = not fixed or last
             ops.f_relax(top, then=self._after_last_sweep(last))
         ops.saving = True
-        norm, floor = self._measure(ops.residual(top), fixed)   # of the returned states
+        norm, floor = self._measure(ops.residual(top), fixed, states=True)   # returned states
         history.append(norm)
         return SolveResult(top.X, history, max_iter,
                            norm <= max(tol, rtol * history[0], floor), self._state_norm)
@@ -209,13 +209,15 @@ class MGRIT:
         return self.ops.takes(self._after_last_sweep(last=True))
 
     # -- helpers -------------------------------------------------------------------
-    def _measure(self, local_sq: float, fixed: bool) -> tuple[float, float]:
+    def _measure(self, local_sq: float, fixed: bool, states: bool = False
+                 ) -> tuple[float, float]:
         """The level-0 residual norm from this rank's Σ r², and its round-off floor
         (ROUNDOFF); one allreduce for both.  Fixed solves ignore the floor (0).
-        The C-point norm ‖u_C‖ is kept (`state_norm`): residuals relative to the
-        states tell the one-shot controller how far a solve is (docs/method.md §6)."""
+        The C-point norm ‖u_C‖ goes into `state_norm` (the error estimate of
+        docs/method.md §6) where a solve can end: every measurement of a solve to
+        a tolerance, the closing one of a fixed solve (`states`)."""
         top = self.levels[0]
-        state_sq = _c_point_sq_norm(top)
+        state_sq = _c_point_sq_norm(top) if states or not fixed else 0.0
         res_sq, state_sq = self.exchange.allreduce_sums((local_sq, state_sq))
         self._state_norm = math.sqrt(state_sq)
         eps = torch.finfo(top.X.dtype).eps

@@ -101,29 +101,27 @@ class ControlOptions:
 class IterationController:
     """Plans (forward, adjoint) iterations per batch key from the last estimate."""
 
-    def __init__(self, options: ControlOptions, T: float, n_c: int):
-        self.o, self.T, self.n_c = options, T, n_c
+    def __init__(self, options: ControlOptions):
+        self.o = options
         self.plans: dict[int, list[int]] = {}
-        self.estimate = (math.nan, math.nan)     # (ε_u, ε_λ) of the last update
 
     def plan(self, key: int) -> tuple[int, int]:
         k = self.plans.get(key)
         return (self.o.fwd_iters, self.o.adj_iters) if k is None else (k[0], k[1])
 
-    def update(self, key: int, m: Measured, grad_norm: float) -> tuple[float, float]:
-        """Estimate (ε_u, ε_λ) from an evaluation done with plan(key); re-plan the key."""
-        eps = gradient_error(m, self.T, self.n_c, grad_norm)
-        self.estimate = eps
-        if self.o.control == "error":
-            kf, ka = self.plan(key)
-            half = self.o.grad_tol / 2
-            lo, hi = self.o.control_min_iters, self.o.control_max_iters
-            self.plans[key] = [
-                next_iterations(kf, eps[0], factor(m.fwd_first_sq, m.fwd_last_sq,
-                                                   m.fwd_ratios), half, lo, hi),
-                next_iterations(ka, eps[1], factor(m.adj_first_sq, m.adj_last_sq,
-                                                   m.adj_ratios), half, lo, hi)]
-        return eps
+    def update(self, key: int, m: Measured, eps: tuple[float, float]) -> None:
+        """Re-plan `key` from an evaluation done with plan(key): its record m and its
+        estimate eps = (ε_u, ε_λ) (gradient_error)."""
+        if self.o.control != "error":
+            return
+        kf, ka = self.plan(key)
+        half = self.o.grad_tol / 2
+        lo, hi = self.o.control_min_iters, self.o.control_max_iters
+        self.plans[key] = [
+            next_iterations(kf, eps[0], factor(m.fwd_first_sq, m.fwd_last_sq, m.fwd_ratios),
+                            half, lo, hi),
+            next_iterations(ka, eps[1], factor(m.adj_first_sq, m.adj_last_sq, m.adj_ratios),
+                            half, lo, hi)]
 
     def state_dict(self) -> dict:
         return {"plans": [[key, *k] for key, k in self.plans.items()]}

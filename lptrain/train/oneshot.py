@@ -4,8 +4,10 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 
+import torch
+
 from lptrain.train.control import IterationController
-from lptrain.train.oracles import MGRITOracle
+from lptrain.train.oracles import MGRITOracle, Point
 
 
 class SimultaneousOracle(MGRITOracle):
@@ -36,8 +38,7 @@ class SimultaneousOracle(MGRITOracle):
                or mgrit.adj_iters * f ** r < mgrit.adjoint_max_iter):
             r += 1
         self.top = r
-        self.controller = IterationController(mgrit_opts.control_options(), net.opts.T,
-                                              self.lp.n_c_points)
+        self.controller = IterationController(mgrit_opts.control_options())
 
     def tighten(self) -> bool:
         if self.rung >= self.top:
@@ -75,7 +76,7 @@ class SimultaneousOracle(MGRITOracle):
         rung-0 evaluations re-plan (higher rungs multiply the plan)."""
         super().control(m, grad_norm, key)
         if self.rung == 0:
-            self.controller.update(key, m, grad_norm)
+            self.controller.update(key, m, (self._trial.fwd_error, self._trial.adj_error))
         self._trial.fwd_plan, self._trial.adj_plan = self.controller.plan(key)
 
     def _solve_forward(self, theta, warm):

@@ -205,12 +205,8 @@ class MGRITOracle(ExactOracle):
         self._trial.adj_iterations, self._trial.adj_history = res.iterations, list(res.history)
         self.net.regulariser(self.theta, grad)
         if not self.external_control:
-            self.control(self.measured(), float(grad.norm()), self.batch.key)
+            self.control(measured(self.fwd, self.adj), float(grad.norm()), self.batch.key)
         return grad
-
-    def measured(self) -> Measured:
-        """This evaluation's solve record for the error estimate (sums over the layers)."""
-        return measured(self.fwd, self.adj)
 
     def control(self, m: Measured, grad_norm: float, key: int) -> None:
         """Estimate the gradient error of the evaluation just finished (train/control.py);

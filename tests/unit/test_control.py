@@ -52,18 +52,21 @@ def test_next_iterations(k, eps, rho, want):
 
 
 def test_plans_are_per_batch_and_survive_a_checkpoint():
-    c = IterationController(ControlOptions(fwd_iters=2, adj_iters=2, grad_tol=0.02), 5.0, 8)
+    c = IterationController(ControlOptions(fwd_iters=2, adj_iters=2, grad_tol=0.02))
     assert c.plan(3) == (2, 2)
-    c.update(3, measured(r_u=0.05, u=1.0, r_l=1e-6, lam=1.0, first=1.0, ratios=2), 1.0)
+    m = measured(r_u=0.05, u=1.0, r_l=1e-6, lam=1.0, first=1.0, ratios=2)
+    c.update(3, m, gradient_error(m, 5.0, 8, 1.0))
     assert c.plan(3) == (3, 1) and c.plan(4) == (2, 2)
-    again = IterationController(ControlOptions(), 5.0, 8)
+    again = IterationController(ControlOptions())
     again.load_state_dict(c.state_dict())
     assert again.plan(3) == (3, 1)
 
 
 def test_fixed_control_estimates_but_never_replans():
-    c = IterationController(ControlOptions(control="fixed"), 5.0, 8)
-    eps = c.update(0, measured(r_u=1.0), 1e-3)
+    c = IterationController(ControlOptions(control="fixed"))
+    m = measured(r_u=1.0)
+    eps = gradient_error(m, 5.0, 8, 1e-3)
+    c.update(0, m, eps)
     assert eps[0] > 1 and c.plan(0) == (2, 2)
 
 
