@@ -97,7 +97,8 @@ def build(opts: Config, comm, plan: Plan | None = None):
     oracle = make_oracle(opts.mode, net, ex.layer, opts.mgrit, opts.train.batch_size is not None)
     if plan.grid.data > 1:
         oracle = DataParallelOracle(oracle, net, ex.data)
-    return ex.world, data, net, theta, oracle, OPTIMIZERS[opts.optimizer.name](opts.optimizer)
+    optimizer = OPTIMIZERS[opts.optimizer.name](opts.optimizer, total=opts.train.iterations)
+    return ex.world, data, net, theta, oracle, optimizer
 
 
 def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):

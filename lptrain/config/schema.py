@@ -11,6 +11,7 @@ from lptrain.errors import require
 from lptrain.metrics.tensorboard import LOGGERS
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.model.network import NetworkOptions
+from lptrain.train.schedules import SCHEDULES
 
 MODES = ("serial", "mgrit", "simultaneous")
 DTYPES = ("float32", "float64")
@@ -38,20 +39,36 @@ class LBFGSOptions:
 
 
 @dataclass
-class SGDOptions:
+class RateOptions:
+    """A first-order optimizer's learning rate and its schedule over train.iterations."""
+    name: str = ""
+    lr: float = 0.01
+    schedule: str = "constant"   # constant | cosine | linear (lptrain/train/schedules.py)
+    lr_min: float = 0.0          # the rate a cosine or linear schedule ends at
+
+    def __post_init__(self):
+        require(self.lr > 0, "optimizer.lr", self.lr, "must be > 0")
+        require(self.schedule in SCHEDULES, "optimizer.schedule", self.schedule,
+                f"choose one of {tuple(SCHEDULES)}")
+        require(0 <= self.lr_min <= self.lr, "optimizer.lr_min", self.lr_min,
+                f"must be in [0, optimizer.lr = {self.lr}]")
+
+
+@dataclass
+class SGDOptions(RateOptions):
     name: str = "sgd"
     lr: float = 0.05
     momentum: float = 0.9
     nesterov: bool = False
 
     def __post_init__(self):
-        require(self.lr > 0, "optimizer.lr", self.lr, "must be > 0")
+        super().__post_init__()
         require(0 <= self.momentum < 1, "optimizer.momentum", self.momentum,
                 "must be in [0, 1)")
 
 
 @dataclass
-class AdamOptions:
+class AdamOptions(RateOptions):
     name: str = "adam"
     lr: float = 0.01
     beta1: float = 0.9
@@ -59,7 +76,7 @@ class AdamOptions:
     eps: float = 1e-8
 
     def __post_init__(self):
-        require(self.lr > 0, "optimizer.lr", self.lr, "must be > 0")
+        super().__post_init__()
         require(0 <= self.beta1 < 1, "optimizer.beta1", self.beta1, "must be in [0, 1)")
         require(0 <= self.beta2 < 1, "optimizer.beta2", self.beta2, "must be in [0, 1)")
         require(self.eps > 0, "optimizer.eps", self.eps, "must be > 0")

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from lptrain.errors import DivergedError
+from lptrain.errors import DivergedError, require
+from lptrain.train.schedules import SCHEDULES
 
 
 @dataclass
@@ -51,8 +52,8 @@ class LBFGS:
 
     CURVATURE_EPS = 1e-10
 
-    def __init__(self, opts):
-        self.o = opts
+    def __init__(self, opts, total: int = 1):
+        self.o = opts         # `total` (train.iterations) is unused: no rate schedule
         self.mem: deque = deque(maxlen=opts.memory)
         self.current = None   # (point, gradient) at θ
 
@@ -148,10 +149,18 @@ class LBFGS:
 
 
 class _TorchOptimizer:
-    """A torch.optim optimizer on the flat θ: one step per oracle evaluation."""
+    """A torch.optim optimizer on the flat θ: one step per oracle evaluation.
 
-    def __init__(self, opts):
-        self.o = opts
+    The learning rate of step k follows opts.schedule over `total` steps
+    (train.iterations); the step count is part of the state, so a resumed run
+    continues the schedule where it stopped.
+    """
+
+    def __init__(self, opts, total: int = 1):
+        require(total >= 1, "train.iterations", total, "must be positive")
+        self.o, self.total = opts, total
+        self.rate = SCHEDULES[opts.schedule]
+        self.steps = 0                              # updates taken so far
         self.param: torch.Tensor | None = None     # θ as the torch optimizer's parameter
         self.torch_optimizer: torch.optim.Optimizer | None = None
         self._pending: dict | None = None          # a state loaded before the first step
@@ -160,26 +169,34 @@ class _TorchOptimizer:
         raise NotImplementedError
 
     def state_dict(self) -> dict:
-        if self.torch_optimizer is None:
-            return self._pending or {}
-        return self.torch_optimizer.state_dict()
+        inner = self.torch_optimizer.state_dict() if self.torch_optimizer else self._pending
+        return {"torch": inner or {}, "steps": self.steps}
 
     def load_state_dict(self, state: dict) -> None:
-        self.torch_optimizer, self._pending = None, state
+        self.torch_optimizer, self._pending = None, state["torch"]
+        self.steps = int(state["steps"])
+
+    def lr(self) -> float:
+        """The learning rate of the next step."""
+        return self.rate(self.o.lr, self.o.lr_min, self.steps, self.total)
 
     def update(self, theta, g):
-        """θ after one optimizer step with gradient g, and the learning rate."""
+        """θ after one optimizer step with gradient g, and the learning rate used."""
         if self.torch_optimizer is None:
             self.param = theta.detach().clone()
             self.torch_optimizer = self.make([self.param])
             if self._pending:
                 self.torch_optimizer.load_state_dict(self._pending)
             self._pending = None
+        lr = self.lr()
+        for group in self.torch_optimizer.param_groups:
+            group["lr"] = lr
         self.param.copy_(theta)
         self.param.grad = g
         self.torch_optimizer.step()
         self.param.grad = None
-        return self.param.detach().clone(), self.o.lr
+        self.steps += 1
+        return self.param.detach().clone(), lr
 
     def step(self, theta, oracle):
         point = oracle.value(theta)
