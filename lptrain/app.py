@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import torch
@@ -21,6 +22,7 @@ from lptrain.parallel.context import grid_exchanges
 from lptrain.parallel.grid import shard
 from lptrain.preflight import Plan
 from lptrain.train.checkpoint import CHECKPOINT_FILE, Checkpointer, load_checkpoint, restore
+from lptrain.train.collective import collectively
 from lptrain.train.data_parallel import DataParallelOracle
 from lptrain.train.guard import Progress
 from lptrain.train.loop import train
@@ -36,10 +38,27 @@ def options(cfg) -> Config:
     if unknown:
         raise ConfigError(f"{unknown[0]}: not an lptrain option (added with '+'?); "
                           f"`lptrain --cfg job` lists the options")
+    bad = _unrepresentable(OmegaConf.to_container(cfg, resolve=True))
+    if bad:
+        key, value, what = bad[0]
+        raise ConfigError(f"{key}={value!r}: {what}")
     opts = OmegaConf.to_object(cfg)
     if not isinstance(opts, Config):
         raise ConfigError(f"config: expected the lptrain schema, got {type(opts).__name__}")
     return opts
+
+
+def _unrepresentable(tree, path: str = "") -> list[tuple[str, object, str]]:
+    """(key, value, reason) of every number no option can take: nan, ±inf and integers
+    beyond 64 bits (before any component computes with them)."""
+    if isinstance(tree, dict):
+        return [bad for key, sub in tree.items() for bad in _unrepresentable(sub, f"{path}{key}.")]
+    key = path.rstrip(".")
+    if isinstance(tree, float) and not math.isfinite(tree):
+        return [(key, tree, "must be a finite number")]
+    if isinstance(tree, int) and not isinstance(tree, bool) and abs(tree) >= 2 ** 63:
+        return [(key, tree, "is beyond the 64-bit integers lptrain computes with")]
+    return []
 
 
 def _unknown_keys(cfg, path: str = "") -> list[str]:
@@ -118,7 +137,7 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
     progress, record = Progress(theta), None
     if resume:
-        record = load_checkpoint(run_dir / CHECKPOINT_FILE, ex.rank)
+        record = collectively(ex, lambda: load_checkpoint(run_dir / CHECKPOINT_FILE, ex.rank))
         check_resumable(record, config_yaml, opts)
         theta = restore(record, optimizer, oracle, progress, ex)
     attrs = {ms.MODE: opts.mode.name, ms.WORLD_SIZE: grid.size, ms.LAYER_RANKS: grid.layer,
@@ -131,7 +150,8 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     checkpointer = Checkpointer(run_dir / CHECKPOINT_FILE, opts.checkpoint_every, ex, rank0,
                                 optimizer, oracle, progress, {"config": config_yaml})
     loop = None if record is None else {**record["loop"], "batches": record["batches"]}
-    with open_writer(path, attrs, rank0, record and record["iteration"]) as h5, \
+    h5 = collectively(ex, lambda: open_writer(path, attrs, rank0, record and record["iteration"]))
+    with h5, \
             with_logger(h5, opts.logger, run_dir, rank0) as writer, \
             Console(rank0, opts.train.iterations, title) as console:
         try:
@@ -218,18 +238,7 @@ class ModelSaver:
 
     def save(self, progress, exchange) -> None:
         """Write, and fail on every rank alike (RunFileError) if rank 0 could not."""
-        error = None
-        if self.enabled:
-            try:
-                self._write(progress)
-            except RunFileError as exc:
-                error = exc
-        failed = exchange.allreduce_sum(float(error is not None)) if exchange.size > 1 \
-            else float(error is not None)
-        if error is not None:
-            raise error
-        if failed:
-            raise RunFileError(f"{self.path}: rank 0 could not write the model")
+        collectively(exchange, lambda: self._write(progress), self.enabled)
 
     def save_quietly(self, progress) -> None:
         """Best effort while another error ends the run: that error is the one reported."""

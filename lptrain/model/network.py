@@ -12,6 +12,8 @@ from lptrain.model.activations import ACTIVATIONS
 from lptrain.model.steps import STEPPERS
 
 OPENINGS = {"dense": ("dense", "pad"), "conv": ("replicate", "conv")}
+MAX_T = 1e4      # final times beyond this give steps forward Euler cannot take
+MAX_INIT = 1e2   # initial weight scales beyond this saturate every activation
 
 
 @dataclass
@@ -37,7 +39,7 @@ class NetworkOptions:
         require(self.width > 0, "network.width", self.width, "must be positive")
         require(self.channels > 0, "network.channels", self.channels, "must be positive")
         require(self.layers > 0, "network.layers", self.layers, "must be positive")
-        require(self.T > 0 and math.isfinite(self.T), "network.T", self.T, "must be positive")
+        require(0 < self.T <= MAX_T, "network.T", self.T, f"must be in (0, {MAX_T:g}]")
         require(self.activation in ACTIVATIONS, "network.activation", self.activation,
                 f"choose {sorted(ACTIVATIONS)}")
         require(self.bias in ("scalar", "vector"), "network.bias", self.bias,
@@ -46,9 +48,12 @@ class NetworkOptions:
                 f"choose {OPENINGS[self.name]} for network={self.name}")
         require(self.init in ("uniform", "normal"), "network.init", self.init,
                 "choose uniform or normal")
+        for key in ("init_opening", "init_hidden", "init_classifier"):
+            require(0 <= getattr(self, key) <= MAX_INIT, f"network.{key}", getattr(self, key),
+                    f"must be in [0, {MAX_INIT:g}] (a scale of the initial weights)")
         for key in ("gamma_tik", "gamma_class", "gamma_ddt"):
-            require(getattr(self, key) >= 0, f"network.{key}", getattr(self, key),
-                    "must be non-negative")
+            require(0 <= getattr(self, key) < math.inf, f"network.{key}", getattr(self, key),
+                    "must be a finite number >= 0")
 
     @property
     def h(self) -> float:

@@ -9,8 +9,10 @@ Loading needs neither MPI nor Hydra: `load_model(run_dir)` returns a `Classifier
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
+import pickle
 import zipfile
 from pathlib import Path
 
@@ -61,6 +63,9 @@ def save_torch(obj, path: Path) -> None:
     write_atomically(path, buffer.getvalue())
 
 
+FULL_BYTES = 2 ** 20   # a file system with less free space than this counts as full
+
+
 class AtomicArchive:
     """A zip of torch-saved entries, written one entry at a time to a temporary file next
     to `path` and renamed over it by `commit()`: a reader sees the old file or the new
@@ -101,9 +106,22 @@ class AtomicArchive:
         try:
             yield
         except (OSError, RuntimeError) as exc:   # torch.save reports a full disk so
+            reason = _write_failure(exc, self.path)   # before abort() frees the space
             self.abort()
-            raise RunFileError(f"{self.path}: {what} "
-                               f"({getattr(exc, 'strerror', None) or exc})") from None
+            raise RunFileError(f"{self.path}: {what} ({reason})") from None
+
+
+def _write_failure(exc: Exception, path: Path) -> str:
+    """The reason a write failed, in the system's words: torch reports a full disk as
+    "[enforce fail at inline_container.cc] unexpected pos" without the errno."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    try:
+        fs = os.statvfs(path.parent)
+        full = fs.f_bavail * fs.f_frsize < FULL_BYTES
+    except OSError:
+        full = False
+    return os.strerror(errno.ENOSPC) if full else _first_line(exc)
 
 
 def archive_entries(path: Path) -> list[str] | None:
@@ -125,8 +143,9 @@ def load_entry(path: Path, name: str, what: str):
         return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except KeyError:
         raise RunFileError(f"{path}: {what} has no entry {name}") from None
-    except (OSError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile) as exc:
-        raise RunFileError(f"{path}: unreadable {what} ({exc})") from None
+    except (OSError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile,
+            pickle.UnpicklingError) as exc:
+        raise RunFileError(f"{path}: unreadable {what} ({_first_line(exc)})") from None
 
 
 def load_torch(path: Path, what: str):
@@ -135,8 +154,16 @@ def load_torch(path: Path, what: str):
         return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise RunFileError(f"{path}: no {what} there") from None
-    except (OSError, RuntimeError, EOFError, ValueError) as exc:
-        raise RunFileError(f"{path}: unreadable {what} ({exc})") from None
+    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as exc:
+        raise RunFileError(f"{path}: unreadable {what} ({_first_line(exc)})") from None
+
+
+def _first_line(exc: Exception) -> str:
+    """torch's load errors run to many lines of advice; say what is wrong in one."""
+    if isinstance(exc, pickle.UnpicklingError):
+        return "not a torch file of tensors and plain values"
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
 
 
 def load_record(path: Path, what: str, fmt: str, version: int) -> dict:

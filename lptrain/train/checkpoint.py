@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from lptrain.errors import RunFileError
+from lptrain.train.collective import agree_on_error
 from lptrain.model.saved import (AtomicArchive, archive_entries, check_record, load_entry,
                                  load_record)
 
@@ -36,17 +37,6 @@ FORMAT_VERSION = 2     # 1: one torch file with every rank's oracle state
 RECORD_ENTRY = "record.pt"
 AUTO_FIRST = 10
 OVERHEAD = 0.02   # the share of the run time automatic checkpoints may take
-
-
-def agree_on_error(exchange, error: Exception | None, what: str) -> None:
-    """Raise on every rank if any rank has `error` (collective); the owner raises its own."""
-    failed = float(error is not None)
-    if exchange.size > 1:
-        failed = exchange.allreduce_sum(failed)
-    if error is not None:
-        raise error
-    if failed:
-        raise RunFileError(f"{what}: another rank could not write it")
 
 
 class Checkpointer:
@@ -96,7 +86,7 @@ class Checkpointer:
                 archive.commit()
             except RunFileError as exc:
                 error = exc
-        agree_on_error(self.exchange, error, str(self.path))
+        agree_on_error(self.exchange, error)
         self.saved_at = k
         self.seconds = time.perf_counter() - t0
         self.next = k + self._interval(k, loop["wall_time"])

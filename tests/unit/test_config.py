@@ -250,3 +250,39 @@ def test_experiment_network_wins_over_its_dataset(name):
     """An overlay names its network; its dataset's default does not replace it."""
     assert _choice([f"experiment={name}"], "network") == _overlay_network(name)
     assert _choice([f"experiment={name}", "network=conv"], "network") == "conv"
+
+
+def _float_keys(cfg, path: str = "") -> list[str]:
+    out = []
+    for key, value in cfg.items():
+        if isinstance(value, dict):
+            out += _float_keys(value, f"{path}{key}.")
+        elif isinstance(value, float):
+            out.append(f"{path}{key}")
+    return out
+
+
+@pytest.mark.parametrize("group", ["optimizer=lbfgs", "optimizer=adam", "optimizer=sgd",
+                                   "dataset=indian_pines", "dataset=mnist"])
+def test_every_float_option_refuses_nan_and_inf(group):
+    keys = _float_keys(OmegaConf.to_container(_compose(group), resolve=True))
+    assert len(keys) >= 10, keys
+    for key in keys:
+        for bad in ("nan", "inf", "-inf"):
+            with pytest.raises(ConfigError, match=rf"^{key}=-?(nan|inf): must be a finite"):
+                options(_compose(group, f"{key}={bad}"))
+
+
+@pytest.mark.parametrize("override, message", [
+    ("seed=99999999999999999999", "seed=99999999999999999999: is beyond the 64-bit"),
+    ("seed=18446744073709551615", "seed=18446744073709551615: is beyond the 64-bit"),
+    ("seed=4294967296", "seed=4294967296: must be in [0, 2**32 - 1]"),
+    ("train.iterations=99999999999999999999", "train.iterations=99999999999999999999: is b"),
+    ("network.T=1e300", "network.T=1e+300: must be in (0, 10000]"),
+    ("network.init_opening=1e200", "network.init_opening=1e+200: must be in [0, 100]"),
+    ("network.init_hidden=-1", "network.init_hidden=-1.0: must be in [0, 100]"),
+])
+def test_numbers_the_code_cannot_handle_are_refused_naming_the_key(override, message):
+    with pytest.raises(ConfigError) as err:
+        options(_compose(override))
+    assert str(err.value).startswith(message), err.value

@@ -197,6 +197,23 @@ def test_wrong_image_size_names_file(tmp_path, offline):
         load("mnist", tmp_path)
 
 
+def test_a_set_without_images_names_the_file(tmp_path, offline):
+    write_set(tmp_path)
+    write_idx(tmp_path / "t10k-images-idx3-ubyte", np.zeros((0, 28, 28), np.uint8))
+    write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.zeros(0, np.uint8))
+    with pytest.raises(DataError, match=r"t10k-images-idx3-ubyte: holds no images$"):
+        load("mnist", tmp_path)
+
+
+@pytest.mark.parametrize("name", ["mnist", "fashion_mnist"])
+def test_a_missing_chosen_path_is_named_before_the_memory_estimate(tmp_path, name):
+    from lptrain.data.base import dataset_sizes
+    options = mnist.MnistOptions(path=str(tmp_path / "typo")) if name == "mnist" else \
+        mnist.FashionMnistOptions(path=str(tmp_path / "typo"))
+    with pytest.raises(DataError, match="no such dir"):
+        dataset_sizes(options)
+
+
 def test_label_out_of_range_names_file(tmp_path, offline):
     write_set(tmp_path)
     write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.full(N_VAL, 10, np.uint8))

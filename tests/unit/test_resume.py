@@ -150,7 +150,8 @@ def test_checkpoint_holds_the_documented_state(tmp_path):
                  "train.iterations=3"), None, tmp_path)
     record = ck.load_checkpoint(tmp_path / ck.CHECKPOINT_FILE, rank=0)
     assert record["iteration"] == 3 and record["world_size"] == 1
-    adam = record["optimizer"]["state"][0]            # torch.optim.Adam's state_dict
+    assert record["optimizer"]["steps"] == 3             # where the rate schedule stands
+    adam = record["optimizer"]["torch"]["state"][0]   # torch.optim.Adam's state_dict
     assert set(adam) == {"step", "exp_avg", "exp_avg_sq"} and float(adam["step"]) == 3
     cache = record["oracle"]["cache"]
     assert len(cache) == 3 and all(isinstance(f, torch.Tensor) for _, f, _ in cache)
@@ -169,6 +170,9 @@ class _Ranks:
 
     def allreduce_sum(self, value):
         return value
+
+    def allgather(self, obj):
+        return [obj] + [None] * (self.size - 1)
 
 
 def _three_rank_checkpoint(path):

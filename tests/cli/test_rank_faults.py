@@ -1,0 +1,84 @@
+"""A failure on one rank ends every rank: 2-rank runs whose rank-0-only file operations
+fail (reopening a damaged metrics.h5, reading a damaged checkpoint, creating metrics.h5
+on a disk without lptrain's reserve) exit 1 with one line, within a timeout, instead of
+leaving the other rank waiting in its first collective. A full disk at a checkpoint is
+named as such."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from launch import lptrain
+from lptrain.metrics import schema as ms
+from lptrain.train.checkpoint import CHECKPOINT_FILE
+
+pytestmark = pytest.mark.cli
+
+TIMEOUT = 60
+TINY = ["network.layers=4", "network.width=4", "dataset.n_train=200", "dataset.n_val=50",
+        "eval_every=1000000", "optimizer=adam"]
+
+
+def _one_line(proc, *needles):
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 1, proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("lptrain: error: "), proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A 2-rank run of 2 iterations and its intact files."""
+    run_dir = tmp_path_factory.mktemp("faults") / "run"
+    proc = lptrain([f"hydra.run.dir={run_dir}", *TINY, "train.iterations=2"], ranks=2,
+                   timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    return run_dir, {name: (run_dir / name).read_bytes()
+                     for name in (ms.FILE_NAME, CHECKPOINT_FILE)}
+
+
+@pytest.mark.parametrize("name, damage, needle", [
+    (ms.FILE_NAME, "random", "cannot reopen metrics file"),
+    (ms.FILE_NAME, "half", "cannot reopen metrics file"),
+    (CHECKPOINT_FILE, "random", "unreadable checkpoint"),
+])
+def test_resume_from_a_damaged_file_ends_every_rank(finished, name, damage, needle):
+    run_dir, intact = finished
+    for other, data in intact.items():
+        (run_dir / other).write_bytes(data)
+    data = intact[name]
+    (run_dir / name).write_bytes(os.urandom(5000) if damage == "random"
+                                 else data[:len(data) // 2])
+    proc = lptrain([f"resume={run_dir}", "train.iterations=4"], ranks=2, timeout=TIMEOUT)
+    _one_line(proc, str(run_dir / name), needle)
+
+
+def _on_tmpfs(tmp_path, size: str, args: list[str], ranks: int):
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if shutil.which("mount") is None or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
+            capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        proc = lptrain([f"hydra.run.dir={mnt / 'run'}", *args], ranks=ranks, timeout=TIMEOUT)
+        return proc, sorted(p.name for p in (mnt / "run").iterdir())
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_no_room_for_the_metrics_file_ends_every_rank(tmp_path):
+    proc, _ = _on_tmpfs(tmp_path, "2m", [*TINY, "train.iterations=2"], ranks=2)
+    _one_line(proc, "cannot create metrics file", "bytes free")
+
+
+def test_a_full_disk_at_a_checkpoint_says_so_and_keeps_the_model(tmp_path):
+    # the warm starts of 5000 Peaks samples do not fit beside metrics.h5's 4 MiB reserve
+    proc, files = _on_tmpfs(tmp_path, "8m", ["mode=simultaneous", "checkpoint_every=2",
+                                             "train.iterations=4"], ranks=1)
+    _one_line(proc, CHECKPOINT_FILE, "cannot write (No space left on device)")
+    assert "model.pt" in files and ms.FILE_NAME in files, files

@@ -1,0 +1,40 @@
+"""agree_on_error / collectively: one rank's failure becomes every rank's error."""
+from __future__ import annotations
+
+import pytest
+
+from lptrain.errors import ConfigError, RunFileError
+from lptrain.mgrit.exchange import SerialExchange
+from lptrain.train.collective import agree_on_error, collectively
+
+
+class Peers:
+    """Rank `rank` of a 2-rank job whose other rank reports `other` to allgather."""
+
+    def __init__(self, rank: int, other: str | None):
+        self.rank, self.size, self.other = rank, 2, other
+
+    def allgather(self, obj):
+        return [obj, self.other] if self.rank == 0 else [self.other, obj]
+
+
+def test_the_rank_without_the_error_raises_the_failing_ranks_message():
+    with pytest.raises(RunFileError, match="^metrics.h5: disk full$"):
+        agree_on_error(Peers(1, "metrics.h5: disk full"), None)
+    agree_on_error(Peers(1, None), None)          # nobody failed: nothing raised
+
+
+def test_the_failing_rank_raises_its_own_error():
+    own = ConfigError("network.T = 0: must be positive")
+    with pytest.raises(ConfigError) as info:
+        agree_on_error(Peers(0, None), own)
+    assert info.value is own
+
+
+def test_collectively_turns_os_errors_into_one_line_naming_the_file():
+    def fail():
+        raise PermissionError(13, "Permission denied", "/run/model.pt")
+    with pytest.raises(RunFileError, match=r"^/run/model.pt: Permission denied$"):
+        collectively(SerialExchange(), fail)
+    assert collectively(Peers(1, None), fail, enabled=False) is None
+    assert collectively(SerialExchange(), lambda: 7) == 7
