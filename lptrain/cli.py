@@ -174,7 +174,25 @@ def _one_line(exc: Exception):
     return ConfigError(f"{key}: {head}" if key else head)
 
 
+def _version() -> str:
+    """`lptrain --version`: this package's version and the versions it runs on."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    from lptrain import __version__
+    parts = []
+    for dist in ("torch", "mpi4py", "hydra-core"):
+        try:
+            parts.append(f"{dist} {version(dist)}")
+        except PackageNotFoundError:
+            parts.append(f"{dist} not installed")
+    return f"{PROG} {__version__} ({', '.join(parts)}, Python {platform.python_version()})"
+
+
 def main() -> None:
+    if "--version" in sys.argv[1:]:      # before MPI and Hydra: Hydra's flag prints its own
+        print(_version())
+        return
     import os
 
     from lptrain.parallel.context import (foreign_launch, keep_freed_memory, limit_threads,

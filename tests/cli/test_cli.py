@@ -258,3 +258,13 @@ def test_diverging_sgd_ends_diverged_with_the_last_good_model(tmp_path):
     model = load_model(run_dir)
     assert model.iteration == m.n_iterations - 1     # before the iteration that diverged
     assert torch.isfinite(model.theta).all()
+
+
+def test_version_names_lptrain_and_what_it_runs_on(tmp_path):
+    from lptrain import __version__
+    proc = lptrain(["--version"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stdout.strip()
+    assert line.startswith(f"lptrain {__version__} (torch {torch.__version__}"), line
+    assert "hydra-core" in line and "Hydra" not in line.split("(")[0]
+    assert list(tmp_path.iterdir()) == []          # informational: no run directory
