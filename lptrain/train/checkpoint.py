@@ -27,9 +27,9 @@ from pathlib import Path
 import torch
 
 from lptrain.errors import RunFileError
-from lptrain.train.collective import agree_on_error
 from lptrain.model.saved import (AtomicArchive, archive_entries, check_record, load_entry,
                                  load_record)
+from lptrain.train.collective import agree_on_error
 
 CHECKPOINT_FILE = "checkpoint.pt"
 FORMAT = "lptrain-checkpoint"
