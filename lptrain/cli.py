@@ -12,7 +12,7 @@ import traceback
 from datetime import datetime
 from pathlib import Path
 
-from lptrain.errors import LptrainError
+from lptrain.errors import REFUSED, LptrainError, reason
 from lptrain.rundir import RunLock, claim_new, refuse_earlier_run
 
 from lptrain.config import CONF_DIR, CONF_MODULE
@@ -21,7 +21,7 @@ log = logging.getLogger("lptrain")
 # Hydra's flags that print and exit without running the task: they get no run directory
 INFO_FLAGS = ("-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-sc",
               "--shell-completion", "--version")
-_failures: list[str] = []
+_failures: list[int] = []   # exit status of each failed job
 _stop: list = []          # the StopSignals main() installed (empty when called otherwise)
 _resuming: list = []      # the run directory given with resume=
 
@@ -81,7 +81,7 @@ def _resume_args(args: list[str]) -> list[str]:
     from omegaconf import OmegaConf
 
     from lptrain.app import RESUME_KEYS
-    from lptrain.errors import ConfigError, RunFileError
+    from lptrain.errors import ConfigError, InputFileError
     from lptrain.train.checkpoint import CHECKPOINT_FILE
     rest = [a for a in args if not a.startswith("resume=")]
     bad = [a for a in rest if a.split("=", 1)[0] not in RESUME_KEYS]
@@ -91,8 +91,8 @@ def _resume_args(args: list[str]) -> list[str]:
     run_dir = Path(given)
     saved = run_dir / ".hydra" / "overrides.yaml"
     if not (run_dir / CHECKPOINT_FILE).is_file() or not saved.is_file():
-        raise RunFileError(f"resume={given}: no {CHECKPOINT_FILE} (or .hydra/overrides.yaml) "
-                           f"there; only runs of this lptrain version can be resumed")
+        raise InputFileError(f"resume={given}: no {CHECKPOINT_FILE} (or .hydra/overrides.yaml) "
+                             f"there; only runs of this lptrain version can be resumed")
     given_keys = {a.split("=", 1)[0] for a in rest}
     kept = [a for a in OmegaConf.load(saved) if a.split("=", 1)[0] not in given_keys]
     _resuming.append(run_dir)
@@ -107,7 +107,7 @@ def _check_writable(directory: str) -> str | None:
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
-        return f"hydra.run.dir={directory!r}: cannot write there ({exc.strerror or exc})"
+        return f"hydra.run.dir={directory!r}: cannot write there ({reason(exc)})"
     return None
 
 
@@ -228,14 +228,14 @@ def main() -> None:
         problem = comm.bcast(problem, root=0)
         if problem:
             raise LptrainError(problem)
-    except LptrainError as exc:
+    except LptrainError as exc:        # nothing has run: the command must change
         if comm.Get_rank() == 0:
             _say(str(exc))
-        sys.exit(2)
+        sys.exit(REFUSED)
     sys.argv = [sys.argv[0], *args]
     _hydra_entry()
     if _failures:
-        sys.exit(1)
+        sys.exit(max(_failures))
 
 
 def _task(cfg) -> float | None:
@@ -259,7 +259,7 @@ def _task(cfg) -> float | None:
             log.warning(message)
         sys.exit(exc.exit_code)
     except LptrainError as exc:      # raised identically on every rank
-        _failures.append(str(exc))
+        _failures.append(exc.exit_code)
         if comm.Get_rank() == 0:
             _say(str(exc))
             log.error(str(exc))

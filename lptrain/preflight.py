@@ -92,11 +92,24 @@ def plan(opts, comm) -> Plan:
         g = min(grids, key=lambda g: needs[g].total)
         raise ConfigError(f"memory: {size} rank(s) as {g.layer} layer x {g.data} data ranks "
                           f"need about {needs[g]} per rank, more than the "
-                          f"{memory.gb(limit)} available to each; use more ranks (or nodes), "
-                          f"fewer layers{_warm_hint(opts, sizes, needs[g], limit)}"
-                          f"{_batch_hint(opts, sizes, net, g, limit)}")
+                          f"{memory.gb(limit)} available to each; "
+                          f"{_memory_advice(opts, sizes, net, g, needs[g], limit)}")
     grid = choose(fits, _predictor(opts, sizes, net))
     return Plan(grid, sizes, node, device, needs[grid], limit)
+
+
+def _memory_advice(opts, sizes: Sizes, net: ResNet, grid: Grid, need_g: memory.Need,
+                   limit: float) -> str:
+    """What would make the run fit: more ranks share the states and the data, but every
+    rank holds all parameters and the optimizer's vectors of their size."""
+    held = need_g.base + need_g.params
+    if held > limit:
+        return (f"every rank holds all {net.layout.size} parameters and the optimizer's "
+                f"vectors ({memory.gb(held)} with the runtime), so more ranks do not help: "
+                f"use a smaller network (network.width, network.channels or network.layers)"
+                + (", or optimizer.memory" if hasattr(opts.optimizer, "memory") else ""))
+    return (f"use more ranks (or nodes), fewer layers{_warm_hint(opts, sizes, need_g, limit)}"
+            f"{_batch_hint(opts, sizes, net, grid, limit)}")
 
 
 def _warm_hint(opts, sizes: Sizes, need_g: memory.Need, limit: float) -> str:

@@ -12,7 +12,7 @@ import socket
 import uuid
 from pathlib import Path
 
-from lptrain.errors import RunDirectoryBusy, RunFileError
+from lptrain.errors import REFUSED, RunDirectoryBusy, RunFileError, reason
 from lptrain.metrics.schema import FILE_NAME
 
 LOCK_FILE = ".lptrain.lock"
@@ -40,7 +40,7 @@ def refuse_earlier_run(directory: str | Path, key: str) -> None:
     if found:
         raise RunFileError(f"{key}={directory}: holds an earlier run ({found[0]}); choose "
                            f"another directory, or continue that run with "
-                           f"`lptrain resume={found[0].parent}`")
+                           f"`lptrain resume={found[0].parent}`", exit_code=REFUSED)
 
 
 def _owner_alive(host: str, pid: int) -> bool:
@@ -75,7 +75,7 @@ class RunLock:
             tmp.write_text(self.mark)
         except OSError as exc:
             raise RunFileError(f"{self.path}: cannot create the run lock "
-                               f"({exc.strerror or exc})") from None
+                               f"({reason(exc)})") from None
         try:
             for _ in range(2):
                 try:
@@ -106,7 +106,7 @@ class RunLock:
             pass
         except OSError as exc:
             raise RunFileError(f"{self.path}: stale run lock, cannot remove it "
-                               f"({exc.strerror or exc})") from None
+                               f"({reason(exc)})") from None
 
     def release(self) -> None:
         """Remove the lock file if it is still this process's."""

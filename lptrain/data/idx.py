@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lptrain.errors import DataError
+from lptrain.errors import DataError, reason
 
 # IDX type code (third magic byte) -> big-endian element type
 IDX_TYPES = {
@@ -26,7 +26,7 @@ def read_bytes(path: Path) -> bytes:
     try:
         raw = path.read_bytes()
     except OSError as err:
-        raise DataError(f"{path}: cannot read ({err.strerror or err})") from err
+        raise DataError(f"{path}: cannot read ({reason(err)})") from err
     if not raw.startswith(GZIP_MAGIC):
         return raw
     try:

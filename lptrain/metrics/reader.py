@@ -52,21 +52,21 @@ def read_metrics(path: str | Path) -> RunMetrics:
     block the reader. A row that a writer did not finish (it reached only some datasets,
     or its `iteration` is still the fill value -1) is dropped, so every group's arrays
     have the same length. Raises
-    MetricsFileError when the file is missing, not HDF5, or not written by lptrain.
+    MetricsInputError when the file is missing, not HDF5, or not written by lptrain.
     """
     path = Path(path)
     if not path.is_file():
-        raise s.MetricsFileError(f"{path}: no such metrics file")
+        raise s.MetricsInputError(f"{path}: no such metrics file")
     try:
         with h5py.File(path, "r", locking=False) as f:
             attrs = {name: _plain(value) for name, value in f.attrs.items()}
             groups = {name: _read_group(f, name) for name in s.GROUPS}
     except (OSError, RuntimeError, KeyError, ValueError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise s.MetricsFileError(f"{path}: unreadable metrics file ({reason})") from None
+        raise s.MetricsInputError(f"{path}: unreadable metrics file ({reason})") from None
     if s.STATUS not in attrs:
-        raise s.MetricsFileError(f"{path}: not an lptrain metrics file "
-                                 f"(no {s.STATUS!r} attribute)")
+        raise s.MetricsInputError(f"{path}: not an lptrain metrics file "
+                                  f"(no {s.STATUS!r} attribute)")
     return RunMetrics(path=path, attrs=attrs, **groups)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lptrain.errors import LptrainError
+from lptrain.errors import REFUSED, LptrainError
 
 FILE_NAME = "metrics.h5"
 
@@ -81,6 +81,12 @@ FILL = {INT: -1, FLOAT: float("nan")}
 
 class MetricsFileError(LptrainError, OSError):
     """A metrics file cannot be created, opened or understood; the message names the path."""
+
+
+class MetricsInputError(MetricsFileError):
+    """A metrics file to read or to continue is missing, damaged or not lptrain's."""
+
+    exit_code = REFUSED
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,7 @@ class MetricsWriter:
         try:
             self._file = h5py.File(self.path, "r+", locking=False)
         except OSError as exc:
-            raise s.MetricsFileError(f"{path}: cannot reopen metrics file ({exc})") from None
+            raise s.MetricsInputError(f"{path}: cannot reopen metrics file ({exc})") from None
         for group in s.GROUPS:
             if group in self._file:
                 _truncate(self._file[group], iteration)

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lptrain.errors import RunFileError
+from lptrain.errors import InputFileError, RunFileError, reason
 from lptrain.model.network import NetworkOptions, ResNet
 from lptrain.model.serial import propagate
 from lptrain.parallel.grid import chunks
@@ -52,7 +52,7 @@ def write_atomically(path: Path, data: bytes) -> None:
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        raise RunFileError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        raise RunFileError(f"{path}: cannot write ({reason(exc)})") from None
 
 
 def save_torch(obj, path: Path) -> None:
@@ -142,10 +142,10 @@ def load_entry(path: Path, name: str, what: str):
             data = z.read(name)
         return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except KeyError:
-        raise RunFileError(f"{path}: {what} has no entry {name}") from None
+        raise InputFileError(f"{path}: {what} has no entry {name}") from None
     except (OSError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile,
             pickle.UnpicklingError) as exc:
-        raise RunFileError(f"{path}: unreadable {what} ({_first_line(exc)})") from None
+        raise InputFileError(f"{path}: unreadable {what} ({_first_line(exc)})") from None
 
 
 def load_torch(path: Path, what: str):
@@ -153,9 +153,9 @@ def load_torch(path: Path, what: str):
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
-        raise RunFileError(f"{path}: no {what} there") from None
+        raise InputFileError(f"{path}: no {what} there") from None
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as exc:
-        raise RunFileError(f"{path}: unreadable {what} ({_first_line(exc)})") from None
+        raise InputFileError(f"{path}: unreadable {what} ({_first_line(exc)})") from None
 
 
 def _first_line(exc: Exception) -> str:
@@ -177,9 +177,9 @@ def check_record(record, path: Path, fmt: str, version: int) -> dict:
     RunFileError naming `path`)."""
     label = fmt.removeprefix("lptrain-")
     if not isinstance(record, dict) or record.get("format") != fmt:
-        raise RunFileError(f"{path}: not an lptrain {label}")
+        raise InputFileError(f"{path}: not an lptrain {label}")
     if record.get("format_version", 0) > version:
-        raise RunFileError(f"{path}: {label} format {record['format_version']} is newer than "
+        raise InputFileError(f"{path}: {label} format {record['format_version']} is newer than "
                            f"this lptrain reads ({version})")
     return record
 

@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 
 from launch import ENV, LPTRAIN, REPO, lptrain
 from lptrain import config
+from lptrain.errors import FAILED, REFUSED
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
 from lptrain.model.saved import MODEL_FILE, load_model
@@ -120,6 +121,9 @@ BAD_INPUTS = {
                        ["hydra.run.dir", "/proc/lptrain-test"]),
     "missing_dataset_path": (["dataset=mnist", "dataset.path=/nonexistent/lptrain-data"],
                              ["dataset.path='/nonexistent/lptrain-data'", "no such directory"]),
+    # every rank holds all parameters: the advice must not be "more ranks"
+    "parameters_beyond_memory": (["network.width=1000000"],
+                                 ["memory: ", "more ranks do not help", "network.width"]),
 }
 
 
@@ -132,7 +136,7 @@ def _bad_args(args, tmp_path) -> list[str]:
 
 def _assert_one_error(proc, fragments):
     lines = _error_lines(proc)
-    assert proc.returncode != 0
+    assert proc.returncode == REFUSED, proc.stderr   # README "Exit status"
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith(ERROR_PREFIX), lines[0]
     for fragment in fragments:
@@ -268,3 +272,13 @@ def test_version_names_lptrain_and_what_it_runs_on(tmp_path):
     assert line.startswith(f"lptrain {__version__} (torch {torch.__version__}"), line
     assert "hydra-core" in line and "Hydra" not in line.split("(")[0]
     assert list(tmp_path.iterdir()) == []          # informational: no run directory
+
+
+def test_a_run_that_fails_after_starting_exits_1(tmp_path):
+    # README "Exit status": 1 = the run started and could not finish (here it diverges)
+    proc = _lptrain([f"hydra.run.dir={tmp_path / 'run'}", *TINY, "optimizer=sgd",
+                     "optimizer.lr=1e12", "train.iterations=20"], cwd=tmp_path)
+    lines = _error_lines(proc)
+    assert proc.returncode == FAILED, proc.stderr
+    assert len(lines) == 1 and "objective" in lines[0], proc.stderr
+    assert read_metrics(tmp_path / "run" / ms.FILE_NAME).status == ms.DIVERGED

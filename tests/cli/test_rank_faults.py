@@ -1,6 +1,6 @@
 """A failure on one rank ends every rank: 2-rank runs whose rank-0-only file operations
 fail (reopening a damaged metrics.h5, reading a damaged checkpoint, creating metrics.h5
-on a disk without lptrain's reserve) exit 1 with one line, within a timeout, instead of
+on a disk without lptrain's reserve) end with one line and one exit status, within a timeout, instead of
 leaving the other rank waiting in its first collective. A full disk at a checkpoint is
 named as such."""
 from __future__ import annotations
@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from launch import lptrain
+from lptrain.errors import FAILED, REFUSED
 from lptrain.metrics import schema as ms
 from lptrain.train.checkpoint import CHECKPOINT_FILE
 
@@ -22,9 +23,9 @@ TINY = ["network.layers=4", "network.width=4", "dataset.n_train=200", "dataset.n
         "eval_every=1000000", "optimizer=adam"]
 
 
-def _one_line(proc, *needles):
+def _one_line(proc, status, *needles):
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == status, proc.stderr
     assert len(lines) == 1 and lines[0].startswith("lptrain: error: "), proc.stderr
     for needle in needles:
         assert needle in lines[0], lines[0]
@@ -54,7 +55,7 @@ def test_resume_from_a_damaged_file_ends_every_rank(finished, name, damage, need
     (run_dir / name).write_bytes(os.urandom(5000) if damage == "random"
                                  else data[:len(data) // 2])
     proc = lptrain([f"resume={run_dir}", "train.iterations=4"], ranks=2, timeout=TIMEOUT)
-    _one_line(proc, str(run_dir / name), needle)
+    _one_line(proc, REFUSED, str(run_dir / name), needle)
 
 
 def _on_tmpfs(tmp_path, size: str, args: list[str], ranks: int):
@@ -73,12 +74,12 @@ def _on_tmpfs(tmp_path, size: str, args: list[str], ranks: int):
 
 def test_no_room_for_the_metrics_file_ends_every_rank(tmp_path):
     proc, _ = _on_tmpfs(tmp_path, "2m", [*TINY, "train.iterations=2"], ranks=2)
-    _one_line(proc, "cannot create metrics file", "bytes free")
+    _one_line(proc, FAILED, "cannot create metrics file", "bytes free")
 
 
 def test_a_full_disk_at_a_checkpoint_says_so_and_keeps_the_model(tmp_path):
     # the warm starts of 5000 Peaks samples do not fit beside metrics.h5's 4 MiB reserve
     proc, files = _on_tmpfs(tmp_path, "8m", ["mode=simultaneous", "checkpoint_every=2",
                                              "train.iterations=4"], ranks=1)
-    _one_line(proc, CHECKPOINT_FILE, "cannot write (No space left on device)")
+    _one_line(proc, FAILED, CHECKPOINT_FILE, "cannot write (No space left on device)")
     assert "model.pt" in files and ms.FILE_NAME in files, files

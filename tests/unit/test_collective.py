@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from lptrain.errors import ConfigError, RunFileError
+from lptrain.errors import REFUSED, ConfigError, LptrainError, RunFileError
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.train.collective import agree_on_error, collectively
 
@@ -18,10 +18,26 @@ class Peers:
         return [obj, self.other] if self.rank == 0 else [self.other, obj]
 
 
-def test_the_rank_without_the_error_raises_the_failing_ranks_message():
-    with pytest.raises(RunFileError, match="^metrics.h5: disk full$"):
-        agree_on_error(Peers(1, "metrics.h5: disk full"), None)
+def test_the_rank_without_the_error_raises_the_failing_ranks_message_and_status():
+    with pytest.raises(LptrainError, match="^metrics.h5: disk full$") as info:
+        agree_on_error(Peers(1, ("metrics.h5: disk full", 1)), None)
+    assert info.value.exit_code == 1
+    with pytest.raises(LptrainError, match="^data: holds no images$") as info:
+        agree_on_error(Peers(1, ("data: holds no images", REFUSED)), None)
+    assert info.value.exit_code == REFUSED
     agree_on_error(Peers(1, None), None)          # nobody failed: nothing raised
+
+
+def test_what_a_failing_rank_tells_the_others():
+    seen = []
+
+    class Recorder(Peers):
+        def allgather(self, obj):
+            seen.append(obj)
+            return super().allgather(obj)
+    with pytest.raises(ConfigError):
+        agree_on_error(Recorder(0, None), ConfigError("seed=-1: must be >= 0"))
+    assert seen == [("seed=-1: must be >= 0", REFUSED)]
 
 
 def test_the_failing_rank_raises_its_own_error():
