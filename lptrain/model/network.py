@@ -26,6 +26,7 @@ class NetworkOptions:
     activation: str = "smoothrelu"
     bias: str = "vector"         # scalar (the authors') | vector
     opening: str = "dense"       # dense | pad (dense nets); replicate | conv (conv nets)
+    pool: int = 1                # conv: the classifier sees pool×pool averages of u_N
     init: str = "uniform"        # uniform: U[0,1)·scale (the authors') | normal: N(0,1)·scale
     init_opening: float = 1e-3
     init_hidden: float = 1e-3
@@ -46,6 +47,9 @@ class NetworkOptions:
                 "choose scalar or vector")
         require(self.opening in OPENINGS[self.name], "network.opening", self.opening,
                 f"choose {OPENINGS[self.name]} for network={self.name}")
+        require(self.pool >= 1, "network.pool", self.pool, "must be >= 1 (1: no pooling)")
+        require(self.name == "conv" or self.pool == 1, "network.pool", self.pool,
+                "pooling needs images: network=conv")
         require(self.init in ("uniform", "normal"), "network.init", self.init,
                 "choose uniform or normal")
         for key in ("init_opening", "init_hidden", "init_classifier"):
@@ -102,6 +106,7 @@ class ResNet:
         self.act = ACTIVATIONS[opts.activation]
         self.h = opts.h
         self.state_shape = self._state_shape()
+        self.feature_shape = self._feature_shape()
         self.layout = Layout(self._specs())
 
     def _state_shape(self) -> tuple[int, ...]:
@@ -118,6 +123,15 @@ class ResNet:
                               f"{self.in_shape}")
         return (o.channels, *self.in_shape[1:])
 
+    def _feature_shape(self) -> tuple[int, ...]:
+        """What the classifier sees of u_N: the state, or its pool×pool averages."""
+        p, s = self.opts.pool, self.state_shape
+        if p == 1:
+            return s
+        require(s[1] % p == 0 and s[2] % p == 0, "network.pool", p,
+                f"must divide the image sides {s[1]}x{s[2]}")
+        return (s[0], s[1] // p, s[2] // p)
+
     def _specs(self):
         o, N, s = self.opts, self.opts.layers, self.state_shape
         nb = 1 if o.bias == "scalar" else s[0]
@@ -130,7 +144,7 @@ class ResNet:
                       ("open_b", (s[0],), "opening")]
         k_shape = (N, s[0], s[0]) if o.name == "dense" else (N, s[0], s[0], 3, 3)
         specs += [("K", k_shape, "hidden"), ("b", (N, nb), "hidden"),
-                  ("W", (self.n_classes, math.prod(s)), "classifier"),
+                  ("W", (self.n_classes, math.prod(self.feature_shape)), "classifier"),
                   ("mu", (self.n_classes,), "classifier")]
         return specs
 
@@ -235,8 +249,8 @@ class ResNet:
         dz = torch.softmax(logits, 1)
         dz[torch.arange(labels.numel()), labels] -= 1.0
         dz /= n_total
-        lamN = self._steps.to_state(torch.mm(dz, v["W"]).view(dz.shape[0], *self.state_shape))
-        return loss, correct, lamN, torch.mm(dz.t(), flat), dz.sum(0)
+        lam = self._unpool(torch.mm(dz, v["W"]).view(dz.shape[0], *self.feature_shape))
+        return loss, correct, self._steps.to_state(lam), torch.mm(dz.t(), flat), dz.sum(0)
 
     def logits(self, theta, uN) -> torch.Tensor:
         """Class scores (B, n_classes) of the final states u_N."""
@@ -244,9 +258,18 @@ class ResNet:
 
     def _logits(self, v, uN):
         flat = self.batch_major(uN)
+        if self.opts.pool > 1:
+            flat = F.avg_pool2d(flat, self.opts.pool)
         # the width spelled out: a rank whose data shard is empty has 0 rows
-        flat = flat.reshape(flat.shape[0], math.prod(self.state_shape))
+        flat = flat.reshape(flat.shape[0], math.prod(self.feature_shape))
         return flat, torch.addmm(v["mu"], flat, v["W"].t())
+
+    def _unpool(self, g: torch.Tensor) -> torch.Tensor:
+        """The adjoint of the pooling: each average's gradient spread over its p×p pixels."""
+        p = self.opts.pool
+        if p == 1:
+            return g
+        return g.repeat_interleave(p, -1).repeat_interleave(p, -2).div_(p * p)
 
     # -- regulariser ---------------------------------------------------------
     def regulariser(self, theta: torch.Tensor, grad: torch.Tensor | None = None) -> float:

@@ -165,3 +165,37 @@ def test_assemble_writes_only_its_blocks():
         assert torch.equal(g[name], v[name])
     assert not g["open_K"].any() and not g["open_b"].any()
 
+
+
+@pytest.mark.parametrize("pool", [2, 3, 6])
+def test_pooled_classifier_adjoint_equals_autograd(pool):
+    net, theta = conv_net(pool=pool, **REG)
+    assert net.layout.blocks["W"].shape == (3, 2 * (6 // pool) ** 2)
+    x, y = batch(net)
+    value, grad, _ = serial_objective_and_grad(net, theta, x, y)
+    th = theta.clone().requires_grad_()
+    ref_value = autograd_objective(net, th, x, y)
+    ref_grad, = torch.autograd.grad(ref_value, th)
+    assert value == pytest.approx(float(ref_value.detach()), rel=1e-13)
+    assert torch.allclose(grad, ref_grad, rtol=1e-10, atol=1e-13)
+
+
+def test_pooled_logits_are_the_classifier_of_the_block_averages():
+    net, theta = conv_net(pool=3)
+    u = torch.randn(5, 2, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    W, mu = net.classifier_views(theta)
+    means = u.view(5, 2, 2, 3, 2, 3).mean((3, 5)).reshape(5, -1)
+    assert torch.allclose(net.logits(theta, u), means @ W.t() + mu, rtol=1e-13)
+
+
+@pytest.mark.parametrize("kw,match", [(dict(pool=4), "network.pool=4: must divide the image "
+                                       "sides 6x6"),
+                                      (dict(pool=0), "network.pool=0: must be >= 1")])
+def test_bad_pooling_names_the_key(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        conv_net(**kw)
+
+
+def test_pooling_needs_a_conv_network():
+    with pytest.raises(ConfigError, match="network.pool=2: pooling needs images"):
+        dense_net(pool=2)
