@@ -48,8 +48,6 @@ class NetworkOptions:
         require(self.opening in OPENINGS[self.name], "network.opening", self.opening,
                 f"choose {OPENINGS[self.name]} for network={self.name}")
         require(self.pool >= 1, "network.pool", self.pool, "must be >= 1 (1: no pooling)")
-        require(self.name == "conv" or self.pool == 1, "network.pool", self.pool,
-                "pooling needs images: network=conv")
         require(self.init in ("uniform", "normal"), "network.init", self.init,
                 "choose uniform or normal")
         for key in ("init_opening", "init_hidden", "init_classifier"):
@@ -128,6 +126,7 @@ class ResNet:
         p, s = self.opts.pool, self.state_shape
         if p == 1:
             return s
+        require(len(s) == 3, "network.pool", p, "pooling needs images: network=conv")
         require(s[1] % p == 0 and s[2] % p == 0, "network.pool", p,
                 f"must divide the image sides {s[1]}x{s[2]}")
         return (s[0], s[1] // p, s[2] // p)

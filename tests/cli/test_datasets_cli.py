@@ -22,6 +22,7 @@ from lptrain.data.mnist import (DEBIAN_FASHION_DIR, IDX_FILES, FashionMnistOptio
 from lptrain.errors import DataError
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
+from lptrain.model.saved import load_model
 
 pytestmark = pytest.mark.cli
 
@@ -37,16 +38,17 @@ MGRIT_TOL = 1e-10
 # N = 4 with c = 2 on two levels: two C-intervals, one per rank under mpiexec -n 2
 COMMON = [f"train.iterations={ITERATIONS}", f"seed={SEED}", "eval_every=1",
           "network.layers=4", "mgrit.levels=2", "mgrit.cfactor0=2", f"mgrit.tol={MGRIT_TOL}"]
-# the smallest network and data each dataset allows; mnist keeps conv's default opening
-# (replicate), fashion_mnist uses the conv opening so that both openings run end to end
+# the smallest network and data each dataset allows, full batch (recipe=default: the
+# controller's plan per iteration is checked below); mnist uses the replicate opening,
+# fashion_mnist its network's conv opening, so both run end to end
 TINY = {
     "peaks": ["dataset=peaks", "network.width=4", "dataset.n_train=100", "dataset.n_val=50"],
     "indian_pines": ["dataset=indian_pines", "network.width=8", "dataset.n_train=160",
                      "dataset.n_val=80"],
-    "mnist": ["dataset=mnist", "network.channels=2", "dataset.n_train=40",
-              "dataset.n_val=20"],
-    "fashion_mnist": ["dataset=fashion_mnist", "network.channels=2",
-                      "network.opening=conv", "dataset.n_train=40", "dataset.n_val=20"],
+    "mnist": ["dataset=mnist", "recipe=default", "network.channels=2",
+              "network.opening=replicate", "dataset.n_train=40", "dataset.n_val=20"],
+    "fashion_mnist": ["dataset=fashion_mnist", "recipe=default", "network.channels=2",
+                      "dataset.n_train=40", "dataset.n_val=20"],
 }
 
 
@@ -188,3 +190,23 @@ def test_conv_mgrit_on_two_ranks_matches_one_rank(sweeps, tmp_path):
     np.testing.assert_array_equal(two.mgrit[ms.ITERATION], np.arange(1, ITERATIONS + 1))
     assert np.all(two.mgrit[ms.FWD_RESIDUAL] <= MGRIT_TOL)
     assert np.all(two.mgrit[ms.ADJ_RESIDUAL] <= MGRIT_TOL)
+
+
+@pytest.mark.mpi
+def test_the_mnist_recipe_trains_one_shot_on_two_ranks(tmp_path):
+    """`lptrain dataset=mnist mode=simultaneous` as users type it, on fewer images: Adam
+    on mini-batches of 100 with the cosine schedule, float32, the pooled network."""
+    _source_or_skip("mnist")
+    proc = _lptrain(["hydra.run.dir=run", "dataset=mnist", "mode=simultaneous",
+                     "dataset.n_train=200", "dataset.n_val=50", "train.iterations=6",
+                     "eval_every=3", "network.layers=8"], cwd=tmp_path, ranks=2)
+    assert proc.returncode == 0, proc.stderr
+    m = read_metrics(tmp_path / "run" / ms.FILE_NAME)
+    assert (m.status, m.mode, m.attrs[ms.WORLD_SIZE]) == (ms.COMPLETED, "simultaneous", 2)
+    config = OmegaConf.create(m.attrs[ms.CONFIG])
+    assert (config.optimizer.name, config.optimizer.schedule, config.train.batch_size,
+            config.dtype, config.network.pool) == ("adam", "cosine", 100, "float32", 4)
+    objective = m.train[ms.OBJECTIVE]
+    assert np.all(np.isfinite(objective)) and objective[-1] < objective[0]
+    model = load_model(tmp_path / "run")
+    assert model.net.layout.blocks["W"].shape == (10, 8 * 7 * 7)

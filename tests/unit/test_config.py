@@ -187,8 +187,8 @@ def test_keys_added_past_the_schema_are_rejected(override, key):
 
 
 # Each dataset brings the network that suits its inputs (lptrain/conf/dataset/*.yaml defaults lists).
-DATASET_NETWORK = {"peaks": "dense", "indian_pines": "dense_wide", "mnist": "conv",
-                   "fashion_mnist": "conv"}
+DATASET_NETWORK = {"peaks": "dense", "indian_pines": "dense_wide", "mnist": "conv_pooled",
+                   "fashion_mnist": "conv_pooled"}
 
 
 def _choice(cfg_overrides: list[str], group: str) -> str:
@@ -227,10 +227,33 @@ def test_network_keys_win_over_the_dataset_network(dataset):
         DATASET_NETWORK[dataset]
 
 
-def test_mnist_network_is_the_papers_conv_net_made_deeper():
+def test_mnist_network_is_the_papers_conv_net_deeper_wider_and_pooled():
     net = options(_compose("dataset=mnist")).network
-    assert (net.name, net.channels, net.T, net.opening) == ("conv", 4, 5.0, "replicate")
+    assert (net.name, net.channels, net.T, net.opening, net.pool) == ("conv", 8, 5.0, "conv", 4)
     assert net.layers == 32
+    paper = options(_compose("experiment=mnist_paper")).network
+    assert (paper.channels, paper.opening, paper.pool, paper.layers) == (4, "replicate", 1, 30)
+
+
+@pytest.mark.parametrize("dataset", ["mnist", "fashion_mnist"])
+def test_image_datasets_bring_their_training_recipe(dataset):
+    opts = options(_compose(f"dataset={dataset}"))
+    assert (opts.optimizer.name, opts.optimizer.schedule, opts.dtype) == \
+        ("adam", "cosine", "float32")
+    assert opts.train.batch_size == 100
+    # the command line wins over the recipe; recipe=default is config.yaml's training
+    opts = options(_compose(f"dataset={dataset}", "dtype=float64", "optimizer=sgd"))
+    assert (opts.dtype, opts.optimizer.name, opts.optimizer.schedule) == \
+        ("float64", "sgd", "constant")
+    plain = options(_compose(f"dataset={dataset}", "recipe=default"))
+    assert (plain.optimizer.name, plain.train.batch_size, plain.dtype) == \
+        ("lbfgs", None, "float64")
+
+
+@pytest.mark.parametrize("name", ["peaks_paper", "indian_pines_paper", "mnist_paper"])
+def test_paper_experiments_train_full_batch_lbfgs_in_float64(name):
+    opts = options(_compose(f"experiment={name}"))
+    assert (opts.optimizer.name, opts.train.batch_size, opts.dtype) == ("lbfgs", None, "float64")
 
 
 def _overlay_network(name: str) -> str:
