@@ -148,7 +148,8 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
              f"P={grid.size} ({grid.layer} layer x {grid.data} data)")
     saver = ModelSaver(run_dir / MODEL_FILE, net, config_yaml, opts.dtype, data, rank0)
     checkpointer = Checkpointer(run_dir / CHECKPOINT_FILE, opts.checkpoint_every, ex, rank0,
-                                optimizer, oracle, progress, {"config": config_yaml})
+                                optimizer, oracle, progress, {"config": config_yaml},
+                                saver)
     loop = None if record is None else {**record["loop"], "batches": record["batches"]}
     h5 = collectively(ex, lambda: open_writer(path, attrs, rank0, record and record["iteration"]))
     with h5, \

@@ -14,6 +14,8 @@ one at a time, so a checkpoint costs it one rank's warm starts, not all of them;
 resume every rank reads its own entry. Files of format 1 (one torch file) still load.
 
 When: every `checkpoint_every` iterations; when the ranks stop for a signal; at the end.
+Each checkpoint also rewrites model.pt (the `model` saver), so a run killed without warning
+(SIGKILL, a cluster's time limit) leaves a model of its last checkpoint to evaluate.
 `checkpoint_every=null` (the default) chooses the interval itself so that checkpoints
 cost under 2 % of the run: the first checkpoint is at iteration AUTO_FIRST, then the
 interval is max(AUTO_FIRST, 50 × (seconds per checkpoint) / (seconds per iteration)).
@@ -44,10 +46,11 @@ class Checkpointer:
     calls `save` at the same iterations."""
 
     def __init__(self, path: Path, every: int | None, exchange, enabled: bool,
-                 optimizer, oracle, progress, meta: dict):
+                 optimizer, oracle, progress, meta: dict, model=None):
         self.path, self.every, self.exchange, self.enabled = Path(path), every, exchange, enabled
         self.optimizer, self.oracle, self.progress, self.meta = (optimizer, oracle, progress,
                                                                  meta)
+        self.model = model          # app.ModelSaver: model.pt beside every checkpoint
         self.auto = every is None
         self.next = AUTO_FIRST if self.auto else every
         self.saved_at: int | None = None
@@ -87,6 +90,8 @@ class Checkpointer:
             except RunFileError as exc:
                 error = exc
         agree_on_error(self.exchange, error)
+        if self.model is not None:
+            self.model.save(self.progress, self.exchange)
         self.saved_at = k
         self.seconds = time.perf_counter() - t0
         self.next = k + self._interval(k, loop["wall_time"])

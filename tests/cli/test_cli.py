@@ -165,11 +165,11 @@ def test_bad_input_under_mpi_is_reported_once(case, tmp_path):
     _assert_one_error(proc, fragments)
 
 
-def test_killed_run_keeps_finished_iterations(tmp_path):
+def test_killed_run_keeps_finished_iterations_and_a_model(tmp_path):
     run_dir = tmp_path / "run"
     path = run_dir / ms.FILE_NAME
     args = [f"hydra.run.dir={run_dir}", *TINY, "optimizer=adam", "train.iterations=1000000",
-            "eval_every=100000"]
+            "eval_every=100000", "checkpoint_every=2"]
     seen = 0
     with open(tmp_path / "stderr.txt", "w") as err:
         proc = subprocess.Popen([LPTRAIN, *args], cwd=tmp_path, env=ENV,
@@ -198,6 +198,10 @@ def test_killed_run_keeps_finished_iterations(tmp_path):
     np.testing.assert_array_equal(m.train[ms.ITERATION], np.arange(1, n + 1))
     assert np.all(np.isfinite(m.train[ms.OBJECTIVE]))
     assert m.validation[ms.ITERATION][0] == 0
+    # model.pt is written with every checkpoint: the killed run can be evaluated
+    model = load_model(run_dir)
+    assert 2 <= model.iteration <= n
+    assert torch.isfinite(model.theta).all()
 
 
 @pytest.mark.mpi
