@@ -232,18 +232,23 @@ class ModelSaver:
     def __init__(self, path: Path, net, config_yaml: str, dtype: str, data, enabled: bool):
         self.path, self.net, self.config_yaml = path, net, config_yaml
         self.dtype, self.data, self.enabled = dtype, data, enabled
+        self.written: int | None = None   # the iteration model.pt holds
 
     def _write(self, progress) -> None:
         save_torch(model_record(progress.theta, self.net, self.config_yaml, self.dtype,
                                 self.data, progress.iteration), self.path)
 
     def save(self, progress, exchange) -> None:
-        """Write, and fail on every rank alike (RunFileError) if rank 0 could not."""
+        """Write, and fail on every rank alike (RunFileError) if rank 0 could not; nothing
+        to do when model.pt already holds this iteration (the last checkpoint wrote it)."""
+        if self.written == progress.iteration:
+            return
         collectively(exchange, lambda: self._write(progress), self.enabled)
+        self.written = progress.iteration
 
     def save_quietly(self, progress) -> None:
         """Best effort while another error ends the run: that error is the one reported."""
-        if self.enabled:
+        if self.enabled and self.written != progress.iteration:
             try:
                 self._write(progress)
             except Exception:  # noqa: BLE001 - the run's own error is already propagating

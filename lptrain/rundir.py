@@ -12,7 +12,7 @@ import socket
 import uuid
 from pathlib import Path
 
-from lptrain.errors import REFUSED, RunDirectoryBusy, RunFileError, reason
+from lptrain.errors import RunDirectoryBusy, RunFileError, reason
 from lptrain.metrics.schema import FILE_NAME
 
 LOCK_FILE = ".lptrain.lock"
@@ -40,7 +40,7 @@ def refuse_earlier_run(directory: str | Path, key: str) -> None:
     if found:
         raise RunFileError(f"{key}={directory}: holds an earlier run ({found[0]}); choose "
                            f"another directory, or continue that run with "
-                           f"`lptrain resume={found[0].parent}`", exit_code=REFUSED)
+                           f"`lptrain resume={found[0].parent}`")
 
 
 def _owner_alive(host: str, pid: int) -> bool:

@@ -174,13 +174,13 @@ def load_record(path: Path, what: str, fmt: str, version: int) -> dict:
 
 def check_record(record, path: Path, fmt: str, version: int) -> dict:
     """`record` if it is an lptrain `fmt` record no newer than `version` (else
-    RunFileError naming `path`)."""
+    InputFileError naming `path`)."""
     label = fmt.removeprefix("lptrain-")
     if not isinstance(record, dict) or record.get("format") != fmt:
         raise InputFileError(f"{path}: not an lptrain {label}")
     if record.get("format_version", 0) > version:
-        raise InputFileError(f"{path}: {label} format {record['format_version']} is newer than "
-                           f"this lptrain reads ({version})")
+        raise InputFileError(f"{path}: {label} format {record['format_version']} is newer "
+                             f"than this lptrain reads ({version})")
     return record
 
 
