@@ -189,23 +189,33 @@ def _version() -> str:
     return f"{PROG} {__version__} ({', '.join(parts)}, Python {platform.python_version()})"
 
 
+def _world():
+    """MPI.COMM_WORLD; exits REFUSED with one line when MPI cannot start here (another MPI's
+    launcher, or no MPI library for mpi4py)."""
+    import os
+
+    from lptrain.parallel.context import foreign_launch, world
+    try:
+        foreign = foreign_launch(os.environ)
+        if not foreign:
+            return world()
+    except LptrainError as exc:      # no rank is known: every process says it
+        _say(str(exc))
+        sys.exit(exc.exit_code)
+    if os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", "0")) == "0":
+        _say(foreign)
+    sys.exit(REFUSED)
+
+
 def main() -> None:
     if "--version" in sys.argv[1:]:      # before MPI and Hydra: Hydra's flag prints its own
         print(_version())
         return
-    import os
-
-    from lptrain.parallel.context import (foreign_launch, keep_freed_memory, limit_threads,
-                                          node_of, world)
-    foreign = foreign_launch(os.environ)
-    if foreign:
-        if os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", "0")) == "0":
-            _say(foreign)
-        sys.exit(2)
+    from lptrain.parallel.context import keep_freed_memory, limit_threads, node_of
     from lptrain.train.guard import StopSignals
     _stop.append(StopSignals().install())   # first: a signal from here on stops cleanly
     keep_freed_memory()
-    comm = world()
+    comm = _world()
     limit_threads(node_of(comm))
     args = sys.argv[1:]
     checkable = all(a in ("-m", "--multirun") or not a.startswith("-") for a in args)

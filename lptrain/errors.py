@@ -34,6 +34,19 @@ class DataError(LptrainError):
     exit_code = REFUSED
 
 
+class MissingPackageError(LptrainError):
+    """An optional package that a feature needs is not installed; the message names the
+    extra of lptrain that brings it (`install_hint`)."""
+
+    exit_code = REFUSED
+
+
+def install_hint(extra: str) -> str:
+    """How to get lptrain's optional `extra` (one of pyproject.toml's optional
+    dependencies): the end of every message about a missing optional package."""
+    return f"install lptrain's {extra} extra: pip install 'lptrain[{extra}]'"
+
+
 class SolverError(LptrainError):
     """MGRIT was asked for something it cannot do (e.g. too many ranks)."""
 

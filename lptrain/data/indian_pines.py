@@ -10,8 +10,8 @@ import numpy as np
 import scipy.io
 import torch
 
-from lptrain.data.base import (Dataset, Sizes, data_dirs, package_dir, register,
-                                register_sizes, stratified_split)
+from lptrain.data.base import (Dataset, Sizes, data_dirs, package_dir, packaged_remedy,
+                                register, register_sizes, stratified_split)
 from lptrain.errors import DataError, require
 
 N_CLASSES = 16
@@ -93,21 +93,23 @@ def find_scene(dirs: list[Path], variant: str) -> tuple[list[Path], str]:
                 if not gt.is_file():
                     raise DataError(f"{cube} found but its ground truth {gt} is missing")
                 return [cube, gt], v
-    packaged = tensorly_files() if "corrected" in wanted else None
+    if "corrected" not in wanted:
+        raise DataError(missing_message(dirs, wanted, "the 220-band cube is not packaged "
+                                                      "anywhere, only the user can supply it"))
+    packaged = tensorly_files()
     if packaged:
         return list(packaged), "corrected"
-    raise DataError(missing_message(dirs, wanted))
+    root = package_dir("tensorly")
+    absent = [p for p in TENSORLY_FILES if root is None or not (root / p).is_file()]
+    remedy = packaged_remedy("tensorly", root, absent[0])
+    raise DataError(missing_message(dirs, wanted, f"for the 200-band copy offline {remedy}"))
 
 
-def missing_message(dirs: list[Path], wanted: list[str]) -> str:
+def missing_message(dirs: list[Path], wanted: list[str], remedy: str) -> str:
     cubes = " or ".join(CUBE_FILES[v] for v in wanted)
-    text = (f"indian_pines: expected {cubes} together with {GT_FILE} in "
+    return (f"indian_pines: expected {cubes} together with {GT_FILE} in "
             f"{' or '.join(map(str, dirs))}, found none. Download them ({CITATION}) into "
-            f"that directory or set dataset.path")
-    if "corrected" in wanted:
-        return text + ("; for the 200-band copy offline run "
-                       "`pip install --no-deps tensorly`")
-    return text + "; the 220-band cube is not packaged anywhere, only the user can supply it"
+            f"that directory or set dataset.path; {remedy}")
 
 
 def read_scene(files: list[Path], variant: str) -> tuple[np.ndarray, np.ndarray]:

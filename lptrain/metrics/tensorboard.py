@@ -13,7 +13,7 @@ import math
 from numbers import Real
 from pathlib import Path
 
-from lptrain.errors import ConfigError
+from lptrain.errors import MissingPackageError, install_hint
 from lptrain.metrics import schema as s
 
 LOGGERS = ("none", "tensorboard")
@@ -21,10 +21,11 @@ DIR_NAME = "tensorboard"
 
 
 def check_available(logger: str) -> None:
-    """ConfigError unless the packages `logger` needs are installed (call on every rank)."""
+    """MissingPackageError unless the packages `logger` needs are installed (call on every
+    rank)."""
     if logger == "tensorboard" and importlib.util.find_spec("tensorboard") is None:
-        raise ConfigError("logger=tensorboard: the tensorboard package is not installed "
-                          "(pip install 'lptrain[tensorboard]')")
+        raise MissingPackageError(f"logger=tensorboard: the tensorboard package is not "
+                                  f"installed; {install_hint('tensorboard')}")
 
 
 class Scalars:

@@ -4,13 +4,27 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from lptrain.errors import MissingPackageError, install_hint
 from lptrain.mgrit.exchange import Clock, MPIExchange, SerialExchange
+
+
+def import_mpi():
+    """mpi4py's MPI module; MissingPackageError naming the `mpi` extra when mpi4py finds no
+    MPI library to load (mpi4py from PyPI brings none of its own)."""
+    try:
+        from mpi4py import MPI
+    except (ImportError, RuntimeError) as exc:
+        first = str(exc).strip().splitlines()
+        raise MissingPackageError(
+            f"mpi4py cannot load an MPI library ({first[0] if first else type(exc).__name__});"
+            f" {install_hint('mpi')} (MPICH), or on a cluster load its MPI module and build "
+            f"mpi4py against it") from None
+    return MPI
 
 
 def world():
     """MPI.COMM_WORLD (imports mpi4py only here)."""
-    from mpi4py import MPI
-    return MPI.COMM_WORLD
+    return import_mpi().COMM_WORLD
 
 
 # environment variables a launcher sets for its ranks -> whose launcher it is
@@ -30,8 +44,7 @@ def mpi_library() -> str:
     """First line of the MPI library's version string, read without initialising MPI."""
     import mpi4py
     mpi4py.rc.initialize = False
-    from mpi4py import MPI
-    first = MPI.Get_library_version().strip().splitlines()[0]
+    first = import_mpi().Get_library_version().strip().splitlines()[0]
     return " ".join(first.replace("Version:", "").split())
 
 

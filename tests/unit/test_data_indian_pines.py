@@ -140,7 +140,8 @@ def test_nothing_found_names_files_directory_and_remedy(tmp_path, no_tensorly, m
         load_dataset(options("nowhere"), seed=0)
     text = str(err.value)
     for part in ("Indian_pines.mat", "Indian_pines_corrected.mat", "Indian_pines_gt.mat",
-                 str(tmp_path / "nowhere"), "10.4231/R7RX991C", "pip install --no-deps tensorly"):
+                 str(tmp_path / "nowhere"), "10.4231/R7RX991C", "pip install 'lptrain[data]'",
+                 "pip install --no-deps tensorly"):
         assert part in text
 
 

