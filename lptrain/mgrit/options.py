@@ -81,6 +81,12 @@ class MGRITOptions:
         return ControlOptions(self.control, self.fwd_iters, self.adj_iters, self.grad_tol,
                               self.control_min_iters, self.control_max_iters)
 
+    def hierarchy(self, n_steps: int, size: int):
+        """The MGRIT hierarchy of n_steps layers distributed over `size` ranks."""
+        from lptrain.mgrit.hierarchy import build_hierarchy
+        return build_hierarchy(n_steps, self.cfactor0, self.cfactor, self.levels,
+                               self.min_coarse, size)
+
     @property
     def adjoint_tol(self) -> float:
         return self.tol if self.adj_tol is None else self.adj_tol

@@ -198,6 +198,11 @@ class ResNet:
         """Shape of one state of `batch` samples in the stepper's layout."""
         return self._steps.state_dims(batch, self.state_shape)
 
+    @property
+    def batch_axis(self) -> int:
+        """The axis of a state that indexes the samples."""
+        return self._steps.BATCH_AXIS
+
     def new_state(self, x: torch.Tensor) -> torch.Tensor:
         """An uninitialised state for the batch x (its dtype and device)."""
         return x.new_empty(self.state_dims(x.shape[0]))

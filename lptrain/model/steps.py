@@ -28,6 +28,8 @@ class DenseSteps:
         self.n_layers = K.shape[0]
 
     # -- layout --------------------------------------------------------------
+    BATCH_AXIS = 1        # of a state: the samples
+
     @staticmethod
     def state_dims(batch: int, shape: tuple[int, ...]) -> tuple[int, ...]:
         return (shape[0], batch)
@@ -126,6 +128,8 @@ class ConvSteps:
         self.K, self.b = _scaled(K, b, act)
         self.act = act
         self.n_layers = K.shape[0]
+
+    BATCH_AXIS = 0
 
     @staticmethod
     def state_dims(batch: int, shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 import torch
 
 from lptrain.mgrit.exchange import allreduce_tensor
-from lptrain.mgrit.hierarchy import build_hierarchy
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.mgrit.solver import MGRIT, SolveResult
 from lptrain.parallel.propagators import AdjointPropagator, ForwardPropagator, Linearisation
@@ -34,8 +33,7 @@ class LayerParallel:
         self.net, self.options, self.exchange = net, options, exchange
         N = net.opts.layers
         self.N = N
-        self.hier = build_hierarchy(N, options.cfactor0, options.cfactor, options.levels,
-                                    options.min_coarse, exchange.size)
+        self.hier = options.hierarchy(N, exchange.size)
         self.fwd = MGRIT(self.hier, exchange, options.cycle_options())
         self.rev = self.hier.reversed()
         self.adj = MGRIT(self.rev, exchange.reversed(), options.cycle_options(linear=True))

@@ -9,6 +9,8 @@ message and exit status, so that the job ends with one line and one exit code.
 """
 from __future__ import annotations
 
+import socket
+
 from lptrain.errors import LptrainError, RunFileError, reason
 
 
@@ -38,11 +40,32 @@ def collectively(exchange, fn, enabled: bool = True):
     any rank is raised on every rank (agree_on_error)."""
     result, error = None, None
     if enabled:
-        try:
-            result = fn()
-        except LptrainError as exc:
-            error = exc
-        except OSError as exc:
-            error = os_error(exc)
+        result, error = _attempt(fn)
     agree_on_error(exchange, error)
     return result
+
+
+def in_turns(exchange, fn):
+    """fn() on every rank, the ranks of one host one after another, so that what fn
+    holds while it runs (a resume's old warm starts) does not add up over a node; errors
+    as in `collectively`."""
+    hosts = exchange.allgather(socket.gethostname())
+    mine = hosts[:exchange.rank].count(hosts[exchange.rank])
+    result, error = None, None
+    for turn in range(max(hosts.count(h) for h in hosts)):
+        if turn == mine:
+            result, error = _attempt(fn)
+        if exchange.size > 1:
+            exchange.allreduce_sum(0.0)       # every rank ends the turn together
+    agree_on_error(exchange, error)
+    return result
+
+
+def _attempt(fn):
+    """(fn(), None), or (None, the error) for an LptrainError or OSError."""
+    try:
+        return fn(), None
+    except LptrainError as exc:
+        return None, exc
+    except OSError as exc:
+        return None, os_error(exc)

@@ -6,7 +6,9 @@ The inner oracle (any mode, on the layer group's exchange) returns means
 over its shard; they are weighted by shard / batch size and summed over
 the groups, so the objective, hits and gradient are those of the whole
 batch.  The regulariser, the same on every rank, is counted once.  A group
-without samples skips its solves and contributes zeros to the sums.
+without samples skips its solves and contributes zeros to the sums; its inner
+oracle still notes the batch (`skip`), so every group keeps warm starts of the
+same batches as one rank would (and a checkpoint's blocks fit together).
 """
 from __future__ import annotations
 
@@ -41,6 +43,12 @@ class DataParallelOracle:
     def load_state_dict(self, state: dict) -> None:
         self.inner.load_state_dict(state)
 
+    def warm_entries(self, state: dict) -> list:
+        return self.inner.warm_entries(state)
+
+    def with_warm_entries(self, state: dict, entries: list) -> dict:
+        return self.inner.with_warm_entries(state, entries)
+
     def tighten(self) -> bool:
         """Every group's inner oracle climbs alike (it depends on no data)."""
         return self.inner.tighten()
@@ -54,7 +62,9 @@ class DataParallelOracle:
             int(self.data.allreduce_sum(self.local))
         self.empty = self.local == 0
         self.key = batch.key
-        if not self.empty:
+        if self.empty:      # the warm-start cache still ages alike in every group
+            self.inner.skip(batch.key)
+        else:
             self.inner.begin(Batch(batch.x, batch.y, batch.key))
 
     def value(self, theta) -> Point:

@@ -71,6 +71,14 @@ class SimultaneousOracle(MGRITOracle):
         if "controller" in state:        # checkpoints written before the controller
             self.controller.load_state_dict(state["controller"])
 
+    @staticmethod
+    def warm_entries(state: dict) -> list:
+        return [list(entry) for entry in state["cache"]]
+
+    @staticmethod
+    def with_warm_entries(state: dict, entries: list) -> dict:
+        return {**state, "cache": [list(entry) for entry in entries]}
+
     def control(self, m, grad_norm: float, key: int) -> None:
         """Estimate the gradient error and plan the batch's next iterations; only
         rung-0 evaluations re-plan (higher rungs multiply the plan)."""
@@ -134,12 +142,12 @@ class SimultaneousOracle(MGRITOracle):
         entry = self.cache.get(self.batch.key)
         return None if entry is None else entry[1]
 
-    def _store(self, fwd=None, adj=None):
+    def _store(self, key, fwd=None, adj=None):
         if self.copy:
             fwd = fwd.clone() if fwd is not None else None
             adj = adj.clone() if adj is not None else None
-        old = self.cache.pop(self.batch.key, (None, None))
-        self.cache[self.batch.key] = (fwd if fwd is not None else old[0],
-                                      adj if adj is not None else old[1])
+        old = self.cache.pop(key, (None, None))
+        self.cache[key] = (fwd if fwd is not None else old[0],
+                           adj if adj is not None else old[1])
         while len(self.cache) > self.capacity:
             self.cache.popitem(last=False)

@@ -92,6 +92,21 @@ class ExactOracle:
         """The MGRIT record of the optimizer iteration (None: no MGRIT solves)."""
         return None
 
+    def skip(self, key: int) -> None:
+        """This rank holds no samples of batch `key` (a data group without any): keep
+        the warm-start bookkeeping as the ranks that have samples do."""
+
+    @staticmethod
+    def warm_entries(state: dict) -> list:
+        """[key, forward states, adjoint states] of every batch a state_dict keeps warm
+        starts of (this rank's blocks: parallel/blocks.py), least recently used first."""
+        return []
+
+    @staticmethod
+    def with_warm_entries(state: dict, entries: list) -> dict:
+        """`state` with its warm starts replaced by `entries` (as warm_entries gives)."""
+        return state
+
 
 class SerialOracle(ExactOracle):
     """Exact layer-serial propagation; the batch is split over ranks (data parallel)."""
@@ -188,7 +203,7 @@ class MGRITOracle(ExactOracle):
         res = self._solve_forward(theta, self._warm_fwd())
         self.fwd = res
         self._spent[0] += res.iterations
-        self._store(fwd=res.states)
+        self._store(self.batch.key, fwd=res.states)
         self.ev = self.lp.evaluate(theta, res.states, b.y, b.x.shape[0], True)
         self._trial = SolveStats(res.iterations, list(res.history))
         return Point(self.ev.loss + self.net.regulariser(theta), self.ev.loss,
@@ -201,7 +216,7 @@ class MGRITOracle(ExactOracle):
         grad, res = self._solve_adjoint(self._warm_adj())
         self.adj = res
         self._spent[1] += res.iterations
-        self._store(adj=res.states)
+        self._store(self.batch.key, adj=res.states)
         self._trial.adj_iterations, self._trial.adj_history = res.iterations, list(res.history)
         self.net.regulariser(self.theta, grad)
         if not self.external_control:
@@ -227,6 +242,19 @@ class MGRITOracle(ExactOracle):
         for name in self.STATE:
             setattr(self, name, state[name])
 
+    @staticmethod
+    def warm_entries(state: dict) -> list:
+        key = state["warm_key"]
+        return [] if key is None else [[key, state["warm_fwd"], state["warm_adj"]]]
+
+    @staticmethod
+    def with_warm_entries(state: dict, entries: list) -> dict:
+        key, fwd, adj = entries[-1] if entries else (None, None, None)
+        return {**state, "warm_key": key, "warm_fwd": fwd, "warm_adj": adj}
+
+    def skip(self, key: int) -> None:
+        self._store(key)
+
     # Warm starts.  The solvers alternate between two buffers and never write
     # into the warm start they are given, so the latest states are kept by
     # reference; only states of other mini-batches need copies.
@@ -236,10 +264,10 @@ class MGRITOracle(ExactOracle):
     def _warm_adj(self):
         return self.warm_adj if self.warm_key == self.batch.key else None
 
-    def _store(self, fwd=None, adj=None):
-        if self.warm_key != self.batch.key:
+    def _store(self, key, fwd=None, adj=None):
+        if self.warm_key != key:
             self.warm_fwd = self.warm_adj = None
-            self.warm_key = self.batch.key
+            self.warm_key = key
         if fwd is not None:
             self.warm_fwd = fwd
         if adj is not None:

@@ -54,3 +54,25 @@ def test_collectively_turns_os_errors_into_one_line_naming_the_file():
         collectively(SerialExchange(), fail)
     assert collectively(Peers(1, None), fail, enabled=False) is None
     assert collectively(SerialExchange(), lambda: 7) == 7
+
+
+def test_ranks_of_one_host_take_turns():
+    """Rank 2 of [a, b, a, a] is the second on host a: it runs in the second of three
+    turns, and every rank ends each turn together."""
+    from lptrain.train.collective import in_turns
+    events = []
+
+    class Hosts:
+        rank, size = 2, 4
+
+        def allgather(self, obj):
+            return ["a", "b", "a", "a"] if isinstance(obj, str) else [None] * 4
+
+        def allreduce_sum(self, value):
+            events.append("turn ends")
+            return value
+    assert in_turns(Hosts(), lambda: events.append("runs") or 7) == 7
+    assert events == ["turn ends", "runs", "turn ends", "turn ends"]
+    assert in_turns(SerialExchange(), lambda: 3) == 3
+    with pytest.raises(RunFileError, match="cannot read"):
+        in_turns(SerialExchange(), lambda: (_ for _ in ()).throw(OSError("cannot read")))
