@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from lptrain.metrics.writer import open_writer
 from lptrain.model.network import ResNet
 from lptrain import preflight
 from lptrain.model.saved import MODEL_FILE, model_record, save_torch
-from lptrain.parallel.context import grid_exchanges
+from lptrain.parallel.context import grid_exchanges, make_exchange
 from lptrain.parallel.grid import shard
 from lptrain.preflight import Plan
 from lptrain.train.checkpoint import CHECKPOINT_FILE, Checkpointer, load_checkpoint, restore
@@ -128,13 +129,14 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     run_dir/checkpoint.pt, appending to its metrics.h5. Returns the Outcome.
     """
     opts = options(cfg)
+    config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
+    check_same_everywhere(make_exchange(comm), config_yaml)
     check_available(opts.logger)
     plan = preflight.plan(opts, comm)
     ex, data, net, theta, oracle, optimizer = build(opts, comm, plan)
     rank0 = ex.rank == 0
     grid = plan.grid
     run_dir = Path(run_dir)
-    config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
     progress, record = Progress(theta), None
     if resume:
         record = collectively(ex, lambda: load_checkpoint(run_dir / CHECKPOINT_FILE, ex.rank))
@@ -205,12 +207,28 @@ def _comparable(config_yaml: str) -> dict:
     return c
 
 
-def _first_difference(a, b, prefix: str = "") -> str:
+def _first_difference(a, b, prefix: str = "",
+                      names: tuple[str, str] = ("in the checkpoint", "now")) -> str:
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b), key=str):
             if a.get(key) != b.get(key):
-                return _first_difference(a.get(key), b.get(key), f"{prefix}{key}.")
-    return f"{prefix.rstrip('.')}: {a!r} in the checkpoint, {b!r} now"
+                return _first_difference(a.get(key), b.get(key), f"{prefix}{key}.", names)
+    return f"{prefix.rstrip('.')}: {a!r} {names[0]}, {b!r} {names[1]}"
+
+
+def check_same_everywhere(exchange, config_yaml: str) -> None:
+    """ConfigError on every rank unless all ranks run the same resolved configuration
+    (ranks that composed their own could otherwise train different ones silently)."""
+    digests = exchange.allgather(hashlib.sha256(config_yaml.encode()).hexdigest())
+    if len(set(digests)) == 1:
+        return
+    texts = exchange.allgather(config_yaml)     # every rank: the same message
+    for rank, text in enumerate(texts):
+        if text != texts[0]:
+            first, other = (OmegaConf.to_container(OmegaConf.create(t)) for t in (texts[0], text))
+            where = _first_difference(first, other, names=("on rank 0", f"on rank {rank}"))
+            raise ConfigError(f"the ranks run different configurations, at {where}; "
+                              f"start every rank with the same command")
 
 
 def check_resumable(record: dict, config_yaml: str, opts: Config) -> None:
