@@ -14,6 +14,7 @@ from lptrain.data import load_dataset
 from lptrain.errors import ConfigError, RunFileError, StalledError, require
 from lptrain.metrics import schema as ms
 from lptrain.metrics.console import Console
+from lptrain.metrics.quantities import ITERATION_TIME
 from lptrain.metrics.tensorboard import check_available, with_logger
 from lptrain.metrics.writer import open_writer
 from lptrain.model.network import ResNet
@@ -170,8 +171,8 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
                          "training accuracy": outcome.accuracy,
                          "validation accuracy": outcome.val_accuracy,
                          "best validation accuracy": outcome.best_val_accuracy,
-                         "wall time [s]": outcome.wall_time,
-                         "time / iteration [s]": outcome.wall_time / outcome.iterations})
+                         "wall time": (outcome.wall_time, "s"),
+                         ITERATION_TIME: (console.iteration_time(), "s")})
         # lines of their own: a table cell would fold a long path
         console.message(f"metrics: {path}")
         console.message(f"model: {saver.path}")

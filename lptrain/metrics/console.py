@@ -1,29 +1,36 @@
-"""Show training progress on the terminal of rank 0: a rich progress bar, messages, a summary.
+"""Show training progress on the terminal of rank 0: a live bar, messages, a summary.
 
-On an interactive terminal the bar redraws in place. When the output is a pipe or a file
-(CI, `| tee`), or TERM is dumb, the console instead prints one plain line every `every`
-iterations and never emits escape codes. With `enabled=False` (ranks other than 0) every
-method does nothing.
+On an interactive terminal (as rich decides: a TTY, TERM not dumb) a live display redraws
+in place: the run's title, a bar, the finished/total iterations, the elapsed time and the
+estimated time left on one line (the title on a line of its own above when the terminal
+is too narrow for both), the latest values below. Through a pipe or into a file
+(CI, `| tee`) it prints plain lines instead, never escape codes, at a time-based cadence
+(`Cadence`). With `enabled=False` (ranks other than 0) every method does nothing.
 
-Every line the plain console prints (progress every `every` iterations, messages, errors,
-the summary as `name: value` lines) also goes to the "lptrain" logger, live bar or not:
-the lptrain command's Hydra job log (`<run dir>/lptrain.log`) holds them.
+Every plain line (progress, messages, errors, the summary as `name: value` lines) also goes
+to the "lptrain" logger, live display or not: the lptrain command's Hydra job log
+(`<run dir>/lptrain.log`) holds them.
 """
 from __future__ import annotations
 
 import logging
+import math
 import time
-from typing import IO
+from dataclasses import dataclass
+from typing import IO, Callable
 
 from rich.console import Console as RichConsole
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                           TimeElapsedColumn)
+from rich.console import Group
+from rich.live import Live
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
 from lptrain.metrics import schema as s
+from lptrain.metrics.quantities import ITERATION_TIME, format_duration, iteration_time
 
 VAL_ACCURACY = "val_accuracy"  # validation accuracy (validation/accuracy in the file)
+GRAD_ERROR = "grad_error"      # the one-shot gradient's estimated relative error
 
 # field -> (label, format); the order here is the order on screen
 _SHOWN = {
@@ -31,21 +38,24 @@ _SHOWN = {
     s.LOSS: ("loss", "{:.4g}"),
     s.ACCURACY: ("acc", "{:.3f}"),
     VAL_ACCURACY: ("val", "{:.3f}"),
-    s.STEP_TIME: ("s/it", "{:.3g}"),
 }
 # MGRIT solves are shown as "fwd <iterations> it <residual>"
 _SOLVES = {"fwd": (s.FWD_ITERATIONS, s.FWD_RESIDUAL), "adj": (s.ADJ_ITERATIONS, s.ADJ_RESIDUAL)}
-GRAD_ERROR = "grad_error"   # the one-shot gradient's estimated relative error, last
-FIELDS = (*_SHOWN, s.FWD_ITERATIONS, s.FWD_RESIDUAL, s.ADJ_ITERATIONS, s.ADJ_RESIDUAL,
-          GRAD_ERROR)
+FIELDS = (*_SHOWN, s.STEP_TIME, s.FWD_ITERATIONS, s.FWD_RESIDUAL, s.ADJ_ITERATIONS,
+          s.ADJ_RESIDUAL, GRAD_ERROR)
+SEPARATOR = "  "
+MIN_BAR = 10                    # the bar's least width (or a fifth of the terminal)
 log = logging.getLogger("lptrain")
 
 
-def format_stats(values: dict) -> str:
-    """One line of the fields present in `values`, e.g. 'loss 0.2 acc 0.910 fwd 2 it 3.0e-06'
-    (gerr: the estimated relative error of the gradient, docs/method.md §6)."""
+def stat_parts(values: dict, seconds_per_iteration: float | None = None) -> list[str]:
+    """The fields present in `values` and the iteration time so far, as groups that stay
+    on one line, e.g. ['loss 0.2', 'acc 0.910', '0.042 s/it', 'fwd 2 it 3.0e-06'] (gerr:
+    the estimated relative error of the gradient, docs/method.md §6)."""
     parts = [f"{label} {fmt.format(values[name])}"
              for name, (label, fmt) in _SHOWN.items() if values.get(name) is not None]
+    if seconds_per_iteration is not None:
+        parts.append(f"{seconds_per_iteration:.3g} s/it")
     for label, (its, res) in _SOLVES.items():
         solve = [f"{values[its]} it" if values.get(its) is not None else "",
                  f"{values[res]:.1e}" if values.get(res) is not None else ""]
@@ -53,42 +63,85 @@ def format_stats(values: dict) -> str:
             parts.append(" ".join([label, *filter(None, solve)]))
     if values.get(GRAD_ERROR) is not None:
         parts.append(f"gerr {values[GRAD_ERROR]:.1e}")
-    return "  ".join(parts)
+    return parts
+
+
+def format_stats(values: dict, seconds_per_iteration: float | None = None) -> str:
+    """`stat_parts` as one line, two spaces apart."""
+    return SEPARATOR.join(stat_parts(values, seconds_per_iteration))
+
+
+def wrap_parts(parts: list[str], width: int) -> list[str]:
+    """`parts` joined into lines of at most `width` columns, breaking only between parts
+    (a part wider than `width` gets a line of its own)."""
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + len(SEPARATOR) + len(part) <= width:
+            lines[-1] += SEPARATOR + part
+        else:
+            lines.append(part)
+    return lines
+
+
+@dataclass(frozen=True)
+class Cadence:
+    """When the plain console prints a progress line: always at the first and the last
+    iteration, and between them once `gap` seconds have passed since the previous line,
+    which spreads about `lines` lines over the run's expected duration, at least `min_gap`
+    and at most `max_gap` seconds apart (a minute-long run: a line every 3 s; a day-long
+    one: every 30 s; a run of a few seconds: every second)."""
+
+    lines: int = 20
+    min_gap: float = 1.0
+    max_gap: float = 30.0
+
+    def __post_init__(self):
+        if self.lines < 1 or not 0 < self.min_gap <= self.max_gap:
+            raise ValueError(f"cadence: need lines >= 1 and 0 < min_gap <= max_gap, got "
+                             f"lines={self.lines}, min_gap={self.min_gap}, "
+                             f"max_gap={self.max_gap}")
+
+    def gap(self, run_seconds: float) -> float:
+        """Seconds between lines in a run expected to take `run_seconds`."""
+        return min(max(run_seconds / self.lines, self.min_gap), self.max_gap)
 
 
 class Console:
-    """Progress display of one training run (see the module docstring)."""
+    """Progress display of one training run (see the module docstring).
+
+    `clock` (seconds, monotonic) times the elapsed time, the ETA and the cadence; `width`
+    overrides the terminal's width.
+    """
 
     def __init__(self, enabled: bool, total: int, title: str = "training", *,
                  file: IO[str] | None = None, err_file: IO[str] | None = None,
-                 every: int | None = None):
-        self.enabled = enabled
-        self.total = total
-        self.title = title
-        self.every = every or max(1, total // 20)
+                 cadence: Cadence = Cadence(), clock: Callable[[], float] = time.monotonic,
+                 width: int | None = None):
+        self.enabled, self.total, self.title = enabled, total, title
+        self.cadence, self._clock = cadence, clock
         self._values: dict = {}
-        self._progress = None
-        self._last = None  # (iteration, monotonic time) of the previous update
+        self._step_times: list[float] = []
+        self._first = self._iteration = self._first_at = None  # first, latest iteration
+        self._updated = self._shown = None     # clock at the latest update / printed line
+        self._live, self.live = None, False
         if not enabled:
             return
-        self._out = RichConsole(file=file, highlight=False)
-        # stderr=True resolves sys.stderr at print time, so it lands above a live bar
+        self._start = clock()
+        self._out = RichConsole(file=file, highlight=False, width=width)
+        # stderr=True resolves sys.stderr at print time, so it lands above a live display
         self._err = RichConsole(file=err_file, stderr=err_file is None, highlight=False)
         self.live = self._out.is_interactive
         if self.live:
-            self._progress = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[stats]}"), TimeElapsedColumn(),
-                console=self._out)
-            self._task = self._progress.add_task(title, total=total, stats="")
-            self._progress.start()
+            self._live = Live(console=self._out, get_renderable=self.display,
+                              refresh_per_second=4)
+            self._live.start()
 
     def update(self, iteration: int, **fields) -> None:
         """Show iteration `iteration` (finished iterations, up to `total`) and its fields.
 
         Fields are those of `FIELDS`; a field keeps its last value until it is given again
         (validation accuracy is typically logged every few iterations). Without
-        `step_time` the time per iteration is measured between calls.
+        `step_time` the iteration's duration is measured between calls.
         """
         unknown = set(fields) - set(FIELDS)
         if unknown:
@@ -96,20 +149,38 @@ class Console:
                            f"known: {', '.join(FIELDS)}")
         if not self.enabled:
             return
+        now = self._clock()
+        step = fields.pop(s.STEP_TIME, None)
+        if step is None and self._iteration is not None and iteration > self._iteration:
+            step = (now - self._updated) / (iteration - self._iteration)
+        if step is not None:
+            self._step_times.append(float(step))
         self._values.update({k: v for k, v in fields.items() if v is not None})
-        now, first = time.monotonic(), self._last is None
-        if s.STEP_TIME not in fields and self._last and iteration > self._last[0]:
-            self._values[s.STEP_TIME] = (now - self._last[1]) / (iteration - self._last[0])
-        self._last = (iteration, now)
-        stats = format_stats(self._values)
-        if self._progress is not None:
-            self._progress.update(self._task, completed=min(iteration, self.total),
-                                  stats=stats)
-        if first or iteration % self.every == 0 or iteration >= self.total:
-            line = f"{self.title} {iteration}/{self.total}  {stats}"
-            log.info(line)
-            if self._progress is None:
-                self._out.print(Text(line), soft_wrap=True)
+        if self._first is None:
+            self._first, self._first_at = iteration, now
+        self._iteration, self._updated = iteration, now
+        if (self._shown is None or iteration >= self.total
+                or now - self._shown >= self.cadence.gap(self._run_seconds())):
+            self._print_progress()
+
+    def iteration_time(self) -> float | None:
+        """The iteration time [s] of the iterations shown so far (metrics/quantities.py)."""
+        return iteration_time(self._step_times)
+
+    def progress_line(self) -> str:
+        """The plain line of the latest iteration: title, i/total, elapsed, ETA, values."""
+        return f"{self.title} {self._position()}  {self._stats()}".rstrip()
+
+    def display(self) -> Group:
+        """What the live display shows now: the bar line, the values below it."""
+        width = self._out.width
+        now = self._clock()
+        right = Text(self._position(now) if self._iteration is not None else
+                     f"0/{self.total}  {format_duration(now - self._start)} elapsed  eta "
+                     f"{format_duration(float('nan'))}")
+        parts = stat_parts(self._values, self.iteration_time())
+        return Group(*_bar_lines(self.title, self._iteration or 0, self.total, right, width),
+                     *(Text(line) for line in wrap_parts(parts, width)))
 
     def message(self, text: str) -> None:
         """Print one line of plain text (above the bar when it is live)."""
@@ -124,24 +195,33 @@ class Console:
             self._err.print(Text(f"error: {text}", style="bold red"), soft_wrap=True)
 
     def summary(self, rows: dict) -> None:
-        """Print a two-column table of final quantities, e.g. {'final loss': 0.12}."""
+        """Print a two-column table of final quantities: {name: value} or, with a unit,
+        {name: (value, unit)}, e.g. {'loss': 0.12, 'wall time': (29.1, 's')}."""
         if not self.enabled:
             return
         title = f"{self.title}: summary"
         # at least as wide as its title, so the title stays one line whatever the values
         table = Table(title=title, show_header=False, min_width=len(title) + 2)
         table.add_column("quantity", style="bold")
-        table.add_column("value", overflow="fold")
+        table.add_column("value", justify="right", overflow="fold")
         for name, value in rows.items():
-            table.add_row(str(name), _format_value(value))
-            log.info("%s: %s", name, _format_value(value))
+            text = _format_value(*value) if isinstance(value, tuple) else _format_value(value)
+            table.add_row(Text(str(name)), Text(text))
+            log.info("%s: %s", name, text)
         self._out.print(table)
 
     def close(self) -> None:
-        """Stop the live bar, leaving its last state on screen; later calls do nothing."""
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
+        """Stop the live display, leaving its last state on screen; print the latest
+        iteration if its line was not due yet (a run that stopped early). Later calls do
+        nothing."""
+        if not self.enabled:
+            return
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+        if self._iteration is not None and self._shown is not None \
+                and self._shown < self._updated:
+            self._print_progress()
 
     def __enter__(self) -> Console:
         return self
@@ -150,8 +230,78 @@ class Console:
         self.close()
         return False
 
+    # -- internals -----------------------------------------------------------------------
+    def _print_progress(self) -> None:
+        line = self.progress_line()
+        log.info(line)
+        if not self.live:
+            self._out.print(Text(line), soft_wrap=True)
+        self._shown = self._updated
 
-def _format_value(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
+    def _eta(self) -> float:
+        """Seconds left at the pace of this start's iterations after its first (which pays
+        one-time costs): nan until there are two, 0 once all are done."""
+        left = max(self.total - self._iteration, 0)
+        if left == 0:
+            return 0.0
+        if self._iteration <= self._first:
+            return math.nan
+        return (self._updated - self._first_at) / (self._iteration - self._first) * left
+
+    def _run_seconds(self) -> float:
+        """This start's expected duration (0 while unknown)."""
+        expected = self._updated - self._start + self._eta()
+        return expected if math.isfinite(expected) else 0.0
+
+    def _position(self, now: float | None = None) -> str:
+        """'12/300  0:00:28 elapsed  eta 0:00:42' (elapsed at `now`, else at the update)."""
+        elapsed = (self._updated if now is None else now) - self._start
+        return (f"{self._iteration}/{self.total}  {format_duration(elapsed)} elapsed  "
+                f"eta {format_duration(self._eta())}")
+
+    def _stats(self) -> str:
+        return format_stats(self._values, self.iteration_time())
+
+
+def _bar_lines(title: str, completed: int, total: int, right: Text, width: int) -> list:
+    """Title, bar and `right` on one line of `width` columns when the bar keeps
+    max(MIN_BAR, width / 5) columns; otherwise the title on a line of its own above."""
+    room = width - right.cell_len - 1           # for the bar and the title
+    bar_min = max(MIN_BAR, width // 5)
+    lines = []
+    if len(title) + 1 + bar_min <= room:
+        grid = _row([(Text(title, style="bold"), len(title))], room - len(title) - 1,
+                    completed, total, right)
+    else:
+        lines.append(Text(title, style="bold", no_wrap=True, overflow="ellipsis"))
+        grid = _row([], room, completed, total, right)
+    return [*lines, grid]
+
+
+def _row(cells: list, bar_width: int, completed: int, total: int, right: Text) -> Table:
+    """A one-line grid: the (text, width) `cells`, a bar `bar_width` wide (left out when
+    narrower than 3 columns), `right`."""
+    grid = Table.grid(padding=(0, 1))
+    row = []
+    for text, width in cells:
+        grid.add_column(width=width, no_wrap=True)
+        row.append(text)
+    if bar_width >= 3:
+        grid.add_column(width=bar_width, no_wrap=True)
+        row.append(ProgressBar(total=max(total, 1), completed=min(completed, total),
+                               width=bar_width))
+    grid.add_column(no_wrap=True)
+    row.append(right)
+    grid.add_row(*row)
+    return grid
+
+
+def _format_value(value, unit: str = "") -> str:
+    """'0.123457', '12', '29.13 s', '3725 s (1:02:05)'; '-' for None."""
+    if value is None:
+        return "-"
+    if unit == "s" and isinstance(value, (int, float)):
+        text = f"{value:.4g} s"
+        return f"{text} ({format_duration(value)})" if value >= 60 else text
+    text = f"{value:.6g}" if isinstance(value, float) else str(value)
+    return f"{text} {unit}" if unit else text

@@ -1,16 +1,33 @@
-"""The console: formatting, silence when disabled, plain lines through a pipe, live bar."""
+"""The console: formatting, silence when disabled, the plain lines' cadence, the live display
+at 80 and 160 columns, the summary's units."""
 import io
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console as RichConsole
 
-from lptrain.metrics.console import Console, format_stats
+from lptrain.metrics.console import Cadence, Console, format_stats, wrap_parts
+from lptrain.metrics.quantities import format_duration, iteration_time
 
 REPO = Path(__file__).resolve().parents[2]
 TTY_VARS = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "NO_COLOR")
+TITLE = "simultaneous peaks N=32 P=4 (2 layer x 2 data)"
+MGRIT = dict(loss=0.41234, accuracy=0.8391, val_accuracy=0.82, fwd_iterations=3,
+             fwd_residual=7.4e-4, adj_iterations=3, adj_residual=8.8e-7, grad_error=4.4e-3)
+
+
+class Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self, now: float = 0.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
 
 
 @pytest.fixture
@@ -19,13 +36,47 @@ def plain_env(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
+@pytest.fixture
+def tty_env(monkeypatch):
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")
+    monkeypatch.setenv("TTY_INTERACTIVE", "1")
+    monkeypatch.setenv("TERM", "xterm")
+
+
+def _iterate(console, clock, iterations, seconds, **fields):
+    """`iterations` iterations of `seconds` each; the iterations whose line was printed."""
+    for k in iterations:
+        clock.now += seconds
+        console.update(k, step_time=seconds, **fields)
+
+
+def _printed(out) -> list[int]:
+    return [int(line.split()[1].split("/")[0]) for line in out.getvalue().splitlines()]
+
+
 def test_format_stats_shows_only_given_fields():
     assert format_stats({}) == ""
     assert format_stats({"loss": 0.123456, "accuracy": 0.5}) == "loss 0.1235  acc 0.500"
-    line = format_stats({"val_accuracy": 0.875, "step_time": 0.0421, "fwd_iterations": 2,
-                         "fwd_residual": 3.2e-6, "adj_residual": 1e-3})
-    assert line == "val 0.875  s/it 0.0421  fwd 2 it 3.2e-06  adj 1.0e-03"
+    line = format_stats({"val_accuracy": 0.875, "fwd_iterations": 2, "fwd_residual": 3.2e-6,
+                         "adj_residual": 1e-3}, 0.0421)
+    assert line == "val 0.875  0.0421 s/it  fwd 2 it 3.2e-06  adj 1.0e-03"
     assert format_stats({"fwd_iterations": 3, "grad_error": 0.0041}) == "fwd 3 it  gerr 4.1e-03"
+
+
+def test_wrap_parts_breaks_between_groups_only():
+    parts = ["J 0.4116", "loss 0.4054", "fwd 3 it 7.4e-04", "adj 3 it 8.8e-07"]
+    assert wrap_parts(parts, 80) == ["  ".join(parts)]
+    assert wrap_parts(parts, 30) == ["J 0.4116  loss 0.4054", "fwd 3 it 7.4e-04",
+                                     "adj 3 it 8.8e-07"]
+    assert wrap_parts(["a-very-long-group"], 5) == ["a-very-long-group"]
+
+
+def test_iteration_time_is_the_median_after_the_first():
+    assert iteration_time([9.0, 1.0, 3.0, 2.0]) == 2.0      # the cold first one left out
+    assert iteration_time([9.0, 1.0, math.nan, 3.0]) == 2.0
+    assert iteration_time([4.0]) == 4.0
+    assert iteration_time([]) is None and iteration_time(None) is None
+    assert format_duration(3725.9) == "1:02:05" and format_duration(math.nan) == "-:--:--"
 
 
 def test_disabled_console_prints_nothing(capsys):
@@ -45,39 +96,128 @@ def test_unknown_field_raises_even_when_disabled():
         Console(False, 10).update(1, lss=0.5)
 
 
-def test_plain_output_every_k_iterations(plain_env):
-    out = io.StringIO()
-    with Console(True, 10, "peaks", file=out, every=4) as c:
+@pytest.mark.parametrize("seconds,expected", [(3, 1.0), (60, 3.0), (600, 30.0), (86400, 30.0)])
+def test_cadence_spreads_twenty_lines_between_one_and_thirty_seconds(seconds, expected):
+    assert Cadence().gap(seconds) == expected
+
+
+def test_cadence_rejects_a_bad_gap():
+    with pytest.raises(ValueError, match="min_gap=5"):
+        Cadence(min_gap=5, max_gap=1)
+
+
+def test_plain_lines_follow_the_clock_not_the_iteration_count(plain_env):
+    # 100 iterations of 0.5 s: a 50 s run, a line every 2.5 s = every 5 iterations
+    clock, out = Clock(), io.StringIO()
+    with Console(True, 100, "peaks", file=out, clock=clock) as c:
         assert not c.live
-        for i in range(1, 11):
-            c.update(i, loss=1.0 / i, step_time=0.5)
-            if i == 5:
-                c.update(i, val_accuracy=0.75)
+        _iterate(c, clock, range(1, 101), 0.5, loss=0.25)
+    assert _printed(out) == [1, *range(6, 100, 5), 100]
+
+
+def test_a_long_run_prints_every_thirty_seconds(plain_env):
+    # 100,000 iterations of 1/64 s (26 minutes): every 1920 iterations, not every 5000
+    clock, out = Clock(), io.StringIO()
+    c = Console(True, 100_000, "peaks", file=out, clock=clock)
+    _iterate(c, clock, range(1, 100_001), 1 / 64)
+    assert _printed(out) == [*range(1, 100_000, 1920), 100_000]
+
+
+def test_a_run_of_seconds_prints_a_line_a_second(plain_env):
+    clock, out = Clock(), io.StringIO()
+    c = Console(True, 30, "peaks", file=out, clock=clock)
+    _iterate(c, clock, range(1, 31), 1 / 8)
+    assert _printed(out) == [1, 9, 17, 25, 30]
+
+
+def test_the_line_shows_elapsed_time_and_eta(plain_env):
+    clock, out = Clock(), io.StringIO()
+    c = Console(True, 300, "peaks", file=out, clock=clock)
+    clock.now = 8.0                           # the first iteration: a cold start
+    c.update(1, step_time=8.0, loss=0.5)
+    _iterate(c, clock, range(2, 121), 0.25)   # 119 more at 0.25 s: 180 left take 45 s
+    assert out.getvalue().splitlines()[0] == \
+        "peaks 1/300  0:00:08 elapsed  eta -:--:--  loss 0.5  8 s/it"
+    assert c.progress_line() == "peaks 120/300  0:00:37 elapsed  eta 0:00:45  loss 0.5  0.25 s/it"
+
+
+def test_a_run_that_stops_early_shows_its_last_iteration(plain_env):
+    clock, out = Clock(), io.StringIO()
+    with Console(True, 100, "peaks", file=out, clock=clock) as c:
+        _iterate(c, clock, range(1, 6), 0.5)
+        c.message("gradient norm below gtol: stopping")
     lines = out.getvalue().splitlines()
-    assert [line.split()[1] for line in lines] == ["1/10", "4/10", "8/10", "10/10"]
-    assert lines[-1] == "peaks 10/10  loss 0.1  val 0.750  s/it 0.5"
+    assert lines[-1].startswith("peaks 5/100  0:00:02 elapsed  eta 0:00:47")
 
 
-def test_time_per_iteration_is_measured_without_step_time(plain_env, monkeypatch):
-    clock = iter([100.0, 101.0, 104.0])
-    monkeypatch.setattr("lptrain.metrics.console.time.monotonic", lambda: next(clock))
+def test_time_per_iteration_is_measured_without_step_time(plain_env):
+    clock = Clock(100.0)
+    c = Console(True, 10, "t", file=io.StringIO(), clock=clock)
+    for k, now in ((1, 101.0), (2, 102.0), (4, 106.0)):   # 1 s, then 2 s per iteration
+        clock.now = now
+        c.update(k)
+    assert c.iteration_time() == 2.0
+
+
+def _screen(console: Console, width: int) -> list[str]:
     out = io.StringIO()
-    c = Console(True, 10, "t", file=out, every=1)
-    c.update(1)
-    c.update(2)
-    c.update(4)  # 3 s for 2 iterations
-    assert out.getvalue().splitlines()[1:] == ["t 2/10  s/it 1", "t 4/10  s/it 1.5"]
+    RichConsole(file=out, width=width, color_system=None).print(console.display())
+    return [line.rstrip() for line in out.getvalue().splitlines()]
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_live_display_keeps_bar_counter_elapsed_and_eta(tty_env, width):
+    clock = Clock()
+    c = Console(True, 300, TITLE, file=io.StringIO(), clock=clock, width=width)
+    assert c.live
+    clock.now = 3.0
+    c.update(1, step_time=3.0, **MGRIT)
+    _iterate(c, clock, range(2, 46), 0.25, **MGRIT)
+    clock.now += 4.0                        # the display ticks between iterations
+    lines = _screen(c, width)
+    c.close()
+    assert all(len(line) <= width for line in lines)
+    bar = next(line for line in lines if "45/300" in line)
+    assert bar.endswith("45/300  0:00:18 elapsed  eta 0:01:03")
+    assert "━" in bar and bar.index("━") < bar.index("45/300")
+    assert TITLE in lines[0]                  # whole, on the bar's line only when it fits
+    assert (lines[0] == bar) == (width == 160)
+    values = " ".join(lines[lines.index(bar) + 1:])
+    for text in ("loss 0.4123", "acc 0.839", "val 0.820", "0.25 s/it", "fwd 3 it 7.4e-04",
+                 "adj 3 it 8.8e-07", "gerr 4.4e-03"):
+        assert text in values
+
+
+def test_live_display_before_the_first_iteration(tty_env):
+    clock = Clock()
+    c = Console(True, 300, TITLE, file=io.StringIO(), clock=clock, width=80)
+    clock.now = 2.0
+    lines = _screen(c, 80)
+    c.close()
+    assert lines[-1].endswith("0/300  0:00:02 elapsed  eta -:--:--")
+
+
+def test_summary_shows_units_and_keeps_brackets(plain_env):
+    out = io.StringIO()
+    Console(True, 3, "run", file=out).summary(
+        {"final loss": 0.0123456789, "iterations": 3, "wall time": (29.12874, "s"),
+         "long": (3725.0, "s"), "iteration time": (None, "s"), "size [MB]": 2.5})
+    text = out.getvalue()
+    assert "0.0123457" in text and "29.13 s" in text and "3725 s (1:02:05)" in text
+    assert "size [MB]" in text           # not taken for markup
+    row = next(line for line in text.splitlines() if "iteration time" in line)
+    assert row.split("│")[2].strip() == "-"
 
 
 def test_summary_message_and_error(plain_env):
     out, err = io.StringIO(), io.StringIO()
     c = Console(True, 3, "run", file=out, err_file=err)
     c.message("loaded [bold]peaks[/]")  # no markup interpretation
-    c.summary({"final loss": 0.0123456789, "iterations": 3, "metrics": "out/metrics.h5"})
+    c.summary({"iterations": 3, "metrics": "out/metrics.h5"})
     c.error("objective is nan")
     text = out.getvalue()
     assert "loaded [bold]peaks[/]" in text
-    assert "0.0123457" in text and "out/metrics.h5" in text and "iterations" in text
+    assert "out/metrics.h5" in text and "iterations" in text
     assert err.getvalue() == "error: objective is nan\n"
 
 
@@ -90,11 +230,11 @@ def test_summary_title_is_one_line_whatever_the_values(plain_env):
 
 _SCRIPT = """
 from lptrain.metrics.console import Console
-c = Console(True, 40, "peaks", every=10)
+c = Console(True, 40, "peaks")
 for i in range(1, 41):
     c.update(i, loss=1.0 / i, accuracy=i / 40, fwd_iterations=2, fwd_residual=1e-4 / i)
 c.message("done")
-c.summary({"final loss": 0.025, "wall time [s]": 1.5})
+c.summary({"final loss": 0.025, "wall time": (1.5, "s")})
 c.error("boom")
 c.close()
 """
@@ -108,19 +248,17 @@ def test_output_through_a_pipe_is_plain_text():
     assert "\x1b" not in res.stdout and "\x1b" not in res.stderr and "\r" not in res.stdout
     lines = res.stdout.splitlines()
     progress = [line for line in lines if line.startswith("peaks ")]
-    assert [line.split()[1] for line in progress] == ["1/40", "10/40", "20/40", "30/40",
-                                                      "40/40"]
-    assert progress[-1].startswith("peaks 40/40  loss 0.025  acc 1.000  ")
+    assert progress[0].startswith("peaks 1/40  0:00:00 elapsed  eta -:--:--  loss 1  ")
+    assert progress[-1].startswith("peaks 40/40  ")
+    assert "eta 0:00:00  loss 0.025  acc 1.000  " in progress[-1]
     assert progress[-1].endswith("fwd 2 it 2.5e-06")
     assert "done" in lines
     assert any("final loss" in line and "0.025" in line for line in lines)
+    assert any("wall time" in line and "1.5 s" in line for line in lines)
     assert res.stderr == "error: boom\n"
 
 
-def test_live_bar_on_a_terminal(monkeypatch):
-    monkeypatch.setenv("TTY_COMPATIBLE", "1")
-    monkeypatch.setenv("TTY_INTERACTIVE", "1")
-    monkeypatch.setenv("TERM", "xterm")
+def test_live_bar_on_a_terminal(tty_env):
     out = io.StringIO()
     c = Console(True, 5, "peaks", file=out)
     assert c.live
@@ -131,3 +269,4 @@ def test_live_bar_on_a_terminal(monkeypatch):
     c.close()
     text = out.getvalue()
     assert "5/5" in text and "loss 0.5" in text and "adj 3 it" in text and "note" in text
+    assert "elapsed" in text and "eta 0:00:00" in text
