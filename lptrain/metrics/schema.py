@@ -70,7 +70,8 @@ COMMUNICATION = "communication"
 WAITING = "waiting"
 
 HISTORIES = (FWD_HISTORY, ADJ_HISTORY)   # 2-D, NaN-padded, columns grow
-PER_RANK = (COMPUTE, COMMUNICATION, WAITING)  # 2-D, one column per rank
+PER_RANK = (COMPUTE, COMMUNICATION, WAITING)  # 2-D, one column per rank, columns grow
+GRID_COLUMNS = (WORLD_SIZE, LAYER_RANKS, DATA_RANKS)   # timing/: the grid of each row
 
 INT = "int64"
 FLOAT = "float64"
@@ -112,9 +113,10 @@ FIELDS: dict[str, dict[str, Field]] = {
     ROOT: {
         VERSION: Field(STR, "scalar", "", "lptrain version that wrote the file"),
         MODE: Field(STR, "scalar", "", "training mode: " + ", ".join(MODES)),
-        WORLD_SIZE: Field(INT, "scalar", "", "number of MPI ranks (P)"),
+        WORLD_SIZE: Field(INT, "scalar", "", "number of MPI ranks of the latest start (a "
+                          "run resumed on another rank count: per iteration in timing/)"),
         LAYER_RANKS: Field(INT, "scalar", "", "optional: ranks per layer group (MGRIT over "
-                           "the layers; P = layer_ranks × data_ranks)"),
+                           "the layers; world_size = layer_ranks × data_ranks)"),
         DATA_RANKS: Field(INT, "scalar", "", "optional: layer groups, each training on its "
                           "shard of every batch (gradients summed over them)"),
         SEED: Field(INT, "scalar", "", "random seed of the run"),
@@ -193,6 +195,11 @@ FIELDS: dict[str, dict[str, Field]] = {
     },
     TIMING: {
         ITERATION: Field(INT, _ROWS, "", "optimizer iteration"),
+        WORLD_SIZE: Field(INT, _ROWS, "", "ranks that computed this iteration (a run "
+                          "resumed on another rank count changes it); its row's first "
+                          "world_size columns below are theirs, the rest NaN"),
+        LAYER_RANKS: Field(INT, _ROWS, "", "ranks per layer group of this iteration's grid"),
+        DATA_RANKS: Field(INT, _ROWS, "", "data groups of this iteration's grid"),
         COMPUTE: Field(FLOAT, "(n, P)", "s", "time each rank spent computing"),
         COMMUNICATION: Field(FLOAT, "(n, P)", "s",
                              "time each rank spent sending and receiving"),
@@ -217,7 +224,8 @@ finished iteration (its `status` then stays `running`). A field that a log call 
 is stored as NaN (floats) or -1 (integers). Groups that a mode does not use are absent.
 
 Shapes: n = optimizer iterations logged, v = validation evaluations, k = the most MGRIT
-iterations of any solve so far, P = `world_size`.
+iterations of any solve so far, P = the most ranks any iteration ran on (`world_size`,
+unless the run was resumed on another rank count).
 
 Read a file with `lptrain.metrics.reader.read_metrics(path)` (also while the run is still
 writing it); compare runs with `lptrain-report PATH ... --out DIR`. This page is generated

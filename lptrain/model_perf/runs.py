@@ -43,10 +43,11 @@ class MeasuredRun:
 def load_run(path: Path) -> MeasuredRun | None:
     """The run in metrics file `path`; None when it logged fewer than two iterations."""
     m = read_metrics(path)
-    times = m.train.get(s.STEP_TIME, np.array([]))[1:]
+    mine = _on_its_ranks(m)
+    times = m.train.get(s.STEP_TIME, np.array([]))[mine][1:]
     if len(times) == 0:
         return None
-    trials = m.train.get("ls_trials", np.array([]))[1:]
+    trials = m.train.get("ls_trials", np.array([]))[mine][1:]
     trials = trials[trials > 0]
     cfg = yaml.safe_load(m.attrs.get(s.CONFIG, "")) or {}
     return MeasuredRun(Path(path), m.mode, int(m.attrs.get(s.WORLD_SIZE, 1)),
@@ -54,6 +55,17 @@ def load_run(path: Path) -> MeasuredRun | None:
                        float(trials.mean()) if len(trials) else 1.0,
                        _mean(m.mgrit.get(s.FWD_ITERATIONS)),
                        _mean(m.mgrit.get(s.ADJ_ITERATIONS)), cfg)
+
+
+def _on_its_ranks(m) -> np.ndarray:
+    """Mask of the train/ rows computed on the run's `world_size` ranks (a run resumed on
+    another rank count holds rows of several; timing/ says which)."""
+    iterations = m.train.get(s.ITERATION, np.array([], dtype=np.int64))
+    ranks = m.timing.get(s.WORLD_SIZE)
+    if ranks is None:
+        return np.ones(len(iterations), dtype=bool)
+    other = m.timing[s.ITERATION][ranks != int(m.attrs.get(s.WORLD_SIZE, 1))]
+    return ~np.isin(iterations, other)
 
 
 def _mean(a) -> float | None:

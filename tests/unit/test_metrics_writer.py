@@ -137,9 +137,9 @@ def test_timing_lists_must_agree(tmp_path):
     with MetricsWriter(tmp_path / "m.h5", ATTRS) as w:
         with pytest.raises(ValueError, match="equal length"):
             w.log_timing(1, [1.0, 2.0], [1.0], [1.0, 2.0])
-        w.log_timing(1, [1.0, 2.0], [1.0, 1.0], [1.0, 2.0])
-        with pytest.raises(ValueError, match="3 ranks"):
-            w.log_timing(2, [1.0] * 3, [1.0] * 3, [1.0] * 3)
+        w.log_timing(1, [1.0] * 3, [1.0] * 3, [1.0] * 3)
+        with pytest.raises(ValueError, match="got 2 ranks, the run has 3"):
+            w.log_timing(2, [1.0, 2.0], [1.0, 1.0], [1.0, 2.0])
 
 
 def test_unwritable_path_names_the_path(tmp_path):
@@ -288,3 +288,56 @@ def test_unused_groups_read_as_empty(tmp_path):
     assert m.group(s.TRAIN) is m.train and m.mode == "serial"
     with pytest.raises(KeyError, match="tran"):
         m.group("tran")
+
+
+def _timing(w, iterations, ranks):
+    for i in iterations:
+        w.log_train(iteration=i, objective=1.0 / i)
+        w.log_timing(i, [float(i)] * ranks, [0.1] * ranks, [0.0] * ranks)
+
+
+def test_a_resume_on_another_grid_keeps_each_rows_grid(tmp_path):
+    """2 ranks (2x1), resumed on 3 (1x3) after iteration 2, then on 1 after iteration 3:
+    every timing row says who computed it; the root attributes are the latest start's."""
+    path = tmp_path / s.FILE_NAME
+    first = {**ATTRS, s.WORLD_SIZE: 2, s.LAYER_RANKS: 2, s.DATA_RANKS: 1}
+    with MetricsWriter(path, first) as w:
+        _timing(w, [1, 2, 3], 2)                # row 3 is dropped by the resume after 2
+    with open_writer(path, {**first, s.WORLD_SIZE: 3, s.LAYER_RANKS: 1, s.DATA_RANKS: 3},
+                     True, 2) as w:
+        _timing(w, [3], 3)
+    with open_writer(path, {**first, s.WORLD_SIZE: 1, s.LAYER_RANKS: 1, s.DATA_RANKS: 1},
+                     True, 3) as w:
+        _timing(w, [4], 1)
+    m = read_metrics(path)
+    assert (m.attrs[s.WORLD_SIZE], m.attrs[s.LAYER_RANKS], m.attrs[s.DATA_RANKS]) == (1, 1, 1)
+    np.testing.assert_array_equal(m.timing[s.ITERATION], [1, 2, 3, 4])
+    np.testing.assert_array_equal(m.timing[s.WORLD_SIZE], [2, 2, 3, 1])
+    np.testing.assert_array_equal(m.timing[s.LAYER_RANKS], [2, 2, 1, 1])
+    np.testing.assert_array_equal(m.timing[s.DATA_RANKS], [1, 1, 3, 1])
+    nan = np.nan
+    np.testing.assert_array_equal(m.timing[s.COMPUTE],
+                                  [[1, 1, nan], [2, 2, nan], [3, 3, 3], [4, nan, nan]])
+    np.testing.assert_array_equal(m.train[s.ITERATION], [1, 2, 3, 4])
+
+
+def test_a_file_without_grid_columns_gets_them_from_its_root_attributes(tmp_path):
+    """A file written before timing/ had grid columns (fixed width): its rows get the
+    root's grid; rows on fewer ranks are NaN-padded, rows on more are left out."""
+    path = tmp_path / s.FILE_NAME
+    with h5py.File(path, "w") as f:
+        for name, value in {**ATTRS, s.WORLD_SIZE: 2, s.STATUS: s.INTERRUPTED}.items():
+            f.attrs[name] = value
+        g = f.create_group(s.TIMING)
+        g.create_dataset(s.ITERATION, data=[1, 2], maxshape=(None,))
+        for name in s.PER_RANK:
+            g.create_dataset(name, data=np.ones((2, 2)), maxshape=(None, 2))
+    with open_writer(path, {**ATTRS, s.WORLD_SIZE: 1}, True, 2) as w:
+        _timing(w, [3], 1)
+    with open_writer(path, {**ATTRS, s.WORLD_SIZE: 3}, True, 3) as w:
+        _timing(w, [4], 3)
+    m = read_metrics(path)
+    np.testing.assert_array_equal(m.timing[s.WORLD_SIZE], [2, 2, 1])
+    np.testing.assert_array_equal(m.timing[s.LAYER_RANKS], [-1, -1, -1])
+    np.testing.assert_array_equal(m.timing[s.COMPUTE], [[1, 1], [1, 1], [3, np.nan]])
+    assert m.attrs[s.WORLD_SIZE] == 3 and m.n_iterations == 2    # train/: iterations 3, 4

@@ -500,3 +500,21 @@ def test_command_reports_a_bad_override(capsys):
     from lptrain.model_perf import cli
     assert cli.main(["network.layers=-3", "--step-time", "1", "--adjoint-time", "1"]) == 2
     assert "network.layers" in capsys.readouterr().err
+
+
+def test_a_measured_run_resumed_on_another_rank_count_counts_its_latest_ranks(tmp_path):
+    from lptrain.metrics import schema as ms
+    from lptrain.metrics.writer import open_writer
+    from lptrain.model_perf.runs import load_run
+    path = tmp_path / ms.FILE_NAME
+    attrs = {ms.MODE: "mgrit", ms.WORLD_SIZE: 2, ms.SEED: 0, ms.CONFIG: "seed: 0\n"}
+    with open_writer(path, attrs, enabled=True) as writer:
+        for k in (1, 2, 3):
+            writer.log_train(iteration=k, step_time=1.0, ls_trials=1)
+            writer.log_timing(k, [1.0] * 2, [0.0] * 2, [0.0] * 2)
+    with open_writer(path, {**attrs, ms.WORLD_SIZE: 1}, True, 3) as writer:
+        for k in (4, 5, 6):      # on one rank: the first of these is left out too
+            writer.log_train(iteration=k, step_time=0.5 if k == 4 else 2.0, ls_trials=1)
+            writer.log_timing(k, [1.0], [0.0], [0.0])
+    run = load_run(path)
+    assert (run.ranks, run.step_time) == (1, 2.0)
