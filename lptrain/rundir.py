@@ -12,7 +12,7 @@ import socket
 import uuid
 from pathlib import Path
 
-from lptrain.errors import RunDirectoryBusy, RunFileError, reason
+from lptrain.errors import InputFileError, RunDirectoryBusy, RunFileError, reason
 from lptrain.metrics.schema import FILE_NAME
 
 LOCK_FILE = ".lptrain.lock"
@@ -41,6 +41,24 @@ def refuse_earlier_run(directory: str | Path, key: str) -> None:
         raise RunFileError(f"{key}={directory}: holds an earlier run ({found[0]}); choose "
                            f"another directory, or continue that run with "
                            f"`lptrain resume={found[0].parent}`")
+
+
+def saved_overrides(path: Path) -> list[str]:
+    """The command-line overrides Hydra saved for a run (`.hydra/overrides.yaml`);
+    InputFileError naming the file unless it is a list of strings."""
+    import yaml
+    from omegaconf import ListConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+    try:
+        saved = OmegaConf.load(path)
+    except (OSError, ValueError, yaml.YAMLError, OmegaConfBaseException) as exc:
+        first = str(exc).strip().splitlines()
+        raise InputFileError(f"{path}: unreadable ({first[0] if first else type(exc).__name__})"
+                             f"; only runs of this lptrain version can be resumed") from None
+    if not isinstance(saved, ListConfig) or not all(isinstance(a, str) for a in saved):
+        raise InputFileError(f"{path}: not a list of overrides; only runs of this lptrain "
+                             f"version can be resumed")
+    return list(saved)
 
 
 def _owner_alive(host: str, pid: int) -> bool:

@@ -1,17 +1,15 @@
 """Indian Pines: per-pixel spectral classification of the AVIRIS scene (docs/method.md §8)."""
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-import h5py
 import numpy as np
-import scipy.io
 import torch
 
 from lptrain.data.base import (Dataset, Sizes, data_dirs, package_dir, packaged_remedy,
                                 register, register_sizes, stratified_split)
+from lptrain.data.matfile import MatFileError, read_variables
 from lptrain.errors import DataError, require
 
 N_CLASSES = 16
@@ -22,8 +20,6 @@ GT_FILE = "Indian_pines_gt.mat"
 TENSORLY_FILES = (Path("datasets", "data", "Indian_pines_corrected.npy"),
                   Path("datasets", "data", "Indian_pines_gt.npy"))
 CITATION = "Purdue University Research Repository, doi:10.4231/R7RX991C"
-MAT_ERRORS = (OSError, ValueError, IndexError, KeyError, zlib.error,
-              scipy.io.matlab.MatReadError)
 
 
 @dataclass
@@ -42,31 +38,34 @@ class IndianPinesOptions:
 
 
 def read_mat(path: Path, ndim: int) -> np.ndarray:
-    """The one `ndim`-dimensional array in a MATLAB file, v5 or v7.3 (HDF5)."""
+    """The one numeric `ndim`-dimensional variable of a MATLAB file (v5, v7 or v7.3); where
+    there are several, the one named like the file."""
     try:
-        if h5py.is_hdf5(path):
-            with h5py.File(path, "r") as f:
-                # MATLAB writes column-major, so h5py sees every axis reversed
-                arrays = {k: f[k][()].T for k, v in f.items()
-                          if isinstance(v, h5py.Dataset) and v.ndim == ndim}
-        else:
-            arrays = {k: v for k, v in scipy.io.loadmat(path).items()
-                      if not k.startswith("__") and np.ndim(v) == ndim}
-    except MAT_ERRORS as err:
-        raise DataError(f"{path}: unreadable MATLAB file ({type(err).__name__}: {err})") from err
+        variables = read_variables(path)
+    except (OSError, MatFileError) as err:
+        raise DataError(f"{path}: unreadable MATLAB file ({err})") from None
+    arrays = {v.name: v.array for v in variables
+              if v.array is not None and v.array.ndim == ndim}
     if len(arrays) > 1 and path.stem.lower() in arrays:
         return arrays[path.stem.lower()]
     if len(arrays) != 1:
-        raise DataError(f"{path}: expected one {ndim}-dimensional variable, "
-                        f"found {sorted(arrays) or 'none'}")
+        held = ", ".join(v.describe() for v in variables) or "no variables"
+        found = sorted(arrays) if arrays else "none"
+        raise DataError(f"{path}: expected one numeric {ndim}-dimensional variable, "
+                        f"found {found} (it holds {held})")
     return next(iter(arrays.values()))
 
 
-def read_npy(path: Path) -> np.ndarray:
+def read_npy(path: Path, ndim: int) -> np.ndarray:
+    """The numeric `ndim`-dimensional array of a .npy file."""
     try:
-        return np.load(path, allow_pickle=False)
+        array = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as err:
-        raise DataError(f"{path}: unreadable .npy file ({err})") from err
+        raise DataError(f"{path}: unreadable .npy file ({err})") from None
+    if array.ndim != ndim or array.dtype.kind not in "biuf":
+        raise DataError(f"{path}: a {array.dtype} array of shape {array.shape}, expected "
+                        f"numbers in {ndim} dimensions")
+    return array
 
 
 def tensorly_files() -> tuple[Path, Path] | None:
@@ -115,7 +114,7 @@ def missing_message(dirs: list[Path], wanted: list[str], remedy: str) -> str:
 def read_scene(files: list[Path], variant: str) -> tuple[np.ndarray, np.ndarray]:
     """Cube (rows, cols, bands) and ground truth (rows, cols), checked against each other."""
     if files[0].suffix == ".npy":
-        cube, gt = (read_npy(f) for f in files)
+        cube, gt = read_npy(files[0], 3), read_npy(files[1], 2)
     else:
         cube, gt = read_mat(files[0], 3), read_mat(files[1], 2)
     if cube.shape[:2] != gt.shape:
@@ -127,6 +126,16 @@ def read_scene(files: list[Path], variant: str) -> tuple[np.ndarray, np.ndarray]
     bad = gt[(gt < 0) | (gt > N_CLASSES) | (gt != np.round(gt))]
     if bad.size:
         raise DataError(f"{files[1]}: ground-truth value {bad[0]} outside 0..{N_CLASSES}")
+    if not (gt > 0).any():
+        raise DataError(f"{files[1]}: no labelled pixel (every ground-truth value is 0)")
+    spectra = cube[gt > 0].astype(np.float64)
+    if not np.isfinite(spectra).all():
+        raise DataError(f"{files[0]}: {int((~np.isfinite(spectra)).sum())} values of "
+                        f"labelled pixels are nan or infinite")
+    with np.errstate(over="ignore", invalid="ignore"):    # the band statistics must exist
+        if not np.isfinite(spectra.std(axis=0)).all():
+            raise DataError(f"{files[0]}: values up to {np.abs(spectra).max():.3g}, too "
+                            f"large to standardise")
     return cube, gt
 
 

