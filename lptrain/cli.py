@@ -1,7 +1,8 @@
 """The `lptrain` command: MPI-safe Hydra entry point that calls app.run.
 
-Rank 0 chooses the run (or sweep) directory and broadcasts it, only rank 0
-writes, every error ends the whole job with one line printed once.
+Only rank 0 runs Hydra: it checks the command, chooses and locks the run (or sweep)
+directory, writes every file and runs the sweeper; the other ranks run each job it hands
+them (lptrain/jobs.py). Every error ends the whole job with one line printed once.
 """
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import traceback
 from datetime import datetime
 from pathlib import Path
 
-from lptrain.errors import REFUSED, LptrainError, reason
+from lptrain.errors import FAILED, REFUSED, LptrainError, reason
+from lptrain.jobs import END, Job, JobChannel
 from lptrain.rundir import RunLock, claim_new, refuse_earlier_run, saved_overrides
 
 from lptrain.config import CONF_DIR, CONF_MODULE
@@ -24,6 +26,7 @@ INFO_FLAGS = ("-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-s
 _failures: list[int] = []   # exit status of each failed job
 _stop: list = []          # the StopSignals main() installed (empty when called otherwise)
 _resuming: list = []      # the run directory given with resume=
+_channel: list = []       # the JobChannel main() opened (empty when called otherwise)
 
 
 def _say(msg: str) -> None:
@@ -41,31 +44,30 @@ def _informational(args: list[str]) -> bool:
     return any(a.split("=", 1)[0] in INFO_FLAGS for a in args)
 
 
-def _directory_args(args: list[str], comm) -> tuple[list[str], str]:
-    """Add hydra.run.dir / hydra.sweep.dir chosen on rank 0 to every rank's arguments."""
-    multirun = "-m" in args or "--multirun" in args
-    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+def _multirun(args: list[str]) -> bool:
+    return any(a in ("-m", "--multirun") or a.replace(" ", "") == "hydra.mode=MULTIRUN"
+               for a in args)
+
+
+def _directory_args(args: list[str]) -> tuple[list[str], str]:
+    """Rank 0: add a fresh hydra.run.dir (or hydra.sweep.dir) unless one is given."""
+    key = "hydra.sweep.dir" if _multirun(args) else "hydra.run.dir"
     chosen = _value(args, key)
-    if chosen is None and comm.Get_rank() == 0:
-        root = "multirun" if multirun else "outputs"
-        base = datetime.now().strftime(f"{root}/%Y-%m-%d/%H-%M-%S")
-        try:      # a directory of its own even for runs started in the same second
-            chosen = str(claim_new(base))
-        except (OSError, LptrainError):
-            chosen = base     # _check_writable reports it
-    chosen = comm.bcast(chosen, root=0)
-    extra = [] if _value(args, key) is not None else [f"{key}={chosen}"]
-    if comm.Get_rank() != 0:
-        extra += ["hydra.output_subdir=null", "hydra/job_logging=disabled",
-                  "hydra/hydra_logging=disabled"]
-    return args + extra, chosen
+    if chosen is not None:
+        return args, chosen
+    base = datetime.now().strftime(f"{'multirun' if _multirun(args) else 'outputs'}"
+                                   f"/%Y-%m-%d/%H-%M-%S")
+    try:      # a directory of its own even for runs started in the same second
+        chosen = str(claim_new(base))
+    except (OSError, LptrainError):
+        chosen = base     # _check_writable reports it
+    return [*args, f"{key}={chosen}"], chosen
 
 
 def _claim(directory: str, args: list[str]) -> None:
     """Rank 0: lock the run (or sweep) directory for this process, refuse an earlier
     run's files unless resuming it (RunDirectoryBusy, RunFileError)."""
-    multirun = "-m" in args or "--multirun" in args
-    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    key = "hydra.sweep.dir" if _multirun(args) else "hydra.run.dir"
     lock = RunLock(directory, key).acquire()
     atexit.register(lock.release)
     if not _resuming:
@@ -215,50 +217,92 @@ def main() -> None:
     keep_freed_memory()
     comm = _world()
     limit_threads(node_of(comm))
-    args = sys.argv[1:]
+    channel = JobChannel(comm)
+    _channel.append(channel)
+    if comm.Get_rank() != 0:
+        sys.exit(_follow(channel))
+    status = FAILED
+    try:
+        status = _lead(sys.argv[1:], comm.Get_size())
+    except SystemExit as exc:      # Hydra's own error report, or a job that ended the command
+        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        raise
+    finally:
+        if not channel.busy:        # else every rank left that job together
+            channel.finish(status)
+    sys.exit(status)
+
+
+def _lead(args: list[str], ranks: int) -> int:
+    """Rank 0: check the command, claim its directory, run Hydra; the exit status."""
     checkable = all(a in ("-m", "--multirun") or not a.startswith("-") for a in args)
     try:
+        _check_launcher(args, ranks)
         args = _resume_args(args)
         if _informational(args):      # --help, --cfg job, --info ...: nothing to write
             sys.argv = [sys.argv[0], *args]
             _hydra_entry()
-            return
+            return 0
         if checkable:
             _prevalidate(args)
-        args, directory = _directory_args(args, comm)
-        problem = None
-        if comm.Get_rank() == 0:
-            problem = _check_writable(directory)
-            try:
-                problem = problem or _claim(directory, args)
-            except LptrainError as exc:
-                problem = str(exc)
-        problem = comm.bcast(problem, root=0)
+        args, directory = _directory_args(args)
+        problem = _check_writable(directory)
         if problem:
             raise LptrainError(problem)
+        _claim(directory, args)
     except LptrainError as exc:        # nothing has run: the command must change
-        if comm.Get_rank() == 0:
-            _say(str(exc))
-        sys.exit(REFUSED)
+        _say(str(exc))
+        return REFUSED
     sys.argv = [sys.argv[0], *args]
     _hydra_entry()
-    if _failures:
-        sys.exit(max(_failures))
+    return max(_failures, default=0)
+
+
+def _check_launcher(args: list[str], ranks: int) -> None:
+    """Under mpiexec jobs run in rank 0's process, which the other ranks follow."""
+    chosen = _value(args, "hydra/launcher")
+    if ranks > 1 and chosen not in (None, "basic"):
+        from lptrain.errors import ConfigError
+        raise ConfigError(f"hydra/launcher={chosen}: under mpiexec each job runs in the "
+                          f"ranks' own processes; keep the basic launcher")
+
+
+def _follow(channel) -> int:
+    """Ranks other than 0: run the jobs rank 0 hands out; rank 0's exit status."""
+    logging.disable(logging.CRITICAL)    # rank 0 keeps the log
+    while True:
+        kind, payload = channel.receive()
+        if kind == END:
+            return payload
+        with payload.entered():
+            _run_job(payload)
 
 
 def _task(cfg) -> float | None:
-    """One Hydra job; returns the final objective (what a sweeper plugin minimises), None
-    when the run failed."""
+    """Rank 0's Hydra job: hand it to the other ranks, run it; returns the final objective
+    (what a sweeper plugin minimises), None when the run failed."""
     from hydra.core.hydra_config import HydraConfig
+    job = Job.of_hydra(cfg, HydraConfig.get(), resume=bool(_resuming))
+    channel = _channel[0] if _channel else None
+    if channel:
+        channel.announce(job)
+        channel.busy = True
+    objective = _run_job(job)
+    if channel:
+        channel.busy = False
+    return objective
 
+
+def _run_job(job: Job) -> float | None:
+    """One job on this rank (every rank runs it together)."""
     from lptrain import app
     from lptrain.errors import Interrupted, LptrainError
     from lptrain.parallel.context import world
     comm = world()
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    run_dir = Path(job.run_dir)
     try:
-        outcome = app.run(cfg, comm, run_dir, _stop[0] if _stop else None,
-                          resume=bool(_resuming))
+        outcome = app.run(job.cfg, comm, run_dir, _stop[0] if _stop else None,
+                          resume=job.resume)
         return float(outcome.objective)
     except Interrupted as exc:       # every rank agreed on it after the same iteration
         if comm.Get_rank() == 0:
@@ -284,6 +328,7 @@ def _task(cfg) -> float | None:
         if comm.Get_size() > 1:
             comm.Abort(1)
         sys.exit(1)
+    return None
 
 
 def _hydra_entry():

@@ -77,16 +77,19 @@ class MetricsWriter:
         self._file = _create(self.path)
         self._closed = False
         self.failure: s.MetricsFileError | None = None
+        self._grid, self._skip_timing = _grid_of(attrs), False
         for name, value in values.items():
             self._file.attrs[name] = value
         self._file.attrs[s.STATUS] = s.RUNNING
         self._file.flush()
 
     @classmethod
-    def reopen(cls, path: str | Path, iteration: int, world_size: int) -> MetricsWriter:
+    def reopen(cls, path: str | Path, iteration: int, attrs: dict) -> MetricsWriter:
         """Continue an earlier run's file (resume): rows after `iteration` are dropped (they
-        will be computed again), status goes back to `running`. On another world size the
-        per-rank timing rows are no longer recorded (their width is the first run's)."""
+        will be computed again), status goes back to `running`, the grid's root attributes
+        become this start's (`attrs`); each timing/ row keeps the grid that computed it.
+        Older files get timing/'s grid columns from their root attributes (all their rows
+        ran on them); their per-rank columns cannot widen: rows on more ranks are left out."""
         self = cls.__new__(cls)
         self.path, self._closed, self.failure = Path(path), False, None
         # HDF5 would take an empty file for a new one and the resumed run would lose the
@@ -105,9 +108,16 @@ class MetricsWriter:
         for group in s.GROUPS:
             if group in self._file:
                 _truncate(self._file[group], iteration)
+        self._grid = _grid_of(attrs)
         timing = self._file.get(s.TIMING)
-        self._skip_timing = timing is not None and s.COMPUTE in timing and \
-            timing[s.COMPUTE].shape[1] != world_size
+        self._skip_timing = False
+        if timing is not None and s.COMPUTE in timing:
+            _add_grid_columns(timing, self._file.attrs)
+            width = timing[s.COMPUTE].maxshape[1]
+            self._skip_timing = width is not None and width < self._grid[s.WORLD_SIZE]
+        for name, value in attrs.items():
+            if name in s.GRID_COLUMNS and value is not None:
+                self._file.attrs[name] = _attr_value(name, value)
         if s.ERROR in self._file.attrs:
             del self._file.attrs[s.ERROR]
         self._file.attrs[s.STATUS] = s.RUNNING
@@ -150,9 +160,12 @@ class MetricsWriter:
             raise ValueError("timing lists must be non-empty and of equal length: "
                              f"compute {len(compute)}, communication {len(communication)}, "
                              f"waiting {len(waiting)}")
-        if getattr(self, "_skip_timing", False):
+        ranks = self._grid[s.WORLD_SIZE]
+        if ranks is not None and len(compute) != ranks:
+            raise ValueError(f"timing: got {len(compute)} ranks, the run has {ranks}")
+        if self._skip_timing:
             return
-        self._append_row(s.TIMING, {s.ITERATION: iteration, s.COMPUTE: compute,
+        self._append_row(s.TIMING, {s.ITERATION: iteration, **self._grid, s.COMPUTE: compute,
                                     s.COMMUNICATION: communication, s.WAITING: waiting})
 
     def set_attr(self, name: str, value) -> None:
@@ -301,7 +314,24 @@ def open_writer(path: str | Path, attrs: dict, enabled: bool,
         return NullWriter()
     if resume_after is None:
         return MetricsWriter(path, attrs)
-    return MetricsWriter.reopen(path, resume_after, attrs[s.WORLD_SIZE])
+    return MetricsWriter.reopen(path, resume_after, attrs)
+
+
+def _grid_of(attrs: dict) -> dict:
+    """The timing/ grid columns of a run started with root attributes `attrs`."""
+    return {name: attrs.get(name) for name in s.GRID_COLUMNS}
+
+
+def _add_grid_columns(timing: h5py.Group, root) -> None:
+    """Grid columns for a timing group written before it had them, filled with the
+    root attributes its rows ran on (-1 where the file does not say)."""
+    rows = timing[s.COMPUTE].shape[0]
+    for name in s.GRID_COLUMNS:
+        if name not in timing:
+            value = int(root.get(name, s.FILL[s.INT]))
+            timing.create_dataset(name, data=np.full(rows, value, dtype=np.int64),
+                                  maxshape=(None,), chunks=(_CHUNK_ROWS,),
+                                  fillvalue=s.FILL[s.INT])
 
 
 def _truncate(g: h5py.Group, iteration: int) -> None:
@@ -380,15 +410,22 @@ def _append_history(g: h5py.Group, name: str, values) -> None:
 
 
 def _append_per_rank(g: h5py.Group, name: str, values) -> None:
+    """One row of per-rank values; the columns grow to the most ranks so far (earlier
+    rows read NaN there), a row of fewer ranks is NaN-padded."""
     row = np.asarray(values, dtype=np.float64).ravel()
     if name not in g:
-        g.create_dataset(name, shape=(0, row.size), maxshape=(None, row.size),
+        g.create_dataset(name, shape=(0, row.size), maxshape=(None, None),
                          chunks=(max(1, 8192 // row.size), row.size),
                          dtype=np.float64, fillvalue=np.nan)
     ds = g[name]
-    if ds.shape[1] != row.size:
+    n, width = ds.shape
+    if row.size > width and ds.maxshape[1] is not None and row.size > ds.maxshape[1]:
         raise ValueError(f"{g.name}/{name}: got {row.size} ranks, "
-                         f"the file has {ds.shape[1]}")
-    n = ds.shape[0]
-    ds.resize((n + 1, row.size))
-    ds[n, :] = row
+                         f"the file has room for {ds.maxshape[1]}")
+    ds.resize((n + 1, max(width, row.size)))
+    if row.size > width and n > 0:
+        ds[:n, width:] = np.nan     # earlier rows had fewer ranks
+    width = ds.shape[1]
+    padded = np.full(width, np.nan)
+    padded[:row.size] = row
+    ds[n, :] = padded

@@ -87,7 +87,7 @@ def test_run_log_holds_the_console_lines(serial_run):
     progress = re.compile(rf"serial peaks .* \d+/{ITERATIONS}  ")
     shown = [ln for ln in proc.stdout.splitlines()
              if progress.match(ln) or ln.startswith(("metrics: ", "model: "))]
-    assert len(shown) >= ITERATIONS + 2     # plain lines: every iteration of a short run
+    assert len(shown) >= 4     # plain lines: the first and the last iteration at least
     assert [ln for ln in logged if ln in shown] == shown
     assert "objective: " in "\n".join(logged)   # the summary, as name: value lines
 
