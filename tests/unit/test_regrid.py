@@ -207,3 +207,40 @@ def test_a_group_without_samples_ages_its_cache_like_the_others():
     caches = [oracle.inner.cache for oracle in groups]
     assert list(caches[0]) == list(caches[1]) == [2, 3]
     assert caches[1][2] == (None, None)
+
+
+@pytest.mark.parametrize("kind", ["dense", "conv"])
+def test_a_solvers_states_go_to_other_grids_and_back(kind):
+    """Real warm starts (dense states hold samples at axis 1, conv states at 0): to every
+    grid and back gives them again; the forward blocks of layer rank j are rows
+    [lo, hi) of the one-rank states."""
+    from helpers import batch, conv_net, dense_net
+    from lptrain.mgrit.exchange import SerialExchange
+    from lptrain.train.oracles import Batch
+
+    net, theta = (dense_net if kind == "dense" else conv_net)(layers=8)
+    x, y = batch(net, n=6)
+    options = MGRITOptions(levels=2, cfactor0=2)
+    oracle = SimultaneousOracle(net, SerialExchange(), options)
+    oracle.begin(Batch(x, y, 0))
+    oracle.value(theta)
+    oracle.gradient()
+    state = oracle.state_dict()
+    axis = 1 + net.batch_axis
+    samples = (lambda key: torch.arange(6))
+
+    def lay(grid):
+        return layout(grid, options.hierarchy(8, grid.layer), 6)
+    one = lay(Grid(1, 1))
+    for grid in (Grid(2, 1), Grid(1, 2), Grid(4, 1), Grid(2, 3)):
+        moved = [regrid(one, lay(grid), r, samples, [(0, state)], oracle, axis)
+                 for r in range(grid.size)]
+        for r, st in enumerate(moved):
+            (_, fwd, _), = st["cache"]
+            lo, hi = lay(grid).rows("fwd", grid.coords(r)[0])
+            s_lo, s_hi = lay(grid).shards[grid.coords(r)[1]]
+            want = state["cache"][0][1][lo:hi].narrow(axis, s_lo, s_hi - s_lo)
+            assert torch.equal(fwd, want), (grid, r)
+        back = regrid(lay(grid), one, 0, samples, enumerate(moved), oracle, axis)
+        for a, b in zip(state["cache"][0][1:], back["cache"][0][1:]):
+            torch.testing.assert_close(b, a, rtol=1e-15, atol=0)
