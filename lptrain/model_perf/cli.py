@@ -19,6 +19,7 @@ from typing import Sequence
 
 from lptrain.config import compose
 from lptrain.errors import ConfigError, LptrainError
+from lptrain.metrics.quantities import ITERATION_TIME
 from lptrain.model_perf import measure
 from lptrain.model_perf.modes import Workload
 from lptrain.model_perf.predict import Counts, Machine, predict_all, serial_time
@@ -217,8 +218,9 @@ def run(args) -> list[Path]:
                "alpha": the_link.latency, "beta": the_link.bandwidth}
     title = f"lptrain-model {' '.join(args.overrides)}".strip()
     text = (f"# {title}\n\n{setup_text(opts, w, costs, sources, cnt)}\n"
-            f"Seconds per optimizer iteration; speedups over serial on 1 rank "
-            f"({baseline:.4g} s).\n\n"
+            f"Predicted {ITERATION_TIME} [s] of each mode: the seconds of a typical "
+            f"optimizer iteration, as `lptrain` and `lptrain-report` measure it (the median "
+            f"train/step_time); speedups over serial on 1 rank ({baseline:.4g} s).\n\n"
             + scaling_table(preds, baseline, max_ranks(w.n_layers, opts.mgrit), measured))
     text += "\n" + grid_section(_ranks(args.ranks), w, opts, m, cnt)
     if compared:
@@ -256,7 +258,7 @@ def _compare(runs, w, opts, m, cfg):
     measured: dict = {}
     rows = []
     for r in runs:
-        measured.setdefault((r.mode, r.ranks), []).append(r.step_time)
+        measured.setdefault((r.mode, r.ranks), []).append(r.iteration_time)
         pred, note = predict_run(r, w, opts, m)
         rows.append((r, pred, note, mismatch(r, cfg)))
     return measured, rows

@@ -13,6 +13,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from lptrain.metrics import schema as s
+from lptrain.metrics.quantities import ITERATION_TIME
 from lptrain.model_perf.predict import Prediction
 
 # docs/method.md §7: the paper's strong-scaling results (dataset, cores, speedup)
@@ -43,7 +44,7 @@ def scaling_table(preds: Sequence[Prediction], baseline: float, max_p: int,
     measured = measured or {}
     head = ("| P | serial, data-parallel [s] | mgrit [s] | simultaneous [s] "
             "| speedup simultaneous | speedup mgrit | speedup data-parallel serial "
-            "| fwd iteration [ms] | adj iteration [ms] | measured [s] |\n"
+            "| fwd iteration [ms] | adj iteration [ms] | measured iteration time [s] |\n"
             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
     rows = []
     for p in preds:
@@ -63,21 +64,22 @@ def scaling_table(preds: Sequence[Prediction], baseline: float, max_p: int,
 
 def comparison_table(rows: Sequence[tuple]) -> str:
     """(run, predicted seconds or None, note, mismatch list) per measured run."""
-    out = ["| run | mode | P | measured [s] | predicted [s] | predicted / measured | note |",
+    out = ["| run | mode | P | measured iteration time [s] | predicted [s] "
+           "| predicted / measured | note |",
            "|---|---|---:|---:|---:|---:|---|"]
     for run, pred, note, differs in rows:
-        ratio = "-" if pred is None else f"{pred / run.step_time:.2f}"
+        ratio = "-" if pred is None else f"{pred / run.iteration_time:.2f}"
         if differs:
             note = "; ".join(filter(None, [note, "costs from another config: "
                                            + ", ".join(differs)]))
-        out.append(f"| {run.path} | {run.mode} | {run.ranks} | {_t(run.step_time)} "
+        out.append(f"| {run.path} | {run.mode} | {run.ranks} | {_t(run.iteration_time)} "
                    f"| {_t(pred)} | {ratio} | {note} |")
     return "\n".join(out) + "\n"
 
 
 def plot(preds: Sequence[Prediction], baseline: float, path: Path,
          measured: Measured | None = None, paper: bool = False, title: str = "") -> Path:
-    """Time per iteration and speedup against P (log2 axes); measured runs as circles."""
+    """Iteration time and speedup against P (log2 axes); measured runs as circles."""
     fig = Figure(figsize=(11, 4.5))
     FigureCanvasAgg(fig)
     ax_t, ax_s = fig.subplots(1, 2)
@@ -99,7 +101,7 @@ def plot(preds: Sequence[Prediction], baseline: float, path: Path,
             ax_s.plot([cores], [speedup], "*", ms=12, color=f"C{4 + i}",
                       label=f"paper: {name} {speedup}× on {cores} cores")
     ax_s.axhline(1.0, color="grey", lw=0.8, ls=":")
-    for ax, label in ((ax_t, "time per optimizer iteration [s]"),
+    for ax, label in ((ax_t, f"{ITERATION_TIME} [s]"),
                       (ax_s, "speedup over serial on 1 rank")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")

@@ -7,7 +7,6 @@ the modelled configuration is flagged.
 """
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import numpy as np
 import yaml
 
 from lptrain.metrics import schema as s
+from lptrain.metrics.quantities import iteration_time
 from lptrain.metrics.reader import read_metrics
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.model_perf.modes import Workload
@@ -33,7 +33,7 @@ class MeasuredRun:
     path: Path
     mode: str
     ranks: int
-    step_time: float       # median seconds per optimizer iteration
+    iteration_time: float  # seconds (metrics/quantities.py: median, the first left out)
     trials: float          # mean objective evaluations per iteration
     fwd: float | None      # mean forward MGRIT cycles per solve (None: not logged)
     adj: float | None      # mean adjoint MGRIT cycles per solve
@@ -44,14 +44,14 @@ def load_run(path: Path) -> MeasuredRun | None:
     """The run in metrics file `path`; None when it logged fewer than two iterations."""
     m = read_metrics(path)
     mine = _on_its_ranks(m)
-    times = m.train.get(s.STEP_TIME, np.array([]))[mine][1:]
-    if len(times) == 0:
+    times = m.train.get(s.STEP_TIME, np.array([]))[mine]
+    if len(times) < 2:
         return None
     trials = m.train.get("ls_trials", np.array([]))[mine][1:]
     trials = trials[trials > 0]
     cfg = yaml.safe_load(m.attrs.get(s.CONFIG, "")) or {}
     return MeasuredRun(Path(path), m.mode, int(m.attrs.get(s.WORLD_SIZE, 1)),
-                       float(statistics.median(times)),
+                       iteration_time(times),
                        float(trials.mean()) if len(trials) else 1.0,
                        _mean(m.mgrit.get(s.FWD_ITERATIONS)),
                        _mean(m.mgrit.get(s.ADJ_ITERATIONS)), cfg)

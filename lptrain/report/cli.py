@@ -18,7 +18,7 @@ import yaml
 from lptrain.metrics import schema as s
 from lptrain.metrics.reader import RunMetrics, read_metrics
 from lptrain.report.plots import write_plots
-from lptrain.report.table import add_speedup, summarize, to_markdown
+from lptrain.report.table import NOTES, add_speedup, summarize, to_markdown
 
 EXIT_INPUT = 2
 MAX_LABEL_KEYS = 4
@@ -68,14 +68,28 @@ def run_labels(runs: Sequence[RunMetrics]) -> list[str]:
     return _unique(labels)
 
 
+def report_context(runs: Sequence[RunMetrics]) -> str:
+    """What the runs are, for the figures' titles: their datasets, the experiment they
+    ran (Hydra's record of the choice, `<run dir>/.hydra/hydra.yaml`) and their modes,
+    e.g. 'peaks, experiment=peaks_paper: serial, mgrit, simultaneous'."""
+    configs = [_flat_config(run.attrs.get(s.CONFIG, "")) for run in runs]
+    datasets = _distinct(str(c["dataset.name"]) for c in configs if "dataset.name" in c)
+    chosen = [_experiment(run) for run in runs]
+    experiments = [f"experiment={e}" + ("" if n == len(runs) else f" ({n} of {len(runs)} runs)")
+                   for e in _distinct(e for e in chosen if e) for n in [chosen.count(e)]]
+    text = ", ".join([*datasets, *experiments])
+    modes = ", ".join(_distinct(run.mode for run in runs))
+    return f"{text}: {modes}" if text else modes
+
+
 def build_report(runs: Sequence[RunMetrics], out: Path) -> list[Path]:
     """Write the plots and summary.md for `runs` into `out` (created); return the paths."""
     out.mkdir(parents=True, exist_ok=True)
     labels = run_labels(runs)
     rows = add_speedup([summarize(label, run) for label, run in zip(labels, runs)])
     summary = out / "summary.md"
-    summary.write_text(to_markdown(rows))
-    return [*write_plots(list(zip(labels, runs)), out), summary]
+    summary.write_text(to_markdown(rows) + "\n" + NOTES)
+    return [*write_plots(list(zip(labels, runs)), out, report_context(runs)), summary]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -116,6 +130,20 @@ def _flat_config(text: str) -> dict:
     if isinstance(tree, dict):
         walk(tree, "")
     return flat
+
+
+def _experiment(run: RunMetrics) -> str | None:
+    """The `experiment=` choice of the run, from Hydra's files next to its metrics.h5."""
+    try:
+        hydra = yaml.safe_load((run.path.parent / ".hydra" / "hydra.yaml").read_text())
+        return hydra["hydra"]["runtime"]["choices"].get("experiment")
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
+        return None     # not run by the lptrain command, or Hydra wrote no files
+
+
+def _distinct(values) -> list[str]:
+    """`values` without repeats, in first-seen order."""
+    return list(dict.fromkeys(values))
 
 
 def _unique(labels: list[str]) -> list[str]:

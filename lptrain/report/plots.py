@@ -1,79 +1,97 @@
 """Draw the report's PNG figures: loss, accuracy and MGRIT convergence of several runs.
 
+Each figure is titled with what it shows and the runs' context (dataset, experiment,
+modes). Training quantities, logged every iteration, are lines; validation, evaluated
+every few iterations, is hollow markers only (a shape per run), so that two evaluations do
+not read as a measured straight line. The legend sits below the axes, covering no curve.
+
 Uses matplotlib's object API with the Agg canvas (no pyplot, no global backend), so it
 runs headless and does not disturb other matplotlib users in the same process.
 """
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from lptrain.metrics import schema as s
 from lptrain.metrics.reader import RunMetrics
 
 Runs = Sequence[tuple[str, RunMetrics]]  # (label, metrics) per run
 _X_LABELS = {s.ITERATION: "optimizer iteration", s.WALL_TIME: "wall time [s]"}
+TRAINING = {"linestyle": "-", "marker": "None"}
+VALIDATION = {"linestyle": "None", "markersize": 6, "markerfacecolor": "none"}
+MARKERS = "osD^vPX"     # validation markers, one shape per run: coinciding ones stay visible
+LEGEND_COLUMNS = 4
+LEGEND_LINE_INCHES = 0.2
+LEGEND_CHAR_PT, LEGEND_HANDLE_CHARS = 5.5, 6   # a label character's width at "small" size
+                                               # and the entry's handle and gap, in characters
+STYLE_KEY = "lines: training (every iteration)    hollow markers: validation"
 
 
-def write_plots(runs: Runs, out: Path) -> list[Path]:
-    """Write every figure for `runs` into directory `out`; return the paths written.
+def write_plots(runs: Runs, out: Path, context: str = "") -> list[Path]:
+    """Write every figure of `figures` into directory `out`; return the paths written."""
+    return [_save(fig, out / f"{name}.png") for name, fig in figures(runs, context).items()]
 
-    Loss and accuracy against iteration and against wall time always; MGRIT residuals
-    and convergence factors only when some run has an mgrit/ group.
-    """
-    written = []
+
+def figures(runs: Runs, context: str = "") -> dict[str, Figure]:
+    """name -> figure: loss and accuracy against iteration and against wall time always,
+    MGRIT residuals and convergence factors when some run has an mgrit/ group. `context`
+    (e.g. 'peaks, experiment=peaks_paper: serial, mgrit') ends every title."""
+    out = {}
     for x in (s.ITERATION, s.WALL_TIME):
-        written.append(_save(_loss_figure(runs, x), out / f"loss_vs_{x}.png"))
-        written.append(_save(_accuracy_figure(runs, x), out / f"accuracy_vs_{x}.png"))
+        out[f"loss_vs_{x}"] = _curves(runs, x, s.LOSS, "loss", context, log=True)
+        out[f"accuracy_vs_{x}"] = _curves(runs, x, s.ACCURACY, "accuracy", context, log=False)
     if any(run.mgrit for _, run in runs):
-        written.append(_save(_mgrit_figure(runs, (s.FWD_RESIDUAL, s.ADJ_RESIDUAL), True,
-                                           "final residual"), out / "mgrit_residuals.png"))
-        written.append(_save(_mgrit_figure(runs, (s.FWD_FACTOR, s.ADJ_FACTOR), False,
-                                           "convergence factor"), out / "mgrit_factors.png"))
-    return written
+        out["mgrit_residuals"] = _mgrit_figure(runs, (s.FWD_RESIDUAL, s.ADJ_RESIDUAL), True,
+                                               "final residual", context)
+        out["mgrit_factors"] = _mgrit_figure(runs, (s.FWD_FACTOR, s.ADJ_FACTOR), False,
+                                             "convergence factor", context)
+    return out
 
 
-def _loss_figure(runs: Runs, x: str) -> Figure:
-    """Training loss (solid) and validation loss (dashed) of each run."""
+def _curves(runs: Runs, x: str, field: str, what: str, context: str, log: bool) -> Figure:
+    """Training `field` (lines) and validation `field` (markers) of each run against x."""
     fig, (ax,) = _figure(1)
+    handles = []
     for i, (label, run) in enumerate(runs):
-        ax.plot(_x(run, s.TRAIN, x), run.train.get(s.LOSS, []), f"C{i}-", label=label)
-        ax.plot(_x(run, s.VALIDATION, x), run.validation.get(s.LOSS, []), f"C{i}--",
-                label=f"{label} (validation)")
-    _finish(ax, x, "loss (solid: training, dashed: validation)", log=True)
+        ax.plot(_x(run, s.TRAIN, x), run.train.get(field, []), color=f"C{i}", **TRAINING)
+        ax.plot(_x(run, s.VALIDATION, x), run.validation.get(field, []), color=f"C{i}",
+                marker=_marker(i), **VALIDATION)
+        handles.append(Line2D([], [], color=f"C{i}", linestyle="-", marker=_marker(i),
+                              markerfacecolor="none", label=label))
+    _finish(ax, x, what, log=log)
+    _legend(fig, handles, STYLE_KEY)
+    _title(fig, f"{what} against {_X_LABELS[x].split(' [')[0]}", context)
     return fig
 
 
-def _accuracy_figure(runs: Runs, x: str) -> Figure:
-    """Validation accuracy (solid) and training accuracy (dashed) of each run."""
-    fig, (ax,) = _figure(1)
-    for i, (label, run) in enumerate(runs):
-        ax.plot(_x(run, s.VALIDATION, x), run.validation.get(s.ACCURACY, []), f"C{i}-",
-                label=label)
-        ax.plot(_x(run, s.TRAIN, x), run.train.get(s.ACCURACY, []), f"C{i}--",
-                label=f"{label} (training)")
-    _finish(ax, x, "accuracy (solid: validation, dashed: training)", log=False)
-    return fig
-
-
-def _mgrit_figure(runs: Runs, names: tuple[str, str], log: bool, what: str) -> Figure:
+def _mgrit_figure(runs: Runs, names: tuple[str, str], log: bool, what: str,
+                  context: str) -> Figure:
     """One panel per solve (forward, adjoint): `names` against optimizer iteration."""
     fig, axes = _figure(2)
+    handles = []
     for ax, name, solve in zip(axes, names, ("forward", "adjoint")):
         for i, (label, run) in enumerate(runs):
             if run.mgrit:
-                ax.plot(run.mgrit[s.ITERATION], run.mgrit.get(name, []), f"C{i}.-",
-                        label=label)
+                line, = ax.plot(run.mgrit[s.ITERATION], run.mgrit.get(name, []), f"C{i}.-",
+                                label=label)
+                if solve == "forward":
+                    handles.append(line)
         _finish(ax, s.ITERATION, f"{solve} MGRIT {what}", log=log)
+    _legend(fig, handles)
+    _title(fig, f"MGRIT {what} per solve", context)
     return fig
 
 
 def _x(run: RunMetrics, group: str, x: str) -> np.ndarray:
-    """Abscissa of `group`'s rows; validation rows get the wall time of their iteration."""
+    """Abscissa of `group`'s rows; validation rows get the wall time of their iteration
+    (iteration 0, before training, at wall time 0)."""
     data = run.group(group)
     iterations = data.get(s.ITERATION, np.empty(0))
     if x == s.ITERATION:
@@ -84,11 +102,13 @@ def _x(run: RunMetrics, group: str, x: str) -> np.ndarray:
     train_it, wall = run.train.get(s.ITERATION), run.train.get(s.WALL_TIME)
     if train_it is None or wall is None or len(train_it) == 0:
         return unknown
+    if train_it[0] > 0:
+        train_it, wall = np.r_[0, train_it], np.r_[0.0, wall]
     return np.interp(iterations, train_it, wall)
 
 
 def _figure(panels: int) -> tuple[Figure, list]:
-    fig = Figure(figsize=(6.4 * panels, 4.4), layout="constrained")
+    fig = Figure(figsize=(6.4 * panels, 4.8), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, panels, squeeze=False)[0]
     return fig, list(axes)
@@ -101,10 +121,33 @@ def _finish(ax, x: str, ylabel: str, log: bool) -> None:
     if log and any(np.any(np.asarray(line.get_ydata(), float) > 0) for line in ax.lines):
         ax.set_yscale("log")
     ax.grid(True, alpha=0.3)
-    handles, labels = ax.get_legend_handles_labels()
-    solid = [(h, lab) for h, lab in zip(handles, labels) if h.get_linestyle() != "--"]
-    if solid:  # one legend entry per run; the dashed partner shares its colour
-        ax.legend(*zip(*solid), fontsize="small")
+
+
+def _marker(i: int) -> str:
+    return MARKERS[i % len(MARKERS)]
+
+
+def _legend(fig: Figure, handles: list, title: str | None = None) -> None:
+    """One legend for the figure, below its axes (constrained layout makes room), in as
+    many columns (up to LEGEND_COLUMNS) as fit the figure's width; long labels wrap."""
+    if not handles:
+        return
+    chars = int(fig.get_figwidth() * 72 / LEGEND_CHAR_PT) - LEGEND_HANDLE_CHARS
+    labels = [textwrap.fill(h.get_label(), chars) for h in handles]
+    widest = max(len(line) for label in labels for line in label.splitlines())
+    ncols = max(1, min(len(handles), LEGEND_COLUMNS, chars // (widest + LEGEND_HANDLE_CHARS)))
+    nrows = -(-len(labels) // ncols)      # matplotlib fills the columns first
+    lines = sum(max(label.count("\n") + 1 for label in labels[r::nrows])
+                for r in range(nrows))
+    # room for the legend beyond one line, so that the axes keep their height
+    fig.set_figheight(fig.get_figheight() + LEGEND_LINE_INCHES * (lines + bool(title) - 1))
+    fig.legend(handles=handles, labels=labels, loc="outside lower center", fontsize="small",
+               ncols=ncols, frameon=False, title=title, title_fontsize="small")
+
+
+def _title(fig: Figure, what: str, context: str) -> None:
+    what = what[:1].upper() + what[1:]
+    fig.suptitle(f"{what}\n{context}" if context else what, fontsize="medium")
 
 
 def _save(fig: Figure, path: Path) -> Path:

@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from lptrain.metrics import schema as s
+from lptrain.metrics.quantities import ITERATION_TIME, iteration_time
 from lptrain.metrics.reader import RunMetrics
 
 # row key -> (column header, format of a number)
@@ -25,27 +26,29 @@ COLUMNS = {
     "val_accuracy": ("final val acc", "{:.3f}"),
     "best_val_accuracy": ("best val acc", "{:.3f}"),
     "wall_time": ("wall time [s]", "{:.2f}"),
-    "time_per_iteration": ("time/iter [s]", "{:.3g}"),
+    "iteration_time": (f"{ITERATION_TIME} [s]", "{:.3g}"),
     "fwd_iterations": ("mean MGRIT fwd it", "{:.2f}"),
     "adj_iterations": ("mean MGRIT adj it", "{:.2f}"),
     "speedup": ("speedup vs serial", "{:.2f}"),
 }
 _TEXT = ("label", "mode", "status")  # left-aligned; the other columns are numbers
 MISSING = "-"
+# what the table's derived columns mean, written below it in summary.md
+NOTES = (f"{ITERATION_TIME}: the median duration of an optimizer iteration "
+         "(train/step_time: its objective and gradient evaluations with their MGRIT solves, "
+         "no validation or checkpoints), the first iteration left out. wall time: from the "
+         "start of training to the last iteration, all included. speedup vs serial: the "
+         f"serial run's {ITERATION_TIME} over this run's.\n")
 
 
 def summarize(label: str, run: RunMetrics) -> dict:
     """The row of one run; a quantity the file does not hold is None.
 
-    time_per_iteration is the mean `step_time` (wall time / iterations when no step time
-    was logged); the MGRIT means ignore iterations without a recorded solve.
+    iteration_time is metrics/quantities.py's; the MGRIT means ignore iterations without
+    a recorded solve.
     """
     train, val, mgrit = run.train, run.validation, run.mgrit
     n = run.n_iterations
-    wall = _last(train.get(s.WALL_TIME))
-    per_iteration = _mean(train.get(s.STEP_TIME))
-    if per_iteration is None and wall is not None and n > 0:
-        per_iteration = wall / n
     return {
         "label": label,
         "mode": run.mode,
@@ -57,8 +60,8 @@ def summarize(label: str, run: RunMetrics) -> dict:
         "train_accuracy": _last(train.get(s.ACCURACY)),
         "val_accuracy": _last(val.get(s.ACCURACY)),
         "best_val_accuracy": _max(val.get(s.ACCURACY)),
-        "wall_time": wall,
-        "time_per_iteration": per_iteration,
+        "wall_time": _last(train.get(s.WALL_TIME)),
+        "iteration_time": iteration_time(train.get(s.STEP_TIME)),
         "fwd_iterations": _mean(_counts(mgrit.get(s.FWD_ITERATIONS))),
         "adj_iterations": _mean(_counts(mgrit.get(s.ADJ_ITERATIONS))),
         "speedup": None,
@@ -66,7 +69,7 @@ def summarize(label: str, run: RunMetrics) -> dict:
 
 
 def add_speedup(rows: list[dict]) -> list[dict]:
-    """Copies of `rows` with speedup = serial time/iteration / this row's time/iteration.
+    """Copies of `rows` with speedup = the serial run's iteration time / this row's.
 
     The baseline is the serial run on the fewest ranks (a scaling study compares with
     serial training on one rank); if several serial runs share that rank count (a seed
@@ -76,10 +79,10 @@ def add_speedup(rows: list[dict]) -> list[dict]:
     serial = [r for r in rows if r["mode"] == s.MODE_SERIAL]
     fewest = min((r.get("ranks") or 1 for r in serial), default=None)
     serial = [r for r in serial if (r.get("ranks") or 1) == fewest]
-    base = serial[0]["time_per_iteration"] if len(serial) == 1 else None
+    base = serial[0]["iteration_time"] if len(serial) == 1 else None
     out = []
     for row in rows:
-        t = row["time_per_iteration"]
+        t = row["iteration_time"]
         ok = base is not None and t is not None and t > 0
         out.append({**row, "speedup": base / t if ok else None})
     return out

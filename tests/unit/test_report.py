@@ -59,7 +59,7 @@ def test_summary_rows_hold_the_final_numbers(two_runs):
     assert serial["train_accuracy"] == pytest.approx(0.8)
     assert serial["val_accuracy"] == 0.8 and serial["best_val_accuracy"] == 0.9
     assert serial["wall_time"] == pytest.approx(2.1)
-    assert serial["time_per_iteration"] == pytest.approx(0.4)
+    assert serial["iteration_time"] == pytest.approx(0.4)
     assert serial["fwd_iterations"] is None and serial["status"] == s.COMPLETED
     # histories of length 2, 1, 2, 1 and 3, 3, 3, 3
     assert simultaneous["fwd_iterations"] == 1.5 and simultaneous["adj_iterations"] == 3
@@ -73,12 +73,12 @@ def test_speedup_against_the_serial_run(two_runs):
 
 @pytest.mark.parametrize("modes", [("mgrit", "simultaneous"), ("serial", "serial", "mgrit")])
 def test_no_speedup_without_exactly_one_serial_baseline(modes):
-    rows = [{"mode": m, "time_per_iteration": 0.5, "ranks": 1} for m in modes]
+    rows = [{"mode": m, "iteration_time": 0.5, "ranks": 1} for m in modes]
     assert [r["speedup"] for r in add_speedup(rows)] == [None] * len(modes)
 
 
 def test_speedup_of_a_scaling_study_is_against_serial_on_the_fewest_ranks():
-    rows = [{"mode": m, "ranks": p, "time_per_iteration": t}
+    rows = [{"mode": m, "ranks": p, "iteration_time": t}
             for m, p, t in (("serial", 4, 0.25), ("serial", 1, 1.0), ("simultaneous", 4, 0.5),
                             ("serial", 2, 0.5))]
     assert [r["speedup"] for r in add_speedup(rows)] == [4.0, 1.0, 2.0, 2.0]
@@ -129,7 +129,8 @@ def test_report_writes_plots_and_summary(two_runs, tmp_path, capsys):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
         assert png.stat().st_size > 10_000, name
     summary = (out / "summary.md").read_text().splitlines()
-    assert len(summary) == 4
+    assert len(summary) == 6 and summary[4] == ""
+    assert summary[5].startswith("iteration time: the median duration of an optimizer")
     assert summary[3].startswith("| simultaneous P=4 | simultaneous | 4 | completed | 4 |")
     assert summary[3].endswith("| 1.50 | 3.00 | 4.00 |")
     assert str(out / "summary.md") in capsys.readouterr().out
@@ -175,3 +176,83 @@ def test_validation_rows_are_placed_at_their_wall_time(two_runs):
     run = read_metrics(two_runs / "1" / s.FILE_NAME)
     np.testing.assert_allclose(_x(run, s.VALIDATION, s.WALL_TIME), [0.7, 0.9])
     np.testing.assert_array_equal(_x(run, s.VALIDATION, s.ITERATION), [2, 4])
+    before = fake_run(two_runs / "2", s.MODE_SERIAL, 0.4)
+    with h5py.File(before, "a", locking=False) as f:      # a validation before training
+        f[s.VALIDATION][s.ITERATION][0] = 0
+    np.testing.assert_allclose(_x(read_metrics(before), s.VALIDATION, s.WALL_TIME), [0, 2.1])
+
+
+def test_iteration_time_is_the_median_after_the_first(tmp_path):
+    path = fake_run(tmp_path / "run", s.MODE_SERIAL, 0.4)
+    with h5py.File(path, "a", locking=False) as f:
+        f[s.TRAIN][s.STEP_TIME][:] = [5.0, 0.3, 0.9, 0.4]   # a cold first iteration
+    assert summarize("x", read_metrics(path))["iteration_time"] == pytest.approx(0.4)
+
+
+@pytest.fixture
+def figures_of(two_runs, tmp_path):
+    """The report's figures of two runs of the lptrain command with experiment=peaks_paper."""
+    from lptrain.report.cli import report_context
+    from lptrain.report.plots import figures
+    for job in ("0", "1"):
+        _hydra_record(two_runs / job, "peaks_paper")
+    runs = [read_metrics(p) for p in find_metrics([two_runs])]
+    context = report_context(runs)
+    return context, figures(list(zip(run_labels(runs), runs)), context)
+
+
+def test_figures_are_titled_with_dataset_experiment_and_modes(figures_of):
+    context, figs = figures_of
+    # the fake runs' config names no dataset
+    assert context == "experiment=peaks_paper: serial, simultaneous"
+    titles = {name: fig.get_suptitle() for name, fig in figs.items()}
+    assert titles["loss_vs_iteration"] == f"Loss against optimizer iteration\n{context}"
+    assert titles["accuracy_vs_wall_time"] == f"Accuracy against wall time\n{context}"
+    assert titles["mgrit_residuals"] == f"MGRIT final residual per solve\n{context}"
+
+
+def _hydra_record(run_dir: Path, experiment: str) -> None:
+    """The choices part of the .hydra/hydra.yaml the lptrain command writes."""
+    hydra = run_dir / ".hydra"
+    hydra.mkdir()
+    (hydra / "hydra.yaml").write_text("hydra:\n  runtime:\n    choices:\n"
+                                      f"      experiment: {experiment}\n      mode: mgrit\n")
+
+
+def test_report_context_names_datasets_and_a_partial_experiment(tmp_path):
+    from lptrain.report.cli import report_context
+    paths = [fake_run(tmp_path / "a", s.MODE_MGRIT, 0.1), fake_run(tmp_path / "b", "serial", 1)]
+    for path in paths:
+        with h5py.File(path, "a", locking=False) as f:
+            f.attrs[s.CONFIG] = "dataset:\n  name: indian_pines\nmode:\n  name: mgrit\n"
+    _hydra_record(tmp_path / "b", "indian_pines_paper")
+    assert report_context([read_metrics(p) for p in paths]) == \
+        "indian_pines, experiment=indian_pines_paper (1 of 2 runs): mgrit, serial"
+
+
+def test_validation_is_markers_training_is_lines(figures_of):
+    _, figs = figures_of
+    ax = figs["loss_vs_iteration"].axes[0]
+    train, val = ax.lines[0], ax.lines[1]          # the serial run's two series
+    assert train.get_linestyle() == "-" and train.get_marker() in ("None", None, "")
+    assert val.get_linestyle() == "None" and val.get_marker() == "o"
+    assert ax.lines[3].get_marker() == "s"              # the other run's shape
+    np.testing.assert_array_equal(val.get_xdata(), [2, 4])
+    np.testing.assert_array_equal(train.get_xdata(), [1, 2, 3, 4])
+
+
+def test_legends_sit_below_the_axes_covering_no_curve(figures_of):
+    _, figs = figures_of
+    for name, fig in figs.items():
+        fig.canvas.draw()
+        assert all(ax.get_legend() is None for ax in fig.axes), name
+        (legend,) = fig.legends
+        box = legend.get_window_extent()
+        for ax in fig.axes:
+            assert box.y1 <= ax.get_window_extent().y0, name    # wholly below every panel
+        labels = [t.get_text() for t in legend.get_texts()]
+        runs = ["simultaneous P=4"] if name.startswith("mgrit") else ["serial P=1",
+                                                                     "simultaneous P=4"]
+        assert labels[:len(runs)] == runs, name
+    key = figs["loss_vs_iteration"].legends[0].get_title().get_text()
+    assert "lines: training" in key and "markers: validation" in key

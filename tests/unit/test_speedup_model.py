@@ -517,4 +517,4 @@ def test_a_measured_run_resumed_on_another_rank_count_counts_its_latest_ranks(tm
             writer.log_train(iteration=k, step_time=0.5 if k == 4 else 2.0, ls_trials=1)
             writer.log_timing(k, [1.0], [0.0], [0.0])
     run = load_run(path)
-    assert (run.ranks, run.step_time) == (1, 2.0)
+    assert (run.ranks, run.iteration_time) == (1, 2.0)
