@@ -19,7 +19,7 @@ from lptrain.metrics.tensorboard import check_available, with_logger
 from lptrain.metrics.writer import open_writer
 from lptrain.model.network import ResNet
 from lptrain import preflight
-from lptrain.model.saved import MODEL_FILE, model_record, save_torch
+from lptrain.model.saved import MODEL_FILES, model_record, save_torch
 from lptrain.parallel.context import grid_exchanges, make_exchange
 from lptrain.parallel.grid import shard
 from lptrain.preflight import Plan
@@ -123,7 +123,8 @@ def build(opts: Config, comm, plan: Plan | None = None):
 
 
 def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
-    """Train one configuration; rank 0 writes run_dir/metrics.h5, model.pt, checkpoint.pt.
+    """Train one configuration; rank 0 writes run_dir/metrics.h5, model.pt (the best
+    validated parameters), model-last.pt and checkpoint.pt.
 
     `stop` (a train.guard.StopSignals) ends the run after the iteration at which any
     rank received SIGINT/SIGTERM (Interrupted). With `resume` the run continues from
@@ -149,7 +150,7 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     path = run_dir / ms.FILE_NAME
     title = (f"{opts.mode.name} {data.name} N={opts.network.layers} "
              f"P={grid.size} ({grid.layer} layer x {grid.data} data)")
-    saver = ModelSaver(run_dir / MODEL_FILE, net, config_yaml, opts.dtype, data, rank0)
+    saver = ModelSaver(run_dir, net, config_yaml, opts.dtype, data, rank0)
     checkpointer = Checkpointer(run_dir / CHECKPOINT_FILE, opts.checkpoint_every, ex, rank0,
                                 optimizer, oracle, progress, {"config": config_yaml},
                                 saver)
@@ -175,7 +176,7 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
                          ITERATION_TIME: (console.iteration_time(), "s")})
         # lines of their own: a table cell would fold a long path
         console.message(f"metrics: {path}")
-        console.message(f"model: {saver.path}")
+        console.message(saver.describe(progress))
         if outcome.stalled:
             writer.close(ms.STALLED, error=outcome.stalled)
             console.message(_stall_message(opts, outcome))
@@ -246,29 +247,50 @@ def check_resumable(record: dict, config_yaml: str, opts: Config) -> None:
 
 
 class ModelSaver:
-    """Writes model.pt on rank 0 from a Progress (the last good parameters)."""
+    """Writes the run's models on rank 0 from a Progress: model.pt, the best validated
+    parameters so far, and model-last.pt, the last good ones (model/saved.py)."""
 
-    def __init__(self, path: Path, net, config_yaml: str, dtype: str, data, enabled: bool):
-        self.path, self.net, self.config_yaml = path, net, config_yaml
+    def __init__(self, run_dir: Path, net, config_yaml: str, dtype: str, data,
+                 enabled: bool):
+        self.paths = {which: Path(run_dir) / name for which, name in MODEL_FILES.items()}
+        self.net, self.config_yaml = net, config_yaml
         self.dtype, self.data, self.enabled = dtype, data, enabled
-        self.written: int | None = None   # the iteration model.pt holds
+        self.written: dict[str, int] = {}   # which -> the iteration its file holds
 
-    def _write(self, progress) -> None:
-        save_torch(model_record(progress.theta, self.net, self.config_yaml, self.dtype,
-                                self.data, progress.iteration), self.path)
+    def _due(self, progress) -> dict[str, tuple]:
+        """which -> (iteration, θ, validation) of each file not holding its parameters yet."""
+        held = {"last": (progress.iteration, progress.theta,
+                         progress.validation_of(progress.iteration))}
+        if progress.best is not None:
+            b = progress.best
+            held["best"] = (b.iteration, b.theta, (b.loss, b.accuracy))
+        return {w: h for w, h in held.items() if self.written.get(w) != h[0]}
+
+    def _write(self, due: dict[str, tuple]) -> None:
+        for which, (iteration, theta, validation) in due.items():
+            save_torch(model_record(theta, self.net, self.config_yaml, self.dtype, self.data,
+                                    iteration, which, validation), self.paths[which])
 
     def save(self, progress, exchange) -> None:
-        """Write, and fail on every rank alike (RunFileError) if rank 0 could not; nothing
-        to do when model.pt already holds this iteration (the last checkpoint wrote it)."""
-        if self.written == progress.iteration:
+        """Write the files not up to date, and fail on every rank alike (RunFileError) if
+        rank 0 could not; nothing to do when both hold their parameters already."""
+        due = self._due(progress)
+        if not due:
             return
-        collectively(exchange, lambda: self._write(progress), self.enabled)
-        self.written = progress.iteration
+        collectively(exchange, lambda: self._write(due), self.enabled)
+        self.written.update({w: h[0] for w, h in due.items()})
 
     def save_quietly(self, progress) -> None:
         """Best effort while another error ends the run: that error is the one reported."""
-        if self.enabled and self.written != progress.iteration:
+        if self.enabled:
             try:
-                self._write(progress)
+                self._write(self._due(progress))
             except Exception:  # noqa: BLE001 - the run's own error is already propagating
                 pass
+
+    def describe(self, progress) -> str:
+        """The console's line naming both files (one line: a table cell would fold it)."""
+        best, text = progress.best, f"model: {self.paths['best']}"
+        if best is not None:
+            text += f" (best validation accuracy {best.accuracy:.4g}, iteration {best.iteration})"
+        return text + f"; last: {self.paths['last'].name} (iteration {progress.iteration})"

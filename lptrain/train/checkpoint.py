@@ -4,6 +4,7 @@
 parameters, the optimizer's state (L-BFGS memory and current point and gradient; the
 torch.optim state_dict of SGD and Adam), the order of the mini-batches (generator state
 and the rest of the epoch), the torch RNG state, the divergence rule's reference, the
+best validated parameters so far (model.pt's), the
 loop's validation record and elapsed time, and every rank's oracle state (its block of the warm-start
 states: two state tensors per kept batch in the MGRIT modes, none in serial mode). The
 world size is recorded: on another rank count the warm starts are dropped (cold start).
@@ -70,6 +71,7 @@ class Checkpointer:
                     "world_size": self.exchange.size, "batches": batches.state_dict(),
                     "rng": torch.get_rng_state(),
                     "first_objective": self.progress.first_objective,
+                    "best": self.progress.best_state(),
                     "loop": {**loop, "iteration": k}, **self.meta})
             except RunFileError as exc:
                 archive, error = None, exc
@@ -140,4 +142,5 @@ def restore(record: dict, optimizer, oracle, progress, exchange) -> torch.Tensor
     torch.set_rng_state(record["rng"])
     progress.theta, progress.iteration = theta, record["iteration"]
     progress.first_objective = record["first_objective"]
+    progress.load_best(record.get("best"))     # absent before the best was kept
     return theta

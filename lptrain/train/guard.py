@@ -30,12 +30,63 @@ _FAILED = 2.0 ** 24     # a rank's metrics writer failed: larger than any sum of
 
 
 @dataclass
+class Validated:
+    """Parameters after `iteration` and their validation loss and accuracy."""
+
+    iteration: int
+    loss: float
+    accuracy: float
+    theta: torch.Tensor
+
+    def beats(self, other: Validated | None) -> bool:
+        """A higher accuracy, or the same at a lower loss (nan beats nothing)."""
+        return other is None or self.accuracy > other.accuracy or (
+            self.accuracy == other.accuracy and self.loss < other.loss)
+
+    def state_dict(self) -> dict:
+        return {"iteration": self.iteration, "loss": self.loss, "accuracy": self.accuracy,
+                "theta": self.theta}
+
+
+@dataclass
 class Progress:
-    """The last good state of a run: parameters after `iteration` (0 = initial)."""
+    """The last good state of a run: parameters after `iteration` (0 = initial), and the
+    best validated parameters among the good ones (`best`)."""
 
     theta: torch.Tensor
     iteration: int = 0
     first_objective: float | None = None   # J_1, the divergence rule's reference
+    best: Validated | None = None
+    validation: tuple[int, float, float] | None = None   # the latest (k, loss, accuracy)
+
+    def validated(self, k: int, loss: float, accuracy: float, theta: torch.Tensor) -> None:
+        """Record the validation of θ after iteration k (once k passed `check`); keep a
+        copy of θ if it is the best so far."""
+        self.validation = (k, loss, accuracy)
+        candidate = Validated(k, loss, accuracy, theta)
+        if candidate.beats(self.best):
+            candidate.theta = theta.detach().clone()   # the optimizer may reuse θ's storage
+            self.best = candidate
+
+    def validation_of(self, k: int) -> tuple[float, float] | None:
+        """(loss, accuracy) of the parameters after iteration k if they were validated."""
+        v = self.validation
+        return None if v is None or v[0] != k else (v[1], v[2])
+
+    def best_state(self) -> dict | None:
+        """What a checkpoint keeps of the best (None before the first validation)."""
+        return None if self.best is None else {**self.best.state_dict(),
+                                               "validation": self.validation}
+
+    def load_best(self, state: dict | None) -> None:
+        """Restore best_state() (None: a checkpoint of a run before best was kept)."""
+        if state is None:
+            self.best, self.validation = None, None
+            return
+        state = dict(state)
+        validation = state.pop("validation")
+        self.best = Validated(**state)
+        self.validation = None if validation is None else tuple(validation)
 
     def check(self, k: int, objective: float, theta: torch.Tensor) -> None:
         """Apply the divergence rule to iteration k; keep θ if it passes."""

@@ -99,6 +99,7 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
         start = time.perf_counter()
         val = _validate(0, theta, oracle, data, writer, chunk)
         best, k0 = val[1], 0
+        progress.validated(0, *val, theta)
     else:
         batches.load_state_dict(resume["batches"])
         if "stall" in resume:
@@ -132,12 +133,15 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
         _log_timing(k, dt, exchange, c0, w0, writer)
         stalled = stall.update(info.objective, info.exhausted)
         last = k == opts.train.iterations or info.converged or stalled
-        if k % opts.eval_every == 0 or last:
+        validate = k % opts.eval_every == 0 or last
+        if validate:
             val = _validate(k, theta, oracle, data, writer, chunk)
             best = max(best, val[1])
         console.update(k, objective=info.objective, loss=info.loss, accuracy=info.accuracy,
                        val_accuracy=val[1], step_time=dt, **_console_mgrit(stats))
         progress.check(k, info.objective, theta)
+        if validate:                 # a candidate for the best once k passed the check
+            progress.validated(k, *val, theta)
         _checked(stop, exchange, k, writer, save)
         save(k)
         if info.converged:

@@ -23,7 +23,7 @@ from lptrain import config
 from lptrain.errors import FAILED, REFUSED
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
-from lptrain.model.saved import MODEL_FILE, load_model
+from lptrain.model.saved import MODEL_FILES, load_model
 from lptrain.train.checkpoint import CHECKPOINT_FILE
 
 pytestmark = pytest.mark.cli
@@ -259,10 +259,12 @@ def test_killed_run_keeps_finished_iterations_and_a_model(tmp_path):
     np.testing.assert_array_equal(m.train[ms.ITERATION], np.arange(1, n + 1))
     assert np.all(np.isfinite(m.train[ms.OBJECTIVE]))
     assert m.validation[ms.ITERATION][0] == 0
-    # model.pt is written with every checkpoint: the killed run can be evaluated
-    model = load_model(run_dir)
+    # the models are written with every checkpoint: the killed run can be evaluated
+    model = load_model(run_dir, "last")
     assert 2 <= model.iteration <= n
     assert torch.isfinite(model.theta).all()
+    best = load_model(run_dir)              # validated at iteration 0 only
+    assert (best.which, best.iteration) == ("best", 0)
 
 
 @pytest.mark.mpi
@@ -284,7 +286,7 @@ def test_serial_mode_on_two_ranks_matches_one_rank(serial_run, tmp_path):
     assert two.timing[ms.COMPUTE].shape == (ITERATIONS, 2)   # one column per rank
     # only rank 0 wrote: its log and Hydra's record, no per-rank files or error logs
     assert {p.name for p in run_dir.iterdir()} == {".hydra", "lptrain.log", ms.FILE_NAME,
-                                                   MODEL_FILE, CHECKPOINT_FILE}
+                                                   *MODEL_FILES.values(), CHECKPOINT_FILE}
     assert {p.name for p in (run_dir / ".hydra").iterdir()} == {
         "config.yaml", "hydra.yaml", "overrides.yaml"}
     hydra_record = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml")
@@ -325,9 +327,11 @@ def test_diverging_sgd_ends_diverged_with_the_last_good_model(tmp_path):
     _assert_one_error(proc, ["diverged: objective", "exceeds 1000 x the first"], FAILED)
     m = read_metrics(run_dir / ms.FILE_NAME)
     assert m.status == ms.DIVERGED and m.attrs[ms.ERROR].startswith("diverged: ")
-    model = load_model(run_dir)
+    model = load_model(run_dir, "last")
     assert model.iteration == m.n_iterations - 1     # before the iteration that diverged
     assert torch.isfinite(model.theta).all()
+    best = load_model(run_dir)
+    assert best.iteration < m.n_iterations and torch.isfinite(best.theta).all()
 
 
 def test_version_names_lptrain_and_what_it_runs_on(tmp_path):

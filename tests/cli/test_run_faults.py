@@ -15,7 +15,7 @@ from launch import ENV, LPTRAIN
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
 from lptrain.metrics.writer import RESERVE_BYTES, free_bytes
-from lptrain.model.saved import MODEL_FILE, load_model
+from lptrain.model.saved import load_model
 from lptrain.rundir import LOCK_FILE
 
 pytestmark = pytest.mark.cli
@@ -78,7 +78,7 @@ def test_disk_filling_up_during_the_run_fails_cleanly(small_disk, tmp_path):
     n = m.n_iterations
     assert n >= 3
     np.testing.assert_array_equal(m.train[ms.ITERATION], np.arange(1, n + 1))
-    assert load_model(run_dir / MODEL_FILE).iteration >= n - 1
+    assert load_model(run_dir, "last").iteration >= n - 1
     assert not (run_dir / LOCK_FILE).exists()
 
 

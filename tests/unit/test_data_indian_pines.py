@@ -6,7 +6,8 @@ import scipy.io
 import torch
 
 from lptrain.data import indian_pines as ip
-from lptrain.data.base import load_dataset
+from lptrain.data import preprocessing
+from lptrain.data.base import load_dataset, stratified_split
 from lptrain.errors import ConfigError, DataError
 
 ROWS, COLS = 12, 10  # not square, so a missed transposition cannot go unnoticed
@@ -106,6 +107,21 @@ def test_normalisation_uses_training_pixels_only(tmp_path, no_tensorly):
     # had validation pixels been used, the statistics would differ by far more
     assert (stat(data, "band_mean") - both_raw.mean(0)).abs().max() > 1
     assert data.x_val.mean(0).abs().max() > 1e-3
+
+
+def test_recorded_preprocessing_maps_raw_spectra_to_the_features_exactly(tmp_path,
+                                                                         no_tensorly):
+    """What a saved model applies to new spectra (data/preprocessing.py) is what the loader
+    computed, bitwise."""
+    cube, gt = write_scene(tmp_path)
+    data = load_dataset(options(tmp_path), seed=3)
+    labelled = torch.from_numpy(cube[gt > 0].astype(np.float64))
+    labels = torch.from_numpy(gt[gt > 0].astype(np.int64) - 1)
+    train, val = stratified_split(labels, 40, 30, torch.Generator().manual_seed(3))
+    spec = data.meta["preprocessing"]
+    assert spec["kind"] == "standardise" and spec["mean"] == data.meta["band_mean"]
+    assert torch.equal(preprocessing.apply(spec, labelled[val]), data.x_val)
+    assert torch.equal(preprocessing.apply(spec, labelled[train]), data.x_train)
 
 
 def test_split_is_seeded_and_stratified(tmp_path, no_tensorly):

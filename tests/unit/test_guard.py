@@ -34,6 +34,23 @@ def test_reference_is_the_first_objective_even_if_it_is_tiny():
         p.check(2, 1e-8, torch.zeros(1))     # 1e-8 > 1e3 · 1e-12
 
 
+def test_the_best_is_the_highest_accuracy_then_the_lowest_loss_and_a_copy():
+    p = Progress(torch.zeros(1))
+    theta = torch.zeros(1)
+    for k, loss, acc in [(0, 2.0, 0.2), (4, 1.0, 0.6), (8, 0.9, 0.5), (12, 0.8, 0.6),
+                         (16, 0.9, 0.6), (20, math.nan, 0.6)]:
+        theta.fill_(k)            # the optimizer may write into the same storage
+        p.validated(k, loss, acc, theta)
+    assert (p.best.iteration, p.best.loss, p.best.accuracy) == (12, 0.8, 0.6)
+    assert p.best.theta.item() == 12 and p.validation == (20, math.nan, 0.6)
+    assert p.validation_of(20) == (math.nan, 0.6) and p.validation_of(16) is None
+    again = Progress(torch.zeros(1))
+    again.load_best(p.best_state())
+    assert again.best == p.best and again.validation == p.validation
+    again.load_best(None)         # a checkpoint from before the best was kept
+    assert again.best is None and again.validation is None
+
+
 class Sum:
     """An exchange of two ranks whose other rank contributes `other`."""
 

@@ -78,7 +78,31 @@ def test_stopped_and_resumed_equals_uninterrupted(case, tmp_path):
         _same(b.train[key], a.train[key], bitwise)
     _same(b.validation[ms.LOSS], a.validation[ms.LOSS], bitwise)
     np.testing.assert_array_equal(b.validation[ms.ACCURACY], a.validation[ms.ACCURACY])
-    _same(load_model(parts).theta, load_model(whole).theta, bitwise)
+    for which in ("best", "last"):
+        resumed, straight = load_model(parts, which), load_model(whole, which)
+        assert resumed.iteration == straight.iteration
+        _same(resumed.theta, straight.theta, bitwise)
+
+
+def test_resume_keeps_the_best_parameters_from_before_the_stop(tmp_path):
+    """SGD with a large step: the best validation (iteration 4) comes before the stop at 5,
+    so a resume that lost the best parameters would save a later, worse model."""
+    args = ["optimizer=sgd", "optimizer.lr=3", "train.batch_size=30", f"train.iterations={K}"]
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    whole.mkdir(), parts.mkdir()
+    app.run(_cfg(*args), None, whole)
+    with pytest.raises(Interrupted):
+        app.run(_cfg(*args), None, parts, StopAt(5))
+    assert ck.load_checkpoint(parts / ck.CHECKPOINT_FILE)["best"]["iteration"] == 4
+    app.run(_cfg(*args), None, parts, resume=True)
+    m = read_metrics(whole / ms.FILE_NAME)
+    best = int(m.validation[ms.ITERATION][np.argmax(m.validation[ms.ACCURACY])])
+    assert best == 4 and m.validation[ms.ACCURACY].max() > m.validation[ms.ACCURACY][-1]
+    resumed, straight = load_model(parts), load_model(whole)
+    assert resumed.which == straight.which == "best"
+    assert resumed.iteration == straight.iteration == best
+    assert resumed.validation == straight.validation
+    np.testing.assert_array_equal(resumed.theta, straight.theta)
 
 
 def test_a_killed_run_resumes_from_its_last_periodic_checkpoint(tmp_path, monkeypatch):
@@ -192,6 +216,9 @@ def _three_rank_checkpoint(path):
 
     class Progress:
         first_objective = 2.5
+
+        def best_state(self):
+            return None
 
     saver = ck.Checkpointer(path, 1, _Ranks(states), True, Optimizer(), Oracle(), Progress(),
                             {"config": "c"})

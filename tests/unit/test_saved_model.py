@@ -1,6 +1,8 @@
 """model.pt: written by every run, loaded without MPI, reproducing the run's numbers."""
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -9,11 +11,17 @@ import lptrain
 from lptrain import app, config, evaluate
 from lptrain.config.schema import register_configs
 from lptrain.data import load_dataset
-from lptrain.errors import RunFileError
+from lptrain.data import mnist
+from lptrain.errors import InputFileError, RunFileError
+from lptrain.mgrit.exchange import SerialExchange
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
-from lptrain.model.saved import MODEL_FILE, load_model
+from lptrain.model.classifier import Classifier
+from lptrain.model.network import NetworkOptions, ResNet
+from lptrain.model.saved import MODEL_FILE, MODEL_FILES, load_model, model_record
+from lptrain.model.serial import propagate
 from lptrain.train.checkpoint import AUTO_FIRST
+from lptrain.train.oracles import Batch, SerialOracle
 
 CONF_DIR = Path(config.CONF_DIR)
 TINY = ["network.layers=6", "network.width=4", "dataset.n_train=200", "dataset.n_val=50",
@@ -40,15 +48,39 @@ def _val_split(model):
     return load_dataset(options, seed)
 
 
-def test_saved_model_reproduces_final_validation_exactly(serial_run):
+def _best_row(m) -> int:
+    """Row of the best validation: highest accuracy, then lowest loss, then earliest."""
+    acc, loss = m.validation[ms.ACCURACY], m.validation[ms.LOSS]
+    return min(range(len(acc)), key=lambda i: (-acc[i], loss[i], i))
+
+
+@pytest.mark.parametrize("which", ["best", "last"])
+def test_saved_models_reproduce_their_validation_exactly(serial_run, which):
     path, m = serial_run
-    model = lptrain.load_model(path)
-    assert m.status == ms.COMPLETED
-    assert model.iteration == m.n_iterations == 12
+    model = lptrain.load_model(path, which)
+    assert m.status == ms.COMPLETED and model.which == which
+    row = _best_row(m) if which == "best" else -1
+    assert model.iteration == m.validation[ms.ITERATION][row]
     data = _val_split(model)
     loss, acc = model.evaluate(data.x_val, data.y_val)
-    assert loss == m.validation[ms.LOSS][-1]          # bitwise: the same serial sweep
-    assert acc == m.validation[ms.ACCURACY][-1]
+    assert loss == m.validation[ms.LOSS][row]          # bitwise: the same serial sweep
+    assert acc == m.validation[ms.ACCURACY][row]
+    assert model.validation == (loss, acc)
+
+
+def test_the_default_model_is_the_best_validated_one(serial_run):
+    path, m = serial_run
+    best, last = lptrain.load_model(path), load_model(path, "last")
+    assert best.which == "best" and last.iteration == m.n_iterations == 12
+    data = _val_split(best)
+    assert best.evaluate(data.x_val, data.y_val)[1] == m.validation[ms.ACCURACY].max()
+    # this run's best is not its last: the files hold different parameters
+    assert best.iteration < last.iteration and not torch.equal(best.theta, last.theta)
+    assert load_model(path / MODEL_FILES["last"]).which == "last"
+    with pytest.raises(InputFileError, match="holds the last parameters, not the best"):
+        load_model(path / MODEL_FILES["last"], "best")
+    with pytest.raises(ValueError, match="which='worst'"):
+        load_model(path, "worst")
 
 
 def test_evaluation_in_chunks_equals_one_pass(serial_run):
@@ -62,30 +94,129 @@ def test_evaluation_in_chunks_equals_one_pass(serial_run):
         assert loss == pytest.approx(whole[0], rel=1e-13, abs=0) and acc == whole[1]
 
 
-def test_mgrit_run_model_matches_its_validation(tmp_path):
+def test_mgrit_run_models_match_their_validation(tmp_path):
     m = run(tmp_path, "mode=mgrit", "mgrit.levels=2", "mgrit.cfactor0=2")
-    model = load_model(tmp_path / MODEL_FILE)
-    data = _val_split(model)
-    loss, acc = model.evaluate(data.x_val, data.y_val)
-    assert acc == m.validation[ms.ACCURACY][-1]
-    assert loss == pytest.approx(m.validation[ms.LOSS][-1], rel=1e-9, abs=0)
+    for which, row in (("best", _best_row(m)), ("last", -1)):
+        model = load_model(tmp_path, which)
+        data = _val_split(model)
+        loss, acc = model.evaluate(data.x_val, data.y_val)
+        assert model.iteration == m.validation[ms.ITERATION][row]
+        assert acc == m.validation[ms.ACCURACY][row]
+        assert loss == pytest.approx(m.validation[ms.LOSS][row], rel=1e-9, abs=0)
 
 
-def test_prediction_on_new_data_is_the_network_applied_by_hand(serial_run):
+@pytest.mark.parametrize("which", ["best", "last"])
+def test_logits_are_the_training_codes_sweep(serial_run, which):
+    """model(x) steps the layers with autograd; the training code's validation sweep
+    (model.serial.propagate into its buffers) gives the same logits, bitwise."""
     path, _ = serial_run
-    model = load_model(path)
+    model = load_model(path, which)
     net, theta = model.net, model.theta
     x = torch.randn(37, 2, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
-    st, u = net.stepper(theta), net.opening(theta, x)
-    for n in range(net.opts.layers):
-        u = st.step(u, n, net.h)
-    v = net.layout.views(theta)
-    logits = u.t() @ v["W"].t() + v["mu"]
-    torch.testing.assert_close(model(x), logits, rtol=1e-12, atol=1e-12)
+    states, _ = propagate(net.stepper(theta), net.opening(theta, x), net.h, False)
+    logits = net.logits(theta, states[-1])
+    assert torch.equal(model(x).detach(), logits)
     assert torch.equal(model.predict(x), logits.argmax(1))
     assert model.predict(x.float()).dtype == torch.int64     # inputs are cast to θ's dtype
     with pytest.raises(ValueError, match=r"\(batch, 2\)"):
         model(torch.zeros(3, 5, dtype=torch.float64))
+
+
+def test_a_loaded_model_is_an_ordinary_module_with_exact_gradients(serial_run):
+    """parameters() are the layout's blocks; backward through forward equals the training
+    code's hand-written adjoint gradient (without the regulariser, which is training's)."""
+    path, _ = serial_run
+    model = load_model(path)
+    names = [name for name, _ in model.named_parameters()]
+    assert names == list(model.net.layout.blocks)
+    assert all(p.requires_grad and p.dtype == torch.float64 for p in model.parameters())
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(40, 2, generator=gen, dtype=torch.float64)
+    y = torch.randint(5, (40,), generator=gen)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    net, theta = model.net, model.theta
+    oracle = SerialOracle(net, SerialExchange())
+    oracle.begin(Batch(x, y, 0, 40))
+    oracle.value(theta)
+    expected = oracle.gradient() - _regulariser_gradient(net, theta)
+    torch.testing.assert_close(grads, expected, rtol=1e-10, atol=1e-14)
+    # fine-tuning moves the parameters and the scores
+    before = model(x).detach()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    optimizer.step()
+    assert not torch.equal(model(x).detach(), before)
+
+
+def _regulariser_gradient(net, theta):
+    grad = torch.zeros_like(theta)
+    net.regulariser(theta, grad)
+    return grad
+
+
+def test_predict_takes_arrays_and_tensors_alike(serial_run):
+    path, _ = serial_run
+    model = load_model(path)
+    points = np.random.default_rng(0).uniform(-3, 3, size=(25, 2))
+    from_array = model.predict(points)
+    assert isinstance(from_array, np.ndarray) and from_array.dtype == np.int64
+    np.testing.assert_array_equal(from_array, model.predict(torch.from_numpy(points)).numpy())
+    np.testing.assert_array_equal(from_array, model.predict(points, preprocessed=True))
+    assert model.preprocessing == {"kind": "identity", "domain": [[-3.0, 3.0], [-3.0, 3.0]]}
+    with pytest.raises(ValueError, match="2 values per sample"):
+        model.predict(np.zeros((4, 3)))
+
+
+@pytest.mark.parametrize("scaling", ["authors", "unit", "standard"])
+def test_an_image_model_applies_its_loaders_pixel_scaling(scaling):
+    """predict on raw grey levels (numpy uint8 (n, 28, 28) or a tensor) equals the model on
+    the loader's scaled images, and dataset_meta records the pixel statistics."""
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 256, size=(30, 28, 28), dtype=np.uint8)
+    labels = np.arange(30, dtype=np.int64) % 10
+    data = mnist.build("mnist", (images[:20], labels[:20]), (images[20:], labels[20:]),
+                       scaling, ["generated"], {})
+    opts = NetworkOptions(name="conv", channels=2, layers=3, opening="conv", pool=4,
+                          init="normal", init_opening=1.0, init_hidden=1.0,
+                          init_classifier=1.0)                # scores that differ
+    net = ResNet(opts, data.feature_shape, 10)
+    theta = net.init_params(0, torch.float64)
+    model = Classifier(model_record(theta, net, "{}", "float64", data, 3, "best"))
+    expected = model(data.x_val).argmax(1)
+    assert expected.unique().numel() > 1
+    np.testing.assert_array_equal(model.predict(images[20:]), expected.numpy())
+    assert torch.equal(model.predict(torch.from_numpy(images[20:]).float()), expected)
+    assert torch.equal(model.preprocess(images[20:].reshape(10, 784)), data.x_val)
+    meta = model.dataset_meta
+    assert meta["pixel_mean"] == pytest.approx(images[:20].mean() / 255, rel=1e-12)
+    assert meta["pixel_std"] == pytest.approx((images[:20] / 255).std(), rel=1e-12)
+    assert meta["preprocessing"]["scaling"] == scaling
+    with pytest.raises(ValueError, match="grey levels in 0..255"):
+        model.predict(np.full((1, 28, 28), 256.0))
+
+
+def test_a_model_of_the_first_format_loads_as_the_last_parameters(serial_run, tmp_path):
+    path, _ = serial_run
+    record = torch.load(path / MODEL_FILE, weights_only=True)
+    for key in ("which", "validation"):
+        del record[key]
+    record["format_version"] = 1
+    torch.save(record, tmp_path / MODEL_FILE)
+    model = load_model(tmp_path)
+    assert model.which == "last" and model.validation is None
+    with pytest.raises(InputFileError, match="kept only the last"):
+        load_model(tmp_path, "best")
+
+
+def test_readme_model_example_runs_on_a_run(serial_run):
+    path, _ = serial_run
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S)
+                 if "load_model(" in b)
+    scope = {}
+    exec(compile(block.replace("outputs/2025-01-01/12-00-00", str(path)), "README.md",
+                 "exec"), scope)
+    assert scope["classes"].shape == (2,) and scope["model"].W.grad is not None
 
 
 def test_model_records_data_description(serial_run):
@@ -94,6 +225,7 @@ def test_model_records_data_description(serial_run):
     assert model.feature_shape == (2,) and model.n_classes == 5
     assert model.dataset_name == "peaks"
     assert len(model.dataset_meta["bin_edges"]) == 6
+    assert "shard" not in model.dataset_meta
     assert "layers: 6" in model.config_yaml
 
 
@@ -101,8 +233,12 @@ def test_lptrain_eval_reports_the_run_split(serial_run, capsys):
     path, m = serial_run
     evaluate.main([str(path)])
     out = capsys.readouterr().out
+    assert f"accuracy {m.validation[ms.ACCURACY].max():.4f}" in out
+    assert "50 samples" in out and "(best parameters, iteration" in out
+    evaluate.main([str(path), "--which", "last"])
+    out = capsys.readouterr().out
     assert f"accuracy {m.validation[ms.ACCURACY][-1]:.4f}" in out
-    assert "50 samples" in out
+    assert f"{MODEL_FILES['last']} (last parameters, iteration 12)" in out
     r = evaluate.evaluate(path, ["dataset.n_val=100"], "train")
     assert (r["split"], r["samples"]) == ("train", 200)
     r = evaluate.evaluate(path, ["dataset.n_val=100"])

@@ -1,0 +1,129 @@
+"""A saved ODE-ResNet as an ordinary torch module: parameters, gradients, raw-input prediction.
+
+`load_model(run_dir)` (model/saved.py) returns a `Classifier`. Its parameters are the
+blocks of the network's flat layout as `nn.Parameter`s (`open_K`, `open_b` where the
+opening has weights, `K`, `b`, `W`, `mu`), so it fine-tunes like any module: `forward`
+steps the layers with autograd. `evaluate` steps them as the training code's serial
+validation does, so on the run's validation split it gives the run's numbers.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from lptrain.data import preprocessing
+from lptrain.model.network import NetworkOptions, ResNet
+from lptrain.model.serial import propagate
+from lptrain.parallel.grid import chunks
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+EVAL_CHUNK = 4096   # samples `evaluate` steps at once
+
+
+class Classifier(nn.Module):
+    """A trained ODE-ResNet: `model(x)` gives the class scores (logits) of features x.
+
+    Features are samples as the dataset's loader returns them, of shape (batch,
+    *feature_shape), i.e. after its preprocessing; `predict` takes raw samples and applies
+    that preprocessing (`preprocessing`, recorded by the loader) itself.  `which` says
+    whose parameters these are ("best": the best validation; "last": the last good
+    iteration), `iteration` after which iteration, `validation` their validation (loss,
+    accuracy) or None.
+    """
+
+    def __init__(self, record: dict):
+        super().__init__()
+        self.net = ResNet(NetworkOptions(**record["network"]), tuple(record["feature_shape"]),
+                          record["n_classes"])
+        theta = record["theta"].to(DTYPES[record["dtype"]])
+        for name, view in self.net.layout.views(theta).items():   # layout order
+            self.register_parameter(name, nn.Parameter(view.clone()))
+        self.which = record.get("which", "last")
+        self.iteration = record["iteration"]
+        validation = record.get("validation")
+        self.validation = None if validation is None else tuple(validation)
+        self.config_yaml = record["config"]
+        self.dataset_name = record["dataset"]["name"]
+        self.dataset_meta = record["dataset"]["meta"]
+        self.preprocessing = self.dataset_meta.get("preprocessing")
+
+    @property
+    def feature_shape(self) -> tuple[int, ...]:
+        return self.net.in_shape
+
+    @property
+    def n_classes(self) -> int:
+        return self.net.n_classes
+
+    @property
+    def theta(self) -> torch.Tensor:
+        """The parameters as one flat vector in the network's layout (a copy)."""
+        return torch.cat([p.detach().reshape(-1) for p in self.parameters()])
+
+    def _flat(self) -> torch.Tensor:
+        """θ assembled from the parameters, differentiable (the network reads views of it)."""
+        return torch.cat([p.reshape(-1) for p in self.parameters()])
+
+    def _features(self, x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+        if tuple(x.shape[1:]) != self.net.in_shape:
+            raise ValueError(f"input of shape {tuple(x.shape)}: expected (batch, "
+                             f"{', '.join(map(str, self.net.in_shape))})")
+        return x.to(dtype=theta.dtype, device=theta.device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits (batch, n_classes) of features x; differentiable in the parameters and x."""
+        net, theta = self.net, self._flat()
+        x = self._features(x, theta)
+        u, stepper = net.opening(theta, x), net.stepper(theta)
+        for n in range(net.opts.layers):      # u_{n+1} = u_n + h·σ(K_n u_n + b_n)
+            u = stepper.step(u, n, net.h)
+        return net.logits(theta, u)
+
+    def preprocess(self, raw) -> torch.Tensor:
+        """Features of raw samples (a tensor or numpy array of shape (batch, ...) holding
+        prod(feature_shape) values per sample, e.g. MNIST grey levels 0..255 as (n, 28, 28)),
+        by the preprocessing the dataset's loader applied."""
+        if self.preprocessing is None:
+            raise ValueError("this model records no preprocessing (saved by an earlier "
+                             "lptrain): pass features and preprocessed=True")
+        x = torch.as_tensor(np.asarray(raw) if not torch.is_tensor(raw) else raw)
+        size = math.prod(self.feature_shape)
+        if x.dim() < 2 or math.prod(x.shape[1:]) != size:
+            raise ValueError(f"input of shape {tuple(x.shape)}: expected (batch, ...) with "
+                             f"{size} values per sample, e.g. (batch, "
+                             f"{', '.join(map(str, self.feature_shape))})")
+        x = x.to(dtype=torch.float64).reshape(x.shape[0], *self.feature_shape)
+        if not torch.isfinite(x).all():
+            raise ValueError("input holds nan or infinite values")
+        return preprocessing.apply(self.preprocessing, x)
+
+    @torch.no_grad()
+    def predict(self, x, preprocessed: bool = False):
+        """The most likely class of every sample: int64, a numpy array for numpy input,
+        else a tensor. x holds raw samples (see `preprocess`), or features with
+        `preprocessed=True`."""
+        features = torch.as_tensor(x) if preprocessed else self.preprocess(x)
+        classes = self.forward(features).argmax(1)
+        return classes.cpu().numpy() if isinstance(x, np.ndarray) else classes
+
+    def _final_states(self, x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+        x = self._features(x, theta)
+        states, _ = propagate(self.net.stepper(theta), self.net.opening(theta, x), self.net.h,
+                              False)
+        return states[-1]
+
+    @torch.no_grad()
+    def evaluate(self, x: torch.Tensor, y: torch.Tensor,
+                 chunk: int = EVAL_CHUNK) -> tuple[float, float]:
+        """Mean cross-entropy loss and accuracy (0..1) on the features x with labels y,
+        stepped `chunk` samples at a time (memory; the numbers are those of one pass
+        to rounding, and bitwise where the run validated in the same chunks)."""
+        n, loss, correct, theta = x.shape[0], 0.0, 0, self._flat()
+        for part in chunks(n, chunk):
+            l, c, *_ = self.net.classify(theta, self._final_states(x[part], theta),
+                                         y[part].to(theta.device), n, False)
+            loss, correct = loss + float(l), correct + c
+        return loss, correct / n
