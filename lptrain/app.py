@@ -157,7 +157,8 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     loop = None if record is None else {**record["loop"], "batches": record["batches"]}
     h5 = collectively(ex, lambda: open_writer(path, attrs, rank0, record and record["iteration"]))
     with h5, \
-            with_logger(h5, opts.logger, run_dir, rank0) as writer, \
+            with_logger(h5, opts.logger, run_dir, rank0, attrs,
+                        record and record["iteration"]) as writer, \
             Console(rank0, opts.train.iterations, title) as console:
         try:
             _, outcome = train(theta, optimizer, oracle, data, opts, writer, console, ex,

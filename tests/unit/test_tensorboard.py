@@ -1,8 +1,10 @@
-"""logger=tensorboard: the scalars of metrics.h5 as TensorBoard events, or a clear error."""
+"""logger=tensorboard: the scalars of metrics.h5 as TensorBoard events, the HParams with the
+final numbers, multirun jobs named by their overrides, or a clear error."""
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from hydra import compose, initialize_config_dir
 
 from lptrain import app, cli
@@ -10,6 +12,7 @@ from lptrain.config.schema import register_configs
 from lptrain.errors import ConfigError, MissingPackageError
 from lptrain.metrics import schema as ms
 from lptrain.metrics import tensorboard
+from lptrain.metrics.quantities import iteration_time
 from lptrain.metrics.reader import read_metrics
 
 TINY = ["network.layers=4", "network.width=4", "dataset.n_train=100", "dataset.n_val=20",
@@ -51,3 +54,100 @@ def test_missing_tensorboard_is_a_one_line_error_naming_the_extra(tmp_path, monk
 def test_unknown_logger_is_refused():
     with pytest.raises(ConfigError, match="logger"):
         app.options(_cfg("logger=wandb"))
+
+
+def _events(directory: Path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    events = EventAccumulator(str(directory))
+    events.Reload()
+    return events
+
+
+def _hparams(events) -> dict:
+    """The HParams a run's events hold: name -> value."""
+    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+    content = events.PluginTagToContent("hparams")
+    start = HParamsPluginData.FromString(content["_hparams_/session_start_info"])
+    return {name: getattr(value, value.WhichOneof("kind"))
+            for name, value in start.session_start_info.hparams.items()}
+
+
+def test_hparams_hold_the_config_and_the_final_metrics(tmp_path):
+    pytest.importorskip("tensorboard")
+    app.run(_cfg("logger=tensorboard", "mode=simultaneous", "optimizer=adam"), None, tmp_path)
+    m = read_metrics(tmp_path / ms.FILE_NAME)
+    events = _events(tmp_path / tensorboard.DIR_NAME)
+    hp = _hparams(events)
+    assert hp["optimizer.name"] == "adam" and hp["mode.name"] == "simultaneous"
+    assert hp["network.layers"] == 4 and hp["seed"] == 1 and hp["world_size"] == 1
+    assert hp["train.batch_size"] == "null" and hp["mgrit.adj_tol"] == "null"
+
+    def final(tag):
+        (event,) = events.Scalars(f"final/{tag}")
+        return event.value
+    expected = {"objective": m.train[ms.OBJECTIVE][-1], "loss": m.train[ms.LOSS][-1],
+                "val_accuracy": m.validation[ms.ACCURACY][-1],
+                "best_val_accuracy": m.validation[ms.ACCURACY].max(),
+                "iterations": 4, "wall_time": m.train[ms.WALL_TIME][-1],
+                "iteration_time": iteration_time(m.train[ms.STEP_TIME]),
+                "fwd_iterations": m.mgrit[ms.FWD_ITERATIONS].mean()}
+    for tag, value in expected.items():
+        assert final(tag) == pytest.approx(value, rel=1e-6), tag   # float32 in the file
+    assert {t for t in events.Tags()["scalars"] if t.startswith("final/")} <= \
+        set(tensorboard.FINAL)
+
+
+def _sweep(root: Path, jobs: dict[str, list[str]], task: list[str]) -> None:
+    """The files Hydra writes for a multirun: multirun.yaml and each job's overrides."""
+    root.mkdir()
+    (root / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {
+        "hydra": ["hydra.mode=MULTIRUN"], "task": task}}}))
+    for job, overrides in jobs.items():
+        (root / job / ".hydra").mkdir(parents=True)
+        (root / job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+
+
+def test_run_names_are_the_overrides_a_job_varied(tmp_path):
+    sweep = tmp_path / "sweep"
+    task = ["train.iterations=4", "optimizer.lr=0.1,0.5", "dataset.path=/a/b,/c/d"]
+    _sweep(sweep, {"0": ["train.iterations=4", "optimizer.lr=0.1", "dataset.path=/a/b"],
+                   "1": ["train.iterations=4", "optimizer.lr=0.5", "dataset.path=/c/d"],
+                   "2": ["train.iterations=4"]}, task)
+    tb = sweep / tensorboard.DIR_NAME
+    assert tensorboard.log_dir(sweep / "0") == tb / "dataset.path=_a_b,optimizer.lr=0.1"
+    assert tensorboard.log_dir(sweep / "1") == tb / "dataset.path=_c_d,optimizer.lr=0.5"
+    assert tensorboard.log_dir(sweep / "2") == tb / "2"           # it varied nothing
+    single = tmp_path / "single"
+    (single / ".hydra").mkdir(parents=True)
+    (single / ".hydra" / "overrides.yaml").write_text("- seed=1\n")
+    assert tensorboard.log_dir(single) == single / tensorboard.DIR_NAME
+
+
+def test_jobs_with_equal_overrides_write_apart_and_a_resume_finds_its_own(tmp_path):
+    pytest.importorskip("tensorboard")
+    from lptrain.metrics.writer import NullWriter
+    sweep = tmp_path / "sweep"
+    _sweep(sweep, {"0": ["seed=1"], "1": ["seed=1"]}, ["seed=1,1"])
+    dirs = []
+    for job in ("0", "1", "1", "0"):       # two jobs, then each resumed
+        with tensorboard.with_logger(NullWriter(), "tensorboard", sweep / job, True) as w:
+            dirs.append(w.directory)
+    assert dirs == [sweep / "tensorboard" / "seed=1", sweep / "tensorboard" / "seed=1 (1)",
+                    sweep / "tensorboard" / "seed=1 (1)", sweep / "tensorboard" / "seed=1"]
+
+
+def test_a_resumed_run_replaces_the_events_after_its_checkpoint(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    import time
+
+    from lptrain.metrics.writer import NullWriter
+    now = time.time()
+    for start, stop, resume_after, value in ((1, 5, None, 1.0), (3, 6, 2, 2.0)):
+        # a resume is a later process: its event file's name (a time stamp) sorts after
+        monkeypatch.setattr(time, "time", lambda: now + start)
+        with tensorboard.with_logger(NullWriter(), "tensorboard", tmp_path, True,
+                                     resume_after=resume_after) as w:
+            for k in range(start, stop + 1):
+                w.log_train(iteration=k, loss=value)
+    got = [(e.step, e.value) for e in _events(tmp_path / "tensorboard").Scalars("train/loss")]
+    assert got == [(1, 1.0), (2, 1.0), (3, 2.0), (4, 2.0), (5, 2.0), (6, 2.0)]
