@@ -241,7 +241,7 @@ def grid_section(ranks, w, opts, m, cnt) -> str:
     most = c_intervals(w.n_layers, o.cfactor0, o.levels, o.min_coarse)
     lines = ["## Recommended layer x data split", "",
              "With these step costs (lptrain itself decides on a nominal machine, "
-             "model_perf.grid); s per iteration in brackets.", "",
+             "model_perf.grid); predicted iteration time [s] in brackets.", "",
              "| P | mgrit | simultaneous |", "|---|---|---|"]
     for p in ranks:
         cells = []
