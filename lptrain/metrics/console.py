@@ -183,16 +183,18 @@ class Console:
                      *(Text(line) for line in wrap_parts(parts, width)))
 
     def message(self, text: str) -> None:
-        """Print one line of plain text (above the bar when it is live)."""
+        """Print one line of plain text (above the bar when it is live); a terminal wraps
+        it between words, a pipe or file gets it whole."""
         if self.enabled:
             log.info(text)
-            self._out.print(Text(text), soft_wrap=True)
+            self._out.print(Text(text), soft_wrap=not self._out.is_terminal)
 
     def error(self, text: str) -> None:
         """Print one red line on stderr."""
         if self.enabled:
             log.error(text)
-            self._err.print(Text(f"error: {text}", style="bold red"), soft_wrap=True)
+            self._err.print(Text(f"error: {text}", style="bold red"),
+                            soft_wrap=not self._err.is_terminal)
 
     def summary(self, rows: dict) -> None:
         """Print a two-column table of final quantities: {name: value} or, with a unit,

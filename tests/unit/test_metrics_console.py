@@ -3,6 +3,7 @@ at 80 and 160 columns, the summary's units."""
 import io
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -270,3 +271,20 @@ def test_live_bar_on_a_terminal(tty_env):
     text = out.getvalue()
     assert "5/5" in text and "loss 0.5" in text and "adj 3 it" in text and "note" in text
     assert "elapsed" in text and "eta 0:00:00" in text
+
+
+def test_messages_wrap_between_words_on_a_terminal_only(tty_env, monkeypatch):
+    text = "model: /runs/a/model.pt (best validation accuracy 0.87, iteration 50); last: x"
+    out = io.StringIO()
+    c = Console(True, 5, "peaks", file=out, width=40)
+    c.message(text)
+    c.close()
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    lines = [line.rstrip() for line in plain.splitlines()]
+    assert lines[:2] == ["model: /runs/a/model.pt (best validation",
+                         "accuracy 0.87, iteration 50); last: x"]
+    for name in TTY_VARS:
+        monkeypatch.delenv(name, raising=False)
+    out = io.StringIO()
+    Console(True, 5, "peaks", file=out, width=40).message(text)
+    assert out.getvalue() == text + "\n"
