@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from lptrain.config.schema import Config
+from lptrain.config.schema import Config, ModeOptions
 from lptrain.data import load_dataset
 from lptrain.errors import ConfigError, RunFileError, StalledError, require
 from lptrain.metrics import schema as ms
@@ -23,6 +23,7 @@ from lptrain.model.saved import MODEL_FILES, model_record, save_torch
 from lptrain.parallel.context import grid_exchanges, make_exchange
 from lptrain.parallel.grid import shard
 from lptrain.preflight import Plan
+from lptrain.train.calibrate import CalibratedOracle
 from lptrain.train.checkpoint import CHECKPOINT_FILE, Checkpointer, load_checkpoint, restore
 from lptrain.train.collective import collectively
 from lptrain.train.data_parallel import DataParallelOracle
@@ -115,11 +116,19 @@ def build(opts: Config, comm, plan: Plan | None = None):
     data = _cast(data, DTYPES[opts.dtype], plan.device)
     net = ResNet(opts.network, data.feature_shape, data.n_classes)
     theta = net.init_params(opts.seed, DTYPES[opts.dtype], plan.device)
-    oracle = make_oracle(opts.mode, net, ex.layer, opts.mgrit, opts.train.batch_size is not None)
-    if plan.grid.data > 1:
-        oracle = DataParallelOracle(oracle, net, ex.data)
+    oracle = _oracle(opts, opts.mode, net, ex, plan.grid)
+    if opts.mode.name == "simultaneous" and opts.mgrit.calibrate_every > 0:
+        exact = _oracle(opts, ModeOptions(name="serial"), net, ex, plan.grid)
+        oneshot = oracle.inner if plan.grid.data > 1 else oracle
+        oracle = CalibratedOracle(oracle, oneshot, exact)
     optimizer = OPTIMIZERS[opts.optimizer.name](opts.optimizer, total=opts.train.iterations)
     return ex.world, data, net, theta, oracle, optimizer
+
+
+def _oracle(opts: Config, mode: ModeOptions, net, ex, grid):
+    """The oracle of `mode` on this rank's layer group, summed over data groups."""
+    oracle = make_oracle(mode, net, ex.layer, opts.mgrit, opts.train.batch_size is not None)
+    return DataParallelOracle(oracle, net, ex.data) if grid.data > 1 else oracle
 
 
 def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):

@@ -62,7 +62,8 @@ def need(opts, sizes: Sizes, net: ResNet, grid: Grid,
     val_chunk = min(batch, math.ceil(sizes.n_val / grid.data))
     return memory.estimate(opts.mode.name, opts.network.layers, grid.layer, batch,
                            math.prod(net.state_shape), net.layout.size, item, data_bytes,
-                           vectors, warm, val_chunk, grid.size)
+                           vectors, warm, val_chunk, grid.size,
+                           opts.mode.name == "simultaneous" and opts.mgrit.calibrate_every > 0)
 
 
 def _kept_warm_starts(opts, sizes: Sizes) -> int:

@@ -35,6 +35,7 @@ class MGRITOptions:
     grad_tol: float = 0.005      # ... target of the estimated relative gradient error
     control_min_iters: int = 1   # ... fewest iterations it plans per solve
     control_max_iters: int = 6   # ... most iterations it plans per solve
+    calibrate_every: int = 0     # ... evaluations between exact-gradient calibrations (0 = off)
     adaptive: bool = False       # simultaneous: add iterations when residuals are large
     adaptive_ratio: float = 0.1  # ... i.e. when residual > ratio × gradient norm
     adaptive_max_extra: int = 4  # ... at most this many extra iterations per solve
@@ -45,7 +46,8 @@ class MGRITOptions:
             require(getattr(self, key) >= 1, f"mgrit.{key}", getattr(self, key), "must be >= 1")
         for key in ("cfactor0", "cfactor"):
             require(getattr(self, key) >= 2, f"mgrit.{key}", getattr(self, key), "must be >= 2")
-        for key in ("min_coarse", "nrelax0", "nrelax", "adaptive_max_extra"):
+        for key in ("min_coarse", "nrelax0", "nrelax", "adaptive_max_extra",
+                    "calibrate_every"):
             require(getattr(self, key) >= 0, f"mgrit.{key}", getattr(self, key), "must be >= 0")
         require(self.cycle in CYCLES, "mgrit.cycle", self.cycle, f"choose one of {CYCLES}")
         require(self.coarse_weights in COARSE_WEIGHTS, "mgrit.coarse_weights",
@@ -79,7 +81,8 @@ class MGRITOptions:
         """The one-shot controller's ControlOptions (train/control.py)."""
         from lptrain.train.control import ControlOptions
         return ControlOptions(self.control, self.fwd_iters, self.adj_iters, self.grad_tol,
-                              self.control_min_iters, self.control_max_iters)
+                              self.control_min_iters, self.control_max_iters,
+                              self.calibrate_every)
 
     def hierarchy(self, n_steps: int, size: int):
         """The MGRIT hierarchy of n_steps layers distributed over `size` ranks."""

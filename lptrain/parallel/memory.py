@@ -16,6 +16,9 @@ The estimate counts what grows with the run, per rank, in bytes:
 - simultaneous with mini-batches: `WARM_COPIES` states per owned layer for
   each of up to `mode.warm_batches` batches (forward and adjoint warm starts
   and the buffers they pin);
+- simultaneous with calibration (mgrit.calibrate_every): a layer-serial
+  evaluation of the rank's share of the batch, `STATE_COPIES["serial"]`
+  states per layer of all N;
 - on more than one rank, rank 0's checkpoints: it receives the ranks' oracle
   states one at a time, `CHECKPOINT_COPIES` copies of one rank's (its
   pickled message and the tensors), counted on every rank alike.
@@ -63,15 +66,19 @@ def gb(nbytes: float) -> str:
 
 def estimate(mode: str, n_layers: int, layer_ranks: int, batch: int, state_elements: int,
              n_params: int, item_bytes: int, data_bytes: float, vectors: int,
-             warm_batches: int = 0, val_chunk: int = 0, ranks: int = 1) -> Need:
+             warm_batches: int = 0, val_chunk: int = 0, ranks: int = 1,
+             calibrated: bool = False) -> Need:
     """Bytes one rank needs: batch = its samples per evaluation (its shard of the batch),
     vectors = θ-sized vectors the optimizer keeps, warm_batches = mini-batches whose
     states are kept (simultaneous), val_chunk = validation samples per pass, ranks =
-    all ranks of the run."""
+    all ranks of the run, calibrated = simultaneous also evaluates layer-serially on
+    its share of the batch (mgrit.calibrate_every, train/calibrate.py)."""
     own = math.ceil(n_layers / layer_ranks) + 1 if mode != "serial" else n_layers + 1
     state = batch * state_elements * item_bytes
     val = val_chunk * state_elements * item_bytes * VAL_COPIES[mode] * own
     states = state * (STATE_COPIES[mode] * own + STATE_EXTRA) + val
+    if calibrated:      # all layers, the batch split over the layer ranks
+        states += STATE_COPIES["serial"] * (n_layers + 1) * math.ceil(state / layer_ranks)
     warm = WARM_COPIES * own * state * warm_batches
     oracle_state = 0 if mode == "serial" else 2 * own * state * max(1, warm_batches)
     checkpoint = CHECKPOINT_COPIES * oracle_state if ranks > 1 else 0.0

@@ -80,12 +80,26 @@ class SimultaneousOracle(MGRITOracle):
         return {**state, "cache": [list(entry) for entry in entries]}
 
     def control(self, m, grad_norm: float, key: int) -> None:
-        """Estimate the gradient error and plan the batch's next iterations; only
-        rung-0 evaluations re-plan (higher rungs multiply the plan)."""
+        """Estimate the gradient error (scaled by the controller's calibration) and
+        plan the batch's next iterations; only rung-0 evaluations re-plan (higher
+        rungs multiply the plan)."""
         super().control(m, grad_norm, key)
+        t, scale = self._trial, self.controller.scale
+        self._raw_error = t.fwd_error + t.adj_error
+        t.fwd_error, t.adj_error, t.error_scale = t.fwd_error * scale, t.adj_error * scale, scale
         if self.rung == 0:
-            self.controller.update(key, m, (self._trial.fwd_error, self._trial.adj_error))
-        self._trial.fwd_plan, self._trial.adj_plan = self.controller.plan(key)
+            self.controller.update(key, m, (t.fwd_error, t.adj_error))
+        t.fwd_plan, t.adj_plan = self.controller.plan(key)
+
+    def calibration_due(self) -> bool:
+        """Whether the gradient just computed is to be compared with the exact one
+        (train/calibrate.py): a rung-0 evaluation the controller calibrates at."""
+        return self.rung == 0 and self.controller.calibration_due()
+
+    def calibrate(self, true_error: float) -> None:
+        """The true relative error of the gradient just computed."""
+        self.controller.calibrate(true_error, self._raw_error)
+        self._trial.true_error = true_error
 
     def _solve_forward(self, theta, warm):
         extra = 0

@@ -50,6 +50,8 @@ class SolveStats:
     adj_error: float = math.nan   # ... and from the adjoint (train/control.py)
     fwd_plan: int = -1      # simultaneous: iterations the controller plans for the next
     adj_plan: int = -1      # evaluation of this batch
+    error_scale: float = 1.0      # calibration factor in the estimates (train/control.py)
+    true_error: float = math.nan  # the exact relative gradient error, where calibrated
 
     def row(self) -> dict:
         return dict(fwd_iterations=self.fwd_iterations,
@@ -63,6 +65,7 @@ class SolveStats:
                     grad_error=self.fwd_error + self.adj_error,
                     fwd_error=self.fwd_error, adj_error=self.adj_error,
                     fwd_plan=self.fwd_plan, adj_plan=self.adj_plan,
+                    error_scale=self.error_scale, true_error=self.true_error,
                     fwd_history=list(self.fwd_history), adj_history=list(self.adj_history))
 
 

@@ -70,6 +70,65 @@ def test_fixed_control_estimates_but_never_replans():
     assert eps[0] > 1 and c.plan(0) == (2, 2)
 
 
+def test_calibration_scales_by_the_largest_recent_ratio_and_is_checkpointed():
+    c = IterationController(ControlOptions(calibrate_every=3))
+    due = []
+    for k in range(1, 8):
+        c.update(0, measured(), (0.1, 0.1))
+        due.append(c.calibration_due())
+    assert due == [True, False, False, True, False, False, True]   # evaluations 1, 4, 7
+    assert c.scale == 1.0
+    for true, raw in [(0.02, 1.0), (0.5, 10.0), (0.01, 1.0), (0.1, 0.0), (0.04, 2.0),
+                      (0.03, 1.0)]:     # raw 0: nothing to calibrate against (ignored)
+        c.calibrate(true, raw)
+    assert c.scale == pytest.approx(0.05)             # max(0.05, 0.01, 0.02, 0.03)
+    c.calibrate(0.001, 1.0)
+    assert c.scale == pytest.approx(0.03)             # 0.05 dropped: the last four kept
+    again = IterationController(ControlOptions(calibrate_every=3))
+    again.load_state_dict(c.state_dict())
+    assert again.scale == c.scale and again.evaluations == 7
+    assert not IterationController(ControlOptions()).calibration_due()   # 0: off
+
+
+def test_a_calibrated_run_records_the_true_error_and_scales_its_estimate():
+    """calibrate_every=1: every evaluation is compared with the exact gradient; the
+    recorded true error is ‖g̃ − g‖/‖g‖ computed here, and the next estimate is the raw
+    one times the largest recent true/raw ratio."""
+    from lptrain.app import build
+    from lptrain.config import compose
+    from lptrain.metrics.console import Console
+    from lptrain.metrics.writer import MemoryWriter
+    from lptrain.train.calibrate import CalibratedOracle
+    from lptrain.train.loop import train
+    opts, _ = compose(["mode=simultaneous", "mgrit.calibrate_every=1", "train.iterations=6",
+                       "network.T=10", "dataset.n_train=500", "mgrit.control=fixed"])
+    ex, data, net, theta, oracle, opt = build(opts, None)
+    assert isinstance(oracle, CalibratedOracle)
+    exact, seen, oneshot = SerialOracle(net, ex), [], oracle.oneshot
+    gradient = oracle.oracle.gradient
+
+    def checked():
+        g = gradient()
+        exact.begin(oracle.batch)
+        exact.value(oracle.theta)
+        true = exact.gradient()
+        seen.append((float((g - true).norm() / true.norm()), oneshot._raw_error,
+                     oneshot._trial.error_scale))
+        return g
+    oracle.oracle.gradient = checked
+    rows = MemoryWriter()
+    train(theta, opt, oracle, data, opts, rows, Console(False, 1), ex)
+    ratios = []
+    for true, raw, scale in seen:      # every evaluation, the line search's first included
+        assert true > 1e-8 and scale == pytest.approx(max(ratios[-4:]) if ratios else 1.0)
+        ratios.append(true / raw)
+    assert len(rows.mgrit) == 6
+    for r in rows.mgrit:               # each accepted point: its own true error
+        assert any(r["true_error"] == pytest.approx(t, rel=1e-12) and
+                   r["grad_error"] == pytest.approx(raw * scale, rel=1e-12)
+                   for t, raw, scale in seen)
+
+
 def test_sums_over_data_groups_average_the_counts():
     a, b = measured(r_u=1.0, ratios=2), measured(r_u=2.0, ratios=2)
     m = Measured.from_sums([x + y for x, y in zip(a.as_list(), b.as_list())], 2.0)

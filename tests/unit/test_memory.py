@@ -112,3 +112,16 @@ def test_refusal_names_the_warm_starts_that_fit():
     assert _warm_hint(opts, sizes, full, limit) == \
         ", fewer kept warm starts (mode.warm_batches=23)"
     assert _warm_hint(opts, sizes, need(*_mnist_setup(600, 10), g), limit) == ""
+
+
+def test_calibration_adds_a_serial_evaluation_of_the_layer_groups_share():
+    import dataclasses
+    from lptrain.preflight import need
+    opts, sizes, net = _mnist_setup(600, 10)
+    calibrated = dataclasses.replace(opts, mgrit=dataclasses.replace(opts.mgrit,
+                                                                     calibrate_every=10))
+    extra = [need(calibrated, sizes, net, g).states - need(opts, sizes, net, g).states
+             for g in (Grid(1, 1), Grid(4, 1))]
+    state = 600 * 4 * 28 * 28 * 8          # one float64 state of the batch
+    assert extra[0] == pytest.approx(memory.STATE_COPIES["serial"] * 33 * state)
+    assert extra[1] == pytest.approx(extra[0] / 4)      # the batch split over 4 layer ranks
