@@ -14,7 +14,8 @@ class SimultaneousOracle(MGRITOracle):
     """One-shot: a few warm-started MGRIT iterations per evaluation (inexact gradient).
 
     Accuracy comes in rungs: rung 0 runs the iterations the controller plans
-    for the batch (train/control.py: mgrit.fwd_iters / adj_iters to begin with,
+    (`_plan_key`: for the batch, or with mini-batches for all warm or all cold ones;
+    train/control.py: mgrit.fwd_iters / adj_iters to begin with,
     then what keeps the estimated gradient error below mgrit.grad_tol), each
     `tighten()` multiplies both by RUNG_FACTOR, and the top rung solves to
     mgrit.tol / adj_tol like mode=mgrit; `relax()` returns to rung 0.  Warm
@@ -24,6 +25,9 @@ class SimultaneousOracle(MGRITOracle):
     """
 
     RUNG_FACTOR = 4
+    # plan keys of mini-batch runs: every batch with kept states shares one plan, every
+    # batch without one (cold) another; a full-batch run plans for its one batch (key 0)
+    WARM_PLAN, COLD_PLAN = -1, -2
 
     def __init__(self, net, exchange, mgrit_opts, warm_batches: int = 1,
                  mini_batches: bool = False):
@@ -40,6 +44,19 @@ class SimultaneousOracle(MGRITOracle):
         self.top = r
         self.controller = IterationController(mgrit_opts.control_options())
 
+    def begin(self, batch):
+        super().begin(batch)
+        self.plan_key = self._plan_key(batch.key)
+
+    def _plan_key(self, key: int) -> int:
+        """Which plan an evaluation of batch `key` follows.  With mini-batches each
+        batch comes back an epoch later, and all warm starts are about equally old:
+        one shared plan re-planned every step follows the error faster than a plan per
+        batch re-planned once an epoch."""
+        if not self.copy:
+            return key
+        return self.WARM_PLAN if key in self.cache else self.COLD_PLAN
+
     def tighten(self) -> bool:
         if self.rung >= self.top:
             return False
@@ -55,7 +72,7 @@ class SimultaneousOracle(MGRITOracle):
         if self.rung >= self.top:
             return mgrit.max_iter, mgrit.tol, mgrit.adjoint_max_iter, mgrit.adjoint_tol
         scale = self.RUNG_FACTOR ** self.rung
-        fwd, adj = self.controller.plan(self.batch.key)
+        fwd, adj = self.controller.plan(self.plan_key)
         return fwd * scale, 0.0, adj * scale, 0.0
 
     STATE = (*MGRITOracle.STATE, "last_gnorm", "rung")
@@ -88,8 +105,8 @@ class SimultaneousOracle(MGRITOracle):
         self._raw_error = t.fwd_error + t.adj_error
         t.fwd_error, t.adj_error, t.error_scale = t.fwd_error * scale, t.adj_error * scale, scale
         if self.rung == 0:
-            self.controller.update(key, m, (t.fwd_error, t.adj_error))
-        t.fwd_plan, t.adj_plan = self.controller.plan(key)
+            self.controller.update(self.plan_key, m, (t.fwd_error, t.adj_error))
+        t.fwd_plan, t.adj_plan = self.controller.plan(self.plan_key)
 
     def calibration_due(self) -> bool:
         """Whether the gradient just computed is to be compared with the exact one

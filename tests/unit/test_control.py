@@ -224,3 +224,18 @@ def test_a_tighter_target_plans_more_iterations():
             / len(rows.mgrit))
     assert mean(loose) < 4 < mean(tight)
     assert all(r["fwd_plan"] >= 1 and r["adj_plan"] <= 6 for r in tight.mgrit)
+
+
+def test_mini_batches_share_a_warm_plan_and_a_cold_plan():
+    """5 batches: the first epoch's evaluations are cold, later ones warm-started an
+    epoch back; within each class every evaluation runs what the one before planned,
+    so the plan follows the error every step, not once an epoch."""
+    _, rows = run_default("simultaneous", ["train.iterations=15", "optimizer=adam",
+                                           "train.batch_size=1000", "mgrit.grad_tol=1e-3"])
+    its = [(r["fwd_iterations"], r["adj_iterations"]) for r in rows.mgrit]
+    plans = [(r["fwd_plan"], r["adj_plan"]) for r in rows.mgrit]
+    for k in range(1, 15):
+        if k != 5:                     # iteration 6 is the first warm one
+            assert its[k] == plans[k - 1], k
+    assert its[5] == (2, 2)            # the warm plan starts at fwd_iters / adj_iters
+    assert len(set(its)) > 1           # the plans did move
