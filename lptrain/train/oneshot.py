@@ -48,6 +48,10 @@ class SimultaneousOracle(MGRITOracle):
         super().begin(batch)
         self.plan_key = self._plan_key(batch.key)
 
+    def skip(self, key: int) -> None:
+        self.plan_key = self._plan_key(key)     # as the groups with samples plan
+        super().skip(key)
+
     def _plan_key(self, key: int) -> int:
         """Which plan an evaluation of batch `key` follows.  With mini-batches each
         batch comes back an epoch later, and all warm starts are about equally old:
