@@ -113,8 +113,9 @@ def _check_writable(directory: str) -> str | None:
 
 def _prevalidate(args: list[str]) -> None:
     """Compose and type-check the overrides once, turning Hydra's report into one line."""
-    from hydra import compose, initialize_config_dir
+    from hydra import initialize_config_dir
 
+    from lptrain.config import compose_checked
     from lptrain.config.schema import register_configs
     register_configs()
     from hydra.errors import HydraException
@@ -126,7 +127,7 @@ def _prevalidate(args: list[str]) -> None:
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             for combination in _sweep_samples(overrides):
-                options(compose(config_name="config", overrides=combination))
+                options(compose_checked(combination))
     except (HydraException, OmegaConfBaseException) as exc:
         raise _one_line(exc) from None
 
@@ -211,6 +212,10 @@ def main() -> None:
     if "--version" in sys.argv[1:]:      # before MPI and Hydra: Hydra's flag prints its own
         print(_version())
         return
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):    # instead of Hydra's stock page
+        from lptrain.config.reference import text
+        print(text(), end="")
+        return
     from lptrain.parallel.context import keep_freed_memory, limit_threads, node_of
     from lptrain.train.guard import StopSignals
     _stop.append(StopSignals().install())   # first: a signal from here on stops cleanly
@@ -282,6 +287,15 @@ def _task(cfg) -> float | None:
     """Rank 0's Hydra job: hand it to the other ranks, run it; returns the final objective
     (what a sweeper plugin minimises), None when the run failed."""
     from hydra.core.hydra_config import HydraConfig
+
+    from lptrain.config import refuse_schema_nodes
+    from lptrain.errors import ConfigError
+    try:     # a job a sweeper made up, or a command _prevalidate could not check
+        refuse_schema_nodes(HydraConfig.get().runtime.choices)
+    except ConfigError as exc:      # no rank runs it
+        _failures.append(exc.exit_code)
+        _say(str(exc))
+        return None
     job = Job.of_hydra(cfg, HydraConfig.get(), resume=bool(_resuming))
     channel = _channel[0] if _channel else None
     if channel:

@@ -2,17 +2,47 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 # the Hydra config directory inside the installed package (lptrain/conf/)
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 CONF_MODULE = "lptrain.conf"      # the same, as Hydra's package path pkg://lptrain.conf
 
 
+def yaml_choices(group: str) -> list[str]:
+    """The choices of a config group: its YAML configs (its schema nodes are none)."""
+    return sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
+
+
+def refuse_schema_nodes(choices: Mapping[str, str | None]) -> None:
+    """ConfigError if a group's choice (Hydra's runtime choices) is one of the schema
+    nodes that group's configs extend: `mode=mode_schema` would run on the bare schema."""
+    from lptrain.config.schema import schema_nodes
+    from lptrain.errors import ConfigError
+    for group, nodes in schema_nodes().items():
+        chosen = choices.get(group)
+        if chosen in nodes:
+            raise ConfigError(f"{group}={chosen}: the schema the {group} configs extend, not "
+                              f"a choice; choose one of {', '.join(yaml_choices(group))}")
+
+
+def compose_checked(overrides: Sequence[str]):
+    """The composed config (its `hydra` node removed) after refusing schema nodes; Hydra's
+    compose API, inside initialize_config_dir(CONF_DIR)."""
+    from hydra import compose as hydra_compose
+    from omegaconf import open_dict
+    cfg = hydra_compose(config_name="config", overrides=list(overrides),
+                        return_hydra_config=True)
+    refuse_schema_nodes(cfg.hydra.runtime.choices)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
+
+
 def compose(overrides: Sequence[str]):
     """(typed Config, plain dict) of the lptrain config with these overrides, without
     running Hydra's app (for tools and in-process runs); ConfigError if they are bad."""
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
@@ -23,7 +53,7 @@ def compose(overrides: Sequence[str]):
     register_configs()
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            cfg = hydra_compose(config_name="config", overrides=list(overrides))
+            cfg = compose_checked(overrides)
         return options(cfg), OmegaConf.to_container(cfg, resolve=True)
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(str(exc).strip().splitlines()[0]) from None

@@ -156,15 +156,21 @@ def dataset_options() -> dict[str, type]:
     return {name: typing.get_type_hints(fn)["options"] for name, fn in LOADERS.items()}
 
 
+def schema_nodes() -> dict[str, dict[str, type]]:
+    """group -> {node name: options dataclass} of the schema nodes the YAML configs of
+    that group extend; they are not choices (`mode=mode_schema` is refused)."""
+    return {"dataset": {f"{name}_schema": cls for name, cls in dataset_options().items()},
+            "optimizer": {f"{name}_schema": cls for name, cls in OPTIMIZER_OPTIONS.items()},
+            "network": {"network_schema": NetworkOptions},
+            "mode": {"mode_schema": ModeOptions},
+            "mgrit": {"mgrit_schema": MGRITOptions}}
+
+
 def register_configs() -> None:
     """Put the schema into Hydra's ConfigStore (YAML files extend these nodes)."""
     from hydra.core.config_store import ConfigStore
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
-    for name, cls in dataset_options().items():
-        cs.store(group="dataset", name=f"{name}_schema", node=cls)
-    for name, cls in OPTIMIZER_OPTIONS.items():
-        cs.store(group="optimizer", name=f"{name}_schema", node=cls)
-    cs.store(group="network", name="network_schema", node=NetworkOptions)
-    cs.store(group="mode", name="mode_schema", node=ModeOptions)
-    cs.store(group="mgrit", name="mgrit_schema", node=MGRITOptions)
+    for group, nodes in schema_nodes().items():
+        for name, cls in nodes.items():
+            cs.store(group=group, name=name, node=cls)

@@ -10,6 +10,7 @@ from omegaconf import OmegaConf, open_dict
 
 from lptrain import cli
 from lptrain.config.schema import register_configs
+from lptrain.errors import REFUSED
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
 
@@ -48,3 +49,16 @@ def test_task_returns_none_when_the_run_fails(tmp_path, capsys):
         cli._failures[:] = failures
     assert value is None
     assert "lptrain: error: " in capsys.readouterr().err
+
+
+def test_task_refuses_a_schema_node_a_sweeper_chose(tmp_path, capsys):
+    """A job whose choices Hydra made without lptrain's pre-check (a sweeper plugin's)."""
+    failures = list(cli._failures)
+    try:
+        value = cli._task(_job(tmp_path, [*TINY, "mode=mode_schema"]))
+        refused = cli._failures[len(failures):]
+    finally:
+        cli._failures[:] = failures
+    assert value is None and refused == [REFUSED]
+    assert capsys.readouterr().err.startswith("lptrain: error: mode=mode_schema: the schema")
+    assert not (tmp_path / ms.FILE_NAME).exists()
