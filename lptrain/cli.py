@@ -13,7 +13,7 @@ import traceback
 from datetime import datetime
 from pathlib import Path
 
-from lptrain.errors import FAILED, REFUSED, LptrainError, reason
+from lptrain.errors import FAILED, REFUSED, LptrainError, RunFileError, reason
 from lptrain.jobs import END, Job, JobChannel
 from lptrain.rundir import RunLock, claim_new, refuse_earlier_run, saved_overrides
 
@@ -253,11 +253,11 @@ def _lead(args: list[str], ranks: int) -> int:
         args, directory = _directory_args(args)
         problem = _check_writable(directory)
         if problem:
-            raise LptrainError(problem)
+            raise RunFileError(problem, exit_code=REFUSED)
         _claim(directory, args)
-    except LptrainError as exc:        # nothing has run: the command must change
+    except LptrainError as exc:   # nothing ran: refused, or a fault such as a full disk
         _say(str(exc))
-        return REFUSED
+        return exc.exit_code
     sys.argv = [sys.argv[0], *args]
     _hydra_entry()
     return max(_failures, default=0)

@@ -12,7 +12,7 @@ import socket
 import uuid
 from pathlib import Path
 
-from lptrain.errors import InputFileError, RunDirectoryBusy, RunFileError, reason
+from lptrain.errors import REFUSED, InputFileError, RunDirectoryBusy, RunFileError, reason
 from lptrain.metrics.schema import FILE_NAME
 
 LOCK_FILE = ".lptrain.lock"
@@ -33,14 +33,15 @@ def claim_new(base: str | Path) -> Path:
 
 
 def refuse_earlier_run(directory: str | Path, key: str) -> None:
-    """RunFileError if `directory` (or a sweep job below it) holds a metrics file."""
+    """RunFileError (exit status REFUSED) if `directory` (or a sweep job below it) holds
+    a metrics file."""
     directory = Path(directory)
     found = [p for p in (directory / FILE_NAME, *directory.glob(f"*/{FILE_NAME}"))
              if p.is_file()]
     if found:
         raise RunFileError(f"{key}={directory}: holds an earlier run ({found[0]}); choose "
                            f"another directory, or continue that run with "
-                           f"`lptrain resume={found[0].parent}`")
+                           f"`lptrain resume={found[0].parent}`", exit_code=REFUSED)
 
 
 def saved_overrides(path: Path) -> list[str]:

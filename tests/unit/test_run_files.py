@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from lptrain.errors import RunDirectoryBusy, RunFileError
+from lptrain.errors import FAILED, REFUSED, RunDirectoryBusy, RunFileError
 from lptrain.metrics import schema as s
 from lptrain.metrics import writer as w
 from lptrain.metrics.reader import read_metrics
@@ -132,3 +132,29 @@ def test_atomic_write_failure_names_the_path_and_leaves_nothing(tmp_path):
     write_atomically(target, b"new")
     assert target.read_bytes() == b"new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]
+
+
+def _earlier_run(run):
+    run.mkdir()
+    (run / s.FILE_NAME).write_bytes(b"")
+
+
+def _lock_cannot_be_written(run):
+    run.mkdir()
+    (run / f"{LOCK_FILE}.{os.getpid()}").mkdir()      # where the lock is written first
+
+
+@pytest.mark.parametrize("prepare, status, message", [
+    (_earlier_run, REFUSED, "holds an earlier run"),
+    (_lock_cannot_be_written, FAILED, "cannot create the run lock (Is a directory)"),
+])
+def test_before_hydra_starts_each_error_exits_with_its_status(tmp_path, capsys, prepare,
+                                                               status, message):
+    """README "Exit status": a refusal exits 2, a fault of the machine 1 (each error
+    type's status; before Hydra started every error exited 2)."""
+    from lptrain import cli
+    run = tmp_path / "run"
+    prepare(run)
+    assert cli._lead([f"hydra.run.dir={run}", "train.iterations=1"], 1) == status
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lptrain: error: ") and message in lines[0]
