@@ -95,8 +95,18 @@ def plan(opts, comm) -> Plan:
                           f"need about {needs[g]} per rank, more than the "
                           f"{memory.gb(limit)} available to each; "
                           f"{_memory_advice(opts, sizes, net, g, needs[g], limit)}")
-    grid = choose(fits, _predictor(opts, sizes, net))
+    grid = choose(fits, predictor(opts, sizes, net))
     return Plan(grid, sizes, node, device, needs[grid], limit)
+
+
+def auto_grid(opts, sizes: Sizes, net: ResNet, size: int, mode: str | None = None) -> Grid:
+    """The split `parallel.layer_ranks=auto` takes on `size` ranks when every candidate
+    fits in memory (`plan` drops those that do not first); `lptrain-model` prints it."""
+    mode = mode or opts.mode.name
+    mo = opts.mgrit
+    most = c_intervals(opts.network.layers, mo.cfactor0, mo.levels, mo.min_coarse)
+    grids = candidates(size, "auto", None, most, mode != "serial")
+    return choose(grids, predictor(opts, sizes, net, mode))
 
 
 def _memory_advice(opts, sizes: Sizes, net: ResNet, grid: Grid, need_g: memory.Need,
@@ -135,12 +145,14 @@ def _batch_hint(opts, sizes: Sizes, net: ResNet, grid: Grid, limit: float) -> st
             f"optimizer=sgd or adam, or dataset.n_train={lo})")
 
 
-def _predictor(opts, sizes: Sizes, net: ResNet):
-    """Predicted seconds per iteration of a grid, on the nominal machine (model_perf.grid)."""
+def predictor(opts, sizes: Sizes, net: ResNet, mode: str | None = None):
+    """Predicted seconds per iteration of a grid in `mode` (None: the configured one), on
+    the nominal machine (model_perf.grid)."""
+    mode = mode or opts.mode.name
     k = net.layout.blocks["K"]
     shape = Shape(opts.network.layers, opts.train.batch_size or sizes.n_train,
                   math.prod(net.state_shape), math.prod(k.shape[1:]), net.state_shape[0],
                   ITEM_BYTES[opts.dtype])
     w = shape.workload(net.layout.size)
     m = Machine(nominal_costs(shape), DEFAULT_LINK)
-    return lambda g: grid_time(g, opts.mode.name, w, opts.mgrit, m)
+    return lambda g: grid_time(g, mode, w, opts.mgrit, m)

@@ -222,7 +222,7 @@ def run(args) -> list[Path]:
             f"optimizer iteration, as `lptrain` and `lptrain-report` measure it (the median "
             f"train/step_time); speedups over serial on 1 rank ({baseline:.4g} s).\n\n"
             + scaling_table(preds, baseline, max_ranks(w.n_layers, opts.mgrit), measured))
-    text += "\n" + grid_section(_ranks(args.ranks), w, opts, m, cnt)
+    text += "\n" + grid_section(_ranks(args.ranks), w, opts, net, m, cnt)
     if compared:
         text += "\n## Measured runs\n\n" + comparison_table(compared)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -233,22 +233,31 @@ def run(args) -> list[Path]:
     return [md, png]
 
 
-def grid_section(ranks, w, opts, m, cnt) -> str:
-    """The layer × data split `parallel.layer_ranks=auto` would take for each P, by mode."""
+def grid_section(ranks, w, opts, net, m, cnt) -> str:
+    """For each P and mode: the layer x data split `parallel.layer_ranks=auto` takes (its
+    nominal machine, preflight.auto_grid) and the one these step costs would favour."""
+    from lptrain.data.base import dataset_sizes
     from lptrain.model_perf.grid import recommend
     from lptrain.parallel.grid import c_intervals
+    from lptrain.preflight import auto_grid
     o = opts.mgrit
     most = c_intervals(w.n_layers, o.cfactor0, o.levels, o.min_coarse)
-    lines = ["## Recommended layer x data split", "",
-             "With these step costs (lptrain itself decides on a nominal machine, "
-             "model_perf.grid); predicted iteration time [s] in brackets.", "",
-             "| P | mgrit | simultaneous |", "|---|---|---|"]
+    sizes = dataset_sizes(opts.dataset)
+    lines = ["## Layer x data split", "",
+             "`auto`: the split `parallel.layer_ranks=auto` takes (lptrain decides on a "
+             "nominal machine without measuring, preflight.auto_grid; memory permitting). "
+             "`these costs`: the fastest split with the step costs above, its predicted "
+             f"{ITERATION_TIME} [s] in brackets.", "",
+             "| P | mgrit: auto | mgrit: these costs | simultaneous: auto "
+             "| simultaneous: these costs |", "|---|---|---|---|---|"]
     for p in ranks:
         cells = []
         for mode in ("mgrit", "simultaneous"):
+            a = auto_grid(opts, sizes, net, p, mode)
             g, times = recommend(p, mode, w, o, m, most, cnt)
             t = times.get(g)
-            cells.append(f"{g.layer} x {g.data}" + (f" ({t:.3g})" if t is not None else ""))
+            cells += [f"{a.layer} x {a.data}",
+                      f"{g.layer} x {g.data}" + (f" ({t:.3g})" if t is not None else "")]
         lines.append(f"| {p} | {' | '.join(cells)} |")
     return "\n".join(lines) + "\n"
 
