@@ -24,3 +24,29 @@ def lptrain(args, cwd=None, ranks: int = 1, timeout: float = 120,
         cmd = [MPIEXEC, "-n", str(ranks), *cmd]
     return subprocess.run(cmd, cwd=cwd, env=env or ENV, capture_output=True, text=True,
                           timeout=timeout)
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            kids += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return kids
+
+
+def rank_pids(pid: int) -> dict[int, int]:
+    """rank -> pid of the processes below mpiexec `pid` (PMI_RANK in their environment)."""
+    found, todo = {}, _children(pid)
+    while todo:
+        p = todo.pop()
+        todo += _children(p)
+        try:
+            env = Path(f"/proc/{p}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for item in env:
+            if item.startswith(b"PMI_RANK="):
+                found[int(item.split(b"=")[1])] = p
+    return found
