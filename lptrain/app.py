@@ -20,15 +20,17 @@ from lptrain.metrics.writer import open_writer
 from lptrain.model.network import ResNet
 from lptrain import preflight
 from lptrain.model.saved import MODEL_FILES, model_record, save_torch
+from lptrain.parallel.blocks import layout
 from lptrain.parallel.context import grid_exchanges, make_exchange
 from lptrain.parallel.grid import shard
 from lptrain.preflight import Plan
 from lptrain.train.calibrate import CalibratedOracle
-from lptrain.train.checkpoint import CHECKPOINT_FILE, Checkpointer, load_checkpoint, restore
+from lptrain.train.checkpoint import (CHECKPOINT_FILE, Checkpointer, Placement,
+                                      load_checkpoint, read_oracle_state, restore)
 from lptrain.train.collective import collectively
 from lptrain.train.data_parallel import DataParallelOracle
 from lptrain.train.guard import Progress
-from lptrain.train.loop import train
+from lptrain.train.loop import batch_samples, train
 from lptrain.train.optimizers import OPTIMIZERS
 from lptrain.train.oracles import make_oracle
 
@@ -150,9 +152,12 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     run_dir = Path(run_dir)
     progress, record = Progress(theta), None
     if resume:
-        record = collectively(ex, lambda: load_checkpoint(run_dir / CHECKPOINT_FILE, ex.rank))
+        checkpoint = run_dir / CHECKPOINT_FILE
+        record = collectively(ex, lambda: load_checkpoint(checkpoint))
         check_resumable(record, config_yaml, opts)
-        theta = restore(record, optimizer, oracle, progress, ex)
+        here = placement(opts, grid, data, net)
+        state = read_oracle_state(ex, checkpoint, record, here, oracle)
+        theta = restore(record, optimizer, oracle, progress, state)
     attrs = {ms.MODE: opts.mode.name, ms.WORLD_SIZE: grid.size, ms.LAYER_RANKS: grid.layer,
              ms.DATA_RANKS: grid.data, ms.SEED: opts.seed,
              ms.CONFIG: OmegaConf.to_yaml(cfg), ms.DATASET_SOURCE: data.source}
@@ -161,7 +166,8 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
              f"P={grid.size} ({grid.layer} layer x {grid.data} data)")
     saver = ModelSaver(run_dir, net, config_yaml, opts.dtype, data, rank0)
     checkpointer = Checkpointer(run_dir / CHECKPOINT_FILE, opts.checkpoint_every, ex, rank0,
-                                optimizer, oracle, progress, {"config": config_yaml},
+                                optimizer, oracle, progress,
+                                {"config": config_yaml, "grid": [grid.layer, grid.data]},
                                 saver)
     loop = None if record is None else {**record["loop"], "batches": record["batches"]}
     h5 = collectively(ex, lambda: open_writer(path, attrs, rank0, record and record["iteration"]))
@@ -195,6 +201,17 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     return outcome
 
 
+def placement(opts: Config, grid, data, net) -> Placement:
+    """Where this run keeps its warm starts (train.checkpoint.Placement): the layout of
+    any grid follows from the network, the MGRIT options and the training set's size."""
+    n = data.meta.get("shard", (0, data.x_train.shape[0]))[1]
+
+    def layout_of(g):
+        return layout(g, opts.mgrit.hierarchy(opts.network.layers, g.layer), n)
+    return Placement(grid, layout_of, batch_samples(n, opts.train.batch_size, opts.seed),
+                     1 + net.batch_axis)
+
+
 def _stall_message(opts: Config, outcome) -> str:
     """One line: that the run stalled, why, and what to try."""
     hint = ("try mode=mgrit, more mgrit.fwd_iters/adj_iters or mgrit.adaptive=true"
@@ -205,7 +222,10 @@ def _stall_message(opts: Config, outcome) -> str:
            f"(train.patience={opts.train.patience})"
 
 
-RESUME_KEYS = ("train.iterations", "eval_every", "checkpoint_every")
+# what a resume may change: the run's length and records, and the grid (the warm starts
+# move to their new owners, train/regrid.py)
+RESUME_KEYS = ("train.iterations", "eval_every", "checkpoint_every", "parallel.layer_ranks",
+               "parallel.data_ranks")
 
 
 def _comparable(config_yaml: str) -> dict:

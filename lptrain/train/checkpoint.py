@@ -7,12 +7,20 @@ and the rest of the epoch), the torch RNG state, the divergence rule's reference
 best validated parameters so far (model.pt's), the
 loop's validation record and elapsed time, and every rank's oracle state (its block of the warm-start
 states: two state tensors per kept batch in the MGRIT modes, none in serial mode). The
-world size is recorded: on another rank count the warm starts are dropped (cold start).
+world size and the layer × data grid that saved it are recorded.
 
 The file is an archive (model/saved.py AtomicArchive): the record as entry `record.pt`
 and rank r's oracle state as `oracle-r.pt`. Rank 0 receives and writes the ranks' states
-one at a time, so a checkpoint costs it one rank's warm starts, not all of them; on
-resume every rank reads its own entry. Files of format 1 (one torch file) still load.
+one at a time, so a checkpoint costs it one rank's warm starts, not all of them.
+
+Resume: on the grid that saved it every rank reads its own entry. On another rank count
+or grid each rank reads the entries of the old ranks that held some of its layers and
+samples, one at a time, and assembles its blocks (train/regrid.py; which layers and
+samples an old rank held follows from the grid, the hierarchy and the batches, so none
+of it is stored). MGRIT's iterates do not depend on the partition, so either way the
+resumed run continues the uninterrupted one. Files of format 1 (one torch file) and 2
+(no grid recorded) still load: on the rank count that saved them as before, on another
+one without their warm starts (a cold start at the next iteration).
 
 When: every `checkpoint_every` iterations; when the ranks stop for a signal; at the end.
 Each checkpoint also rewrites model.pt (the `model` saver), so a run killed without warning
@@ -25,18 +33,23 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
-from lptrain.errors import RunFileError
+from lptrain.errors import InputFileError, RunFileError
 from lptrain.model.saved import (AtomicArchive, archive_entries, check_record, load_entry,
                                  load_record)
-from lptrain.train.collective import agree_on_error
+from lptrain.parallel.blocks import Layout, sources
+from lptrain.parallel.grid import Grid
+from lptrain.train.collective import agree_on_error, collectively, in_turns
+from lptrain.train.regrid import fits, regrid
 
 CHECKPOINT_FILE = "checkpoint.pt"
 FORMAT = "lptrain-checkpoint"
-FORMAT_VERSION = 2     # 1: one torch file with every rank's oracle state
+FORMAT_VERSION = 3     # 1: one torch file with every rank's oracle state; 2: no grid
 RECORD_ENTRY = "record.pt"
 AUTO_FIRST = 10
 OVERHEAD = 0.02   # the share of the run time automatic checkpoints may take
@@ -116,29 +129,91 @@ def oracle_entry(rank: int) -> str:
 
 
 def load_checkpoint(path: Path, rank: int | None = None) -> dict:
-    """The checkpoint's record; with `rank`, record["oracle"] is that rank's oracle state."""
+    """The checkpoint's record; with `rank`, record["oracle"] is the oracle state that
+    rank saved (None beyond the ranks that saved it)."""
     if archive_entries(path) is None:           # format 1: one torch file
         record = load_record(path, "checkpoint", FORMAT, FORMAT_VERSION)
-        oracles = record.pop("oracles")
-        if rank is not None:
-            record["oracle"] = oracles[rank] if rank < len(oracles) else None
-        return record
-    record = check_record(load_entry(path, RECORD_ENTRY, "checkpoint"), path, FORMAT,
-                          FORMAT_VERSION)
+    else:
+        record = check_record(load_entry(path, RECORD_ENTRY, "checkpoint"), path, FORMAT,
+                              FORMAT_VERSION)
     if rank is not None:
-        record["oracle"] = (load_entry(path, oracle_entry(rank), "checkpoint")
-                            if rank < record["world_size"] else None)
+        record["oracle"] = saved_state(path, record, rank) \
+            if rank < record["world_size"] else None
     return record
 
 
-def restore(record: dict, optimizer, oracle, progress, exchange) -> torch.Tensor:
-    """Load a checkpoint's state (read with this rank's oracle entry) into the run's
-    parts; returns θ.  The warm starts are restored only on the rank count that saved
-    them."""
+def saved_state(path: Path, record: dict, rank: int) -> dict:
+    """The oracle state old rank `rank` saved."""
+    if "oracles" in record:                     # format 1 holds them all
+        return record["oracles"][rank]
+    return load_entry(path, oracle_entry(rank), "checkpoint")
+
+
+def saved_grid(record: dict) -> Grid | None:
+    """The grid that saved the checkpoint (None before format 3)."""
+    grid = record.get("grid")
+    return None if grid is None else Grid(*grid)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a run keeps its warm starts: its grid, the layout of a grid for its network
+    and data (parallel.blocks.layout), the samples of batch `key` (loop.batch_samples),
+    and the samples' axis of a warm-start tensor (rows at axis 0, then a state)."""
+
+    grid: Grid
+    layout: Callable[[Grid], Layout]
+    samples: Callable[[int], torch.Tensor]
+    axis: int
+
+
+def oracle_state(path: Path, record: dict, rank: int, here: Placement, oracle) -> dict | None:
+    """This rank's oracle state for a run placed `here`: its own entry on the grid that
+    saved the checkpoint, else assembled from the old ranks' entries it overlaps
+    (train/regrid.py); None (cold start) for a format 1 or 2 checkpoint of another rank
+    count, or of another grid (its blocks do not fit this rank's)."""
+    saved = saved_grid(record)
+    if saved == here.grid:
+        return saved_state(path, record, rank)
+    if saved is None:
+        if record["world_size"] != here.grid.size:
+            return None
+        state = saved_state(path, record, rank)
+        fit = fits(here.layout(here.grid), rank, here.samples, state, oracle, here.axis)
+        return state if fit else None
+    old, new = here.layout(saved), here.layout(here.grid)
+    states = ((r, saved_state(path, record, r)) for r in sources(old, new, rank))
+    try:
+        return regrid(old, new, rank, here.samples, states, oracle, here.axis)
+    except ValueError as exc:
+        raise InputFileError(f"{path}: warm starts do not fit the {saved} grid that saved "
+                             f"them ({exc})") from None
+
+
+def read_oracle_state(exchange, path: Path, record: dict, here: Placement, oracle):
+    """oracle_state of every rank, collectively (a failure on one rank fails all); an
+    older checkpoint's warm starts only if they fit on every rank. When the ranks
+    assemble their states from old ranks' entries, the ranks of a node take turns: each
+    holds an old rank's state meanwhile, which may be larger than its own."""
+    def read():
+        return oracle_state(path, record, exchange.rank, here, oracle)
+    saved = saved_grid(record)
+    if saved == here.grid:
+        return collectively(exchange, read)
+    if saved is None:      # warm starts on every rank or none: a layer group's ranks
+        state = collectively(exchange, read)       # must all start warm or all cold
+        cold = exchange.allreduce_sum(float(state is None)) if exchange.size > 1 else 0
+        return None if cold else state
+    return in_turns(exchange, read)
+
+
+def restore(record: dict, optimizer, oracle, progress, state: dict | None) -> torch.Tensor:
+    """Load a checkpoint's record and this rank's oracle `state` (oracle_state; None:
+    the warm starts start cold) into the run's parts; returns θ."""
     theta = record["theta"]
     optimizer.load_state_dict(record["optimizer"])
-    if record["world_size"] == exchange.size:
-        oracle.load_state_dict(record["oracle"])
+    if state is not None:
+        oracle.load_state_dict(state)
     torch.set_rng_state(record["rng"])
     progress.theta, progress.iteration = theta, record["iteration"]
     progress.first_objective = record["first_objective"]

@@ -13,6 +13,31 @@ from lptrain.train.oracles import Batch
 from lptrain.train.stall import StallRule
 
 
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed + 1)
+
+
+def batch_parts(n: int, batch_size: int | None, gen: torch.Generator) -> list:
+    """The fixed mini-batches of n samples (index tensors, drawn from `gen`); [None] for
+    the full batch."""
+    if batch_size is None or batch_size >= n:
+        return [None]
+    perm = torch.randperm(n, generator=gen)
+    return [perm[i:i + batch_size] for i in range(0, n, batch_size)]
+
+
+def batch_samples(n: int, batch_size: int | None, seed: int):
+    """key -> the training-set indices of batch `key` in batch order, as Batches draws
+    them (the full batch: 0..n−1); ValueError for a key no batch has."""
+    parts = batch_parts(n, batch_size, _generator(seed))
+
+    def samples(key: int) -> torch.Tensor:
+        if not 0 <= key < len(parts):
+            raise ValueError(f"batch {key}: the run has {len(parts)} batches")
+        return torch.arange(n) if parts[key] is None else parts[key]
+    return samples
+
+
 class Batches:
     """Fixed, seeded mini-batches visited in a fresh random order every epoch.
 
@@ -28,12 +53,8 @@ class Batches:
         self.x, self.y = x, y
         n = x.shape[0] if n_total is None else n_total
         self.n, self.lo, self.hi = n, offset, offset + x.shape[0]
-        self.gen = torch.Generator().manual_seed(seed + 1)
-        if batch_size is None or batch_size >= n:
-            self.parts = [None]
-        else:
-            perm = torch.randperm(n, generator=self.gen)
-            self.parts = [perm[i:i + batch_size] for i in range(0, n, batch_size)]
+        self.gen = _generator(seed)
+        self.parts = batch_parts(n, batch_size, self.gen)
         self.order: list[int] = []
 
     def local_size(self) -> int:

@@ -1,6 +1,6 @@
 """`lptrain resume=DIR` end to end: a run stopped on 2 ranks continues on 1 rank and equals
-the uninterrupted run (serial and mgrit modes, to 1e-10); metrics.h5 says which rows ran
-on how many ranks."""
+the uninterrupted run (every mode, to 1e-10: the simultaneous mode's warm starts move to
+the one rank); metrics.h5 says which rows ran on how many ranks."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,7 +16,7 @@ TINY = ["network.layers=8", "network.width=4", "dataset.n_train=200", "dataset.n
         "seed=2", "eval_every=2", "mgrit.levels=2", "mgrit.cfactor0=2", "mgrit.tol=1e-13"]
 
 
-@pytest.mark.parametrize("mode", ["serial", "mgrit"])
+@pytest.mark.parametrize("mode", ["serial", "mgrit", "simultaneous"])
 def test_resume_on_another_rank_count_equals_the_uninterrupted_run(mode, tmp_path):
     whole, parts = tmp_path / "whole", tmp_path / "parts"
     args = [*TINY, f"mode={mode}"]
