@@ -48,16 +48,20 @@ class MetricsWriter:
 
     Faults: HDF5 cannot survive a full disk (h5py crashes once a write fails with
     ENOSPC), so before every row the writer checks that at least RESERVE_BYTES are free
-    on the file's file system. When they are not, or when a write fails, it stores
-    status `failed` with the reason (while it still can), closes the file and keeps the
-    error in `failure`; later log calls do nothing. The training loop turns `failure`
-    into an error on every rank at the end of the iteration.
+    on the file's file system. When they are not, it keeps the error in `failure` and
+    still writes the rows of that iteration from the reserve (a few KB), so that the
+    file and the checkpoint the loop then writes end at the same iteration; a row of a
+    later iteration, or close(), stores status `failed` with the reason and closes the
+    file. A write that fails does so at once. The training loop turns `failure` into an
+    error on every rank at the end of the iteration.
 
     `with MetricsWriter(path, attrs) as w:` closes with status `completed` on a normal exit,
     `diverged` on DivergedError, `interrupted` on KeyboardInterrupt or Interrupted (a
     signal the ranks agreed to stop for) and `failed` on any
     other exception (the message goes to the `error` attribute); the exception propagates.
     """
+
+    _reserve_for: int | None = None    # the iteration written from the reserve
 
     def __init__(self, path: str | Path, attrs: dict):
         """Create `path`, store the root attributes `attrs`, set status `running`.
@@ -182,6 +186,9 @@ class MetricsWriter:
             return
         if status not in s.FINAL_STATUSES:
             raise ValueError(f"status={status!r}: choose one of {s.FINAL_STATUSES}")
+        if self.failure is not None:         # rows of the last iteration came from the reserve
+            self._fail_safely()
+            return
         self._closed = True
         try:
             if error is not None:
@@ -209,14 +216,17 @@ class MetricsWriter:
         if self._closed:
             raise RuntimeError(f"{self.path}: metrics file already closed")
 
-    def _guarded(self, write) -> None:
-        """Run `write` and flush, unless the disk is (nearly) full or the write fails:
-        then record the failure and close the file with status `failed`."""
+    def _guarded(self, write, iteration: int | None = None) -> None:
+        """Run `write` and flush; when the disk is (nearly) full, record the failure first
+        (a row of `iteration` is still written: see the class docstring); when the write
+        fails, record that and close the file with status `failed`."""
         try:
             free = free_bytes(self.path.parent)
-            if free < RESERVE_BYTES:
-                raise OSError(f"only {free} bytes left free on its file system (lptrain "
-                              f"stops writing below {RESERVE_BYTES})")
+            if free < RESERVE_BYTES and self.failure is None:
+                self.failure = s.MetricsFileError(
+                    f"{self.path}: cannot write (only {free} bytes left free on its file "
+                    f"system; lptrain stops writing below {RESERVE_BYTES})")
+                self._reserve_for = iteration
             write()
             self._file.flush()
         except (OSError, RuntimeError) as exc:
@@ -238,9 +248,13 @@ class MetricsWriter:
             _check_name(group, name)
         if fields.get(s.ITERATION) is None:
             raise KeyError(f"{group}/{s.ITERATION} is required")
-        if self.failure is None:
-            self._require_open()
-            self._guarded(lambda: self._write_row(group, fields))
+        if self._closed and self.failure is not None:
+            return
+        self._require_open()
+        if self.failure is not None and fields[s.ITERATION] != self._reserve_for:
+            self._fail_safely()          # the iteration written from the reserve is over
+            return
+        self._guarded(lambda: self._write_row(group, fields), fields[s.ITERATION])
 
     def _write_row(self, group: str, fields: dict) -> None:
         g = self._file.require_group(group)

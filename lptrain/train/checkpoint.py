@@ -22,7 +22,14 @@ resumed run continues the uninterrupted one. Files of format 1 (one torch file) 
 (no grid recorded) still load: on the rank count that saved them as before, on another
 one without their warm starts (a cold start at the next iteration).
 
-When: every `checkpoint_every` iterations; when the ranks stop for a signal; at the end.
+When: every `checkpoint_every` iterations; when the ranks stop for a signal or because
+metrics.h5 can no longer be written (a full disk: the checkpoint may then use the space
+that file kept in reserve); at the end. When a checkpoint cannot be written (a full disk),
+rank 0 tries a lean one, the same record with every rank's warm starts left out (a few
+parameter-sized tensors instead of 2 × (N/P) × batch × width values per rank and batch):
+the run still ends with the error, but its finished iterations can be resumed once the
+cause is fixed (the MGRIT solves then start cold). An earlier checkpoint is only replaced
+by a complete new file (write + rename).
 Each checkpoint also rewrites model.pt (the `model` saver), so a run killed without warning
 (SIGKILL, a cluster's time limit) leaves a model of its last checkpoint to evaluate.
 `checkpoint_every=null` (the default) chooses the interval itself so that checkpoints
@@ -71,45 +78,72 @@ class Checkpointer:
         self.seconds = 0.0          # spent in the latest save (rank 0)
 
     def save(self, k: int, theta, batches, loop: dict, force: bool = False) -> None:
+        """Write the checkpoint of iteration k (collective); when it cannot be written,
+        write a lean one if that can be, and raise RunFileError on every rank saying what
+        was kept."""
         if self.saved_at == k or (not force and (self.next <= 0 or k < self.next)):
             return
         t0 = time.perf_counter()
-        archive, error = None, None
+        record = None
         if self.enabled:
-            try:
-                archive = AtomicArchive(self.path)
-                archive.add(RECORD_ENTRY, {
-                    "format": FORMAT, "format_version": FORMAT_VERSION, "iteration": k,
-                    "theta": theta, "optimizer": self.optimizer.state_dict(),
-                    "world_size": self.exchange.size, "batches": batches.state_dict(),
-                    "rng": torch.get_rng_state(),
-                    "first_objective": self.progress.first_objective,
-                    "best": self.progress.best_state(),
-                    "loop": {**loop, "iteration": k}, **self.meta})
-            except RunFileError as exc:
-                archive, error = None, exc
-
-        def write(rank, state):          # every rank's state is received, written or not
-            nonlocal archive, error
-            if archive is not None:
-                try:
-                    archive.add(oracle_entry(rank), state)
-                except RunFileError as exc:
-                    archive.abort()
-                    archive, error = None, exc
-
-        self.exchange.gather_each(self.oracle.state_dict(), write)
-        if archive is not None:
-            try:
-                archive.commit()
-            except RunFileError as exc:
-                error = exc
-        agree_on_error(self.exchange, error)
+            record = {"format": FORMAT, "format_version": FORMAT_VERSION, "iteration": k,
+                      "theta": theta, "optimizer": self.optimizer.state_dict(),
+                      "world_size": self.exchange.size, "batches": batches.state_dict(),
+                      "rng": torch.get_rng_state(),
+                      "first_objective": self.progress.first_objective,
+                      "best": self.progress.best_state(),
+                      "loop": {**loop, "iteration": k}, **self.meta}
+        state = self.oracle.state_dict()
+        error = self._write(record, state)
+        lean = False
+        if _anywhere(self.exchange, error is not None) and \
+                _anywhere(self.exchange, bool(self.oracle.warm_entries(state))):
+            lean = self._write(record and {**record, "warm_starts": False},
+                               self.oracle.with_warm_entries(state, [])) is None
+        agree_on_error(self.exchange, error and RunFileError(f"{error}; {self._kept(k, lean)}"))
         if self.model is not None:
             self.model.save(self.progress, self.exchange)
         self.saved_at = k
         self.seconds = time.perf_counter() - t0
         self.next = k + self._interval(k, loop["wall_time"])
+
+    def _kept(self, k: int, lean: bool) -> str:
+        """What a failed checkpoint leaves to resume from (rank 0)."""
+        if lean:
+            return (f"wrote {self.path.name} of iteration {k} without the warm starts "
+                    f"instead: once that is fixed, `lptrain resume={self.path.parent}` "
+                    f"continues the run (its MGRIT solves start cold)")
+        if self.path.is_file():
+            return f"the {self.path.name} written before is kept"
+        return "no checkpoint was written"
+
+    def _write(self, record: dict | None, state) -> RunFileError | None:
+        """Rank 0 writes `record` and every rank's oracle `state` (each rank's is
+        received, written or not: collective); the error on rank 0, if any."""
+        archive, error = None, None
+        if self.enabled:
+            try:
+                archive = AtomicArchive(self.path)
+                archive.add(RECORD_ENTRY, record)
+            except RunFileError as exc:
+                archive, error = None, exc
+
+        def write(rank, part):
+            nonlocal archive, error
+            if archive is not None:
+                try:
+                    archive.add(oracle_entry(rank), part)
+                except RunFileError as exc:
+                    archive.abort()
+                    archive, error = None, exc
+
+        self.exchange.gather_each(state, write)
+        if archive is not None:
+            try:
+                archive.commit()
+            except RunFileError as exc:
+                error = exc
+        return error
 
     def _interval(self, k: int, wall: float) -> int:
         """Iterations to the next checkpoint; rank 0's times decide on every rank (each
@@ -122,6 +156,11 @@ class Checkpointer:
                              for v in (self.seconds, wall))
         per_iteration = wall / max(k, 1)
         return max(AUTO_FIRST, math.ceil(seconds / (OVERHEAD * max(per_iteration, 1e-9))))
+
+
+def _anywhere(exchange, flag: bool) -> bool:
+    """Whether `flag` holds on any rank (collective)."""
+    return exchange.allreduce_sum(float(flag)) > 0 if exchange.size > 1 else flag
 
 
 def oracle_entry(rank: int) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lptrain.errors import Interrupted
+from lptrain.errors import Interrupted, LptrainError
 from lptrain.train.guard import NoStop, Progress
 from lptrain.train.oracles import Batch
 from lptrain.train.stall import StallRule
@@ -180,12 +180,21 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
 
 
 def _checked(stop, exchange, k, writer, save):
-    """stop.check; a stop for a signal is checkpointed first."""
+    """stop.check; a stop for a signal is checkpointed first, and so is one because rank
+    0's metrics file failed (a full disk: metrics.h5 is closed now, so the checkpoint may
+    use the space it kept in reserve) if the checkpoint can be written; that failure is
+    the one reported."""
     try:
         stop.check(exchange, k, writer)
     except Interrupted:
         save(k, force=True)
         raise
+    except LptrainError as failure:     # raised alike on every rank: save collectively
+        try:
+            save(k, force=True)
+        except LptrainError:
+            pass
+        raise failure
 
 
 def _validate(k, theta, oracle, data, writer, chunk):

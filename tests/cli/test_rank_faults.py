@@ -2,19 +2,23 @@
 fail (reopening a damaged metrics.h5, reading a damaged checkpoint, creating metrics.h5
 on a disk without lptrain's reserve) end with one line and one exit status, within a timeout, instead of
 leaving the other rank waiting in its first collective. A full disk at a checkpoint is
-named as such."""
+named as such, and a lean checkpoint keeps the finished iterations to resume."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 
 from launch import lptrain
 from lptrain.errors import FAILED, REFUSED
 from lptrain.metrics import schema as ms
-from lptrain.train.checkpoint import CHECKPOINT_FILE
+from lptrain.metrics.reader import read_metrics
+from lptrain.model.saved import load_model
+from lptrain.train.checkpoint import CHECKPOINT_FILE, load_checkpoint
 
 pytestmark = pytest.mark.cli
 
@@ -63,7 +67,9 @@ def test_resume_from_a_damaged_file_ends_every_rank(finished, name, damage, need
     _one_line(proc, REFUSED, str(run_dir / name), needle)
 
 
-def _on_tmpfs(tmp_path, size: str, args: list[str], ranks: int):
+@contextlib.contextmanager
+def _tmpfs(tmp_path, size: str):
+    """A tmpfs of `size` mounted for the block (skips where mounting needs root)."""
     mnt = tmp_path / "disk"
     mnt.mkdir()
     if shutil.which("mount") is None or subprocess.run(
@@ -71,20 +77,38 @@ def _on_tmpfs(tmp_path, size: str, args: list[str], ranks: int):
             capture_output=True).returncode != 0:
         pytest.skip("cannot mount a tmpfs here (needs root)")
     try:
-        proc = lptrain([f"hydra.run.dir={mnt / 'run'}", *args], ranks=ranks, timeout=TIMEOUT)
-        return proc, sorted(p.name for p in (mnt / "run").iterdir())
+        yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 def test_no_room_for_the_metrics_file_ends_every_rank(tmp_path):
-    proc, _ = _on_tmpfs(tmp_path, "2m", [*TINY, "train.iterations=2"], ranks=2)
+    with _tmpfs(tmp_path, "2m") as mnt:
+        proc = lptrain([f"hydra.run.dir={mnt / 'run'}", *TINY, "train.iterations=2"],
+                       ranks=2, timeout=TIMEOUT)
     _one_line(proc, FAILED, "cannot create metrics file", "bytes free")
 
 
-def test_a_full_disk_at_a_checkpoint_says_so_and_keeps_the_model(tmp_path):
+def test_a_full_disk_at_the_first_checkpoint_keeps_a_lean_one_to_resume(tmp_path):
     # the warm starts of 5000 Peaks samples do not fit beside metrics.h5's 4 MiB reserve
-    proc, files = _on_tmpfs(tmp_path, "8m", ["mode=simultaneous", "checkpoint_every=2",
-                                             "train.iterations=4"], ranks=1)
-    _one_line(proc, FAILED, CHECKPOINT_FILE, "cannot write (No space left on device)")
-    assert "model.pt" in files and ms.FILE_NAME in files, files
+    # (before: no checkpoint at all, so the finished iterations were lost)
+    args = ["mode=simultaneous", "checkpoint_every=2"]
+    with _tmpfs(tmp_path, "8m") as mnt:
+        run = mnt / "run"
+        proc = lptrain([f"hydra.run.dir={run}", *args, "train.iterations=4"], ranks=2,
+                       timeout=TIMEOUT)
+        _one_line(proc, FAILED, f"{run / CHECKPOINT_FILE}: cannot write (No space left on "
+                  f"device); wrote checkpoint.pt of iteration 2 without the warm starts",
+                  f"lptrain resume={run}")
+        record = load_checkpoint(run / CHECKPOINT_FILE, 0)
+        assert (record["iteration"], record["warm_starts"]) == (2, False)
+        assert record["oracle"]["cache"] == []            # nothing left of the warm starts
+        assert load_model(run, "last").iteration == 2
+        # the space is freed: the run continues from the lean checkpoint, cold
+        subprocess.run(["mount", "-o", "remount,size=64m", str(mnt)], check=True)
+        again = lptrain([f"resume={run}", "train.iterations=4"], ranks=2, timeout=TIMEOUT)
+        assert again.returncode == 0, again.stderr
+        m = read_metrics(run / ms.FILE_NAME)
+    assert m.status == ms.COMPLETED
+    np.testing.assert_array_equal(m.train[ms.ITERATION], np.arange(1, 5))
+    assert np.all(np.isfinite(m.train[ms.OBJECTIVE]))

@@ -17,6 +17,7 @@ from lptrain.metrics.reader import read_metrics
 from lptrain.metrics.writer import RESERVE_BYTES, free_bytes
 from lptrain.model.saved import load_model
 from lptrain.rundir import LOCK_FILE
+from lptrain.train.checkpoint import CHECKPOINT_FILE, load_checkpoint
 
 pytestmark = pytest.mark.cli
 
@@ -55,7 +56,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
-def test_disk_filling_up_during_the_run_fails_cleanly(small_disk, tmp_path):
+def test_disk_filling_up_during_the_run_fails_cleanly_and_resumes(small_disk, tmp_path):
     run_dir = small_disk / "run"
     proc = _start([f"hydra.run.dir={run_dir}", *LONG], tmp_path, tmp_path / "err.txt")
     try:
@@ -78,8 +79,19 @@ def test_disk_filling_up_during_the_run_fails_cleanly(small_disk, tmp_path):
     n = m.n_iterations
     assert n >= 3
     np.testing.assert_array_equal(m.train[ms.ITERATION], np.arange(1, n + 1))
-    assert load_model(run_dir, "last").iteration >= n - 1
+    # the iteration that reached the reserve was recorded from it, then checkpointed
+    # (before: no checkpoint until iteration 10, so nothing to resume)
+    assert load_checkpoint(run_dir / CHECKPOINT_FILE)["iteration"] == n
+    assert load_model(run_dir, "last").iteration == n
     assert not (run_dir / LOCK_FILE).exists()
+    (small_disk / "filler").unlink()           # space freed: the run continues
+    again = subprocess.run([LPTRAIN, f"resume={run_dir}", f"train.iterations={n + 2}"],
+                           cwd=tmp_path, env=ENV, capture_output=True, text=True,
+                           timeout=TIMEOUT)
+    assert again.returncode == 0, again.stderr
+    m = read_metrics(run_dir / ms.FILE_NAME)
+    assert m.status == ms.COMPLETED
+    np.testing.assert_array_equal(m.train[ms.ITERATION], np.arange(1, n + 3))
 
 
 def test_concurrent_runs_never_share_a_directory(tmp_path):

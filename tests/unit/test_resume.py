@@ -189,7 +189,11 @@ class _Ranks:
         self.states, self.rank, self.size = states, 0, len(states)
 
     def gather_each(self, obj, consume):
+        """Rank r sends states[r]; where rank 0 sends a changed state (a lean checkpoint's
+        without warm starts), every rank's is changed alike."""
         for r, state in enumerate(self.states):
+            if r and obj is not self.states[0]:
+                state = {**state, "cache": obj["cache"]}
             consume(r, obj if r == 0 else state)
 
     def allreduce_sum(self, value):
@@ -205,6 +209,12 @@ def _three_rank_checkpoint(path):
     class Oracle:
         def state_dict(self):
             return states[0]
+
+        def warm_entries(self, state):
+            return state["cache"]
+
+        def with_warm_entries(self, state, entries):
+            return {**state, "cache": entries}
 
     class Optimizer:
         def state_dict(self):
@@ -264,7 +274,34 @@ def test_a_failed_checkpoint_write_keeps_the_old_file_and_receives_every_rank(
         real_add(self, name, obj)
 
     monkeypatch.setattr(saved.AtomicArchive, "add", add)
-    with pytest.raises(RunFileError, match="disk full"):
+    with pytest.raises(RunFileError, match=r"disk full\); the checkpoint.pt written before "
+                                           r"is kept"):
         _three_rank_checkpoint(path)
-    assert consumed == ["record.pt", "oracle-0.pt", "oracle-1.pt"]   # no write after it
+    # no write after the failing one; then the same for the lean checkpoint, which fails too
+    assert consumed == ["record.pt", "oracle-0.pt", "oracle-1.pt"] * 2
     assert path.read_bytes() == before and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_checkpoint_without_room_for_the_warm_starts_is_written_without_them(
+        tmp_path, monkeypatch):
+    """The first checkpoint of a run on a full disk: every rank's warm starts are left
+    out, the rest is kept to resume from, and the error says so."""
+    from lptrain.errors import RunFileError
+    from lptrain.model import saved
+    path = tmp_path / ck.CHECKPOINT_FILE
+    real_add = saved.AtomicArchive.add
+
+    def add(self, name, obj):
+        if name.startswith("oracle-") and obj["cache"]:
+            raise RunFileError(f"{self.path}: cannot write (No space left on device)")
+        real_add(self, name, obj)
+
+    monkeypatch.setattr(saved.AtomicArchive, "add", add)
+    with pytest.raises(RunFileError, match=r"No space left on device\); wrote checkpoint.pt "
+                                           r"of iteration 4 without the warm starts"):
+        _three_rank_checkpoint(path)
+    for r in range(3):
+        record = ck.load_checkpoint(path, rank=r)
+        assert (record["iteration"], record["warm_starts"]) == (4, False)
+        assert record["oracle"] == {"cache": []}
+        assert torch.equal(record["theta"], torch.arange(3.0))

@@ -29,13 +29,30 @@ def test_nearly_full_disk_stops_writing_with_status_failed(tmp_path, monkeypatch
     writer = w.MetricsWriter(path, ATTRS)
     _rows(writer, 1, 3)
     monkeypatch.setattr(w, "free_bytes", lambda d: w.RESERVE_BYTES - 1)
-    _rows(writer, 4, 5)                       # refused before HDF5 sees a full disk
+    # iteration 4 finds the reserve reached: its rows still go in, from the reserve (so
+    # that the checkpoint of iteration 4 and the file agree); iteration 5 is refused
+    writer.log_train(iteration=4, objective=0.25, loss=0.5)
+    writer.log_validation(iteration=4, loss=0.5, accuracy=0.75)
     assert isinstance(writer.failure, s.MetricsFileError)
     assert str(path) in str(writer.failure) and "bytes left free" in str(writer.failure)
+    _rows(writer, 5, 5)                       # refused before HDF5 sees a full disk
     writer.set_attr(s.DATASET_SOURCE, "x")        # later calls do nothing, close keeps `failed`
     writer.close(s.COMPLETED)
     m = read_metrics(path)
     assert m.status == s.FAILED and m.attrs[s.ERROR] == str(writer.failure)
+    np.testing.assert_array_equal(m.train[s.ITERATION], [1, 2, 3, 4])
+    np.testing.assert_array_equal(m.validation[s.ITERATION], [4])
+
+
+def test_the_reserve_iteration_closes_failed_however_the_run_ends(tmp_path, monkeypatch):
+    path = tmp_path / s.FILE_NAME
+    writer = w.MetricsWriter(path, ATTRS)
+    _rows(writer, 1, 2)
+    monkeypatch.setattr(w, "free_bytes", lambda d: 10)
+    _rows(writer, 3, 3)
+    writer.close(s.COMPLETED)         # the loop's error, or none: the file says `failed`
+    m = read_metrics(path)
+    assert m.status == s.FAILED and "only 10 bytes left free" in m.attrs[s.ERROR]
     np.testing.assert_array_equal(m.train[s.ITERATION], [1, 2, 3])
 
 
