@@ -43,7 +43,7 @@ OPTIONS = [
     ("network=network_schema", "network", 1), ("optimizer=adam_schema", "optimizer", 1),
     ("mgrit.levels=0", "mgrit.levels", 1), ("mgrit.cfactor0=1", "mgrit.cfactor0", 1),
     ("train.batch_size=100000", "train.batch_size", 1),
-    ("checkpoint_every=0", "checkpoint_every", 1), ("eval_every=-1", "eval_every", 1),
+    ("checkpoint_every=-1", "checkpoint_every", 1), ("eval_every=-1", "eval_every", 1),
     ("dtype=float16", "dtype", 1), ("device=cuda", "device", 1),
     ("network.width=1000000", "memory", 2), ("network.layers=10000000", "memory", 1),
     ("resume=/no/such/dir", "/no/such/dir", 2),
@@ -78,8 +78,8 @@ def option_cases(quick: bool) -> list[Case]:
 
             def run(where, timeout, text=text, ranks=ranks):
                 rd = where / "run"
-                return refusal(where, timeout, [f"hydra.run.dir={rd}", *TINY,
-                                                *text.split()], ranks, rd)
+                base = [] if text.startswith("resume=") else [f"hydra.run.dir={rd}", *TINY]
+                return refusal(where, timeout, [*base, *text.split()], ranks, rd)
             cases.append(Case("options", text, ranks, (2,), needle, run,
                               quick=text in QUICK_OPTIONS))
     return cases

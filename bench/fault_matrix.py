@@ -138,8 +138,9 @@ class Launch:
 
     def signal(self, who: str, sig: int) -> None:
         try:
-            if who == "all":
-                os.killpg(self.proc.pid, sig)
+            if who == "all":        # a terminal's Ctrl-C, less the `timeout` wrapper (which
+                for pid in _group(self.proc.pid):     # would pass it on a second time)
+                    os.kill(pid, sig)
             else:
                 os.kill(self.target(who), sig)
         except ProcessLookupError:
@@ -171,6 +172,12 @@ class Launch:
         logs = sorted(str(p) for p in run_dir.glob("error-rank*.log")) if run_dir and \
             run_dir.is_dir() else []
         return Outcome(shown(self.cmd, self.cwd), rc, self.stderr(), lost, logs)
+
+
+def _group(pgid: int) -> list[int]:
+    """The processes of process group `pgid` but its leader."""
+    found = subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True)
+    return [int(p) for p in found.stdout.split() if int(p) != pgid]
 
 
 def _child(pid: int) -> int | None:
@@ -247,13 +254,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="1 rank, a representative subset")
     p.add_argument("--jobs", type=int, default=3, help="cases run at once")
     p.add_argument("--timeout", type=float, default=120, help="seconds per launch")
-    p.add_argument("-k", dest="select", default="", help="only cases whose name has WORD")
+    p.add_argument("-k", dest="select", action="append", default=[],
+                   help="only cases whose class/name has this text (repeatable: any)")
     p.add_argument("--work", type=Path, default=None, help="keep the run directories here")
     args = p.parse_args(argv)
     import tempfile
     work = args.work or Path(tempfile.mkdtemp(prefix="fault-matrix-"))
     cases = [c for c in all_cases(work / "fixtures", quick=args.quick)
-             if args.select in f"{c.group}/{c.name}"]
+             if not args.select or any(k in f"{c.group}/{c.name}" for k in args.select)]
     print(f"{len(cases)} cases, {args.jobs} at a time, work directory {work}", flush=True)
     t0 = time.monotonic()
     with ThreadPoolExecutor(args.jobs) as pool:

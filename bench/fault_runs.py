@@ -88,6 +88,7 @@ def signal_case(who: str, sig: int, point: str, mode: str, ranks: int, quick=Fal
             return la.outcome(run_dir=rd)
         at = rows(rd)
         la.signal(who, sig)
+        at = max(at, rows(rd))      # a row written while the signal was on its way
         out = la.outcome(run_dir=rd)
         if out.rc is not None and (rd / ms.FILE_NAME).exists():
             n = rows(rd)
