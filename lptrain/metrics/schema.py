@@ -191,7 +191,7 @@ FIELDS: dict[str, dict[str, Field]] = {
         "adj_plan": Field(INT, _ROWS, "", "adjoint iterations planned, as fwd_plan"),
         "error_scale": Field(FLOAT, _ROWS, "",
                              "simultaneous: the calibration factor in grad_error (the "
-                             "largest true/estimated ratio of the last 4 calibrations; 1 "
+                             "median true/estimated ratio of the last 4 calibrations; 1 "
                              "before the first or with mgrit.calibrate_every=0)"),
         "true_error": Field(FLOAT, _ROWS, "",
                             "simultaneous: the true relative error of the gradient, "

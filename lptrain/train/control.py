@@ -14,8 +14,10 @@ networks, but about 100× on the pooled convolutional network of the image
 datasets, where it follows the true error only loosely (BENCHMARKS.md).
 Calibration corrects it where it is that loose: every `mgrit.calibrate_every`
 evaluations the caller computes the exact gradient and reports the true
-error; the controller scales every estimate by the largest true/estimated
-ratio of the last CALIBRATIONS_KEPT calibrations (`scale`).  The controller keeps ε_u and ε_λ each below half of
+error; the controller scales every estimate by the median true/estimated
+ratio of the last CALIBRATIONS_KEPT calibrations (`scale`): one ratio varies by
+an order of magnitude from one evaluation to the next where the estimate follows
+the error loosely, and the largest would over-solve by that spread.  The controller keeps ε_u and ε_λ each below half of
 `mgrit.grad_tol` by planning the next evaluation's iterations from the
 measured convergence factor ρ: too large by a factor q → ⌈log q / log(1/ρ)⌉
 more; met even with one iteration fewer → one fewer.  Plans are kept per
@@ -25,11 +27,12 @@ last visit needed.  Everything here is arithmetic on a few numbers: pure.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
 CONTROLS = ("fixed", "error")
 RHO_MIN, RHO_MAX = 0.01, 0.9     # measured factors are clipped to this range
-CALIBRATIONS_KEPT = 4            # the scale is the largest ratio of this many calibrations
+CALIBRATIONS_KEPT = 4            # the scale is the median ratio of this many calibrations
 
 
 @dataclass
@@ -117,7 +120,7 @@ class IterationController:
     @property
     def scale(self) -> float:
         """The factor every raw estimate is multiplied by (1 before any calibration)."""
-        return max(self.ratios) if self.ratios else 1.0
+        return statistics.median(self.ratios) if self.ratios else 1.0
 
     def calibration_due(self) -> bool:
         """Whether the evaluation just planned from (update) is one to calibrate: the
