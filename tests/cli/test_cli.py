@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -343,3 +344,21 @@ def test_version_names_lptrain_and_what_it_runs_on(tmp_path):
     assert "hydra-core" in line and "Hydra" not in line.split("(")[0]
     assert list(tmp_path.iterdir()) == []          # informational: no run directory
 
+
+def test_a_finished_run_exits_without_collecting_its_heap(tmp_path):
+    """After the summary the process only exits: the interpreter's teardown would run the
+    cyclic collector over every object of the run (a few hundred thousand; seconds on a
+    loaded machine), so lptrain freezes them in its last exit handler. Checked by an
+    exit handler of the caller's, which runs after lptrain's."""
+    run_dir = tmp_path / "run"
+    code = ("import atexit, gc, sys\n"
+            "atexit.register(lambda: print('frozen', gc.get_freeze_count(), file=sys.stderr))\n"
+            "from lptrain.cli import main\n"
+            f"sys.argv = ['lptrain', {str(f'hydra.run.dir={run_dir}')!r}, *{TINY!r}]\n"
+            "main()\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=ENV,
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    assert read_metrics(run_dir / ms.FILE_NAME).status == ms.COMPLETED
+    frozen = re.findall(r"^frozen (\d+)$", proc.stderr, re.M)
+    assert frozen and int(frozen[0]) > 10000, proc.stderr

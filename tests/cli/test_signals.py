@@ -1,10 +1,12 @@
-"""Clean stops: SIGINT/SIGTERM to mpiexec or to one rank of `mpiexec -n 2 lptrain`.
+"""Clean stops: SIGINT/SIGTERM to mpiexec or to one rank of `mpiexec -n 2 lptrain`, or to
+`lptrain` on one rank.
 
-Ten runs are started at once (the machine is oversubscribed on purpose: signals then land
+Twelve runs are started at once (the machine is oversubscribed on purpose: signals then land
 in collectives and point-to-point waits as well as in computation); each gets its signal
 once it has logged a few iterations. Every one must end with the signal's exit code, one
-line naming the signal and how to resume, status `interrupted`, a model, and no traceback.
-A hang fails through the timeout.
+line naming the signal and how to resume, status `interrupted`, a model, and no traceback,
+after at most the one iteration that was running (counted in metrics.h5). A hang fails
+through the timeout.
 """
 from __future__ import annotations
 
@@ -33,7 +35,8 @@ INT, TERM = signal.SIGINT, signal.SIGTERM
 TRIALS = [("mpiexec", INT, "serial"), ("mpiexec", TERM, "mgrit"),
           ("mpiexec", INT, "simultaneous"), ("mpiexec", TERM, "serial"),
           ("rank0", INT, "mgrit"), ("rank1", INT, "serial"), ("rank1", TERM, "mgrit"),
-          ("rank0", TERM, "simultaneous"), ("all", INT, "mgrit"), ("all", INT, "serial")]
+          ("rank0", TERM, "simultaneous"), ("all", INT, "mgrit"), ("all", INT, "serial"),
+          ("solo", INT, "serial"), ("solo", TERM, "serial")]    # solo: 1 rank, no mpiexec
 
 
 def _children(pid: int) -> list[int]:
@@ -73,24 +76,28 @@ class Trial:
     def __init__(self, tmp: Path, i: int, target: str, sig: int, mode: str):
         self.dir, self.target, self.sig = tmp / f"run{i}", target, sig
         self.err = open(tmp / f"stderr{i}.txt", "w+")
+        launch = [] if target == "solo" else [MPIEXEC, "-n", "2"]
         self.proc = subprocess.Popen(
-            [MPIEXEC, "-n", "2", LPTRAIN, f"hydra.run.dir={self.dir}", f"mode={mode}",
-             f"seed={i}", *TINY], env=ENV, stdout=subprocess.DEVNULL, stderr=self.err,
+            [*launch, LPTRAIN, f"hydra.run.dir={self.dir}", f"mode={mode}", f"seed={i}",
+             *TINY], env=ENV, stdout=subprocess.DEVNULL, stderr=self.err,
             start_new_session=True)
         self.sent = False
+        self.rows_at_signal = 0     # iterations in metrics.h5 just after the signal
 
     def poke(self) -> None:
         """Send the signal once the run has finished a few iterations."""
-        if self.sent or _iterations(self.dir / ms.FILE_NAME) < 3:
+        rows = _iterations(self.dir / ms.FILE_NAME)
+        if self.sent or rows < 3:
             return
         ranks = _ranks(self.proc.pid)
-        if self.target == "mpiexec":
+        if self.target in ("mpiexec", "solo"):
             os.kill(self.proc.pid, self.sig)
         elif self.target == "all":        # a terminal's Ctrl-C: the whole process group
             os.killpg(self.proc.pid, self.sig)
         else:
             os.kill(ranks[int(self.target[-1])], self.sig)
         self.sent = True
+        self.rows_at_signal = max(rows, _iterations(self.dir / ms.FILE_NAME))
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -125,6 +132,8 @@ def test_signals_stop_every_rank_cleanly(tmp_path):
         assert m.status == ms.INTERRUPTED, what
         n = m.n_iterations
         assert n >= 3
+        # README "Stops": the iteration that was running finishes, no other
+        assert n <= t.rows_at_signal + 1, f"{n} iterations, {t.rows_at_signal} at the signal"
         np.testing.assert_array_equal(m.train[ms.ITERATION], np.arange(1, n + 1))
         assert load_model(t.dir, "last").iteration == n
         assert load_model(t.dir).iteration <= n      # the best validated one
