@@ -30,8 +30,10 @@ parameter-sized tensors instead of 2 × (N/P) × batch × width values per rank 
 the run still ends with the error, but its finished iterations can be resumed once the
 cause is fixed (the MGRIT solves then start cold). An earlier checkpoint is only replaced
 by a complete new file (write + rename).
-Each checkpoint also rewrites model.pt (the `model` saver), so a run killed without warning
-(SIGKILL, a cluster's time limit) leaves a model of its last checkpoint to evaluate.
+Each checkpoint also rewrites model.pt and model-last.pt (the `model` saver), before the
+checkpoint itself, so a run killed without warning (SIGKILL, a cluster's time limit) leaves
+models at least as new as its last checkpoint; a model that cannot be written does not keep
+the checkpoint from being written (its error is raised after).
 `checkpoint_every=null` (the default) chooses the interval itself so that checkpoints
 cost under 2 % of the run: the first checkpoint is at iteration AUTO_FIRST, then the
 interval is max(AUTO_FIRST, 50 × (seconds per checkpoint) / (seconds per iteration)).
@@ -46,7 +48,7 @@ from typing import Callable
 
 import torch
 
-from lptrain.errors import InputFileError, RunFileError
+from lptrain.errors import InputFileError, LptrainError, RunFileError
 from lptrain.model.saved import (AtomicArchive, archive_entries, check_record, load_entry,
                                  load_record)
 from lptrain.parallel.blocks import Layout, sources
@@ -84,6 +86,14 @@ class Checkpointer:
         if self.saved_at == k or (not force and (self.next <= 0 or k < self.next)):
             return
         t0 = time.perf_counter()
+        # the models first: a kill between the two files leaves models at least as new as
+        # the checkpoint; the checkpoint is written even when they cannot be
+        model_error = None
+        if self.model is not None:
+            try:
+                self.model.save(self.progress, self.exchange)
+            except LptrainError as exc:       # raised alike on every rank
+                model_error = exc
         record = None
         if self.enabled:
             record = {"format": FORMAT, "format_version": FORMAT_VERSION, "iteration": k,
@@ -101,8 +111,8 @@ class Checkpointer:
             lean = self._write(record and {**record, "warm_starts": False},
                                self.oracle.with_warm_entries(state, [])) is None
         agree_on_error(self.exchange, error and RunFileError(f"{error}; {self._kept(k, lean)}"))
-        if self.model is not None:
-            self.model.save(self.progress, self.exchange)
+        if model_error is not None:
+            raise model_error
         self.saved_at = k
         self.seconds = time.perf_counter() - t0
         self.next = k + self._interval(k, loop["wall_time"])

@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 
 from lptrain import app, config
 from lptrain.config.schema import register_configs
-from lptrain.errors import ConfigError, Interrupted
+from lptrain.errors import ConfigError, Interrupted, RunFileError
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
 from lptrain.model.saved import load_model
@@ -305,3 +305,57 @@ def test_a_checkpoint_without_room_for_the_warm_starts_is_written_without_them(
         assert (record["iteration"], record["warm_starts"]) == (4, False)
         assert record["oracle"] == {"cache": []}
         assert torch.equal(record["theta"], torch.arange(3.0))
+
+
+class _OrderedModels:
+    """A ModelSaver stand-in: records the checkpoint's iteration when the models are
+    written (None: no checkpoint yet), and fails when told to."""
+
+    def __init__(self, path, fail=False):
+        self.path, self.fail, self.seen = path, fail, []
+
+    def save(self, progress, exchange):
+        self.seen.append(ck.load_checkpoint(self.path)["iteration"]
+                         if self.path.exists() else None)
+        if self.fail:
+            raise RunFileError(f"{self.path.parent}/model.pt: cannot write (disk full)")
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_models_are_written_before_their_checkpoint(tmp_path, fail):
+    """A kill between the two files must not leave models older than the checkpoint; a
+    model that cannot be written still lets the checkpoint be written, then fails."""
+    path = tmp_path / ck.CHECKPOINT_FILE
+    models = _OrderedModels(path, fail)
+
+    class Oracle:
+        def state_dict(self):
+            return {"cache": []}
+
+        def warm_entries(self, state):
+            return []
+
+    class Optimizer:
+        def state_dict(self):
+            return {"k": 1}
+
+    class Batches:
+        def state_dict(self):
+            return {"order": []}
+
+    class Progress:
+        first_objective = 2.5
+
+        def best_state(self):
+            return None
+
+    saver = ck.Checkpointer(path, 1, _Ranks([{"cache": []}]), True, Optimizer(), Oracle(),
+                            Progress(), {"config": "c"}, models)
+    for k in (1, 2):
+        if fail:
+            with pytest.raises(RunFileError, match="model.pt: cannot write"):
+                saver.save(k, torch.arange(3.0), Batches(), {"wall_time": 1.0})
+        else:
+            saver.save(k, torch.arange(3.0), Batches(), {"wall_time": 1.0})
+        assert ck.load_checkpoint(path)["iteration"] == k
+    assert models.seen == [None, 1]
