@@ -59,7 +59,23 @@ def saved_overrides(path: Path) -> list[str]:
     if not isinstance(saved, ListConfig) or not all(isinstance(a, str) for a in saved):
         raise InputFileError(f"{path}: not a list of overrides; only runs of this lptrain "
                              f"version can be resumed")
+    _check_parses(path, list(saved))
     return list(saved)
+
+
+def _check_parses(path: Path, overrides: list[str]) -> None:
+    """InputFileError naming `path` and the item unless Hydra parses each override (a
+    file cut inside an item leaves one such as `dataset`)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    parser = OverridesParser.create()
+    for item in overrides:
+        try:
+            parser.parse_override(item)
+        except HydraException:
+            raise InputFileError(f"{path}: {item!r} is not an override (a damaged or cut "
+                                 f"file?); only runs of this lptrain version can be "
+                                 f"resumed") from None
 
 
 def _owner_alive(host: str, pid: int) -> bool:

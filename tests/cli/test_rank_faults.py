@@ -55,6 +55,8 @@ def finished(tmp_path_factory):
     (CHECKPOINT_FILE, "random", "unreadable checkpoint"),
     (CHECKPOINT_FILE, "empty", "unreadable checkpoint"),
     (OVERRIDES, "random", "unreadable"),         # was a UnicodeDecodeError traceback
+    # cut inside an item: was Hydra's "Error parsing override 'dataset'", no file named
+    (OVERRIDES, "cut", "'dataset' is not an override"),
 ])
 def test_resume_from_a_damaged_file_ends_every_rank(finished, name, damage, needle):
     run_dir, intact = finished
@@ -62,7 +64,8 @@ def test_resume_from_a_damaged_file_ends_every_rank(finished, name, damage, need
         (run_dir / other).write_bytes(data)
     data = intact[name]
     (run_dir / name).write_bytes({"random": os.urandom(5000), "half": data[:len(data) // 2],
-                                  "empty": b""}[damage])
+                                  "empty": b"", "cut": data[:data.index(b"dataset") + 7]
+                                  }[damage])
     proc = lptrain([f"resume={run_dir}", "train.iterations=4"], ranks=2, timeout=TIMEOUT)
     _one_line(proc, REFUSED, str(run_dir / name), needle)
 
