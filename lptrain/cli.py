@@ -16,7 +16,8 @@ from pathlib import Path
 
 from lptrain.errors import FAILED, REFUSED, LptrainError, RunFileError, reason
 from lptrain.jobs import END, Job, JobChannel
-from lptrain.rundir import RunLock, claim_new, refuse_earlier_run, saved_overrides
+from lptrain.rundir import (RunLock, SavedFiles, claim_new, refuse_earlier_run,
+                            saved_overrides)
 
 from lptrain.config import CONF_DIR, CONF_MODULE
 PROG = "lptrain"
@@ -263,9 +264,22 @@ def _lead(args: list[str], ranks: int) -> int:
     except LptrainError as exc:   # nothing ran: refused, or a fault such as a full disk
         _say(str(exc))
         return exc.exit_code
+    saved = SavedFiles(_resuming[0] / ".hydra") if _resuming else None
     sys.argv = [sys.argv[0], *args]
-    _hydra_entry()
+    try:
+        _hydra_entry()
+    finally:
+        if saved and REFUSED in _failures:    # the run stays as it was
+            _put_back(saved)
     return max(_failures, default=0)
+
+
+def _put_back(saved) -> None:
+    try:
+        saved.restore()
+    except LptrainError as exc:
+        _say(str(exc))
+        _failures.append(exc.exit_code)
 
 
 def _check_launcher(args: list[str], ranks: int) -> None:

@@ -63,6 +63,32 @@ def saved_overrides(path: Path) -> list[str]:
     return list(saved)
 
 
+class SavedFiles:
+    """The files under a directory as they are now, to put back: Hydra rewrites a run's
+    `.hydra/` before lptrain can check that the run can be resumed, and a refused resume
+    must leave the run as it was (its next resume reads those files)."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+        self.files = {p: p.read_bytes() for p in self._present()}
+
+    def _present(self) -> list[Path]:
+        return [p for p in self.directory.rglob("*") if p.is_file()]
+
+    def restore(self) -> None:
+        """Rewrite each file that changed, remove each new one (RunFileError if it cannot)."""
+        try:
+            for p in self._present():
+                if p not in self.files:
+                    p.unlink()
+            for p, data in self.files.items():
+                if not p.is_file() or p.read_bytes() != data:
+                    p.write_bytes(data)
+        except OSError as exc:
+            raise RunFileError(f"{exc.filename or self.directory}: cannot put back the run's "
+                               f"saved configuration ({reason(exc)})") from None
+
+
 def _check_parses(path: Path, overrides: list[str]) -> None:
     """InputFileError naming `path` and the item unless Hydra parses each override (a
     file cut inside an item leaves one such as `dataset`)."""

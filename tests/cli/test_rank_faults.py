@@ -59,6 +59,8 @@ def finished(tmp_path_factory):
     (OVERRIDES, "cut", "'dataset' is not an override"),
 ])
 def test_resume_from_a_damaged_file_ends_every_rank(finished, name, damage, needle):
+    """... and leaves every file as it was: Hydra had rewritten .hydra/ with the refused
+    resume's train.iterations=4, which the next plain resume then aimed at."""
     run_dir, intact = finished
     for other, data in intact.items():
         (run_dir / other).write_bytes(data)
@@ -66,8 +68,16 @@ def test_resume_from_a_damaged_file_ends_every_rank(finished, name, damage, need
     (run_dir / name).write_bytes({"random": os.urandom(5000), "half": data[:len(data) // 2],
                                   "empty": b"", "cut": data[:data.index(b"dataset") + 7]
                                   }[damage])
+    before = _files(run_dir)
     proc = lptrain([f"resume={run_dir}", "train.iterations=4"], ranks=2, timeout=TIMEOUT)
     _one_line(proc, REFUSED, str(run_dir / name), needle)
+    assert _files(run_dir) == before
+
+
+def _files(run_dir):
+    """Every file of the run but its log (which records the refusal), with its bytes."""
+    return {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*")
+            if p.is_file() and p.name != "lptrain.log"}
 
 
 @contextlib.contextmanager
