@@ -218,9 +218,9 @@ def main() -> None:
         from lptrain.config.reference import text
         print(text(), end="")
         return
-    from lptrain.parallel.context import keep_freed_memory, limit_threads, node_of
-    from lptrain.train.guard import StopSignals
+    from lptrain.train.stop import StopSignals      # torch-free: before the heavy imports
     _stop.append(StopSignals().install())   # first: a signal from here on stops cleanly
+    from lptrain.parallel.context import keep_freed_memory, limit_threads, node_of
     # runs after every later exit handler: by then each file is closed, so the cyclic
     # garbage collector's passes over the interpreter's teardown (a few hundred thousand
     # objects: seconds on a loaded machine) would only free memory the OS frees anyway
@@ -230,6 +230,7 @@ def main() -> None:
     limit_threads(node_of(comm))
     channel = JobChannel(comm)
     _channel.append(channel)
+    _stop_if_signalled(comm)
     if comm.Get_rank() != 0:
         sys.exit(_follow(channel))
     status = FAILED
@@ -242,6 +243,21 @@ def main() -> None:
         if not channel.busy:        # else every rank left that job together
             channel.finish(status)
     sys.exit(status)
+
+
+def _stop_if_signalled(comm) -> None:
+    """Collective: exit 128 + the signal on every rank when any rank received SIGINT or
+    SIGTERM while lptrain started (imports, MPI), before anything was written; rank 0
+    says so in one line. A later signal stops the run after an iteration."""
+    from lptrain.parallel.context import make_exchange
+    signum, _ = _stop[0].agreed(make_exchange(comm))
+    if signum is None:
+        return
+    import signal
+    if comm.Get_rank() == 0:
+        print(f"{PROG}: interrupted by {signal.Signals(signum).name} while starting; "
+              f"nothing was run or written", file=sys.stderr, flush=True)
+    sys.exit(128 + signum)
 
 
 def _lead(args: list[str], ranks: int) -> int:

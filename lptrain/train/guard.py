@@ -4,29 +4,25 @@ Divergence rule: iteration k diverged when its objective J_k is not finite, or w
 J_k > DIVERGENCE_FACTOR · max(J_1, tiny), J_1 being the objective recorded at the first
 iteration of the run. Every rank holds the same J_k, so every rank decides alike.
 
-Stops: SIGINT and SIGTERM only set a flag (`StopSignals`); the ranks agree at the end of
-each optimizer iteration with one small allreduce whether any of them got one, so they all
-leave the loop after the same iteration, whichever rank the signal reached and whatever
-collective it was in. The same allreduce carries whether rank 0's metrics writer failed
+Stops: SIGINT and SIGTERM only set a flag (`StopSignals`, train/stop.py); the ranks agree
+at the end of each optimizer iteration with one small allreduce whether any of them got one,
+so they all leave the loop after the same iteration, whichever rank the signal reached and
+whatever collective it was in. The same allreduce carries whether rank 0's metrics writer failed
 (full disk, write error), so that every rank stops then too.
 """
 from __future__ import annotations
 
 import math
-import signal
 from dataclasses import dataclass
 
 import torch
 
-from lptrain.errors import DivergedError, Interrupted, RunFileError
+from lptrain.errors import DivergedError
+from lptrain.train.stop import NoStop, StopSignals  # noqa: F401 (their home before)
 
 DIVERGENCE_FACTOR = 1e3
 _TINY = 1e-12
 
-# signal -> the value a rank contributes to the agreement sum; SIGTERM (a scheduler's
-# cancel) dominates any number of SIGINTs among the ranks
-_WEIGHT = {signal.SIGINT: 1.0, signal.SIGTERM: 4096.0}
-_FAILED = 2.0 ** 24     # a rank's metrics writer failed: larger than any sum of the above
 
 
 @dataclass
@@ -99,48 +95,3 @@ class Progress:
             raise DivergedError(f"diverged: objective {objective:.3e} at iteration {k} exceeds "
                                 f"{DIVERGENCE_FACTOR:g} x the first iteration's {ref:.3e}")
         self.theta, self.iteration = theta, k
-
-
-class StopSignals:
-    """SIGINT/SIGTERM handlers that record the signal instead of raising."""
-
-    def __init__(self):
-        self.received: int | None = None
-
-    def install(self) -> StopSignals:
-        for sig in _WEIGHT:
-            signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        if self.received != signal.SIGTERM:   # keep the stronger request
-            self.received = signum
-
-    def agreed(self, exchange, failed: bool = False) -> tuple[int | None, bool]:
-        """(the signal every rank stops for or None, whether a rank's writer failed).
-
-        Collective: every rank calls it at the same point.
-        """
-        mine = _WEIGHT.get(self.received, 0.0) if self.received is not None else 0.0
-        mine += _FAILED if failed else 0.0
-        total = exchange.allreduce_sum(mine) if exchange.size > 1 else mine
-        failed_somewhere = total >= _FAILED
-        total %= _FAILED
-        if total <= 0:
-            return None, failed_somewhere
-        sig = signal.SIGTERM if total >= _WEIGHT[signal.SIGTERM] else signal.SIGINT
-        return sig, failed_somewhere
-
-    def check(self, exchange, iteration: int, writer=None) -> None:
-        """Raise on every rank alike: the writer's failure (rank 0 holds the message),
-        else Interrupted once any rank received a signal."""
-        failure = getattr(writer, "failure", None)
-        signum, failed = self.agreed(exchange, failure is not None)
-        if failed:
-            raise failure or RunFileError("rank 0 could not write its metrics file")
-        if signum is not None:
-            raise Interrupted(int(signum), iteration)
-
-
-class NoStop(StopSignals):
-    """A stop check without signal handlers (library use, tests): only writer failures."""

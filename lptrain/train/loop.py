@@ -8,9 +8,10 @@ from dataclasses import dataclass
 import torch
 
 from lptrain.errors import Interrupted, LptrainError
-from lptrain.train.guard import NoStop, Progress
+from lptrain.train.guard import Progress
 from lptrain.train.oracles import Batch
 from lptrain.train.stall import StallRule
+from lptrain.train.stop import NoStop
 
 
 def _generator(seed: int) -> torch.Generator:

@@ -137,3 +137,58 @@ def test_signals_stop_every_rank_cleanly(tmp_path):
         np.testing.assert_array_equal(m.train[ms.ITERATION], np.arange(1, n + 1))
         assert load_model(t.dir, "last").iteration == n
         assert load_model(t.dir).iteration <= n      # the best validated one
+
+
+def _handles(pid: int, sig: int) -> bool:
+    """Whether process `pid` has a handler for `sig` (its SigCgt mask in /proc)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = next(int(ln.split()[1], 16) for ln in status.splitlines()
+                if ln.startswith("SigCgt:"))
+    return bool(mask >> (sig - 1) & 1)
+
+
+# (who gets the signal, which signal): each is sent as soon as lptrain's handlers are in
+# place on every rank, while torch and MPI are still loading
+STARTS = [("solo", INT), ("rank1", TERM), ("mpiexec", INT)]
+
+
+def test_a_signal_while_starting_stops_before_anything_is_written(tmp_path):
+    """Was a KeyboardInterrupt traceback (SIGINT) or a silent death (SIGTERM) while the
+    imports ran; now one line, 128 + the signal, and no run directory."""
+    procs, errs, sent = [], [], []
+    for i, (who, sig) in enumerate(STARTS):
+        errs.append(open(tmp_path / f"start{i}.txt", "w+"))
+        launch = [] if who == "solo" else [MPIEXEC, "-n", "2"]
+        procs.append(subprocess.Popen(
+            [*launch, LPTRAIN, f"hydra.run.dir={tmp_path / f'run{i}'}", *TINY], env=ENV,
+            stdout=subprocess.DEVNULL, stderr=errs[-1], start_new_session=True))
+        sent.append(False)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+            for i, ((who, sig), p) in enumerate(zip(STARTS, procs)):
+                ranks = {0: p.pid} if who == "solo" else _ranks(p.pid)
+                if sent[i] or len(ranks) < (1 if who == "solo" else 2) or \
+                        not all(_handles(r, TERM) for r in ranks.values()):
+                    continue
+                os.kill(ranks[1] if who == "rank1" else p.pid, sig)
+                sent[i] = True
+            time.sleep(0.01)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    for i, ((who, sig), p, err) in enumerate(zip(STARTS, procs, errs)):
+        err.seek(0)
+        text = err.read()
+        what = f"{who} {signal.Signals(sig).name}: {text}"
+        ours = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("[mpiexec@")]
+        assert sent[i] and p.returncode == 128 + sig, what
+        assert len(ours) == 1, what
+        assert ours[0] == (f"lptrain: interrupted by {signal.Signals(sig).name} while "
+                           f"starting; nothing was run or written"), what
+        assert not (tmp_path / f"run{i}").exists(), what

@@ -1,0 +1,61 @@
+"""Stop requests: SIGINT and SIGTERM only set a flag, which the ranks agree on.
+
+Torch-free, so that the `lptrain` command installs these handlers before its heavy
+imports: a signal from the first moment on stops the run cleanly (train/guard.py says
+when the ranks check it).
+"""
+from __future__ import annotations
+
+import signal
+
+from lptrain.errors import Interrupted, RunFileError
+
+# signal -> the value a rank contributes to the agreement sum; SIGTERM (a scheduler's
+# cancel) dominates any number of SIGINTs among the ranks
+_WEIGHT = {signal.SIGINT: 1.0, signal.SIGTERM: 4096.0}
+_FAILED = 2.0 ** 24     # a rank's metrics writer failed: larger than any sum of the above
+
+
+class StopSignals:
+    """SIGINT/SIGTERM handlers that record the signal instead of raising."""
+
+    def __init__(self):
+        self.received: int | None = None
+
+    def install(self) -> StopSignals:
+        for sig in _WEIGHT:
+            signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.received != signal.SIGTERM:   # keep the stronger request
+            self.received = signum
+
+    def agreed(self, exchange, failed: bool = False) -> tuple[int | None, bool]:
+        """(the signal every rank stops for or None, whether a rank's writer failed).
+
+        Collective: every rank calls it at the same point.
+        """
+        mine = _WEIGHT.get(self.received, 0.0) if self.received is not None else 0.0
+        mine += _FAILED if failed else 0.0
+        total = exchange.allreduce_sum(mine) if exchange.size > 1 else mine
+        failed_somewhere = total >= _FAILED
+        total %= _FAILED
+        if total <= 0:
+            return None, failed_somewhere
+        sig = signal.SIGTERM if total >= _WEIGHT[signal.SIGTERM] else signal.SIGINT
+        return sig, failed_somewhere
+
+    def check(self, exchange, iteration: int, writer=None) -> None:
+        """Raise on every rank alike: the writer's failure (rank 0 holds the message),
+        else Interrupted once any rank received a signal."""
+        failure = getattr(writer, "failure", None)
+        signum, failed = self.agreed(exchange, failure is not None)
+        if failed:
+            raise failure or RunFileError("rank 0 could not write its metrics file")
+        if signum is not None:
+            raise Interrupted(int(signum), iteration)
+
+
+class NoStop(StopSignals):
+    """A stop check without signal handlers (library use, tests): only writer failures."""
