@@ -95,23 +95,41 @@ class MGRIT:
 
         template: a tensor of the state's shape, dtype and device (every rank);
         u0: the initial state, needed on the rank owning point 0;
-        warm: this rank's level-0 states from an earlier solve (else cold start).
+        warm: this rank's states from an earlier solve (else cold start): all its
+        level-0 rows, or only its C-point rows (`c_rows`), told apart by the first
+        dimension; only the C-points are read (its F-points belong to another θ).
         The result lives in one of two buffers the solver alternates between,
         never in `warm`, so a warm start stays valid until the next solve.
         """
-        work = self._work_buffer(template, warm)
         top = self.levels[0]
+        if warm is not None and warm.shape[0] not in (top.hi - top.lo, len(top.cs)):
+            raise SolverError(f"warm start with {warm.shape[0]} rows: this rank's block has "
+                              f"{top.hi - top.lo} rows, {len(top.cs)} of them C-points")
+        work = self._work_buffer(template, warm)
         self.ops.begin(prop, template, work)
         if warm is None and len(self.levels) > 1:      # a cold start: C-points from zero
             scatter(work, [c - top.lo for c in top.cs], torch.zeros_like(work[:1]))
-        if top.lo == 0:
+        if top.lo == 0:         # point 0 is the first C-point: row 0 of either warm form
             for buf in (work, warm):
-                if buf is not None:
+                if buf is not None and buf.shape[0] > 0:
                     buf[0] = u0
         if len(self.levels) == 1:
             self.ops.coarse_solve(top)
             return SolveResult(work, [0.0], 1, True)
         return self._iterate(warm, max_iter, tol, rtol)
+
+    @property
+    def c_rows(self) -> tuple[int, ...]:
+        """Rows of this rank's level-0 block that are C-points: the rows a warm start
+        needs (a compact warm start holds these rows, in this order)."""
+        top = self.levels[0]
+        return tuple(c - top.lo for c in top.cs)
+
+    def c_point_states(self, states: torch.Tensor) -> torch.Tensor:
+        """A compact copy of the C-point rows of this rank's level-0 `states`."""
+        if not self.c_rows:
+            return states[:0].clone()
+        return gather(states, list(self.c_rows)).clone(memory_format=torch.contiguous_format)
 
     def resume(self, max_iter: int, tol: float = 0.0, rtol: float = 0.0) -> SolveResult:
         """More iterations on the result of the last solve, in place, same propagator."""
@@ -224,10 +242,14 @@ class MGRIT:
         return math.sqrt(res_sq), 0.0 if fixed else ROUNDOFF * eps * self._state_norm
 
     def _take_c_points(self, warm: torch.Tensor) -> None:
-        """A warm start's C-points into the work buffer (its F-points come next)."""
+        """A warm start's C-points into the work buffer (its F-points come next); a
+        compact warm start (only the C-point rows) is taken whole."""
         top = self.levels[0]
-        idx = [c - top.lo for c in top.cs]
-        scatter(top.X, idx, gather(warm, idx))
+        idx = list(self.c_rows)
+        if not idx:
+            return
+        compact = warm.shape[0] == len(idx)     # (a block of C-points only is both)
+        scatter(top.X, idx, warm if compact else gather(warm, idx))
 
     def _work_buffer(self, template: torch.Tensor, warm) -> torch.Tensor:
         """One of two level-0 buffers, never the one holding `warm`."""

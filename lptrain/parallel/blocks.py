@@ -3,8 +3,11 @@
 A rank's warm starts are blocks of MGRIT's level-0 states: rows = the points of its
 layer rank's range (the forward hierarchy's; for the adjoint, the mirrored range of the
 reversed hierarchy), columns = the samples of a batch that lie in its data group's shard,
-in the batch's order. Resuming on another grid (or rank count) builds each new rank's
-block from the pieces of the old ranks' blocks that overlap it in rows and in samples.
+in the batch's order. A compact block holds only the rows of the level-0 C-points (all a
+warm start needs, mgrit/solver.py); its rows are counted among the C-points
+(`Layout.c_points`), which every grid places alike. Resuming on another grid (or rank
+count) builds each new rank's block from the pieces of the old ranks' blocks that
+overlap it in rows and in samples.
 Pure index arithmetic: ranges and index tensors; no state is moved here.
 """
 from __future__ import annotations
@@ -17,20 +20,28 @@ from lptrain.mgrit.hierarchy import Hierarchy
 from lptrain.parallel.grid import Grid, shard
 
 KINDS = ("fwd", "adj")     # the forward and the adjoint warm starts
+ALL_ROWS, C_POINTS = "all", "c-points"   # rows a warm-start block holds
 
 
 @dataclass(frozen=True)
 class Layout:
     """Who holds what on one grid: per layer rank the forward and adjoint rows [lo, hi),
-    per data group the training samples [lo, hi)."""
+    per data group the training samples [lo, hi); `fwd_c`, `adj_c`: the rows of the
+    compact blocks (C-points counted from 0 in either direction)."""
 
     grid: Grid
     fwd: tuple[tuple[int, int], ...]
     adj: tuple[tuple[int, int], ...]
     shards: tuple[tuple[int, int], ...]
+    fwd_c: tuple[tuple[int, int], ...] = ()
+    adj_c: tuple[tuple[int, int], ...] = ()
 
     def rows(self, kind: str, layer_rank: int) -> tuple[int, int]:
         return getattr(self, kind)[layer_rank]
+
+    def c_points(self) -> "Layout":
+        """The layout of compact blocks: the same grid and shards, rows among C-points."""
+        return Layout(self.grid, self.fwd_c, self.adj_c, self.shards, self.fwd_c, self.adj_c)
 
 
 def layout(grid: Grid, hier: Hierarchy, n_samples: int) -> Layout:
@@ -42,7 +53,14 @@ def layout(grid: Grid, hier: Hierarchy, n_samples: int) -> Layout:
     rev, p = hier.reversed(), hier.size
     adj = tuple(rev.ranges[0][p - 1 - j] for j in range(p))   # rank j is p−1−j there
     shards = tuple(shard(n_samples, grid.data, g) for g in range(grid.data))
-    return Layout(grid, tuple(hier.ranges[0]), adj, shards)
+    fwd = tuple(hier.ranges[0])
+    return Layout(grid, fwd, adj, shards, _c_rows(hier, fwd), _c_rows(rev, adj))
+
+
+def _c_rows(hier: Hierarchy, ranges) -> tuple[tuple[int, int], ...]:
+    """Level-0 ranges [lo, hi) as ranges among the C-points (none with one level)."""
+    lv = hier.levels[0]
+    return tuple((lv.count_c_below(lo), lv.count_c_below(hi)) for lo, hi in ranges)
 
 
 def overlap(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int] | None:

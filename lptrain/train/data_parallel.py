@@ -49,6 +49,9 @@ class DataParallelOracle:
     def with_warm_entries(self, state: dict, entries: list) -> dict:
         return self.inner.with_warm_entries(state, entries)
 
+    def warm_rows(self, state: dict) -> str:
+        return self.inner.warm_rows(state)
+
     def tighten(self) -> bool:
         """Every group's inner oracle climbs alike (it depends on no data)."""
         return self.inner.tighten()

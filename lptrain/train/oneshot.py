@@ -6,6 +6,7 @@ from collections import OrderedDict
 
 import torch
 
+from lptrain.parallel.blocks import ALL_ROWS, C_POINTS
 from lptrain.train.control import IterationController
 from lptrain.train.oracles import MGRITOracle, Point
 
@@ -21,7 +22,9 @@ class SimultaneousOracle(MGRITOracle):
     mgrit.tol / adj_tol like mode=mgrit; `relax()` returns to rung 0.  Warm
     starts are kept per mini-batch key for up to `warm_batches` batches (least
     recently used dropped); a batch without one starts cold, which with
-    skip_first_down is a coarse-grid propagation of u_0.
+    skip_first_down is a coarse-grid propagation of u_0.  The kept warm starts of
+    mini-batches are compact: only the C-point rows of the rank's blocks, all a warm
+    solve reads (mgrit/solver.py); a full-batch run keeps the solvers' buffers.
     """
 
     RUNG_FACTOR = 4
@@ -84,11 +87,17 @@ class SimultaneousOracle(MGRITOracle):
     def state_dict(self) -> dict:
         return {**super().state_dict(),
                 "cache": [[key, fwd, adj] for key, (fwd, adj) in self.cache.items()],
+                "warm_rows": C_POINTS if self.copy else ALL_ROWS,
                 "controller": self.controller.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
+        """The state of a checkpoint; with mini-batches, blocks of all rows (a checkpoint
+        written before warm starts were compact) are cut to their C-points."""
         super().load_state_dict(state)
-        self.cache = OrderedDict((key, (fwd, adj)) for key, fwd, adj in state["cache"])
+        full = self.copy and self.warm_rows(state) == ALL_ROWS
+        self.cache = OrderedDict(
+            (key, (self._compact(self.lp.fwd, fwd), self._compact(self.lp.adj, adj))
+             if full else (fwd, adj)) for key, fwd, adj in state["cache"])
         if "controller" in state:        # checkpoints written before the controller
             self.controller.load_state_dict(state["controller"])
 
@@ -99,6 +108,15 @@ class SimultaneousOracle(MGRITOracle):
     @staticmethod
     def with_warm_entries(state: dict, entries: list) -> dict:
         return {**state, "cache": [list(entry) for entry in entries]}
+
+    @staticmethod
+    def warm_rows(state: dict) -> str:
+        return state.get("warm_rows", ALL_ROWS)
+
+    @staticmethod
+    def _compact(solver, states):
+        """The C-point rows of a block (None stays None)."""
+        return None if states is None else solver.c_point_states(states)
 
     def control(self, m, grad_norm: float, key: int) -> None:
         """Estimate the gradient error (scaled by the controller's calibration) and
@@ -178,9 +196,10 @@ class SimultaneousOracle(MGRITOracle):
         return None if entry is None else entry[1]
 
     def _store(self, key, fwd=None, adj=None):
+        """Keep a batch's latest states: the solver's buffers themselves in a full-batch
+        run (they stay valid until the next solve), else compact copies."""
         if self.copy:
-            fwd = fwd.clone() if fwd is not None else None
-            adj = adj.clone() if adj is not None else None
+            fwd, adj = self._compact(self.lp.fwd, fwd), self._compact(self.lp.adj, adj)
         old = self.cache.pop(key, (None, None))
         self.cache[key] = (fwd if fwd is not None else old[0],
                            adj if adj is not None else old[1])

@@ -13,6 +13,7 @@ import torch
 
 from lptrain.mgrit.exchange import allreduce_tensor
 from lptrain.model.serial import Buffers, adjoint, propagate
+from lptrain.parallel.blocks import ALL_ROWS
 from lptrain.parallel.grid import chunks
 from lptrain.parallel.layer_parallel import LayerParallel
 from lptrain.metrics.writer import convergence_factor
@@ -109,6 +110,12 @@ class ExactOracle:
     def with_warm_entries(state: dict, entries: list) -> dict:
         """`state` with its warm starts replaced by `entries` (as warm_entries gives)."""
         return state
+
+    @staticmethod
+    def warm_rows(state: dict) -> str:
+        """Which rows the warm-start blocks of a state_dict hold: all rows of the
+        rank's range (ALL_ROWS) or only its C-points (C_POINTS; parallel/blocks.py)."""
+        return ALL_ROWS
 
 
 class SerialOracle(ExactOracle):

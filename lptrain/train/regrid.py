@@ -7,6 +7,8 @@ put together from the pieces of the old ranks' blocks (parallel/blocks.py says w
 The adjoint states are derivatives of a rank's mean loss over its samples of the batch
 (train/oracles.py), so a piece moving from a data group holding n_old of the batch's
 samples to one holding n_new is scaled by n_old / n_new (MEAN_SCALED).
+Compact blocks (only the C-point rows, parallel/blocks.py) move as compact blocks, with
+rows counted among the C-points (the state says which: `oracle.warm_rows`).
 A batch's block is kept only when every piece arrived (else the batch starts cold); a
 batch of which the new rank holds no samples keeps its place in the cache without
 states, as on a rank that had none (DataParallelOracle). Tensors only, no files: the
@@ -19,7 +21,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from lptrain.parallel.blocks import KINDS, Layout, block_shape, pieces
+from lptrain.parallel.blocks import C_POINTS, KINDS, Layout, block_shape, pieces
 
 MEAN_SCALED = ("adj",)     # warm starts scaled by 1 / (the rank's samples of the batch)
 
@@ -33,10 +35,14 @@ def regrid(old: Layout, new: Layout, rank: int, samples: Callable[[int], torch.T
     tensor (its rows are axis 0). The rest of the state (what every rank holds alike:
     controller plans, rung) is the first old rank's. ValueError where an old block's
     shape is not the one its layout gives."""
-    base, order, parts = None, [], {}
+    base, form, order, parts = None, None, [], {}
     for r, state in states:
         if base is None:          # without its warm starts: memory holds one old state
-            base = oracle.with_warm_entries(state, [])
+            base, form = oracle.with_warm_entries(state, []), oracle.warm_rows(state)
+            old, new = _in_rows(old, form), _in_rows(new, form)
+        elif oracle.warm_rows(state) != form:
+            raise ValueError(f"rank {r}'s warm starts hold {oracle.warm_rows(state)} rows, "
+                             f"the first rank's {form}")
         for key, *tensors in oracle.warm_entries(state):
             if key not in parts:
                 order.append(key)
@@ -91,6 +97,7 @@ def fits(lay: Layout, rank: int, samples: Callable[[int], torch.Tensor], state: 
          oracle, axis: int = 1) -> bool:
     """Whether every warm start of `state` has the block shape `lay` gives world rank
     `rank` (a checkpoint that does not record its grid may come from another)."""
+    lay = _in_rows(lay, oracle.warm_rows(state))
     try:
         for key, *tensors in oracle.warm_entries(state):
             batch = samples(key)
@@ -101,6 +108,11 @@ def fits(lay: Layout, rank: int, samples: Callable[[int], torch.Tensor], state: 
     except ValueError:          # a batch key this run does not have
         return False
     return True
+
+
+def _in_rows(lay: Layout, form: str) -> Layout:
+    """The layout whose rows are those a block of `form` holds."""
+    return lay.c_points() if form == C_POINTS else lay
 
 
 def _rows_samples(t: torch.Tensor, axis: int) -> tuple[int, int]:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lptrain.mgrit.options import MGRITOptions
-from lptrain.parallel.blocks import (KINDS, block_shape, layout, overlap, pieces,
+from lptrain.parallel.blocks import (C_POINTS, KINDS, block_shape, layout, overlap, pieces,
                                      sources)
 from lptrain.parallel.grid import Grid, shard
 from lptrain.train.oneshot import SimultaneousOracle
@@ -244,3 +244,45 @@ def test_a_solvers_states_go_to_other_grids_and_back(kind):
         back = regrid(lay(grid), one, 0, samples, enumerate(moved), oracle, axis)
         for a, b in zip(state["cache"][0][1:], back["cache"][0][1:]):
             torch.testing.assert_close(b, a, rtol=1e-15, atol=0)
+
+
+def _compact_cache(lay, rank, samples, keys, axis=1):
+    """A mini-batch simultaneous oracle's state: only the C-point rows of its blocks."""
+    hier = OPTIONS.hierarchy(N, lay.grid.layer)
+    cps = {"fwd": list(hier.levels[0].cpoints), "adj": list(hier.reversed().levels[0].cpoints)}
+    layer = lay.grid.coords(rank)[0]
+    state = _cache(lay, rank, samples, keys, axis)
+    for entry in state["cache"]:
+        for i, kind in enumerate(KINDS, start=1):
+            lo, hi = lay.rows(kind, layer)
+            if entry[i] is not None:
+                entry[i] = entry[i][[c - lo for c in cps[kind] if lo <= c < hi]]
+    return {**state, "warm_rows": C_POINTS}
+
+
+@pytest.mark.parametrize("batches", sorted(BATCHES))
+def test_compact_blocks_go_to_other_grids_as_compact_blocks(batches):
+    """The C-point rows of every block, moved: the C-point rows of the new grid's blocks
+    (compact rows counted among the C-points: Layout.c_points)."""
+    samples, keys = BATCHES[batches], KEYS[batches]
+    for a, b in itertools.product(GRIDS, GRIDS):
+        old, new = _layout(a), _layout(b)
+        saved = {r: _compact_cache(old, r, samples, keys) for r in range(a.size)}
+        for r in range(a.size):          # the layout's compact rows are the blocks' rows
+            assert fits(old, r, samples, saved[r], SimultaneousOracle)
+        for rank in range(b.size):
+            states = ((r, saved[r]) for r in sources(old, new, rank))
+            got = regrid(old, new, rank, samples, states, SimultaneousOracle)
+            want = _compact_cache(new, rank, samples, keys)
+            assert got["warm_rows"] == C_POINTS
+            for (_, *g), (_, *w) in zip(got["cache"], want["cache"]):
+                for x, y in zip(g, w):
+                    assert (x is None and y is None) or \
+                        torch.allclose(x, y, rtol=1e-15, atol=0), (a, b, rank)
+    assert _layout(Grid(2, 1)).c_points().fwd == ((0, 4), (4, 9))
+    mixed = _cache(_layout(Grid(2, 1)), 1, BATCHES["full"], [0])
+    first = _compact_cache(_layout(Grid(2, 1)), 0, BATCHES["full"], [0])
+    with pytest.raises(ValueError, match="rank 1's warm starts hold all rows, the first "
+                                         "rank's c-points"):
+        regrid(_layout(Grid(2, 1)), _layout(Grid(1, 1)), 0, BATCHES["full"],
+               [(0, first), (1, mixed)], SimultaneousOracle)
