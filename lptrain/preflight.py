@@ -60,10 +60,13 @@ def need(opts, sizes: Sizes, net: ResNet, grid: Grid,
     vectors = 2 * getattr(opts.optimizer, "memory", 0) + 8
     warm = _kept_warm_starts(opts, sizes)
     val_chunk = min(batch, math.ceil(sizes.n_val / grid.data))
+    mo = opts.mgrit
     return memory.estimate(opts.mode.name, opts.network.layers, grid.layer, batch,
                            math.prod(net.state_shape), net.layout.size, item, data_bytes,
                            vectors, warm, val_chunk, grid.size,
-                           opts.mode.name == "simultaneous" and opts.mgrit.calibrate_every > 0)
+                           opts.mode.name == "simultaneous" and mo.calibrate_every > 0,
+                           c_intervals(opts.network.layers, mo.cfactor0, mo.levels,
+                                       mo.min_coarse))
 
 
 def _kept_warm_starts(opts, sizes: Sizes) -> int:

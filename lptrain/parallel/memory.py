@@ -13,15 +13,16 @@ The estimate counts what grows with the run, per rank, in bytes:
 - the validation pass, in chunks of at most the batch shard: `VAL_COPIES`
   states per owned layer of a chunk (the MGRIT modes keep a validation
   solver with its own buffers; serial keeps the sweep's states);
-- simultaneous with mini-batches: `WARM_COPIES` states per owned layer for
-  each of up to `mode.warm_batches` batches (forward and adjoint warm starts
-  and the buffers they pin);
+- simultaneous with mini-batches: `WARM_COPIES` states per owned level-0
+  C-point for each of up to `mode.warm_batches` batches (the forward and adjoint
+  warm starts keep only their C-point rows, train/oneshot.py);
 - simultaneous with calibration (mgrit.calibrate_every): a layer-serial
   evaluation of the rank's share of the batch, `STATE_COPIES["serial"]`
   states per layer of all N;
 - on more than one rank, rank 0's checkpoints: it receives the ranks' oracle
   states one at a time, `CHECKPOINT_COPIES` copies of one rank's (its
-  pickled message and the tensors), counted on every rank alike.
+  pickled message and the tensors: 2 states per owned layer, or per owned
+  C-point and kept batch), counted on every rank alike.
 The coefficients are fitted to measured peaks (BENCHMARKS.md, "Memory per
 rank"), what the allocator keeps of freed memory included.
 """
@@ -35,8 +36,8 @@ BASE = 400e6            # bytes: peak of an lptrain rank on a tiny problem
 STATE_COPIES = {"serial": 4.0, "mgrit": 7.1, "simultaneous": 7.1}
 STATE_EXTRA = 42.0      # state-sized temporaries per sample, whatever the layers
 VAL_COPIES = {"serial": 1.0, "mgrit": 6.0, "simultaneous": 6.0}
-WARM_COPIES = 3.3       # per owned layer and kept batch (measured; 2 are the states)
-CHECKPOINT_COPIES = 2.0  # of a rank's oracle state (2 states per owned layer and batch)
+WARM_COPIES = 2.0       # per owned C-point and kept batch (measured; 2 are the states)
+CHECKPOINT_COPIES = 2.0  # of a rank's oracle state
 
 
 @dataclass(frozen=True)
@@ -67,20 +68,23 @@ def gb(nbytes: float) -> str:
 def estimate(mode: str, n_layers: int, layer_ranks: int, batch: int, state_elements: int,
              n_params: int, item_bytes: int, data_bytes: float, vectors: int,
              warm_batches: int = 0, val_chunk: int = 0, ranks: int = 1,
-             calibrated: bool = False) -> Need:
+             calibrated: bool = False, intervals: int | None = None) -> Need:
     """Bytes one rank needs: batch = its samples per evaluation (its shard of the batch),
     vectors = θ-sized vectors the optimizer keeps, warm_batches = mini-batches whose
     states are kept (simultaneous), val_chunk = validation samples per pass, ranks =
     all ranks of the run, calibrated = simultaneous also evaluates layer-serially on
-    its share of the batch (mgrit.calibrate_every, train/calibrate.py)."""
+    its share of the batch (mgrit.calibrate_every, train/calibrate.py), intervals =
+    C-intervals of MGRIT's finest level (parallel.grid.c_intervals; None: n_layers)."""
     own = math.ceil(n_layers / layer_ranks) + 1 if mode != "serial" else n_layers + 1
+    own_c = math.ceil((intervals or n_layers) / layer_ranks) + 1
     state = batch * state_elements * item_bytes
     val = val_chunk * state_elements * item_bytes * VAL_COPIES[mode] * own
     states = state * (STATE_COPIES[mode] * own + STATE_EXTRA) + val
     if calibrated:      # all layers, the batch split over the layer ranks
         states += STATE_COPIES["serial"] * (n_layers + 1) * math.ceil(state / layer_ranks)
-    warm = WARM_COPIES * own * state * warm_batches
-    oracle_state = 0 if mode == "serial" else 2 * own * state * max(1, warm_batches)
+    warm = WARM_COPIES * own_c * state * warm_batches
+    kept = own_c * warm_batches if warm_batches else own    # mini-batches: compact
+    oracle_state = 0 if mode == "serial" else 2 * kept * state
     checkpoint = CHECKPOINT_COPIES * oracle_state if ranks > 1 else 0.0
     return Need(BASE, vectors * n_params * item_bytes, data_bytes, states, warm, checkpoint)
 

@@ -17,8 +17,12 @@ def test_estimate_counts_states_per_owned_layer_and_sample():
     serial = memory.estimate("serial", 32, 1, 10, 100, 0, 8, 0.0, 0)
     assert serial.states == pytest.approx(state * (memory.STATE_COPIES["serial"] * 33
                                                    + memory.STATE_EXTRA))
-    warm = memory.estimate("simultaneous", 32, 4, 10, 100, 0, 8, 0.0, 0, warm_batches=3)
-    assert warm.warm == pytest.approx(memory.WARM_COPIES * 9 * state * 3)
+    # kept mini-batch warm starts: their C-points only (8 C-intervals: 3 per rank of 4)
+    warm = memory.estimate("simultaneous", 32, 4, 10, 100, 0, 8, 0.0, 0, warm_batches=3,
+                           intervals=8)
+    assert warm.warm == pytest.approx(memory.WARM_COPIES * 3 * state * 3)
+    one_level = memory.estimate("simultaneous", 32, 4, 10, 100, 0, 8, 0.0, 0, warm_batches=3)
+    assert one_level.warm == pytest.approx(memory.WARM_COPIES * 9 * state * 3)
     val = memory.estimate("simultaneous", 32, 4, 10, 100, 0, 8, 0.0, 0, val_chunk=5)
     assert val.states - four.states == pytest.approx(
         memory.VAL_COPIES["simultaneous"] * 9 * state / 2)
@@ -27,8 +31,10 @@ def test_estimate_counts_states_per_owned_layer_and_sample():
     assert p.total == pytest.approx(memory.BASE + p.params + p.data + p.states)
     # rank 0 receives one other rank's oracle state at a checkpoint
     ranks = memory.estimate("simultaneous", 32, 4, 10, 100, 0, 8, 0.0, 0, warm_batches=3,
-                            ranks=4)
-    assert ranks.checkpoint == pytest.approx(memory.CHECKPOINT_COPIES * 2 * 9 * state * 3)
+                            ranks=4, intervals=8)
+    assert ranks.checkpoint == pytest.approx(memory.CHECKPOINT_COPIES * 2 * 3 * state * 3)
+    full = memory.estimate("simultaneous", 32, 4, 10, 100, 0, 8, 0.0, 0, ranks=4, intervals=8)
+    assert full.checkpoint == pytest.approx(memory.CHECKPOINT_COPIES * 2 * 9 * state)
     assert memory.estimate("serial", 32, 1, 10, 100, 0, 8, 0.0, 0, ranks=4).checkpoint == 0
 
 

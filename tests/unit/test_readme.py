@@ -73,7 +73,7 @@ def test_memory_coefficients_are_the_estimates():
     from lptrain.parallel import memory
     m = _one(r"the process itself \(([\d.]+) GB\), .*? and ([\d.]+) state tensors per owned "
              r"layer plus (\d+) per sample .*? (\d+) per owned layer and sample of a validation "
-             r"chunk \(MGRIT modes; serial (\d+)\) and ([\d.]+) per owned layer and sample of "
+             r"chunk \(MGRIT modes; serial (\d+)\) and ([\d.]+) per owned C-point and sample of "
              r"each kept warm start")
     assert float(m[1]) * 1e9 == memory.BASE
     assert float(m[2]) == memory.STATE_COPIES["mgrit"] == memory.STATE_COPIES["simultaneous"]
@@ -83,10 +83,14 @@ def test_memory_coefficients_are_the_estimates():
 
 
 def test_warm_start_example_is_its_formula():
-    m = _one(r"2 × \(N/P\) × B × width × 8 bytes in float64 \(N = (\d+), P = (\d+), B = (\d+), "
-             r"width (\d+): (\d+) MB per batch\)")
-    n, p, b, width, mb = map(int, m.groups())
-    assert round(2 * (n / p) * b * width * 8 / 1e6) == mb
+    m = _one(r"2 × \(N/\(c·P\) \+ 1\) × B × width × 8 bytes in float64 "
+             r"\(c = `mgrit.cfactor0`; N = (\d+), c = (\d+), P = (\d+), B = (\d+), "
+             r"width (\d+): (\d+) MB per batch instead of (\d+) MB for every layer\)")
+    n, c, p, b, width, mb, every = map(int, m.groups())
+    assert round(2 * (n / (c * p) + 1) * b * width * 8 / 1e6) == mb
+    assert round(2 * (n / p) * b * width * 8 / 1e6) == every
+    from lptrain.mgrit.options import MGRITOptions
+    assert MGRITOptions().cfactor0 == c
 
 
 def test_auto_splits_quoted_are_the_preflights():
