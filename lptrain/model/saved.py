@@ -16,6 +16,7 @@ import errno
 import io
 import os
 import pickle
+import struct
 import zipfile
 from pathlib import Path
 
@@ -133,16 +134,25 @@ def archive_entries(path: Path) -> list[str] | None:
     return names if names and all("/" not in n for n in names) else None
 
 
+# what torch.load raises on bytes that are not a torch file: its own checks, and the
+# unpickler's when damaged opcodes reach it (an empty stack, a bad memo key or argument)
+_UNPICKLING = (pickle.UnpicklingError, IndexError, KeyError, TypeError, AttributeError,
+               struct.error, OverflowError)
+_DAMAGED = (OSError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile, *_UNPICKLING)
+
+
 def load_entry(path: Path, name: str, what: str):
     """One entry of an AtomicArchive (tensors and plain values only)."""
     try:
         with zipfile.ZipFile(path) as z:
             data = z.read(name)
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except KeyError:
         raise InputFileError(f"{path}: {what} has no entry {name}") from None
-    except (OSError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile,
-            pickle.UnpicklingError) as exc:
+    except _DAMAGED as exc:
+        raise InputFileError(f"{path}: unreadable {what} ({_first_line(exc)})") from None
+    try:
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except _DAMAGED as exc:
         raise InputFileError(f"{path}: unreadable {what} ({_first_line(exc)})") from None
 
 
@@ -152,13 +162,13 @@ def load_torch(path: Path, what: str):
         return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise InputFileError(f"{path}: no {what} there") from None
-    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as exc:
+    except _DAMAGED as exc:
         raise InputFileError(f"{path}: unreadable {what} ({_first_line(exc)})") from None
 
 
 def _first_line(exc: Exception) -> str:
     """torch's load errors run to many lines of advice; say what is wrong in one."""
-    if isinstance(exc, pickle.UnpicklingError):
+    if isinstance(exc, _UNPICKLING):
         return "not a torch file of tensors and plain values"
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return lines[0] if lines else type(exc).__name__

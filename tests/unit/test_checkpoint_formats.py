@@ -2,6 +2,7 @@
 own entry on the grid that saved it; blocks moved to another grid (format 3); none on
 another rank count for formats 1 and 2 (a cold start), which still resume exactly on
 their own rank count."""
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ from hydra import compose, initialize_config_dir
 
 from lptrain import app, config
 from lptrain.config.schema import register_configs
+from lptrain.errors import InputFileError
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
 from lptrain.model.saved import AtomicArchive, archive_entries, load_entry, save_torch
@@ -113,3 +115,25 @@ def test_a_format_2_checkpoint_still_resumes_exactly(saved, tmp_path):
     a, b = read_metrics(whole / ms.FILE_NAME), read_metrics(old / ms.FILE_NAME)
     np.testing.assert_array_equal(b.train[ms.ITERATION], np.arange(1, 9))
     np.testing.assert_array_equal(b.train[ms.OBJECTIVE], a.train[ms.OBJECTIVE])
+
+
+# bytes that reach torch's unpickler and break it: an empty stack (IndexError; the fault
+# matrix's random checkpoint.pt), a pop from it, a stray opcode
+DAMAGED = {"tuple1": b"\x85", "pop": b"0", "mark-tuple": b"t", "stop": b"."}
+
+
+@pytest.mark.parametrize("name", list(DAMAGED))
+def test_damaged_bytes_are_an_unreadable_checkpoint(tmp_path, name):
+    """A file or archive entry of such bytes is one InputFileError naming the file, never
+    an IndexError (which ended the run as an unexpected exception, exit 1)."""
+    path = tmp_path / ck.CHECKPOINT_FILE
+    path.write_bytes(DAMAGED[name])
+    with pytest.raises(InputFileError, match=f"{path}: unreadable checkpoint"):
+        ck.load_checkpoint(path)
+    archive = AtomicArchive(path)
+    archive.add(ck.RECORD_ENTRY, {"format": "x"})
+    archive.commit()
+    with zipfile.ZipFile(path, "a") as z:
+        z.writestr("bad.pt", DAMAGED[name])
+    with pytest.raises(InputFileError, match=f"{path}: unreadable checkpoint"):
+        load_entry(path, "bad.pt", "checkpoint")
