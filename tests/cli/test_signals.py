@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from launch import ENV, LPTRAIN, MPIEXEC
+from launch import ENV, LPTRAIN, MPIEXEC, rank_pids
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
 from lptrain.model.saved import load_model
@@ -37,32 +37,6 @@ TRIALS = [("mpiexec", INT, "serial"), ("mpiexec", TERM, "mgrit"),
           ("rank0", INT, "mgrit"), ("rank1", INT, "serial"), ("rank1", TERM, "mgrit"),
           ("rank0", TERM, "simultaneous"), ("all", INT, "mgrit"), ("all", INT, "serial"),
           ("solo", INT, "serial"), ("solo", TERM, "serial")]    # solo: 1 rank, no mpiexec
-
-
-def _children(pid: int) -> list[int]:
-    kids = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            kids += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            pass
-    return kids
-
-
-def _ranks(pid: int) -> dict[int, int]:
-    """rank -> pid of the processes below mpiexec `pid` (PMI_RANK in their environment)."""
-    found, todo = {}, _children(pid)
-    while todo:
-        p = todo.pop()
-        todo += _children(p)
-        try:
-            env = Path(f"/proc/{p}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        for item in env:
-            if item.startswith(b"PMI_RANK="):
-                found[int(item.split(b"=")[1])] = p
-    return found
 
 
 def _iterations(path: Path) -> int:
@@ -89,7 +63,7 @@ class Trial:
         rows = _iterations(self.dir / ms.FILE_NAME)
         if self.sent or rows < 3:
             return
-        ranks = _ranks(self.proc.pid)
+        ranks = rank_pids(self.proc.pid)
         if self.target in ("mpiexec", "solo"):
             os.kill(self.proc.pid, self.sig)
         elif self.target == "all":        # a terminal's Ctrl-C: the whole process group
@@ -170,7 +144,7 @@ def test_a_signal_while_starting_stops_before_anything_is_written(tmp_path):
         deadline = time.monotonic() + TIMEOUT
         while time.monotonic() < deadline and any(p.poll() is None for p in procs):
             for i, ((who, sig), p) in enumerate(zip(STARTS, procs)):
-                ranks = {0: p.pid} if who == "solo" else _ranks(p.pid)
+                ranks = {0: p.pid} if who == "solo" else rank_pids(p.pid)
                 if sent[i] or len(ranks) < (1 if who == "solo" else 2) or \
                         not all(_handles(r, TERM) for r in ranks.values()):
                     continue
