@@ -203,6 +203,23 @@ class _Ranks:
         return [obj] + [None] * (self.size - 1)
 
 
+class _Optimizer:
+    def state_dict(self):
+        return {"k": 1}
+
+
+class _Batches:
+    def state_dict(self):
+        return {"order": []}
+
+
+class _Progress:
+    first_objective = 2.5
+
+    def best_state(self):
+        return None
+
+
 def _three_rank_checkpoint(path):
     states = [{"cache": [(0, torch.full((2, 3), float(r)), None)]} for r in range(3)]
 
@@ -216,23 +233,9 @@ def _three_rank_checkpoint(path):
         def with_warm_entries(self, state, entries):
             return {**state, "cache": entries}
 
-    class Optimizer:
-        def state_dict(self):
-            return {"k": 1}
-
-    class Batches:
-        def state_dict(self):
-            return {"order": []}
-
-    class Progress:
-        first_objective = 2.5
-
-        def best_state(self):
-            return None
-
-    saver = ck.Checkpointer(path, 1, _Ranks(states), True, Optimizer(), Oracle(), Progress(),
+    saver = ck.Checkpointer(path, 1, _Ranks(states), True, _Optimizer(), Oracle(), _Progress(),
                             {"config": "c"})
-    saver.save(4, torch.arange(3.0), Batches(), {"wall_time": 1.0})
+    saver.save(4, torch.arange(3.0), _Batches(), {"wall_time": 1.0})
     return states
 
 
@@ -335,27 +338,13 @@ def test_models_are_written_before_their_checkpoint(tmp_path, fail):
         def warm_entries(self, state):
             return []
 
-    class Optimizer:
-        def state_dict(self):
-            return {"k": 1}
-
-    class Batches:
-        def state_dict(self):
-            return {"order": []}
-
-    class Progress:
-        first_objective = 2.5
-
-        def best_state(self):
-            return None
-
-    saver = ck.Checkpointer(path, 1, _Ranks([{"cache": []}]), True, Optimizer(), Oracle(),
-                            Progress(), {"config": "c"}, models)
+    saver = ck.Checkpointer(path, 1, _Ranks([{"cache": []}]), True, _Optimizer(), Oracle(),
+                            _Progress(), {"config": "c"}, models)
     for k in (1, 2):
         if fail:
             with pytest.raises(RunFileError, match="model.pt: cannot write"):
-                saver.save(k, torch.arange(3.0), Batches(), {"wall_time": 1.0})
+                saver.save(k, torch.arange(3.0), _Batches(), {"wall_time": 1.0})
         else:
-            saver.save(k, torch.arange(3.0), Batches(), {"wall_time": 1.0})
+            saver.save(k, torch.arange(3.0), _Batches(), {"wall_time": 1.0})
         assert ck.load_checkpoint(path)["iteration"] == k
     assert models.seen == [None, 1]
