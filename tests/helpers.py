@@ -1,10 +1,13 @@
 """Small float64 problems shared by the numerical tests."""
 from __future__ import annotations
 
+import signal
+
 import torch
 
 from lptrain.model.network import NetworkOptions, ResNet
 from lptrain.model.serial import adjoint, propagate
+from lptrain.train.guard import StopSignals
 
 
 def dense_net(layers=8, width=4, features=2, classes=3, T=2.0, activation="tanh",
@@ -60,3 +63,16 @@ def autograd_objective(net, theta, x, y):
         d = (v[name][1:] - v[name][:-1]) / net.h
         reg = reg + 0.5 * o.gamma_ddt * d.pow(2).sum()
     return loss + reg
+
+
+class StopAt(StopSignals):
+    """A SIGINT that arrives during iteration `at`."""
+
+    def __init__(self, at):
+        super().__init__()
+        self.at = at
+
+    def check(self, exchange, iteration, writer=None):
+        if iteration == self.at:
+            self.received = signal.SIGINT
+        super().check(exchange, iteration, writer)

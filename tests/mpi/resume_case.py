@@ -9,7 +9,6 @@ compares every metrics.h5 with the uninterrupted run.
 from __future__ import annotations
 
 import shutil
-import signal
 import sys
 from pathlib import Path
 
@@ -18,7 +17,9 @@ from hydra import compose, initialize_config_dir
 from lptrain import app, config
 from lptrain.config.schema import register_configs
 from lptrain.errors import Interrupted
-from lptrain.train.guard import StopSignals
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from helpers import StopAt  # noqa: E402
 
 CONF = Path(config.CONF_DIR)
 TINY = ["network.layers=8", "network.width=4", "dataset.n_train=200", "dataset.n_val=50",
@@ -50,19 +51,6 @@ def cfg(case: str, iterations: int, layer_ranks: int = 1):
         return compose(config_name="config",
                        overrides=[*TINY, *overrides, f"train.iterations={iterations}",
                                   f"parallel.layer_ranks={layer_ranks}"])
-
-
-class StopAt(StopSignals):
-    """A SIGINT that arrives during iteration `at`."""
-
-    def __init__(self, at):
-        super().__init__()
-        self.at = at
-
-    def check(self, exchange, iteration, writer=None):
-        if iteration == self.at:
-            self.received = signal.SIGINT
-        super().check(exchange, iteration, writer)
 
 
 def stopped(case: str, comm, run_dir: Path, layer_ranks: int = 1) -> None:

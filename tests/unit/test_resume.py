@@ -1,7 +1,6 @@
 """Checkpoints and resume in one process: a stopped and resumed run equals an
 uninterrupted one (bitwise in the serial and simultaneous modes, to the MGRIT tolerance
 in mgrit mode), the metrics file is continued, and bad resumes are refused."""
-import signal
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,8 @@ from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
 from lptrain.model.saved import load_model
 from lptrain.train import checkpoint as ck
-from lptrain.train.guard import StopSignals
+
+from helpers import StopAt
 
 CONF_DIR = Path(config.CONF_DIR)
 K = 12
@@ -36,19 +36,6 @@ def _cfg(*overrides):
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose(config_name="config", overrides=[*TINY, *overrides])
-
-
-class StopAt(StopSignals):
-    """A SIGINT that arrives during iteration `at`."""
-
-    def __init__(self, at):
-        super().__init__()
-        self.at = at
-
-    def check(self, exchange, iteration, writer=None):
-        if iteration == self.at:
-            self.received = signal.SIGINT
-        super().check(exchange, iteration, writer)
 
 
 def _same(a, b, bitwise):
