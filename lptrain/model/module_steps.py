@@ -1,0 +1,177 @@
+"""A user's residual branches f_n (torch modules) as a time stepper u ← u + h·f_n(u).
+
+Interface (numerics only: no MPI, no MGRIT; lptrain/parallel/module_solver.py
+drives it):
+
+    steps = ModuleSteps(layers, n_layers=None, build=None, stack=False)
+
+    layers    a sequence of N `nn.Module`s (f_0..f_{N−1}), or a factory
+              `layers(n) -> nn.Module` (then `n_layers` is required) so that a
+              rank constructs only the layers it needs (`build`, default all).
+    stack     True: stacked steps of several layers run as one `torch.func.vmap`
+              over the layers' stacked parameters.  Only for layers that share
+              one structure (the same module class and hyper-parameters, differing
+              only in parameter values); False: one layer at a time (any modules).
+
+    steps.modules            nn.ModuleDict 'n' -> f_n of the layers built here
+    steps.ensure(n)          build layer n (the factory) if it is not here yet
+    steps.params(n)          {name: tensor} current parameters of f_n (detached)
+    steps.mean_params(ns)    their mean over layers ns (coarse "average" steps)
+    steps.f(n, u, P=None)    f_n(u), with parameters P (default: its own) via
+                             torch.func.functional_call; any state shape
+    steps.step(u, n, h, P=None)          u + h·f_n(u)
+    steps.step_many(U, ns, hs, Ps)       the same for states stacked on dim 0
+    steps.linearize(u, n, P=None, params=False) -> Linear: f_n's graph at u;
+        Linear.vjp_state(λ) = (∂f/∂u)ᵀλ, Linear.vjp_params(λ) = (∂f/∂θ)ᵀλ
+        (a dict by parameter name; needs params=True)
+    steps.flat(n) / steps.load_flat(n, vec)   parameters of f_n as one vector
+
+A step of size h from layer n uses f_n's parameters; coarse MGRIT steps use
+the fine f with the coarse step size and either the parameters of the layer
+where the step starts (inject) or their mean over the covered layers
+(average: functional_call with averaged tensors, so any module works whose
+parameters may be averaged meaningfully).  Buffers (e.g. running statistics)
+are the module's own and are not averaged.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+from torch.func import functional_call, vmap
+
+from lptrain.errors import ConfigError
+
+Params = dict[str, torch.Tensor]
+
+
+class ModuleSteps:
+    """Residual steps u + h·f_n(u) of user modules f_n, built where they are needed."""
+
+    def __init__(self, layers: Sequence[nn.Module] | Callable[[int], nn.Module],
+                 n_layers: int | None = None, build=None, stack: bool = False):
+        if callable(layers) and not isinstance(layers, nn.Module):
+            if n_layers is None or n_layers < 1:
+                raise ConfigError(f"n_layers={n_layers!r}: a layer factory needs the number "
+                                  "of layers (>= 1)")
+            self._factory, self.n_layers = layers, int(n_layers)
+        else:
+            layers = list(layers)
+            if not layers or not all(isinstance(m, nn.Module) for m in layers):
+                raise ConfigError(f"layers: need a non-empty sequence of nn.Module, got "
+                                  f"{[type(m).__name__ for m in layers]}")
+            if n_layers is not None and n_layers != len(layers):
+                raise ConfigError(f"n_layers={n_layers} but {len(layers)} modules given")
+            self._given, self._factory, self.n_layers = layers, None, len(layers)
+        self.stack = stack
+        self.modules = nn.ModuleDict()
+        for n in range(self.n_layers) if build is None else sorted(set(build)):
+            self.ensure(n)
+
+    # -- layers ----------------------------------------------------------------------
+    def ensure(self, n: int) -> nn.Module:
+        """f_n, built (by the factory) or taken (from the sequence) if not here yet."""
+        key = str(n)
+        if key not in self.modules:
+            if not 0 <= n < self.n_layers:
+                raise IndexError(f"layer {n} outside 0..{self.n_layers - 1}")
+            module = self._factory(n) if self._factory else self._given[n]
+            if not isinstance(module, nn.Module):
+                raise ConfigError(f"layer factory returned {type(module).__name__} for "
+                                  f"layer {n}, not an nn.Module")
+            self.modules[key] = module
+        return self.modules[key]
+
+    def module(self, n: int) -> nn.Module:
+        try:
+            return self.modules[str(n)]
+        except KeyError:
+            raise IndexError(f"layer {n} is not built on this rank "
+                             f"(built: {self.built})") from None
+
+    @property
+    def built(self) -> list[int]:
+        return sorted(int(k) for k in self.modules)
+
+    def params(self, n: int) -> Params:
+        return {k: p.detach() for k, p in self.module(n).named_parameters()}
+
+    def mean_params(self, ns) -> Params:
+        ps = [self.params(n) for n in ns]
+        return {k: torch.stack([p[k] for p in ps]).mean(0) for k in ps[0]}
+
+    def flat(self, n: int) -> torch.Tensor:
+        ps = list(self.params(n).values())
+        return torch.cat([p.reshape(-1) for p in ps]) if ps else torch.zeros(0)
+
+    def load_flat(self, n: int, vec: torch.Tensor) -> None:
+        """Set f_n's parameters from one vector (as `flat` lays them out)."""
+        offset = 0
+        with torch.no_grad():
+            for p in self.module(n).parameters():
+                p.copy_(vec[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
+        if offset != vec.numel():
+            raise ValueError(f"layer {n}: {vec.numel()} values for {offset} parameters")
+
+    def numel(self, n: int) -> int:
+        return sum(p.numel() for p in self.module(n).parameters())
+
+    # -- forward -------------------------------------------------------------------
+    def f(self, n: int, u: torch.Tensor, P: Params | None = None) -> torch.Tensor:
+        """f_n(u), with parameters P in place of f_n's own if given."""
+        module = self.module(n)
+        if P is None:
+            return module(u)
+        return functional_call(module, P, (u,))
+
+    def step(self, u, n: int, h: float, P: Params | None = None) -> torch.Tensor:
+        """u + h·f_n(u) (a new tensor)."""
+        y = self.f(n, u, P)
+        if y.shape != u.shape:
+            raise ValueError(f"layer {n} maps a state of shape {tuple(u.shape)} to "
+                             f"{tuple(y.shape)}: a residual branch must keep the shape")
+        return torch.add(u, y, alpha=h)
+
+    def step_many(self, U, ns, hs, Ps) -> torch.Tensor:
+        """U[i] + hs[i]·f_{ns[i]}(U[i]) for states stacked on dim 0 (a new tensor)."""
+        if self.stack and len(ns) > 1:
+            P = {k: torch.stack([p[k] for p in Ps]) for k in Ps[0]}
+            module = self.module(ns[0])
+            F = vmap(lambda p, u: functional_call(module, p, (u,)))(P, U)
+            h = torch.as_tensor(hs, dtype=U.dtype, device=U.device)
+            return torch.addcmul(U, h.view(-1, *([1] * (U.dim() - 1))), F)
+        return torch.stack([self.step(U[i], n, hs[i], Ps[i]) for i, n in enumerate(ns)])
+
+    # -- adjoint -------------------------------------------------------------------
+    def linearize(self, u, n: int, P: Params | None = None, params: bool = False) -> "Linear":
+        """f_n's autograd graph at state u (what its vector-Jacobian products need)."""
+        P = self.params(n) if P is None else P
+        with torch.enable_grad():
+            x = u.detach().requires_grad_()
+            leaves = {k: v.detach().requires_grad_(params) for k, v in P.items()}
+            y = functional_call(self.module(n), leaves, (x,))
+        return Linear(y, x, leaves if params else None)
+
+
+class Linear:
+    """f at one state: the vector-Jacobian products of its graph (kept for reuse)."""
+
+    def __init__(self, y, x, leaves):
+        self.y, self.x, self.leaves = y, x, leaves
+
+    def vjp_state(self, lam: torch.Tensor) -> torch.Tensor:
+        """(∂f/∂u)ᵀ λ (only the state's product: autograd skips the parameters')."""
+        if not self.y.requires_grad:     # f does not depend on u
+            return torch.zeros_like(lam)
+        (g,) = torch.autograd.grad(self.y, self.x, lam, retain_graph=True, allow_unused=True)
+        return torch.zeros_like(lam) if g is None else g
+
+    def vjp_params(self, lam: torch.Tensor) -> Params:
+        """(∂f/∂θ)ᵀ λ by parameter name (zeros for parameters f does not use)."""
+        names = list(self.leaves)
+        grads = torch.autograd.grad(self.y, [self.leaves[k] for k in names], lam,
+                                    retain_graph=True, allow_unused=True)
+        return {k: torch.zeros_like(self.leaves[k]) if g is None else g
+                for k, g in zip(names, grads)}

@@ -1,0 +1,76 @@
+"""ModuleSteps: user modules as residual steps, their VJPs and stacked steps."""
+import pytest
+import torch
+from torch import nn
+
+from lptrain.errors import ConfigError
+from lptrain.model.module_steps import ModuleSteps
+
+
+def conv_gn(n: int) -> nn.Module:
+    torch.manual_seed(100 + n)
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.GroupNorm(2, 4), nn.Tanh(),
+                         nn.Conv2d(4, 3, 3, padding=1)).double()
+
+
+def state(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed),
+                       dtype=torch.float64)
+
+
+def test_a_factory_builds_only_the_layers_asked_for():
+    built = []
+    steps = ModuleSteps(lambda n: built.append(n) or nn.Linear(2, 2), n_layers=6, build=[2, 3])
+    assert built == [2, 3] and steps.built == [2, 3]
+    with pytest.raises(IndexError, match="layer 4 is not built"):
+        steps.params(4)
+    steps.ensure(4)
+    assert steps.built == [2, 3, 4]
+
+
+def test_bad_layers_are_refused():
+    with pytest.raises(ConfigError, match="n_layers"):
+        ModuleSteps(lambda n: nn.Linear(2, 2))
+    with pytest.raises(ConfigError, match="nn.Module"):
+        ModuleSteps([nn.Linear(2, 2), "no"])
+    with pytest.raises(ValueError, match="keep the shape"):
+        ModuleSteps([nn.Linear(2, 3)]).step(torch.zeros(1, 2), 0, 0.1)
+
+
+def test_step_and_vjps_equal_autograd():
+    steps = ModuleSteps(conv_gn, n_layers=3)
+    u, lam = state(2, 3, 5, 5), state(2, 3, 5, 5, seed=1)
+    x = u.clone().requires_grad_()
+    y = x + 0.3 * steps.modules["1"](x)
+    assert torch.allclose(steps.step(u, 1, 0.3), y, rtol=1e-14, atol=1e-15)
+    params = list(steps.modules["1"].parameters())
+    want = torch.autograd.grad(steps.modules["1"](x), [x, *params], lam)
+    lin = steps.linearize(u, 1, params=True)
+    assert torch.allclose(lin.vjp_state(lam), want[0], rtol=1e-13, atol=1e-14)
+    got = list(lin.vjp_params(lam).values())
+    for a, b in zip(got, want[1:]):
+        assert torch.allclose(a, b, rtol=1e-13, atol=1e-14)
+
+
+def test_averaged_parameters_and_flat_round_trip():
+    steps = ModuleSteps([nn.Linear(2, 2).double() for _ in range(3)])
+    mean = steps.mean_params([0, 2])
+    assert torch.allclose(mean["weight"], (steps.params(0)["weight"]
+                                           + steps.params(2)["weight"]) / 2)
+    vec = steps.flat(0)
+    steps.load_flat(1, vec)
+    assert torch.equal(steps.flat(1), vec)
+
+
+@pytest.mark.parametrize("make", [conv_gn, lambda n: nn.Linear(75, 75).double()])
+def test_stacked_steps_equal_one_layer_at_a_time(make):
+    shape = (2, 3, 5, 5) if make is conv_gn else (2, 75)
+    one = ModuleSteps(make, n_layers=4)
+    many = ModuleSteps(list(one.modules.values()), stack=True)
+    U = state(3, *shape)
+    ns, hs = [0, 2, 3], [0.1, 0.2, 0.1]
+    Ps = [one.params(n) for n in ns]
+    ref = one.step_many(U, ns, hs, Ps)
+    for i, n in enumerate(ns):
+        assert torch.equal(ref[i], one.step(U[i], n, hs[i]))
+    assert torch.allclose(many.step_many(U, ns, hs, Ps), ref, rtol=1e-12, atol=1e-13)
