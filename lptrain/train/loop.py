@@ -84,8 +84,10 @@ class Batches:
         return Batch(self.x[idx], self.y[idx], key, part.numel())
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Outcome:
+    """How a run ended: its last iteration's values and the last validation."""
+
     iterations: int
     objective: float
     loss: float
@@ -172,12 +174,15 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
         if stalled:
             break
     save(k, force=True)
+    wall = time.perf_counter() - start
     if info is None:     # resumed at its last iteration: nothing left to do
-        return theta, Outcome(k, *(math.nan,) * 3, val[0], val[1], best,
-                              time.perf_counter() - start, False)
-    outcome = Outcome(k, info.objective, info.loss, info.accuracy, val[0], val[1], best,
-                      time.perf_counter() - start, bool(info.converged), stall.stalled)
-    return theta, outcome
+        return theta, Outcome(iterations=k, objective=math.nan, loss=math.nan,
+                              accuracy=math.nan, val_loss=val[0], val_accuracy=val[1],
+                              best_val_accuracy=best, wall_time=wall, converged=False)
+    return theta, Outcome(iterations=k, objective=info.objective, loss=info.loss,
+                          accuracy=info.accuracy, val_loss=val[0], val_accuracy=val[1],
+                          best_val_accuracy=best, wall_time=wall,
+                          converged=bool(info.converged), stalled=stall.stalled)
 
 
 def _checked(stop, exchange, k, writer, save):

@@ -16,7 +16,7 @@ from lptrain.errors import DivergedError, require
 from lptrain.train.schedules import SCHEDULES
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StepInfo:
     """What one optimizer iteration did (the values are at the new iterate)."""
 
@@ -130,9 +130,10 @@ class LBFGS:
             elif not steepest:
                 continue                        # once more along −g
             else:
-                return theta, StepInfo(point.objective, point.loss, point.accuracy,
-                                       float(g.norm()), 0.0, trials, 0, 1, False, failed,
-                                       exhausted=True)
+                return theta, StepInfo(
+                    objective=point.objective, loss=point.loss, accuracy=point.accuracy,
+                    grad_norm=float(g.norm()), step_size=0.0, ls_trials=trials,
+                    lbfgs_reset=1, ls_failed=failed, exhausted=True)
         new = theta + alpha * d
         g_new = oracle.gradient()
         oracle.accept()
@@ -144,8 +145,11 @@ class LBFGS:
             self.mem.append((s, y, 1.0 / sy))
         self.current = (trial, g_new)
         gn = float(g_new.norm())
-        return new, StepInfo(trial.objective, trial.loss, trial.accuracy, gn, alpha, trials,
-                             skipped, int(failed > 0), gn <= self.o.gtol, failed)
+        return new, StepInfo(objective=trial.objective, loss=trial.loss,
+                             accuracy=trial.accuracy, grad_norm=gn, step_size=alpha,
+                             ls_trials=trials, lbfgs_skipped=skipped,
+                             lbfgs_reset=int(failed > 0), converged=gn <= self.o.gtol,
+                             ls_failed=failed)
 
 
 class _TorchOptimizer:
@@ -204,8 +208,8 @@ class _TorchOptimizer:
         g = oracle.gradient()
         oracle.accept()
         new, lr = self.update(theta, g)
-        return new, StepInfo(point.objective, point.loss, point.accuracy,
-                             float(g.norm()), lr)
+        return new, StepInfo(objective=point.objective, loss=point.loss,
+                             accuracy=point.accuracy, grad_norm=float(g.norm()), step_size=lr)
 
 
 class SGD(_TorchOptimizer):
