@@ -10,9 +10,9 @@ The estimate counts what grows with the run, per rank, in bytes:
   state tensors per owned layer (MGRIT's two forward and two adjoint
   buffers, saved activations, coarse levels; serial: states, activations,
   adjoint) plus `STATE_EXTRA` per sample for step temporaries;
-- the validation pass, in chunks of at most the batch shard: `VAL_COPIES`
-  states per owned layer of a chunk (the MGRIT modes keep a validation
-  solver with its own buffers; serial keeps the sweep's states);
+- the validation pass, in chunks of at most the batch shard: every mode sweeps
+  all N layers serially over its layer rank's share of a chunk and keeps the
+  sweep's states, `VAL_COPIES` per layer;
 - simultaneous with mini-batches: `WARM_COPIES` states per owned level-0
   C-point for each of up to `mode.warm_batches` batches (the forward and adjoint
   warm starts keep only their C-point rows, train/oneshot.py);
@@ -35,7 +35,7 @@ from pathlib import Path
 BASE = 400e6            # bytes: peak of an lptrain rank on a tiny problem
 STATE_COPIES = {"serial": 4.0, "mgrit": 7.1, "simultaneous": 7.1}
 STATE_EXTRA = 42.0      # state-sized temporaries per sample, whatever the layers
-VAL_COPIES = {"serial": 1.0, "mgrit": 6.0, "simultaneous": 6.0}
+VAL_COPIES = 1.0       # per layer and sample of a validation sweep
 WARM_COPIES = 2.0       # per owned C-point and kept batch (measured; 2 are the states)
 CHECKPOINT_COPIES = 2.0  # of a rank's oracle state
 
@@ -78,7 +78,8 @@ def estimate(mode: str, n_layers: int, layer_ranks: int, batch: int, state_eleme
     own = math.ceil(n_layers / layer_ranks) + 1 if mode != "serial" else n_layers + 1
     own_c = math.ceil((intervals or n_layers) / layer_ranks) + 1
     state = batch * state_elements * item_bytes
-    val = val_chunk * state_elements * item_bytes * VAL_COPIES[mode] * own
+    val = math.ceil(val_chunk / layer_ranks) * state_elements * item_bytes * VAL_COPIES \
+        * (n_layers + 1)
     states = state * (STATE_COPIES[mode] * own + STATE_EXTRA) + val
     if calibrated:      # all layers, the batch split over the layer ranks
         states += STATE_COPIES["serial"] * (n_layers + 1) * math.ceil(state / layer_ranks)

@@ -123,6 +123,23 @@ def test_validation_in_chunks_equals_one_pass(mode, make):
         assert acc == whole[1]
 
 
+@pytest.mark.parametrize("make", ["conv", "dense"])
+def test_mgrit_validation_is_the_converged_solve_s_loss(make):
+    """The MGRIT modes validate by serial sweeps: their loss and accuracy are those of a
+    forward solve converged to tolerance at the same θ."""
+    if make == "conv":
+        net, theta, x, y = _problem("conv")
+    else:
+        net, theta = dense_net(layers=12, T=2.0, seed=3)
+        x, y = batch(net, n=11, seed=4)
+    oracle = _mgrit_oracle(net, "V3")
+    oracle.begin(Batch(x, y))
+    point = oracle.value(theta)
+    loss, acc = oracle.validate(theta, x, y, 4)
+    assert loss == pytest.approx(point.loss, rel=1e-10, abs=0)
+    assert acc == point.accuracy
+
+
 def test_chunks_cover_every_sample_once():
     assert chunks(7, 3) == [slice(0, 3), slice(3, 6), slice(6, 7)]
     assert chunks(6, None) == [slice(0, 6)] and chunks(0, 5) == []

@@ -1,4 +1,6 @@
 """The per-rank memory estimate and the memory a rank may use (parallel.memory, preflight)."""
+import math
+
 import pytest
 
 from lptrain.data.base import Sizes
@@ -25,7 +27,7 @@ def test_estimate_counts_states_per_owned_layer_and_sample():
     assert one_level.warm == pytest.approx(memory.WARM_COPIES * 9 * state * 3)
     val = memory.estimate("simultaneous", 32, 4, 10, 100, 0, 8, 0.0, 0, val_chunk=5)
     assert val.states - four.states == pytest.approx(
-        memory.VAL_COPIES["simultaneous"] * 9 * state / 2)
+        memory.VAL_COPIES * 33 * math.ceil(5 / 4) * state / 10)
     p = memory.estimate("mgrit", 32, 4, 10, 100, 1000, 8, 5.0, 28)
     assert p.params == 28 * 1000 * 8 and p.data == 5.0 and p.checkpoint == 0
     assert p.total == pytest.approx(memory.BASE + p.params + p.data + p.states)
