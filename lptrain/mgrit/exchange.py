@@ -142,9 +142,14 @@ class MPIExchange:
 
 
 def allreduce_tensor(exchange, tensor: torch.Tensor) -> torch.Tensor:
-    """Sum a tensor over all ranks (in place on CPU buffers; returns the result)."""
+    """Sum a tensor over all ranks (in place on CPU buffers; returns the result).
+
+    An exchange without a communicator sums with its own `allreduce_tensor` (the
+    speedup model's recorder, model_perf/record.py)."""
     if exchange.size == 1:
         return tensor
+    if not hasattr(exchange, "comm"):
+        return exchange.allreduce_tensor(tensor)
     from mpi4py import MPI
     t0 = time.perf_counter()
     buf = tensor.detach().to("cpu").contiguous()
