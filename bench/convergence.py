@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from common import data, network, save
-from lptrain.metrics.writer import convergence_factor
+from lptrain.train.control import convergence_factor
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.parallel.layer_parallel import LayerParallel

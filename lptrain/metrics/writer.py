@@ -7,7 +7,6 @@ finished iteration. Ranks other than 0 use `NullWriter`, which accepts the same 
 """
 from __future__ import annotations
 
-import math
 import os
 from datetime import datetime
 from pathlib import Path
@@ -19,22 +18,11 @@ import numpy as np
 from lptrain import __version__
 from lptrain.errors import DivergedError, Interrupted
 from lptrain.metrics import schema as s
+from lptrain.train.control import convergence_factor
 
 _CHUNK_ROWS = 256
 RESERVE_BYTES = 4 * 2 ** 20   # free space kept on the file's file system (see MetricsWriter)
 _CHUNK_HISTORY = (64, 16)
-
-
-def convergence_factor(residuals: Sequence[float]) -> float:
-    """Geometric mean of the ratios r[k+1]/r[k]; NaN with fewer than 2 residuals.
-
-    The product of the ratios telescopes to r[-1]/r[0], so the mean is
-    (r[-1]/r[0]) ** (1/(m-1)). A non-positive or non-finite first residual gives NaN.
-    """
-    r = [float(x) for x in residuals]
-    if len(r) < 2 or not (math.isfinite(r[0]) and r[0] > 0) or not r[-1] >= 0:
-        return float("nan")
-    return (r[-1] / r[0]) ** (1.0 / (len(r) - 1))
 
 
 def free_bytes(directory: Path) -> int:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from typing import Sequence
 
 CONTROLS = ("fixed", "error")
 RHO_MIN, RHO_MAX = 0.01, 0.9     # measured factors are clipped to this range
@@ -73,6 +74,19 @@ def gradient_error(m: Measured, T: float, n_c: int, grad_norm: float) -> tuple[f
     scale = T / (n_c * grad_norm)
     return (scale * math.sqrt(m.fwd_last_sq * m.adj_state_sq),
             scale * math.sqrt(m.adj_last_sq * m.fwd_state_sq))
+
+
+def convergence_factor(residuals: Sequence[float]) -> float:
+    """Geometric mean of the ratios r[k+1]/r[k] of one solve's residuals; NaN with fewer
+    than 2 residuals or a non-positive or non-finite first one.
+
+    The product of the ratios telescopes to r[-1]/r[0], so the mean is
+    (r[-1]/r[0]) ** (1/(m-1)); `factor` is the same rule on summed squares, clipped.
+    """
+    r = [float(x) for x in residuals]
+    if len(r) < 2 or not (math.isfinite(r[0]) and r[0] > 0) or not r[-1] >= 0:
+        return float("nan")
+    return (r[-1] / r[0]) ** (1.0 / (len(r) - 1))
 
 
 def factor(first_sq: float, last_sq: float, ratios: int) -> float:

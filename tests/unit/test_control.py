@@ -9,8 +9,8 @@ import torch
 from helpers import batch, dense_net, serial_objective_and_grad
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.mgrit.options import MGRITOptions
-from lptrain.train.control import (ControlOptions, IterationController, Measured, factor,
-                                   gradient_error, next_iterations)
+from lptrain.train.control import (ControlOptions, IterationController, Measured,
+                                   convergence_factor, factor, gradient_error, next_iterations)
 from lptrain.train.oneshot import SimultaneousOracle
 from lptrain.train.oracles import Batch, SerialOracle
 
@@ -241,3 +241,17 @@ def test_mini_batches_share_a_warm_plan_and_a_cold_plan():
             assert its[k] == plans[k - 1], k
     assert its[5] == (2, 2)            # the warm plan starts at fwd_iters / adj_iters
     assert len(set(its)) > 1           # the plans did move
+
+
+@pytest.mark.parametrize("residuals, factor", [
+    ([1.0, 0.5, 0.25], 0.5), ([2.0, 1.0, 0.125], 0.25), ([1.0, 0.1], 0.1),
+    ([1.0, 1.0], 1.0), ([1.0, 0.0], 0.0), ([3.0], math.nan), ([], math.nan),
+    ([0.0, 0.0], math.nan)])
+def test_convergence_factor_is_geometric_mean_of_ratios(residuals, factor):
+    got = convergence_factor(residuals)
+    assert (math.isnan(got) and math.isnan(factor)) or got == pytest.approx(factor)
+
+
+def test_convergence_factor_of_uneven_ratios():
+    # ratios 0.5 and 0.02: geometric mean sqrt(0.01) = 0.1
+    assert convergence_factor([4.0, 2.0, 0.04]) == pytest.approx(0.1)

@@ -140,3 +140,29 @@ def test_overheads_make_layer_ranks_pay_off_for_small_shards():
 def test_nominal_costs_grow_with_the_batch():
     a, b = nominal_costs(Shape(32, 10, 3136, 144, 4)), nominal_costs(Shape(32, 20, 3136, 144, 4))
     assert b.forward - b.overhead == pytest.approx(2 * (a.forward - a.overhead))
+
+
+class _Rank:
+    """The rank and size of a layer group's exchange (all SerialOracle.begin reads)."""
+
+    def __init__(self, rank, size):
+        self.rank, self.size = rank, size
+
+
+@pytest.mark.parametrize("n", [1, 5, 7, 8])
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_serial_oracle_splits_a_batch_by_the_data_groups_rule(n, size):
+    # one rule for which samples a rank holds: the mode=serial oracle on a layer group
+    # (calibration, validation) cuts its batch as parallel.grid.shard cuts the data
+    from helpers import dense_net
+    from lptrain.train.oracles import Batch, SerialOracle
+    x = torch.arange(n, dtype=torch.float64).view(n, 1)
+    held = []
+    for r in range(size):
+        oracle = SerialOracle(dense_net(), _Rank(r, size))
+        oracle.begin(Batch(x, torch.arange(n)))
+        lo, hi = shard(n, size, r)
+        assert oracle.x.flatten().tolist() == list(range(lo, hi))
+        assert oracle.y.tolist() == list(range(lo, hi))
+        held += oracle.y.tolist()
+    assert held == list(range(n))

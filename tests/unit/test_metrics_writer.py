@@ -13,8 +13,7 @@ import pytest
 from lptrain.errors import DivergedError
 from lptrain.metrics import schema as s
 from lptrain.metrics.reader import read_metrics
-from lptrain.metrics.writer import (MetricsWriter, NullWriter, convergence_factor,
-                                    open_writer)
+from lptrain.metrics.writer import MetricsWriter, NullWriter, open_writer
 
 REPO = Path(__file__).resolve().parents[2]
 ATTRS = {s.MODE: "simultaneous", s.WORLD_SIZE: 3, s.SEED: 7, s.CONFIG: "lr: 0.5\n"}
@@ -90,20 +89,6 @@ def test_history_defaults_iterations_residual_and_factor(tmp_path):
     np.testing.assert_allclose(m[s.FWD_FACTOR], [0.1, 0.5])
     assert m[s.ADJ_ITERATIONS][0] == 1 and math.isnan(m[s.ADJ_FACTOR][0])
     assert m[s.ADJ_ITERATIONS][1] == -1  # no adjoint solve recorded
-
-
-@pytest.mark.parametrize("residuals, factor", [
-    ([1.0, 0.5, 0.25], 0.5), ([2.0, 1.0, 0.125], 0.25), ([1.0, 0.1], 0.1),
-    ([1.0, 1.0], 1.0), ([1.0, 0.0], 0.0), ([3.0], math.nan), ([], math.nan),
-    ([0.0, 0.0], math.nan)])
-def test_convergence_factor_is_geometric_mean_of_ratios(residuals, factor):
-    got = convergence_factor(residuals)
-    assert (math.isnan(got) and math.isnan(factor)) or got == pytest.approx(factor)
-
-
-def test_convergence_factor_of_uneven_ratios():
-    # ratios 0.5 and 0.02: geometric mean sqrt(0.01) = 0.1
-    assert convergence_factor([4.0, 2.0, 0.04]) == pytest.approx(0.1)
 
 
 def test_unknown_field_raises_key_error_naming_it(tmp_path):

@@ -7,7 +7,7 @@ import torch
 
 from helpers import batch, dense_net
 from lptrain.mgrit.exchange import SerialExchange
-from lptrain.metrics.writer import convergence_factor
+from lptrain.train.control import convergence_factor
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.parallel.layer_parallel import LayerParallel
 
