@@ -8,11 +8,14 @@ __version__ = "0.1.0"
 # decides where they go (the lptrain command: Hydra's job log in the run directory)
 logging.getLogger("lptrain").addHandler(logging.NullHandler())
 
-__all__ = ["LayerParallelResNet", "MGRITOptions", "load_model", "__version__"]
+__all__ = ["LayerParallel", "LayerParallelResNet", "MGRITOptions", "load_model", "__version__"]
 
 
 def __getattr__(name):
     # lazy, so that `import lptrain` stays light for the CLI and tools
+    if name == "LayerParallel":
+        from lptrain.parallel.lp_module import LayerParallel
+        return LayerParallel
     if name == "LayerParallelResNet":
         from lptrain.parallel.module import LayerParallelResNet
         return LayerParallelResNet

@@ -14,7 +14,8 @@ drives it):
               only in parameter values); False: one layer at a time (any modules).
 
     steps.modules            nn.ModuleDict 'n' -> f_n of the layers built here
-    steps.ensure(n)          build layer n (the factory) if it is not here yet
+    steps.ensure(n, halo=False)  build layer n (the factory) if it is not here yet;
+                             halo=True: outside `modules` (another rank's layer)
     steps.params(n)          {name: tensor} current parameters of f_n (detached)
     steps.mean_params(ns)    their mean over layers ns (coarse "average" steps)
     steps.f(n, u, P=None)    f_n(u), with parameters P (default: its own) via
@@ -66,29 +67,38 @@ class ModuleSteps:
             self._given, self._factory, self.n_layers = layers, None, len(layers)
         self.stack = stack
         self.modules = nn.ModuleDict()
+        self.halo: dict[int, nn.Module] = {}
         for n in range(self.n_layers) if build is None else sorted(set(build)):
             self.ensure(n)
 
     # -- layers ----------------------------------------------------------------------
-    def ensure(self, n: int) -> nn.Module:
-        """f_n, built (by the factory) or taken (from the sequence) if not here yet."""
-        key = str(n)
-        if key not in self.modules:
-            if not 0 <= n < self.n_layers:
-                raise IndexError(f"layer {n} outside 0..{self.n_layers - 1}")
-            module = self._factory(n) if self._factory else self._given[n]
-            if not isinstance(module, nn.Module):
-                raise ConfigError(f"layer factory returned {type(module).__name__} for "
-                                  f"layer {n}, not an nn.Module")
-            self.modules[key] = module
-        return self.modules[key]
+    def ensure(self, n: int, halo: bool = False) -> nn.Module:
+        """f_n, built (by the factory) or taken (from the sequence) if not here yet.
+
+        halo: a copy of another rank's layer, kept outside `modules` (so not among
+        the parameters an optimizer sees); its owner sends its parameter values.
+        """
+        if str(n) in self.modules or n in self.halo:
+            return self.module(n)
+        if not 0 <= n < self.n_layers:
+            raise IndexError(f"layer {n} outside 0..{self.n_layers - 1}")
+        module = self._factory(n) if self._factory else self._given[n]
+        if not isinstance(module, nn.Module):
+            raise ConfigError(f"layer factory returned {type(module).__name__} for "
+                              f"layer {n}, not an nn.Module")
+        if halo:
+            self.halo[n] = module
+        else:
+            self.modules[str(n)] = module
+        return module
 
     def module(self, n: int) -> nn.Module:
-        try:
-            return self.modules[str(n)]
-        except KeyError:
-            raise IndexError(f"layer {n} is not built on this rank "
-                             f"(built: {self.built})") from None
+        key = str(n)
+        if key in self.modules:
+            return self.modules[key]
+        if n in self.halo:
+            return self.halo[n]
+        raise IndexError(f"layer {n} is not built on this rank (built: {self.built})")
 
     @property
     def built(self) -> list[int]:
@@ -135,8 +145,10 @@ class ModuleSteps:
         return torch.add(u, y, alpha=h)
 
     def step_many(self, U, ns, hs, Ps) -> torch.Tensor:
-        """U[i] + hs[i]·f_{ns[i]}(U[i]) for states stacked on dim 0 (a new tensor)."""
+        """U[i] + hs[i]·f_{ns[i]}(U[i]) for states stacked on dim 0 (a new tensor);
+        Ps[i] None: layer ns[i]'s own parameters."""
         if self.stack and len(ns) > 1:
+            Ps = [self.params(n) if P is None else P for n, P in zip(ns, Ps)]
             P = {k: torch.stack([p[k] for p in Ps]) for k in Ps[0]}
             module = self.module(ns[0])
             F = vmap(lambda p, u: functional_call(module, p, (u,)))(P, U)

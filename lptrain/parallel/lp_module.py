@@ -1,0 +1,167 @@
+"""`LayerParallel`: a torch module of N user residual branches whose forward runs MGRIT
+and whose backward runs the adjoint MGRIT, each rank holding only its own layers."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lptrain.errors import ConfigError
+from lptrain.mgrit.exchange import allreduce_tensor, broadcast_tensor
+from lptrain.mgrit.options import MGRITOptions
+from lptrain.model.module_steps import ModuleSteps
+from lptrain.parallel.context import make_exchange
+from lptrain.parallel.halo import owned_layers
+from lptrain.parallel.module_solver import ModuleSolver
+
+
+class LayerParallel(nn.Module):
+    """u_{n+1} = u_n + h·f_n(u_n), n = 0..N−1, h = T/N, solved by MGRIT over `comm`.
+
+    steps: N `nn.Module`s, or a factory `steps(n) -> nn.Module` with `n_layers`
+    (a rank then builds only its layers and copies of the few it borrows).
+    Every rank of `comm` (mpi4py; None: one process) calls the module with the
+    same input u_0 (any shape; f_n must keep it) and gets u_N back.  Parameters
+    and gradients of layer n live on the rank that owns it (`owned`), so each
+    rank's optimizer steps its own layers.  Forward, backward and state_dict()
+    are collective: every rank calls them in the same order.
+
+    mgrit.tol / max_iter drive the forward solve, adj_tol / adj_max_iter the
+    adjoint; tol=0 gives fixed iterations (one-shot training), best with
+    warm_start=True: each solve starts from the last one's C-points (the
+    forward's from the last forward with gradients, the adjoint's from the last
+    backward).  Forwards without gradients (torch.no_grad) use but do not
+    replace the warm start.  stack=True steps many layers at once with vmap
+    (layers of one structure only; see ModuleSteps).
+    """
+
+    def __init__(self, steps, T: float = 1.0, n_layers: int | None = None,
+                 mgrit: MGRITOptions | None = None, comm=None, warm_start: bool = False,
+                 stack: bool = False):
+        super().__init__()
+        if not T > 0:
+            raise ConfigError(f"T={T!r}: the final time must be positive")
+        self.options = mgrit or MGRITOptions()
+        self.exchange = make_exchange(comm)
+        N = n_layers if callable(steps) and not isinstance(steps, nn.Module) else len(steps)
+        if N is None:
+            raise ConfigError("n_layers=None: a layer factory needs the number of layers")
+        hier = self.options.hierarchy(N, self.exchange.size)
+        self.owned = owned_layers(hier, self.exchange.rank)
+        self.steps = ModuleSteps(steps, N, build=self.owned, stack=stack)
+        self.layers = self.steps.modules          # registered: this rank's parameters
+        self.n_layers, self.T, self.h = N, T, T / N
+        self.solver = ModuleSolver(self.steps, self.h, self.options, self.exchange)
+        self.warm_start = warm_start
+        self._warm = [None, None]
+        self.last_forward = self.last_backward = None    # SolveResult of the latest solves
+        self._register_load_state_dict_pre_hook(self._drop_other_layers)
+
+    def _indexed_params(self):
+        """(layer, name, parameter) of this rank's layers, in the autograd inputs' order."""
+        return [(n, k, p) for n in self.owned
+                for k, p in self.steps.module(n).named_parameters()]
+
+    # -- forward ---------------------------------------------------------------------
+    def forward(self, u0: torch.Tensor) -> torch.Tensor:
+        index = self._indexed_params()
+        params = [p for _, _, p in index]
+        if torch.is_grad_enabled() and (u0.requires_grad or any(p.requires_grad
+                                                                for p in params)):
+            return _Solve.apply(self, u0, *params)
+        with torch.no_grad():
+            return self._forward_solve(u0, keep=False)[0]
+
+    def _forward_solve(self, u0, keep: bool):
+        """u_N on every rank and this rank's states (keep: they become the next warm start)."""
+        s = self.solver
+        x = u0.detach()
+        warm = self._warm[0] if self.warm_start else None
+        if warm is not None and (warm.shape[1:] != x.shape or warm.dtype != x.dtype):
+            warm = None                      # another batch shape: a cold start
+        s.share()
+        res = s.forward(x, x, warm)
+        self.last_forward = res
+        if keep and self.warm_start:
+            self._warm[0] = s.fwd.c_point_states(res.states)
+        uN = broadcast_tensor(self.exchange, res.states[-1] if s.last else None,
+                              self.exchange.size - 1, x)
+        return uN.clone(), res
+
+    def _backward_solve(self, states, grad_uN, want_input: bool):
+        s = self.solver
+        lamN = grad_uN.detach().contiguous()
+        warm = self._warm[1] if self.warm_start else None
+        if warm is not None and (warm.shape[1:] != lamN.shape or warm.dtype != lamN.dtype):
+            warm = None
+        res, grads = s.backward(states, lamN, lamN, warm)
+        self.last_backward = res
+        if self.warm_start:
+            self._warm[1] = s.adj.c_point_states(res.states)
+        lam0 = None
+        if want_input:
+            lam0 = broadcast_tensor(self.exchange, s.lam(res.states, 0) if s.first else None,
+                                    0, lamN).clone()
+        return lam0, grads
+
+    def serial(self, u0: torch.Tensor) -> torch.Tensor:
+        """The same layers stepped one after another with autograd (the reference);
+        needs every layer on this rank (comm of one rank)."""
+        if len(self.owned) != self.n_layers:
+            raise ConfigError(f"serial(): this rank holds layers {self.owned.start}.."
+                              f"{self.owned.stop - 1} of {self.n_layers}; build the module "
+                              "with comm=None for the serial reference")
+        u = u0
+        for n in range(self.n_layers):
+            u = self.steps.step(u, n, self.h)
+        return u
+
+    # -- state dict ------------------------------------------------------------------
+    def state_dict(self, *args, destination=None, prefix="", keep_vars=False):
+        """Every layer's entries on every rank (gathered; a collective call)."""
+        out = super().state_dict(*args, destination=destination, prefix=prefix,
+                                 keep_vars=keep_vars)
+        if self.exchange.size == 1:
+            return out
+        mine = {k: v.detach().cpu() for k, v in out.items() if k.startswith(prefix + "layers.")}
+        device = next(iter(mine.values())).device if mine else None
+        for r, part in enumerate(self.exchange.allgather(mine)):
+            if r != self.exchange.rank:
+                out.update({k: v.to(device) for k, v in part.items()})
+        return out
+
+    def _drop_other_layers(self, state_dict, prefix, *args):
+        """load_state_dict takes every layer's entries and keeps this rank's."""
+        head = prefix + "layers."
+        for key in [k for k in state_dict if k.startswith(head)]:
+            if int(key[len(head):].split(".", 1)[0]) not in self.owned:
+                del state_dict[key]
+
+
+class _Solve(torch.autograd.Function):
+    """u_N(u_0, θ) by forward MGRIT; its vector-Jacobian product by adjoint MGRIT."""
+
+    @staticmethod
+    def forward(ctx, mod: LayerParallel, u0, *params):
+        uN, res = mod._forward_solve(u0, keep=True)
+        ctx.mod, ctx.states = mod, res.states.clone()   # the solver reuses its buffers
+        ctx.save_for_backward(*params)     # autograd then refuses in-place changes of θ
+        return uN
+
+    @staticmethod
+    def backward(ctx, grad_uN):
+        ctx.saved_tensors
+        mod = ctx.mod
+        lam0, grads = mod._backward_solve(ctx.states, grad_uN, ctx.needs_input_grad[1])
+        return (None, lam0, *[grads[n][k] for n, k, _ in mod._indexed_params()])
+
+
+def average_gradients(module: nn.Module, data_exchange) -> None:
+    """Mean of every parameter's gradient over the data groups of a layer × data grid
+    (`data_exchange`: lptrain.parallel.context.grid_exchanges(...).data): the ranks
+    holding the same layers on other shards of the batch."""
+    size = data_exchange.size
+    if size == 1:
+        return
+    for p in module.parameters():
+        if p.grad is not None:
+            p.grad.copy_(allreduce_tensor(data_exchange, p.grad) / size)

@@ -1,0 +1,83 @@
+"""The propagators MGRIT steps for a ModuleSteps network: Φ (forward) and Φᵀ (adjoint).
+
+Both map the solver's step (start, stop), in fine indices of the solver's own
+direction, to a layer's module and parameters and a step size h·(stop − start):
+coarse steps use the fine f with the parameters of the layer where the step
+starts in forward time (inject) or their mean over the covered layers (average).
+"""
+from __future__ import annotations
+
+import torch
+
+
+class ModuleForward:
+    """Φ: u ← u + H·f(u).  Single-layer steps call the module itself (no parameter
+    swap); averaged coarse parameters are computed once per solve."""
+
+    def __init__(self, steps, h: float, average: bool):
+        self.steps, self.h, self.average = steps, h, average
+        self._means: dict[tuple[int, int], dict] = {}
+
+    def params(self, start: int, stop: int):
+        """Parameters of the step start → stop (None: layer start's own)."""
+        if not (self.average and stop - start > 1):
+            return None
+        key = (start, stop)
+        if key not in self._means:
+            self._means[key] = self.steps.mean_params(range(start, stop))
+        return self._means[key]
+
+    def step(self, u, start: int, stop: int, out=None, save: bool = False, plus=None):
+        """Φ(u) [+ plus] for the step start → stop (save: nothing to keep, the adjoint
+        linearises at the converged states)."""
+        y = self.steps.step(u, start, self.h * (stop - start), self.params(start, stop))
+        return _finish(y, out, plus)
+
+    def step_many(self, U, starts, stops, out=None, save: bool = False, plus=None):
+        hs = [self.h * (b - a) for a, b in zip(starts, stops)]
+        Ps = [self.params(a, b) for a, b in zip(starts, stops)]
+        return _finish(self.steps.step_many(U, list(starts), hs, Ps), out, plus)
+
+
+class ModuleAdjoint:
+    """Φᵀ in mirrored time: λ_n = λ_{n+1} + H (∂f/∂u)ᵀ λ_{n+1} at u_n.
+
+    The mirrored step a → b covers forward layers [N−b, N−a) and is linearised
+    at u_{N−b} = state(N−b).  Linearisations (f's autograd graph at that state)
+    are kept for the whole solve: every cycle reuses them, and those of the
+    layers in `owned` keep parameter leaves for `param_grads`.
+    """
+
+    def __init__(self, steps, h: float, n_steps: int, state, average: bool, owned):
+        self.steps, self.h, self.N, self.state = steps, h, n_steps, state
+        self.average, self.owned = average, set(owned)
+        self._lin: dict[tuple[int, int], object] = {}
+
+    def linear(self, n: int, k: int = 1):
+        """f of the k layers from n (one, or their mean) linearised at u_n."""
+        k = k if self.average else 1
+        if (n, k) not in self._lin:
+            P = self.steps.mean_params(range(n, n + k)) if k > 1 else None
+            self._lin[(n, k)] = self.steps.linearize(self.state(n), n, P,
+                                                     params=k == 1 and n in self.owned)
+        return self._lin[(n, k)]
+
+    def step(self, lam, a: int, b: int, out=None, save: bool = False, plus=None):
+        g = self.linear(self.N - b, b - a).vjp_state(lam)
+        return _finish(torch.add(lam, g, alpha=self.h * (b - a)), out, plus)
+
+    def step_many(self, L, starts, stops, out=None, save: bool = False, plus=None):
+        ys = [self.step(L[i], a, b) for i, (a, b) in enumerate(zip(starts, stops))]
+        return _finish(torch.stack(ys), out, plus)
+
+    def param_grads(self, n: int, lam_next) -> dict:
+        """h·(∂f_n/∂θ)ᵀ λ_{n+1}: the loss gradient of layer n's parameters."""
+        grads = self.linear(n).vjp_params(lam_next)
+        return {k: g.mul_(self.h) for k, g in grads.items()}
+
+
+def _finish(y, out, plus):
+    """y [+ plus], into `out` if given (y is a fresh tensor)."""
+    if plus is not None:
+        y.add_(plus)
+    return y if out is None else out.copy_(y)

@@ -1,0 +1,80 @@
+"""Forward and adjoint MGRIT over a ModuleSteps network, and its parameter gradients.
+
+Rank r holds the layers of its level-0 points [lo, hi) (their parameters and
+gradients live only there) plus copies of the few other layers its steps use,
+refreshed from their owners before each forward solve (parallel/halo.py).
+States have any shape; the solver's buffers stack them on a leading dimension.
+"""
+from __future__ import annotations
+
+import torch
+
+from lptrain.mgrit.options import MGRITOptions
+from lptrain.mgrit.solver import MGRIT, SolveResult
+from lptrain.parallel.halo import owned_layers, share_params, transfers
+from lptrain.parallel.module_propagators import ModuleAdjoint, ModuleForward
+
+
+class ModuleSolver:
+    """MGRIT solvers for the forward and adjoint propagation of `steps` on one rank."""
+
+    def __init__(self, steps, h: float, options: MGRITOptions, exchange):
+        self.steps, self.h, self.options, self.exchange = steps, h, options, exchange
+        self.N = N = steps.n_layers
+        self.average = options.coarse_weights == "average"
+        self.hier = options.hierarchy(N, exchange.size)
+        self.fwd = MGRIT(self.hier, exchange, options.cycle_options())
+        self.rev = self.hier.reversed()
+        self.adj = MGRIT(self.rev, exchange.reversed(), options.cycle_options(linear=True))
+        rank = exchange.rank
+        self.lo, self.hi = self.hier.ranges[0][rank]
+        self.rev_lo = self.rev.ranges[0][exchange.size - 1 - rank][0]
+        self.first, self.last = self.lo == 0, self.hi == N + 1
+        self.owned = owned_layers(self.hier, rank)
+        self.plan = transfers(self.hier, self.average)
+
+    def share(self) -> None:
+        """Copies of the other ranks' layers this rank steps with, from their owners."""
+        if self.plan:
+            share_params(self.steps, self.plan, self.exchange)
+
+    # -- forward ---------------------------------------------------------------------
+    def forward(self, u0, template, warm=None, max_iter=None, tol=None) -> SolveResult:
+        """Forward MGRIT: this rank's states u_lo..u_{hi−1} (u0 read on the first rank)."""
+        o = self.options
+        prop = ModuleForward(self.steps, self.h, self.average)
+        return self.fwd.solve(prop, template, u0 if self.first else None, warm,
+                              max_iter=o.max_iter if max_iter is None else max_iter,
+                              tol=o.tol if tol is None else tol, rtol=o.rtol)
+
+    # -- adjoint ---------------------------------------------------------------------
+    def backward(self, states, lamN, template, warm=None, max_iter=None, tol=None):
+        """Adjoint MGRIT from λ_N (read on the last rank) about the forward `states`.
+
+        Returns the solve (this rank's λ_{lo+1}..λ_hi; λ_0 last on the first rank)
+        and {layer: {parameter name: gradient}} for this rank's layers.
+        """
+        o = self.options
+        extra = self._next_first_state(states)
+        state = (lambda n: states[n - self.lo] if n < self.hi else extra)
+        prop = ModuleAdjoint(self.steps, self.h, self.N, state, self.average, self.owned)
+        res = self.adj.solve(prop, template, lamN if self.last else None, warm,
+                             max_iter=o.adjoint_max_iter if max_iter is None else max_iter,
+                             tol=o.adjoint_tol if tol is None else tol, rtol=o.rtol)
+        grads = {n: prop.param_grads(n, self.lam(res.states, n + 1)) for n in self.owned}
+        return res, grads
+
+    def lam(self, adjoint_states, n: int) -> torch.Tensor:
+        """λ_n from this rank's adjoint states (n in lo+1..hi, or 0 on the first rank)."""
+        return adjoint_states[self.N - n - self.rev_lo]
+
+    def _next_first_state(self, states):
+        """u_hi from the next rank (None on the last rank)."""
+        left = self.hier.left(0, self.exchange.rank)
+        if left is not None:
+            self.exchange.send(states[0], left)
+        extra = None
+        if not self.last:
+            extra = self.exchange.recv(states[0], self.hier.right(0, self.exchange.rank))
+        self.exchange.wait()
+        return extra

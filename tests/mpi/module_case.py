@@ -1,0 +1,146 @@
+"""LayerParallel with users' own steps on however many ranks this runs on.
+
+Run under mpiexec: rank 0 saves the results to argv[1]; the pytest side compares
+them with `reference()`, the same layers stepped serially with autograd.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
+
+from lptrain.mgrit.options import MGRITOptions  # noqa: E402
+from lptrain.parallel.lp_module import LayerParallel, average_gradients  # noqa: E402
+
+N = 16
+TOL = dict(tol=1e-13, max_iter=80)
+
+
+def _init(module: nn.Module, seed: int, scale: float) -> nn.Module:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(scale * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    return module
+
+
+class Dense(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.lin = nn.Linear(width, width)
+
+    def forward(self, u):
+        return torch.tanh(self.lin(u))
+
+
+def dense(n):
+    return _init(Dense(5).double(), 10 + n, 0.5)
+
+
+def conv(n):
+    return _init(nn.Sequential(nn.Conv2d(2, 2, 3, padding=1), nn.Tanh()).double(), 40 + n, 0.4)
+
+
+def conv_gn_conv(n):
+    """A step no lptrain code knows: conv, GroupNorm, conv."""
+    m = nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.GroupNorm(2, 4), nn.SiLU(),
+                      nn.Conv2d(4, 2, 3, padding=1)).double()
+    return _init(m, 70 + n, 0.3)
+
+
+def _input(shape, seed):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed),
+                       dtype=torch.float64)
+
+
+# name: (factory, input shape, MGRIT options, stack)
+CASES = {
+    "dense": (dense, (6, 5), dict(levels=3, cfactor0=2, cfactor=2,
+                                  coarse_weights="average"), True),
+    "conv": (conv, (3, 2, 5, 5), dict(levels=4, cfactor0=2, cfactor=2, cycle="F",
+                                       coarse_weights="inject"), False),
+    "convgn": (conv_gn_conv, (3, 2, 4, 4), dict(levels=3, cfactor0=2, cfactor=2,
+                                                 coarse_weights="average"), False),
+}
+
+
+def loss_of(out, seed):
+    return (out * _input(out.shape, seed)).sum() + 0.5 * (out ** 2).sum()
+
+
+def _grads(name, mod: LayerParallel, u0, comm) -> dict:
+    """Every layer's parameter gradients, gathered by layer index."""
+    mine = {f"{name}-grad-{n}-{k}": p.grad.detach().clone()
+            for n in mod.owned for k, p in mod.steps.module(n).named_parameters()}
+    out = {f"{name}-gu": u0.grad.detach().clone()}
+    parts = [mine] if comm is None else comm.allgather(mine)
+    for part in parts:
+        out.update(part)
+    return out
+
+
+def run(comm=None) -> dict:
+    """Converged layer-parallel solves: outputs and every gradient."""
+    results = {}
+    for name, (make, shape, opts, stack) in CASES.items():
+        mod = LayerParallel(make, T=1.0, n_layers=N, comm=comm, stack=stack,
+                            mgrit=MGRITOptions(**opts, **TOL))
+        u0 = _input(shape, 1).requires_grad_()
+        out = mod(u0)
+        loss_of(out, 2).backward()
+        results[f"{name}-out"] = out.detach()
+        results.update(_grads(name, mod, u0, comm))
+        with torch.no_grad():
+            results[f"{name}-nograd"] = mod(u0)
+        state = mod.state_dict()
+        results[f"{name}-state"] = torch.cat([state[f"layers.{n}.{k}"].reshape(-1)
+                                              for n in range(N)
+                                              for k, _ in make(0).named_parameters()])
+    results.update(data_parallel(comm))
+    return results
+
+
+def reference() -> dict:
+    """The same quantities by serial autograd over all layers in one process."""
+    results = {}
+    for name, (make, shape, _, _) in CASES.items():
+        mod = LayerParallel(make, T=1.0, n_layers=N)
+        u0 = _input(shape, 1).requires_grad_()
+        out = mod.serial(u0)
+        loss_of(out, 2).backward()
+        results[f"{name}-out"] = out.detach()
+        results.update(_grads(name, mod, u0, None))
+        results[f"{name}-nograd"] = out.detach()
+        results[f"{name}-state"] = torch.cat([p.detach().reshape(-1) for p in mod.parameters()])
+    results.update(data_parallel(None))
+    return results
+
+
+def data_parallel(comm) -> dict:
+    """Data groups of one layer rank each: every rank a shard of the batch, gradients
+    averaged over the groups, equal to the whole batch in one process."""
+    u0 = _input((12, 5), 3)
+    rank, size = (0, 1) if comm is None else (comm.Get_rank(), comm.Get_size())
+    exchange = None
+    if comm is not None:
+        from lptrain.parallel.context import make_exchange
+        exchange = make_exchange(comm)
+    mod = LayerParallel(dense, T=1.0, n_layers=N, comm=None,
+                        mgrit=MGRITOptions(levels=3, cfactor0=2, cfactor=2, **TOL))
+    shard = u0.view(size, 12 // size, 5)[rank]
+    (mod(shard) ** 2).sum().mul(size / 12.0).backward()
+    if exchange is not None:
+        average_gradients(mod, exchange)
+    return {"data-grad": torch.cat([p.grad.reshape(-1) for p in mod.parameters()])}
+
+
+if __name__ == "__main__":
+    from lptrain.parallel.context import world
+    comm = world()
+    got = run(comm)
+    if comm.Get_rank() == 0:
+        torch.save(got, sys.argv[1])
