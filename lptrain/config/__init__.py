@@ -1,4 +1,4 @@
-"""The configuration: typed schema (schema.py) and where the YAML defaults live."""
+"""The configuration: typed schema (schema.py), its validation (typed.py), the YAML defaults."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -47,7 +47,7 @@ def compose(overrides: Sequence[str]):
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from lptrain.app import options
+    from lptrain.config.typed import options
     from lptrain.config.schema import register_configs
     from lptrain.errors import ConfigError
     register_configs()

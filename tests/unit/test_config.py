@@ -1,7 +1,7 @@
 """Every config group option and experiment overlay composes into validated options.
 
 Composition goes through Hydra's compose API against lptrain/conf/ (no subprocess); validation is
-lptrain.app.options, i.e. the typed schema and its __post_init__ checks.
+lptrain.config.typed.options, i.e. the typed schema and its __post_init__ checks.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ValidationError
 
 from lptrain import config
-from lptrain.app import options
 from lptrain.config.schema import Config, dataset_options, register_configs
+from lptrain.config.typed import options
 from lptrain.errors import ConfigError
 
 CONF = Path(config.CONF_DIR)
