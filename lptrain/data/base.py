@@ -79,6 +79,15 @@ def dataset_sizes(options) -> Sizes:
     return fn(options)
 
 
+def chunks(n: int, size: int | None) -> list[slice]:
+    """Slices of at most `size` (None: all n) consecutive samples covering 0..n-1 (a pass over
+    a set of samples in pieces of bounded memory)."""
+    size = n if size is None else size
+    if size < 1:
+        raise ValueError(f"chunk size {size}: must be >= 1")
+    return [slice(lo, min(lo + size, n)) for lo in range(0, n, size)]
+
+
 def load_dataset(options, seed: int) -> Dataset:
     """Dispatch on options.name to the registered loader."""
     import lptrain.data  # noqa: F401  (registers every loader)

@@ -120,11 +120,3 @@ def shard(n: int, parts: int, index: int) -> tuple[int, int]:
     base, extra = divmod(n, parts)
     lo = index * base + min(index, extra)
     return lo, lo + base + (1 if index < extra else 0)
-
-
-def chunks(n: int, size: int | None) -> list[slice]:
-    """Slices of at most `size` (None: all n) consecutive samples covering 0..n-1."""
-    size = n if size is None else size
-    if size < 1:
-        raise ValueError(f"chunk size {size}: must be >= 1")
-    return [slice(lo, min(lo + size, n)) for lo in range(0, n, size)]

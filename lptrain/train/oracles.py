@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from lptrain.data.base import chunks
 from lptrain.mgrit.exchange import allreduce_tensor
 from lptrain.model.serial import Buffers, adjoint, propagate
 from lptrain.parallel.blocks import ALL_ROWS
-from lptrain.parallel.grid import chunks, shard
+from lptrain.parallel.grid import shard
 from lptrain.parallel.layer_parallel import LayerParallel
 from lptrain.train.control import Measured, convergence_factor, gradient_error
 

@@ -14,7 +14,7 @@ from lptrain.config.schema import LBFGSOptions
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.train.optimizers import LBFGS
-from lptrain.parallel.grid import chunks
+from lptrain.data.base import chunks
 from lptrain.train.oracles import Batch, MGRITOracle, SerialOracle
 
 OPENINGS = ["replicate", "conv"]
