@@ -9,7 +9,7 @@ from lptrain.errors import require
 
 CYCLES = ("V", "F")
 COARSE_WEIGHTS = ("inject", "average")
-CONTROLS = ("fixed", "error")    # the one-shot controller (train/control.py CONTROLS)
+CONTROLS = ("fixed", "error")    # the one-shot controller (train/control.py ControlOptions)
 LEVEL_OPS = ("fused", "plain")   # the solver's level operations (mgrit/solver.py LEVEL_OPS)
 
 
@@ -76,13 +76,6 @@ class MGRITOptions:
         return CycleOptions(nrelax0=self.nrelax0, nrelax=self.nrelax, cycle=self.cycle,
                             skip_first_down=self.skip_first_down, linear=linear,
                             level_ops=self.level_ops)
-
-    def control_options(self):
-        """The one-shot controller's ControlOptions (train/control.py)."""
-        from lptrain.train.control import ControlOptions
-        return ControlOptions(self.control, self.fwd_iters, self.adj_iters, self.grad_tol,
-                              self.control_min_iters, self.control_max_iters,
-                              self.calibrate_every)
 
     def hierarchy(self, n_steps: int, size: int):
         """The MGRIT hierarchy of n_steps layers distributed over `size` ranks."""

@@ -31,7 +31,6 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
-CONTROLS = ("fixed", "error")
 RHO_MIN, RHO_MAX = 0.01, 0.9     # measured factors are clipped to this range
 CALIBRATIONS_KEPT = 4            # the scale is the median ratio of this many calibrations
 
@@ -111,7 +110,8 @@ def next_iterations(k: int, eps: float, rho: float, target: float, lo: int, hi: 
 
 @dataclass
 class ControlOptions:
-    """What the controller needs of MGRITOptions."""
+    """What the controller needs of MGRITOptions (which validates it: mgrit.control is
+    one of mgrit/options.py CONTROLS)."""
 
     control: str = "error"
     fwd_iters: int = 2
@@ -120,6 +120,12 @@ class ControlOptions:
     control_min_iters: int = 1
     control_max_iters: int = 6
     calibrate_every: int = 0     # evaluations between exact-gradient calibrations (0 = none)
+
+    @classmethod
+    def of(cls, mgrit) -> "ControlOptions":
+        """The controller's fields of an MGRITOptions."""
+        return cls(mgrit.control, mgrit.fwd_iters, mgrit.adj_iters, mgrit.grad_tol,
+                   mgrit.control_min_iters, mgrit.control_max_iters, mgrit.calibrate_every)
 
 
 class IterationController:

@@ -7,7 +7,7 @@ from collections import OrderedDict
 import torch
 
 from lptrain.parallel.blocks import ALL_ROWS, C_POINTS
-from lptrain.train.control import IterationController
+from lptrain.train.control import ControlOptions, IterationController
 from lptrain.train.oracles import MGRITOracle, Point
 
 
@@ -45,7 +45,7 @@ class SimultaneousOracle(MGRITOracle):
                or mgrit.adj_iters * f ** r < mgrit.adjoint_max_iter):
             r += 1
         self.top = r
-        self.controller = IterationController(mgrit_opts.control_options())
+        self.controller = IterationController(ControlOptions.of(mgrit_opts))
 
     def begin(self, batch):
         super().begin(batch)
