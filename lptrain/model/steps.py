@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from lptrain.model.activations import Activation
+from lptrain.model.conv_ops import CONV_OPS
 
 
 class DenseSteps:
@@ -122,7 +123,13 @@ class DenseSteps:
 
 
 class ConvSteps:
-    """3×3 convolutional residual layers: K (N, c, c, 3, 3), b (N, c) or (N, 1)."""
+    """3×3 convolutional residual layers: K (N, c, c, 3, 3), b (N, c) or (N, 1).
+
+    The adjoint's convolutions are `conv_ops` (model/conv_ops.py: the fast form;
+    the reference form is what the tests compare it with).
+    """
+
+    conv_ops = CONV_OPS["fast"]
 
     def __init__(self, K: torch.Tensor, b: torch.Tensor, act: Activation):
         self.K, self.b = _scaled(K, b, act)
@@ -175,19 +182,19 @@ class ConvSteps:
     vjp_state = DenseSteps.vjp_state
 
     def vjp_from_g(self, g, lam, K, h, out=None):
-        g = g.mul(_bcast(h, g)) if isinstance(h, torch.Tensor) else g * h
+        """λ_{n+1} + h Kᵀ g (one state, or a stack of m with h a float or m sizes)."""
         if lam.dim() == 4:
-            return torch.add(lam, F.conv_transpose2d(g, K, padding=1), out=out)
-        back = [F.conv_transpose2d(g[i], K[i], padding=1) for i in range(lam.shape[0])]
-        return torch.add(lam, torch.stack(back), out=out)
+            return torch.add(lam, self.conv_ops.input_vjp(g, K, h), out=out)
+        out = torch.empty_like(lam) if out is None else out
+        for i in range(lam.shape[0]):
+            self.vjp_from_g(g[i], lam[i], K[i], _item(h, i), out[i])
+        return out
 
     def vjp_weights(self, u, g):
         if u.dim() == 5:
             parts = [self.vjp_weights(u[i], g[i]) for i in range(u.shape[0])]
             return torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts])
-        # ∂/∂K as one convolution with batch and channels swapped: cheaper than
-        # torch.nn.grad.conv2d_weight in float64 (BENCHMARKS.md)
-        gK = F.conv2d(u.transpose(0, 1), g.transpose(0, 1), padding=1).transpose(0, 1)
+        gK = self.conv_ops.weight_vjp(u, g)
         gb = g.sum((0, 2, 3))
         if self.b.shape[-1] == 1:
             gb = gb.sum(-1, keepdim=True)
