@@ -27,11 +27,15 @@ install: $(STAMP) ## create .venv and install pinned dependencies (idempotent)
 run: install ## train the default configuration (Peaks, serial, L-BFGS)
 	$(VENV)/bin/lptrain $(ARGS)
 
-test: install ## run the whole test suite, MPI tests included
+# Test tiers (markers, tests/tiers.py): unit = pure functions, files, configuration;
+# numeric = float64 reference comparisons; training = whole runs in process; cli = another
+# interpreter (the lptrain command); mpi = mpiexec; slow = full parameter products and long
+# runs. Pick any with PYTEST_ARGS, e.g. `make test PYTEST_ARGS='-m training'`.
+test: install ## everything: every tier, slow included (CI runs this)
 	MPIR_CVAR_ENABLE_HEAVY_YIELD=1 $(VENV)/bin/pytest -q $(PYTEST_ARGS)
 
-test-fast: install ## the unit tests only (no MPI, no subprocess)
-	$(VENV)/bin/pytest -q tests/unit
+test-fast: install ## unit + numeric tiers, not slow: no subprocess, no training run, no MPI
+	$(VENV)/bin/pytest -q -m "(unit or numeric) and not slow" tests/unit $(PYTEST_ARGS)
 
 clean: ## remove caches (keeps .venv, outputs/)
 	rm -rf .pytest_cache **/__pycache__

@@ -1,4 +1,42 @@
+"""Every test gets its tier marker (tests/tiers.py), and only cli and mpi tests may start
+another process: a test of another tier that does fails, naming the tier it belongs in."""
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
+
+from tiers import TIERS, tier_of  # noqa: E402
+
+_running: list[str] = []     # the tiers of the test being run
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        path = Path(str(item.fspath))
+        marked = {m.name for m in item.iter_markers()}
+        tier = None
+        if path.parent.name == "unit":
+            tier = tier_of(path.name, getattr(item, "originalname", item.name), marked)
+        elif not marked & set(TIERS):
+            tier = {"cli": "cli", "mpi": "mpi"}.get(path.parent.name)
+        if tier is not None:
+            item.add_marker(tier)
+
+
+def _refuse_other_processes(event, args):
+    if event in ("subprocess.Popen", "os.fork", "os.posix_spawn") and _running and \
+            not {"cli", "mpi"} & set(_running):
+        raise RuntimeError(f"a {'/'.join(_running)} test may not start another process "
+                           f"({event}): mark it cli or mpi (tests/tiers.py)")
+
+
+sys.addaudithook(_refuse_other_processes)
+
+
+@pytest.fixture(autouse=True)
+def _tier(request):
+    _running[:] = [m.name for m in request.node.iter_markers() if m.name in TIERS]
+    yield
+    _running.clear()

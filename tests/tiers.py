@@ -1,0 +1,100 @@
+"""Which tier each test is in (README "Tests"): the markers `make test-fast` selects by.
+
+- unit: pure functions, files and configuration; no solver iterations worth the name.
+- numeric: float64 references in this process (solver against serial, autograd, finite
+  differences, fixed points), a second or less each.
+- training: whole training runs in this process (app.run, train()).
+- cli: starts another interpreter (the `lptrain` command, or Python in a subprocess).
+- mpi: launches mpiexec.
+
+tests/cli and tests/mpi are cli and mpi by their files' `pytestmark`. A file of tests/unit
+is in the tier FILES gives it, a test in the tier EXCEPTIONS gives it (by function name);
+a file missing from FILES counts as training, so that it is kept out of `make test-fast`
+until someone says what it is. `slow` (full parameter products, minutes-long trainings) is
+marked in the files and is orthogonal to the tiers.
+"""
+from __future__ import annotations
+
+TIERS = ("unit", "numeric", "training", "cli", "mpi")
+
+FILES = {
+    "test_checkpoint_formats.py": "training",
+    "test_cli_task.py": "training",
+    "test_collective.py": "unit",
+    "test_compact_warm.py": "numeric",
+    "test_config.py": "unit",
+    "test_context.py": "unit",
+    "test_control.py": "unit",
+    "test_conv_modes.py": "numeric",
+    "test_conv_ops.py": "numeric",
+    "test_data_indian_pines.py": "unit",
+    "test_data_mnist.py": "unit",
+    "test_data_split.py": "unit",
+    "test_fault_matrix.py": "unit",
+    "test_grid_split.py": "unit",
+    "test_guard.py": "unit",
+    "test_hierarchy.py": "unit",
+    "test_indexing.py": "unit",
+    "test_jobs.py": "unit",
+    "test_level_ops.py": "numeric",
+    "test_matfile.py": "unit",
+    "test_memory.py": "unit",
+    "test_metrics_console.py": "unit",
+    "test_metrics_schema.py": "unit",
+    "test_metrics_writer.py": "unit",
+    "test_mgrit.py": "numeric",
+    "test_model.py": "numeric",
+    "test_module.py": "numeric",
+    "test_module_steps.py": "numeric",
+    "test_optimizers.py": "numeric",
+    "test_readme.py": "unit",
+    "test_reference.py": "unit",
+    "test_regrid.py": "numeric",
+    "test_report.py": "unit",
+    "test_resume.py": "training",
+    "test_run_files.py": "unit",
+    "test_saved_model.py": "training",
+    "test_schedules.py": "unit",
+    "test_simultaneous.py": "training",
+    "test_speedup_model.py": "numeric",
+    "test_stall.py": "unit",
+    "test_tensorboard.py": "training",
+    "test_warm_start.py": "numeric",
+}
+
+EXCEPTIONS = {
+    # trainings inside files of pure or numeric tests
+    "test_compact_warm.py": {
+        "test_one_shot_mini_batch_training_is_unchanged_by_compact_warm_starts": "training"},
+    "test_control.py": {
+        "test_the_estimate_bounds_the_true_gradient_error": "numeric",
+        "test_a_calibrated_run_records_the_true_error_and_scales_its_estimate": "training",
+        "test_the_exact_modes_estimate_round_off": "training",
+        "test_one_shot_keeps_up_with_serial_on_large_layer_steps": "training",
+        "test_one_shot_keeps_up_with_serial_where_lbfgs_amplifies_errors": "training",
+        "test_a_tighter_target_plans_more_iterations": "training",
+        "test_mini_batches_share_a_warm_plan_and_a_cold_plan": "training"},
+    "test_memory.py": {"test_the_estimate_bounds_the_measured_peak": "numeric"},
+    "test_readme.py": {"test_readme_python_example_runs": "training"},
+    # pure tests inside files of trainings
+    "test_resume.py": {
+        "test_automatic_interval_keeps_checkpoints_under_two_percent": "unit",
+        "test_ranks_agree_on_the_automatic_interval_whatever_their_clocks": "unit"},
+    "test_tensorboard.py": {"test_unknown_logger_is_refused": "unit"},
+    # another interpreter
+    "test_metrics_console.py": {"test_output_through_a_pipe_is_plain_text": "cli"},
+    "test_metrics_writer.py": {"test_rows_survive_sigkill": "cli"},
+    "test_report.py": {"test_corrupt_file_exits_2_without_traceback": "cli"},
+    "test_run_files.py": {
+        "test_default_directories_never_collide": "cli",
+        "test_lock_names_its_owner_and_takes_over_a_stale_one": "cli",
+        "test_lock_of_a_live_lptrain_process_on_this_host_is_honoured": "cli"},
+}
+
+
+def tier_of(file_name: str, function: str, marked: set[str]) -> str | None:
+    """The tier of a tests/unit test that no tier marker of its own names; None if one
+    does (its marker wins)."""
+    if marked & set(TIERS):
+        return None
+    return EXCEPTIONS.get(file_name, {}).get(function, FILES.get(file_name, "training"))
