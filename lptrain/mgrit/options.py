@@ -6,11 +6,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 from lptrain.errors import require
+from lptrain.mgrit.solver import CYCLES, LEVEL_OPS, CycleOptions
 
-CYCLES = ("V", "F")
 COARSE_WEIGHTS = ("inject", "average")
 CONTROLS = ("fixed", "error")    # the one-shot controller (train/control.py ControlOptions)
-LEVEL_OPS = ("fused", "plain")   # the solver's level operations (mgrit/solver.py LEVEL_OPS)
 
 
 @dataclass
@@ -60,7 +59,7 @@ class MGRITOptions:
                 self.control_max_iters,
                 f"must be >= mgrit.control_min_iters ({self.control_min_iters})")
         require(self.level_ops in LEVEL_OPS, "mgrit.level_ops", self.level_ops,
-                f"choose one of {LEVEL_OPS}")
+                f"choose one of {tuple(LEVEL_OPS)}")
         require(self.tol >= 0, "mgrit.tol", self.tol, "must be >= 0")
         require(0 <= self.rtol < 1, "mgrit.rtol", self.rtol, "must be in [0, 1)")
         require(self.adj_tol is None or self.adj_tol >= 0, "mgrit.adj_tol", self.adj_tol,
@@ -72,7 +71,6 @@ class MGRITOptions:
 
     def cycle_options(self, linear: bool = False):
         """The solver's CycleOptions for these options (linear: the adjoint's solver)."""
-        from lptrain.mgrit.solver import CycleOptions   # the solver needs torch, options not
         return CycleOptions(nrelax0=self.nrelax0, nrelax=self.nrelax, cycle=self.cycle,
                             skip_first_down=self.skip_first_down, linear=linear,
                             level_ops=self.level_ops)

@@ -21,7 +21,6 @@ from lptrain.mgrit.fused import FusedLevelOps
 from lptrain.mgrit.hierarchy import Hierarchy
 from lptrain.mgrit.indexing import gather, index_of, scatter
 from lptrain.mgrit.levels import RESIDUAL, RESTRICT, LevelOps, LevelState
-from lptrain.mgrit.options import CYCLES
 
 # A level-0 residual below ROUNDOFF·eps·‖u_C‖ (eps of the states' dtype, u_C this solve's
 # C-point states) is round-off: a solve stops there whatever its tolerance.
@@ -52,7 +51,7 @@ class CycleOptions:
     cycle: str = "V"
     skip_first_down: bool = True
     linear: bool = False   # Φ linear in u: coarse levels solve for corrections (no Φ^Δ(v))
-    level_ops: str = "fused"   # LEVEL_OPS: "plain" (reference) or "fused"
+    level_ops: str = "fused"   # a key of LEVEL_OPS
     # switches of the fused operations (fused.py)
     stack: bool = True     # advance all intervals of a rank with one operation per step
     chunk: int = 8        # ... in groups of this many intervals (temporaries in cache)
@@ -60,15 +59,11 @@ class CycleOptions:
     share_coarse: bool = True  # FAS coarse states are views of the finer C-points
     fuse_residual: bool = True  # F-relaxations take the next residual's C-steps
 
-    def __post_init__(self):
-        if self.level_ops not in LEVEL_OPS:
-            raise SolverError(f"level_ops={self.level_ops!r}: choose one of "
-                              f"{sorted(LEVEL_OPS)}")
-        if self.cycle not in CYCLES:
-            raise SolverError(f"cycle={self.cycle!r}: choose one of {CYCLES}")
 
-
-LEVEL_OPS = {"plain": LevelOps, "fused": FusedLevelOps}
+# the solver's choices, by their config names (MGRITOptions validates mgrit.cycle and
+# mgrit.level_ops against them once)
+CYCLES = ("V", "F")
+LEVEL_OPS = {"fused": FusedLevelOps, "plain": LevelOps}
 
 
 class MGRIT:
