@@ -1,9 +1,8 @@
 """The fused level operations against the reference ones (mgrit/levels.py, fused.py):
 the same iterates, residual histories and gradients on every solver path."""
-import itertools
-
 import pytest
 
+from covering import params, product
 from helpers import batch, dense_net, serial_objective_and_grad
 from lptrain.errors import ConfigError
 from lptrain.mgrit.exchange import SerialExchange
@@ -12,16 +11,23 @@ from lptrain.mgrit.levels import LevelOps
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.parallel.layer_parallel import LayerParallel
 
-PATHS = [dict(levels=lv, cycle=cyc, skip_first_down=skip, nrelax0=nr0, nrelax=nr,
-              coarse_weights=cw, cfactor0=cf0, cfactor=2, min_coarse=1)
-         for lv, cyc, skip, (nr0, nr), cw, cf0 in itertools.product(
-             (2, 3, 4), ("V", "F"), (True, False), ((0, 0), (0, 1), (1, 1)),
-             ("inject", "average"), (2, 3))]
+# the solver paths x cold/warm: 288 cases, 10 of them pairwise by default (tests/covering.py)
+FACTORS = dict(levels=(2, 3, 4), cycle=("V", "F"), skip_first_down=(True, False),
+               relax=((0, 0), (0, 1), (1, 1)), coarse_weights=("inject", "average"),
+               cfactor0=(2, 3), warm=(False, True))
 
 
-def _id(o):
-    return (f"L{o['levels']}{o['cycle']}-skip{int(o['skip_first_down'])}-"
-            f"r{o['nrelax0']}{o['nrelax']}-{o['coarse_weights']}-c{o['cfactor0']}")
+def _opts(case):
+    o = {k: v for k, v in case.items() if k not in ("relax", "warm")}
+    return dict(o, nrelax0=case["relax"][0], nrelax=case["relax"][1], cfactor=2, min_coarse=1)
+
+
+def _id(c):
+    return (f"{c['warm']}-L{c['levels']}{c['cycle']}-skip{int(c['skip_first_down'])}-"
+            f"r{c['relax'][0]}{c['relax'][1]}-{c['coarse_weights']}-c{c['cfactor0']}")
+
+
+PATHS = params(product(FACTORS), lambda c: (_opts(c), c["warm"]), _id)
 
 
 def _rel(a, b) -> float:
@@ -41,8 +47,7 @@ def iterates(level_ops, opts, net, theta, x, y, warm):
     return states, history, grad.clone(), ares.history, more.states.clone(), more.history
 
 
-@pytest.mark.parametrize("opts", PATHS, ids=_id)
-@pytest.mark.parametrize("warm", [False, True])
+@pytest.mark.parametrize("opts, warm", PATHS)
 def test_fused_operations_give_the_reference_iterates(opts, warm):
     # N = 29: a short last interval on every level; tanh, so the states move a lot
     net, theta = dense_net(layers=29, T=3.0, activation="tanh")
