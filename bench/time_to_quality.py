@@ -26,7 +26,6 @@ import numpy as np
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
 from lptrain.model_perf import cli as model_cli
-from lptrain.model_perf.predict import Machine, predict_all
 
 BIN = Path(sys.executable).parent
 MODES = ("serial", "mgrit", "simultaneous")
@@ -69,10 +68,11 @@ def predictions(overrides: list[str], dirs: list[Path]) -> dict:
     the_link, _, _ = model_cli.link(args)
     opts, _ = model_cli.compose(args.overrides)
     net, theta, batch = model_cli.build_network(opts)
-    w = model_cli.workload(net, theta, batch)
-    costs, _ = model_cli.step_costs(args, net, theta, batch, opts.device)
+    model = model_cli.make_model(opts, net, theta, batch)
     cnt, _ = model_cli.counts(args, model_cli.load_runs(args.measured))
-    preds = predict_all(PREDICT_RANKS, w, opts.mgrit, Machine(costs, the_link), cnt)
+    m, _ = model_cli.machine(args, model, theta, opts.device, the_link,
+                             lambda probe: model.predict_all(PREDICT_RANKS, probe, cnt))
+    preds = model.predict_all(PREDICT_RANKS, m, cnt)
     return {"serial": {p.ranks: p.serial for p in preds},
             "mgrit": {p.ranks: p.mgrit for p in preds},
             "simultaneous": {p.ranks: p.simultaneous for p in preds}}

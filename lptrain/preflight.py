@@ -12,12 +12,10 @@ from dataclasses import dataclass
 from lptrain.data.base import Sizes, dataset_sizes
 from lptrain.errors import ConfigError
 from lptrain.model.network import ResNet
-from lptrain.model_perf.grid import Shape, grid_time, nominal_costs
-from lptrain.model_perf.measure import DEFAULT_LINK
-from lptrain.model_perf.predict import Machine
 from lptrain.parallel import memory
+from lptrain.parallel.auto import agreed_grid
 from lptrain.parallel.context import Node, node_of
-from lptrain.parallel.grid import Grid, c_intervals, candidates, choose
+from lptrain.parallel.grid import Grid, c_intervals, candidates
 
 ITEM_BYTES = {"float32": 4, "float64": 8}
 
@@ -98,7 +96,7 @@ def plan(opts, comm) -> Plan:
                           f"need about {needs[g]} per rank, more than the "
                           f"{memory.gb(limit)} available to each; "
                           f"{_memory_advice(opts, sizes, net, g, needs[g], limit)}")
-    grid = choose(fits, predictor(opts, sizes, net))
+    grid = agreed_grid(fits, lambda: timer(opts, net), comm)
     return Plan(grid, sizes, node, device, needs[grid], limit)
 
 
@@ -109,7 +107,7 @@ def auto_grid(opts, sizes: Sizes, net: ResNet, size: int, mode: str | None = Non
     mo = opts.mgrit
     most = c_intervals(opts.network.layers, mo.cfactor0, mo.levels, mo.min_coarse)
     grids = candidates(size, "auto", None, most, mode != "serial")
-    return choose(grids, predictor(opts, sizes, net, mode))
+    return agreed_grid(grids, lambda: timer(opts, net, mode), None)
 
 
 def _memory_advice(opts, sizes: Sizes, net: ResNet, grid: Grid, need_g: memory.Need,
@@ -148,14 +146,9 @@ def _batch_hint(opts, sizes: Sizes, net: ResNet, grid: Grid, limit: float) -> st
             f"optimizer=sgd or adam, or dataset.n_train={lo})")
 
 
-def predictor(opts, sizes: Sizes, net: ResNet, mode: str | None = None):
-    """Predicted seconds per iteration of a grid in `mode` (None: the configured one), on
-    the nominal machine (model_perf.grid)."""
-    mode = mode or opts.mode.name
-    k = net.layout.blocks["K"]
-    shape = Shape(opts.network.layers, opts.train.batch_size or sizes.n_train,
-                  math.prod(net.state_shape), math.prod(k.shape[1:]), net.state_shape[0],
-                  ITEM_BYTES[opts.dtype])
-    w = shape.workload(net.layout.size)
-    m = Machine(nominal_costs(shape), DEFAULT_LINK)
-    return lambda g: grid_time(g, mode, w, opts.mgrit, m)
+def timer(opts, net: ResNet, mode: str | None = None):
+    """The speedup model's GridTimer for `mode` (None: the configured one): costs measured
+    on this host, kept per configuration (model_perf/grid.py); imported only here, when
+    the grid is to be chosen."""
+    from lptrain.model_perf.grid import MeasuredTimer
+    return MeasuredTimer(opts, net, mode or opts.mode.name)

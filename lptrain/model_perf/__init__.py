@@ -1,20 +1,17 @@
 """Speedup model: predicted time per optimizer iteration and speedup over serial on P ranks.
 
-`schedule` records what the MGRIT solver does on every rank (steps, messages,
-allreduces, in solver order) by running it without computing, `modes` assembles one optimizer iteration of
-each training mode from it, `simulate` runs a schedule as a discrete-event
-critical-path computation with measured costs, `predict` combines them per
-mode and P, `measure` times steps and messages on this machine, `runs`
+`record` runs the real optimizer iteration of a mode on every rank of a layer group
+(the training oracles with a recording network and exchanges) and keeps each rank's
+kernel calls, messages and sums; `costs` holds what each recorded kernel costs on this
+host (measured by `measure`, kept per configuration and host); `simulate` runs a
+record as a discrete-event critical-path computation; `predict` combines them per
+mode and grid; `grid` is the GridTimer behind `parallel.layer_ranks=auto`; `runs`
 compares with measured runs, `report` and `cli` (`lptrain-model`) render.
 """
-from lptrain.model_perf.modes import Workload
-from lptrain.model_perf.predict import (Counts, Machine, Prediction, iteration_time,
-                                        parallel_time, predict_all, predict_at, serial_time)
-from lptrain.model_perf.schedule import (hierarchy_for, iteration_schedule, max_ranks,
-                                         mirrored, solve_schedule)
-from lptrain.model_perf.simulate import Link, StepCosts, critical_steps, simulate
+from lptrain.model_perf.costs import KernelCosts, given_costs
+from lptrain.model_perf.predict import Counts, Machine, Model, Prediction
+from lptrain.model_perf.record import Record, record_iteration
+from lptrain.model_perf.simulate import Link, simulate
 
-__all__ = ["Counts", "Link", "Machine", "Prediction", "StepCosts", "Workload",
-           "critical_steps", "hierarchy_for", "iteration_schedule", "iteration_time",
-           "max_ranks", "mirrored", "parallel_time", "predict_all", "predict_at",
-           "serial_time", "simulate", "solve_schedule"]
+__all__ = ["Counts", "KernelCosts", "Link", "Machine", "Model", "Prediction", "Record",
+           "given_costs", "record_iteration", "simulate"]

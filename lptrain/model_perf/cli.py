@@ -2,10 +2,12 @@
 
     lptrain-model [KEY=VALUE ...] [--step-time S] [--adjoint-time S] [--weight-time S]
                   [--latency S] [--bandwidth B] [--ranks 1,2,...] [--measured PATH ...]
-                  [--paper] [--out DIR]
+                  [--fresh] [--paper] [--out DIR]
 
-KEY=VALUE are the `lptrain` command's Hydra overrides.  Step costs not given
-are measured now on a batch of the configured size; latency and bandwidth
+KEY=VALUE are the `lptrain` command's Hydra overrides.  The iteration of each mode is
+recorded from the real code (record.py); the kernels it calls cost what they were
+measured to cost on this host for this configuration (kept, costs.py; measured now
+the first time or with --fresh) unless step costs are given; latency and bandwidth
 not given come from a ping-pong under `mpiexec -n 2`, else from defaults.
 """
 from __future__ import annotations
@@ -21,11 +23,11 @@ from lptrain.config import compose
 from lptrain.errors import ConfigError, LptrainError
 from lptrain.metrics.quantities import ITERATION_TIME
 from lptrain.model_perf import measure
-from lptrain.model_perf.modes import Workload
-from lptrain.model_perf.predict import Counts, Machine, predict_all, serial_time
+from lptrain.model_perf.costs import KernelCosts, given_costs
+from lptrain.model_perf.predict import Collecting, Counts, Machine, Model
 from lptrain.model_perf.report import comparison_table, plot, scaling_table
-from lptrain.model_perf.schedule import hierarchy_for, max_ranks
-from lptrain.model_perf.simulate import Link, StepCosts
+from lptrain.model_perf.simulate import Link
+from lptrain.parallel.grid import Grid
 
 PROG = "lptrain-model"
 DEFAULT_RANKS = ",".join(str(2 ** k) for k in range(11))
@@ -37,18 +39,20 @@ def parser() -> argparse.ArgumentParser:
                                 "iteration and speedup over serial for P ranks.")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="lptrain config overrides, e.g. experiment=peaks_paper")
-    p.add_argument("--step-time", type=float, metavar="S", help="forward step [s]")
-    p.add_argument("--adjoint-time", type=float, metavar="S", help="adjoint step [s]")
+    p.add_argument("--step-time", type=float, metavar="S",
+                   help="forward step of the full batch [s] (with --adjoint-time: these "
+                        "costs instead of measured ones)")
+    p.add_argument("--adjoint-time", type=float, metavar="S",
+                   help="adjoint step of the full batch [s]")
     p.add_argument("--weight-time", type=float, metavar="S",
-                   help="weight-gradient product of one layer [s] (default: measured; "
-                        "the adjoint time when both step times are given)")
+                   help="weight-gradient product of one layer [s] (default: the adjoint "
+                        "time)")
     p.add_argument("--overhead", type=float, metavar="S",
-                   help="batch-independent part of one kernel call [s] (default: "
-                        "measured; 0 when both step times are given)")
+                   help="batch-independent part of one given kernel call [s] (default 0)")
     p.add_argument("--threads", type=int, default=1,
-                   help="torch threads while measuring steps (default 1: one rank per core)")
-    p.add_argument("--stack-max", type=int, default=32, metavar="M",
-                   help="measure stacked calls of up to M states (default 32; 1: no stacking)")
+                   help="torch threads while measuring kernels (default 1: one rank per core)")
+    p.add_argument("--fresh", action="store_true",
+                   help="measure the kernels now even if this host has kept costs")
     p.add_argument("--latency", type=float, metavar="S", help="message latency α [s]")
     p.add_argument("--bandwidth", type=float, metavar="B", help="bandwidth β [bytes/s]")
     p.add_argument("--ranks", default=DEFAULT_RANKS, help=f"P values (default {DEFAULT_RANKS})")
@@ -77,36 +81,27 @@ def build_network(opts):
     return net, net.init_params(opts.seed, dtype, opts.device), batch
 
 
-def workload(net, theta, batch: int) -> Workload:
-    size = theta.element_size()
-    return Workload(net.opts.layers, batch, batch * math.prod(net.state_shape) * size,
-                    net.layout.size * size)
+def make_model(opts, net, theta, batch: int) -> Model:
+    return Model(net, opts.mgrit, batch, opts.train.batch_size is not None, theta.dtype)
 
 
-def step_costs(args, net, theta, batch, device) -> tuple[StepCosts, str]:
-    """Costs from the options where given, else measured now."""
-    given = args.step_time is not None and args.adjoint_time is not None
-    if given:
-        costs = StepCosts(args.step_time, args.adjoint_time,
-                          args.weight_time if args.weight_time is not None
-                          else args.adjoint_time, overhead=args.overhead or 0.0)
-        return costs, "given"
+def kernel_costs(args, model: Model, theta, kernels, device) -> tuple[KernelCosts, str]:
+    """Costs of `kernels` from the options where given, else this host's (costs.py)."""
+    if args.step_time is not None and args.adjoint_time is not None:
+        weights = args.adjoint_time if args.weight_time is None else args.weight_time
+        return given_costs(model.batch, args.step_time, args.adjoint_time, weights,
+                           args.overhead or 0.0), "given"
+    if any(v is not None for v in (args.step_time, args.adjoint_time, args.weight_time,
+                                   args.overhead)):
+        raise ConfigError("--step-time and --adjoint-time go together (with --weight-time, "
+                          "--overhead); give both or neither")
     import torch
 
-    from lptrain.parallel.context import keep_freed_memory
+    from lptrain.model_perf.costs import measured
     torch.set_num_threads(max(args.threads, 1))
-    # as the lptrain command runs: without it a stack of m ≥ 4 states gets fresh pages
-    # for each temporary and the measured stacking cost is far too high
-    keep_freed_memory()
-    costs = measure.measure_costs(net, theta, batch, device, max_stack=args.stack_max)
-    keep = {k: v for k, v in (("forward", args.step_time), ("adjoint", args.adjoint_time),
-                              ("weights", args.weight_time), ("overhead", args.overhead))
-            if v is not None}
-    note = f"measured now: batch {batch}, {torch.get_num_threads()} thread(s)" + \
-        (f", given: {', '.join(keep)}" if keep else "")
-    if args.overhead is not None:
-        keep["overheads"] = ()          # one given overhead for every kind
-    return replace(costs, **keep), note
+    costs, note = measured(model.net, theta, model.batch, kernels, device,
+                           torch.get_num_threads(), args.fresh)
+    return costs, f"{note}: batch {model.batch}, {torch.get_num_threads()} thread(s)"
 
 
 def link(args) -> tuple[Link, str, bool]:
@@ -174,29 +169,48 @@ def load_runs(paths: Sequence[Path]):
     return [r for r in runs if r is not None]
 
 
-def setup_text(opts, w: Workload, costs: StepCosts, sources: dict, cnt: Counts) -> str:
+def machine(args, model: Model, theta, device: str, the_link: Link, predictions
+            ) -> tuple[Machine, str]:
+    """(the Machine, where its costs come from) for what `predictions(machine)` computes:
+    a first pass at no cost says which kernels it charges, those are measured (or kept)."""
+    probe = Machine(Collecting(), the_link)
+    predictions(probe)
+    costs, note = kernel_costs(args, model, theta, probe.costs.kernels, device)
+    return Machine(costs, the_link), note
+
+
+def setup_text(opts, model: Model, costs: KernelCosts, sources: dict, cnt: Counts) -> str:
     """The model's inputs, as a markdown list."""
-    o = opts.mgrit
-    hier = hierarchy_for(w.n_layers, o, 1)
+    o, net = opts.mgrit, model.net
+    hier = o.hierarchy(net.opts.layers, 1)
     steps = " / ".join(str(lv.n_points - 1) for lv in hier.levels)
+    state = model.batch * math.prod(net.state_shape) * model.item
     lines = [
-        f"- network: {opts.network.name}, N = {w.n_layers}, state {w.state_bytes} bytes "
-        f"(batch {w.batch}), gradient {w.grad_bytes} bytes, {opts.dtype} on {opts.device}",
+        f"- network: {opts.network.name}, N = {net.opts.layers}, state {state} bytes "
+        f"(batch {model.batch}), gradient {net.layout.size * model.item} bytes, "
+        f"{opts.dtype} on {opts.device}",
         f"- MGRIT: {len(hier.levels)} levels with {steps} steps, cfactor0 {o.cfactor0}, "
         f"cfactor {o.cfactor}, nrelax0 {o.nrelax0}, nrelax {o.nrelax}, {o.cycle}-cycle, "
         f"skip_first_down {o.skip_first_down}; simultaneous: {o.fwd_iters} forward + "
         f"{o.adj_iters} adjoint cycles; mgrit: {cnt.mgrit_fwd:g} + {cnt.mgrit_adj:g} "
         f"cycles to tolerance",
-        f"- step costs ({sources['costs']}): forward {costs.forward:.3g} s, adjoint VJP "
-        f"{costs.adjoint:.3g} s, σ′ from saved {costs.derivative:.3g} s, σ′ recomputed "
-        f"{costs.per_step('linearize'):.3g} s, weight product {costs.weights:.3g} s, "
-        f"per-call overhead (forward) {costs.call_overhead('forward'):.3g} s",
+        f"- kernel costs ({sources['costs']}): {_kernel_list(costs)}",
         f"- link ({sources['link']}): latency {sources['alpha']:.3g} s, "
         f"bandwidth {sources['beta']:.3g} bytes/s",
         f"- per optimizer iteration: {cnt.trials:g} objective evaluation(s) + 1 gradient "
         f"({sources['counts']})",
-        f"- at most {max_ranks(w.n_layers, o)} ranks (C-intervals of the finest level)"]
+        f"- at most {model.max_layer} ranks (C-intervals of the finest level)"]
     return "\n".join(lines) + "\n"
+
+
+def _kernel_list(costs: KernelCosts) -> str:
+    """`name×states` seconds at the full batch (and at one sample), or the given costs."""
+    if costs.given:
+        step, adjoint, weights, o = costs.given
+        return (f"forward step {step:.3g} s, adjoint {adjoint:.3g} s, weight product "
+                f"{weights:.3g} s, per-call overhead {o:.3g} s")
+    return ", ".join(f"{name}×{m} {t:.3g} s ({costs.one[(name, m)]:.2g} s)"
+                     for (name, m), t in sorted(costs.full.items()))
 
 
 def run(args) -> list[Path]:
@@ -206,23 +220,23 @@ def run(args) -> list[Path]:
         return []
     opts, cfg = compose(args.overrides)
     net, theta, batch = build_network(opts)
-    w = workload(net, theta, batch)
-    costs, cost_note = step_costs(args, net, theta, batch, opts.device)
+    model = make_model(opts, net, theta, batch)
     runs = load_runs(args.measured)
     cnt, count_note = counts(args, runs)
-    m = Machine(costs, the_link)
-    preds = predict_all(_ranks(args.ranks), w, opts.mgrit, m, cnt)
-    baseline = serial_time(1, w, m, cnt.trials)
-    measured, compared = _compare(runs, w, opts.mgrit, m, cfg)
+    ranks = _ranks(args.ranks)
+    m, cost_note = machine(args, model, theta, opts.device, the_link,
+                           lambda probe: _predictions(ranks, model, probe, cnt, runs, cfg))
+    costs = m.costs
+    preds, baseline, measured, compared, grids = _predictions(ranks, model, m, cnt, runs, cfg)
     sources = {"costs": cost_note, "link": link_note, "counts": count_note,
                "alpha": the_link.latency, "beta": the_link.bandwidth}
     title = f"lptrain-model {' '.join(args.overrides)}".strip()
-    text = (f"# {title}\n\n{setup_text(opts, w, costs, sources, cnt)}\n"
+    text = (f"# {title}\n\n{setup_text(opts, model, costs, sources, cnt)}\n"
             f"Predicted {ITERATION_TIME} [s] of each mode: the seconds of a typical "
             f"optimizer iteration, as `lptrain` and `lptrain-report` measure it (the median "
             f"train/step_time); speedups over serial on 1 rank ({baseline:.4g} s).\n\n"
-            + scaling_table(preds, baseline, max_ranks(w.n_layers, opts.mgrit), measured))
-    text += "\n" + grid_section(_ranks(args.ranks), w, opts, net, m, cnt)
+            + scaling_table(preds, baseline, model.max_layer, measured))
+    text += "\n" + grid_section(ranks, opts, net, grids)
     if compared:
         text += "\n## Measured runs\n\n" + comparison_table(compared)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -233,28 +247,35 @@ def run(args) -> list[Path]:
     return [md, png]
 
 
-def grid_section(ranks, w, opts, net, m, cnt) -> str:
-    """For each P and mode: the layer x data split `parallel.layer_ranks=auto` takes (its
-    nominal machine, preflight.auto_grid) and the one these step costs would favour."""
-    from lptrain.data.base import dataset_sizes
+def _predictions(ranks, model: Model, m: Machine, cnt: Counts, runs, cfg):
+    """Everything the report shows that costs depend on."""
     from lptrain.model_perf.grid import recommend
-    from lptrain.parallel.grid import c_intervals
+    preds = model.predict_all(ranks, m, cnt)
+    baseline = model.grid_time(Grid(1, 1), "serial", m, cnt)
+    measured, compared = _compare(runs, model, m, cfg)
+    grids = {(p, mode): recommend(p, mode, model, m, cnt) for p in ranks
+             for mode in ("mgrit", "simultaneous")}
+    return preds, baseline, measured, compared, grids
+
+
+def grid_section(ranks, opts, net, grids) -> str:
+    """For each P and mode: the layer x data split `parallel.layer_ranks=auto` takes (its
+    timer: this host's kept costs, preflight.auto_grid) and the one these costs favour."""
+    from lptrain.data.base import dataset_sizes
     from lptrain.preflight import auto_grid
-    o = opts.mgrit
-    most = c_intervals(w.n_layers, o.cfactor0, o.levels, o.min_coarse)
     sizes = dataset_sizes(opts.dataset)
     lines = ["## Layer x data split", "",
-             "`auto`: the split `parallel.layer_ranks=auto` takes (lptrain decides on a "
-             "nominal machine without measuring, preflight.auto_grid; memory permitting). "
-             "`these costs`: the fastest split with the step costs above, its predicted "
-             f"{ITERATION_TIME} [s] in brackets.", "",
+             "`auto`: the split `parallel.layer_ranks=auto` takes (lptrain decides on the "
+             "kernel costs measured on this host for this configuration, kept per host; "
+             "memory permitting). `these costs`: the fastest split with the costs above, its "
+             f"predicted {ITERATION_TIME} [s] in brackets.", "",
              "| P | mgrit: auto | mgrit: these costs | simultaneous: auto "
              "| simultaneous: these costs |", "|---|---|---|---|---|"]
     for p in ranks:
         cells = []
         for mode in ("mgrit", "simultaneous"):
             a = auto_grid(opts, sizes, net, p, mode)
-            g, times = recommend(p, mode, w, o, m, most, cnt)
+            g, times = grids[(p, mode)]
             t = times.get(g)
             cells += [f"{a.layer} x {a.data}",
                       f"{g.layer} x {g.data}" + (f" ({t:.3g})" if t is not None else "")]
@@ -262,13 +283,13 @@ def grid_section(ranks, w, opts, net, m, cnt) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _compare(runs, w, opts, m, cfg):
+def _compare(runs, model: Model, m: Machine, cfg):
     from lptrain.model_perf.runs import mismatch, predict_run
     measured: dict = {}
     rows = []
     for r in runs:
         measured.setdefault((r.mode, r.ranks), []).append(r.iteration_time)
-        pred, note = predict_run(r, w, opts, m)
+        pred, note = predict_run(r, model, m)
         rows.append((r, pred, note, mismatch(r, cfg)))
     return measured, rows
 

@@ -1,13 +1,13 @@
-"""Measure the model's inputs on this machine: step costs of a network and a ping-pong.
+"""Measure the model's inputs on this machine: the recorded kernels and a ping-pong.
 
-Step costs are timed on one layer of the configured network with a random
-state batch of the configured size (the values do not matter, the shapes
-do), alone and with m states stacked in one call (as the solver batches its
-intervals).  Per-call overheads come from an affine fit t(b) = o + s·b
-through the full batch and a batch of one.
+Each kernel a record contains (record.py: its name and the states stacked in one call)
+is timed by calling the network's own function with random inputs of the recorded
+shape, at a batch of one sample and at the full batch: what a call costs besides
+the samples, and per sample, for any shard in between (costs.py).
 """
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 import os
@@ -15,21 +15,23 @@ import time
 
 import torch
 
-from lptrain.model_perf.schedule import ADJOINT, DERIVATIVE, FORWARD, LINEARIZE, WEIGHTS
-from lptrain.model_perf.simulate import Link, StepCosts
+from lptrain.model_perf.simulate import Link
 
 DEFAULT_LINK = Link(7e-6, 5e9)   # MPICH on one machine's loopback (BENCHMARKS.md)
 _LAUNCHER_SIZE = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
 
 
 def seconds_per_call(fns: dict, device: str = "cpu", budget: float = 0.02,
-                     rounds: int = 5) -> dict:
-    """{key: seconds of one fn() call}: the least over `rounds` of loops of ~budget s.
+                     rounds: int = 5, quantile: float = 0.2) -> dict:
+    """{key: seconds of one fn() call}: a low quantile of single calls timed over
+    `rounds` visits of ~budget s each.
 
-    The rounds visit every fn in turn, so a change of load on the machine hits
-    all of them alike; the least, because other load only ever adds time.
+    The rounds visit every fn in turn, so a change of load on the machine hits all of
+    them alike; single calls, because on a shared machine a loop of many is rarely
+    left alone, while most single calls are; a low quantile rather than the least,
+    which is a lucky call.
     """
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
     reps = {}
     for key, fn in fns.items():
         fn()
@@ -38,82 +40,88 @@ def seconds_per_call(fns: dict, device: str = "cpu", budget: float = 0.02,
         fn()
         sync()
         reps[key] = max(1, int(budget / max(time.perf_counter() - t0, 1e-7)))
-    best = dict.fromkeys(fns, math.inf)
+    seen: dict = {key: [] for key in fns}
     for _ in range(rounds):
         for key, fn in fns.items():
-            t0 = time.perf_counter()
+            times = seen[key]
             for _ in range(reps[key]):
+                t0 = time.perf_counter()
                 fn()
-            sync()
-            best[key] = min(best[key], (time.perf_counter() - t0) / reps[key])
-    return best
+                sync()
+                times.append(time.perf_counter() - t0)
+    return {key: sorted(t)[int(quantile * (len(t) - 1))] for key, t in seen.items()}
 
 
-def _kernels(stepper, u: torch.Tensor, m: int, h: float) -> dict:
-    """Closures running each kind of step on m states (m = 1: one state, unstacked).
+def kernel_calls(net, theta: torch.Tensor, batch: int, kernels, pool_bytes: float = 2 ** 26
+                 ) -> dict:
+    """{(name, states): closure calling that kernel once} on `batch` samples.
 
-    u is a pool of distinct inputs, (copies, [m,] batch, ...); every call takes
-    the next one, as a sweep through the layers meets a new state every step
-    (a pool larger than the caches costs what a sweep costs).  σ′ and the
-    adjoints are random stand-ins: the cost does not depend on the values.
+    Inputs rotate through a pool of distinct copies (at most pool_bytes), as a sweep
+    through the layers meets a new state every step.  The values are random: the
+    cost of a kernel does not depend on them, its shapes do.
     """
-    K, b = stepper.weights(0) if m == 1 else \
-        stepper.weights_many(torch.arange(m) % stepper.n_layers)
-    dsig, lam = torch.rand_like(u), torch.randn_like(u)
-    nxt = itertools.cycle(range(u.shape[0])).__next__
-
-    def adjoint():
-        i = nxt()
-        stepper.vjp_state(dsig[i], lam[i], K, h)
-
-    def weights():
-        i = nxt()
-        stepper.vjp_weights(u[i], lam[i])
-    return {FORWARD: lambda: stepper.apply(u[nxt()], K, b, h),
-            ADJOINT: adjoint,
-            LINEARIZE: lambda: stepper.linearize(u[nxt()], K, b),
-            DERIVATIVE: lambda: stepper.act.derivative(dsig[nxt()]),
-            WEIGHTS: weights}
+    gen = torch.Generator().manual_seed(batch)
+    stepper = net.stepper(theta)
+    out = {}
+    for name, m in sorted(set(kernels)):
+        shape = net.state_dims(batch) if m == 1 else (m, *net.state_dims(batch))
+        copies = max(1, min(8, int(pool_bytes // (math.prod(shape) * theta.element_size()))))
+        out[(name, m)] = _call(name, net, theta, stepper, shape, m, batch, copies, gen)
+    return out
 
 
-def _stack_kernels(net, theta, batch: int, m: int, pool_bytes: float, device: str) -> dict:
-    """{(kind, m): closure} for m states of `batch` samples, from a pool of pool_bytes."""
-    shape = net.state_dims(batch) if m == 1 else (m, *net.state_dims(batch))
-    copies = max(1, int(pool_bytes // (math.prod(shape) * theta.element_size())))
-    gen = torch.Generator().manual_seed(m)
-    u = 0.5 * torch.randn((copies, *shape), generator=gen, dtype=torch.float64)
-    kernels = _kernels(net.stepper(theta), u.to(dtype=theta.dtype, device=device), m, net.h)
-    return {(kind, m): fn for kind, fn in kernels.items()}
+def _call(name: str, net, theta, stepper, shape, m: int, batch: int, copies: int, gen):
+    """A closure running kernel `name` once (record.py's names)."""
+    def rand(*dims):
+        return torch.randn(dims, generator=gen, dtype=theta.dtype).to(theta.device)
+    u, lam = 0.5 * rand(copies, *shape), rand(copies, *shape)
+    N = stepper.n_layers
+    K, b = stepper.weights(0) if m == 1 else stepper.weights_many(torch.arange(m) % N)
+    saved = torch.stack([stepper.linearize(u[i], K, b) for i in range(copies)])
+    g, res, h = rand(copies, *shape), torch.empty(shape, dtype=theta.dtype,
+                                                   device=theta.device), net.h
+    nxt = itertools.cycle(range(copies)).__next__
+    extra = (K,) if "K" in inspect.signature(stepper.vjp_weights).parameters else ()
+    x = rand(batch, *net.in_shape)
+    labels = torch.arange(batch, device=theta.device) % net.n_classes
+    grad = torch.zeros_like(theta)
+    table = {
+        "apply": lambda i: stepper.apply(u[i], K, b, h, out=res),
+        "apply_save": lambda i: stepper.apply(u[i], K, b, h, save=saved[i], out=res),
+        "apply_plus": lambda i: stepper.apply(u[i], K, b, h, out=res, plus=lam[i]),
+        "apply_save_plus": lambda i: stepper.apply(u[i], K, b, h, save=saved[i], out=res,
+                                                   plus=lam[i]),
+        "linearize": lambda i: stepper.linearize(u[i], K, b),
+        "vjp_saved": lambda i: stepper.vjp_saved(saved[i], lam[i], K, h, out=res),
+        "vjp_and_g": lambda i: stepper.vjp_and_g(saved[i], lam[i], K, h, out=res),
+        "vjp_from_g": lambda i: stepper.vjp_from_g(g[i], lam[i], K, h, out=res),
+        "act_vjp": lambda i: stepper.act.vjp(saved[i], lam[i], out=res),
+        "vjp_weights": lambda i: stepper.vjp_weights(u[i], g[i], *extra),
+        "opening": lambda i: net.opening(theta, x),
+        "opening_vjp": lambda i: net.opening_vjp(theta, x, lam[i], grad),
+        "classify": lambda i: net.classify(theta, u[i], labels, batch, False),
+        "classify_grad": lambda i: net.classify(theta, u[i], labels, batch, True),
+        "regulariser": lambda i: net.regulariser(theta),
+        "regulariser_grad": lambda i: net.regulariser(theta, grad)}
+    if name not in table:
+        raise ValueError(f"kernel {name!r}: not one the model can measure ({sorted(table)})")
+    fn = table[name]
+    return lambda: fn(nxt())
 
 
-def measure_costs(net, theta: torch.Tensor, batch: int, device: str = "cpu",
-                  max_stack: int = 32, pool_bytes: float = 2 ** 26) -> StepCosts:
-    """StepCosts of net at this batch size.
-
-    Inputs rotate through pools of the network's states, at most pool_bytes
-    (the states of a one-rank sweep, if smaller).  Per kind, the overhead is
-    the affine fit through batch 1 and the full batch; stacking ratios
-    T(m) / (m·T(1)) are measured for m = 2, 4, ... ≤ max_stack, each in the
-    same rounds as its own T(1).
-    """
-    state = batch * math.prod(net.state_shape) * theta.element_size()
-    pool = min(pool_bytes, (net.opts.layers + 1) * state)
-    stacks = [2 ** k for k in range(1, 12) if 2 ** k <= max_stack and 2 ** k * state <= pool]
+def measure_kernels(net, theta: torch.Tensor, batch: int, kernels, device: str = "cpu"
+                    ) -> dict:
+    """{(name, states, b): seconds of one call} for b = 1 and b = batch, all timed in
+    the same rounds (a change of load hits them alike)."""
+    from lptrain.parallel.context import keep_freed_memory
+    # as the lptrain command runs: without it a stack of m ≥ 4 states gets fresh pages
+    # for each temporary and the measured cost of stacked calls is far too high
+    keep_freed_memory()
+    calls = {}
+    for b in sorted({1, batch}):
+        calls.update({(*key, b): fn for key, fn in kernel_calls(net, theta, b, kernels).items()})
     with torch.no_grad():
-        one = seconds_per_call(_stack_kernels(net, theta, 1, 1, pool, device), device)
-        groups = [seconds_per_call({**_stack_kernels(net, theta, batch, 1, pool, device),
-                                    **_stack_kernels(net, theta, batch, m, pool, device)},
-                                   device) for m in stacks or [1]]
-    kinds = [kind for kind, _ in one]
-    full = {k: min(t[(k, 1)] for t in groups) for k in kinds}
-    overheads = {k: min(max((batch * one[(k, 1)] - full[k]) / max(batch - 1, 1), 0.0),
-                        full[k]) for k in kinds}
-    curves = {k: tuple((m, t[(k, m)] / (m * t[(k, 1)])) for m, t in zip(stacks, groups))
-              for k in kinds}
-    return StepCosts(forward=full[FORWARD], adjoint=full[ADJOINT], weights=full[WEIGHTS],
-                     derivative=full[DERIVATIVE], linearize=full[LINEARIZE],
-                     overhead=overheads[FORWARD], overheads=tuple(overheads.items()),
-                     stacking=tuple((k, v) for k, v in curves.items() if v))
+        return seconds_per_call(calls, device)
 
 
 def launched_size() -> int:

@@ -1,29 +1,30 @@
-"""Predicted time per optimizer iteration of each mode on P ranks: schedules × costs.
+"""Predicted seconds per optimizer iteration of each mode on a layer × data grid.
 
-    time(mode, P) = trials · T(value schedule) + T(gradient schedule)
+    time = trials · T(value) + T(gradient)
 
-with T the simulated makespan (simulate.py).  serial is data parallel (the
-batch split over P ranks), mgrit runs forward and adjoint MGRIT for a given
-number of cycles to tolerance, simultaneous for mgrit.fwd_iters /
-mgrit.adj_iters cycles.  All solves are warm (every optimizer iteration but
-the first).
+with T the simulated makespan (simulate.py) of the iteration recorded from the real
+code (record.py) on one layer group of L ranks, its kernels charged their measured
+costs (costs.py) on the group's shard of ceil(batch / D) samples.  Both parts end in
+sums every rank waits for, so their times add.  mode=mgrit solves take
+`Counts.mgrit_fwd / mgrit_adj` cycles, simultaneous `mgrit.fwd_iters / adj_iters`;
+fractional counts (means over a run) interpolate linearly between the records of the
+neighbouring whole counts.  All solves are warm (every optimizer iteration but the first).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from lptrain.model_perf import modes
-from lptrain.model_perf.modes import Workload
-from lptrain.model_perf.schedule import (ADJOINT, COLD, FIRST, FORWARD, FRESH,
-                                         hierarchy_for, iteration_schedule, max_ranks,
-                                         mirrored)
-from lptrain.model_perf.simulate import Link, StepCosts, simulate
+import torch
+
+from lptrain.model_perf.record import Record, record_iteration
+from lptrain.model_perf.simulate import Link, simulate
+from lptrain.parallel.grid import Grid, c_intervals
 
 
 @dataclass(frozen=True)
 class Counts:
-    """Run outcomes the schedule cannot know: evaluations and cycles per iteration."""
+    """Run outcomes the record cannot know: evaluations and cycles per iteration."""
 
     trials: float = 1.0    # objective evaluations per optimizer iteration (line search)
     mgrit_fwd: float = 5   # mode=mgrit: forward cycles until the tolerance is met
@@ -32,9 +33,9 @@ class Counts:
 
 @dataclass(frozen=True)
 class Machine:
-    """The measured costs: steps and messages."""
+    """The costs of kernels (costs.KernelCosts or Collecting) and of messages."""
 
-    costs: StepCosts
+    costs: object
     link: Link
 
 
@@ -46,81 +47,105 @@ class Prediction:
     serial: float
     mgrit: float | None = None
     simultaneous: float | None = None
-    fwd_iteration: float | None = None   # one later forward MGRIT iteration (fresh F-points)
+    fwd_iteration: float | None = None   # one more forward MGRIT cycle (simultaneous)
     adj_iteration: float | None = None   # the same for the adjoint
-    cold_iteration: float | None = None  # first forward iteration of a cold start
 
     @property
     def possible(self) -> bool:
         return self.simultaneous is not None
 
 
-def _makespan(schedule, m: Machine) -> float:
-    return simulate(schedule, m.costs, m.link).makespan
+class Collecting:
+    """Costs of nothing that note every kernel asked for: a first pass over the
+    predictions tells which kernels to measure."""
+
+    def __init__(self):
+        self.kernels: set = set()
+
+    def seconds(self, b: float):
+        def cost(op) -> float:
+            self.kernels.add((op.name, op.states))
+            return 0.0
+        return cost
 
 
-def serial_time(size: int, w: Workload, m: Machine, trials: float = 1.0) -> float:
-    """Data-parallel layer-serial optimizer iteration."""
-    return trials * _makespan(modes.serial_value(size, w), m) + \
-        _makespan(modes.serial_gradient(size, w), m)
+class Model:
+    """The recorded iterations of one configuration, kept per (mode, grid, cycles).
 
-
-def parallel_time(size: int, w: Workload, opts, m: Machine, fwd: float, adj: float,
-                  converged: bool, trials: float = 1.0) -> float:
-    """Layer-parallel optimizer iteration with fwd / adj MGRIT cycles per solve.
-
-    Fractional cycle counts (means over a run) interpolate linearly.
+    net: the ResNet; mgrit: MGRITOptions; batch: samples per optimizer iteration.
     """
-    def value(k: int) -> float:
-        return _makespan(modes.parallel_value(size, w, opts, k, converged), m)
 
-    def gradient(k: int) -> float:
-        return _makespan(modes.parallel_gradient(size, w, opts, k, converged), m)
-    return trials * _interpolate(value, fwd) + _interpolate(gradient, adj)
+    def __init__(self, net, mgrit, batch: int, mini_batches: bool = False,
+                 dtype=torch.float64):
+        self.net, self.mgrit, self.batch = net, mgrit, batch
+        self.mini_batches, self.dtype = mini_batches, dtype
+        self._records: dict = {}
+        self.item = torch.tensor([], dtype=dtype).element_size()
 
+    @property
+    def max_layer(self) -> int:
+        """The most layer ranks: C-intervals of the finest level (steps with one level)."""
+        o = self.mgrit
+        return c_intervals(self.net.opts.layers, o.cfactor0, o.levels, o.min_coarse)
 
-def _interpolate(f, x: float) -> float:
-    lo = math.floor(x)
-    return f(lo) if x == lo else f(lo) + (x - lo) * (f(lo + 1) - f(lo))
+    def record(self, mode: str, layer: int, data: int, fwd: int = 1, adj: int = 1) -> Record:
+        if mode == "serial":
+            fwd = adj = 1
+        key = (mode, layer, data, fwd, adj)
+        if key not in self._records:
+            self._records[key] = record_iteration(self.net, mode, self.mgrit, layer, data,
+                                                  fwd, adj, self.mini_batches, self.dtype)
+        return self._records[key]
 
+    def parts(self, mode: str, grid: Grid, m: Machine, fwd: int = 1, adj: int = 1
+              ) -> tuple[float, float]:
+        """(T(value), T(gradient)) of the record with fwd / adj cycles on `grid`."""
+        rec = self.record(mode, grid.layer, grid.data, fwd, adj)
+        shard = math.ceil(self.batch / grid.data)
+        state = shard * math.prod(self.net.state_shape) * self.item
+        seconds = m.costs.seconds(shard)
+        return tuple(simulate(part, seconds, m.link, state, grid.data).makespan
+                     for part in (rec.value, rec.gradient))
 
-def iteration_time(size: int, w: Workload, opts, m: Machine, which: str = FRESH,
-                   adjoint: bool = False) -> float | None:
-    """One MGRIT iteration alone (None with one level, which has no iterations)."""
-    hier = hierarchy_for(w.n_layers, opts, size)
-    if len(hier.levels) < 2:
-        return None
-    if adjoint:
-        sched = mirrored(iteration_schedule(hier.reversed(), opts, which, w.state_bytes,
-                                            ADJOINT, linear=True))
-    else:
-        sched = iteration_schedule(hier, opts, which, w.state_bytes, FORWARD)
-    return _makespan(sched, m)
+    def grid_time(self, grid: Grid, mode: str, m: Machine, counts: Counts = Counts(),
+                  cycles: tuple[float, float] | None = None) -> float:
+        """Seconds per optimizer iteration of `mode` on `grid`; cycles: (forward, adjoint)
+        per solve (default: counts' for mgrit, the options' for simultaneous)."""
+        if mode == "serial":
+            value, gradient = self.parts(mode, grid, m)
+            return counts.trials * value + gradient
+        if cycles is None:
+            cycles = (counts.mgrit_fwd, counts.mgrit_adj) if mode == "mgrit" \
+                else (self.mgrit.fwd_iters, self.mgrit.adj_iters)
+        fwd, adj = cycles
+        lo = (math.floor(fwd), math.floor(adj))
+        v0, g0 = self.parts(mode, grid, m, *lo)
+        if (fwd, adj) == lo:
+            return counts.trials * v0 + g0
+        v1, g1 = self.parts(mode, grid, m, lo[0] + 1, lo[1] + 1)
+        return counts.trials * (v0 + (fwd - lo[0]) * (v1 - v0)) + g0 + (adj - lo[1]) * (g1 - g0)
 
+    def iteration_times(self, size: int, m: Machine) -> tuple[float, float] | tuple:
+        """(one more forward cycle, one more adjoint cycle) of mode=simultaneous on
+        `size` layer ranks ((None, None) with one level, which has no cycles)."""
+        if self.mgrit.levels < 2 or self.max_layer == self.net.opts.layers:
+            return None, None
+        k, j = self.mgrit.fwd_iters, self.mgrit.adj_iters
+        v0, g0 = self.parts("simultaneous", Grid(size, 1), m, k, j)
+        v1, g1 = self.parts("simultaneous", Grid(size, 1), m, k + 1, j + 1)
+        return v1 - v0, g1 - g0
 
-def predict_at(size: int, w: Workload, opts, m: Machine,
-               counts: Counts = Counts()) -> Prediction:
-    """Every mode on `size` ranks; layer-parallel entries None beyond max_ranks."""
-    serial = serial_time(size, w, m, counts.trials)
-    if size > max_ranks(w.n_layers, opts):
-        return Prediction(size, serial)
-    return Prediction(
-        size, serial,
-        mgrit=parallel_time(size, w, opts, m, counts.mgrit_fwd, counts.mgrit_adj, True,
-                            counts.trials),
-        simultaneous=parallel_time(size, w, opts, m, opts.fwd_iters, opts.adj_iters, False,
-                                   counts.trials),
-        fwd_iteration=iteration_time(size, w, opts, m, FRESH),
-        adj_iteration=iteration_time(size, w, opts, m, FRESH, adjoint=True),
-        cold_iteration=iteration_time(size, w, opts, m, first_kind(opts, cold=True)))
+    def predict_at(self, size: int, m: Machine, counts: Counts = Counts()) -> Prediction:
+        """Every mode on `size` ranks: serial data parallel, the others layer parallel
+        (None beyond max_layer)."""
+        serial = self.grid_time(Grid(1, size), "serial", m, counts)
+        if size > self.max_layer:
+            return Prediction(size, serial)
+        fwd_it, adj_it = self.iteration_times(size, m)
+        return Prediction(size, serial,
+                          mgrit=self.grid_time(Grid(size, 1), "mgrit", m, counts),
+                          simultaneous=self.grid_time(Grid(size, 1), "simultaneous", m, counts),
+                          fwd_iteration=fwd_it, adj_iteration=adj_it)
 
-
-def first_kind(opts, cold: bool) -> str:
-    """Which iteration opens a solve (schedule.KINDS)."""
-    return COLD if cold and opts.skip_first_down else FIRST
-
-
-def predict_all(ranks, w: Workload, opts, m: Machine,
-                counts: Counts = Counts()) -> list[Prediction]:
-    """predict_at() for each P in `ranks`."""
-    return [predict_at(p, w, opts, m, counts) for p in ranks]
+    def predict_all(self, ranks, m: Machine, counts: Counts = Counts()) -> list[Prediction]:
+        return [self.predict_at(p, m, counts) for p in ranks]

@@ -17,9 +17,8 @@ from lptrain.metrics import schema as s
 from lptrain.metrics.quantities import iteration_time
 from lptrain.metrics.reader import read_metrics
 from lptrain.mgrit.options import MGRITOptions
-from lptrain.model_perf.modes import Workload
-from lptrain.model_perf.predict import Machine, parallel_time, serial_time
-from lptrain.model_perf.schedule import max_ranks
+from lptrain.model_perf.predict import Counts, Machine, Model
+from lptrain.parallel.grid import Grid
 
 # config keys that change the cost of one step (the model's costs assume the CLI's values)
 COST_KEYS = ("network.name", "network.width", "network.channels", "train.batch_size",
@@ -38,6 +37,7 @@ class MeasuredRun:
     fwd: float | None      # mean forward MGRIT cycles per solve (None: not logged)
     adj: float | None      # mean adjoint MGRIT cycles per solve
     config: dict           # the run's resolved config (nested)
+    layer: int | None = None   # ranks per layer group (None: not logged)
 
 
 def load_run(path: Path) -> MeasuredRun | None:
@@ -54,7 +54,12 @@ def load_run(path: Path) -> MeasuredRun | None:
                        iteration_time(times),
                        float(trials.mean()) if len(trials) else 1.0,
                        _mean(m.mgrit.get(s.FWD_ITERATIONS)),
-                       _mean(m.mgrit.get(s.ADJ_ITERATIONS)), cfg)
+                       _mean(m.mgrit.get(s.ADJ_ITERATIONS)), cfg,
+                       _int(m.attrs.get(s.LAYER_RANKS)))
+
+
+def _int(value) -> int | None:
+    return None if value is None else int(value)
 
 
 def _on_its_ranks(m) -> np.ndarray:
@@ -91,26 +96,42 @@ def mismatch(run: MeasuredRun, model_cfg: dict) -> list[str]:
     return [f"{k}={a.get(k)!r}" for k in COST_KEYS if a.get(k) != b.get(k)]
 
 
-def run_structure(run: MeasuredRun, w: Workload, opts: MGRITOptions):
-    """The run's Workload and MGRITOptions: its layers and MGRIT node, the model's sizes."""
-    layers = int(run.config.get("network", {}).get("layers", w.n_layers))
+def run_model(run: MeasuredRun, model: Model) -> Model:
+    """The model of the run's own structure (its layers and MGRIT node), with the
+    modelled configuration's network otherwise."""
+    net = model.net
+    layers = int(run.config.get("network", {}).get("layers", net.opts.layers))
     node = run.config.get("mgrit")
     known = {f.name for f in fields(MGRITOptions)}
-    run_opts = MGRITOptions(**{k: v for k, v in node.items() if k in known}) \
-        if isinstance(node, dict) else opts
-    grad = w.grad_bytes * layers // w.n_layers
-    return replace(w, n_layers=layers, grad_bytes=grad), run_opts
+    opts = MGRITOptions(**{k: v for k, v in node.items() if k in known}) \
+        if isinstance(node, dict) else model.mgrit
+    if layers == net.opts.layers and opts == model.mgrit:
+        return model
+    if layers != net.opts.layers:
+        from lptrain.model.network import ResNet
+        net = ResNet(replace(net.opts, layers=layers), net.in_shape, net.n_classes)
+    return Model(net, opts, model.batch, model.mini_batches, model.dtype)
 
 
-def predict_run(run: MeasuredRun, w: Workload, opts: MGRITOptions, m: Machine):
-    """(seconds per iteration predicted for the run, note) — seconds None if impossible."""
-    rw, ropts = run_structure(run, w, opts)
+def run_grid(run: MeasuredRun) -> Grid:
+    """The run's layer × data grid (P × 1 for a layer-parallel run that did not log it,
+    1 × P for serial)."""
     if run.mode == s.MODE_SERIAL:
-        return serial_time(run.ranks, rw, m, run.trials), ""
-    if run.ranks > max_ranks(rw.n_layers, ropts):
+        return Grid(1, run.ranks)
+    layer = run.layer or run.ranks
+    return Grid(layer, max(run.ranks // layer, 1))
+
+
+def predict_run(run: MeasuredRun, model: Model, m: Machine):
+    """(seconds per iteration predicted for the run, note) — seconds None if impossible."""
+    rm, grid = run_model(run, model), run_grid(run)
+    if grid.layer > rm.max_layer:
         return None, "more ranks than C-intervals"
-    converged = run.mode == s.MODE_MGRIT
+    ropts = rm.mgrit
     fwd = run.fwd if run.fwd is not None else ropts.fwd_iters
     adj = run.adj if run.adj is not None else ropts.adj_iters
-    t = parallel_time(run.ranks, rw, ropts, m, fwd, adj, converged, run.trials)
-    return t, f"{fwd:.2g} fwd + {adj:.2g} adj cycles, {run.trials:.2g} evaluations"
+    t = rm.grid_time(grid, run.mode, m, Counts(run.trials), (fwd, adj))
+    note = f"{grid.layer} x {grid.data} ranks, {run.trials:.2g} evaluations"
+    if run.mode != s.MODE_SERIAL:
+        note += f", {fwd:.2g} fwd + {adj:.2g} adj cycles"
+    return t, note

@@ -1,78 +1,26 @@
-"""Critical-path evaluation of a schedule: a discrete-event run of every rank's ops: pure.
+"""Critical-path evaluation of a recorded schedule: a discrete-event run of every rank's ops: pure.
 
-Each rank executes its ops in order on its own clock.  A step costs its
-measured time (`StepCosts.time`); a send costs the sender nothing and its
-state arrives α + bytes/β later; a receive completes at
-max(own clock, arrival); an allreduce waits for every rank and then costs
-2·ceil(log2 P)·(α + bytes/β) (recursive doubling, reduce + broadcast).
-Messages between two ranks arrive in the order sent, as MPI guarantees.
+Each layer rank executes its ops (record.py) in order on its own clock.  A kernel costs
+what `seconds(op)` says; a send costs the sender nothing and its states arrive
+α + bytes/β later; a receive completes at max(own clock, arrival); a layer-group sum
+waits for every rank and then costs 2·ceil(log2 L)·(α + bytes/β) (recursive doubling,
+reduce + broadcast); a sum over the D data groups costs the same with D and waits for
+nothing (the same rank of every group reaches it at the same time).  Messages between
+two ranks arrive in the order sent, as MPI guarantees.
 """
 from __future__ import annotations
 
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import Callable
 
 from lptrain.errors import LptrainError
-from lptrain.model_perf.schedule import (ADJOINT, DERIVATIVE, FORWARD, LINEARIZE, WEIGHTS,
-                                         Allreduce, Recv, Schedule, Send, Step)
+from lptrain.model_perf.record import DATA, Allreduce, Kernel, Recv, Schedule, Send
 
 
 class ScheduleError(LptrainError):
-    """A schedule cannot run: a receive without its send, or ranks at different allreduces."""
-
-
-@dataclass(frozen=True)
-class StepCosts:
-    """Seconds per layer step with the full batch, alone in its kernel call.
-
-    A call of m states (one per MGRIT interval), each with batch share s, costs
-    (o + s·(t − o)) · m · r(m): o is the batch-independent part of a call
-    (`overheads` per kind, else `overhead`), r(m) the cost of m states in one
-    call over m single calls (`stacking`: measured points, interpolated in
-    log m, constant beyond the last; 1 without data).
-    adjoint is the state VJP with σ′ given; derivative (σ′ from saved
-    activations) defaults to 0, i.e. counted in `adjoint`; linearize (σ′
-    recomputed from a state) defaults to `forward`.
-    """
-
-    forward: float
-    adjoint: float
-    weights: float
-    derivative: float = 0.0
-    linearize: float | None = None
-    overhead: float = 0.0
-    overheads: tuple = ()  # ((cost kind, seconds), ...)
-    stacking: tuple = ()   # ((cost kind, ((m, ratio), ...)), ...)
-
-    def per_step(self, cost: str) -> float:
-        table = {FORWARD: self.forward, ADJOINT: self.adjoint, WEIGHTS: self.weights,
-                 DERIVATIVE: self.derivative,
-                 LINEARIZE: self.forward if self.linearize is None else self.linearize}
-        return table[cost]
-
-    def call_overhead(self, cost: str) -> float:
-        return min(dict(self.overheads).get(cost, self.overhead), self.per_step(cost))
-
-    def ratio(self, cost: str, m: float) -> float:
-        """Cost of m states in one call over that of m calls of one state."""
-        points = dict(self.stacking).get(cost, ())
-        if m <= 1 or not points:
-            return 1.0
-        xs, ys = [1.0] + [float(p[0]) for p in points], [1.0] + [p[1] for p in points]
-        if m >= xs[-1]:
-            return ys[-1]
-        k = next(i for i, x in enumerate(xs) if x >= m)
-        w = math.log(m / xs[k - 1]) / math.log(xs[k] / xs[k - 1])
-        return ys[k - 1] + w * (ys[k] - ys[k - 1])
-
-    def time(self, step: Step) -> float:
-        t, o = self.per_step(step.cost), self.call_overhead(step.cost)
-        m = step.count / step.calls
-        return step.count * (o + step.share * (t - o)) * self.ratio(step.cost, m)
-
-
-UNIT_COSTS = StepCosts(1.0, 1.0, 1.0)
+    """A schedule cannot run: a receive without its send, or ranks at different sums."""
 
 
 @dataclass(frozen=True)
@@ -94,33 +42,34 @@ FREE_LINK = Link(0.0, math.inf)
 
 @dataclass(frozen=True)
 class Timeline:
-    """The outcome of a simulation: when each rank finished and what it did."""
+    """The outcome of a simulation: when each rank finished and what it computed."""
 
     finish: tuple[float, ...]    # clock of each rank after its last op
-    compute: tuple[float, ...]   # time each rank spent in steps
+    compute: tuple[float, ...]   # time each rank spent in kernels
 
     @property
     def makespan(self) -> float:
         return max(self.finish)
 
 
-def simulate(schedule: Schedule, costs: StepCosts, link: Link) -> Timeline:
-    """Run every rank's ops from clock 0; raises ScheduleError on a deadlock."""
-    sim = _Run(schedule, costs, link)
+def simulate(schedule: Schedule, seconds: Callable[[Kernel], float], link: Link,
+             state_bytes: int = 0, data: int = 1) -> Timeline:
+    """Run every rank's ops from clock 0; raises ScheduleError on a deadlock.
+
+    seconds(kernel op): its time (all its calls); state_bytes: one state message;
+    data: the data groups a DATA sum is over.
+    """
+    sim = _Run(schedule, seconds, link, state_bytes, data)
     sim.run()
     return Timeline(tuple(sim.clock), tuple(sim.busy))
 
 
-def critical_steps(schedule: Schedule) -> float:
-    """Steps on the critical path: every step costs 1, messages and sums cost nothing."""
-    return simulate(schedule, UNIT_COSTS, FREE_LINK).makespan
-
-
 class _Run:
-    """The event loop: ranks run until blocked; a send or a full allreduce wakes others."""
+    """The event loop: ranks run until blocked; a send or a full sum wakes others."""
 
-    def __init__(self, schedule: Schedule, costs: StepCosts, link: Link):
-        self.ops, self.costs, self.link = schedule, costs, link
+    def __init__(self, schedule, seconds, link: Link, state_bytes: int, data: int):
+        self.ops, self.seconds, self.link = schedule, seconds, link
+        self.state_bytes, self.data = state_bytes, data
         self.size = len(schedule)
         self.pc = [0] * self.size
         self.clock = [0.0] * self.size
@@ -147,13 +96,13 @@ class _Run:
         woken, ops = [], self.ops[r]
         while self.pc[r] < len(ops):
             op = ops[self.pc[r]]
-            if isinstance(op, Step):
-                dt = self.costs.time(op)
+            if isinstance(op, Kernel):
+                dt = self.seconds(op)
                 self.clock[r] += dt
                 self.busy[r] += dt
             elif isinstance(op, Send):
                 channel = (r, op.peer)
-                arrival = self.clock[r] + self.link.message(op.nbytes)
+                arrival = self.clock[r] + self.link.message(op.states * self.state_bytes)
                 self.mail.setdefault(channel, deque()).append(arrival)
                 if channel in self.waiting_on:
                     woken.append(self.waiting_on.pop(channel))
@@ -163,6 +112,8 @@ class _Run:
                     self.waiting_on[(op.peer, r)] = r
                     return woken
                 self.clock[r] = max(self.clock[r], box.popleft())
+            elif isinstance(op, Allreduce) and op.group == DATA:
+                self.clock[r] += self.link.allreduce(op.nbytes, self.data)
             elif isinstance(op, Allreduce):
                 self.at_barrier.append(r)
                 return woken
@@ -170,7 +121,7 @@ class _Run:
         return woken
 
     def _release(self) -> list[int]:
-        """Finish the allreduce once every rank has reached one."""
+        """Finish the layer group's sum once every rank has reached one."""
         if len(self.at_barrier) < self.size:
             return []
         ops = [self.ops[r][self.pc[r]] for r in self.at_barrier]

@@ -1,13 +1,10 @@
-"""Grid arithmetic (parallel.grid), the grid time model (model_perf.grid), batch shards."""
+"""Grid arithmetic (parallel.grid) and batch shards (the grid time model: test_speedup_model)."""
 import pytest
 import torch
 
 from lptrain.errors import ConfigError
 from lptrain.mgrit.hierarchy import build_levels
 from lptrain.mgrit.options import MGRITOptions
-from lptrain.model_perf.grid import Shape, grid_time, nominal_costs, recommend, shard_costs
-from lptrain.model_perf.predict import Machine, serial_time
-from lptrain.model_perf.simulate import FREE_LINK, Link, StepCosts
 from lptrain.parallel.grid import Grid, c_intervals, candidates, choose, shard
 from lptrain.train.loop import Batches
 
@@ -100,46 +97,6 @@ def test_local_size_is_the_largest_batch_a_shard_sees(batch_size):
         seen = [b.next().y.numel() for _ in range(3 * len(b.parts))]
         assert b.local_size() == max(max(seen), 1)
         assert b.local_size() <= (hi - lo if batch_size is None else batch_size)
-
-
-def test_shard_costs_keep_the_call_overhead():
-    c = StepCosts(1.0, 2.0, 3.0, overhead=0.2)
-    s = shard_costs(c, 0.25)
-    assert (s.forward, s.adjoint, s.weights) == pytest.approx((0.4, 0.65, 0.9))
-    assert s.overhead == 0.2
-
-
-def _setup(batch, n_layers=64, cost_overhead=0.0):
-    shape = Shape(n_layers, batch, 8, 64, 8)
-    w = shape.workload(n_layers * 72)
-    costs = StepCosts(1e-3, 1e-3, 1e-3, overhead=cost_overhead)
-    return w, costs
-
-
-def test_one_layer_rank_grid_is_the_data_parallel_time_of_a_one_rank_solve():
-    opts = MGRITOptions(levels=2)
-    w, costs = _setup(64)
-    m = Machine(costs, FREE_LINK)
-    t1 = grid_time(Grid(1, 1), "simultaneous", w, opts, m)
-    t4 = grid_time(Grid(1, 4), "simultaneous", w, opts, m)
-    assert t4 == pytest.approx(t1 / 4, rel=1e-12)      # free link, no overhead: exact
-    assert grid_time(Grid(1, 4), "serial", w, opts, m) == serial_time(4, w, m)
-
-
-def test_overheads_make_layer_ranks_pay_off_for_small_shards():
-    opts = MGRITOptions(levels=3)
-    link = Link(7e-6, 5e9)
-    w, costs = _setup(8, n_layers=1024, cost_overhead=0.9e-3)     # overhead-bound steps
-    g, times = recommend(16, "simultaneous", w, opts, Machine(costs, link), 256)
-    assert g.layer > 1 and times[g] < times[Grid(1, 16)]
-    w, costs = _setup(100_000, n_layers=1024, cost_overhead=0.0)  # work-bound steps
-    _, times = recommend(16, "simultaneous", w, opts, Machine(costs, link), 256)
-    assert min(times, key=times.get) == Grid(1, 16)
-
-
-def test_nominal_costs_grow_with_the_batch():
-    a, b = nominal_costs(Shape(32, 10, 3136, 144, 4)), nominal_costs(Shape(32, 20, 3136, 144, 4))
-    assert b.forward - b.overhead == pytest.approx(2 * (a.forward - a.overhead))
 
 
 class _Rank:

@@ -93,40 +93,6 @@ def test_warm_start_example_is_its_formula():
     assert MGRITOptions().cfactor0 == c
 
 
-def test_auto_splits_quoted_are_the_preflights():
-    from lptrain.preflight import auto_grid
-    quoted = {
-        "experiment=peaks_deep mode=simultaneous":
-            r"`experiment=peaks_deep mode=simultaneous` takes (\d+) × (\d+) on (\d+) ranks "
-            r"and (\d+) × (\d+) on (\d+)",
-        "dataset=mnist dataset.n_train=160 mode=simultaneous":
-            r"\(`dataset=mnist dataset.n_train=160 mode=simultaneous`: (\d+) × (\d+) on (\d+) "
-            r"ranks, (\d+) × (\d+) on (\d+)\)"}
-    for overrides, pattern in quoted.items():
-        n = list(map(int, _one(pattern).groups()))
-        opts, sizes, net = _net(overrides.split())
-        for layer, data, size in (n[:3], n[3:]):
-            g = auto_grid(opts, sizes, net, size)
-            assert (g.layer, g.data) == (layer, data), (overrides, size, g)
-
-
-def test_lptrain_model_prints_the_split_auto_takes(tmp_path, capsys):
-    from lptrain.model_perf import cli
-    from lptrain.preflight import auto_grid
-    args = ["experiment=peaks_deep", "--step-time", "1e-4", "--adjoint-time", "1e-4",
-            "--latency", "1e-3", "--bandwidth", "1e8", "--ranks", "16,64", "--out",
-            str(tmp_path)]
-    assert cli.main(args) == 0
-    text = (tmp_path / "speedup_model.md").read_text().split("## Layer x data split")[1]
-    opts, sizes, net = _net(["experiment=peaks_deep"])
-    for p in (16, 64):
-        row = next(line for line in text.splitlines() if line.startswith(f"| {p} |"))
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        for col, mode in ((1, "mgrit"), (3, "simultaneous")):
-            g = auto_grid(opts, sizes, net, p, mode)
-            assert cells[col] == f"{g.layer} x {g.data}", (p, mode, row)
-
-
 def test_small_machine_command_is_the_measured_one():
     m = _one(r"`\.venv/bin/mpirun -n (\d+) \.venv/bin/lptrain ([^`]*)` completes on 2 cores")
     readme = m[2].split()

@@ -1,320 +1,35 @@
-"""The speedup model: schedules that match the solver, hand-counted critical paths, costs.
+"""The speedup model: iterations recorded from the real code, their costs, the simulation.
 
-Step counts use unit costs (every step 1, messages free) unless a test says otherwise.
+Recorded counts are compared with the steps a numeric run of the same oracle takes
+(bench/counting.py's counter around its propagators); predictions with sums worked out
+by hand from the record and given costs.
 """
 from __future__ import annotations
 
 import importlib.util
 import math
-import queue
-import threading
 from pathlib import Path
 
 import pytest
 import torch
 
-from lptrain.mgrit.levels import LevelOps
+import lptrain.train.oracles  # noqa: F401  (at collection: h5py's first import runs uname)
+from lptrain.mgrit.exchange import SerialExchange
 from lptrain.mgrit.options import MGRITOptions
-from lptrain.mgrit.solver import MGRIT, CycleOptions
-from lptrain.model_perf import modes, predict, schedule
-from lptrain.model_perf.schedule import (ADJOINT, COLD, FIRST, FORWARD, FRESH, LINEARIZE,
-                                         WEIGHTS, Allreduce, Recv, Send, Step, hierarchy_for,
-                                         iteration_schedule, max_ranks, mirrored,
-                                         solve_schedule, total_steps)
-from lptrain.model_perf.simulate import (FREE_LINK, Link, ScheduleError, StepCosts,
-                                         critical_steps, simulate)
+from lptrain.model_perf import costs as kc
+from lptrain.model_perf import record as rec_mod
+from lptrain.model_perf.predict import Collecting, Counts, Machine, Model
+from lptrain.model_perf.record import (DATA, LAYER, Allreduce, Kernel, Recv, Send,
+                                       record_iteration)
+from lptrain.model_perf.simulate import FREE_LINK, Link, ScheduleError, simulate
+from lptrain.parallel.grid import Grid
 
-TINY = MGRITOptions(levels=2, cfactor0=2, cfactor=2, min_coarse=2, nrelax0=0)
-PAPER_3A = MGRITOptions(levels=3, cfactor0=4, cfactor=4, nrelax0=0, nrelax=1)
-
-
-def unit_machine() -> predict.Machine:
-    return predict.Machine(StepCosts(1.0, 1.0, 1.0), FREE_LINK)
+FORWARD = ("apply", "apply_save", "apply_plus", "apply_save_plus")
+ADJOINT = ("vjp_saved", "vjp_and_g")
+OPTS = MGRITOptions(levels=3, cfactor0=2, cfactor=2, tol=1e-9, max_iter=30)
 
 
-# -- hand counts ---------------------------------------------------------------------------
-def test_one_level_on_one_rank_is_n_serial_steps():
-    opts = MGRITOptions(levels=1)
-    sched = solve_schedule(hierarchy_for(13, opts, 1), opts, iterations=3)
-    assert total_steps(sched) == critical_steps(sched) == 13
-    w = modes.Workload(13, 10, 80, 8)
-    assert critical_steps(modes.serial_value(1, w)) == 13
-
-
-def test_one_level_pipelines_through_the_ranks():
-    # 1 level on 3 ranks: each rank steps its own layers after its left neighbour: N in all
-    opts = MGRITOptions(levels=1)
-    sched = solve_schedule(hierarchy_for(12, opts, 3), opts, iterations=1)
-    assert critical_steps(sched) == 12
-    assert [sum(isinstance(op, Send) for op in ops) for ops in sched] == [1, 1, 0]
-
-
-# N = 8, cfactor 2, 2 levels (level 1: fine points 0,2,4,6,8 = 4 coarse steps, solved
-# serially), F-relaxation only (nrelax0 = 0).
-# P = 1, first iteration without skip_first_down (solver order):
-#   F-relax level 0 (F-points 1,3,5,7)                         4
-#   restrict: c_steps at C-points 2,4,6,8                       4
-#             coarse Φ^Δ(v) at coarse points 1..4 (_coarse_phis) 4
-#   allreduce; serial solve of level 1                          4
-#   correct; F-relax level 0                                    4
-#   ... which takes the next check's c_steps (C-points 2,4,6,8)  4   -> 24
-# later iteration: the first F-relax is skipped (fresh), the residual was taken by the
-# last F-relax, and the coarse level still holds its last solution: g_j += r_j, no Φ^Δ
-# (FusedLevelOps._rhs_update); its own F-relax takes the next residual   -> 12
-# cold first iteration (skip_first_down): serial 4 + F-relax 4 + next c_steps 4 -> 12
-# P = 2: rank 0 owns fine 0..3 (coarse 0,1), rank 1 fine 4..8 (coarse 2,3,4).
-#   F-relax: both 2 steps, t = 2. c_steps: rank 0 sends u_3, steps C-point 2 (t = 3);
-#   rank 1 receives (t = 2), steps 4, 6, 8 (t = 5). coarse Φ^Δ: rank 0 sends v_1, steps
-#   coarse 1 (t = 4); rank 1 receives, steps 2, 3, 4 (t = 8). allreduce: t = 8.
-#   serial solve: rank 0 steps coarse 1 (t = 9), sends; rank 1 steps 2, 3, 4 (t = 12).
-#   F-relax taking the next residual: rank 0 F-points 1, 3 and C-point 2 (t = 12), sends
-#   u_3; rank 1 F-points 5, 7, C-points 6, 8, then the received 4 -> 17.
-#   Fresh: no c_steps; coarse Φ^Δ messages only; allreduce t = 0; serial solve rank 0
-#   t = 1, rank 1 t = 4; F-relax rank 0 t = 4, rank 1 4 + 4 + 1 -> 9.
-#   Cold: serial solve rank 0 t = 1, rank 1 1 + 3 = 4; F-relax rank 1 -> 9.
-@pytest.mark.parametrize("size,first,fresh,cold", [(1, 24, 12, 12), (2, 17, 9, 9)])
-def test_tiny_critical_path_matches_hand_count(size, first, fresh, cold):
-    hier = hierarchy_for(8, TINY, size)
-    got = [critical_steps(iteration_schedule(hier, TINY, w)) for w in (FIRST, FRESH, COLD)]
-    assert got == [first, fresh, cold]
-
-
-def test_tiny_solves_chain_their_iterations():
-    # on one rank, 2 cycles of a warm solve (skip_first_down is for cold starts only):
-    # first 24 + fresh 12, the last F-relax taking the residual of the returned states;
-    # converged after 2 cycles instead: the check that stopped it (its c_steps taken
-    # before, no coarse Φ^Δ); cold: 12 + 12; cold without skip_first_down: 24 + 12
-    hier = hierarchy_for(8, TINY, 1)
-    assert critical_steps(solve_schedule(hier, TINY, 2)) == 36
-    assert critical_steps(solve_schedule(hier, TINY, 2, converged=True)) == 36
-    assert critical_steps(solve_schedule(hier, TINY, 2, cold=True)) == 24
-    no_skip = MGRITOptions(levels=2, cfactor0=2, min_coarse=2, skip_first_down=False)
-    assert critical_steps(solve_schedule(hier, no_skip, 2)) == 36
-
-
-def test_v_cycle_cost_against_method_3a():
-    # docs/method.md §4: N = 1024, c = 4, 3 levels, F on level 0, FCF on level 1: 2.5 N per
-    # V-cycle (level 0: F .75 + residual .25 + F .75; level 1: FCF .4375 + residual
-    # .0625 + F .1875; coarsest .0625).  Our FAS also steps the coarse propagator on the
-    # injected values of levels 1 and 2 for the right-hand side: + .25 N + .0625 N.  An
-    # iteration's last F-relaxation also takes the residual of the next check: + .25 N.
-    N, hier = 1024, hierarchy_for(1024, PAPER_3A, 1)
-    first = critical_steps(iteration_schedule(hier, PAPER_3A, FIRST))
-    assert first == (2.5 + 0.3125 + 0.25) * N
-    # later iterations skip the first level-0 F-relaxation (.75 N) and their residual
-    # (taken) and reuse the level-1 rhs at level 1's F-points (Φ^Δ only at its C-points:
-    # − .1875 N); a cold first one skips every down relaxation: coarsest .0625 + F level 1
-    # .1875 + F level 0 .75 = N, + .25 N
-    assert critical_steps(iteration_schedule(hier, PAPER_3A, FRESH)) == first - 1.1875 * N
-    assert critical_steps(iteration_schedule(hier, PAPER_3A, COLD)) == 1.25 * N
-
-
-def test_one_rank_simultaneous_step_counts_against_method_3a():
-    # §3a: 2 forward + 1 adjoint warm cycles with the fresh-F skip and stored σ′.  A warm
-    # solve relaxes before its first residual (skip_first_down is for cold starts), so
-    # its first cycle is a full one: forward 3.0625 N (V-cycle 2.5 N, FAS Φ^Δ .3125 N,
-    # the next residual .25 N) + fresh 1.875 N = 4.9375 N; adjoint (linear: no Φ^Δ)
-    # 2.5 N + the residual of the returned states .25 N = 2.75 N; N weight VJPs.
-    N = 1024
-    opts = MGRITOptions(levels=3, cfactor0=4, cfactor=4, nrelax0=0, nrelax=1, fwd_iters=2,
-                        adj_iters=1)
-    w = modes.Workload(N, 100, 0, 0)
-
-    def count(costs):
-        m = predict.Machine(costs, FREE_LINK)
-        return predict.parallel_time(1, w, opts, m, 2, 1, converged=False)
-    assert count(StepCosts(forward=1.0, adjoint=0.0, weights=0.0)) == 4.9375 * N
-    assert count(StepCosts(forward=0.0, adjoint=1.0, weights=0.0)) == 2.75 * N
-    assert count(StepCosts(forward=0.0, adjoint=0.0, weights=1.0)) == N
-    # serial: N steps + N VJPs + N weight products: 6.5 N / 3 N on one rank
-    ser = predict.serial_time(1, w, unit_machine())
-    assert ser == 3 * N
-    assert count(StepCosts(1.0, 1.0, 1.0)) / ser == pytest.approx(8.6875 / 3)
-
-
-# -- invariants ------------------------------------------------------------------------------
-CONFIGS = [dict(levels=2, cfactor0=2, cfactor=2, min_coarse=2, nrelax0=0),
-           dict(levels=3, cfactor0=4, cfactor=2, nrelax0=1, nrelax=1),
-           dict(levels=4, cfactor0=2, cfactor=3, min_coarse=1, cycle="F"),
-           dict(levels=3, cfactor0=3, cfactor=2, nrelax=0, skip_first_down=False)]
-
-
-def _per_level(sched):
-    out: dict = {}
-    for ops in sched:
-        for op in ops:
-            if isinstance(op, Step):
-                out[op.level] = out.get(op.level, 0) + op.count
-    return out
-
-
-@pytest.mark.parametrize("cfg", CONFIGS, ids=str)
-@pytest.mark.parametrize("which", [FIRST, FRESH, COLD])
-def test_total_steps_per_level_do_not_depend_on_ranks(cfg, which):
-    opts, N = MGRITOptions(**cfg), 29
-    ref = _per_level(iteration_schedule(hierarchy_for(N, opts, 1), opts, which))
-    for size in range(2, max_ranks(N, opts) + 1):
-        sched = iteration_schedule(hierarchy_for(N, opts, size), opts, which)
-        assert _per_level(sched) == ref, size
-        assert critical_steps(sched) >= total_steps(sched) / size
-
-
-@pytest.mark.parametrize("cfg", CONFIGS, ids=str)
-def test_messages_go_to_the_next_rank_with_points(cfg):
-    opts, N = MGRITOptions(**cfg), 29
-    for size in range(2, max_ranks(N, opts) + 1):
-        hier = hierarchy_for(N, opts, size)
-        for r, ops in enumerate(solve_schedule(hier, opts, 2, cold=True, converged=True)):
-            for op in ops:
-                if isinstance(op, (Send, Recv)):
-                    lo, hi = sorted((r, op.peer))
-                    gap = [hier.ranges[op.level][q] for q in range(lo + 1, hi)]
-                    assert op.peer != r and all(a == b for a, b in gap), (size, r, op)
-                    if op.level == 0:
-                        assert op.peer == r + (1 if isinstance(op, Send) else -1)
-
-
-def test_adjoint_messages_run_right_to_left():
-    hier = hierarchy_for(16, TINY, 4)
-    sched = mirrored(solve_schedule(hier.reversed(), TINY, 1, cost=ADJOINT))
-    sends = [(r, op.peer) for r, ops in enumerate(sched) for op in ops
-             if isinstance(op, Send) and op.level == 0]
-    assert sends and all(peer == r - 1 for r, peer in sends)
-    assert critical_steps(sched) == critical_steps(solve_schedule(hier, TINY, 1))
-
-
-def test_critical_path_shrinks_with_ranks_down_to_the_coarse_solve():
-    N, opts = 1024, PAPER_3A
-    paths = [critical_steps(iteration_schedule(hierarchy_for(N, opts, p), opts, FRESH))
-             for p in (1, 4, 16, 64, 256)]
-    assert all(a > b for a, b in zip(paths, paths[1:]))
-    assert paths[-1] >= N // 16   # the coarsest level (64 steps) stays sequential
-
-
-# -- the schedule is what the solver does --------------------------------------------------------
-class _Hub:
-    """Mailboxes and a barrier shared by in-process ranks (one thread each)."""
-
-    def __init__(self, size):
-        self.size = size
-        self.boxes = {(a, b): queue.Queue() for a in range(size) for b in range(size)}
-        self.barrier = threading.Barrier(size, timeout=10)
-        self.values = [0.0] * size
-
-
-class _RecordingExchange:
-    """The solver's exchange interface, logging (kind, peer) per call."""
-
-    def __init__(self, hub, rank, log):
-        self.hub, self.rank, self.size, self.log = hub, rank, hub.size, log
-
-    def send(self, tensor, dest):
-        self.log.append(("send", dest))
-        self.hub.boxes[(self.rank, dest)].put(tensor.clone())
-
-    def recv(self, template, source):
-        self.log.append(("recv", source))
-        return self.hub.boxes[(source, self.rank)].get(timeout=10)
-
-    def wait(self):
-        pass
-
-    def allreduce_sums(self, values):
-        self.log.append(("allreduce",))
-        self.hub.values[self.rank] = list(values)
-        self.hub.barrier.wait()
-        total = [sum(col) for col in zip(*self.hub.values)]
-        self.hub.barrier.wait()
-        return total
-
-
-class _CountingPropagator:
-    """Φ(u) = 1.1 u + 1 for any step; logs the states each call advances."""
-
-    def __init__(self, log):
-        self.log = log
-
-    def step(self, u, start, stop, out=None, **_):
-        self.log.append(("step", 1))
-        return _into(1.1 * u + 1.0, out)
-
-    def step_many(self, U, starts, stops, out=None, **_):
-        self.log.append(("step", len(starts)))
-        return _into(1.1 * U + 1.0, out)
-
-
-def _into(y, out):
-    if out is None:
-        return y
-    out.copy_(y)
-    return out
-
-
-def _merged(events):
-    out = []
-    for e in events:
-        if e[0] == "step" and out and out[-1][0] == "step":
-            out[-1] = ("step", out[-1][1] + e[1])
-        else:
-            out.append(e)
-    return out
-
-
-def _signature(ops):
-    kinds = {Send: "send", Recv: "recv"}
-    return _merged([("step", op.count) if isinstance(op, Step) else ("allreduce",)
-                    if isinstance(op, Allreduce) else (kinds[type(op)], op.peer)
-                    for op in ops])
-
-
-def _run_solver(hier, opts, cold, max_iter, tol, linear):
-    """Each rank's logged events and the solve result, all ranks in threads."""
-    hub, logs, results = _Hub(hier.size), [[] for _ in range(hier.size)], {}
-    cyc = CycleOptions(opts.nrelax0, opts.nrelax, opts.cycle, opts.skip_first_down,
-                       linear=linear)
-
-    def rank_main(r):
-        solver = MGRIT(hier, _RecordingExchange(hub, r, logs[r]), cyc)
-        lo, hi = hier.ranges[0][r]
-        template = torch.zeros(3, dtype=torch.float64)
-        warm = None if cold else torch.full((hi - lo, 3), 0.5, dtype=torch.float64)
-        u0 = torch.ones(3, dtype=torch.float64) if lo == 0 else None
-        try:
-            results[r] = solver.solve(_CountingPropagator(logs[r]), template, u0, warm,
-                                      max_iter=max_iter, tol=tol)
-        except Exception as exc:  # reported by the main thread
-            results[r] = exc
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(hier.size)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    errors = [v for v in results.values() if isinstance(v, Exception)]
-    assert not errors and len(results) == hier.size, errors
-    return [_merged(log) for log in logs], results[0]
-
-
-SOLVER_CASES = [(cfg, size, cold, max_iter, tol)
-                for cfg in CONFIGS for size in (1, 2, 5)
-                for cold, max_iter, tol in ((True, 2, 0.0), (False, 3, 0.0),
-                                            (True, 3, 1e30), (False, 2, 1e30))]
-
-
-@pytest.mark.parametrize("cfg,size,cold,max_iter,tol", SOLVER_CASES, ids=str)
-@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "adjoint"])
-def test_schedule_replays_the_solver(cfg, size, cold, max_iter, tol, reverse):
-    # the adjoint runs the linear solver on the mirrored hierarchy (LayerParallel)
-    opts = MGRITOptions(**cfg)
-    hier = hierarchy_for(23, opts, size)
-    hier = hier.reversed() if reverse else hier
-    logs, res = _run_solver(hier, opts, cold, max_iter, tol, linear=reverse)
-    stopped = res.iterations < max_iter       # at a tolerance check, not out of cycles
-    sched = solve_schedule(hier, opts, res.iterations, cold, stopped, linear=reverse)
-    assert [_signature(ops) for ops in sched] == logs
-
-
-# -- recorded from the solver itself ----------------------------------------------------------
-def _counting_wrapper():
+def _counting():
     """bench/counting.py's Counting (bench/ is not a package)."""
     path = Path(__file__).resolve().parents[2] / "bench" / "counting.py"
     spec = importlib.util.spec_from_file_location("bench_counting", path)
@@ -323,153 +38,256 @@ def _counting_wrapper():
     return module.Counting
 
 
-def _step_lengths(hier):
-    """{level: fine steps per step} (uniform levels: N a multiple of every level's spacing)."""
-    return {l: abs(lv.points[1] - lv.points[0]) for l, lv in enumerate(hier.levels)}
+def _steps(ops, names) -> int:
+    """States advanced by the kernels `names` in a rank's ops."""
+    return sum(op.states * op.calls for op in ops if isinstance(op, Kernel) and op.name in names)
 
 
-def test_recorded_steps_per_level_are_those_of_a_numeric_solve():
-    # a real network on one rank, its propagators wrapped by bench's step counter: a cold
-    # fixed forward solve of 3 cycles and a cold adjoint solve to tolerance
+def _calls(ops, name) -> int:
+    return sum(op.calls for op in ops if isinstance(op, Kernel) and op.name == name)
+
+
+def _numeric(mode, net, theta, x, y, opts):
+    """A real second optimizer iteration on one rank: (forward steps, adjoint steps,
+    forward cycles, adjoint cycles), counted by bench's Counting around the solvers'
+    propagators."""
+    oracle = rec_mod.iteration_oracle(net, mode, opts, SerialExchange())
+    terms = getattr(oracle, "terms", oracle)
+    Counting, counted = _counting(), {}
+    for name, solver in (("fwd", terms.lp.fwd), ("adj", terms.lp.adj)):
+        def solve(prop, *args, _solve=solver.solve, _name=name, **kw):
+            counted[_name] = Counting(prop)
+            res = _solve(counted[_name], *args, **kw)
+            counted[_name + "_cycles"] = res.iterations
+            return res
+        solver.solve = solve
+    for k in range(2):
+        ev = rec_mod.value_of(oracle, theta * (1 + 0.1 * k), x, y)
+        rec_mod.gradient_of(oracle, ev)
+    return (counted["fwd"].total(), counted["adj"].total(), counted["fwd_cycles"],
+            counted["adj_cycles"])
+
+
+@pytest.mark.parametrize("mode", ["mgrit", "simultaneous"])
+def test_recorded_steps_are_those_of_a_numeric_iteration(mode):
     from helpers import batch, dense_net
-    from lptrain.mgrit.exchange import SerialExchange
-    from lptrain.parallel.layer_parallel import LayerParallel
-    Counting = _counting_wrapper()
-    opts = MGRITOptions(levels=3, cfactor0=2, cfactor=2, nrelax0=0, nrelax=1, tol=0.0,
-                        adj_tol=1e-9, adj_max_iter=40)
-    net, theta = dense_net(layers=32, T=2.0)
+    net, theta = dense_net(layers=16, T=2.0)
     x, y = batch(net)
-    lp = LayerParallel(net, opts, SerialExchange())
-    counts = {}
-    for name, solver in (("forward", lp.fwd), ("adjoint", lp.adj)):
-        def counted(prop, *args, _solve=solver.solve, _name=name, **kw):
-            counts[_name] = Counting(prop)
-            return _solve(counts[_name], *args, **kw)
-        solver.solve = counted
-    res = lp.forward(theta, x, max_iter=3)
-    _, ares = lp.backward(theta, x, res.states, lp.evaluate(theta, res.states, y, 16, True))
-    assert res.iterations == 3 and ares.converged and 1 < ares.iterations < 40
-    for name, hier, solved, linear in (("forward", lp.hier, res, False),
-                                       ("adjoint", lp.rev, ares, True)):
-        sched = solve_schedule(hier, opts, solved.iterations, cold=True,
-                               converged=solved.converged, linear=linear)
-        length = _step_lengths(hier)
-        assert {length[l]: n for l, n in _per_level(sched).items()} == counts[name].steps, name
+    fwd, adj, kf, ka = _numeric(mode, net, theta, x, y, OPTS)
+    assert kf >= 1 and ka >= 1
+    one = record_iteration(net, mode, OPTS, 1, 1, kf, ka)
+    assert _steps(one.value[0], FORWARD) == fwd
+    assert _steps(one.gradient[0], ADJOINT) == adj
+    # the same work over the layer ranks: every point is relaxed by its one owner
+    for size in (2, 4):
+        many = record_iteration(net, mode, OPTS, size, 1, kf, ka)
+        assert sum(_steps(ops, FORWARD) for ops in many.value) == fwd
+        assert sum(_steps(ops, ADJOINT) for ops in many.gradient) == adj
 
 
-def test_a_one_step_interval_counts_on_the_level_that_steps_it():
-    # N = 23, c = 2: the last interval of level 0 is one step, so level 1's last step is
-    # the same pair of layers; FIRST on one rank: level 0 F 11 + C 12 + F 11 + C 12,
-    # level 1 Φ^Δ 12 + serial 12
-    hier = hierarchy_for(23, TINY, 1)
-    assert _per_level(iteration_schedule(hier, TINY, FIRST)) == {0: 46, 1: 24}
+def test_serial_records_one_sweep_each_way_and_the_data_sums():
+    from helpers import dense_net
+    net, _ = dense_net(layers=7)
+    r = record_iteration(net, "serial", OPTS, 1, 3)
+    value, gradient = r.value[0], r.gradient[0]
+    assert _calls(value, "apply_save") == 7 and _calls(value, "opening") == 1
+    assert [_calls(gradient, k) for k in ("act_vjp", "vjp_weights", "vjp_from_g")] == [7] * 3
+    # loss, hits and the gradient are summed over the 3 data groups (the layer group of
+    # one rank sums too, at no cost)
+    sums = [op for ops in (value, gradient) for op in ops
+            if isinstance(op, Allreduce) and op.group == DATA]
+    assert [op.nbytes for op in sums][:2] == [8, 8]
+    assert len(sums) == 3 and sums[-1].nbytes >= net.layout.size * 8
 
 
-def test_a_solve_of_no_cycles_is_the_residual_of_its_states():
-    # nothing relaxed before it, so its C-steps are its own (4 C-points on N = 8)
-    sched = solve_schedule(hierarchy_for(8, TINY, 1), TINY, 0)
-    assert total_steps(sched) == 4 and isinstance(sched[0][-1], Allreduce)
+def test_messages_go_between_neighbouring_layer_ranks():
+    from helpers import dense_net
+    net, _ = dense_net(layers=16)
+    r = record_iteration(net, "simultaneous", OPTS, 4, 1, 2, 2)
+    for part in (r.value, r.gradient):
+        for rank, ops in enumerate(part):
+            peers = {op.peer for op in ops if isinstance(op, (Send, Recv))}
+            assert peers and peers <= {rank - 1, rank + 1}
+        sends = sum(isinstance(op, Send) for ops in part for op in ops)
+        assert sends == sum(isinstance(op, Recv) for ops in part for op in ops)
+    # forward states travel to the right, adjoints to the left (the mirrored hierarchy)
+    assert all(op.peer == 1 for op in r.value[0] if isinstance(op, Send))
+    assert any(op.peer == 2 for op in r.gradient[3] if isinstance(op, Send))
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=str)
-def test_later_cycles_repeat_the_fresh_iteration(cfg):
-    # iterations come from solves of 1 and 2 cycles; a solve of 4 is FIRST + 3 FRESH and
-    # the closing residual (taken by the last F-relaxation with nrelax0 = 0)
-    opts = MGRITOptions(**cfg)
-    for size in (1, 3):
-        hier = hierarchy_for(29, opts, size)
-        closing = 0 if opts.nrelax0 == 0 else total_steps(solve_schedule(hier, opts, 0))
-        first, fresh = (total_steps(iteration_schedule(hier, opts, w)) for w in (FIRST, FRESH))
-        assert total_steps(solve_schedule(hier, opts, 4)) == first + 3 * fresh + closing
+def test_a_scripted_stop_that_the_solver_does_not_take_is_reported(monkeypatch):
+    from helpers import dense_net
+    net, _ = dense_net(layers=16)
+    def never(self, values):                    # every check: not converged
+        self.checks += 1
+        return [1.0] * len(values)
+    monkeypatch.setattr(rec_mod._Exchange, "allreduce_sums", never)
+    with pytest.raises(rec_mod.RecordingError, match="residual 31 and 31 times"):
+        record_iteration(net, "mgrit", OPTS, 2, 1, 3, 3)
 
 
-@pytest.fixture
-def fresh_recordings():
-    """Schedules recorded after the test's changes to the solver, and none kept after it."""
-    schedule.clear_cache()
-    yield
-    schedule.clear_cache()
+# -- predictions -------------------------------------------------------------------------------
+def _fake_costs(batch: int) -> kc.KernelCosts:
+    """Distinct made-up costs for every kernel: 1 sample t/10, `batch` samples t."""
+    costs = kc.KernelCosts(batch)
+    for i, name in enumerate(sorted(rec_mod_names())):
+        for m in range(1, 17):
+            costs.full[(name, m)] = 1e-3 * (i + 1) * m ** 0.9
+            costs.one[(name, m)] = costs.full[(name, m)] / 10
+    return costs
 
 
-def test_a_change_to_the_solver_changes_the_schedule(monkeypatch, fresh_recordings):
-    # were the coarsest solve done twice, every cycle would show it: 4 more level-1 steps
-    # on N = 8 with c = 2, and twice its messages on 2 ranks
-    hier = hierarchy_for(8, TINY, 2)
-    before = iteration_schedule(hier, TINY, FRESH)
-    coarse_solve = LevelOps.coarse_solve      # (FusedLevelOps calls it too)
+def rec_mod_names():
+    return ("apply", "apply_save", "apply_plus", "apply_save_plus", "linearize", "vjp_saved",
+            "vjp_and_g", "vjp_from_g", "act_vjp", "vjp_weights", "opening", "opening_vjp",
+            "classify", "classify_grad", "regulariser", "regulariser_grad")
 
-    def twice(self, lv):
-        coarse_solve(self, lv)
-        coarse_solve(self, lv)
-    monkeypatch.setattr(LevelOps, "coarse_solve", twice)
-    schedule.clear_cache()
-    after = iteration_schedule(hier, TINY, FRESH)
-    assert _per_level(after)[1] == _per_level(before)[1] + 4
-    assert _per_level(after)[0] == _per_level(before)[0]
 
-    def level1_messages(sched):
-        return sum(isinstance(op, (Send, Recv)) and op.level == 1 for ops in sched for op in ops)
-    assert level1_messages(after) == level1_messages(before) + 2   # rank 0 → rank 1, again
+@pytest.mark.parametrize("mode", ["serial", "mgrit", "simultaneous"])
+def test_one_rank_prediction_is_the_sum_of_its_recorded_kernel_costs(mode):
+    from helpers import dense_net
+    net, _ = dense_net(layers=12)
+    model = Model(net, OPTS, batch=40)
+    costs = _fake_costs(40)
+    m = Machine(costs, Link(1e-3, 1e6))     # one rank: sums cost nothing
+    r = model.record(mode, 1, 1, 3, 2)
+
+    def total(ops):
+        return sum(op.calls * costs.full[(op.name, op.states)] for ops_ in ops for op in ops_
+                   if isinstance(op, Kernel))
+    want = 1.5 * total(r.value) + total(r.gradient)
+    got = model.grid_time(Grid(1, 1), mode, m, Counts(1.5, 3, 2), (3, 2))
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_fractional_cycles_interpolate_between_records():
+    from helpers import dense_net
+    net, _ = dense_net(layers=12)
+    model, m = Model(net, OPTS, batch=40), Machine(_fake_costs(40), FREE_LINK)
+    t2, t3 = (model.grid_time(Grid(2, 1), "mgrit", m, Counts(1, k, k)) for k in (2, 3))
+    assert model.grid_time(Grid(2, 1), "mgrit", m, Counts(1, 2.25, 2.25)) == \
+        pytest.approx(t2 + 0.25 * (t3 - t2))
+    assert t3 > t2
+
+
+def test_data_groups_run_on_their_shard_and_pay_their_sums():
+    from helpers import dense_net
+    net, _ = dense_net(layers=12)
+    model, costs = Model(net, OPTS, batch=41), _fake_costs(41)
+    link = Link(1e-4, 1e7)
+    r = model.record("serial", 1, 4)
+    shard = 11                                   # ceil(41 / 4) samples
+    kernels = sum(op.calls * costs.call(op.name, op.states, shard)
+                  for part in (r.value, r.gradient) for op in part[0] if isinstance(op, Kernel))
+    sums = sum(link.allreduce(op.nbytes, 4) for part in (r.value, r.gradient)
+               for op in part[0] if isinstance(op, Allreduce) and op.group == DATA)
+    got = model.grid_time(Grid(1, 4), "serial", Machine(costs, link))
+    assert got == pytest.approx(kernels + sums, rel=1e-12)
+
+
+def test_kernel_costs_are_affine_in_the_shard():
+    c = kc.KernelCosts(101, one={("apply", 2): 1.0}, full={("apply", 2): 11.0})
+    assert c.call("apply", 2, 1) == 1.0 and c.call("apply", 2, 101) == 11.0
+    assert c.call("apply", 2, 51) == pytest.approx(6.0)
+    given = kc.given_costs(10, 2.0, 3.0, 5.0, overhead=1.0)
+    assert given.call("apply_save", 4, 5) == pytest.approx(4 * 1.5)
+    assert given.call("vjp_weights", 1, 10) == 5.0 and given.call("classify", 1, 10) == 0.0
+
+
+def test_predictions_refuse_more_layer_ranks_than_intervals():
+    from helpers import dense_net
+    net, _ = dense_net(layers=12)
+    model, m = Model(net, OPTS, batch=8), Machine(_fake_costs(8), FREE_LINK)
+    assert model.max_layer == 6
+    ok, too_many = model.predict_all([6, 7], m)
+    assert ok.possible and ok.simultaneous > 0 and ok.fwd_iteration > 0
+    assert not too_many.possible and too_many.serial > 0
+
+
+def test_costs_are_kept_per_host_and_configuration(tmp_path, monkeypatch):
+    from helpers import dense_net
+    monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path))
+    net, theta = dense_net(layers=4)
+    calls = []
+
+    def fake(net_, theta_, batch, kernels, device):
+        calls.append(set(kernels))
+        return {(name, m, b): 1e-3 * b for name, m in kernels for b in (1, batch)}
+    monkeypatch.setattr("lptrain.model_perf.measure.measure_kernels", fake)
+    want = {("apply", 1), ("vjp_saved", 2)}
+    c1, _ = kc.measured(net, theta, 16, want, "cpu", 1)
+    c2, note = kc.measured(net, theta, 16, want | {("linearize", 1)}, "cpu", 1)
+    assert calls == [want, {("linearize", 1)}]          # only the missing one again
+    assert "earlier" not in note and c2.full[("apply", 1)] == c1.full[("apply", 1)] == 0.016
+    _, note = kc.measured(net, theta, 16, want, "cpu", 1)
+    assert len(calls) == 2 and "earlier" in note
+    kc.measured(net, theta, 32, want, "cpu", 1)         # another batch: another file
+    assert len(calls) == 3 and len(list((tmp_path / "kernel_costs").iterdir())) == 2
+
+
+def test_measured_kernels_run_the_networks_own_functions():
+    from helpers import conv_net
+    from lptrain.model_perf.measure import kernel_calls
+    net, theta = conv_net()
+    kinds = {(name, m) for name in rec_mod_names() for m in (1, 3)
+             if m == 1 or name not in ("opening", "opening_vjp", "classify", "classify_grad",
+                                       "regulariser", "regulariser_grad")}
+    calls = kernel_calls(net, theta, 5, kinds)
+    assert set(calls) == kinds
+    for fn in calls.values():
+        fn()
 
 
 # -- the discrete-event evaluation ---------------------------------------------------------
+def _unit(op):
+    return float(op.calls)
+
+
 def test_message_arrives_after_latency_and_transfer():
     link = Link(latency=2.0, bandwidth=10.0)
-    sched = [[Step(FORWARD, 3), Send(1, 50)], [Step(FORWARD, 1), Recv(0, 50), Step(FORWARD, 1)]]
-    tl = simulate(sched, StepCosts(1.0, 1.0, 1.0), link)
-    assert tl.finish == (3.0, 3.0 + 2.0 + 5.0 + 1.0)   # recv at 10, then one step
+    sched = [[Kernel("apply", 1, 3), Send(1, 5)],
+             [Kernel("apply"), Recv(0, 5), Kernel("apply")]]
+    tl = simulate(sched, _unit, link, state_bytes=10)
+    assert tl.finish == (3.0, 3.0 + 2.0 + 5.0 + 1.0)   # recv at 10, then one kernel
     assert tl.compute == (3.0, 2.0)
 
 
-def test_allreduce_waits_for_all_and_costs_log_p_latencies():
+def test_layer_sums_wait_for_all_and_data_sums_for_none():
     link = Link(latency=1.0, bandwidth=math.inf)
-    sched = [[Step(FORWARD, k), Allreduce()] for k in (1, 4, 2)]
-    tl = simulate(sched, StepCosts(1.0, 1.0, 1.0), link)
-    assert tl.finish == (8.0, 8.0, 8.0)      # 4 + 2·1·ceil(log2 3)
+    sched = [[Kernel("apply", 1, k), Allreduce(8, LAYER)] for k in (1, 4, 2)]
+    assert simulate(sched, _unit, link).finish == (8.0, 8.0, 8.0)   # 4 + 2·ceil(log2 3)
+    sched = [[Kernel("apply", 1, k), Allreduce(8, DATA)] for k in (1, 4)]
+    assert simulate(sched, _unit, link, data=4).finish == (5.0, 8.0)
 
 
 def test_receive_without_send_is_reported():
     with pytest.raises(ScheduleError, match="rank 0 blocked"):
-        simulate([[Recv(1, 8)], []], StepCosts(1.0, 1.0, 1.0), FREE_LINK)
+        simulate([[Recv(1)], []], _unit, FREE_LINK)
 
 
-def test_step_cost_splits_overhead_and_batch_share():
-    # a call costs overhead + share·(t − overhead) per state, times the stacking ratio
-    stack = ((FORWARD, ((2, 1.5), (8, 3.0))),)
-    costs = StepCosts(forward=1.0, adjoint=0.5, weights=0.2, overhead=0.1,
-                      overheads=((ADJOINT, 0.3),), stacking=stack)
-    assert costs.time(Step(FORWARD, 4, calls=4, share=0.5)) == pytest.approx(4 * 0.55)
-    assert costs.time(Step(ADJOINT, 2, calls=2, share=0.5)) == pytest.approx(2 * 0.4)
-    # 4 states in one call: ratio halfway (in log m) between 1.5 at m = 2 and 3 at m = 8
-    assert costs.time(Step(FORWARD, 4, calls=1)) == pytest.approx(4 * 2.25)
-    assert costs.time(Step(FORWARD, 32, calls=2)) == pytest.approx(32 * 3.0)
-    assert costs.per_step(LINEARIZE) == 1.0 and costs.per_step(WEIGHTS) == 0.2
-
-
-def test_data_parallel_serial_splits_the_batch():
-    # N = 10, batch 8 on 4 ranks: share 1/4; value: 10 forward calls, gradient: 10
-    # adjoint calls + 10 weight products in one call; each state costs
-    # 0.1 + 0.9 / 4 (overhead 0.1); the sums cost 2·ceil(log2 4)·(α + bytes/β) each
-    costs = StepCosts(forward=1.0, adjoint=1.0, weights=1.0, overhead=0.1)
-    m = predict.Machine(costs, Link(0.01, 1e4))
-    w = modes.Workload(10, 8, 64, 100)
-    value = 10 * (0.1 + 0.9 / 4) + 2 * 4 * (0.01 + 8 / 1e4)
-    gradient = 20 * (0.1 + 0.9 / 4) + 4 * (0.01 + 100 / 1e4)
-    assert predict.serial_time(4, w, m, trials=2) == pytest.approx(2 * value + gradient)
-
-
-def test_predict_refuses_more_ranks_than_intervals():
-    w = modes.Workload(30, 100, 800, 80)
-    opts = MGRITOptions(levels=10, cfactor0=2, cfactor=2, min_coarse=10)
-    assert max_ranks(30, opts) == 15
-    ok, too_many = predict.predict_all([15, 16], w, opts, unit_machine())
-    assert ok.possible and ok.simultaneous > 0 and not too_many.possible
-    assert too_many.serial > 0
+def test_collecting_costs_name_every_kernel_a_prediction_charges():
+    from helpers import dense_net
+    net, _ = dense_net(layers=12)
+    model = Model(net, OPTS, batch=8)
+    probe = Machine(Collecting(), FREE_LINK)
+    assert model.grid_time(Grid(2, 2), "simultaneous", probe) == 0.0
+    r = model.record("simultaneous", 2, 2, OPTS.fwd_iters, OPTS.adj_iters)
+    assert probe.costs.kernels == r.kernels()
 
 
 # -- the command -------------------------------------------------------------------------------
-def test_command_writes_table_plot_and_compares_a_measured_run(tmp_path):
+def _no_measuring(monkeypatch, tmp_path):
+    """Kept costs under tmp_path, made up where missing (the auto column's)."""
+    monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path / "cache"))
+
+    def fake(net, theta, batch, kernels, device):
+        return {(name, m, b): 1e-4 * m * b for name, m in kernels for b in (1, batch)}
+    monkeypatch.setattr("lptrain.model_perf.measure.measure_kernels", fake)
+
+
+def test_command_writes_table_plot_and_compares_a_measured_run(tmp_path, monkeypatch):
     import yaml
+    _no_measuring(monkeypatch, tmp_path)
 
     from lptrain.metrics import schema as ms
     from lptrain.metrics.writer import open_writer
@@ -483,14 +301,14 @@ def test_command_writes_table_plot_and_compares_a_measured_run(tmp_path):
             writer.log_train(iteration=k, step_time=0.5 if k == 1 else 0.18, ls_trials=1)
     out = tmp_path / "model"
     args = ["experiment=peaks_paper", "dataset.grid=32", "--step-time", "1e-3",
-            "--adjoint-time", "1e-3", "--latency", "0", "--bandwidth", "1e30", "--ranks", "1,2,16",
-            "--measured", str(run.parent), "--paper", "--out", str(out)]
+            "--adjoint-time", "1e-3", "--latency", "0", "--bandwidth", "1e30", "--ranks",
+            "1,2,16", "--measured", str(run.parent), "--paper", "--out", str(out)]
     assert cli.main(args) == 0
     text = (out / "speedup_model.md").read_text()
     assert (out / "speedup_model.png").stat().st_size > 0
     # N = 30 with c = 2: 15 C-intervals, so P = 16 is refused
     assert "| 16 |" in text and "not possible (P > 15 C-intervals)" in text
-    # serial on one rank: 30 forward + 30 adjoint steps + 30 weight products of 1 ms
+    # serial on one rank: 30 forward steps, 30 adjoint steps and 30 weight products of 1 ms
     assert "speedups over serial on 1 rank (0.09 s)" in text
     assert "| serial | 1 | 0.18 | 0.09 | 0.50 |" in text
     assert "| serial 0.18 |" in text     # the measured column of the P = 1 row
@@ -500,6 +318,12 @@ def test_command_reports_a_bad_override(capsys):
     from lptrain.model_perf import cli
     assert cli.main(["network.layers=-3", "--step-time", "1", "--adjoint-time", "1"]) == 2
     assert "network.layers" in capsys.readouterr().err
+
+
+def test_command_refuses_half_given_costs(capsys):
+    from lptrain.model_perf import cli
+    assert cli.main(["--step-time", "1e-3", "--ranks", "1"]) == 2
+    assert "--adjoint-time" in capsys.readouterr().err
 
 
 def test_a_measured_run_resumed_on_another_rank_count_counts_its_latest_ranks(tmp_path):
@@ -518,3 +342,117 @@ def test_a_measured_run_resumed_on_another_rank_count_counts_its_latest_ranks(tm
             writer.log_timing(k, [1.0], [0.0], [0.0])
     run = load_run(path)
     assert (run.ranks, run.iteration_time) == (1, 2.0)
+
+
+# -- the automatic grid ------------------------------------------------------------------------
+def _proportional(batch: int, per_call: float) -> kc.KernelCosts:
+    """Costs whose per-call part is `per_call` of the full-batch time t (t·b/B for 0)."""
+    costs = _fake_costs(batch)
+    for key, t in costs.full.items():
+        costs.one[key] = per_call * t + (1 - per_call) * t / batch
+    return costs
+
+
+def test_one_layer_rank_grid_is_the_data_parallel_time_of_a_one_rank_solve():
+    from helpers import dense_net
+    from lptrain.model_perf.grid import recommend
+    net, _ = dense_net(layers=16)
+    model = Model(net, OPTS, batch=64)
+    m = Machine(_proportional(64, 0.0), FREE_LINK)
+    t1 = model.grid_time(Grid(1, 1), "simultaneous", m)
+    assert model.grid_time(Grid(1, 4), "simultaneous", m) == pytest.approx(t1 / 4, rel=1e-12)
+    grid, times = recommend(4, "simultaneous", model, m)
+    assert grid == Grid(1, 4) and set(times) == {Grid(1, 4), Grid(2, 2), Grid(4, 1)}
+
+
+def test_per_call_costs_make_layer_ranks_pay_off_for_small_shards():
+    from helpers import dense_net
+    from lptrain.model_perf.grid import recommend
+    net, _ = dense_net(layers=128)
+    opts = MGRITOptions(levels=3, cfactor0=4, cfactor=4)
+    link = Link(7e-6, 5e9)
+    model = Model(net, opts, batch=16)
+    g, times = recommend(16, "simultaneous", model, Machine(_proportional(16, 0.9), link))
+    assert g.layer > 1 and times[g] < times[Grid(1, 16)]
+    model = Model(net, opts, batch=100_000)
+    g, times = recommend(16, "simultaneous", model, Machine(_proportional(100_000, 0.0), link))
+    assert g == Grid(1, 16)
+
+
+class _Timer:
+    def __init__(self, times):
+        self.times_, self.asked = times, []
+
+    def times(self, grids):
+        self.asked.append(list(grids))
+        return {g: self.times_[g] for g in grids}
+
+
+def test_auto_grid_asks_its_timer_only_when_there_is_a_choice():
+    from lptrain.errors import ConfigError
+    from lptrain.parallel.auto import agreed_grid, auto_grid
+    timer = _Timer({Grid(1, 4): 1.0, Grid(2, 2): 1.04, Grid(4, 1): 2.0})
+    assert auto_grid([Grid(2, 2)], timer) == Grid(2, 2) and timer.asked == []
+    # within 5 % of the fastest, the most layer ranks win
+    assert auto_grid([Grid(1, 4), Grid(2, 2), Grid(4, 1)], timer) == Grid(2, 2)
+
+    def broken():
+        raise ValueError("no costs")
+    assert agreed_grid([Grid(4, 1)], broken, None) == Grid(4, 1)
+    with pytest.raises(ConfigError, match="layer_ranks=auto: no costs"):
+        agreed_grid([Grid(1, 4), Grid(4, 1)], broken, None)
+
+
+class _Comm:
+    """Rank 0 of 4 on one node (all preflight.plan asks of a communicator)."""
+
+    def Get_size(self):
+        return 4
+
+    def Get_rank(self):
+        return 0
+
+    def allreduce(self, value, op=None):
+        return value
+
+    def bcast(self, value, root=0):
+        return value
+
+
+def test_an_explicit_grid_starts_without_the_speedup_model(monkeypatch):
+    from lptrain import preflight
+    from lptrain.config import compose
+    from lptrain.parallel.context import Node
+    monkeypatch.setattr(preflight, "node_of", lambda comm: Node(0, 4, 4))
+
+    def no_model(*args, **kw):
+        raise AssertionError("the speedup model was consulted")
+    monkeypatch.setattr(preflight, "timer", no_model)
+    for overrides in (["mode=simultaneous", "parallel.layer_ranks=2"],
+                      ["mode=mgrit", "parallel.data_ranks=4"], ["mode=serial"]):
+        opts, _ = compose(overrides)
+        assert preflight.plan(opts, _Comm()).grid.size == 4
+    from lptrain.errors import ConfigError
+    opts, _ = compose(["mode=simultaneous"])                  # auto: a choice of three
+    with pytest.raises(ConfigError, match="auto: the speedup model was consulted"):
+        preflight.plan(opts, _Comm())
+
+
+def test_lptrain_model_prints_the_split_auto_takes(tmp_path, monkeypatch):
+    # both from this host's kept costs (here made up, and kept under tmp_path)
+    from lptrain.data.base import dataset_sizes
+    from lptrain.model_perf import cli
+    from lptrain.preflight import auto_grid
+    _no_measuring(monkeypatch, tmp_path)
+    over = ["network.layers=64", "dataset.n_train=60"]
+    assert cli.main([*over, "--ranks", "4,8", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "speedup_model.md").read_text().split("## Layer x data split")[1]
+    opts, _ = cli.compose(over)
+    net, _, _ = cli.build_network(opts)
+    for p in (4, 8):
+        row = next(line for line in text.splitlines() if line.startswith(f"| {p} |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        for col, mode in ((1, "mgrit"), (3, "simultaneous")):
+            g = auto_grid(opts, dataset_sizes(opts.dataset), net, p, mode)
+            assert cells[col] == f"{g.layer} x {g.data}", (p, mode, row)
+            assert cells[col + 1].startswith(cells[col]), row     # the same costs

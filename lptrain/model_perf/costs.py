@@ -1,0 +1,135 @@
+"""Seconds of each recorded kernel on this machine, measured once per configuration and host.
+
+A kernel call on b samples costs o + (t − o)·(b − 1)/(B − 1), from its measured time o
+on one sample and t on the full batch B: the per-call part does not shrink with a
+shard, the rest does.  Measurements are kept in a JSON file per host and configuration
+under the cache directory ($LPTRAIN_CACHE, else $XDG_CACHE_HOME/lptrain, else
+~/.cache/lptrain), so the automatic grid of later runs decides on them without
+measuring again; `lptrain-model --fresh` measures anew.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# kernel families of the costs one can give `lptrain-model` instead of measuring
+STEP_KERNELS = ("apply", "apply_save", "apply_plus", "apply_save_plus", "linearize")
+ADJOINT_KERNELS = ("vjp_saved", "vjp_and_g", "vjp_from_g")
+WEIGHT_KERNELS = ("vjp_weights",)
+
+
+@dataclass
+class KernelCosts:
+    """Seconds of one call of (kernel, states) on one sample and on `batch` samples."""
+
+    batch: int
+    one: dict = field(default_factory=dict)    # (name, states) -> seconds at 1 sample
+    full: dict = field(default_factory=dict)   # (name, states) -> seconds at `batch`
+    given: tuple | None = None   # (step, adjoint, weights, overhead): costs not measured
+
+    def missing(self, kernels) -> set:
+        """The kernels of `kernels` ((name, states) pairs) without a cost."""
+        return set() if self.given else {k for k in kernels if k not in self.full}
+
+    def call(self, name: str, states: int, b: float) -> float:
+        """Seconds of one call of `name` on `states` states of b samples each."""
+        if self.given:
+            return states * self._given(name, b)
+        key = (name, states)
+        if key not in self.full:
+            raise KeyError(f"kernel {name} on {states} state(s): not measured")
+        o, t = self.one[key], self.full[key]
+        if self.batch <= 1:
+            return t
+        return max(o + (t - o) * (b - 1) / (self.batch - 1), 0.0)
+
+    def _given(self, name: str, b: float) -> float:
+        step, adjoint, weights, o = self.given
+        t = step if name in STEP_KERNELS else adjoint if name in ADJOINT_KERNELS \
+            else weights if name in WEIGHT_KERNELS else 0.0
+        o = min(o, t)
+        return o + (t - o) * b / self.batch
+
+    def seconds(self, b: float):
+        """op → seconds, for simulate(): kernels on shards of b samples."""
+        return lambda op: op.calls * self.call(op.name, op.states, b)
+
+
+def given_costs(batch: int, step: float, adjoint: float, weights: float,
+                overhead: float = 0.0) -> KernelCosts:
+    """Costs from numbers given per layer step of the full batch (forward, adjoint
+    VJP, weight product); opening, classifier and regulariser cost nothing."""
+    return KernelCosts(batch, given=(step, adjoint, weights, overhead))
+
+
+def cache_dir() -> Path:
+    """Where measured costs are kept (see the module docstring)."""
+    if os.environ.get("LPTRAIN_CACHE"):
+        return Path(os.environ["LPTRAIN_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "lptrain"
+
+
+def cache_file(config: dict) -> Path:
+    """The file of this host and cost-relevant configuration (`config`: JSON-able)."""
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
+    return cache_dir() / "kernel_costs" / f"{socket.gethostname()}-{digest.hexdigest()[:16]}.json"
+
+
+def load(path: Path, batch: int) -> KernelCosts:
+    """The costs kept in `path` (empty ones when there is none or it is unreadable)."""
+    costs = KernelCosts(batch)
+    try:
+        kept = json.loads(path.read_text())
+        for name, states, one, full in kept["kernels"]:
+            costs.one[(name, int(states))] = float(one)
+            costs.full[(name, int(states))] = float(full)
+    except (OSError, ValueError, KeyError, TypeError):
+        return KernelCosts(batch)
+    return costs
+
+
+def save(path: Path, costs: KernelCosts, config: dict) -> None:
+    """Keep `costs` in `path` (written whole, then renamed: readers never see a part);
+    a cache that cannot be written is skipped."""
+    rows = [[name, states, costs.one[(name, states)], t]
+            for (name, states), t in sorted(costs.full.items())]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"config": config, "batch": costs.batch, "kernels": rows}))
+        tmp.replace(path)
+    except OSError:
+        pass
+
+
+def cost_config(net, batch: int, dtype: str, device: str, threads: int) -> dict:
+    """What a kernel's cost depends on: the network, the batch, dtype, device, threads."""
+    import torch
+    return {"network": asdict(net.opts), "in_shape": list(net.in_shape),
+            "classes": net.n_classes, "batch": batch, "dtype": dtype, "device": device,
+            "threads": threads, "torch": torch.__version__}
+
+
+def measured(net, theta, batch: int, kernels, device: str, threads: int, fresh: bool = False
+             ) -> tuple[KernelCosts, str]:
+    """(costs of `kernels` on this host, where they came from): kept ones, the missing
+    measured now and kept (all measured now with fresh)."""
+    from lptrain.model_perf.measure import measure_kernels
+    config = cost_config(net, batch, str(theta.dtype).removeprefix("torch."), device, threads)
+    path = cache_file(config)
+    costs = KernelCosts(batch) if fresh else load(path, batch)
+    todo = costs.missing(kernels)
+    if todo:
+        found = measure_kernels(net, theta, batch, todo, device)
+        for name, states in todo:
+            costs.one[(name, states)] = found[(name, states, 1)]
+            costs.full[(name, states)] = found[(name, states, batch)]
+        save(path, costs, config)
+    note = f"measured now on {socket.gethostname()}" if todo else \
+        f"measured earlier on {socket.gethostname()} ({path})"
+    return costs, note

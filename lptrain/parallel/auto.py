@@ -1,0 +1,50 @@
+"""`parallel.layer_ranks=auto`: among the grids a run may use, the one predicted fastest.
+
+The prediction is behind one narrow interface, `GridTimer`; the speedup model
+implements it (model_perf/grid.py: recorded iterations, kernel costs measured on this
+host and kept per configuration).  It is consulted only when there is a choice: a run
+whose grid is explicit (or has one candidate) never loads it.
+"""
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+from lptrain.errors import ConfigError
+from lptrain.parallel.grid import Grid, choose
+
+
+class GridTimer(Protocol):
+    """Predicted seconds per optimizer iteration of a run on each grid."""
+
+    def times(self, grids: Sequence[Grid]) -> dict[Grid, float]: ...
+
+
+def auto_grid(grids: Sequence[Grid], timer: GridTimer) -> Grid:
+    """The grid to use: the only one, else the fastest (within parallel.grid.TIE the one
+    with the most layer ranks)."""
+    if len(grids) == 1:
+        return grids[0]
+    times = timer.times(grids)
+    return choose(list(grids), times.__getitem__)
+
+
+def agreed_grid(grids: Sequence[Grid], make_timer, comm) -> Grid:
+    """auto_grid on rank 0 of comm, the same grid on every rank.
+
+    make_timer() builds the timer (only when there is a choice); a failure on rank 0
+    stops every rank with its message instead of leaving them waiting.
+    """
+    if len(grids) == 1:
+        return grids[0]
+    size = 1 if comm is None else comm.Get_size()
+    found = error = None
+    if size == 1 or comm.Get_rank() == 0:
+        try:
+            found = auto_grid(grids, make_timer())
+        except Exception as exc:   # every rank must hear of it: re-raised below
+            error = f"parallel.layer_ranks=auto: {exc}"
+    if size > 1:
+        found, error = comm.bcast((found, error), root=0)
+    if error is not None:
+        raise ConfigError(error)
+    return found
