@@ -15,8 +15,7 @@ from lptrain.data.mnist import SCALINGS
 from lptrain.metrics.tensorboard import LOGGERS
 from lptrain.mgrit.options import COARSE_WEIGHTS, CONTROLS, CYCLES, LEVEL_OPS
 from lptrain.model.activations import ACTIVATIONS
-from lptrain.model.network import OPENINGS
-from lptrain.model.steps import STEPPERS
+from lptrain.model.network import KINDS, OPENINGS
 from lptrain.train.schedules import SCHEDULES
 
 GROUPS = {
@@ -41,6 +40,7 @@ CHOICES = {
         "dense_wide": "dense steps of width 220 at T = 20 (the authors' Indian Pines net)",
         "conv": "3×3 convolutions, 4 channels, T = 5 (the authors' MNIST network)",
         "conv_pooled": "conv with 8 channels, a conv opening, a classifier on 4×4 averages",
+        "custom": "your own residual step: the torch module network.step._target_ names",
     },
     "optimizer": {
         "lbfgs": "full-batch L-BFGS with Armijo backtracking",
@@ -95,23 +95,28 @@ KEYS = {
     "mode.warm_batches": "simultaneous with mini-batches: batches whose states are kept as "
                          "warm starts",
     "network.name": "the kind of step; set by the network choice",
-    "network.width": "dense: width of the state (conv: unused, see channels)",
-    "network.channels": "conv: channels of the state",
+    "network.width": "dense (and custom on feature vectors): width of the state (conv: "
+                     "unused, see channels)",
+    "network.channels": "conv (and custom on images): channels of the state",
     "network.layers": "N, the number of residual steps",
     "network.T": "final time; a step is h = T / N long",
-    "network.activation": "activation of every step",
-    "network.bias": "one bias per layer (scalar, the authors') or one per unit (vector)",
+    "network.activation": "activation of every step (custom: of the opening only)",
+    "network.bias": "one bias per layer (scalar, the authors') or one per unit (vector); "
+                    "custom: unused",
     "network.opening": "the layer from inputs to the first state",
     "network.pool": "conv: the classifier sees pool×pool averages of the final state; "
                     "1: all of it",
     "network.init": "initial weights: uniform U[0,1)·scale (the authors') or normal "
                     "N(0,1)·scale",
     "network.init_opening": "scale of the opening layer's initial weights",
-    "network.init_hidden": "scale of the steps' initial weights",
+    "network.init_hidden": "scale of the steps' initial weights (custom: unused, the "
+                           "module's constructor draws them, seeded by seed)",
     "network.init_classifier": "scale of the classifier's initial weights",
     "network.gamma_tik": "Tikhonov regularisation of the step weights (docs/method.md §1)",
     "network.gamma_class": "Tikhonov regularisation of the classifier weights",
     "network.gamma_ddt": "regularisation of the weights' change from layer to layer",
+    "network.step": "custom: _target_ (the step's class, package.module.Class) and its "
+                    "keyword arguments; add them with +network.step.NAME=VALUE",
     "mgrit.levels": "most MGRIT levels (1: serial stepping)",
     "mgrit.cfactor0": "coarsening factor of the finest level",
     "mgrit.cfactor": "coarsening factor of the coarser levels",
@@ -177,7 +182,7 @@ VALUES = {
     "device": DEVICES,
     "logger": LOGGERS,
     "mode.name": MODES,
-    "network.name": _names(STEPPERS),
+    "network.name": _names(KINDS),
     "network.activation": _names(ACTIVATIONS),
     "network.opening": "; ".join(f"{kind} nets: {' | '.join(names)}"
                                  for kind, names in OPENINGS.items()),

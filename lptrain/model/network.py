@@ -2,23 +2,30 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Dict
 
 import torch
 import torch.nn.functional as F
 
 from lptrain.errors import ConfigError, require
 from lptrain.model.activations import ACTIVATIONS
+from lptrain.model.custom import CustomStep, check_spec
+from lptrain.model.custom_steps import ModuleThetaSteps
 from lptrain.model.steps import STEPPERS
 
-OPENINGS = {"dense": ("dense", "pad"), "conv": ("replicate", "conv")}
+# the kinds of step: the built-in steppers and the user's module (model/custom.py)
+KINDS = {**STEPPERS, "custom": ModuleThetaSteps}
+OPENINGS = {"dense": ("dense", "pad"), "conv": ("replicate", "conv"),
+            "custom": ("dense", "pad", "replicate", "conv")}
+VECTOR_OPENINGS = ("dense", "pad")     # openings of feature vectors (the others: images)
 MAX_T = 1e4      # final times beyond this give steps forward Euler cannot take
 MAX_INIT = 1e2   # initial weight scales beyond this saturate every activation
 
 
 @dataclass
 class NetworkOptions:
-    name: str = "dense"          # dense | conv
+    name: str = "dense"          # dense | conv | custom
     width: int = 8               # dense: state width; conv: ignored (see channels)
     channels: int = 4            # conv: channels of the state
     layers: int = 32             # N residual steps
@@ -34,9 +41,16 @@ class NetworkOptions:
     gamma_tik: float = 1e-7
     gamma_class: float = 1e-7
     gamma_ddt: float = 1e-5
+    # custom: {_target_: the step's class, its keyword arguments} (model/custom.py)
+    step: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
-        require(self.name in STEPPERS, "network.name", self.name, f"choose {sorted(STEPPERS)}")
+        require(self.name in KINDS, "network.name", self.name, f"choose {sorted(KINDS)}")
+        if self.name == "custom":
+            check_spec(self.step, required=False)    # built (and required) by ResNet
+        else:
+            require(not self.step, "network.step", self.step,
+                    f"only network=custom takes a step (network={self.name})")
         require(self.width > 0, "network.width", self.width, "must be positive")
         require(self.channels > 0, "network.channels", self.channels, "must be positive")
         require(self.layers > 0, "network.layers", self.layers, "must be positive")
@@ -105,10 +119,15 @@ class ResNet:
         self.h = opts.h
         self.state_shape = self._state_shape()
         self.feature_shape = self._feature_shape()
+        # custom: the user's module, built and tried once here (ConfigError if it fails)
+        self.custom = CustomStep(opts.step, self.state_shape) if opts.name == "custom" \
+            else None
         self.layout = Layout(self._specs())
 
     def _state_shape(self) -> tuple[int, ...]:
         o = self.opts
+        if o.name == "custom":
+            return self._custom_state_shape()
         if o.name == "dense":
             if len(self.in_shape) != 1:
                 raise ConfigError(f"network=dense: expects feature vectors, data has shape "
@@ -119,6 +138,23 @@ class ResNet:
         if len(self.in_shape) != 3:
             raise ConfigError(f"network=conv: expects images (C, H, W), data has shape "
                               f"{self.in_shape}")
+        return (o.channels, *self.in_shape[1:])
+
+    def _custom_state_shape(self) -> tuple[int, ...]:
+        """Feature vectors open into (width,), images (C, H, W) into (channels, H, W)."""
+        o, vectors = self.opts, len(self.in_shape) == 1
+        if not vectors and len(self.in_shape) != 3:
+            raise ConfigError(f"network=custom: expects feature vectors or images (C, H, W), "
+                              f"data has shape {self.in_shape}")
+        kinds = VECTOR_OPENINGS if vectors else tuple(k for k in OPENINGS["custom"]
+                                                     if k not in VECTOR_OPENINGS)
+        require(o.opening in kinds, "network.opening", o.opening,
+                f"choose {kinds} for network=custom on "
+                f"{'feature vectors' if vectors else 'images'} of shape {self.in_shape}")
+        if vectors:
+            require(o.opening != "pad" or o.width >= self.in_shape[0], "network.width",
+                    o.width, f"opening=pad needs width >= {self.in_shape[0]} features")
+            return (o.width,)
         return (o.channels, *self.in_shape[1:])
 
     def _feature_shape(self) -> tuple[int, ...]:
@@ -142,6 +178,8 @@ class ResNet:
             specs += [("open_K", (s[0], self.in_shape[0], 3, 3), "opening"),
                       ("open_b", (s[0],), "opening")]
         k_shape = (N, s[0], s[0]) if o.name == "dense" else (N, s[0], s[0], 3, 3)
+        if self.custom is not None:     # a row of each layer's module parameters, no bias
+            k_shape, nb = (N, self.custom.size), 0
         specs += [("K", k_shape, "hidden"), ("b", (N, nb), "hidden"),
                   ("W", (self.n_classes, math.prod(self.feature_shape)), "classifier"),
                   ("mu", (self.n_classes,), "classifier")]
@@ -161,14 +199,18 @@ class ResNet:
             else:
                 part.normal_(0.0, 1.0, generator=gen)
             part.mul_(scale[blk.group])
+        if self.custom is not None:     # the module's own initialisation (model/custom.py)
+            self.layout.views(theta)["K"].copy_(self.custom.initial(self.opts.layers, seed))
         return theta.to(dtype=dtype, device=device)
 
     @property
     def _steps(self):
         """The stepper class: it owns the state layout."""
-        return STEPPERS[self.opts.name]
+        return KINDS[self.opts.name]
 
     def stepper(self, theta: torch.Tensor):
+        if self.custom is not None:
+            return self._steps(*self.hidden_views(theta), self.custom)
         return self._steps(*self.hidden_views(theta), self.act)
 
     # -- blocks by role: the one place their names are spelled -------------------
@@ -216,12 +258,19 @@ class ResNet:
         """u_0 from the input batch y, in the stepper's layout."""
         v, o = self.layout.views(theta), self.opts.opening
         if o == "dense":
-            return self.act(torch.addmm(v["open_b"].unsqueeze(1), v["open_K"], y.t()))
+            return self.act(self._open_dense(v["open_K"], v["open_b"], y))
         if o == "conv":
             return self.act(F.conv2d(y, v["open_K"], v["open_b"], padding=1))
         if o == "pad":
-            return F.pad(y, (0, self.state_shape[0] - y.shape[1])).t().contiguous()
+            u = F.pad(y, (0, self.state_shape[0] - y.shape[1]))
+            return u if self.batch_axis == 0 else u.t().contiguous()
         return y.expand(-1, self.state_shape[0], -1, -1).contiguous()  # replicate
+
+    def _open_dense(self, K, b, y):
+        """K y + b in the stepper's layout: feature-major (w, B) or batch-major (B, w)."""
+        if self.batch_axis == 0:
+            return F.linear(y, K, b)
+        return torch.addmm(b.unsqueeze(1), K, y.t())
 
     def opening_vjp(self, theta, y, lam0, grad: torch.Tensor) -> None:
         """Accumulate ∂/∂θ_opening of ⟨λ_0, u_0(θ)⟩ into grad (views of θ's layout)."""
@@ -231,7 +280,7 @@ class ResNet:
         with torch.enable_grad():
             K = v["open_K"].detach().requires_grad_()
             b = v["open_b"].detach().requires_grad_()
-            u0 = self.act(torch.addmm(b.unsqueeze(1), K, y.t()) if self.opts.opening == "dense"
+            u0 = self.act(self._open_dense(K, b, y) if self.opts.opening == "dense"
                           else F.conv2d(y, K, b, padding=1))
             gK, gb = torch.autograd.grad(u0, (K, b), lam0)
         grad_views["open_K"].add_(gK)

@@ -41,6 +41,12 @@ def propagate(stepper, u0: torch.Tensor, h: float, save: bool = True,
     return states, saved
 
 
+def weight_args(stepper, n: int) -> tuple:
+    """(K_n,) for steppers whose weight products depend on the layer's weights (their
+    WEIGHTS_NEED_K: model/custom_steps.py), else ()."""
+    return (stepper.K[n],) if getattr(stepper, "WEIGHTS_NEED_K", False) else ()
+
+
 def adjoint(stepper, states: torch.Tensor, saved: torch.Tensor, lamN: torch.Tensor, h: float):
     """Backward sweep λ_N → λ_0 and the hidden weight gradients.
 
@@ -52,7 +58,7 @@ def adjoint(stepper, states: torch.Tensor, saved: torch.Tensor, lamN: torch.Tens
     lam, act, g = lamN, stepper.act, None
     for n in range(N - 1, -1, -1):
         g = act.vjp(saved[n], lam, out=g)                   # σ′ ⊙ λ_{n+1} / slope
-        gK[n], gb[n] = stepper.vjp_weights(states[n], g)     # while g is in cache
+        gK[n], gb[n] = stepper.vjp_weights(states[n], g, *weight_args(stepper, n))
         lam = stepper.vjp_from_g(g, lam, stepper.K[n], h * act.scale_out)  # K scaled
     scale = act.weight_factor(h)
     return lam, gK.mul_(scale), gb.mul_(scale)

@@ -13,6 +13,7 @@ import torch
 from lptrain.mgrit.exchange import allreduce_tensor
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.mgrit.solver import MGRIT, SolveResult
+from lptrain.model.serial import weight_args
 from lptrain.parallel.propagators import AdjointPropagator, ForwardPropagator, Linearisation
 
 
@@ -151,7 +152,7 @@ class LayerParallel:
         for i, n in enumerate(range(self.lo, self.lo + own)):
             lam = res.states[self.N - n - 1 - self.rev_lo]
             g = stepper.act.vjp(lin.one(n), lam, out=g)
-            gK[i], gb[i] = stepper.vjp_weights(states[i], g)
+            gK[i], gb[i] = stepper.vjp_weights(states[i], g, *weight_args(stepper, n))
         return gK, gb
 
     def _linearisation(self, stepper, states, extra) -> Linearisation:

@@ -73,7 +73,7 @@ def _values(path: Path) -> dict:
 
 def _attr(obj, dotted: str):
     for part in dotted.split("."):
-        obj = getattr(obj, part)
+        obj = obj[part] if isinstance(obj, dict) else getattr(obj, part)  # network.step
     return obj
 
 

@@ -1,0 +1,168 @@
+"""The user's residual step named by `network.step`: built from its `_target_`, checked,
+and its parameters laid out as rows of θ.
+
+`network=custom network.step._target_=mypkg.MyStep` (plus keyword arguments as further
+keys of `network.step`) makes every layer f_n a `mypkg.MyStep(**kwargs)`: one module
+structure, N sets of parameter values. Layer n's parameters are row n of the hidden
+block K (N, p) of θ (model/network.py), in the order of `named_parameters()`, so the
+optimizers, the regulariser, checkpoints and saved models treat them like the built-in
+steps' weights; the module itself keeps only its structure and buffers. Its initial
+parameters are those its constructor draws, from torch's generator seeded with the
+run's seed (identical on every rank). The module runs in eval mode: a step is a
+deterministic function of the state, as MGRIT needs.
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+import math
+
+import torch
+from torch import nn
+
+from lptrain.errors import ConfigError
+from lptrain.model.module_steps import ModuleSteps
+
+TARGET = "_target_"
+TRIAL_BATCH = 2         # samples of the state the step is tried on when it is built
+
+
+def resolve(path: str):
+    """The object a dotted path names (`pkg.module.Name`), ConfigError if none."""
+    key = f"network.step.{TARGET}={path!r}"
+    if not isinstance(path, str) or not path.strip() or path.startswith(".") \
+            or path.endswith("."):
+        raise ConfigError(f"{key}: name the step's class as package.module.Class")
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        name = ".".join(parts[:cut])
+        try:
+            obj = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and not name.startswith(exc.name) \
+                    and not exc.name.startswith(name):
+                raise ConfigError(f"{key}: importing {name} failed: {exc}") from None
+            continue
+        except Exception as exc:        # the user's module fails to import
+            raise ConfigError(f"{key}: importing {name} failed: "
+                              f"{type(exc).__name__}: {_first_line(exc)}") from None
+        for attr in parts[cut:]:
+            if not hasattr(obj, attr):
+                raise ConfigError(f"{key}: {name} has no attribute {attr!r}")
+            obj, name = getattr(obj, attr), f"{name}.{attr}"
+        return obj
+    raise ConfigError(f"{key}: no module {parts[0]!r} to import (is its package installed "
+                      f"or on PYTHONPATH?)")
+
+
+def check_spec(step: dict, required: bool = True) -> None:
+    """ConfigError unless `step` holds a target (a string; may be left null unless
+    `required`: the network=custom config leaves it to the command line) and keyword
+    arguments."""
+    if not isinstance(step, dict) or step.get(TARGET) is None:
+        if required or not isinstance(step, dict):
+            raise ConfigError(f"network.step: name your step's class, e.g. "
+                              f"network.step.{TARGET}=mypkg.MyStep")
+    target = step.get(TARGET)
+    if target is not None and (not isinstance(target, str) or not target.strip()):
+        raise ConfigError(f"network.step.{TARGET}={target!r}: name the step's class as "
+                          f"package.module.Class")
+    bad = [k for k in step if k != TARGET and (not isinstance(k, str) or k.startswith("_"))]
+    if bad:
+        raise ConfigError(f"network.step.{bad[0]}: not a keyword argument (only "
+                          f"{TARGET} and the class's keyword arguments)")
+
+
+class CustomStep:
+    """The module structure of every layer, its parameters' layout in a row of θ."""
+
+    def __init__(self, step: dict, state_shape: tuple[int, ...]):
+        check_spec(step)
+        self.target = step[TARGET]
+        self.kwargs = {k: v for k, v in step.items() if k != TARGET}
+        self.state_shape = tuple(state_shape)
+        self._cls = resolve(self.target)
+        if not callable(self._cls):
+            raise ConfigError(f"network.step.{TARGET}={self.target!r}: not a class or "
+                              f"function that builds a torch module")
+        self.template = self.build()
+        named = list(self.template.named_parameters())
+        if not named:
+            raise ConfigError(f"network.step.{TARGET}={self.target!r}: the module has no "
+                              f"parameters to train")
+        self.names = [name for name, _ in named]
+        self.shapes = [tuple(p.shape) for _, p in named]
+        self.size = sum(math.prod(s) for s in self.shapes)      # p: one row of θ
+        self._copies: dict[tuple, ModuleSteps] = {}
+        self._try()
+
+    def flatten(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One layer's (p,) row from {parameter name: tensor} (unflatten's inverse)."""
+        return torch.cat([params[name].reshape(-1) for name in self.names])
+
+    def _call(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
+        return f"{self.target}({args})"
+
+    def build(self) -> nn.Module:
+        """A fresh module (its constructor's initial parameters), in eval mode."""
+        try:
+            module = self._cls(**self.kwargs)
+        except Exception as exc:
+            raise ConfigError(f"network.step: {self._call()} failed: {type(exc).__name__}: "
+                              f"{_first_line(exc)}") from None
+        if not isinstance(module, nn.Module):
+            raise ConfigError(f"network.step: {self._call()} gave a "
+                              f"{type(module).__name__}, not a torch.nn.Module")
+        return module.double().eval()
+
+    def _try(self) -> None:
+        """Run the step once on a small state: it must keep the state's shape."""
+        u = torch.zeros(TRIAL_BATCH, *self.state_shape, dtype=torch.float64)
+        try:
+            with torch.no_grad():
+                y = self.template(u)
+        except Exception as exc:
+            raise ConfigError(f"network.step: {self._call()} fails on a state of shape "
+                              f"{tuple(u.shape)} (batch, *state): {type(exc).__name__}: "
+                              f"{_first_line(exc)}") from None
+        if not isinstance(y, torch.Tensor) or y.shape != u.shape:
+            got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+            raise ConfigError(f"network.step: {self._call()} maps a state of shape "
+                              f"{tuple(u.shape)} to {got}; a residual step must keep it")
+
+    # -- parameters ------------------------------------------------------------------
+    def initial(self, n_layers: int, seed: int) -> torch.Tensor:
+        """(N, p) float64: the parameters of N freshly built layers, drawn from torch's
+        generator seeded with `seed` (the global generator is left as it was)."""
+        rows = torch.empty(n_layers, self.size, dtype=torch.float64)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            for n in range(n_layers):
+                rows[n] = self.flatten(dict(self.build().named_parameters())).detach()
+        return rows
+
+    def unflatten(self, row: torch.Tensor) -> dict[str, torch.Tensor]:
+        """{parameter name: view of `row`} of one layer's (p,) row of θ (as ModuleSteps
+        takes parameters)."""
+        out, offset = {}, 0
+        for name, shape in zip(self.names, self.shapes):
+            size = math.prod(shape)
+            out[name] = row.narrow(0, offset, size).view(shape)
+            offset += size
+        return out
+
+    def steps(self, dtype: torch.dtype, device) -> ModuleSteps:
+        """The template in this dtype and on this device (its buffers converted) as the
+        one layer of a ModuleSteps (model/module_steps.py); every layer of θ runs it with
+        its own row of parameters. Kept per dtype and device."""
+        key = (dtype, str(device))
+        if key not in self._copies:
+            module = copy.deepcopy(self.template).to(dtype=dtype, device=device)
+            self._copies[key] = ModuleSteps([module])
+        return self._copies[key]
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__

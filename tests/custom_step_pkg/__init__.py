@@ -1,0 +1,46 @@
+"""Residual steps that no lptrain code knows, for the tests of `network=custom`
+(`network.step._target_=custom_step_pkg.MyStep`, tests/ on the path)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class MyStep(nn.Module):
+    """f(u) = conv₂(tanh(GroupNorm(conv₁(u)))) on states (B, channels, H, W)."""
+
+    def __init__(self, channels: int = 4, hidden: int = 4, groups: int = 2):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, hidden, 3, padding=1)
+        self.norm = nn.GroupNorm(groups, hidden)
+        self.conv2 = nn.Conv2d(hidden, channels, 3, padding=1)
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return self.conv2(torch.tanh(self.norm(self.conv1(u))))
+
+
+class DenseStep(nn.Module):
+    """f(u) = B tanh(A u + a) + b on states (B, width)."""
+
+    def __init__(self, width: int = 8, hidden: int = 6):
+        super().__init__()
+        self.inner = nn.Linear(width, hidden)
+        self.outer = nn.Linear(hidden, width)
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return self.outer(torch.tanh(self.inner(u)))
+
+
+class Widening(nn.Module):
+    """A step that does not keep the state's shape (refused)."""
+
+    def __init__(self, width: int = 8):
+        super().__init__()
+        self.lin = nn.Linear(width, width + 1)
+
+    def forward(self, u):
+        return self.lin(u)
+
+
+def not_a_module(width: int = 8):
+    return width

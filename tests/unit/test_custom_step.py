@@ -1,0 +1,165 @@
+"""network=custom: a user's module as the residual step (model/custom.py, custom_steps.py).
+
+Gradients against autograd, MGRIT against the serial sweep, bad targets refused in one
+line, and the whole application in process (modes, optimizers, resume, saved model).
+"""
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from helpers import autograd_objective, batch, serial_objective_and_grad, StopAt
+from lptrain import app, config
+from lptrain.config.schema import register_configs
+from lptrain.errors import ConfigError, Interrupted
+from lptrain.metrics import schema as ms
+from lptrain.metrics.reader import read_metrics
+from lptrain.mgrit.exchange import SerialExchange
+from lptrain.mgrit.options import MGRITOptions
+from lptrain.model.network import NetworkOptions, ResNet
+from lptrain.model.saved import load_model
+from lptrain.parallel.layer_parallel import LayerParallel
+
+CONV = {"_target_": "custom_step_pkg.MyStep", "channels": 3, "hidden": 4, "groups": 2}
+DENSE = {"_target_": "custom_step_pkg.DenseStep", "width": 5, "hidden": 3}
+
+
+def custom_net(step, layers=8, seed=1, **kw):
+    image = step is CONV
+    o = NetworkOptions(name="custom", width=5, channels=3, layers=layers, T=1.0,
+                       opening="conv" if image else "dense", init_opening=0.3,
+                       init_classifier=0.3, gamma_ddt=1e-3, step=dict(step), **kw)
+    net = ResNet(o, (1, 5, 5) if image else (2,), 3)
+    return net, net.init_params(seed)
+
+
+@pytest.mark.parametrize("step", [CONV, DENSE], ids=["conv-groupnorm", "dense"])
+def test_serial_gradient_equals_autograd(step):
+    net, theta = custom_net(step)
+    x, y = batch(net, n=6)
+    value, grad, _ = serial_objective_and_grad(net, theta, x, y)
+    t = theta.clone().requires_grad_()
+    J = autograd_objective(net, t, x, y)
+    J.backward()
+    assert value == pytest.approx(float(J.detach()), rel=1e-13)
+    assert float((t.grad - grad).norm() / grad.norm()) <= 1e-12
+
+
+@pytest.mark.parametrize("step", [CONV, DENSE], ids=["conv-groupnorm", "dense"])
+@pytest.mark.parametrize("coarse", ["inject", "average"])
+@pytest.mark.parametrize("tol", [0.0, 1e-13])   # 0: weight products in the last sweep
+def test_converged_mgrit_equals_serial(step, coarse, tol):
+    net, theta = custom_net(step)
+    x, y = batch(net, n=6)
+    _, grad, states = serial_objective_and_grad(net, theta, x, y)
+    lp = LayerParallel(net, MGRITOptions(levels=3, cfactor0=2, cfactor=2, tol=tol,
+                                         coarse_weights=coarse), SerialExchange())
+    res = lp.forward(theta, x, max_iter=30, tol=tol)
+    ev = lp.evaluate(theta, res.states, y, x.shape[0], True)
+    g, _ = lp.backward(theta, x, res.states, ev, max_iter=30, tol=tol)
+    net.regulariser(theta, g)
+    assert float((res.states - states).norm() / states.norm()) <= 1e-12
+    assert float((g - grad).norm() / grad.norm()) <= 1e-10
+
+
+def test_initial_parameters_are_the_modules_own_and_seeded():
+    net, theta = custom_net(CONV, seed=3)
+    torch.manual_seed(3)
+    first = dict(net.custom.build().named_parameters())
+    K = net.layout.views(theta)["K"]
+    assert K.shape == (8, net.custom.size)
+    np.testing.assert_array_equal(K[0][:first["conv1.weight"].numel()],
+                                  first["conv1.weight"].detach().reshape(-1))
+    assert not torch.equal(K[0], K[1])          # each layer a fresh draw
+    assert torch.equal(theta, custom_net(CONV, seed=3)[1])
+    assert not torch.equal(theta, custom_net(CONV, seed=4)[1])
+
+
+@pytest.mark.parametrize(("step", "opening", "message"), [
+    ({"_target_": None}, "dense", r"network.step: name your step's class, e.g."),
+    ({"_target_": "nopkg_xyz.Step"}, "dense", r"no module 'nopkg_xyz' to import"),
+    ({"_target_": "custom_step_pkg.Missing"}, "dense", r"has no attribute 'Missing'"),
+    ({"_target_": "custom_step_pkg.not_a_module"}, "dense", r"gave a int, not a torch"),
+    ({"_target_": "custom_step_pkg.Widening", "width": 5}, "dense",
+     r"maps a state of shape \(2, 5\) to \(2, 6\)"),
+    ({"_target_": "custom_step_pkg.DenseStep", "depth": 3}, "dense",
+     r"DenseStep\(depth=3\) failed: TypeError"),
+    ({"_target_": "custom_step_pkg.MyStep", "channels": 3}, "dense",
+     r"fails on a state of shape \(2, 5\)"),
+    ({"_target_": "custom_step_pkg.DenseStep", "width": 5}, "conv",
+     r"network.opening='conv': choose \('dense', 'pad'\)"),
+])
+def test_bad_steps_are_refused_in_one_line(step, opening, message):
+    o = NetworkOptions(name="custom", width=5, opening=opening, step=step)
+    with pytest.raises(ConfigError, match=message) as err:
+        ResNet(o, (2,), 3)
+    assert "\n" not in str(err.value)
+
+
+def test_only_network_custom_takes_a_step():
+    with pytest.raises(ConfigError, match="only network=custom takes a step"):
+        NetworkOptions(name="dense", step=dict(DENSE))
+
+
+# -- the application in process ---------------------------------------------------------
+K = 8
+TINY = ["network=custom", "network.step._target_=custom_step_pkg.DenseStep",
+        "+network.step.width=4", "+network.step.hidden=3", "network.width=4",
+        "network.layers=8", "dataset.n_train=120", "dataset.n_val=40", "seed=5",
+        "eval_every=4", "mgrit.levels=2", "mgrit.cfactor0=2", f"train.iterations={K}"]
+
+
+def _cfg(*overrides, base=TINY):
+    register_configs()
+    with initialize_config_dir(config_dir=config.CONF_DIR, version_base="1.3"):
+        return compose(config_name="config", overrides=[*base, *overrides])
+
+
+def _train(path, *overrides, base=TINY, **kw):
+    path.mkdir(exist_ok=True)
+    app.run(_cfg(*overrides, base=base), None, path, **kw)
+    return read_metrics(path / ms.FILE_NAME)
+
+
+def test_serial_and_converged_mgrit_train_alike(tmp_path):
+    serial = _train(tmp_path / "serial", "mode=serial")
+    mgrit = _train(tmp_path / "mgrit", "mode=mgrit", "mgrit.tol=1e-13")
+    np.testing.assert_allclose(mgrit.train[ms.OBJECTIVE], serial.train[ms.OBJECTIVE],
+                               rtol=1e-8, atol=0)
+    assert serial.train[ms.OBJECTIVE][-1] < serial.train[ms.OBJECTIVE][0]
+    model = load_model(tmp_path / "serial", "last")
+    assert model.net.custom.target == "custom_step_pkg.DenseStep"
+    last = load_model(tmp_path / "mgrit", "last")
+    np.testing.assert_allclose(last.theta, model.theta, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["mode=simultaneous"],
+    ["mode=simultaneous", "optimizer=adam", "train.batch_size=40"],
+    ["mode=serial", "optimizer=sgd", "train.batch_size=40"],
+], ids=["simultaneous-lbfgs", "simultaneous-adam", "serial-sgd"])
+def test_modes_and_optimizers_run_and_resume(overrides, tmp_path):
+    """A stopped and resumed run equals the uninterrupted one, bitwise."""
+    whole = _train(tmp_path / "whole", *overrides)
+    assert np.isfinite(whole.train[ms.OBJECTIVE]).all()
+    parts = tmp_path / "parts"
+    with pytest.raises(Interrupted):
+        _train(parts, *overrides, stop=StopAt(3))
+    resumed = _train(parts, *overrides, resume=True)
+    np.testing.assert_array_equal(resumed.train[ms.OBJECTIVE], whole.train[ms.OBJECTIVE])
+    np.testing.assert_array_equal(load_model(parts, "last").theta,
+                                  load_model(tmp_path / "whole", "last").theta)
+
+
+def test_saved_model_rebuilds_the_users_module_and_scores_like_the_run(tmp_path):
+    m = _train(tmp_path, base=[
+        "dataset=mnist", "network=custom", "network.step._target_=custom_step_pkg.MyStep",
+        "+network.step.channels=2", "+network.step.hidden=2", "network.channels=2",
+        "network.opening=conv", "network.pool=4", "network.layers=4", "dataset.n_train=60",
+        "dataset.n_val=30", "train.batch_size=null", "optimizer=lbfgs", "dtype=float64",
+        "train.iterations=2", "eval_every=2"])
+    model = load_model(tmp_path, "last")
+    assert type(model.net.custom.template).__name__ == "MyStep"
+    from lptrain.evaluate import evaluate
+    scores = evaluate(tmp_path, [], "val", "last")
+    assert scores["loss"] == pytest.approx(float(m.validation[ms.LOSS][-1]), rel=1e-12)
