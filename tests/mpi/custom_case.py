@@ -1,0 +1,56 @@
+"""network=custom on however many ranks this runs on, in process (app.run).
+
+`python custom_case.py BASE` under mpiexec: each case of CASES trains the two-convolution
+GroupNorm step of tests/custom_step_pkg into BASE/CASE (every rank writes its part, rank 0
+the files). test_custom_ranks.py runs the same cases on one rank and compares.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # custom_step_pkg
+from lptrain import app, config  # noqa: E402
+from lptrain.config.schema import register_configs  # noqa: E402
+
+BASE = ["dataset=mnist", "dataset.n_train=40", "dataset.n_val=20", "network=custom",
+        "network.step._target_=custom_step_pkg.MyStep", "+network.step.channels=2",
+        "+network.step.hidden=4", "+network.step.groups=2", "network.channels=2",
+        "network.opening=conv", "network.pool=4", "network.layers=8", "network.T=2.0",
+        "dtype=float64", "train.batch_size=null", "optimizer=lbfgs", "seed=3",
+        "train.iterations=4", "eval_every=2", "mgrit.levels=2", "mgrit.cfactor0=2",
+        "mgrit.cfactor=2"]
+CASES = {   # name: overrides (the layer groups: parallel.layer_ranks)
+    "serial": ["mode=serial"],
+    "mgrit": ["mode=mgrit", "mgrit.tol=1e-13", "mgrit.max_iter=40"],
+    "simultaneous": ["mode=simultaneous", "mgrit.calibrate_every=0"],
+    "simultaneous-adam": ["mode=simultaneous", "optimizer=adam", "train.batch_size=20",
+                          "mgrit.calibrate_every=0"],
+}
+
+
+def cfg(case: str, layer_ranks: int = 1):
+    register_configs()
+    with initialize_config_dir(config_dir=config.CONF_DIR, version_base="1.3"):
+        return compose(config_name="config", overrides=[
+            *BASE, *CASES[case], f"parallel.layer_ranks={layer_ranks}"])
+
+
+def layer_ranks(case: str, size: int) -> int:
+    """Serial mode splits only the batch; the others put every rank on the layers."""
+    return 1 if case == "serial" else size
+
+
+def main(base: Path) -> None:
+    from lptrain.parallel.context import world
+    comm = world()
+    for case in CASES:
+        run_dir = base / case
+        run_dir.mkdir(parents=True, exist_ok=True)
+        app.run(cfg(case, layer_ranks(case, comm.Get_size())), comm, run_dir)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

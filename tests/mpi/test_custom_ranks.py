@@ -1,0 +1,59 @@
+"""network=custom (two convolutions with a GroupNorm) on 2 ranks = on 1 rank, and converged
+MGRIT = serial: the objective histories to 1e-8 (float64). One mpiexec launch
+(custom_case.py)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import custom_case  # noqa: E402
+from lptrain.metrics import schema as ms  # noqa: E402
+from lptrain.metrics.reader import read_metrics  # noqa: E402
+from lptrain.model.saved import load_model  # noqa: E402
+
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+pytestmark = pytest.mark.mpi
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{ranks: {case: metrics}} for 1 rank (in process) and 2 ranks (one launch)."""
+    base = tmp_path_factory.mktemp("custom")
+    for case in custom_case.CASES:
+        (base / "one" / case).mkdir(parents=True)
+        custom_case.app.run(custom_case.cfg(case), None, base / "one" / case)
+    env = dict(os.environ, MPIR_CVAR_ENABLE_HEAVY_YIELD="1", OMP_NUM_THREADS="1")
+    cmd = ["timeout", "500", str(MPIEXEC), "-n", "2", sys.executable, custom_case.__file__,
+           str(base / "two")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=560)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {ranks: {case: (read_metrics(base / d / case / ms.FILE_NAME), base / d / case)
+                    for case in custom_case.CASES}
+            for ranks, d in ((1, "one"), (2, "two"))}
+
+
+def _close(a, b, what, rtol=1e-8):
+    np.testing.assert_allclose(a, b, rtol=rtol, atol=0, err_msg=what)
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_converged_mgrit_trains_as_serial(runs, ranks):
+    serial, mgrit = runs[1]["serial"][0], runs[ranks]["mgrit"][0]
+    _close(mgrit.train[ms.OBJECTIVE], serial.train[ms.OBJECTIVE], f"{ranks} ranks")
+    _close(mgrit.validation[ms.LOSS], serial.validation[ms.LOSS], f"{ranks} ranks")
+    assert serial.train[ms.OBJECTIVE][-1] < serial.train[ms.OBJECTIVE][0]
+
+
+@pytest.mark.parametrize("case", sorted(custom_case.CASES))
+def test_two_ranks_equal_one(runs, case):
+    (one, one_dir), (two, two_dir) = runs[1][case], runs[2][case]
+    assert two.attrs[ms.WORLD_SIZE] == 2
+    assert two.status == ms.COMPLETED
+    for key in (ms.OBJECTIVE, ms.LOSS):
+        _close(two.train[key], one.train[key], f"{case}: {key}")
+    _close(load_model(two_dir, "last").theta, load_model(one_dir, "last").theta, case,
+           rtol=1e-7)
