@@ -20,6 +20,7 @@ from lptrain.config import compose
 from lptrain.metrics.console import Console
 from lptrain.metrics.writer import MemoryWriter
 from lptrain.train.loop import Batches, train
+from lptrain.train.objective import Objective
 from lptrain.train.oracles import Batch, SerialOracle
 
 
@@ -27,8 +28,7 @@ def gradients(oracle, theta, batches, data):
     """(full-batch gradient, [gradient of each mini-batch]) at θ."""
     def grad(batch):
         oracle.begin(batch)
-        oracle.value(theta)
-        return oracle.gradient()
+        return oracle.gradient(oracle.value(theta))
     full = grad(Batch(data.x_train, data.y_train))
     parts = [grad(Batch(data.x_train[p], data.y_train[p], key)) for key, p in
              enumerate(batches.parts)]
@@ -40,7 +40,7 @@ def main():
     opts, _ = compose(["mode=serial", *overrides])
     ex, data, net, theta, oracle, opt = build(opts, None)
     batches = Batches(data.x_train, data.y_train, opts.train.batch_size, opts.seed)
-    exact, done = SerialOracle(net, ex), 0
+    exact, done = Objective(SerialOracle(net, ex), net), 0
     for k in points:
         if k > done:
             opts.train.iterations = k - done

@@ -17,6 +17,7 @@ import common  # noqa: F401  (one thread, the allocator setting)
 from lptrain.app import build
 from lptrain.config import compose
 from lptrain.mgrit.exchange import SerialExchange
+from lptrain.train.objective import Objective
 from lptrain.train.oneshot import SimultaneousOracle
 from lptrain.train.oracles import SerialOracle
 from simultaneous_step import run_steps
@@ -35,9 +36,9 @@ def measure(overrides: list[str], reps: int) -> tuple[float, float, float]:
     opts, _ = compose(["mode=simultaneous", *overrides])
     _, data, net, theta, _, _ = build(opts, None)
     fixed = replace(opts.mgrit, control="fixed", fwd_iters=2, adj_iters=2)
-    oracles = [SerialOracle(net, SerialExchange())] + [
-        SimultaneousOracle(net, SerialExchange(), replace(fixed, coarse_weights=w))
-        for w in ("inject", "average")]
+    oracles = [Objective(SerialOracle(net, SerialExchange()), net)] + [
+        Objective(SimultaneousOracle(net, SerialExchange(), replace(fixed, coarse_weights=w)),
+                  net) for w in ("inject", "average")]
     return tuple(run_steps(oracles, theta, data.x_train, data.y_train, reps))
 
 

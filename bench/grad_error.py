@@ -20,25 +20,25 @@ from lptrain.config import compose
 from lptrain.metrics.console import Console
 from lptrain.metrics.writer import MemoryWriter
 from lptrain.train.loop import train
-from lptrain.train.oneshot import SimultaneousOracle
+from lptrain.train.objective import Objective
 from lptrain.train.oracles import SerialOracle
 
 
 def main():
     opts, _ = compose(["mode=simultaneous", *sys.argv[1].split()])
     ex, data, net, theta, oracle, opt = build(opts, None)
-    exact, pairs = SerialOracle(net, ex), []
-    inexact_gradient = SimultaneousOracle.gradient
+    exact, pairs = Objective(SerialOracle(net, ex), net), []
+    inexact_gradient = oracle.gradient
 
-    def gradient(self):
-        g = inexact_gradient(self)
-        exact.begin(self.batch)
-        exact.value(self.theta)
-        true = exact.gradient()
+    def gradient(ev):
+        g = inexact_gradient(ev)
+        exact.begin(ev.batch)
+        true = exact.gradient(exact.value(ev.theta))
+        stats = ev.tape.stats        # the one-shot evaluation's (one data group)
         pairs.append((float((g - true).norm() / true.norm()),
-                      self._trial.fwd_error + self._trial.adj_error))
+                      stats.fwd_error + stats.adj_error))
         return g
-    SimultaneousOracle.gradient = gradient
+    oracle.gradient = gradient
     train(theta, opt, oracle, data, opts, MemoryWriter(), Console(False, 1), ex)
     true, est = np.array(pairs).T
     print(f"{sys.argv[1]}: evaluations {len(pairs)}, median true error "

@@ -17,6 +17,7 @@ from common import RESULTS, data, network
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.parallel.context import make_exchange, world
 from lptrain.parallel.layer_parallel import LayerParallel
+from lptrain.train.objective import Objective
 from lptrain.train.oneshot import SimultaneousOracle
 from lptrain.train.oracles import Batch, SerialOracle
 
@@ -36,9 +37,9 @@ def median_time(comm, fn, reps):
 
 def step(oracle, theta, x, y):
     oracle.begin(Batch(x, y))
-    oracle.value(theta)
-    oracle.gradient()
-    oracle.accept()
+    ev = oracle.value(theta)
+    oracle.gradient(ev)
+    oracle.accept(ev)
 
 
 def main():
@@ -61,10 +62,11 @@ def main():
     fwd = lp.forward(theta, x)
     row["adjoint_solve_s"] = median_time(
         comm, lambda: lp.backward(theta, x, fwd.states, ev), a.reps)
-    sim = SimultaneousOracle(net, exchange, MGRITOptions(levels=3, cfactor0=4, cfactor=4))
+    sim = Objective(SimultaneousOracle(net, exchange,
+                                       MGRITOptions(levels=3, cfactor0=4, cfactor=4)), net)
     step(sim, theta, x, y)
     row["simultaneous_step_s"] = median_time(comm, lambda: step(sim, theta, x, y), a.reps)
-    ser = SerialOracle(net, exchange)
+    ser = Objective(SerialOracle(net, exchange), net)
     row["serial_step_s"] = median_time(comm, lambda: step(ser, theta, x, y), a.reps)
     if comm.Get_rank() == 0:
         print(json.dumps(row))

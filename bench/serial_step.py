@@ -16,6 +16,7 @@ from common import data, network, save, timeit
 from lptrain.config.schema import SGDOptions
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.train.optimizers import SGD
+from lptrain.train.objective import Objective
 from lptrain.train.oracles import Batch, SerialOracle
 
 
@@ -37,7 +38,8 @@ def plain_step(net, theta, x, y, lr=1e-3):
 
 
 def lptrain_step(net, theta, x, y, lr=1e-3):
-    oracle, opt = SerialOracle(net, SerialExchange()), SGD(SGDOptions(lr=lr, momentum=0.0))
+    oracle = Objective(SerialOracle(net, SerialExchange()), net)
+    opt = SGD(SGDOptions(lr=lr, momentum=0.0))
     oracle.begin(Batch(x, y))
     state = {"theta": theta.clone()}
 

@@ -42,6 +42,7 @@ from lptrain.model_perf.schedule import max_ranks
 from lptrain.parallel.grid import Grid
 from lptrain.train.guard import Progress
 from lptrain.train.loop import train
+from lptrain.train.objective import Objective
 from lptrain.train.oracles import Batch, SerialOracle
 
 NAN = float("nan")
@@ -89,7 +90,7 @@ class ExactTrajectory(Progress):
 
     def check(self, k, objective, theta):
         super().check(k, objective, theta)
-        self.objectives.append(self.exact.value(theta).objective)
+        self.objectives.append(self.exact.value(theta).point.objective)
         if k == self.keep:
             self.kept = theta.clone()
 
@@ -103,14 +104,14 @@ def run(mode: str, overrides: list[str], longer: float = 1.0) -> dict:
     if longer != 1.0:
         opts.train.iterations = int(round(longer * its))
     ex, data, net, theta, oracle, opt = build(opts, None)
-    exact = SerialOracle(net, ex)                     # the exact objective of an iterate
+    exact = Objective(SerialOracle(net, ex), net)     # the exact objective of an iterate
     exact.begin(Batch(data.x_train, data.y_train))
     rows = MemoryWriter()
     progress = ExactTrajectory(theta, exact, its)
     theta, out = train(theta, opt, oracle, data, opts, rows, Console(False, 1), ex, progress)
     k = min(its, out.iterations)
     theta = progress.kept if out.iterations >= its else theta
-    point = exact.value(theta)
+    point = exact.value(theta).point
     _, val_acc = exact.validate(theta, data.x_val, data.y_val)
     m = rows.mgrit[:k]
     n = max(len(m), 1)

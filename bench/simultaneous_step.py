@@ -33,6 +33,7 @@ from lptrain.config.schema import LBFGSOptions
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.mgrit.options import COARSE_WEIGHTS, LEVEL_OPS, MGRITOptions
 from lptrain.train.optimizers import LBFGS, OPTIMIZERS
+from lptrain.train.objective import Objective
 from lptrain.train.oneshot import SimultaneousOracle
 from lptrain.train.oracles import Batch, SerialOracle
 
@@ -98,8 +99,8 @@ def compare(name: str, a) -> dict:
     net, theta, x, y, mgrit, make_opt = configured(name, a.fwd_iters, a.adj_iters)
     sim = SimultaneousOracle(net, SerialExchange(), mgrit)
     cpu = []
-    serial, simul = run_steps([SerialOracle(net, SerialExchange()), sim], theta, x, y,
-                              a.reps, make_opt, cpu)
+    serial, simul = run_steps([Objective(SerialOracle(net, SerialExchange()), net),
+                               Objective(sim, net)], theta, x, y, a.reps, make_opt, cpu)
     steps, _ = count_steps(sim, theta, x, y, net.opts.layers)
     row = {"config": name, "layers": net.opts.layers, "batch": x.shape[0],
            "dtype": str(theta.dtype).split(".")[-1], "fwd_iters": mgrit.fwd_iters,
@@ -130,8 +131,7 @@ def count_steps(sim, theta, x, y, layers: int):
             return _orig(c, *args, **kw)
         solver.solve = counted
     sim.begin(Batch(x, y))
-    sim.value(theta)
-    sim.gradient()
+    sim.gradient(sim.value(theta))
     sim.lp.fwd.solve, sim.lp.adj.solve = originals["forward"], originals["adjoint"]
     fine = {k: {length: n for length, n in c.steps.items()} for k, c in counts.items()}
     return {k: c.total() / layers for k, c in counts.items()}, fine
@@ -164,15 +164,15 @@ def main():
                               level_ops=a.level_ops, coarse_weights=a.coarse_weights,
                               control="fixed")   # the cost of the given iterations
     sim = SimultaneousOracle(net, SerialExchange(), mgrit_opts)
-    serial, simul = run_steps([SerialOracle(net, SerialExchange()), sim], theta, x, y, a.reps)
+    serial, simul = run_steps([Objective(SerialOracle(net, SerialExchange()), net),
+                               Objective(sim, net)], theta, x, y, a.reps)
     # the breakdown of one evaluation (one forward and one adjoint solve), over reps of them
     for solver in (sim.lp.fwd, sim.lp.adj):
         solver.timers.clear()
     t0 = time.perf_counter()
     for _ in range(a.reps):
         sim.begin(Batch(x, y))
-        sim.value(theta)
-        sim.gradient()
+        sim.gradient(sim.value(theta))
     evaluation = (time.perf_counter() - t0) / a.reps
     timers = {f"{kind} level {lvl} ({which})": t / a.reps
               for which, solver in (("forward", sim.lp.fwd), ("adjoint", sim.lp.adj))

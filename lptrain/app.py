@@ -30,6 +30,7 @@ from lptrain.train.collective import collectively
 from lptrain.train.data_parallel import DataParallelOracle
 from lptrain.train.guard import Progress
 from lptrain.train.loop import batch_samples, train
+from lptrain.train.objective import Objective
 from lptrain.train.optimizers import OPTIMIZERS
 from lptrain.train.oracles import make_oracle
 
@@ -72,19 +73,24 @@ def build(opts: Config, comm, plan: Plan | None = None):
     data = _cast(data, DTYPES[opts.dtype], plan.device)
     net = ResNet(opts.network, data.feature_shape, data.n_classes)
     theta = net.init_params(opts.seed, DTYPES[opts.dtype], plan.device)
-    oracle = _oracle(opts, opts.mode, net, ex, plan.grid)
+    terms = _terms(opts, opts.mode, net, ex)
+    oracle = Objective(_over_data_groups(terms, ex, plan.grid), net)
     if opts.mode.name == "simultaneous" and opts.mgrit.calibrate_every > 0:
-        exact = _oracle(opts, ModeOptions(name="serial"), net, ex, plan.grid)
-        oneshot = oracle.inner if plan.grid.data > 1 else oracle
-        oracle = CalibratedOracle(oracle, oneshot, exact)
+        exact = _terms(opts, ModeOptions(name="serial"), net, ex)
+        oracle = CalibratedOracle(oracle, terms,
+                                  Objective(_over_data_groups(exact, ex, plan.grid), net))
     optimizer = OPTIMIZERS[opts.optimizer.name](opts.optimizer, total=opts.train.iterations)
     return ex.world, data, net, theta, oracle, optimizer
 
 
-def _oracle(opts: Config, mode: ModeOptions, net, ex, grid):
-    """The oracle of `mode` on this rank's layer group, summed over data groups."""
-    oracle = make_oracle(mode, net, ex.layer, opts.mgrit, opts.train.batch_size is not None)
-    return DataParallelOracle(oracle, net, ex.data) if grid.data > 1 else oracle
+def _terms(opts: Config, mode: ModeOptions, net, ex):
+    """The data terms of `mode` on this rank's layer group."""
+    return make_oracle(mode, net, ex.layer, opts.mgrit, opts.train.batch_size is not None)
+
+
+def _over_data_groups(terms, ex, grid):
+    """`terms` summed over the data groups (as they are with one group)."""
+    return DataParallelOracle(terms, ex.data) if grid.data > 1 else terms
 
 
 def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):

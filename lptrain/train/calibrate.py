@@ -14,30 +14,58 @@ from __future__ import annotations
 
 import torch
 
+from lptrain.train.protocol import Evaluated
+
 
 class CalibratedOracle:
-    """`oracle` (any oracle stack ending in a SimultaneousOracle `oneshot`) whose
-    gradients are compared with `exact`'s when `oneshot.calibration_due()`."""
+    """A TrainingOracle: `oracle` (an objective over data terms that end in a
+    SimultaneousOracle `oneshot`) whose gradients are compared with those of `exact`
+    (the serial objective) when `oneshot`'s accuracy says a calibration is due."""
 
     def __init__(self, oracle, oneshot, exact):
         self.oracle, self.oneshot, self.exact = oracle, oneshot, exact
 
-    def __getattr__(self, name):          # the rest of the oracle protocol
-        return getattr(self.oracle, name)
-
     def begin(self, batch) -> None:
-        self.batch = batch
         self.oracle.begin(batch)
 
-    def value(self, theta):
-        self.theta = theta
+    def value(self, theta) -> Evaluated:
         return self.oracle.value(theta)
 
-    def gradient(self) -> torch.Tensor:
-        grad = self.oracle.gradient()
-        if self.oneshot.calibration_due():
-            self.exact.begin(self.batch)
-            self.exact.value(self.theta)
-            true = self.exact.gradient()
-            self.oneshot.calibrate(float((grad - true).norm() / true.norm()))
+    def gradient(self, ev: Evaluated) -> torch.Tensor:
+        grad = self.oracle.gradient(ev)
+        rungs = self.oneshot.accuracy
+        if rungs.calibration_due():
+            self.exact.begin(ev.batch)
+            true = self.exact.gradient(self.exact.value(ev.theta))
+            rungs.calibrate(float((grad - true).norm() / true.norm()))
         return grad
+
+    def accept(self, ev: Evaluated) -> None:
+        self.oracle.accept(ev)
+
+    def tighten(self) -> bool:
+        return self.oracle.tighten()
+
+    def relax(self) -> None:
+        self.oracle.relax()
+
+    def record(self) -> dict | None:
+        return self.oracle.record()
+
+    def validate(self, theta, x, y, chunk: int | None = None) -> tuple[float, float]:
+        return self.oracle.validate(theta, x, y, chunk)
+
+    def state_dict(self) -> dict:
+        return self.oracle.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.oracle.load_state_dict(state)
+
+    def warm_entries(self, state: dict) -> list:
+        return self.oracle.warm_entries(state)
+
+    def with_warm_entries(self, state: dict, entries: list) -> dict:
+        return self.oracle.with_warm_entries(state, entries)
+
+    def warm_rows(self, state: dict) -> str:
+        return self.oracle.warm_rows(state)

@@ -1,14 +1,15 @@
-"""Data groups of a layer × data grid: an oracle on this group's batch shard, summed over groups.
+"""Data groups of a layer × data grid: data terms on this group's batch shard, summed over groups.
 
 Each data group holds a contiguous shard of the data; a batch is a set of
 global sample indices of which each group sees its own (possibly none).
-The inner oracle (any mode, on the layer group's exchange) returns means
+The inner data terms (any mode, on the layer group's exchange) are means
 over its shard; they are weighted by shard / batch size and summed over
-the groups, so the objective, hits and gradient are those of the whole
-batch.  The regulariser, the same on every rank, is counted once.  A group
+the groups, so the loss, hits and gradient are those of the whole batch
+(train/objective.py adds the regulariser once, after the sums).  A group
 without samples skips its solves and contributes zeros to the sums; its inner
 oracle still notes the batch (`skip`), so every group keeps warm starts of the
-same batches as one rank would (and a checkpoint's blocks fit together).
+same batches as one rank would (and a checkpoint's blocks fit together), and
+it takes part in the error estimate's sums, so every group plans alike.
 """
 from __future__ import annotations
 
@@ -16,25 +17,21 @@ import torch
 
 from lptrain.mgrit.exchange import allreduce_tensor
 from lptrain.train.control import Measured
-from lptrain.train.oracles import Batch, MGRITOracle, Point, SerialOracle, SolveStats, measured
+from lptrain.train.protocol import Batch, DataTerms, Evaluated, Point
 
 
 class DataParallelOracle:
-    """`inner` on this group's shard; loss, hits and gradient summed over `data`."""
+    """DataTerms: `inner` on this group's shard; loss, hits and gradient summed over `data`
+    (an Evaluated's tape is the inner evaluation, None where the group has no samples)."""
 
-    def __init__(self, inner, net, data):
-        self.inner, self.net, self.data = inner, net, data
+    def __init__(self, inner: DataTerms, data):
+        self.inner, self.data = inner, data
+        self.measures = inner.measures
         self.empty = False
-        self.controlled = isinstance(inner, MGRITOracle)
-        if self.controlled:     # its error estimate needs the sums over all groups
-            inner.external_control = True
 
     def record(self) -> dict | None:
         """The inner oracle's MGRIT record (an empty one where this group had no samples)."""
-        row = self.inner.record() if not self.empty else None
-        if self.empty and not isinstance(self.inner, SerialOracle):
-            row = SolveStats().row()
-        return row
+        return self.inner.record()
 
     def state_dict(self) -> dict:
         """The inner oracle's (this rank's warm starts: its layers, its shard)."""
@@ -59,50 +56,56 @@ class DataParallelOracle:
     def relax(self) -> None:
         self.inner.relax()
 
+    def skip(self, key: int) -> None:
+        self.inner.skip(key)
+
     def begin(self, batch: Batch):
+        self.batch = batch
         self.local = batch.x.shape[0]
         self.total = batch.n if batch.n is not None else \
             int(self.data.allreduce_sum(self.local))
         self.empty = self.local == 0
-        self.key = batch.key
         if self.empty:      # the warm-start cache still ages alike in every group
             self.inner.skip(batch.key)
         else:
             self.inner.begin(Batch(batch.x, batch.y, batch.key))
 
-    def value(self, theta) -> Point:
-        self.theta = theta
-        reg = self.net.regulariser(theta)
-        loss = hits = 0.0
+    def value(self, theta) -> Evaluated:
+        inner, loss, hits = None, 0.0, 0.0
         if not self.empty:
-            p = self.inner.value(theta)
+            inner = self.inner.value(theta)
+            p = inner.point
             loss, hits = p.loss * self.local / self.total, p.accuracy * self.local
         loss = self.data.allreduce_sum(loss)
         hits = round(self.data.allreduce_sum(hits))
-        return Point(loss + reg, loss, hits / self.total)
+        point = Point(objective=loss, loss=loss, accuracy=hits / self.total)
+        return Evaluated(point, theta, self.batch, tape=inner)
 
-    def gradient(self) -> torch.Tensor:
-        reg = torch.zeros_like(self.theta)
-        self.net.regulariser(self.theta, reg)
-        part = torch.zeros_like(self.theta)
-        if not self.empty:
-            part = (self.inner.gradient() - reg).mul_(self.local / self.total)
-        if not self.controlled:
-            return allreduce_tensor(self.data, part).add_(reg)
+    def gradient(self, ev: Evaluated) -> torch.Tensor:
+        inner, share = ev.tape, self.local / self.total
+        part = torch.zeros_like(ev.theta)
+        if inner is not None:
+            part = self.inner.gradient(inner).mul_(share)
+        if not self.measures:
+            return allreduce_tensor(self.data, part)
         # the solve record summed over the groups in the same reduction as the gradient
         record = [0.0] * (len(Measured.__dataclass_fields__) + 1)
-        if not self.empty:
-            record = measured(self.inner.fwd, self.inner.adj, self.local / self.total)
-            record = [*record.as_list(), 1.0]
+        if inner is not None:
+            record = [*self.inner.measure(inner, share).as_list(), 1.0]
         both = allreduce_tensor(self.data, torch.cat([part, part.new_tensor(record)]))
-        grad = both[:part.numel()].add_(reg)
-        m = Measured.from_sums(both[part.numel():-1].tolist(), float(both[-1]))
-        self.inner.control(m, float(grad.norm()), self.key)
-        return grad
+        ev.measured = Measured.from_sums(both[part.numel():-1].tolist(), float(both[-1]))
+        return both[:part.numel()]
 
-    def accept(self):
-        if not self.empty:
-            self.inner.accept()
+    def measure(self, ev: Evaluated, weight: float = 1.0) -> Measured | None:
+        """The solve record summed over the groups (each group's weighted by its share)."""
+        return ev.measured
+
+    def observe(self, ev: Evaluated | None, measured, grad_norm: float) -> None:
+        self.inner.observe(None if ev is None else ev.tape, measured, grad_norm)
+
+    def accept(self, ev: Evaluated):
+        if ev.tape is not None:
+            self.inner.accept(ev.tape)
 
     def validate(self, theta, x, y, chunk: int | None = None) -> tuple[float, float]:
         local = x.shape[0]

@@ -9,7 +9,7 @@ import torch
 
 from lptrain.errors import Interrupted, LptrainError
 from lptrain.train.guard import Progress
-from lptrain.train.oracles import Batch
+from lptrain.train.protocol import Batch
 from lptrain.train.stall import StallRule
 from lptrain.train.stop import NoStop
 

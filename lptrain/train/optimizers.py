@@ -1,8 +1,8 @@
 """Optimizers on the flat parameter vector: L-BFGS with Armijo backtracking, SGD, Adam.
 
-An optimizer talks to an oracle: `value(θ)` evaluates the objective (and
-remembers the states), `gradient()` returns ∇J at the last valued point,
-`accept()` tells it that point is the new iterate.
+An optimizer talks to an oracle (train/protocol.py Oracle): `value(θ)` evaluates
+the objective and returns a handle, `gradient(handle)` returns ∇J at its θ, and
+`accept(handle)` tells the oracle that θ is the new iterate.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from lptrain.errors import DivergedError, require
+from lptrain.train.protocol import Oracle, Point
 from lptrain.train.schedules import SCHEDULES
 
 
@@ -57,12 +58,12 @@ class LBFGS:
         self.mem: deque = deque(maxlen=opts.memory)
         self.current = None   # (point, gradient) at θ
 
-    def _start(self, theta, oracle):
-        point = oracle.value(theta)
-        _finite(point)
-        grad = oracle.gradient()
-        oracle.accept()
-        self.current = (point, grad)
+    def _start(self, theta, oracle: Oracle):
+        ev = oracle.value(theta)
+        _finite(ev.point)
+        grad = oracle.gradient(ev)
+        oracle.accept(ev)
+        self.current = (ev.point, grad)
 
     # checkpoints: plain values and tensors only (torch.load(weights_only=True) reads them)
     def state_dict(self) -> dict:
@@ -71,7 +72,6 @@ class LBFGS:
                 "current": None if cur is None else {"point": vars(cur[0]), "grad": cur[1]}}
 
     def load_state_dict(self, state: dict) -> None:
-        from lptrain.train.oracles import Point
         self.mem = deque((tuple(p) for p in state["mem"]), maxlen=self.o.memory)
         cur = state["current"]
         self.current = None if cur is None else (Point(**cur["point"]), cur["grad"])
@@ -100,18 +100,18 @@ class LBFGS:
             d, slope = -g, -float(g @ g)
         return d, slope
 
-    def _search(self, theta, d, slope, point, oracle):
-        """Armijo backtracking along d: (step, trials, accepted point or None)."""
+    def _search(self, theta, d, slope, point, oracle: Oracle):
+        """Armijo backtracking along d: (step, trials, accepted evaluation or None)."""
         alpha = self.o.step0
         for trials in range(1, self.o.max_ls + 1):
             trial = oracle.value(theta + alpha * d)
-            if math.isfinite(trial.objective) and \
-                    trial.objective <= point.objective + self.o.c1 * alpha * slope:
+            j = trial.point.objective
+            if math.isfinite(j) and j <= point.objective + self.o.c1 * alpha * slope:
                 return alpha, trials, trial
             alpha *= self.o.backtrack
         return 0.0, self.o.max_ls, None
 
-    def step(self, theta: torch.Tensor, oracle):
+    def step(self, theta: torch.Tensor, oracle: Oracle):
         if self.current is None:
             self._start(theta, oracle)
         trials = failed = 0
@@ -135,18 +135,19 @@ class LBFGS:
                     grad_norm=float(g.norm()), step_size=0.0, ls_trials=trials,
                     lbfgs_reset=1, ls_failed=failed, exhausted=True)
         new = theta + alpha * d
-        g_new = oracle.gradient()
-        oracle.accept()
+        g_new = oracle.gradient(trial)
+        oracle.accept(trial)
         oracle.relax()
+        reached = trial.point
         s, y = new - theta, g_new - g
         sy = float(s @ y)
         skipped = int(sy <= self.CURVATURE_EPS * float(s.norm()) * float(y.norm()))
         if not skipped:
             self.mem.append((s, y, 1.0 / sy))
-        self.current = (trial, g_new)
+        self.current = (reached, g_new)
         gn = float(g_new.norm())
-        return new, StepInfo(objective=trial.objective, loss=trial.loss,
-                             accuracy=trial.accuracy, grad_norm=gn, step_size=alpha,
+        return new, StepInfo(objective=reached.objective, loss=reached.loss,
+                             accuracy=reached.accuracy, grad_norm=gn, step_size=alpha,
                              ls_trials=trials, lbfgs_skipped=skipped,
                              lbfgs_reset=int(failed > 0), converged=gn <= self.o.gtol,
                              ls_failed=failed)
@@ -202,11 +203,12 @@ class _TorchOptimizer:
         self.steps += 1
         return self.param.detach().clone(), lr
 
-    def step(self, theta, oracle):
-        point = oracle.value(theta)
+    def step(self, theta, oracle: Oracle):
+        ev = oracle.value(theta)
+        point = ev.point
         _finite(point)
-        g = oracle.gradient()
-        oracle.accept()
+        g = oracle.gradient(ev)
+        oracle.accept(ev)
         new, lr = self.update(theta, g)
         return new, StepInfo(objective=point.objective, loss=point.loss,
                              accuracy=point.accuracy, grad_norm=float(g.norm()), step_size=lr)

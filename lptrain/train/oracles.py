@@ -1,8 +1,9 @@
-"""How each mode obtains the objective and its gradient: serial, mgrit, simultaneous.
+"""How each mode obtains the data terms and their gradient: serial and MGRIT (oneshot.py: one-shot).
 
-The optimizers see only `begin(batch)`, `value(θ)`, `gradient()`, `accept()`,
-and the inexactness controls `tighten()` / `relax()`; the three modes differ in
-nothing else.
+Each oracle here is a train/protocol.py DataTerms: the batch's mean loss and its
+gradient, summed over the ranks; train/objective.py adds the regulariser and
+train/data_parallel.py sums over data groups.  The optimizers and the loop see
+the same protocol in every mode.
 """
 from __future__ import annotations
 
@@ -18,21 +19,11 @@ from lptrain.parallel.blocks import ALL_ROWS
 from lptrain.parallel.grid import shard
 from lptrain.parallel.layer_parallel import LayerParallel
 from lptrain.train.control import Measured, convergence_factor, gradient_error
+from lptrain.train.protocol import Batch, Evaluated, Point
+from lptrain.train.warm import LatestWarm
 
-
-@dataclass
-class Batch:
-    x: torch.Tensor
-    y: torch.Tensor
-    key: int = 0      # which mini-batch (for per-batch warm starts)
-    n: int | None = None  # samples of the whole batch over all data groups (None: x's)
-
-
-@dataclass
-class Point:
-    objective: float
-    loss: float
-    accuracy: float
+__all__ = ["Batch", "Evaluated", "ExactOracle", "MGRITOracle", "Point", "SerialOracle",
+           "SolveStats", "make_oracle", "measured"]
 
 
 @dataclass
@@ -72,10 +63,11 @@ class SolveStats:
 
 def measured(fwd, adj, weight: float = 1.0) -> Measured:
     """The controller's record of a forward and an adjoint SolveResult."""
-    def parts(res, w):
+    def parts(res, w, kind):
         h = res.history
-        return (w * h[0]) ** 2, (w * h[-1]) ** 2, (w * res.state_norm) ** 2, len(h) - 1
-    return Measured(*parts(fwd, 1.0), *parts(adj, weight))
+        return {f"{kind}_first_sq": (w * h[0]) ** 2, f"{kind}_last_sq": (w * h[-1]) ** 2,
+                f"{kind}_state_sq": (w * res.state_norm) ** 2, f"{kind}_ratios": len(h) - 1}
+    return Measured(**parts(fwd, 1.0, "fwd"), **parts(adj, weight, "adj"))
 
 
 def _last(history) -> float:
@@ -83,39 +75,55 @@ def _last(history) -> float:
 
 
 class ExactOracle:
-    """Inexactness controls of an oracle whose gradients are exact already."""
+    """What the DataTerms protocol asks besides the evaluations, for an oracle whose
+    gradients are exact and that keeps no warm starts."""
+
+    measures = False
 
     def tighten(self) -> bool:
-        """Make the next evaluations more accurate; False when they cannot be."""
         return False
 
     def relax(self) -> None:
-        """Back to the configured accuracy (after a successful optimizer iteration)."""
+        pass
 
     def record(self) -> dict | None:
-        """The MGRIT record of the optimizer iteration (None: no MGRIT solves)."""
         return None
 
     def skip(self, key: int) -> None:
-        """This rank holds no samples of batch `key` (a data group without any): keep
-        the warm-start bookkeeping as the ranks that have samples do."""
+        pass
+
+    def measure(self, ev: Evaluated, weight: float = 1.0) -> Measured | None:
+        return None
+
+    def observe(self, ev: Evaluated | None, measured, grad_norm: float) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
 
     @staticmethod
     def warm_entries(state: dict) -> list:
-        """[key, forward states, adjoint states] of every batch a state_dict keeps warm
-        starts of (this rank's blocks: parallel/blocks.py), least recently used first."""
         return []
 
     @staticmethod
     def with_warm_entries(state: dict, entries: list) -> dict:
-        """`state` with its warm starts replaced by `entries` (as warm_entries gives)."""
         return state
 
     @staticmethod
     def warm_rows(state: dict) -> str:
-        """Which rows the warm-start blocks of a state_dict hold: all rows of the
-        rank's range (ALL_ROWS) or only its C-points (C_POINTS; parallel/blocks.py)."""
         return ALL_ROWS
+
+
+@dataclass
+class _SerialTape:
+    stepper: object
+    states: object
+    saved: object
+    classified: tuple     # (λ_N, ∂loss/∂W, ∂loss/∂μ)
+    x: torch.Tensor       # this rank's samples
 
 
 class SerialOracle(ExactOracle):
@@ -124,6 +132,7 @@ class SerialOracle(ExactOracle):
     def __init__(self, net, exchange):
         self.net, self.exchange = net, exchange
         self._buffers = Buffers()     # the training sweep's states, reused by the next one
+        self._latest: Evaluated | None = None
 
     def _shard(self, t: torch.Tensor) -> torch.Tensor:
         """This rank's part of a batch: the rule of the data groups (parallel.grid.shard)."""
@@ -131,6 +140,7 @@ class SerialOracle(ExactOracle):
         return t[lo:hi]
 
     def begin(self, batch: Batch):
+        self.batch = batch
         self.n_total = batch.x.shape[0]
         self.x, self.y = self._shard(batch.x), self._shard(batch.y)
 
@@ -142,34 +152,27 @@ class SerialOracle(ExactOracle):
                                                          want_grad)
         return stepper, states, saved, float(loss), correct, (lamN, gW, gmu)
 
-    def value(self, theta) -> Point:
-        self.theta = theta
-        self._tape = None       # a rejected line-search trial's states: free them first
+    def value(self, theta) -> Evaluated:
+        if self._latest is not None:      # its states are overwritten: free them first
+            self._latest.tape = None
         st, states, saved, loss, correct, cls = self._forward(theta, self.x, self.y,
                                                               self.n_total, True)
-        self._tape = (st, states, saved, cls)
         loss = self.exchange.allreduce_sum(loss)
         acc = self.exchange.allreduce_sum(correct) / self.n_total
-        return Point(loss + self.net.regulariser(theta), loss, acc)
+        self._latest = Evaluated(Point(objective=loss, loss=loss, accuracy=acc), theta,
+                                 self.batch, tape=_SerialTape(st, states, saved, cls, self.x))
+        return self._latest
 
-    def gradient(self) -> torch.Tensor:
-        st, states, saved, (lamN, gW, gmu) = self._tape
-        lam0, gK, gb = adjoint(st, states, saved, lamN, self.net.h)
-        grad = self.net.assemble(torch.zeros_like(self.theta), (gK, gb), (gW, gmu))
-        self.net.opening_vjp(self.theta, self.x, lam0, grad)
-        grad = allreduce_tensor(self.exchange, grad)
-        self.net.regulariser(self.theta, grad)
-        return grad
+    def gradient(self, ev: Evaluated) -> torch.Tensor:
+        tape = ev.held()
+        lamN, gW, gmu = tape.classified
+        lam0, gK, gb = adjoint(tape.stepper, tape.states, tape.saved, lamN, self.net.h)
+        grad = self.net.assemble(torch.zeros_like(ev.theta), (gK, gb), (gW, gmu))
+        self.net.opening_vjp(ev.theta, tape.x, lam0, grad)
+        return allreduce_tensor(self.exchange, grad)
 
-    def accept(self):
-        self._tape = None
-
-    def state_dict(self) -> dict:
-        """What a checkpoint keeps of this rank's oracle (serial: nothing)."""
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        pass
+    def accept(self, ev: Evaluated):
+        ev.tape = None
 
     def validate(self, theta, x, y, chunk: int | None = None) -> tuple[float, float]:
         """Mean loss and accuracy on (x, y), propagated `chunk` samples at a time."""
@@ -181,108 +184,176 @@ class SerialOracle(ExactOracle):
         return self.exchange.allreduce_sum(loss), self.exchange.allreduce_sum(correct) / n
 
 
-class MGRITOracle(ExactOracle):
-    """Forward and adjoint MGRIT to tolerance (exact gradients), warm-started.
+class Converged:
+    """The accuracy of mode=mgrit: every solve to mgrit.tol / adjoint_tol, no rungs.
 
-    Every evaluation warm-starts the next one, a rejected line-search trial's
-    included (its states are the latest iterate of the solves).
+    An MGRITOracle asks its accuracy policy how many iterations a solve gets
+    (`budget`), whether to add one more (`more`, the adaptive guard), and tells it
+    each gradient's error estimate (`observe`); oneshot.py's Rungs is the other one.
     """
 
-    def __init__(self, net, exchange, mgrit_opts):
+    rung = 0
+    last_gnorm = math.inf     # the adaptive guard's reference (Rungs keeps the last one)
+
+    def __init__(self, mgrit_opts):
+        self.mgrit = mgrit_opts
+
+    def begin(self, key: int, warm: bool) -> None:
+        pass
+
+    def budget(self) -> tuple[int, float, int, float]:
+        m = self.mgrit
+        return m.max_iter, m.tol, m.adjoint_max_iter, m.adjoint_tol
+
+    def more(self, history: list, grad_norm: float, extra: int) -> bool:
+        return False
+
+    def tighten(self) -> bool:
+        return False
+
+    def relax(self) -> None:
+        pass
+
+    def observe(self, stats: SolveStats, m: Measured, grad_norm: float) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+@dataclass
+class _MGRITTape:
+    fwd: object               # the forward SolveResult
+    classified: object        # LayerParallel.evaluate's loss, hits, λ_N, classifier grads
+    adj: object = None        # the adjoint SolveResult, once the gradient is taken
+
+
+class MGRITOracle(ExactOracle):
+    """Forward and adjoint MGRIT, warm-started; to tolerance with the default accuracy
+    (`Converged`: exact gradients), inexact with oneshot.py's `Rungs`.
+
+    Every evaluation warm-starts the next one, a rejected line-search trial's
+    included (its states are the latest iterate of the solves).  Where warm starts
+    are kept is the `warm` store's business (warm.py; the class's WARM reads its
+    checkpoint state).
+    """
+
+    measures = True
+    WARM = LatestWarm
+
+    def __init__(self, net, exchange, mgrit_opts, accuracy=None, warm=None):
         self.net, self.exchange, self.mgrit = net, exchange, mgrit_opts
         self.lp = LayerParallel(net, mgrit_opts, exchange)
         self.validator = SerialOracle(net, exchange)   # exact, data-sharded sweeps
-        self.warm_fwd = self.warm_adj = None
-        self.warm_key = None
-        self.stats = self._trial = SolveStats()
-        self.external_control = False   # True: a DataParallelOracle calls control()
+        self.accuracy = accuracy or Converged(mgrit_opts)
+        self.warm = warm if warm is not None else LatestWarm()
+        self.stats = SolveStats()
+        self._latest: Evaluated | None = None
+        self._spent = [0, 0]
 
     def begin(self, batch: Batch):
         self.batch = batch
+        self.accuracy.begin(batch.key, self.warm.holds(batch.key))
         self._spent = [0, 0]          # MGRIT iterations of this optimizer iteration
+
+    def skip(self, key: int) -> None:
+        self.accuracy.begin(key, self.warm.holds(key))   # as the groups with samples plan
+        self.warm.store(key)
+        self.stats, self._spent = SolveStats(), [0, 0]
+
+    def tighten(self) -> bool:
+        return self.accuracy.tighten()
+
+    def relax(self) -> None:
+        self.accuracy.relax()
 
     def record(self) -> dict:
         self.stats.fwd_total, self.stats.adj_total = self._spent
         return self.stats.row()
 
-    def _solve_forward(self, theta, warm):
-        return self.lp.forward(theta, self.batch.x, warm=warm)
+    def _adaptive(self, solve, iters: int, tol: float, warm, norm):
+        """solve(warm=, max_iter=, tol=) -> (output, SolveResult) at the budget, then one
+        iteration more (resume=True) while the accuracy's guard asks with norm(output);
+        the result's history and iterations cover every iteration."""
+        out, res = solve(warm=warm, max_iter=iters, tol=tol)
+        history, total, extra = list(res.history), res.iterations, 0
+        while self.accuracy.more(history, norm(out), extra):
+            out, res = solve(max_iter=1, tol=0.0, resume=True)
+            history += res.history
+            total += res.iterations
+            extra += 1
+        res.history, res.iterations = history, total
+        return out, res, extra
 
-    def value(self, theta) -> Point:
+    def value(self, theta) -> Evaluated:
+        if self._latest is not None:      # the solvers reuse its buffers
+            self._latest.tape = None
         b = self.batch
-        self.theta = theta
-        res = self._solve_forward(theta, self._warm_fwd())
-        self.fwd = res
+        iters, tol, *_ = self.accuracy.budget()
+        _, res, extra = self._adaptive(lambda **kw: (None, self.lp.forward(theta, b.x, **kw)),
+                                       iters, tol, self.warm.get(b.key)[0],
+                                       lambda _: self.accuracy.last_gnorm)
         self._spent[0] += res.iterations
-        self._store(self.batch.key, fwd=res.states)
-        self.ev = self.lp.evaluate(theta, res.states, b.y, b.x.shape[0], True)
-        self._trial = SolveStats(res.iterations, list(res.history))
-        return Point(self.ev.loss + self.net.regulariser(theta), self.ev.loss,
-                     self.ev.correct / b.x.shape[0])
+        self.warm.store(b.key, fwd=res.states)
+        cls = self.lp.evaluate(theta, res.states, b.y, b.x.shape[0], True)
+        stats = SolveStats(fwd_iterations=res.iterations, fwd_history=list(res.history),
+                           adaptive_extra=extra, rung=self.accuracy.rung)
+        point = Point(objective=cls.loss, loss=cls.loss, accuracy=cls.correct / b.x.shape[0])
+        self._latest = Evaluated(point, theta, b, tape=_MGRITTape(res, cls), stats=stats)
+        return self._latest
 
-    def _solve_adjoint(self, warm):
-        return self.lp.backward(self.theta, self.batch.x, self.fwd.states, self.ev, warm=warm)
-
-    def gradient(self) -> torch.Tensor:
-        grad, res = self._solve_adjoint(self._warm_adj())
-        self.adj = res
+    def gradient(self, ev: Evaluated) -> torch.Tensor:
+        tape, b = ev.held(), ev.batch
+        *_, iters, tol = self.accuracy.budget()
+        grad, res, extra = self._adaptive(
+            lambda **kw: self.lp.backward(ev.theta, b.x, tape.fwd.states, tape.classified,
+                                          **kw),
+            iters, tol, self.warm.get(b.key)[1], lambda g: float(g.norm()))
+        tape.adj = res
         self._spent[1] += res.iterations
-        self._store(self.batch.key, adj=res.states)
-        self._trial.adj_iterations, self._trial.adj_history = res.iterations, list(res.history)
-        self.net.regulariser(self.theta, grad)
-        if not self.external_control:
-            self.control(measured(self.fwd, self.adj), float(grad.norm()), self.batch.key)
+        self.warm.store(b.key, adj=res.states)
+        ev.stats.adj_iterations, ev.stats.adj_history = res.iterations, list(res.history)
+        ev.stats.adaptive_extra += extra
         return grad
 
-    def control(self, m: Measured, grad_norm: float, key: int) -> None:
-        """Estimate the gradient error of the evaluation just finished (train/control.py);
-        m and grad_norm are over all ranks and data groups."""
-        fwd, adj = gradient_error(m, self.net.opts.T, self.lp.n_c_points, grad_norm)
-        self._trial.fwd_error, self._trial.adj_error = fwd, adj
+    def measure(self, ev: Evaluated, weight: float = 1.0) -> Measured:
+        tape = ev.held()
+        return measured(tape.fwd, tape.adj, weight)
 
-    def accept(self):
-        self.stats = self._trial
+    def observe(self, ev: Evaluated | None, m: Measured, grad_norm: float) -> None:
+        """Estimate the gradient error of the evaluation just finished (train/control.py)
+        and let the accuracy policy plan from it; m and grad_norm are over all ranks and
+        data groups."""
+        stats = ev.stats if ev is not None else SolveStats()
+        stats.fwd_error, stats.adj_error = gradient_error(m, self.net.opts.T,
+                                                          self.lp.n_c_points, grad_norm)
+        self.accuracy.observe(stats, m, grad_norm)
+
+    def accept(self, ev: Evaluated):
+        self.stats = ev.stats
 
     # checkpoints: this rank's warm starts (its block of the layers) and controller state
-    STATE = ("warm_fwd", "warm_adj", "warm_key")
-
     def state_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.STATE}
+        return {**self.warm.state_dict(), **self.accuracy.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        for name in self.STATE:
-            setattr(self, name, state[name])
+        self.warm.load_state_dict(state)
+        self.accuracy.load_state_dict(state)
 
-    @staticmethod
-    def warm_entries(state: dict) -> list:
-        key = state["warm_key"]
-        return [] if key is None else [[key, state["warm_fwd"], state["warm_adj"]]]
+    @classmethod
+    def warm_entries(cls, state: dict) -> list:
+        return cls.WARM.warm_entries(state)
 
-    @staticmethod
-    def with_warm_entries(state: dict, entries: list) -> dict:
-        key, fwd, adj = entries[-1] if entries else (None, None, None)
-        return {**state, "warm_key": key, "warm_fwd": fwd, "warm_adj": adj}
+    @classmethod
+    def with_warm_entries(cls, state: dict, entries: list) -> dict:
+        return cls.WARM.with_warm_entries(state, entries)
 
-    def skip(self, key: int) -> None:
-        self._store(key)
-
-    # Warm starts.  The solvers alternate between two buffers and never write
-    # into the warm start they are given, so the latest states are kept by
-    # reference; only states of other mini-batches need copies.
-    def _warm_fwd(self):
-        return self.warm_fwd if self.warm_key == self.batch.key else None
-
-    def _warm_adj(self):
-        return self.warm_adj if self.warm_key == self.batch.key else None
-
-    def _store(self, key, fwd=None, adj=None):
-        if self.warm_key != key:
-            self.warm_fwd = self.warm_adj = None
-            self.warm_key = key
-        if fwd is not None:
-            self.warm_fwd = fwd
-        if adj is not None:
-            self.warm_adj = adj
+    @classmethod
+    def warm_rows(cls, state: dict) -> str:
+        return cls.WARM.warm_rows(state)
 
     def validate(self, theta, x, y, chunk: int | None = None) -> tuple[float, float]:
         """Mean loss and accuracy on (x, y), exactly: every rank holds all of θ, so each
@@ -292,7 +363,7 @@ class MGRITOracle(ExactOracle):
 
 
 def make_oracle(mode, net, exchange, mgrit_opts, mini_batches: bool = False):
-    """The oracle of `mode` (a ModeOptions)."""
+    """The data terms of `mode` (a ModeOptions) on `exchange`'s ranks."""
     if mode.name == "serial":
         return SerialOracle(net, exchange)
     if mode.name == "mgrit":

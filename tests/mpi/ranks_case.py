@@ -18,6 +18,7 @@ from lptrain.mgrit.options import MGRITOptions  # noqa: E402
 from lptrain.parallel.module import LayerParallelResNet  # noqa: E402
 from lptrain.parallel.layer_parallel import LayerParallel  # noqa: E402
 from lptrain.train.optimizers import LBFGS, SGD  # noqa: E402
+from lptrain.train.objective import Objective  # noqa: E402
 from lptrain.train.oneshot import SimultaneousOracle  # noqa: E402
 from lptrain.train.oracles import Batch, MGRITOracle, SerialOracle  # noqa: E402
 
@@ -64,17 +65,19 @@ def run(exchange, comm=None) -> dict:
     results.update(warm_case(net, theta, x, y, exchange))
     mgrit_opts = MGRITOptions(tol=1e-11, max_iter=50, **SOLVERS["V3"])
     simultaneous_opts = MGRITOptions(fwd_iters=2, adj_iters=1, **SOLVERS["V3"])
-    results["traj-serial"], _ = trajectory(SerialOracle(net, exchange), LBFGS(LBFGSOptions()),
-                                           theta, x, y)
-    results["traj-mgrit"], _ = trajectory(MGRITOracle(net, exchange, mgrit_opts),
+    def objective(terms):
+        return Objective(terms, net)
+    results["traj-serial"], _ = trajectory(objective(SerialOracle(net, exchange)),
+                                           LBFGS(LBFGSOptions()), theta, x, y)
+    results["traj-mgrit"], _ = trajectory(objective(MGRITOracle(net, exchange, mgrit_opts)),
                                           LBFGS(LBFGSOptions()), theta, x, y)
-    results["traj-simultaneous"], _ = trajectory(SimultaneousOracle(net, exchange,
-                                                                    simultaneous_opts),
-                                                 LBFGS(LBFGSOptions()), theta, x, y)
-    results["traj-sgd-serial"], _ = trajectory(SerialOracle(net, exchange),
+    results["traj-simultaneous"], _ = trajectory(
+        objective(SimultaneousOracle(net, exchange, simultaneous_opts)),
+        LBFGS(LBFGSOptions()), theta, x, y)
+    results["traj-sgd-serial"], _ = trajectory(objective(SerialOracle(net, exchange)),
                                                SGD(SGDOptions(lr=0.1)), theta, x, y)
     # a mini-batch of 2 samples: on 3 or 4 ranks some data shards are empty
-    serial = SerialOracle(net, exchange)
+    serial = objective(SerialOracle(net, exchange))
     results["traj-sgd-serial-2"], end = trajectory(serial, SGD(SGDOptions(lr=0.1)), theta,
                                                    x[:2], y[:2])
     results["validate-serial-2"] = torch.tensor(serial.validate(end, x[:2], y[:2]),

@@ -11,6 +11,7 @@ from lptrain.parallel.blocks import ALL_ROWS, C_POINTS
 from lptrain.parallel.layer_parallel import LayerParallel
 from lptrain.train.oneshot import SimultaneousOracle
 from lptrain.train.oracles import Batch
+from lptrain.train.warm import WarmCache
 
 NETS = {"dense": dense_net, "conv": conv_net}
 OPTIONS = MGRITOptions(levels=3, cfactor0=4, cfactor=2)      # N = 16: C-points 0, 4, .., 16
@@ -74,14 +75,20 @@ def _oracle(net, warm_batches=4):
     return SimultaneousOracle(net, SerialExchange(), options, warm_batches, mini_batches=True)
 
 
+class FullCache(WarmCache):
+    """Warm starts kept as copies of all rows."""
+
+    def store(self, key, fwd=None, adj=None):
+        super().store(key, None if fwd is None else fwd.clone(),
+                      None if adj is None else adj.clone())
+
+
 class FullCopies(SimultaneousOracle):
     """The reference: mini-batch warm starts kept as copies of all rows."""
 
-    def _store(self, key, fwd=None, adj=None):
-        super()._store(key)
-        old = self.cache[key]
-        self.cache[key] = (fwd.clone() if fwd is not None else old[0],
-                           adj.clone() if adj is not None else old[1])
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.warm = FullCache(self.warm.capacity)
 
 
 @pytest.mark.parametrize("kind", sorted(NETS))
@@ -98,15 +105,16 @@ def test_one_shot_mini_batch_training_is_unchanged_by_compact_warm_starts(kind):
             for key in range(3):
                 part = slice(4 * key, 4 * key + 4)
                 oracle.begin(Batch(x[part], y[part], key, 12))
-                trace.append(oracle.value(theta).objective)
-                grad = oracle.gradient()
-                oracle.accept()
+                ev = oracle.value(theta)
+                trace.append(ev.point.objective)
+                grad = oracle.gradient(ev)
+                oracle.accept(ev)
                 theta = theta - 0.5 * grad
         runs.append((trace, theta, oracle))
     (got, theta_got, compact), (want, theta_want, full) = runs
     assert got == want and torch.equal(theta_got, theta_want)
     assert len(set(want)) == len(want)        # the parameters moved every step
-    for (f, a), (ff, fa) in zip(compact.cache.values(), full.cache.values()):
+    for (f, a), (ff, fa) in zip(compact.warm.cache.values(), full.warm.cache.values()):
         assert f.shape[0] == 5 and ff.shape[0] == 17
         assert torch.equal(f, ff[0:17:4]) and torch.equal(a, fa[0:17:4])
 
@@ -118,15 +126,15 @@ def test_a_checkpoint_of_full_blocks_loads_compact():
     x, y = batch(net, n=4)
     old = FullCopies(net, SerialExchange(), _oracle(net).mgrit, 4, mini_batches=True)
     old.begin(Batch(x, y, 0, 4))
-    old.value(theta)
-    old.gradient()
+    old.gradient(old.value(theta))
     state = old.state_dict()
     del state["warm_rows"]
     assert SimultaneousOracle.warm_rows(state) == ALL_ROWS
     new = _oracle(net)
     new.load_state_dict(state)
-    (fwd, adj), = new.cache.values()
-    assert torch.equal(fwd, old.cache[0][0][0:17:4]) and torch.equal(adj, old.cache[0][1][0:17:4])
+    (fwd, adj), = new.warm.cache.values()
+    old_fwd, old_adj = old.warm.cache[0]
+    assert torch.equal(fwd, old_fwd[0:17:4]) and torch.equal(adj, old_adj[0:17:4])
     assert new.state_dict()["warm_rows"] == C_POINTS
     full_batch = SimultaneousOracle(net, SerialExchange(), _oracle(net).mgrit)
     assert full_batch.state_dict()["warm_rows"] == ALL_ROWS

@@ -11,6 +11,7 @@ from lptrain.mgrit.exchange import SerialExchange
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.train.control import (ControlOptions, IterationController, Measured,
                                    convergence_factor, factor, gradient_error, next_iterations)
+from lptrain.train.objective import Objective
 from lptrain.train.oneshot import SimultaneousOracle
 from lptrain.train.oracles import Batch, SerialOracle
 
@@ -105,16 +106,15 @@ def test_a_calibrated_run_records_the_true_error_and_scales_its_estimate():
                        "network.T=10", "dataset.n_train=500", "mgrit.control=fixed"])
     ex, data, net, theta, oracle, opt = build(opts, None)
     assert isinstance(oracle, CalibratedOracle)
-    exact, seen, oneshot = SerialOracle(net, ex), [], oracle.oneshot
+    exact, seen, rungs = Objective(SerialOracle(net, ex), net), [], oracle.oneshot.accuracy
     gradient = oracle.oracle.gradient
 
-    def checked():
-        g = gradient()
-        exact.begin(oracle.batch)
-        exact.value(oracle.theta)
-        true = exact.gradient()
-        seen.append((float((g - true).norm() / true.norm()), oneshot._raw_error,
-                     oneshot._trial.error_scale))
+    def checked(ev):
+        g = gradient(ev)
+        exact.begin(ev.batch)
+        true = exact.gradient(exact.value(ev.theta))
+        seen.append((float((g - true).norm() / true.norm()), rungs._raw_error,
+                     ev.tape.stats.error_scale))
         return g
     oracle.oracle.gradient = checked
     rows = MemoryWriter()
@@ -148,13 +148,13 @@ def test_the_estimate_bounds_the_true_gradient_error(weights, iters):
     x, y = batch(net, n=32)
     opts = MGRITOptions(levels=3, cfactor0=2, cfactor=2, fwd_iters=iters, adj_iters=iters,
                         coarse_weights=weights, control="fixed")
-    oracle = SimultaneousOracle(net, SerialExchange(), opts)
+    oracle = Objective(SimultaneousOracle(net, SerialExchange(), opts), net)
     oracle.begin(Batch(x, y))
-    oracle.value(theta)
-    g = oracle.gradient()
+    ev = oracle.value(theta)
+    g = oracle.gradient(ev)
     _, exact, _ = serial_objective_and_grad(net, theta, x, y)   # ∇J, penalties included
     true = float((g - exact).norm() / exact.norm())
-    est = oracle._trial.fwd_error + oracle._trial.adj_error
+    est = ev.tape.stats.fwd_error + ev.tape.stats.adj_error
     assert true < est < 100 * true
 
 
@@ -162,11 +162,12 @@ def test_the_exact_modes_estimate_round_off():
     net, theta = dense_net(layers=16, width=4, T=8.0, scale=0.6, seed=3)
     x, y = batch(net, n=32)
     from lptrain.train.oracles import MGRITOracle
-    oracle = MGRITOracle(net, SerialExchange(), MGRITOptions(levels=3, cfactor0=2, cfactor=2))
+    oracle = Objective(MGRITOracle(net, SerialExchange(),
+                                   MGRITOptions(levels=3, cfactor0=2, cfactor=2)), net)
     oracle.begin(Batch(x, y))
-    oracle.value(theta)
-    oracle.gradient()
-    assert oracle._trial.fwd_error + oracle._trial.adj_error < 1e-8
+    ev = oracle.value(theta)
+    oracle.gradient(ev)
+    assert ev.tape.stats.fwd_error + ev.tape.stats.adj_error < 1e-8
 
 
 # -- the runs it exists for ----------------------------------------------------------------
@@ -180,9 +181,9 @@ def _exact_objective(extra):
     ex, data, net, theta, oracle, opt = build(opts, None)
     rows = MemoryWriter()
     theta, _ = train(theta, opt, oracle, data, opts, rows, Console(False, 1), ex)
-    exact = SerialOracle(net, ex)
+    exact = Objective(SerialOracle(net, ex), net)
     exact.begin(Batch(data.x_train, data.y_train))
-    return exact.value(theta).objective, rows
+    return exact.value(theta).point.objective, rows
 
 
 LARGE_STEP = ["network.T=10", "dataset.n_train=1000", "train.iterations=100"]   # h = 0.31

@@ -13,6 +13,7 @@ from helpers import batch, conv_net, dense_net
 from lptrain.config.schema import LBFGSOptions
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.mgrit.options import MGRITOptions
+from lptrain.train.objective import Objective
 from lptrain.train.optimizers import LBFGS
 from lptrain.data.base import chunks
 from lptrain.train.oracles import Batch, MGRITOracle, SerialOracle
@@ -48,7 +49,7 @@ def _problem(opening: str, bias: str = "vector"):
 
 def _mgrit_oracle(net, solver: str) -> MGRITOracle:
     opts = MGRITOptions(tol=TOL, max_iter=60, **SOLVERS[solver])
-    return MGRITOracle(net, SerialExchange(), opts)
+    return Objective(MGRITOracle(net, SerialExchange(), opts), net)
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -60,21 +61,22 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.mark.parametrize("opening", OPENINGS)
 def test_mgrit_oracle_gradient_equals_serial(opening, bias, solver):
     net, theta, x, y = _problem(opening, bias)
-    serial = SerialOracle(net, SerialExchange())
+    serial = Objective(SerialOracle(net, SerialExchange()), net)
     serial.begin(Batch(x, y))
-    ref_point = serial.value(theta)
-    ref = serial.gradient()
+    ref_ev = serial.value(theta)
+    ref, ref_point = serial.gradient(ref_ev), ref_ev.point
 
     mgrit = _mgrit_oracle(net, solver)
     mgrit.begin(Batch(x, y))
-    point = mgrit.value(theta)
-    grad = mgrit.gradient()
+    ev = mgrit.value(theta)
+    grad, point = mgrit.gradient(ev), ev.point
 
     # the comparison is not vacuous: a real hierarchy, iterated, converged, non-zero
-    assert mgrit.lp.n_levels == 3
-    assert mgrit.fwd.iterations > 1 and mgrit.adj.iterations > 1
-    assert mgrit.fwd.converged and mgrit.adj.converged
-    assert mgrit.fwd.history[-1] <= TOL and mgrit.adj.history[-1] <= TOL
+    fwd, adj = ev.tape.tape.fwd, ev.tape.tape.adj
+    assert mgrit.terms.lp.n_levels == 3
+    assert fwd.iterations > 1 and adj.iterations > 1
+    assert fwd.converged and adj.converged
+    assert fwd.history[-1] <= TOL and adj.history[-1] <= TOL
     assert float(ref.norm()) > 1e-3
     assert point.objective == pytest.approx(ref_point.objective, rel=1e-12, abs=0)
     assert point.accuracy == ref_point.accuracy
@@ -91,7 +93,7 @@ def test_mgrit_oracle_matches_serial_over_lbfgs_steps(opening):
     # warm starts between optimizer iterations must not change the trajectory
     net, theta0, x, y = _problem(opening)
     objectives = {}
-    for name, oracle in (("serial", SerialOracle(net, SerialExchange())),
+    for name, oracle in (("serial", Objective(SerialOracle(net, SerialExchange()), net)),
                          ("mgrit", _mgrit_oracle(net, "V3"))):
         opt, theta, history = LBFGS(LBFGSOptions(memory=5)), theta0.clone(), []
         for _ in range(4):
@@ -134,7 +136,7 @@ def test_mgrit_validation_is_the_converged_solve_s_loss(make):
         x, y = batch(net, n=11, seed=4)
     oracle = _mgrit_oracle(net, "V3")
     oracle.begin(Batch(x, y))
-    point = oracle.value(theta)
+    point = oracle.value(theta).point
     loss, acc = oracle.validate(theta, x, y, 4)
     assert loss == pytest.approx(point.loss, rel=1e-10, abs=0)
     assert acc == point.accuracy

@@ -7,14 +7,16 @@ from lptrain.config.schema import AdamOptions, LBFGSOptions, SGDOptions
 from lptrain.errors import DivergedError
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.train.optimizers import LBFGS, OPTIMIZERS, Adam, SGD
+from lptrain.train.objective import Objective
 from lptrain.train.oracles import Batch, ExactOracle, Point, SerialOracle
+from lptrain.train.protocol import Evaluated, StaleEvaluation
 
 
 def oracle_for(n=40):
     net, theta = dense_net(layers=6, width=4, scale=0.3)
     x, _ = batch(net, n=n)
     y = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()       # a learnable 3-class rule
-    oracle = SerialOracle(net, SerialExchange())
+    oracle = Objective(SerialOracle(net, SerialExchange()), net)
     oracle.begin(Batch(x, y))
     return oracle, theta
 
@@ -25,10 +27,10 @@ def oracle_for(n=40):
                                                                   "adam"])
 def test_optimizers_decrease_the_objective(opt):
     oracle, theta = oracle_for()
-    start = oracle.value(theta).objective
+    start = oracle.value(theta).point.objective
     for _ in range(25):
         theta, info = opt.step(theta, oracle)
-    assert oracle.value(theta).objective < 0.7 * start
+    assert oracle.value(theta).point.objective < 0.7 * start
 
 
 class Recording(ExactOracle):
@@ -38,15 +40,15 @@ class Recording(ExactOracle):
         self.inner, self.values = inner, []
 
     def value(self, theta):
-        p = self.inner.value(theta)
-        self.values.append((theta.clone(), p.objective))
-        return p
+        ev = self.inner.value(theta)
+        self.values.append((theta.clone(), ev.point.objective))
+        return ev
 
-    def gradient(self):
-        return self.inner.gradient()
+    def gradient(self, ev):
+        return self.inner.gradient(ev)
 
-    def accept(self):
-        self.inner.accept()
+    def accept(self, ev):
+        self.inner.accept(ev)
 
 
 def test_lbfgs_steps_satisfy_armijo():
@@ -92,14 +94,13 @@ class Quadratic(ExactOracle):
         self.bad = bad
 
     def value(self, theta):
-        self.theta = theta
         j = float("inf") if self.bad(theta) else 0.5 * float(theta @ theta)
-        return Point(j, j, 0.0)
+        return Evaluated(Point(objective=j, loss=j, accuracy=0.0), theta)
 
-    def gradient(self):
-        return self.theta.clone()
+    def gradient(self, ev):
+        return ev.theta.clone()
 
-    def accept(self):
+    def accept(self, ev):
         pass
 
 
@@ -108,7 +109,8 @@ def test_failed_line_search_resets_memory_and_keeps_theta():
     theta = torch.ones(3, dtype=torch.float64)
     theta, info = opt.step(theta, Quadratic())           # a good first step fills memory
     assert len(opt.mem) in (0, 1)
-    opt.current = (Point(1.0, 1.0, 0), torch.ones(3, dtype=torch.float64))
+    opt.current = (Point(objective=1.0, loss=1.0, accuracy=0.0),
+                   torch.ones(3, dtype=torch.float64))
     opt.mem.append((torch.ones(3, dtype=torch.float64),) * 2 + (1 / 3,))
     kept = theta.clone()
     theta, info = opt.step(theta, Quadratic(bad=lambda t: True))
@@ -136,8 +138,8 @@ class Inexact(Quadratic):
         self.valued.append(self.rung)
         return super().value(theta)
 
-    def gradient(self):
-        return self.theta.clone() * (1.0 if self.rung >= 2 else -1.0)
+    def gradient(self, ev):
+        return ev.theta.clone() * (1.0 if self.rung >= 2 else -1.0)
 
 
 def test_failed_line_search_tightens_the_solves_until_a_step_is_found():
@@ -156,13 +158,12 @@ def test_curvature_update_skipped_when_not_positive():
     opt = LBFGS(LBFGSOptions())
 
     class Flat(Quadratic):
-        def gradient(self):            # gradient that ignores θ: sᵀy = 0
+        def gradient(self, ev):        # gradient that ignores θ: sᵀy = 0
             return torch.ones(2, dtype=torch.float64)
 
         def value(self, theta):
-            self.theta = theta
             j = float(theta.sum())
-            return Point(j, j, 0.0)
+            return Evaluated(Point(objective=j, loss=j, accuracy=0.0), theta)
     theta, info = opt.step(torch.zeros(2, dtype=torch.float64), Flat())
     assert info.lbfgs_skipped == 1 and len(opt.mem) == 0
 
@@ -184,12 +185,29 @@ def test_serial_oracle_holds_one_trial_at_a_time():
     x, y = batch(net)
     oracle = SerialOracle(net, SerialExchange())
     oracle.begin(Batch(x, y))
-    oracle.value(theta)
+    first = oracle.value(theta)
     seen = []
     forward = oracle._forward
-    oracle._forward = lambda *a: (seen.append(oracle._tape), forward(*a))[1]
-    oracle.value(theta * 0.5)
-    assert seen == [None] and oracle._tape is not None
+    oracle._forward = lambda *a: (seen.append(first.tape), forward(*a))[1]
+    second = oracle.value(theta * 0.5)
+    assert seen == [None] and second.tape is not None
+
+
+def test_a_gradient_belongs_to_its_evaluation():
+    """gradient(ev) is ∇ at ev's θ, whatever was evaluated before; an evaluation whose
+    states a later value() reused is refused, not differentiated at the wrong point."""
+    net, theta = dense_net(layers=6)
+    x, y = batch(net)
+    oracle = Objective(SerialOracle(net, SerialExchange()), net)
+    oracle.begin(Batch(x, y))
+    first = oracle.value(theta)
+    expected = oracle.gradient(first)
+    second = oracle.value(theta * 0.5)
+    with pytest.raises(StaleEvaluation):
+        oracle.gradient(first)
+    assert not torch.equal(oracle.gradient(second), expected)
+    again = oracle.value(theta)
+    assert torch.equal(oracle.gradient(again), expected)
 
 
 def _reference_sgd(theta, grads, lr, momentum, nesterov):

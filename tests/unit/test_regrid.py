@@ -196,15 +196,14 @@ def test_a_group_without_samples_ages_its_cache_like_the_others():
     for _ in range(2):
         inner = SimultaneousOracle(net, SerialExchange(), MGRITOptions(levels=2, cfactor0=2),
                                    warm_batches=2, mini_batches=True)
-        groups.append(DataParallelOracle(inner, net, SerialExchange()))
+        groups.append(DataParallelOracle(inner, SerialExchange()))
     for key, holds in ((1, [True, True]), (2, [True, False]), (3, [True, True])):
         for oracle, has in zip(groups, holds):
             n = 3 if has else 0
             oracle.begin(Batch(x[:n], y[:n], key, 6))
             if has:
-                oracle.value(theta)
-                oracle.gradient()
-    caches = [oracle.inner.cache for oracle in groups]
+                oracle.gradient(oracle.value(theta))
+    caches = [oracle.inner.warm.cache for oracle in groups]
     assert list(caches[0]) == list(caches[1]) == [2, 3]
     assert caches[1][2] == (None, None)
 
@@ -223,8 +222,7 @@ def test_a_solvers_states_go_to_other_grids_and_back(kind):
     options = MGRITOptions(levels=2, cfactor0=2)
     oracle = SimultaneousOracle(net, SerialExchange(), options)
     oracle.begin(Batch(x, y, 0))
-    oracle.value(theta)
-    oracle.gradient()
+    oracle.gradient(oracle.value(theta))
     state = oracle.state_dict()
     axis = 1 + net.batch_axis
     samples = (lambda key: torch.arange(6))

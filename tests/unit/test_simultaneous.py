@@ -70,11 +70,12 @@ def test_minibatch_warm_starts_are_kept_per_batch():
     for key in range(4):
         idx = slice(250 * key, 250 * (key + 1))
         oracle.begin(Batch(data.x_train[idx], data.y_train[idx], key))
-        oracle.value(theta)
-        oracle.gradient()
-        oracle.accept()
-    assert list(oracle.cache) == [2, 3]                     # least recently used dropped
-    assert oracle.cache[3][0].data_ptr() != oracle.lp.fwd._buffers[0].data_ptr()
+        ev = oracle.value(theta)
+        oracle.gradient(ev)
+        oracle.accept(ev)
+    sim = oracle.terms
+    assert list(sim.warm.cache) == [2, 3]                   # least recently used dropped
+    assert sim.warm.cache[3][0].data_ptr() != sim.lp.fwd._buffers[0].data_ptr()
 
 
 @pytest.mark.slow
