@@ -346,7 +346,9 @@ def _run_job(job: Job) -> float | None:
     """One job on this rank (every rank runs it together)."""
     from lptrain import app
     from lptrain.errors import Interrupted, LptrainError
+    from lptrain.parallel import auto
     from lptrain.parallel.context import world
+    auto.install(_model_timer)
     comm = world()
     run_dir = Path(job.run_dir)
     try:
@@ -378,6 +380,13 @@ def _run_job(job: Job) -> float | None:
             comm.Abort(1)
         sys.exit(1)
     return None
+
+
+def _model_timer(opts, net, mode: str):
+    """parallel.layer_ranks=auto's timer: the speedup model, imported only when a run
+    has a choice of grids."""
+    from lptrain.model_perf.grid import model_timer
+    return model_timer(opts, net, mode)
 
 
 def _hydra_entry():

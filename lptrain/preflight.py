@@ -11,13 +11,14 @@ from dataclasses import dataclass
 
 from lptrain.data.base import Sizes, dataset_sizes
 from lptrain.errors import ConfigError
+from lptrain.model.dtypes import DTYPES
 from lptrain.model.network import ResNet
+from lptrain.modes import LAYERED, SIMULTANEOUS
 from lptrain.parallel import memory
-from lptrain.parallel.auto import agreed_grid
+from lptrain.parallel.auto import agreed_grid, timer_for
 from lptrain.parallel.context import Node, node_of
 from lptrain.parallel.grid import Grid, c_intervals, candidates
 
-ITEM_BYTES = {"float32": 4, "float64": 8}
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ def need(opts, sizes: Sizes, net: ResNet, grid: Grid,
          per_eval: int | None = None) -> memory.Need:
     """This rank's memory estimate on `grid` (its data group's shard of every batch of
     `per_eval` samples; None: the configured batch)."""
-    item = ITEM_BYTES[opts.dtype]
+    item = DTYPES[opts.dtype].itemsize
     per_eval = per_eval or opts.train.batch_size or sizes.n_train
     batch = math.ceil(per_eval / grid.data)     # validation goes in chunks of this size
     feats = math.prod(sizes.feature_shape)
@@ -62,14 +63,14 @@ def need(opts, sizes: Sizes, net: ResNet, grid: Grid,
     return memory.estimate(opts.mode.name, opts.network.layers, grid.layer, batch,
                            math.prod(net.state_shape), net.layout.size, item, data_bytes,
                            vectors, warm, val_chunk, grid.size,
-                           opts.mode.name == "simultaneous" and mo.calibrate_every > 0,
+                           opts.mode.name == SIMULTANEOUS and mo.calibrate_every > 0,
                            c_intervals(opts.network.layers, mo.cfactor0, mo.levels,
                                        mo.min_coarse))
 
 
 def _kept_warm_starts(opts, sizes: Sizes) -> int:
     """Mini-batches whose warm starts the simultaneous mode keeps (0: none kept)."""
-    if opts.mode.name != "simultaneous" or opts.train.batch_size is None:
+    if opts.mode.name != SIMULTANEOUS or opts.train.batch_size is None:
         return 0
     return min(opts.mode.warm_batches, math.ceil(sizes.n_train / opts.train.batch_size))
 
@@ -83,7 +84,7 @@ def plan(opts, comm) -> Plan:
     size = 1 if comm is None else comm.Get_size()
     mo, po = opts.mgrit, opts.parallel
     most = c_intervals(opts.network.layers, mo.cfactor0, mo.levels, mo.min_coarse)
-    grids = candidates(size, po.layer_ranks, po.data_ranks, most, opts.mode.name != "serial")
+    grids = candidates(size, po.layer_ranks, po.data_ranks, most, opts.mode.name in LAYERED)
     limit = memory.available(node.local_size)
     if comm is not None and comm.Get_size() > 1:
         from mpi4py import MPI
@@ -96,7 +97,7 @@ def plan(opts, comm) -> Plan:
                           f"need about {needs[g]} per rank, more than the "
                           f"{memory.gb(limit)} available to each; "
                           f"{_memory_advice(opts, sizes, net, g, needs[g], limit)}")
-    grid = agreed_grid(fits, lambda: timer(opts, net), comm)
+    grid = agreed_grid(fits, lambda: timer_for(opts, net, opts.mode.name), comm)
     return Plan(grid, sizes, node, device, needs[grid], limit)
 
 
@@ -106,8 +107,8 @@ def auto_grid(opts, sizes: Sizes, net: ResNet, size: int, mode: str | None = Non
     mode = mode or opts.mode.name
     mo = opts.mgrit
     most = c_intervals(opts.network.layers, mo.cfactor0, mo.levels, mo.min_coarse)
-    grids = candidates(size, "auto", None, most, mode != "serial")
-    return agreed_grid(grids, lambda: timer(opts, net, mode), None)
+    grids = candidates(size, "auto", None, most, mode in LAYERED)
+    return agreed_grid(grids, lambda: timer_for(opts, net, mode), None)
 
 
 def _memory_advice(opts, sizes: Sizes, net: ResNet, grid: Grid, need_g: memory.Need,
@@ -144,11 +145,3 @@ def _batch_hint(opts, sizes: Sizes, net: ResNet, grid: Grid, limit: float) -> st
         return ""
     return (f", or batches of at most {lo} samples (train.batch_size={lo} with "
             f"optimizer=sgd or adam, or dataset.n_train={lo})")
-
-
-def timer(opts, net: ResNet, mode: str | None = None):
-    """The speedup model's GridTimer for `mode` (None: the configured one): costs measured
-    on this host, kept per configuration (model_perf/grid.py); imported only here, when
-    the grid is to be chosen."""
-    from lptrain.model_perf.grid import MeasuredTimer
-    return MeasuredTimer(opts, net, mode or opts.mode.name)

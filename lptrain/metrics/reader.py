@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import h5py
 import numpy as np
@@ -92,3 +93,24 @@ def _plain(value):
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+def find_metrics(paths: Sequence[Path]) -> list[Path]:
+    """Every metrics file named by `paths`, in order, without duplicates."""
+    found: list[Path] = []
+    seen: set[Path] = set()
+    for path in paths:
+        if path.is_file():
+            hits = [path]
+        elif path.is_dir():
+            hits = sorted(path.rglob(s.FILE_NAME))
+            if not hits:
+                raise s.MetricsFileError(f"{path}: no {s.FILE_NAME} in this directory "
+                                         "or below")
+        else:
+            raise s.MetricsFileError(f"{path}: no such file or directory")
+        for hit in hits:
+            if hit.resolve() not in seen:
+                seen.add(hit.resolve())
+                found.append(hit)
+    return found

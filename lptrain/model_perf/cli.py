@@ -22,6 +22,7 @@ from typing import Sequence
 from lptrain.config import compose
 from lptrain.errors import ConfigError, LptrainError
 from lptrain.metrics.quantities import ITERATION_TIME
+from lptrain.model.dtypes import DTYPES
 from lptrain.model_perf import measure
 from lptrain.model_perf.costs import KernelCosts, given_costs
 from lptrain.model_perf.predict import Collecting, Counts, Machine, Model
@@ -77,7 +78,7 @@ def build_network(opts):
     data = load_dataset(opts.dataset, opts.seed)
     batch = opts.train.batch_size or data.x_train.shape[0]
     net = ResNet(opts.network, data.feature_shape, data.n_classes)
-    dtype = {"float32": torch.float32, "float64": torch.float64}[opts.dtype]
+    dtype = DTYPES[opts.dtype]
     return net, net.init_params(opts.seed, dtype, opts.device), batch
 
 
@@ -164,7 +165,7 @@ def _ranks(text: str) -> list[int]:
 
 def load_runs(paths: Sequence[Path]):
     from lptrain.model_perf.runs import load_run
-    from lptrain.report.cli import find_metrics
+    from lptrain.metrics.reader import find_metrics
     runs = [load_run(p) for p in find_metrics(paths)] if paths else []
     return [r for r in runs if r is not None]
 
@@ -221,6 +222,9 @@ def run(args) -> list[Path]:
     opts, cfg = compose(args.overrides)
     net, theta, batch = build_network(opts)
     model = make_model(opts, net, theta, batch)
+    from lptrain.model_perf.grid import model_timer
+    from lptrain.parallel import auto
+    auto.install(model_timer)         # the auto column: as the lptrain command decides
     runs = load_runs(args.measured)
     cnt, count_note = counts(args, runs)
     ranks = _ranks(args.ranks)

@@ -55,3 +55,8 @@ class MeasuredTimer:
             return {g: model.grid_time(g, self.mode, m, self.counts) for g in grids}
         m, _ = measured_machine(model, theta, times, o.device, torch.get_num_threads())
         return times(m)
+
+
+def model_timer(opts, net, mode: str) -> MeasuredTimer:
+    """The factory `parallel.auto.install` takes (the `lptrain` command installs it)."""
+    return MeasuredTimer(opts, net, mode)

@@ -1,13 +1,16 @@
 """`parallel.layer_ranks=auto`: among the grids a run may use, the one predicted fastest.
 
-The prediction is behind one narrow interface, `GridTimer`; the speedup model
-implements it (model_perf/grid.py: recorded iterations, kernel costs measured on this
-host and kept per configuration).  It is consulted only when there is a choice: a run
-whose grid is explicit (or has one candidate) never loads it.
+The prediction is behind one narrow interface, `GridTimer`.  The entry points install
+a factory of timers (`install`): the `lptrain` command the speedup model's, which
+imports it only when called (model_perf/grid.py: recorded iterations, kernel costs
+measured on this host and kept per configuration).  A timer is built only when there is
+a choice: a run whose grid is explicit (or has one candidate) never loads the model.
+Without an installed factory (lptrain used as a library) auto takes the data-parallel
+split, which divides the work exactly.
 """
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from lptrain.errors import ConfigError
 from lptrain.parallel.grid import Grid, choose
@@ -17,6 +20,27 @@ class GridTimer(Protocol):
     """Predicted seconds per optimizer iteration of a run on each grid."""
 
     def times(self, grids: Sequence[Grid]) -> dict[Grid, float]: ...
+
+
+class DataParallelFirst:
+    """The timer without a model: fewer layer ranks are faster."""
+
+    def times(self, grids: Sequence[Grid]) -> dict[Grid, float]:
+        return {g: float(g.layer) for g in grids}
+
+
+_factory: Callable | None = None     # the installed (opts, net, mode) -> GridTimer
+
+
+def install(factory: Callable | None) -> None:
+    """Use factory(opts, net, mode) for the timers of later choices (None: none)."""
+    global _factory
+    _factory = factory
+
+
+def timer_for(opts, net, mode: str) -> GridTimer:
+    """The installed factory's timer for a run of `opts` in `mode`, else DataParallelFirst."""
+    return DataParallelFirst() if _factory is None else _factory(opts, net, mode)
 
 
 def auto_grid(grids: Sequence[Grid], timer: GridTimer) -> Grid:

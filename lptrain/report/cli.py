@@ -16,33 +16,12 @@ from typing import Sequence
 import yaml
 
 from lptrain.metrics import schema as s
-from lptrain.metrics.reader import RunMetrics, read_metrics
+from lptrain.metrics.reader import RunMetrics, find_metrics, read_metrics
 from lptrain.report.plots import write_plots
 from lptrain.report.table import NOTES, add_speedup, summarize, to_markdown
 
 EXIT_INPUT = 2
 MAX_LABEL_KEYS = 4
-
-
-def find_metrics(paths: Sequence[Path]) -> list[Path]:
-    """Every metrics file named by `paths`, in order, without duplicates."""
-    found: list[Path] = []
-    seen: set[Path] = set()
-    for path in paths:
-        if path.is_file():
-            hits = [path]
-        elif path.is_dir():
-            hits = sorted(path.rglob(s.FILE_NAME))
-            if not hits:
-                raise s.MetricsFileError(f"{path}: no {s.FILE_NAME} in this directory "
-                                         "or below")
-        else:
-            raise s.MetricsFileError(f"{path}: no such file or directory")
-        for hit in hits:
-            if hit.resolve() not in seen:
-                seen.add(hit.resolve())
-                found.append(hit)
-    return found
 
 
 def run_labels(runs: Sequence[RunMetrics]) -> list[str]:

@@ -277,7 +277,10 @@ def test_collecting_costs_name_every_kernel_a_prediction_charges():
 
 # -- the command -------------------------------------------------------------------------------
 def _no_measuring(monkeypatch, tmp_path):
-    """Kept costs under tmp_path, made up where missing (the auto column's)."""
+    """Kept costs under tmp_path, made up where missing (the auto column's); the timer
+    lptrain-model installs for it is uninstalled after the test."""
+    from lptrain.parallel import auto
+    monkeypatch.setattr(auto, "_factory", None)
     monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path / "cache"))
 
     def fake(net, theta, batch, kernels, device):
@@ -390,7 +393,7 @@ class _Timer:
 
 def test_auto_grid_asks_its_timer_only_when_there_is_a_choice():
     from lptrain.errors import ConfigError
-    from lptrain.parallel.auto import agreed_grid, auto_grid
+    from lptrain.parallel.auto import DataParallelFirst, agreed_grid, auto_grid
     timer = _Timer({Grid(1, 4): 1.0, Grid(2, 2): 1.04, Grid(4, 1): 2.0})
     assert auto_grid([Grid(2, 2)], timer) == Grid(2, 2) and timer.asked == []
     # within 5 % of the fastest, the most layer ranks win
@@ -401,6 +404,19 @@ def test_auto_grid_asks_its_timer_only_when_there_is_a_choice():
     assert agreed_grid([Grid(4, 1)], broken, None) == Grid(4, 1)
     with pytest.raises(ConfigError, match="layer_ranks=auto: no costs"):
         agreed_grid([Grid(1, 4), Grid(4, 1)], broken, None)
+    # no timer installed (lptrain as a library): the data-parallel split
+    assert auto_grid([Grid(1, 4), Grid(2, 2), Grid(4, 1)], DataParallelFirst()) == Grid(1, 4)
+
+
+def test_the_lptrain_command_installs_the_model_for_auto(monkeypatch):
+    from lptrain import cli
+    from lptrain.model_perf.grid import MeasuredTimer
+    from lptrain.parallel import auto
+    from lptrain.parallel.auto import DataParallelFirst
+    monkeypatch.setattr(auto, "_factory", None)
+    assert isinstance(auto.timer_for(None, None, "mgrit"), DataParallelFirst)
+    timer = cli._model_timer("opts", "net", "mgrit")
+    assert isinstance(timer, MeasuredTimer) and (timer.opts, timer.mode) == ("opts", "mgrit")
 
 
 class _Comm:
@@ -425,9 +441,11 @@ def test_an_explicit_grid_starts_without_the_speedup_model(monkeypatch):
     from lptrain.parallel.context import Node
     monkeypatch.setattr(preflight, "node_of", lambda comm: Node(0, 4, 4))
 
+    from lptrain.parallel import auto
+
     def no_model(*args, **kw):
         raise AssertionError("the speedup model was consulted")
-    monkeypatch.setattr(preflight, "timer", no_model)
+    monkeypatch.setattr(auto, "_factory", no_model)
     for overrides in (["mode=simultaneous", "parallel.layer_ranks=2"],
                       ["mode=mgrit", "parallel.data_ranks=4"], ["mode=serial"]):
         opts, _ = compose(overrides)
