@@ -158,12 +158,19 @@ class ModuleSteps:
 
     # -- adjoint -------------------------------------------------------------------
     def linearize(self, u, n: int, P: Params | None = None, params: bool = False) -> "Linear":
-        """f_n's autograd graph at state u (what its vector-Jacobian products need)."""
-        P = self.params(n) if P is None else P
+        """f_n's autograd graph at state u (what its vector-Jacobian products need).
+
+        Without P the graph runs through f_n's own parameters (no functional_call);
+        their products are only computed when asked for (`vjp_params`), never
+        accumulated into .grad."""
         with torch.enable_grad():
             x = u.detach().requires_grad_()
-            leaves = {k: v.detach().requires_grad_(params) for k, v in P.items()}
-            y = functional_call(self.module(n), leaves, (x,))
+            if P is None:
+                y = self.module(n)(x)
+                leaves = dict(self.module(n).named_parameters())
+            else:
+                leaves = {k: v.detach().requires_grad_(params) for k, v in P.items()}
+                y = functional_call(self.module(n), leaves, (x,))
         return Linear(y, x, leaves if params else None)
 
 

@@ -97,6 +97,11 @@ def run(comm=None) -> dict:
         with torch.no_grad():
             results[f"{name}-nograd"] = mod(u0)
         state = mod.state_dict()
+        other = LayerParallel(lambda n: make(n + 100), T=1.0, n_layers=N, comm=comm,
+                              stack=stack, mgrit=MGRITOptions(**opts, **TOL))
+        other.load_state_dict(state)         # every layer given, each rank keeps its own
+        with torch.no_grad():
+            results[f"{name}-loaded"] = other(u0)
         results[f"{name}-state"] = torch.cat([state[f"layers.{n}.{k}"].reshape(-1)
                                               for n in range(N)
                                               for k, _ in make(0).named_parameters()])
@@ -114,7 +119,7 @@ def reference() -> dict:
         loss_of(out, 2).backward()
         results[f"{name}-out"] = out.detach()
         results.update(_grads(name, mod, u0, None))
-        results[f"{name}-nograd"] = out.detach()
+        results[f"{name}-nograd"] = results[f"{name}-loaded"] = out.detach()
         results[f"{name}-state"] = torch.cat([p.detach().reshape(-1) for p in mod.parameters()])
     results.update(data_parallel(None))
     return results

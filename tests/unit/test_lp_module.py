@@ -1,0 +1,176 @@
+"""LayerParallel on one rank: gradcheck, several forwards, no_grad, state dicts, dtypes,
+one-shot training with warm starts; halo index arithmetic for many ranks."""
+import pytest
+import torch
+from torch import nn
+
+from lptrain import LayerParallel, MGRITOptions
+from lptrain.mgrit.options import MGRITOptions as Options
+from lptrain.parallel.halo import needed_layers, owned_layers, transfers
+
+CONVERGED = dict(levels=3, cfactor0=2, cfactor=2, tol=1e-13, max_iter=60)
+
+
+def dense(n, width=3, scale=0.6, dtype=torch.float64):
+    gen = torch.Generator().manual_seed(n)
+    m = nn.Sequential(nn.Linear(width, width), nn.Tanh()).to(dtype)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(scale * torch.randn(p.shape, generator=gen, dtype=dtype))
+    return m
+
+
+def inputs(*shape, seed=0, dtype=torch.float64):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def grads(loss, mod, u0):
+    return torch.autograd.grad(loss, [u0, *mod.parameters()])
+
+
+def close(a, b, rel=1e-10):
+    return float((a - b).detach().abs().max()) <= rel * max(float(b.abs().max()), 1e-30)
+
+
+# -- halo arithmetic ---------------------------------------------------------------------
+@pytest.mark.parametrize("average, want", [(False, ([4], [0, 2, 3])),
+                                           (True, ([4, 5, 6, 7], [0, 1, 2, 3]))])
+def test_layers_a_rank_borrows(average, want):
+    # N = 8, levels 0..2 with points 0..8, (0, 2, 4, 6, 8), (0, 4, 8); rank 0 owns
+    # points 0..3, rank 1 points 4..8.  Rank 1's forward steps into 4 (layer 3), 4 from
+    # 2 and 8 from 4 on level 1, 4 from 0 on level 2; rank 0's adjoint steps into λ_3
+    # (layer 4) and the mirrored coarse steps over [4, 6) and [4, 8).
+    hier = Options(levels=3, cfactor0=2, cfactor=2).hierarchy(8, 2)
+    assert [list(owned_layers(hier, r)) for r in (0, 1)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert (needed_layers(hier, 0, average), needed_layers(hier, 1, average)) == want
+    plan = transfers(hier, average)
+    assert [(n, src, dst) for n, src, dst in plan if dst == 0] == [(n, 1, 0) for n in want[0]]
+
+
+def test_one_rank_borrows_nothing():
+    hier = Options(levels=4).hierarchy(32, 1)
+    assert transfers(hier, True) == [] and list(owned_layers(hier, 0)) == list(range(32))
+
+
+# -- the module --------------------------------------------------------------------------
+def test_gradcheck_on_a_tiny_case():
+    mod = LayerParallel(lambda n: dense(n, 2), T=1.0, n_layers=4,
+                        mgrit=MGRITOptions(levels=2, cfactor0=2, tol=1e-14, max_iter=80))
+    u0 = inputs(2, 2).requires_grad_()
+    params = list(mod.parameters())
+
+    def f(u, *ps):
+        return mod(u)
+
+    assert torch.autograd.gradcheck(f, (u0, *params), eps=1e-6, atol=1e-7, rtol=1e-6)
+
+
+def test_several_forwards_before_one_backward():
+    mod = LayerParallel(dense, T=2.0, n_layers=8, mgrit=MGRITOptions(**CONVERGED))
+    u1, u2 = inputs(4, 3, seed=1).requires_grad_(), inputs(5, 3, seed=2).requires_grad_()
+    loss = (mod(u1) ** 2).sum() + mod(u2).sin().sum()
+    with torch.no_grad():
+        mod(u2 * 3)                                   # an evaluation in between
+    got = torch.autograd.grad(loss, [u1, u2, *mod.parameters()])
+    ref = (mod.serial(u1) ** 2).sum() + mod.serial(u2).sin().sum()
+    want = torch.autograd.grad(ref, [u1, u2, *mod.parameters()])
+    assert all(close(a, b) for a, b in zip(got, want))
+
+
+def test_no_grad_evaluation_keeps_the_training_warm_start():
+    mod = LayerParallel(dense, T=2.0, n_layers=8, warm_start=True,
+                        mgrit=MGRITOptions(levels=2, cfactor0=2, tol=0.0, max_iter=2))
+    u0 = inputs(4, 3)
+    mod(u0).sum().backward()
+    warm = mod._warm[0].clone()
+    with torch.no_grad():
+        out = mod(inputs(4, 3, seed=5))
+    # (row 0 is u_0, which every solve writes into its warm start)
+    assert not out.requires_grad and torch.equal(mod._warm[0][1:], warm[1:])
+
+
+def test_in_place_parameter_changes_before_backward_are_refused():
+    mod = LayerParallel(dense, T=1.0, n_layers=4, mgrit=MGRITOptions(levels=2, cfactor0=2))
+    loss = mod(inputs(2, 3)).sum()
+    with torch.no_grad():
+        next(mod.parameters()).add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+def test_state_dict_round_trip_and_loading_into_a_parent():
+    mod = LayerParallel(dense, T=1.0, n_layers=6, mgrit=MGRITOptions(**CONVERGED))
+    other = nn.Sequential(nn.Linear(3, 3).double(),
+                          LayerParallel(lambda n: dense(n + 50), T=1.0, n_layers=6,
+                                        mgrit=MGRITOptions(**CONVERGED)))
+    state = {f"1.{k}": v for k, v in mod.state_dict().items()}
+    state.update({f"0.{k}": v for k, v in other[0].state_dict().items()})
+    assert sorted(other.state_dict()) == sorted(state)
+    other.load_state_dict(state)
+    u0 = inputs(3, 3)
+    with torch.no_grad():
+        assert close(other[1](u0), mod(u0))
+
+
+@pytest.mark.parametrize("dtype, rel", [(torch.float32, 1e-5), (torch.float64, 1e-10)])
+def test_float32_and_float64(dtype, rel):
+    opts = dict(CONVERGED, tol=1e-6 if dtype == torch.float32 else 1e-13)
+    mod = LayerParallel(lambda n: dense(n, dtype=dtype), T=2.0, n_layers=8,
+                        mgrit=MGRITOptions(**opts))
+    u0 = inputs(4, 3, dtype=dtype).requires_grad_()
+    out = mod(u0)
+    assert out.dtype == dtype
+    got, want = grads(out.pow(2).sum(), mod, u0), grads(mod.serial(u0).pow(2).sum(), mod, u0)
+    assert close(out, mod.serial(u0), rel) and all(close(a, b, rel) for a, b in zip(got, want))
+
+
+def test_serial_needs_every_layer(monkeypatch):
+    mod = LayerParallel(dense, T=1.0, n_layers=4, mgrit=MGRITOptions(levels=2, cfactor0=2))
+    monkeypatch.setattr(mod, "owned", range(0, 2))
+    with pytest.raises(Exception, match="holds layers 0..1 of 4"):
+        mod.serial(inputs(2, 3))
+
+
+# -- one-shot training -------------------------------------------------------------------
+class Net(nn.Module):
+    """A user's network: an opening, 8 layer-parallel residual layers, a classifier."""
+
+    def __init__(self, mgrit, warm_start):
+        super().__init__()
+        torch.manual_seed(0)
+        self.open, self.cls = nn.Linear(2, 8).double(), nn.Linear(8, 3).double()
+        self.body = LayerParallel(lambda n: dense(n, 8, 0.5), T=5.0, n_layers=8,
+                                  mgrit=mgrit, warm_start=warm_start)
+
+    def forward(self, x, serial=False):
+        u = self.open(x)
+        return self.cls(self.body.serial(u) if serial else self.body(u))
+
+
+def train(mgrit, warm_start, serial=False, steps=100):
+    """Loss of the exact (serial) network after Adam steps on a fixed batch."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(100, 2, generator=gen, dtype=torch.float64) * 4 - 2
+    y = ((x[:, 0] ** 2 + torch.sin(3 * x[:, 1])) > 1).long() + (x[:, 0] > 1).long()
+    net = Net(mgrit, warm_start)
+    opt = torch.optim.Adam(net.parameters(), lr=0.01)
+    for _ in range(steps):
+        opt.zero_grad()
+        nn.functional.cross_entropy(net(x, serial), y).backward()
+        opt.step()
+    with torch.no_grad():
+        return float(nn.functional.cross_entropy(net(x, serial=True), y))
+
+
+@pytest.mark.slow
+def test_one_shot_training_with_warm_starts_reaches_serial_quality():
+    # two iterations per solve of a two-level MGRIT with coarse steps of 4 layers
+    # (h = 0.625): from a cold start each solve is too rough to train the network
+    # (a loss ~5x serial's); from the last solve's states they follow the training
+    # to within ~8 % of the serial network's loss
+    one_shot = dict(levels=2, cfactor0=4, tol=0.0, max_iter=2, adj_max_iter=2)
+    reference = train(MGRITOptions(), False, serial=True)
+    warm = train(MGRITOptions(**one_shot), True)
+    cold = train(MGRITOptions(**one_shot), False)
+    assert warm <= 1.15 * reference, (warm, reference)
+    assert cold >= 2 * reference, (cold, reference)
