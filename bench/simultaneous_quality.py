@@ -35,10 +35,8 @@ from lptrain.config import compose
 from lptrain.metrics.console import Console
 from lptrain.metrics.writer import MemoryWriter
 from lptrain.model_perf import measure
-from lptrain.model_perf.cli import workload
-from lptrain.model_perf.grid import grid_time, recommend
-from lptrain.model_perf.predict import Counts, Machine
-from lptrain.model_perf.schedule import max_ranks
+from lptrain.model_perf.grid import measured_machine, recommend
+from lptrain.model_perf.predict import Counts, Model
 from lptrain.parallel.grid import Grid
 from lptrain.train.guard import Progress
 from lptrain.train.loop import train
@@ -144,18 +142,19 @@ def predicted_times(ser: dict, sim: dict, its: int | None) -> str:
     """'serial / simult.' seconds to serial's final J on each of RANKS (model)."""
     opts = sim["opts"]
     batch = opts.train.batch_size or sim["n_train"]
-    w = workload(sim["net"], sim["theta"], batch)
-    costs = measure.measure_costs(sim["net"], sim["theta"], batch)
-    m = Machine(costs, measure.DEFAULT_LINK)
     # the run's mean iterations per solve (a forward solve per line-search trial)
     mgrit = replace(opts.mgrit, fwd_iters=sim["fwd"] / max(sim["trials"], 1),
                     adj_iters=sim["adj"])
+    model = Model(sim["net"], mgrit, batch, opts.train.batch_size is not None)
+    serial, simult = Counts(ser["trials"]), Counts(sim["trials"])
+
+    def predictions(m):
+        return {p: (ser["iterations"] * model.grid_time(Grid(1, p), "serial", m, serial),
+                    recommend(p, "simultaneous", model, m, simult)[1]) for p in RANKS}
+    m, _ = measured_machine(model, sim["theta"], predictions, "cpu", 1,
+                            link=measure.DEFAULT_LINK)
     cells = []
-    for p in RANKS:
-        t_ser = ser["iterations"] * grid_time(Grid(1, p), "serial", w, mgrit, m,
-                                              Counts(ser["trials"]))
-        _, times = recommend(p, "simultaneous", w, mgrit, m, max_ranks(w.n_layers, mgrit),
-                             Counts(sim["trials"]))
+    for p, (t_ser, times) in predictions(m).items():
         t_sim = its * min(times.values()) if its and times else NAN
         cells.append(f"{t_ser:.3g} / {t_sim:.3g}")
     return " | ".join(cells)
