@@ -19,7 +19,6 @@ the adjoint changes the model with it.  Costs are charged elsewhere (predict.py)
 """
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
@@ -132,17 +131,13 @@ def iteration_oracle(net, mode: str, mgrit_opts, exchange, data_exchange=None,
     """A rank's training oracle as app.py builds it: the mode's data terms on the layer
     group's `exchange`, summed over the data groups (`data_exchange`, None: one group),
     and the regulariser."""
-    from lptrain.train import data_parallel
+    from lptrain.train.data_parallel import DataParallelOracle
+    from lptrain.train.objective import Objective
     from lptrain.train.oracles import make_oracle
     terms = make_oracle(SimpleNamespace(name=mode, warm_batches=1), net, exchange, mgrit_opts,
                         mini_batches)
-    try:
-        from lptrain.train.objective import Objective
-    except ImportError:           # the oracles add the regulariser themselves
-        return (data_parallel.DataParallelOracle(terms, net, data_exchange)
-                if data_exchange is not None else terms)
     if data_exchange is not None:
-        terms = data_parallel.DataParallelOracle(terms, data_exchange)
+        terms = DataParallelOracle(terms, data_exchange)
     return Objective(terms, net)
 
 
@@ -154,14 +149,9 @@ def value_of(oracle, theta, x, y):
 
 
 def gradient_of(oracle, ev):
-    """The gradient of the evaluation `ev`, accepted (for oracles whose gradient takes
-    the evaluation, or reads what the last value left)."""
-    if inspect.signature(oracle.gradient).parameters:
-        grad = oracle.gradient(ev)
-        oracle.accept(ev)
-    else:
-        grad = oracle.gradient()
-        oracle.accept()
+    """The gradient of the evaluation `ev`, accepted."""
+    grad = oracle.gradient(ev)
+    oracle.accept(ev)
     return grad
 
 
