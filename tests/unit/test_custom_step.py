@@ -163,3 +163,20 @@ def test_saved_model_rebuilds_the_users_module_and_scores_like_the_run(tmp_path)
     from lptrain.evaluate import evaluate
     scores = evaluate(tmp_path, [], "val", "last")
     assert scores["loss"] == pytest.approx(float(m.validation[ms.LOSS][-1]), rel=1e-12)
+
+
+# -- the speedup model --------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["serial", "mgrit", "simultaneous"])
+def test_the_speedup_model_records_and_measures_a_custom_step(mode):
+    """lptrain-model: the kernels an iteration of the custom network records run on it."""
+    from lptrain.model_perf.measure import kernel_calls
+    from lptrain.model_perf.record import record_iteration
+    net, theta = custom_net(CONV, layers=8)
+    opts = MGRITOptions(levels=2, cfactor0=2, fwd_iters=1, adj_iters=1)
+    record = record_iteration(net, mode, opts, 2, 1, 2, 2)
+    kinds = set(record.kernels())
+    assert any(name.startswith("apply") for name, _ in kinds)
+    calls = kernel_calls(net, theta, 3, kinds)
+    assert set(calls) == kinds
+    for fn in calls.values():
+        fn()
