@@ -26,9 +26,9 @@ import numpy as np
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
 from lptrain.model_perf import cli as model_cli
+from lptrain.modes import MODES
 
 BIN = Path(sys.executable).parent
-MODES = ("serial", "mgrit", "simultaneous")
 PREDICT_RANKS = (16, 32, 64, 128, 256)
 
 

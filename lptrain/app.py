@@ -4,7 +4,6 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import torch
 from omegaconf import OmegaConf
 
 from lptrain.config.schema import Config, ModeOptions
@@ -16,6 +15,7 @@ from lptrain.metrics.console import Console
 from lptrain.metrics.quantities import ITERATION_TIME
 from lptrain.metrics.tensorboard import check_available, with_logger
 from lptrain.metrics.writer import open_writer
+from lptrain.model.dtypes import DTYPES
 from lptrain.model.network import ResNet
 from lptrain import preflight
 from lptrain.model.saved import MODEL_FILES, model_record, save_torch
@@ -33,9 +33,6 @@ from lptrain.train.loop import batch_samples, train
 from lptrain.train.objective import Objective
 from lptrain.train.optimizers import OPTIMIZERS
 from lptrain.train.oracles import make_oracle
-
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
 
 def _cast(data, dtype, device):
     def f(t):

@@ -10,11 +10,12 @@ from omegaconf import MISSING
 from lptrain.errors import require
 from lptrain.metrics.tensorboard import LOGGERS
 from lptrain.mgrit.options import MGRITOptions
+from lptrain.model.dtypes import DTYPES as _TORCH_DTYPES
 from lptrain.model.network import NetworkOptions
+from lptrain.modes import MODES
 from lptrain.train.schedules import SCHEDULES
 
-MODES = ("serial", "mgrit", "simultaneous")
-DTYPES = ("float32", "float64")
+DTYPES = tuple(_TORCH_DTYPES)
 DEVICES = ("cpu", "cuda")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lptrain import modes
 from lptrain.errors import REFUSED, LptrainError
 
 FILE_NAME = "metrics.h5"
@@ -39,10 +40,8 @@ STATUSES = (RUNNING, COMPLETED, FAILED, DIVERGED, INTERRUPTED, STALLED)
 FINAL_STATUSES = (COMPLETED, FAILED, DIVERGED, INTERRUPTED, STALLED)
 
 # values of the `mode` attribute (the writer stores whatever it is given)
-MODE_SERIAL = "serial"
-MODE_MGRIT = "mgrit"
-MODE_SIMULTANEOUS = "simultaneous"
-MODES = (MODE_SERIAL, MODE_MGRIT, MODE_SIMULTANEOUS)
+MODE_SERIAL, MODE_MGRIT, MODE_SIMULTANEOUS = modes.MODES
+MODES = modes.MODES
 
 # -- groups and the dataset names code refers to ------------------------------------------
 TRAIN = "train"

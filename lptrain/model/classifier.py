@@ -16,10 +16,10 @@ from torch import nn
 
 from lptrain.data import preprocessing
 from lptrain.data.base import chunks
+from lptrain.model.dtypes import DTYPES
 from lptrain.model.network import NetworkOptions, ResNet
 from lptrain.model.serial import propagate
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
 EVAL_CHUNK = 4096   # samples `evaluate` steps at once
 
 

@@ -32,8 +32,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from lptrain.modes import MGRIT, SERIAL, SIMULTANEOUS
+
 BASE = 400e6            # bytes: peak of an lptrain rank on a tiny problem
-STATE_COPIES = {"serial": 4.0, "mgrit": 7.1, "simultaneous": 7.1}
+STATE_COPIES = {SERIAL: 4.0, MGRIT: 7.1, SIMULTANEOUS: 7.1}
 STATE_EXTRA = 42.0      # state-sized temporaries per sample, whatever the layers
 VAL_COPIES = 1.0       # per layer and sample of a validation sweep
 WARM_COPIES = 2.0       # per owned C-point and kept batch (measured; 2 are the states)
@@ -75,17 +77,17 @@ def estimate(mode: str, n_layers: int, layer_ranks: int, batch: int, state_eleme
     all ranks of the run, calibrated = simultaneous also evaluates layer-serially on
     its share of the batch (mgrit.calibrate_every, train/calibrate.py), intervals =
     C-intervals of MGRIT's finest level (parallel.grid.c_intervals; None: n_layers)."""
-    own = math.ceil(n_layers / layer_ranks) + 1 if mode != "serial" else n_layers + 1
+    own = math.ceil(n_layers / layer_ranks) + 1 if mode != SERIAL else n_layers + 1
     own_c = math.ceil((intervals or n_layers) / layer_ranks) + 1
     state = batch * state_elements * item_bytes
     val = math.ceil(val_chunk / layer_ranks) * state_elements * item_bytes * VAL_COPIES \
         * (n_layers + 1)
     states = state * (STATE_COPIES[mode] * own + STATE_EXTRA) + val
     if calibrated:      # all layers, the batch split over the layer ranks
-        states += STATE_COPIES["serial"] * (n_layers + 1) * math.ceil(state / layer_ranks)
+        states += STATE_COPIES[SERIAL] * (n_layers + 1) * math.ceil(state / layer_ranks)
     warm = WARM_COPIES * own_c * state * warm_batches
     kept = own_c * warm_batches if warm_batches else own    # mini-batches: compact
-    oracle_state = 0 if mode == "serial" else 2 * kept * state
+    oracle_state = 0 if mode == SERIAL else 2 * kept * state
     checkpoint = CHECKPOINT_COPIES * oracle_state if ranks > 1 else 0.0
     return Need(BASE, vectors * n_params * item_bytes, data_bytes, states, warm, checkpoint)
 
