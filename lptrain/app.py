@@ -25,13 +25,14 @@ from lptrain.parallel.grid import shard
 from lptrain.preflight import Plan
 from lptrain.train.calibrate import CalibratedOracle
 from lptrain.train.checkpoint import (CHECKPOINT_FILE, Checkpointer, Placement,
-                                      load_checkpoint, read_oracle_state, restore)
+                                      read_oracle_state, read_run_state, restore)
 from lptrain.train.collective import collectively
 from lptrain.train.data_parallel import DataParallelOracle
 from lptrain.train.guard import Progress
 from lptrain.train.loop import batch_samples, train
 from lptrain.train.objective import Objective
 from lptrain.train.optimizers import OPTIMIZERS
+from lptrain.train.run_state import RunState
 from lptrain.train.oracles import make_oracle
 
 def _cast(data, dtype, device):
@@ -107,14 +108,15 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     rank0 = ex.rank == 0
     grid = plan.grid
     run_dir = Path(run_dir)
-    progress, record = Progress(theta), None
+    progress, saved = Progress(theta), None
     if resume:
         checkpoint = run_dir / CHECKPOINT_FILE
-        record = collectively(ex, lambda: load_checkpoint(checkpoint))
-        check_resumable(record, config_yaml, opts)
+        saved = collectively(ex, lambda: read_run_state(checkpoint))
+        check_resumable(saved, config_yaml, opts)
         here = placement(opts, grid, data, net)
-        state = read_oracle_state(ex, checkpoint, record, here, oracle)
-        theta = restore(record, optimizer, oracle, progress, state)
+        state = read_oracle_state(ex, checkpoint, saved, here, oracle)
+        theta = restore(saved, optimizer, oracle, progress, state)
+    done = None if saved is None else saved.iteration
     attrs = {ms.MODE: opts.mode.name, ms.WORLD_SIZE: grid.size, ms.LAYER_RANKS: grid.layer,
              ms.DATA_RANKS: grid.data, ms.SEED: opts.seed,
              ms.CONFIG: OmegaConf.to_yaml(cfg), ms.DATASET_SOURCE: data.source}
@@ -123,18 +125,14 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
              f"P={grid.size} ({grid.layer} layer x {grid.data} data)")
     saver = ModelSaver(run_dir, net, config_yaml, opts.dtype, data, rank0)
     checkpointer = Checkpointer(run_dir / CHECKPOINT_FILE, opts.checkpoint_every, ex, rank0,
-                                optimizer, oracle, progress,
-                                {"config": config_yaml, "grid": [grid.layer, grid.data]},
-                                saver)
-    loop = None if record is None else {**record["loop"], "batches": record["batches"]}
-    h5 = collectively(ex, lambda: open_writer(path, attrs, rank0, record and record["iteration"]))
+                                optimizer, oracle, progress, config_yaml, grid, saver)
+    h5 = collectively(ex, lambda: open_writer(path, attrs, rank0, done))
     with h5, \
-            with_logger(h5, opts.logger, run_dir, rank0, attrs,
-                        record and record["iteration"]) as writer, \
+            with_logger(h5, opts.logger, run_dir, rank0, attrs, done) as writer, \
             Console(rank0, opts.train.iterations, title) as console:
         try:
             _, outcome = train(theta, optimizer, oracle, data, opts, writer, console, ex,
-                               progress, stop, checkpointer, loop)
+                               progress, stop, checkpointer, saved)
         except BaseException:
             saver.save_quietly(progress)
             raise
@@ -220,15 +218,15 @@ def check_same_everywhere(exchange, config_yaml: str) -> None:
                               f"start every rank with the same command")
 
 
-def check_resumable(record: dict, config_yaml: str, opts: Config) -> None:
+def check_resumable(saved: RunState, config_yaml: str, opts: Config) -> None:
     """ConfigError unless the configuration equals the checkpoint's up to RESUME_KEYS
     and asks for iterations beyond it."""
-    saved, now = _comparable(record["config"]), _comparable(config_yaml)
-    if saved != now:
+    before, now = _comparable(saved.config), _comparable(config_yaml)
+    if before != now:
         raise ConfigError(f"resume: the configuration differs from the run's at "
-                          f"{_first_difference(saved, now)} (only {', '.join(RESUME_KEYS)} "
+                          f"{_first_difference(before, now)} (only {', '.join(RESUME_KEYS)} "
                           f"may change)")
-    done = record["iteration"]
+    done = saved.iteration
     require(opts.train.iterations > done, "train.iterations", opts.train.iterations,
             f"the run has done {done} iterations: ask for more to resume it")
 

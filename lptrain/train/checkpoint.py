@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -56,10 +56,9 @@ from lptrain.parallel.blocks import Layout, sources
 from lptrain.parallel.grid import Grid
 from lptrain.train.collective import agree_on_error, collectively, in_turns
 from lptrain.train.regrid import fits, regrid
+from lptrain.train.run_state import FORMAT, FORMAT_VERSION, LoopState, RunState
 
 CHECKPOINT_FILE = "checkpoint.pt"
-FORMAT = "lptrain-checkpoint"
-FORMAT_VERSION = 3     # 1: one torch file with every rank's oracle state; 2: no grid
 RECORD_ENTRY = "record.pt"
 AUTO_FIRST = 10
 OVERHEAD = 0.02   # the share of the run time automatic checkpoints may take
@@ -70,17 +69,18 @@ class Checkpointer:
     calls `save` at the same iterations."""
 
     def __init__(self, path: Path, every: int | None, exchange, enabled: bool,
-                 optimizer, oracle, progress, meta: dict, model=None):
+                 optimizer, oracle, progress, config: str, grid: Grid | None = None,
+                 model=None):
         self.path, self.every, self.exchange, self.enabled = Path(path), every, exchange, enabled
-        self.optimizer, self.oracle, self.progress, self.meta = (optimizer, oracle, progress,
-                                                                 meta)
+        self.optimizer, self.oracle, self.progress = optimizer, oracle, progress
+        self.config, self.grid = config, grid
         self.model = model          # app.ModelSaver: model.pt beside every checkpoint
         self.auto = every is None
         self.next = AUTO_FIRST if self.auto else every
         self.saved_at: int | None = None
         self.seconds = 0.0          # spent in the latest save (rank 0)
 
-    def save(self, k: int, theta, batches, loop: dict, force: bool = False) -> None:
+    def save(self, k: int, theta, batches, loop: LoopState, force: bool = False) -> None:
         """Write the checkpoint of iteration k (collective); when it cannot be written,
         write a lean one if that can be, and raise RunFileError on every rank saying what
         was kept."""
@@ -95,28 +95,27 @@ class Checkpointer:
                 self.model.save(self.progress, self.exchange)
             except LptrainError as exc:       # raised alike on every rank
                 model_error = exc
-        record = None
+        run = None
         if self.enabled:
-            record = {"format": FORMAT, "format_version": FORMAT_VERSION, "iteration": k,
-                      "theta": theta, "optimizer": self.optimizer.state_dict(),
-                      "world_size": self.exchange.size, "batches": batches.state_dict(),
-                      "rng": torch.get_rng_state(),
-                      "first_objective": self.progress.first_objective,
-                      "best": self.progress.best_state(),
-                      "loop": {**loop, "iteration": k}, **self.meta}
+            run = RunState(iteration=k, theta=theta, optimizer=self.optimizer.state_dict(),
+                           batches=batches.state_dict(), rng=torch.get_rng_state(),
+                           first_objective=self.progress.first_objective,
+                           best=self.progress.best_state(), loop=loop, config=self.config,
+                           world_size=self.exchange.size, grid=self.grid)
         state = self.oracle.state_dict()
-        error = self._write(record, state)
+        error = self._write(run and run.to_record(), state)
         lean = False
         if _anywhere(self.exchange, error is not None) and \
                 _anywhere(self.exchange, bool(self.oracle.warm_entries(state))):
-            lean = self._write(record and {**record, "warm_starts": False},
+            run = run and replace(run, warm_starts=False)
+            lean = self._write(run and run.to_record(),
                                self.oracle.with_warm_entries(state, [])) is None
         agree_on_error(self.exchange, error and RunFileError(f"{error}; {self._kept(k, lean)}"))
         if model_error is not None:
             raise model_error
         self.saved_at = k
         self.seconds = time.perf_counter() - t0
-        self.next = k + self._interval(k, loop["wall_time"])
+        self.next = k + self._interval(k, loop.wall_time)
 
     def _kept(self, k: int, lean: bool) -> str:
         """What a failed checkpoint leaves to resume from (rank 0)."""
@@ -179,30 +178,39 @@ def oracle_entry(rank: int) -> str:
 
 
 def load_checkpoint(path: Path, rank: int | None = None) -> dict:
-    """The checkpoint's record; with `rank`, record["oracle"] is the oracle state that
-    rank saved (None beyond the ranks that saved it)."""
+    """The checkpoint's record as stored (read_run_state gives it as a RunState); with
+    `rank`, record["oracle"] is the oracle state that rank saved (None beyond the ranks
+    that saved it)."""
     if archive_entries(path) is None:           # format 1: one torch file
         record = load_record(path, "checkpoint", FORMAT, FORMAT_VERSION)
     else:
         record = check_record(load_entry(path, RECORD_ENTRY, "checkpoint"), path, FORMAT,
                               FORMAT_VERSION)
     if rank is not None:
-        record["oracle"] = saved_state(path, record, rank) \
+        record["oracle"] = _oracle_entry(path, record.get("oracles"), rank) \
             if rank < record["world_size"] else None
     return record
 
 
-def saved_state(path: Path, record: dict, rank: int) -> dict:
+def read_run_state(path: Path) -> RunState:
+    """The run state of the checkpoint at `path` (any format); InputFileError for a
+    record without a part every checkpoint has."""
+    try:
+        return RunState.from_record(load_checkpoint(path))
+    except KeyError as exc:
+        raise InputFileError(f"{path}: not a whole checkpoint (its record has no "
+                             f"{exc.args[0]!r})") from None
+
+
+def saved_state(path: Path, run: RunState, rank: int) -> dict:
     """The oracle state old rank `rank` saved."""
-    if "oracles" in record:                     # format 1 holds them all
-        return record["oracles"][rank]
+    return _oracle_entry(path, run.oracles, rank)
+
+
+def _oracle_entry(path: Path, oracles: list | None, rank: int) -> dict:
+    if oracles is not None:                     # format 1 holds them all
+        return oracles[rank]
     return load_entry(path, oracle_entry(rank), "checkpoint")
-
-
-def saved_grid(record: dict) -> Grid | None:
-    """The grid that saved the checkpoint (None before format 3)."""
-    grid = record.get("grid")
-    return None if grid is None else Grid(*grid)
 
 
 @dataclass(frozen=True)
@@ -217,22 +225,23 @@ class Placement:
     axis: int
 
 
-def oracle_state(path: Path, record: dict, rank: int, here: Placement, oracle) -> dict | None:
+def oracle_state(path: Path, run: RunState, rank: int, here: Placement,
+                 oracle) -> dict | None:
     """This rank's oracle state for a run placed `here`: its own entry on the grid that
     saved the checkpoint, else assembled from the old ranks' entries it overlaps
     (train/regrid.py); None (cold start) for a format 1 or 2 checkpoint of another rank
     count, or of another grid (its blocks do not fit this rank's)."""
-    saved = saved_grid(record)
+    saved = run.grid
     if saved == here.grid:
-        return saved_state(path, record, rank)
+        return saved_state(path, run, rank)
     if saved is None:
-        if record["world_size"] != here.grid.size:
+        if run.world_size != here.grid.size:
             return None
-        state = saved_state(path, record, rank)
+        state = saved_state(path, run, rank)
         fit = fits(here.layout(here.grid), rank, here.samples, state, oracle, here.axis)
         return state if fit else None
     old, new = here.layout(saved), here.layout(here.grid)
-    states = ((r, saved_state(path, record, r)) for r in sources(old, new, rank))
+    states = ((r, saved_state(path, run, r)) for r in sources(old, new, rank))
     try:
         return regrid(old, new, rank, here.samples, states, oracle, here.axis)
     except ValueError as exc:
@@ -240,14 +249,14 @@ def oracle_state(path: Path, record: dict, rank: int, here: Placement, oracle) -
                              f"them ({exc})") from None
 
 
-def read_oracle_state(exchange, path: Path, record: dict, here: Placement, oracle):
+def read_oracle_state(exchange, path: Path, run: RunState, here: Placement, oracle):
     """oracle_state of every rank, collectively (a failure on one rank fails all); an
     older checkpoint's warm starts only if they fit on every rank. When the ranks
     assemble their states from old ranks' entries, the ranks of a node take turns: each
     holds an old rank's state meanwhile, which may be larger than its own."""
     def read():
-        return oracle_state(path, record, exchange.rank, here, oracle)
-    saved = saved_grid(record)
+        return oracle_state(path, run, exchange.rank, here, oracle)
+    saved = run.grid
     if saved == here.grid:
         return collectively(exchange, read)
     if saved is None:      # warm starts on every rank or none: a layer group's ranks
@@ -257,15 +266,15 @@ def read_oracle_state(exchange, path: Path, record: dict, here: Placement, oracl
     return in_turns(exchange, read)
 
 
-def restore(record: dict, optimizer, oracle, progress, state: dict | None) -> torch.Tensor:
-    """Load a checkpoint's record and this rank's oracle `state` (oracle_state; None:
-    the warm starts start cold) into the run's parts; returns θ."""
-    theta = record["theta"]
-    optimizer.load_state_dict(record["optimizer"])
+def restore(run: RunState, optimizer, oracle, progress, state: dict | None) -> torch.Tensor:
+    """Load a checkpoint's run state and this rank's oracle `state` (oracle_state; None:
+    the warm starts start cold) into the run's parts; returns θ. The loop's part
+    (run.loop, run.batches) goes to train/loop.py train."""
+    optimizer.load_state_dict(run.optimizer)
     if state is not None:
         oracle.load_state_dict(state)
-    torch.set_rng_state(record["rng"])
-    progress.theta, progress.iteration = theta, record["iteration"]
-    progress.first_objective = record["first_objective"]
-    progress.load_best(record.get("best"))     # absent before the best was kept
-    return theta
+    torch.set_rng_state(run.rng)
+    progress.theta, progress.iteration = run.theta, run.iteration
+    progress.first_objective = run.first_objective
+    progress.load_best(run.best)     # None before the best was kept
+    return run.theta

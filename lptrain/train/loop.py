@@ -10,6 +10,7 @@ import torch
 from lptrain.errors import Interrupted, LptrainError
 from lptrain.train.guard import Progress
 from lptrain.train.protocol import Batch
+from lptrain.train.run_state import LoopState, RunState
 from lptrain.train.stall import StallRule
 from lptrain.train.stop import NoStop
 
@@ -102,15 +103,16 @@ class Outcome:
 
 def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
           progress: Progress | None = None, stop=None, checkpoint=None,
-          resume: dict | None = None) -> tuple:
+          resume: RunState | None = None) -> tuple:
     """Run opts.train.iterations optimizer steps; returns (θ, Outcome).
 
     `progress` (a guard.Progress) is kept at the last iteration that passed the
     divergence rule, also when an exception ends the loop; `stop` (a
     guard.StopSignals) is asked after every iteration whether the ranks stop.
     `checkpoint` (a train.checkpoint.Checkpointer) saves every few iterations, when
-    the ranks stop for a signal, and at the end; `resume` is the loop part of a
-    checkpoint whose other parts were loaded into θ, optimizer, oracle and progress.
+    the ranks stop for a signal, and at the end; `resume` is the run state of a checkpoint
+    whose other parts were loaded into θ, optimizer, oracle and progress (checkpoint.restore):
+    the loop continues from its `loop` and `batches`.
     """
     progress = progress or Progress(theta)
     stop = stop or NoStop()
@@ -125,19 +127,18 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
         best, k0 = val[1], 0
         progress.validated(0, *val, theta)
     else:
-        batches.load_state_dict(resume["batches"])
-        if "stall" in resume:
-            stall.load_state_dict(resume["stall"])
-        start = time.perf_counter() - resume["wall_time"]
-        val, best, k0 = tuple(resume["val"]), resume["best"], resume["iteration"]
+        batches.load_state_dict(resume.batches)
+        if resume.loop.stall is not None:    # None: written before the stall rule
+            stall.load_state_dict(resume.loop.stall)
+        start = time.perf_counter() - resume.loop.wall_time
+        val, best, k0 = resume.loop.val, resume.loop.best, resume.iteration
     info, k = None, k0
 
     def save(k, force=False):
         if checkpoint is not None:
-            checkpoint.save(k, theta, batches, {"val": list(val), "best": best,
-                                                "stall": stall.state_dict(),
-                                                "wall_time": time.perf_counter() - start},
-                            force)
+            loop = LoopState(val=val, best=best, stall=stall.state_dict(),
+                             wall_time=time.perf_counter() - start)
+            checkpoint.save(k, theta, batches, loop, force)
 
     _checked(stop, exchange, k0, writer, save)
     for k in range(k0 + 1, opts.train.iterations + 1):

@@ -15,6 +15,7 @@ from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
 from lptrain.model.saved import load_model
 from lptrain.train import checkpoint as ck
+from lptrain.train.run_state import LoopState
 
 from helpers import StopAt
 
@@ -128,13 +129,13 @@ def test_resume_refuses_a_changed_configuration_or_no_new_iterations(tmp_path):
 def test_automatic_interval_keeps_checkpoints_under_two_percent():
     class Ex:
         size = 1
-    c = ck.Checkpointer(Path("x"), None, Ex(), True, None, None, None, {})
+    c = ck.Checkpointer(Path("x"), None, Ex(), True, None, None, None, "")
     assert c.next == ck.AUTO_FIRST
     c.seconds = 0.5                      # one checkpoint: 0.5 s; 0.1 s per iteration
     assert c._interval(10, 1.0) == 250   # 0.5 s every 250 iterations of 0.1 s: 2 %
     c.seconds = 1e-4
     assert c._interval(10, 1.0) == ck.AUTO_FIRST
-    assert ck.Checkpointer(Path("x"), 7, Ex(), True, None, None, None, {})._interval(
+    assert ck.Checkpointer(Path("x"), 7, Ex(), True, None, None, None, "")._interval(
         10, 1.0) == 7
 
 
@@ -150,8 +151,8 @@ def test_ranks_agree_on_the_automatic_interval_whatever_their_clocks():
 
         def allreduce_sum(self, v):
             return v + next(self.peer)
-    rank0 = ck.Checkpointer(Path("x"), None, Ex([0.0, 0.0]), True, None, None, None, {})
-    rank1 = ck.Checkpointer(Path("x"), None, Ex([0.5, 1.0]), False, None, None, None, {})
+    rank0 = ck.Checkpointer(Path("x"), None, Ex([0.0, 0.0]), True, None, None, None, "")
+    rank1 = ck.Checkpointer(Path("x"), None, Ex([0.5, 1.0]), False, None, None, None, "")
     rank0.seconds, rank1.seconds = 0.5, 0.3
     assert rank0._interval(10, 1.0) == rank1._interval(10, 7.0) == 250
 
@@ -221,8 +222,8 @@ def _three_rank_checkpoint(path):
             return {**state, "cache": entries}
 
     saver = ck.Checkpointer(path, 1, _Ranks(states), True, _Optimizer(), Oracle(), _Progress(),
-                            {"config": "c"})
-    saver.save(4, torch.arange(3.0), _Batches(), {"wall_time": 1.0})
+                            "c")
+    saver.save(4, torch.arange(3.0), _Batches(), LoopState(wall_time=1.0))
     return states
 
 
@@ -326,12 +327,12 @@ def test_models_are_written_before_their_checkpoint(tmp_path, fail):
             return []
 
     saver = ck.Checkpointer(path, 1, _Ranks([{"cache": []}]), True, _Optimizer(), Oracle(),
-                            _Progress(), {"config": "c"}, models)
+                            _Progress(), "c", model=models)
     for k in (1, 2):
         if fail:
             with pytest.raises(RunFileError, match="model.pt: cannot write"):
-                saver.save(k, torch.arange(3.0), _Batches(), {"wall_time": 1.0})
+                saver.save(k, torch.arange(3.0), _Batches(), LoopState(wall_time=1.0))
         else:
-            saver.save(k, torch.arange(3.0), _Batches(), {"wall_time": 1.0})
+            saver.save(k, torch.arange(3.0), _Batches(), LoopState(wall_time=1.0))
         assert ck.load_checkpoint(path)["iteration"] == k
     assert models.seen == [None, 1]
