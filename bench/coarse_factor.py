@@ -14,10 +14,10 @@ import sys
 from dataclasses import replace
 
 import common  # noqa: F401  (one thread, the allocator setting)
+from common import MemoryWriter
 from lptrain.app import build
 from lptrain.config import compose
 from lptrain.metrics.console import Console
-from lptrain.metrics.writer import MemoryWriter
 from lptrain.train.control import convergence_factor
 from lptrain.parallel.layer_parallel import LayerParallel
 from lptrain.train.loop import train

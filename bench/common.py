@@ -5,6 +5,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -12,6 +13,9 @@ import torch
 
 from lptrain.model.network import NetworkOptions, ResNet
 from lptrain.parallel.context import keep_freed_memory
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from helpers import MemoryWriter  # noqa: E402,F401 (the tests' in-memory metrics rows)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # One intra-op thread per process (as lptrain uses per rank under mpiexec): small

@@ -15,10 +15,10 @@ import sys
 import numpy as np
 
 import common  # noqa: F401  (one thread, the allocator setting)
+from common import MemoryWriter
 from lptrain.app import build
 from lptrain.config import compose
 from lptrain.metrics.console import Console
-from lptrain.metrics.writer import MemoryWriter
 from lptrain.train.loop import train
 from lptrain.train.objective import Objective
 from lptrain.train.oracles import SerialOracle

@@ -30,10 +30,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import common  # noqa: F401  (one thread, the allocator setting)
+from common import MemoryWriter
 from lptrain.app import build
 from lptrain.config import compose
 from lptrain.metrics.console import Console
-from lptrain.metrics.writer import MemoryWriter
 from lptrain.model_perf import measure
 from lptrain.model_perf.grid import measured_machine, recommend
 from lptrain.model_perf.predict import Counts, Model

@@ -5,9 +5,27 @@ import signal
 
 import torch
 
+from lptrain.metrics.writer import NullWriter
 from lptrain.model.network import NetworkOptions, ResNet
 from lptrain.model.serial import adjoint, propagate
 from lptrain.train.guard import StopSignals
+
+
+class MemoryWriter(NullWriter):
+    """Keeps the train, validation and mgrit rows in lists of an in-process run
+    (tests and bench/common.py)."""
+
+    def __init__(self):
+        self.train, self.val, self.mgrit = [], [], []
+
+    def log_train(self, **fields) -> None:
+        self.train.append(fields)
+
+    def log_validation(self, **fields) -> None:
+        self.val.append(fields)
+
+    def log_mgrit(self, **fields) -> None:
+        self.mgrit.append(fields)
 
 
 def dense_net(layers=8, width=4, features=2, classes=3, T=2.0, activation="tanh",

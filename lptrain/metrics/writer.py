@@ -292,22 +292,6 @@ class NullWriter:
         return False
 
 
-class MemoryWriter(NullWriter):
-    """Keeps the train, validation and mgrit rows in lists (for in-process runs)."""
-
-    def __init__(self):
-        self.train, self.val, self.mgrit = [], [], []
-
-    def log_train(self, **fields) -> None:
-        self.train.append(fields)
-
-    def log_validation(self, **fields) -> None:
-        self.val.append(fields)
-
-    def log_mgrit(self, **fields) -> None:
-        self.mgrit.append(fields)
-
-
 def open_writer(path: str | Path, attrs: dict, enabled: bool,
                 resume_after: int | None = None) -> MetricsWriter | NullWriter:
     """A MetricsWriter where `enabled` (rank 0), a NullWriter elsewhere; with

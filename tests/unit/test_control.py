@@ -99,7 +99,7 @@ def test_a_calibrated_run_records_the_true_error_and_scales_its_estimate():
     from lptrain.app import build
     from lptrain.config import compose
     from lptrain.metrics.console import Console
-    from lptrain.metrics.writer import MemoryWriter
+    from helpers import MemoryWriter
     from lptrain.train.calibrate import CalibratedOracle
     from lptrain.train.loop import train
     opts, _ = compose(["mode=simultaneous", "mgrit.calibrate_every=1", "train.iterations=6",
@@ -175,7 +175,7 @@ def _exact_objective(extra):
     from lptrain.app import build
     from lptrain.config import compose
     from lptrain.metrics.console import Console
-    from lptrain.metrics.writer import MemoryWriter
+    from helpers import MemoryWriter
     from lptrain.train.loop import train
     opts, _ = compose(extra)
     ex, data, net, theta, oracle, opt = build(opts, None)

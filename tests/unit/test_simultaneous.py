@@ -1,10 +1,10 @@
 """The authors' finding on our code: one-shot training follows layer-serial training."""
 import pytest
 
+from helpers import MemoryWriter
 from lptrain.app import build
 from lptrain.config import compose
 from lptrain.metrics.console import Console
-from lptrain.metrics.writer import MemoryWriter
 from lptrain.train.loop import train
 from lptrain.train.oracles import Batch
 
