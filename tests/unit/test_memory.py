@@ -8,36 +8,87 @@ from lptrain.parallel import memory
 from lptrain.parallel.grid import Grid
 
 
-def test_estimate_counts_states_per_owned_layer_and_sample():
-    state = 10 * 100 * 8
-    one = memory.estimate("simultaneous", 32, 1, 10, 100, 0, 8, 0.0, 0)
-    assert one.states == pytest.approx(state * (memory.STATE_COPIES["simultaneous"] * 33
-                                                + memory.STATE_EXTRA))
-    four = memory.estimate("simultaneous", 32, 4, 10, 100, 0, 8, 0.0, 0)
-    assert four.states == pytest.approx(state * (memory.STATE_COPIES["simultaneous"] * 9
-                                                 + memory.STATE_EXTRA))
-    serial = memory.estimate("serial", 32, 1, 10, 100, 0, 8, 0.0, 0)
-    assert serial.states == pytest.approx(state * (memory.STATE_COPIES["serial"] * 33
-                                                   + memory.STATE_EXTRA))
-    # kept mini-batch warm starts: their C-points only (8 C-intervals: 3 per rank of 4)
-    warm = memory.estimate("simultaneous", 32, 4, 10, 100, 0, 8, 0.0, 0, warm_batches=3,
-                           intervals=8)
-    assert warm.warm == pytest.approx(memory.WARM_COPIES * 3 * state * 3)
-    one_level = memory.estimate("simultaneous", 32, 4, 10, 100, 0, 8, 0.0, 0, warm_batches=3)
-    assert one_level.warm == pytest.approx(memory.WARM_COPIES * 9 * state * 3)
-    val = memory.estimate("simultaneous", 32, 4, 10, 100, 0, 8, 0.0, 0, val_chunk=5)
-    assert val.states - four.states == pytest.approx(
-        memory.VAL_COPIES * 33 * math.ceil(5 / 4) * state / 10)
-    p = memory.estimate("mgrit", 32, 4, 10, 100, 1000, 8, 5.0, 28)
-    assert p.params == 28 * 1000 * 8 and p.data == 5.0 and p.checkpoint == 0
-    assert p.total == pytest.approx(memory.BASE + p.params + p.data + p.states)
-    # rank 0 receives one other rank's oracle state at a checkpoint
-    ranks = memory.estimate("simultaneous", 32, 4, 10, 100, 0, 8, 0.0, 0, warm_batches=3,
-                            ranks=4, intervals=8)
-    assert ranks.checkpoint == pytest.approx(memory.CHECKPOINT_COPIES * 2 * 3 * state * 3)
-    full = memory.estimate("simultaneous", 32, 4, 10, 100, 0, 8, 0.0, 0, ranks=4, intervals=8)
-    assert full.checkpoint == pytest.approx(memory.CHECKPOINT_COPIES * 2 * 9 * state)
-    assert memory.estimate("serial", 32, 1, 10, 100, 0, 8, 0.0, 0, ranks=4).checkpoint == 0
+class _HeapPeak:
+    """The most heap a block of code held above what it started with: glibc's bytes in
+    use (mallinfo2: chunks and mmapped blocks, torch's tensors included), sampled by a
+    thread every 0.2 ms; the states live for whole sweeps, so sampling sees them."""
+
+    def __init__(self):
+        import ctypes
+
+        class Info(ctypes.Structure):
+            _fields_ = [(n, ctypes.c_size_t) for n in (
+                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                "uordblks", "fordblks", "keepcost")]
+        try:
+            self._info = ctypes.CDLL("libc.so.6").mallinfo2
+        except (OSError, AttributeError):
+            pytest.skip("no glibc mallinfo2 here")
+        self._info.restype = Info
+
+    def in_use(self) -> int:
+        info = self._info()
+        return info.uordblks + info.hblkhd
+
+    def __enter__(self):
+        import threading
+        import time
+        self.start = self.top = self.in_use()
+        self._on = True
+
+        def sample():
+            while self._on:
+                self.top = max(self.top, self.in_use())
+                time.sleep(2e-4)
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._on = False
+        self._thread.join()
+        self.top = max(self.top, self.in_use())
+        self.peak = self.top - self.start
+
+
+# overrides -> (lowest, highest) estimate / measured peak. The estimate (without BASE) is
+# fitted to peaks of the resident set (BENCHMARKS.md "Memory per rank"), which keeps some
+# freed memory, while the heap in use is what the run holds: the MGRIT modes hold what
+# they are estimated to (0.95 here), serial and kept warm starts less (1.6 and 1.4)
+PEAK_CASES = {
+    "serial": (["mode=serial"], 1.0, 3.0),
+    "mgrit": (["mode=mgrit"], 0.85, 1.2),
+    "simultaneous-warm-starts": (["mode=simultaneous", "optimizer=adam",
+                                  "train.batch_size=500"], 1.0, 1.7),
+}
+
+
+@pytest.mark.parametrize("case", list(PEAK_CASES))
+def test_the_estimate_is_the_measured_peak(case, tmp_path):
+    # 32 layers of 16 x 4000 float64 states (512 KB each): tens of MB, far above the
+    # heap's noise; a tiny run first, so that one-time allocations are not counted
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+
+    from lptrain import app, config, preflight
+    from lptrain.config.schema import register_configs
+    overrides, low, high = PEAK_CASES[case]
+    common = ["network.layers=32", "network.width=16", "dataset.n_val=100",
+              "eval_every=100", "mgrit.levels=3", "mgrit.cfactor0=2", *overrides]
+    register_configs()
+    with initialize_config_dir(config_dir=str(Path(config.CONF_DIR)), version_base="1.3"):
+        tiny, cfg = (compose(config_name="config", overrides=[*common, *more]) for more in
+                     (["dataset.n_train=500", "train.iterations=1"],
+                      ["dataset.n_train=4000", "train.iterations=3"]))
+    for name in ("tiny", "run"):
+        (tmp_path / name).mkdir()
+    app.run(tiny, None, tmp_path / "tiny")
+    need = preflight.plan(app.options(cfg), None).need
+    with _HeapPeak() as heap:
+        app.run(cfg, None, tmp_path / "run")
+    ratio = (need.total - need.base) / heap.peak
+    assert low <= ratio <= high, (case, need, heap.peak / 1e6)
 
 
 def test_meminfo_and_cgroup_limits(tmp_path):
