@@ -8,6 +8,8 @@ drives it):
     layers    a sequence of N `nn.Module`s (f_0..f_{N−1}), or a factory
               `layers(n) -> nn.Module` (then `n_layers` is required) so that a
               rank constructs only the layers it needs (`build`, default all).
+              The factory runs with torch's seed set to base + n (base: one draw
+              from the caller's stream), so layer n starts the same on any rank.
     stack     True: stacked steps of several layers run as one `torch.func.vmap`
               over the layers' stacked parameters.  Only for layers that share
               one structure (the same module class and hyper-parameters, differing
@@ -57,6 +59,9 @@ class ModuleSteps:
                 raise ConfigError(f"n_layers={n_layers!r}: a layer factory needs the number "
                                   "of layers (>= 1)")
             self._factory, self.n_layers = layers, int(n_layers)
+            # layer n is built from seed base + n, whichever rank builds it and whatever it
+            # built before; the caller's random stream advances by this one draw
+            self._seed = int(torch.randint(2 ** 62, (1,)))
         else:
             layers = list(layers)
             if not layers or not all(isinstance(m, nn.Module) for m in layers):
@@ -82,7 +87,7 @@ class ModuleSteps:
             return self.module(n)
         if not 0 <= n < self.n_layers:
             raise IndexError(f"layer {n} outside 0..{self.n_layers - 1}")
-        module = self._factory(n) if self._factory else self._given[n]
+        module = self._build(n) if self._factory else self._given[n]
         if not isinstance(module, nn.Module):
             raise ConfigError(f"layer factory returned {type(module).__name__} for "
                               f"layer {n}, not an nn.Module")
@@ -91,6 +96,11 @@ class ModuleSteps:
         else:
             self.modules[str(n)] = module
         return module
+
+    def _build(self, n: int) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self._seed + n)
+            return self._factory(n)
 
     def module(self, n: int) -> nn.Module:
         key = str(n)

@@ -62,16 +62,18 @@ class LayerParallel(nn.Module):
                 for k, p in self.steps.module(n).named_parameters()]
 
     # -- forward ---------------------------------------------------------------------
-    def forward(self, u0: torch.Tensor) -> torch.Tensor:
-        index = self._indexed_params()
-        params = [p for _, _, p in index]
+    def forward(self, u0: torch.Tensor, max_iter: int | None = None,
+                tol: float | None = None) -> torch.Tensor:
+        """u_N.  max_iter / tol override mgrit's for this forward solve (e.g. an exact
+        evaluation in a one-shot training: max_iter=50, tol=1e-8)."""
+        params = [p for _, _, p in self._indexed_params()]
         if torch.is_grad_enabled() and (u0.requires_grad or any(p.requires_grad
                                                                 for p in params)):
-            return _Solve.apply(self, u0, *params)
+            return _Solve.apply(self, (max_iter, tol), u0, *params)
         with torch.no_grad():
-            return self._forward_solve(u0, keep=False)[0]
+            return self._forward_solve(u0, False, max_iter, tol)[0]
 
-    def _forward_solve(self, u0, keep: bool):
+    def _forward_solve(self, u0, keep: bool, max_iter=None, tol=None):
         """u_N on every rank and this rank's states (keep: they become the next warm start)."""
         s = self.solver
         x = u0.detach()
@@ -79,7 +81,7 @@ class LayerParallel(nn.Module):
         if warm is not None and (warm.shape[1:] != x.shape or warm.dtype != x.dtype):
             warm = None                      # another batch shape: a cold start
         s.share()
-        res = s.forward(x, x, warm)
+        res = s.forward(x, x, warm, max_iter, tol)
         self.last_forward = res
         if keep and self.warm_start:
             self._warm[0] = s.fwd.c_point_states(res.states)
@@ -141,8 +143,8 @@ class _Solve(torch.autograd.Function):
     """u_N(u_0, θ) by forward MGRIT; its vector-Jacobian product by adjoint MGRIT."""
 
     @staticmethod
-    def forward(ctx, mod: LayerParallel, u0, *params):
-        uN, res = mod._forward_solve(u0, keep=True)
+    def forward(ctx, mod: LayerParallel, limits, u0, *params):
+        uN, res = mod._forward_solve(u0, True, *limits)
         ctx.mod, ctx.states = mod, res.states.clone()   # the solver reuses its buffers
         ctx.save_for_backward(*params)     # autograd then refuses in-place changes of θ
         return uN
@@ -151,8 +153,8 @@ class _Solve(torch.autograd.Function):
     def backward(ctx, grad_uN):
         ctx.saved_tensors
         mod = ctx.mod
-        lam0, grads = mod._backward_solve(ctx.states, grad_uN, ctx.needs_input_grad[1])
-        return (None, lam0, *[grads[n][k] for n, k, _ in mod._indexed_params()])
+        lam0, grads = mod._backward_solve(ctx.states, grad_uN, ctx.needs_input_grad[2])
+        return (None, None, lam0, *[grads[n][k] for n, k, _ in mod._indexed_params()])
 
 
 def average_gradients(module: nn.Module, data_exchange) -> None:

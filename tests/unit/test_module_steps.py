@@ -74,3 +74,14 @@ def test_stacked_steps_equal_one_layer_at_a_time(make):
     for i, n in enumerate(ns):
         assert torch.equal(ref[i], one.step(U[i], n, hs[i]))
     assert torch.allclose(many.step_many(U, ns, hs, Ps), ref, rtol=1e-12, atol=1e-13)
+
+
+def test_a_factory_layer_starts_the_same_whichever_layers_were_built_before():
+    torch.manual_seed(3)
+    all_layers = ModuleSteps(lambda n: nn.Linear(2, 2), n_layers=4)
+    after_all = torch.rand(1)
+    torch.manual_seed(3)
+    some = ModuleSteps(lambda n: nn.Linear(2, 2), n_layers=4, build=[3])
+    assert torch.equal(torch.rand(1), after_all)        # one draw, whatever was built
+    assert torch.equal(some.flat(3), all_layers.flat(3))
+    assert not torch.equal(all_layers.flat(2), all_layers.flat(3))
