@@ -15,7 +15,7 @@ from lptrain.model.network import NetworkOptions, ResNet
 from lptrain.parallel.context import keep_freed_memory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from helpers import MemoryWriter  # noqa: E402,F401 (the tests' in-memory metrics rows)
+from helpers import Counting, MemoryWriter  # noqa: E402,F401 (step counter, metrics rows)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # One intra-op thread per process (as lptrain uses per rank under mpiexec): small

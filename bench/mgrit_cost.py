@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from common import data, network, save, timeit
-from counting import Counting
+from common import Counting, data, network, save, timeit
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.model.serial import Buffers, adjoint, propagate

@@ -27,8 +27,7 @@ import time
 
 import torch
 
-from common import data, network, save
-from counting import Counting
+from common import Counting, data, network, save
 from lptrain.config.schema import LBFGSOptions
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.mgrit.options import COARSE_WEIGHTS, LEVEL_OPS, MGRITOptions

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import signal
+from collections import Counter
 
 import torch
 
@@ -94,3 +95,23 @@ class StopAt(StopSignals):
         if iteration == self.at:
             self.received = signal.SIGINT
         super().check(exchange, iteration, writer)
+
+
+class Counting:
+    """A propagator wrapper that counts the steps a solver asks for, by their length in
+    fine steps (1 = the finest level); also used by bench/ (through bench/common.py)."""
+
+    def __init__(self, prop):
+        self.prop, self.steps = prop, Counter()
+
+    def step(self, u, start, stop, **kw):
+        self.steps[abs(stop - start)] += 1
+        return self.prop.step(u, start, stop, **kw)
+
+    def step_many(self, U, starts, stops, **kw):
+        for a, b in zip(starts, stops):
+            self.steps[abs(b - a)] += 1
+        return self.prop.step_many(U, starts, stops, **kw)
+
+    def total(self) -> int:
+        return sum(self.steps.values())
