@@ -1,19 +1,18 @@
 """The speedup model: iterations recorded from the real code, their costs, the simulation.
 
 Recorded counts are compared with the steps a numeric run of the same oracle takes
-(bench/counting.py's counter around its propagators); predictions with sums worked out
+(tests/helpers.py's Counting around its propagators); predictions with sums worked out
 by hand from the record and given costs.
 """
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
 import lptrain.train.oracles  # noqa: F401  (at collection: h5py's first import runs uname)
+from helpers import Counting
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.model_perf import costs as kc
@@ -29,15 +28,6 @@ ADJOINT = ("vjp_saved", "vjp_and_g")
 OPTS = MGRITOptions(levels=3, cfactor0=2, cfactor=2, tol=1e-9, max_iter=30)
 
 
-def _counting():
-    """bench/counting.py's Counting (bench/ is not a package)."""
-    path = Path(__file__).resolve().parents[2] / "bench" / "counting.py"
-    spec = importlib.util.spec_from_file_location("bench_counting", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.Counting
-
-
 def _steps(ops, names) -> int:
     """States advanced by the kernels `names` in a rank's ops."""
     return sum(op.states * op.calls for op in ops if isinstance(op, Kernel) and op.name in names)
@@ -49,11 +39,11 @@ def _calls(ops, name) -> int:
 
 def _numeric(mode, net, theta, x, y, opts):
     """A real second optimizer iteration on one rank: (forward steps, adjoint steps,
-    forward cycles, adjoint cycles), counted by bench's Counting around the solvers'
+    forward cycles, adjoint cycles), counted by Counting around the solvers'
     propagators."""
     oracle = rec_mod.iteration_oracle(net, mode, opts, SerialExchange())
     terms = getattr(oracle, "terms", oracle)
-    Counting, counted = _counting(), {}
+    counted = {}
     for name, solver in (("fwd", terms.lp.fwd), ("adj", terms.lp.adj)):
         def solve(prop, *args, _solve=solver.solve, _name=name, **kw):
             counted[_name] = Counting(prop)
