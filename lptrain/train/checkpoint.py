@@ -19,9 +19,10 @@ or grid each rank reads the entries of the old ranks that held some of its layer
 samples, one at a time, and assembles its blocks (train/regrid.py; which layers and
 samples an old rank held follows from the grid, the hierarchy and the batches, so none
 of it is stored). MGRIT's iterates do not depend on the partition, so either way the
-resumed run continues the uninterrupted one. Files of format 1 (one torch file) and 2
-(no grid recorded) still load: on the rank count that saved them as before, on another
-one without their warm starts (a cold start at the next iteration).
+resumed run continues the uninterrupted one. Files of format 2 (no grid recorded) still
+load: on the rank count that saved them as before, on another one without their warm
+starts (a cold start at the next iteration). Format 1 (one torch file, from development
+versions before the archive) is refused, naming it.
 
 When: every `checkpoint_every` iterations; when the ranks stop for a signal or because
 metrics.h5 can no longer be written (a full disk: the checkpoint may then use the space
@@ -181,14 +182,15 @@ def load_checkpoint(path: Path, rank: int | None = None) -> dict:
     """The checkpoint's record as stored (read_run_state gives it as a RunState); with
     `rank`, record["oracle"] is the oracle state that rank saved (None beyond the ranks
     that saved it)."""
-    if archive_entries(path) is None:           # format 1: one torch file
+    if archive_entries(path) is None:           # not an archive: what is it?
         record = load_record(path, "checkpoint", FORMAT, FORMAT_VERSION)
-    else:
-        record = check_record(load_entry(path, RECORD_ENTRY, "checkpoint"), path, FORMAT,
-                              FORMAT_VERSION)
+        raise InputFileError(f"{path}: checkpoint format {record.get('format_version', 1)} "
+                             f"as one torch file (format 1, from development versions) is "
+                             f"not read by this lptrain; start the run anew")
+    record = check_record(load_entry(path, RECORD_ENTRY, "checkpoint"), path, FORMAT,
+                          FORMAT_VERSION)
     if rank is not None:
-        record["oracle"] = _oracle_entry(path, record.get("oracles"), rank) \
-            if rank < record["world_size"] else None
+        record["oracle"] = saved_state(path, rank) if rank < record["world_size"] else None
     return record
 
 
@@ -202,14 +204,8 @@ def read_run_state(path: Path) -> RunState:
                              f"{exc.args[0]!r})") from None
 
 
-def saved_state(path: Path, run: RunState, rank: int) -> dict:
+def saved_state(path: Path, rank: int) -> dict:
     """The oracle state old rank `rank` saved."""
-    return _oracle_entry(path, run.oracles, rank)
-
-
-def _oracle_entry(path: Path, oracles: list | None, rank: int) -> dict:
-    if oracles is not None:                     # format 1 holds them all
-        return oracles[rank]
     return load_entry(path, oracle_entry(rank), "checkpoint")
 
 
@@ -229,19 +225,19 @@ def oracle_state(path: Path, run: RunState, rank: int, here: Placement,
                  oracle) -> dict | None:
     """This rank's oracle state for a run placed `here`: its own entry on the grid that
     saved the checkpoint, else assembled from the old ranks' entries it overlaps
-    (train/regrid.py); None (cold start) for a format 1 or 2 checkpoint of another rank
+    (train/regrid.py); None (cold start) for a format 2 checkpoint of another rank
     count, or of another grid (its blocks do not fit this rank's)."""
     saved = run.grid
     if saved == here.grid:
-        return saved_state(path, run, rank)
+        return saved_state(path, rank)
     if saved is None:
         if run.world_size != here.grid.size:
             return None
-        state = saved_state(path, run, rank)
+        state = saved_state(path, rank)
         fit = fits(here.layout(here.grid), rank, here.samples, state, oracle, here.axis)
         return state if fit else None
     old, new = here.layout(saved), here.layout(here.grid)
-    states = ((r, saved_state(path, run, r)) for r in sources(old, new, rank))
+    states = ((r, saved_state(path, r)) for r in sources(old, new, rank))
     try:
         return regrid(old, new, rank, here.samples, states, oracle, here.axis)
     except ValueError as exc:

@@ -3,8 +3,8 @@
 `RunState.to_record()` is the dict that train/checkpoint.py writes as the
 archive's `record.pt` (plain values and tensors: torch.load(weights_only=True)
 reads it); `RunState.from_record()` reads it back, from every format lptrain
-has written: format 1 (one torch file that also holds every rank's oracle
-state, `oracles`), 2 (no grid recorded) and 3.  Keys that older writers left
+reads: format 2 (no grid recorded) and 3 (train/checkpoint.py refuses format
+1).  Keys that older writers left
 out read as their defaults (no best parameters, no stall rule, warm starts
 kept).  The ranks' oracle states are not part of it: they are entries of
 their own (train/checkpoint.py).
@@ -12,7 +12,7 @@ their own (train/checkpoint.py).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -60,7 +60,6 @@ class RunState:
     world_size: int
     grid: Grid | None = None          # the layer × data grid (None before format 3)
     warm_starts: bool = True          # False: a lean checkpoint, warm starts left out
-    oracles: list | None = field(default=None, repr=False)   # format 1: every rank's state
 
     def to_record(self) -> dict:
         """The record entry of a checkpoint of the current format."""
@@ -83,5 +82,4 @@ class RunState:
                    best=record.get("best"), loop=LoopState.from_record(record["loop"]),
                    config=record["config"], world_size=record["world_size"],
                    grid=None if grid is None else Grid(*grid),
-                   warm_starts=record.get("warm_starts", True),
-                   oracles=record.get("oracles"))
+                   warm_starts=record.get("warm_starts", True))

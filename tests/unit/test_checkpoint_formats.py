@@ -1,7 +1,7 @@
 """Which oracle state a resumed rank gets from each checkpoint format, in one process: its
 own entry on the grid that saved it; blocks moved to another grid (format 3); none on
-another rank count for formats 1 and 2 (a cold start), which still resume exactly on
-their own rank count."""
+another rank count for format 2 (a cold start), which still resumes exactly on its own
+rank count."""
 import zipfile
 from pathlib import Path
 
@@ -15,7 +15,7 @@ from lptrain.config.schema import register_configs
 from lptrain.errors import InputFileError
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
-from lptrain.model.saved import AtomicArchive, archive_entries, load_entry, save_torch
+from lptrain.model.saved import AtomicArchive, load_entry
 from lptrain.parallel.blocks import KINDS
 from lptrain.parallel.grid import Grid
 from lptrain.train import checkpoint as ck
@@ -46,7 +46,7 @@ def saved(tmp_path_factory):
 
 
 def _as_format(run: Path, version: int, out: Path) -> Path:
-    """The run's checkpoint rewritten as format `version` (1: one file; 2: no grid)."""
+    """The run's checkpoint rewritten as format `version` (2: no grid)."""
     path = run / ck.CHECKPOINT_FILE
     record = load_entry(path, ck.RECORD_ENTRY, "checkpoint")
     record.pop("grid")
@@ -56,9 +56,6 @@ def _as_format(run: Path, version: int, out: Path) -> Path:
     out.mkdir()
     (out / ms.FILE_NAME).write_bytes((run / ms.FILE_NAME).read_bytes())
     target = out / ck.CHECKPOINT_FILE
-    if version == 1:
-        save_torch({**record, "oracles": states}, target)
-        return out
     archive = AtomicArchive(target)
     archive.add(ck.RECORD_ENTRY, record)
     for r, state in enumerate(states):
@@ -93,12 +90,9 @@ def test_format_3_records_the_grid_and_moves_blocks_there_and_back(saved):
                 torch.testing.assert_close(y, x, rtol=1e-15, atol=0, msg=f"{grid} {kind}")
 
 
-@pytest.mark.parametrize("version", [1, 2])
-def test_older_formats_keep_their_warm_starts_only_on_their_rank_count(saved, version,
-                                                                       tmp_path):
+def test_format_2_keeps_its_warm_starts_only_on_its_rank_count(saved, tmp_path):
     run, placement = saved
-    old = _as_format(run, version, tmp_path / "old")
-    assert (archive_entries(old / ck.CHECKPOINT_FILE) is None) == (version == 1)
+    old = _as_format(run, 2, tmp_path / "old")
     own = _state(old, placement(Grid(1, 1)))
     want = _state(run, placement(Grid(1, 1)))
     for (_, *a), (_, *b) in zip(own["cache"], want["cache"]):

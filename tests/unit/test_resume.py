@@ -239,13 +239,19 @@ def test_checkpoint_gives_each_rank_its_own_oracle_state(tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))           # the temporary file was renamed
 
 
-def test_format_1_checkpoints_still_load(tmp_path):
+def test_a_format_1_checkpoint_is_refused_by_name(tmp_path):
+    from lptrain.errors import InputFileError
     from lptrain.model.saved import save_torch
     path = tmp_path / ck.CHECKPOINT_FILE
     save_torch({"format": ck.FORMAT, "format_version": 1, "iteration": 7, "world_size": 2,
                 "oracles": [{"cache": "a"}, {"cache": "b"}]}, path)
-    assert ck.load_checkpoint(path, rank=1)["oracle"] == {"cache": "b"}
-    assert ck.load_checkpoint(path)["iteration"] == 7
+    for rank in (None, 1):
+        with pytest.raises(InputFileError, match=r"checkpoint.pt: checkpoint format 1 as one "
+                                                  r"torch file.*start the run anew"):
+            ck.load_checkpoint(path, rank=rank)
+    save_torch({"format": "lptrain-model", "format_version": 1}, path)   # not a checkpoint
+    with pytest.raises(InputFileError, match="not an lptrain checkpoint"):
+        ck.load_checkpoint(path)
 
 
 def test_a_failed_checkpoint_write_keeps_the_old_file_and_receives_every_rank(
