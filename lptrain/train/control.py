@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Sequence
 
 RHO_MIN, RHO_MAX = 0.01, 0.9     # measured factors are clipped to this range
 CALIBRATIONS_KEPT = 4            # the scale is the median ratio of this many calibrations
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Measured:
     """One evaluation's solve record, summed over every rank (and data group).
 
@@ -53,15 +53,17 @@ class Measured:
     adj_ratios: int
 
     def as_list(self) -> list[float]:
-        return [self.fwd_first_sq, self.fwd_last_sq, self.fwd_state_sq, self.fwd_ratios,
-                self.adj_first_sq, self.adj_last_sq, self.adj_state_sq, self.adj_ratios]
+        """The fields in declaration order (what data groups sum in one allreduce)."""
+        return [getattr(self, f.name) for f in fields(self)]
 
     @classmethod
     def from_sums(cls, sums, groups: float) -> "Measured":
-        """From the elementwise sum of as_list() over `groups` contributing groups."""
-        s = list(sums)
+        """From the elementwise sum of as_list() over `groups` contributing groups: the
+        squared norms summed, the ratio counts (the same in every group) averaged."""
         n = max(groups, 1.0)
-        return cls(s[0], s[1], s[2], round(s[3] / n), s[4], s[5], s[6], round(s[7] / n))
+        values = dict(zip((f.name for f in fields(cls)), sums, strict=True))
+        return cls(**{name: round(v / n) if name.endswith("_ratios") else v
+                      for name, v in values.items()})
 
 
 def gradient_error(m: Measured, T: float, n_c: int, grad_norm: float) -> tuple[float, float]:

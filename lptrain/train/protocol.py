@@ -30,8 +30,10 @@ class Batch:
     n: int | None = None  # samples of the whole batch over all data groups (None: x's)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Point:
+    """J, the mean loss and the accuracy at one θ on the batch."""
+
     objective: float
     loss: float
     accuracy: float

@@ -19,8 +19,9 @@ from test_simultaneous import run_default
 
 
 def measured(r_u=1.0, u=10.0, r_l=1.0, lam=10.0, first=10.0, ratios=2):
-    return Measured(first ** 2, r_u ** 2, u ** 2, ratios, first ** 2, r_l ** 2, lam ** 2,
-                    ratios)
+    return Measured(fwd_first_sq=first ** 2, fwd_last_sq=r_u ** 2, fwd_state_sq=u ** 2,
+                    fwd_ratios=ratios, adj_first_sq=first ** 2, adj_last_sq=r_l ** 2,
+                    adj_state_sq=lam ** 2, adj_ratios=ratios)
 
 
 # -- arithmetic -----------------------------------------------------------------------
