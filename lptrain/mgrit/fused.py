@@ -1,7 +1,7 @@
 """The level operations of `levels.LevelOps` with fewer passes and copies.
 
 The same iterates as the reference (to rounding; tests compare them), by
-four devices, each behind a CycleOptions switch:
+five devices, each behind a CycleOptions switch:
 
 - stack/chunk: the intervals of a rank advance together, one propagator call
   per step index for up to `chunk` intervals (temporaries stay in cache);
@@ -12,7 +12,10 @@ four devices, each behind a CycleOptions switch:
   so injection and correction copy nothing;
 - reuse_rhs: a finest-level restriction right after a full cycle updates
   the coarse right-hand side, g_j += r_j, instead of rebuilding it
-  (`_rhs_update`), which needs Φ^Δ only at the coarse C-points.
+  (`_rhs_update`), which needs Φ^Δ only at the coarse C-points;
+- skip_zero: a linear coarse level starts from a zero correction, and
+  Φ(0) = 0 there, so its first F-relaxation takes u = g at the F-points right
+  after its C-points instead of a step.
 """
 from __future__ import annotations
 
@@ -82,13 +85,18 @@ class FusedLevelOps(LevelOps):
         for first in range(0, len(own), k):        # a chunk through all its F-points
             cs, ls = own[first:first + k], lengths[first:first + k]
             for sub in range(max(ls, default=0)):
-                self._advance(lv, [c + sub for c, n in zip(cs, ls) if n > sub])
+                src = [c + sub for c, n in zip(cs, ls) if n > sub]
+                if sub == 0 and lv.zero and self.options.skip_zero:
+                    self._take_rhs(lv, src)         # Φ(0) + g = g
+                else:
+                    self._advance(lv, src)
             if consumer:
                 t0 = time.perf_counter()
                 src = [e - 1 for e in ends[first:first + k] if e < lv.hi]
                 for part in arithmetic_runs(src):
                     taken += consumer[1](*self._c_chunk(lv, part, consumer[0]))
                 spent += time.perf_counter() - t0
+        lv.zero = False
         send = lv.right is not None and not level.is_c(lv.hi)
         if send and own:
             self._send(lv)
@@ -118,11 +126,13 @@ class FusedLevelOps(LevelOps):
         """u_c = Φ(u_{c−1}) + g_c at every C-point but the first, written in place."""
         if lv.index <= 1:
             self.rhs_current = False
+        lv.zero = False
         dest = (lambda pos: (lv.X, [p - lv.lo for p in pos]))
         for _, phi, put in self._c_steps_fused(lv, dest):
             put(phi)
 
     def coarse_solve(self, lv: LevelState) -> None:
+        lv.zero = False
         super().coarse_solve(lv)
         if lv.index == 1:
             self.rhs_current = True
@@ -213,6 +223,7 @@ class FusedLevelOps(LevelOps):
         coarse.correction = keep_rhs and self.options.linear
         if coarse.correction:              # linear: e = 0, rhs = r, e_0 = 0
             coarse.X.zero_()
+            coarse.zero = True
             if coarse.lo == 0:
                 coarse.G[0] = 0.0
             return
@@ -332,6 +343,12 @@ class FusedLevelOps(LevelOps):
     def _phi_many(self, lv: LevelState, src: list[int], out=None) -> torch.Tensor:
         g = None if lv.G is None else gather(lv.G, [i + 1 - lv.lo for i in src])
         return self._steps(lv, src, out, g)
+
+    def _take_rhs(self, lv: LevelState, src: list[int]) -> None:
+        """u = g at the points after src (their Φ(0) is zero: `skip_zero`)."""
+        for run in arithmetic_runs(src):
+            idx = index_of([i + 1 - lv.lo for i in run])
+            lv.X[idx] = lv.G[idx]
 
     def _advance(self, lv: LevelState, src: list[int]) -> None:
         """Φ + g from each point in src into the next point, written in place."""

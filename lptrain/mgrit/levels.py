@@ -39,6 +39,7 @@ class LevelState:
     cs: tuple[int, ...] = field(default=())  # this rank's C-points
     correction: bool = False        # X holds a correction (linear coarse level)
     pending: float | None = None    # Σ‖r‖² an F-relaxation took for the next residual
+    zero: bool = False              # its C-points hold zeros (a linear level just restricted)
 
     @property
     def empty(self) -> bool:

@@ -58,6 +58,7 @@ class CycleOptions:
     reuse_rhs: bool = True  # later FAS restrictions update the coarse rhs
     share_coarse: bool = True  # FAS coarse states are views of the finer C-points
     fuse_residual: bool = True  # F-relaxations take the next residual's C-steps
+    skip_zero: bool = True  # no steps from a linear coarse level's zero C-points
 
 
 # the solver's choices, by their config names (MGRITOptions validates mgrit.cycle and
