@@ -16,6 +16,8 @@ import socket
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from lptrain.model_perf.record import Glue
+
 # kernel families of the costs one can give `lptrain-model` instead of measuring
 STEP_KERNELS = ("apply", "apply_save", "apply_plus", "apply_save_plus", "linearize")
 ADJOINT_KERNELS = ("vjp_saved", "vjp_and_g", "vjp_from_g")
@@ -30,6 +32,7 @@ class KernelCosts:
     one: dict = field(default_factory=dict)    # (name, states) -> seconds at 1 sample
     full: dict = field(default_factory=dict)   # (name, states) -> seconds at `batch`
     given: tuple | None = None   # (step, adjoint, weights, overhead): costs not measured
+    glue: bool = True            # charge the time a record took outside its kernels
 
     def missing(self, kernels) -> set:
         """The kernels of `kernels` ((name, states) pairs) without a cost."""
@@ -55,14 +58,19 @@ class KernelCosts:
         return o + (t - o) * b / self.batch
 
     def seconds(self, b: float):
-        """op → seconds, for simulate(): kernels on shards of b samples."""
-        return lambda op: op.calls * self.call(op.name, op.states, b)
+        """op → seconds, for simulate(): kernels on shards of b samples, and the
+        record's glue (not with given costs, which stand for everything)."""
+        def cost(op) -> float:
+            if isinstance(op, Glue):
+                return op.seconds if self.glue and not self.given else 0.0
+            return op.calls * self.call(op.name, op.states, b)
+        return cost
 
 
 def given_costs(batch: int, step: float, adjoint: float, weights: float,
                 overhead: float = 0.0) -> KernelCosts:
     """Costs from numbers given per layer step of the full batch (forward, adjoint
-    VJP, weight product); opening, classifier and regulariser cost nothing."""
+    VJP, weight product); opening, classifier, regulariser and glue cost nothing."""
     return KernelCosts(batch, given=(step, adjoint, weights, overhead))
 
 

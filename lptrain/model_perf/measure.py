@@ -22,16 +22,18 @@ _LAUNCHER_SIZE = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
 
 
 def seconds_per_call(fns: dict, device: str = "cpu", budget: float = 0.02,
-                     rounds: int = 5, quantile: float = 0.2) -> dict:
-    """{key: seconds of one fn() call}: a low quantile of single calls timed over
-    `rounds` visits of ~budget s each.
+                     rounds: int = 5) -> dict:
+    """{key: seconds of one fn() call}: the median of single calls timed over `rounds`
+    visits of ~budget s each, visiting every fn in turn.
 
-    The rounds visit every fn in turn, so a change of load on the machine hits all of
-    them alike; single calls, because on a shared machine a loop of many is rarely
-    left alone, while most single calls are; a low quantile rather than the least,
-    which is a lucky call.
+    On the CPU a call is timed by this thread's CPU time: on a shared machine other
+    processes take the core away in the middle of a loop, which wall time would count
+    and CPU time does not (their cache traffic still counts).  On a GPU, wall time
+    after synchronising, and the 20th percentile: the least loaded calls.
     """
-    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+    gpu = str(device).startswith("cuda")
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
+    clock = time.perf_counter if gpu else time.thread_time
     reps = {}
     for key, fn in fns.items():
         fn()
@@ -45,11 +47,12 @@ def seconds_per_call(fns: dict, device: str = "cpu", budget: float = 0.02,
         for key, fn in fns.items():
             times = seen[key]
             for _ in range(reps[key]):
-                t0 = time.perf_counter()
+                t0 = clock()
                 fn()
                 sync()
-                times.append(time.perf_counter() - t0)
-    return {key: sorted(t)[int(quantile * (len(t) - 1))] for key, t in seen.items()}
+                times.append(clock() - t0)
+    q = 0.2 if gpu else 0.5
+    return {key: sorted(t)[int(q * (len(t) - 1))] for key, t in seen.items()}
 
 
 def kernel_calls(net, theta: torch.Tensor, batch: int, kernels, pool_bytes: float = 2 ** 26

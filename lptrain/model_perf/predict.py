@@ -3,8 +3,9 @@
     time = trials · T(value) + T(gradient)
 
 with T the simulated makespan (simulate.py) of the iteration recorded from the real
-code (record.py) on one layer group of L ranks, its kernels charged their measured
-costs (costs.py) on the group's shard of ceil(batch / D) samples.  Both parts end in
+code (record.py) on one layer group of L ranks with the group's shard of ceil(batch / D)
+samples: its kernels charged their measured costs (costs.py), the rest what the
+recording timed (its glue).  Both parts end in
 sums every rank waits for, so their times add.  mode=mgrit solves take
 `Counts.mgrit_fwd / mgrit_adj` cycles, simultaneous `mgrit.fwd_iters / adj_iters`;
 fractional counts (means over a run) interpolate linearly between the records of the
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lptrain.model_perf.record import Record, record_iteration
+from lptrain.model_perf.record import Kernel, Record, record_iteration
 from lptrain.model_perf.simulate import Link, simulate
 from lptrain.parallel.grid import Grid, c_intervals
 
@@ -64,7 +65,8 @@ class Collecting:
 
     def seconds(self, b: float):
         def cost(op) -> float:
-            self.kernels.add((op.name, op.states))
+            if isinstance(op, Kernel):
+                self.kernels.add((op.name, op.states))
             return 0.0
         return cost
 
@@ -94,7 +96,8 @@ class Model:
         key = (mode, layer, data, fwd, adj)
         if key not in self._records:
             self._records[key] = record_iteration(self.net, mode, self.mgrit, layer, data,
-                                                  fwd, adj, self.mini_batches, self.dtype)
+                                                  fwd, adj, self.mini_batches, self.dtype,
+                                                  math.ceil(self.batch / data))
         return self._records[key]
 
     def parts(self, mode: str, grid: Grid, m: Machine, fwd: int = 1, adj: int = 1

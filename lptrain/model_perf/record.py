@@ -1,25 +1,31 @@
 """One optimizer iteration of a mode on one layer group, recorded by running the real code.
 
-For every rank of a layer group of `grid.layer` ranks, the training oracle of the mode
-(train/oracles.py, oneshot.py; data_parallel.py for `grid.data` > 1 groups) runs two
-optimizer iterations — `value` then `gradient` — on a batch of a few samples, with
+For every rank of a layer group of `layer` ranks, the training oracle of the mode as
+app.py builds it (train/oracles.py, oneshot.py; data_parallel.py for `data` > 1 groups;
+objective.py) runs two optimizer iterations — `value` then `gradient` — on a batch of
+the group's shard size, with
 
-- a recording network: its stepper logs every kernel call (which kernel, how many
-  states stacked in it) and so do the opening, classifier and regulariser;
+- a recording network: its stepper's kernels are logged (which kernel, how many states
+  stacked in the call) and return zeros instead of computing; the opening, classifier
+  and regulariser are logged and computed;
 - recording exchanges: sends and receives are logged (a receive gives zeros), and so
   are the sums, the layer group's and the data groups'.  The solvers' residual-norm
   sums are scripted: a solve to a tolerance stops after the cycles asked for.
 
 Ranks run one after the other in this process: a rank only ever waits for messages,
 and zeros do as well as states (the control flow depends on nothing else), so its log
-is what it does on P ranks.  The second iteration, warm as every later one, is kept:
-its `value` and `gradient` separately (each ends in sums every rank waits for).
-The record is exactly what training calls, so a change to the solver, the oracles or
-the adjoint changes the model with it.  Costs are charged elsewhere (predict.py).
+is what it does on P ranks.  What the rank computes outside the logged calls (the
+solver's vector work, the Python around every call: `Glue`) is timed as it runs, in
+this thread's CPU time, and logged before the next message or sum.  The second
+iteration, warm as every later one, is kept: its `value` and `gradient` apart (each
+ends in sums every rank waits for).  The record is exactly what training calls, so a
+change to the solver, the oracles or the adjoint changes the model with it.  Kernels
+are charged their measured costs elsewhere (predict.py).
 """
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Union
@@ -29,7 +35,6 @@ import torch
 from lptrain.errors import LptrainError
 
 LAYER, DATA = "layer", "data"     # which ranks a sum is over
-RECORD_BATCH = 2                  # samples the recorded iteration runs on
 
 
 class RecordingError(LptrainError):
@@ -43,6 +48,13 @@ class Kernel:
     name: str
     states: int = 1
     calls: int = 1
+
+
+@dataclass(frozen=True)
+class Glue:
+    """CPU seconds the rank computed outside the logged calls since its last op."""
+
+    seconds: float
 
 
 @dataclass(frozen=True)
@@ -70,7 +82,7 @@ class Allreduce:
     group: str = LAYER
 
 
-Op = Union[Kernel, Send, Recv, Allreduce]
+Op = Union[Kernel, Glue, Send, Recv, Allreduce]
 Schedule = tuple  # schedule[rank]: that rank's ops in program order
 
 
@@ -91,9 +103,10 @@ class Record:
 
 def record_iteration(net, mode: str, mgrit_opts, layer: int = 1, data: int = 1,
                      fwd: int = 1, adj: int = 1, mini_batches: bool = False,
-                     dtype=torch.float64) -> Record:
+                     dtype=torch.float64, batch: int = 2) -> Record:
     """The optimizer iteration of `mode` on a layer group of `layer` ranks (of `data`
-    groups): mode=mgrit solves stop after fwd / adj cycles, mode=simultaneous runs them.
+    groups) on a shard of `batch` samples: mode=mgrit solves stop after fwd / adj
+    cycles, mode=simultaneous runs them.
 
     Raises SolverError (as training would) for more layer ranks than C-intervals.
     """
@@ -101,28 +114,30 @@ def record_iteration(net, mode: str, mgrit_opts, layer: int = 1, data: int = 1,
         mgrit_opts = replace(mgrit_opts, control="fixed", fwd_iters=fwd, adj_iters=adj,
                              adaptive=False, calibrate_every=0)
     theta = net.init_params(0, dtype, "cpu")
-    x = torch.randn((RECORD_BATCH, *net.in_shape), generator=torch.Generator().manual_seed(0),
+    x = torch.randn((batch, *net.in_shape), generator=torch.Generator().manual_seed(0),
                     dtype=dtype)
-    y = torch.arange(RECORD_BATCH) % net.n_classes
+    y = torch.arange(batch) % net.n_classes
     value, gradient = [], []
     for r in range(layer):
-        log = _Log(math.prod(net.state_dims(RECORD_BATCH)))
+        log = _Log(math.prod(net.state_dims(batch)))
         ex, data_ex, rec_net = _Exchange(log, r, layer, LAYER), None, _Network(net, log)
         if data > 1:
             data_ex = _Exchange(log, 0, data, DATA)
         oracle = iteration_oracle(rec_net, mode, mgrit_opts, ex, data_ex, mini_batches)
         for kept in (False, True):
-            log.target = [] if kept else None
             ex.script(fwd if mode == "mgrit" else None)
             ex.twin.script(adj if mode == "mgrit" else None)
+            log.begin(kept)
             ev = value_of(oracle, theta, x, y)
-            value_ops, log.target = log.target, [] if kept else None
+            value_ops = log.end()
+            log.begin(kept)
             gradient_of(oracle, ev)
+            gradient_ops = log.end()
         if mode != "serial":
             _check(mode, mgrit_opts, net.opts.layers, layer, fwd, ex.checks, adj,
                    ex.twin.checks)
         value.append(tuple(value_ops))
-        gradient.append(tuple(log.target))
+        gradient.append(tuple(gradient_ops))
     return Record(tuple(value), tuple(gradient), layer, data)
 
 
@@ -171,27 +186,60 @@ def _check(mode: str, mgrit_opts, n_layers: int, layer: int, fwd: int, fwd_check
 
 
 class _Log:
-    """A rank's ops as they happen (nothing while `target` is None); consecutive calls
-    of one kernel on as many states merge."""
+    """A rank's ops as they happen, between begin() and end() (nothing unless kept).
+
+    Consecutive calls of one kernel on as many states merge; the CPU time spent
+    outside logged calls accumulates and goes in as one Glue before the next message
+    or sum (where it falls among the kernels between two of those does not matter).
+    """
 
     def __init__(self, state_numel: int):
         self.state_numel, self.target = state_numel, None
+        self.glue, self.mark = 0.0, time.thread_time()
 
     def states(self, t: torch.Tensor) -> int:
         return max(t.numel() // self.state_numel, 1)
 
-    def add(self, op: Op) -> None:
-        if self.target is None:
-            return
-        last = self.target[-1] if self.target else None
-        if isinstance(op, Kernel) and isinstance(last, Kernel) and \
-                (last.name, last.states) == (op.name, op.states):
-            self.target[-1] = Kernel(op.name, op.states, last.calls + op.calls)
-            return
-        self.target.append(op)
+    def begin(self, kept: bool) -> None:
+        self.target = [] if kept else None
+        self.glue, self.mark = 0.0, time.thread_time()
 
-    def kernel(self, name: str, t: torch.Tensor) -> None:
-        self.add(Kernel(name, self.states(t)))
+    def end(self) -> list:
+        self._pause()
+        self._flush()
+        ops, self.target = self.target, None
+        return ops
+
+    def _pause(self) -> None:
+        now = time.thread_time()
+        self.glue += now - self.mark
+        self.mark = now
+
+    def _flush(self) -> None:
+        if self.target is not None and self.glue > 0:
+            self.target.append(Glue(self.glue))
+        self.glue = 0.0
+
+    def add(self, op: Op) -> None:
+        """Log a message or sum (instantaneous here)."""
+        self._pause()
+        self._flush()
+        if self.target is not None:
+            self.target.append(op)
+        self.mark = time.thread_time()
+
+    def call(self, name: str, t: torch.Tensor, fn, *args, **kw):
+        """Log kernel `name` on t's states and return fn(*args, **kw), its time not glue."""
+        self._pause()
+        out = fn(*args, **kw)
+        if self.target is not None:
+            op, last = Kernel(name, self.states(t)), self.target[-1] if self.target else None
+            if isinstance(last, Kernel) and (last.name, last.states) == (op.name, op.states):
+                op = Kernel(op.name, op.states, last.calls + 1)
+                self.target.pop()
+            self.target.append(op)
+        self.mark = time.thread_time()
+        return out
 
 
 class _Exchange:
@@ -252,7 +300,8 @@ class _Exchange:
 
 
 class _Network:
-    """The network with its kernels logged: the stepper's, opening, classifier, regulariser."""
+    """The network with its kernels logged: the stepper's (see _Stepper), the opening,
+    classifier and regulariser (computed)."""
 
     def __init__(self, net, log: _Log):
         self._net, self._log = net, log
@@ -264,24 +313,23 @@ class _Network:
         return _Stepper(self._net.stepper(theta), self._log)
 
     def opening(self, theta, y):
-        self._log.kernel("opening", y)
-        return self._net.opening(theta, y)
+        return self._log.call("opening", y, self._net.opening, theta, y)
 
     def opening_vjp(self, theta, y, lam0, grad):
-        self._log.kernel("opening_vjp", y)
-        return self._net.opening_vjp(theta, y, lam0, grad)
+        return self._log.call("opening_vjp", y, self._net.opening_vjp, theta, y, lam0, grad)
 
     def classify(self, theta, uN, labels, n_total, want_grad):
-        self._log.kernel("classify_grad" if want_grad else "classify", uN)
-        return self._net.classify(theta, uN, labels, n_total, want_grad)
+        return self._log.call("classify_grad" if want_grad else "classify", uN,
+                              self._net.classify, theta, uN, labels, n_total, want_grad)
 
     def regulariser(self, theta, grad=None):
-        self._log.add(Kernel("regulariser" if grad is None else "regulariser_grad"))
-        return self._net.regulariser(theta, grad)
+        name = "regulariser" if grad is None else "regulariser_grad"
+        return self._log.call(name, torch.empty(0), self._net.regulariser, theta, grad)
 
 
 class _Stepper:
-    """A stepper whose kernels are logged (names: predict.KERNEL_ARGS)."""
+    """A stepper whose kernels are logged and give zeros of their result's shape
+    (names: measure.py); weights and everything else are the real stepper's."""
 
     def __init__(self, real, log: _Log):
         self._real, self._log = real, log
@@ -297,28 +345,26 @@ class _Stepper:
     def apply(self, u, K, b, h, save=None, out=None, plus=None):
         name = "apply" + ("_save" if save is not None else "") + \
             ("_plus" if plus is not None else "")
-        self._log.kernel(name, u)
-        return self._real.apply(u, K, b, h, save=save, out=out, plus=plus)
+        return self._log.call(name, u, _zeros, u, out)
 
     def linearize(self, u, *args):
-        self._log.kernel("linearize", u)
-        return self._real.linearize(u, *args)
+        return self._log.call("linearize", u, _zeros, u, None)
 
-    def vjp_saved(self, saved, lam, *args, **kw):
-        self._log.kernel("vjp_saved", lam)
-        return self._real.vjp_saved(saved, lam, *args, **kw)
+    def vjp_saved(self, saved, lam, K, h, out=None):
+        return self._log.call("vjp_saved", lam, _zeros, lam, out)
 
-    def vjp_and_g(self, saved, lam, *args, **kw):
-        self._log.kernel("vjp_and_g", lam)
-        return self._real.vjp_and_g(saved, lam, *args, **kw)
+    def vjp_and_g(self, saved, lam, K, h, out=None):
+        return self._log.call("vjp_and_g", lam, lambda: (_zeros(lam, out), _zeros(lam)))
 
-    def vjp_from_g(self, g, lam, *args, **kw):
-        self._log.kernel("vjp_from_g", lam)
-        return self._real.vjp_from_g(g, lam, *args, **kw)
+    def vjp_from_g(self, g, lam, K, h, out=None):
+        return self._log.call("vjp_from_g", lam, _zeros, lam, out)
 
-    def vjp_weights(self, u, *args, **kw):
-        self._log.kernel("vjp_weights", u)
-        return self._real.vjp_weights(u, *args, **kw)
+    def vjp_weights(self, u, g, K=None):
+        def zeros():
+            m = (u.shape[0],) if u.dim() >= self._real.K.dim() else ()   # stacked
+            return (u.new_zeros((*m, *self._real.K.shape[1:])),
+                    u.new_zeros((*m, *self._real.b.shape[1:])))
+        return self._log.call("vjp_weights", u, zeros)
 
 
 class _Activation:
@@ -330,6 +376,9 @@ class _Activation:
     def __getattr__(self, name):
         return getattr(self._real, name)
 
-    def vjp(self, saved, lam, *args, **kw):
-        self._log.kernel("act_vjp", lam)
-        return self._real.vjp(saved, lam, *args, **kw)
+    def vjp(self, saved, lam, out=None):
+        return self._log.call("act_vjp", lam, _zeros, lam, out)
+
+
+def _zeros(like: torch.Tensor, out=None) -> torch.Tensor:
+    return torch.zeros_like(like) if out is None else out.zero_()

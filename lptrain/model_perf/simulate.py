@@ -1,7 +1,7 @@
 """Critical-path evaluation of a recorded schedule: a discrete-event run of every rank's ops: pure.
 
-Each layer rank executes its ops (record.py) in order on its own clock.  A kernel costs
-what `seconds(op)` says; a send costs the sender nothing and its states arrive
+Each layer rank executes its ops (record.py) in order on its own clock.  A kernel or
+glue op costs what `seconds(op)` says; a send costs the sender nothing and its states arrive
 α + bytes/β later; a receive completes at max(own clock, arrival); a layer-group sum
 waits for every rank and then costs 2·ceil(log2 L)·(α + bytes/β) (recursive doubling,
 reduce + broadcast); a sum over the D data groups costs the same with D and waits for
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from lptrain.errors import LptrainError
-from lptrain.model_perf.record import DATA, Allreduce, Kernel, Recv, Schedule, Send
+from lptrain.model_perf.record import DATA, Allreduce, Glue, Kernel, Recv, Schedule, Send
 
 
 class ScheduleError(LptrainError):
@@ -56,7 +56,8 @@ def simulate(schedule: Schedule, seconds: Callable[[Kernel], float], link: Link,
              state_bytes: int = 0, data: int = 1) -> Timeline:
     """Run every rank's ops from clock 0; raises ScheduleError on a deadlock.
 
-    seconds(kernel op): its time (all its calls); state_bytes: one state message;
+    seconds(op): the time of a Kernel (all its calls) or Glue op; state_bytes: one state
+    message;
     data: the data groups a DATA sum is over.
     """
     sim = _Run(schedule, seconds, link, state_bytes, data)
@@ -96,7 +97,7 @@ class _Run:
         woken, ops = [], self.ops[r]
         while self.pc[r] < len(ops):
             op = ops[self.pc[r]]
-            if isinstance(op, Kernel):
+            if isinstance(op, (Kernel, Glue)):
                 dt = self.seconds(op)
                 self.clock[r] += dt
                 self.busy[r] += dt

@@ -18,7 +18,7 @@ from lptrain.mgrit.options import MGRITOptions
 from lptrain.model_perf import costs as kc
 from lptrain.model_perf import record as rec_mod
 from lptrain.model_perf.predict import Collecting, Counts, Machine, Model
-from lptrain.model_perf.record import (DATA, LAYER, Allreduce, Kernel, Recv, Send,
+from lptrain.model_perf.record import (DATA, LAYER, Allreduce, Glue, Kernel, Recv, Send,
                                        record_iteration)
 from lptrain.model_perf.simulate import FREE_LINK, Link, ScheduleError, simulate
 from lptrain.parallel.grid import Grid
@@ -143,8 +143,10 @@ def test_one_rank_prediction_is_the_sum_of_its_recorded_kernel_costs(mode):
     r = model.record(mode, 1, 1, 3, 2)
 
     def total(ops):
-        return sum(op.calls * costs.full[(op.name, op.states)] for ops_ in ops for op in ops_
-                   if isinstance(op, Kernel))
+        return sum(op.calls * costs.full[(op.name, op.states)] if isinstance(op, Kernel)
+                   else op.seconds if isinstance(op, Glue) else 0.0
+                   for ops_ in ops for op in ops_)
+    assert any(isinstance(op, Glue) and op.seconds > 0 for op in r.value[0])
     want = 1.5 * total(r.value) + total(r.gradient)
     got = model.grid_time(Grid(1, 1), mode, m, Counts(1.5, 3, 2), (3, 2))
     assert got == pytest.approx(want, rel=1e-12)
@@ -167,8 +169,9 @@ def test_data_groups_run_on_their_shard_and_pay_their_sums():
     link = Link(1e-4, 1e7)
     r = model.record("serial", 1, 4)
     shard = 11                                   # ceil(41 / 4) samples
-    kernels = sum(op.calls * costs.call(op.name, op.states, shard)
-                  for part in (r.value, r.gradient) for op in part[0] if isinstance(op, Kernel))
+    kernels = sum(op.calls * costs.call(op.name, op.states, shard) if isinstance(op, Kernel)
+                  else op.seconds if isinstance(op, Glue) else 0.0
+                  for part in (r.value, r.gradient) for op in part[0])
     sums = sum(link.allreduce(op.nbytes, 4) for part in (r.value, r.gradient)
                for op in part[0] if isinstance(op, Allreduce) and op.group == DATA)
     got = model.grid_time(Grid(1, 4), "serial", Machine(costs, link))
@@ -339,8 +342,10 @@ def test_a_measured_run_resumed_on_another_rank_count_counts_its_latest_ranks(tm
 
 # -- the automatic grid ------------------------------------------------------------------------
 def _proportional(batch: int, per_call: float) -> kc.KernelCosts:
-    """Costs whose per-call part is `per_call` of the full-batch time t (t·b/B for 0)."""
+    """Costs whose per-call part is `per_call` of the full-batch time t (t·b/B for 0),
+    without the records' glue."""
     costs = _fake_costs(batch)
+    costs.glue = False
     for key, t in costs.full.items():
         costs.one[key] = per_call * t + (1 - per_call) * t / batch
     return costs
