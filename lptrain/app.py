@@ -33,7 +33,7 @@ from lptrain.train.loop import batch_samples, train
 from lptrain.train.objective import Objective
 from lptrain.train.optimizers import OPTIMIZERS
 from lptrain.train.run_state import RunState
-from lptrain.train.oracles import make_oracle
+from lptrain.train.terms import make_oracle
 
 def _cast(data, dtype, device):
     def f(t):

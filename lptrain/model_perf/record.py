@@ -148,7 +148,7 @@ def iteration_oracle(net, mode: str, mgrit_opts, exchange, data_exchange=None,
     and the regulariser."""
     from lptrain.train.data_parallel import DataParallelOracle
     from lptrain.train.objective import Objective
-    from lptrain.train.oracles import make_oracle
+    from lptrain.train.terms import make_oracle
     terms = make_oracle(SimpleNamespace(name=mode, warm_batches=1), net, exchange, mgrit_opts,
                         mini_batches)
     if data_exchange is not None:

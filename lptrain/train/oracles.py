@@ -23,7 +23,7 @@ from lptrain.train.protocol import Batch, Evaluated, Point
 from lptrain.train.warm import LatestWarm
 
 __all__ = ["Batch", "Evaluated", "ExactOracle", "MGRITOracle", "Point", "SerialOracle",
-           "SolveStats", "make_oracle", "measured"]
+           "SolveStats", "measured"]
 
 
 @dataclass
@@ -360,13 +360,3 @@ class MGRITOracle(ExactOracle):
         sweeps all layers serially over its share of a chunk, which costs a P-th of one
         serial sweep where a converged MGRIT solve costs several."""
         return self.validator.validate(theta, x, y, chunk)
-
-
-def make_oracle(mode, net, exchange, mgrit_opts, mini_batches: bool = False):
-    """The data terms of `mode` (a ModeOptions) on `exchange`'s ranks."""
-    if mode.name == "serial":
-        return SerialOracle(net, exchange)
-    if mode.name == "mgrit":
-        return MGRITOracle(net, exchange, mgrit_opts)
-    from lptrain.train.oneshot import SimultaneousOracle   # it builds on MGRITOracle
-    return SimultaneousOracle(net, exchange, mgrit_opts, mode.warm_batches, mini_batches)
