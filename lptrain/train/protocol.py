@@ -17,7 +17,7 @@ train/data_parallel.py; train/objective.py adds the regulariser once on top.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -63,6 +63,7 @@ class Evaluated:
         return self.tape
 
 
+@runtime_checkable
 class Oracle(Protocol):
     """What an optimizer asks (train/optimizers.py)."""
 
@@ -82,6 +83,7 @@ class Oracle(Protocol):
         """Back to the configured accuracy (after a successful optimizer iteration)."""
 
 
+@runtime_checkable
 class WarmStarts(Protocol):
     """How checkpoints read the warm starts in an oracle's state_dict (train/checkpoint.py,
     train/regrid.py); callable on the class as well as on an instance."""
@@ -98,6 +100,7 @@ class WarmStarts(Protocol):
         its C-points (C_POINTS; parallel/blocks.py)."""
 
 
+@runtime_checkable
 class TrainingOracle(Oracle, WarmStarts, Protocol):
     """What the loop and checkpoints ask besides (train/loop.py, train/checkpoint.py)."""
 
@@ -117,6 +120,7 @@ class TrainingOracle(Oracle, WarmStarts, Protocol):
         """Continue from a state_dict."""
 
 
+@runtime_checkable
 class DataTerms(TrainingOracle, Protocol):
     """The data part of J: the batch's mean loss, accuracy and loss gradient, without the
     regulariser (value's point has objective == loss). `measures`: whether the

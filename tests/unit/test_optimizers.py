@@ -9,7 +9,8 @@ from lptrain.mgrit.exchange import SerialExchange
 from lptrain.train.optimizers import LBFGS, OPTIMIZERS, Adam, SGD
 from lptrain.train.objective import Objective
 from lptrain.train.oracles import Batch, ExactOracle, Point, SerialOracle
-from lptrain.train.protocol import Evaluated, StaleEvaluation
+from lptrain.train.protocol import (DataTerms, Evaluated, Oracle, StaleEvaluation,
+                                    TrainingOracle, WarmStarts)
 
 
 def oracle_for(n=40):
@@ -251,3 +252,25 @@ def test_sgd_and_adam_follow_their_update_rules(name):
         theta, _ = again.update(theta, g)
     torch.testing.assert_close(theta, want, rtol=1e-13, atol=1e-15)
     assert theta0.equal(before)       # the caller's θ is never written into
+
+
+def test_every_oracle_has_the_protocol_its_users_rely_on():
+    """Each layer of the stack app.build makes has every method its protocol declares
+    (train/protocol.py); the state readers work on the classes too (train/regrid.py)."""
+    from lptrain.mgrit.options import MGRITOptions
+    from lptrain.train.calibrate import CalibratedOracle
+    from lptrain.train.data_parallel import DataParallelOracle
+    from lptrain.train.oneshot import SimultaneousOracle
+    from lptrain.train.oracles import MGRITOracle
+    net, _ = dense_net(layers=4)
+    ex, opts = SerialExchange(), MGRITOptions(levels=2, cfactor0=2)
+    terms = [SerialOracle(net, ex), MGRITOracle(net, ex, opts),
+             SimultaneousOracle(net, ex, opts)]
+    for t in terms:
+        assert isinstance(t, DataTerms) and isinstance(DataParallelOracle(t, ex), DataTerms)
+        assert isinstance(type(t), WarmStarts)
+        whole = Objective(DataParallelOracle(t, ex), net)
+        assert isinstance(whole, TrainingOracle)
+    assert isinstance(CalibratedOracle(Objective(terms[2], net), terms[2],
+                                       Objective(terms[0], net)), TrainingOracle)
+    assert not isinstance(Quadratic(), TrainingOracle) and isinstance(Quadratic(), Oracle)
