@@ -144,8 +144,5 @@ def data_parallel(comm) -> dict:
 
 
 if __name__ == "__main__":
-    from lptrain.parallel.context import world
-    comm = world()
-    got = run(comm)
-    if comm.Get_rank() == 0:
-        torch.save(got, sys.argv[1])
+    from sizes import main
+    main(run)

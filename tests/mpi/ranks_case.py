@@ -1,7 +1,8 @@
 """One layer-parallel problem solved on however many ranks this runs on.
 
-Run under mpiexec: rank 0 saves the results to argv[1] for the pytest side,
-which compares them with the same function run on one rank.
+Run under mpiexec on the rank counts argv[2:] (tests/mpi/sizes.py): rank 0 saves the
+results to argv[1] for the pytest side, which compares them with the same function run
+on one rank.
 """
 from __future__ import annotations
 
@@ -129,8 +130,6 @@ def module_case(comm) -> dict:
 
 
 if __name__ == "__main__":
-    from lptrain.parallel.context import make_exchange, world
-    comm = world()
-    out = run(make_exchange(comm), comm)
-    if comm.Get_rank() == 0:
-        torch.save(out, sys.argv[1])
+    from lptrain.parallel.context import make_exchange
+    from sizes import main
+    main(lambda comm: run(make_exchange(comm), comm))

@@ -1,6 +1,4 @@
 """LayerParallel on 1..4 ranks equals serial autograd: outputs, every gradient, state."""
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -9,19 +7,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import module_case  # noqa: E402
+from sizes import on_sizes  # noqa: E402
 
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
 pytestmark = pytest.mark.mpi
-
-
-def launch_script(script, ranks: int, out: Path) -> dict:
-    """`script out` under mpiexec -n ranks (one launch for all cases); rank 0's results."""
-    env = dict(os.environ, MPIR_CVAR_ENABLE_HEAVY_YIELD="1", OMP_NUM_THREADS="1")
-    cmd = ["timeout", "200", str(MPIEXEC), "-n", str(ranks), sys.executable, str(script),
-           str(out)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return torch.load(out)
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +29,13 @@ def test_one_rank_equals_serial(reference):
     assert_equal(module_case.run(), reference)
 
 
+@pytest.fixture(scope="module")
+def many(tmp_path_factory):
+    """{ranks: results} on 2, 3 and 4 ranks, one launch."""
+    return on_sizes(module_case.__file__, [2, 3, 4],
+                    tmp_path_factory.mktemp("module") / "out.pt")
+
+
 @pytest.mark.parametrize("ranks", [2, 3, 4])
-def test_many_ranks_equal_serial(ranks, reference, tmp_path):
-    assert_equal(launch_script(module_case.__file__, ranks, tmp_path / "out.pt"), reference)
+def test_many_ranks_equal_serial(ranks, reference, many):
+    assert_equal(many[ranks], reference)

@@ -1,6 +1,4 @@
 """1 rank against 2, 3 and 4 ranks (oversubscribed): same states, gradients, trajectories."""
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,8 +9,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import ranks_case  # noqa: E402
 from helpers import batch, dense_net, serial_objective_and_grad  # noqa: E402
 from lptrain.mgrit.exchange import SerialExchange  # noqa: E402
-
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
+from sizes import on_sizes  # noqa: E402
 pytestmark = pytest.mark.mpi
 
 
@@ -21,14 +18,10 @@ def reference():
     return ranks_case.run(SerialExchange())
 
 
-def launch(ranks: int, out: Path) -> dict:
-    env = dict(os.environ, MPIR_CVAR_ENABLE_HEAVY_YIELD="1", OMP_NUM_THREADS="1")
-    cmd = [str(MPIEXEC), "-n", str(ranks), sys.executable,
-           str(Path(ranks_case.__file__)), str(out)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Warning" not in proc.stderr, proc.stderr[-3000:]   # e.g. torch resizing an out=
-    return torch.load(out)
+@pytest.fixture(scope="module")
+def many(tmp_path_factory):
+    """{ranks: results} on 2, 3 and 4 ranks, one launch."""
+    return on_sizes(ranks_case.__file__, [2, 3, 4], tmp_path_factory.mktemp("ranks") / "out.pt")
 
 
 def test_one_rank_matches_serial_network(reference):
@@ -63,8 +56,8 @@ def test_warm_starts_from_the_solution_stay_there(reference):
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 4])
-def test_many_ranks_equal_one_rank(ranks, reference, tmp_path):
-    got = launch(ranks, tmp_path / "out.pt")
+def test_many_ranks_equal_one_rank(ranks, reference, many):
+    got = many[ranks]
     assert set(got) == set(reference)
     for key, ref in reference.items():
         assert got[key].shape == ref.shape, key
