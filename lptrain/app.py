@@ -17,6 +17,7 @@ from lptrain.metrics.tensorboard import check_available, with_logger
 from lptrain.metrics.writer import open_writer
 from lptrain.model.dtypes import DTYPES
 from lptrain.model.network import ResNet
+from lptrain.modes import SERIAL, SIMULTANEOUS
 from lptrain import preflight
 from lptrain.model.saved import MODEL_FILES, model_record, save_torch
 from lptrain.parallel.blocks import layout
@@ -73,8 +74,8 @@ def build(opts: Config, comm, plan: Plan | None = None):
     theta = net.init_params(opts.seed, DTYPES[opts.dtype], plan.device)
     terms = _terms(opts, opts.mode, net, ex)
     oracle = Objective(_over_data_groups(terms, ex, plan.grid), net)
-    if opts.mode.name == "simultaneous" and opts.mgrit.calibrate_every > 0:
-        exact = _terms(opts, ModeOptions(name="serial"), net, ex)
+    if opts.mode.name == SIMULTANEOUS and opts.mgrit.calibrate_every > 0:
+        exact = _terms(opts, ModeOptions(name=SERIAL), net, ex)
         oracle = CalibratedOracle(oracle, terms,
                                   Objective(_over_data_groups(exact, ex, plan.grid), net))
     optimizer = OPTIMIZERS[opts.optimizer.name](opts.optimizer, total=opts.train.iterations)
@@ -170,7 +171,7 @@ def placement(opts: Config, grid, data, net) -> Placement:
 def _stall_message(opts: Config, outcome) -> str:
     """One line: that the run stalled, why, and what to try."""
     hint = ("try mode=mgrit, more mgrit.fwd_iters/adj_iters or mgrit.adaptive=true"
-            if opts.mode.name == "simultaneous" else
+            if opts.mode.name == SIMULTANEOUS else
             "the optimum may be reached (lower optimizer.gtol), or try another optimizer, "
             "learning rate or network.init")
     return f"stalled after {outcome.iterations} iterations: {outcome.stalled}; {hint} " \

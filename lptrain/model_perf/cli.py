@@ -28,6 +28,7 @@ from lptrain.model_perf.costs import KernelCosts, given_costs
 from lptrain.model_perf.predict import Collecting, Counts, Machine, Model
 from lptrain.model_perf.report import comparison_table, plot, scaling_table
 from lptrain.model_perf.simulate import Link
+from lptrain.modes import MGRIT
 from lptrain.parallel.grid import Grid
 
 PROG = "lptrain-model"
@@ -131,7 +132,7 @@ def counts(args, runs) -> tuple[Counts, str]:
         trials = sum(r.trials for r in runs) / len(runs) if runs else 1.0
         notes.append(f"evaluations/iteration {trials:.3g} "
                      f"({'mean of measured runs' if runs else 'assumed'})")
-    mg = [r for r in runs if r.mode == "mgrit" and r.fwd is not None]
+    mg = [r for r in runs if r.mode == MGRIT and r.fwd is not None]
     if args.mgrit_iters:
         fwd, adj = _numbers(args.mgrit_iters, "--mgrit-iters", 2)
     elif mg:

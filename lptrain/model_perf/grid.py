@@ -12,13 +12,14 @@ from typing import Sequence
 
 from lptrain.model_perf.measure import DEFAULT_LINK
 from lptrain.model_perf.predict import Collecting, Counts, Machine, Model
+from lptrain.modes import LAYERED
 from lptrain.parallel.grid import Grid, candidates, choose
 
 
 def recommend(size: int, mode: str, model: Model, m: Machine, counts: Counts = Counts(),
               layer_ranks="auto", data_ranks: int | None = None) -> tuple[Grid, dict]:
     """(grid, {grid: predicted seconds}) among the grids the options allow on `size` ranks."""
-    grids = candidates(size, layer_ranks, data_ranks, model.max_layer, mode != "serial")
+    grids = candidates(size, layer_ranks, data_ranks, model.max_layer, mode in LAYERED)
     times = {g: model.grid_time(g, mode, m, counts) for g in grids}
     return choose(grids, times.__getitem__), times
 
@@ -45,8 +46,9 @@ class MeasuredTimer:
         import torch
 
         from lptrain.data.base import dataset_sizes
+        from lptrain.model.dtypes import DTYPES
         o = self.opts
-        dtype = {"float32": torch.float32, "float64": torch.float64}[o.dtype]
+        dtype = DTYPES[o.dtype]
         batch = o.train.batch_size or dataset_sizes(o.dataset).n_train
         model = Model(self.net, o.mgrit, batch, o.train.batch_size is not None, dtype)
         theta = self.net.init_params(o.seed, dtype, o.device)

@@ -20,6 +20,7 @@ import torch
 
 from lptrain.model_perf.record import Kernel, Record, record_iteration
 from lptrain.model_perf.simulate import Link, simulate
+from lptrain.modes import MGRIT, SERIAL
 from lptrain.parallel.grid import Grid, c_intervals
 
 
@@ -91,7 +92,7 @@ class Model:
         return c_intervals(self.net.opts.layers, o.cfactor0, o.levels, o.min_coarse)
 
     def record(self, mode: str, layer: int, data: int, fwd: int = 1, adj: int = 1) -> Record:
-        if mode == "serial":
+        if mode == SERIAL:
             fwd = adj = 1
         key = (mode, layer, data, fwd, adj)
         if key not in self._records:
@@ -114,11 +115,11 @@ class Model:
                   cycles: tuple[float, float] | None = None) -> float:
         """Seconds per optimizer iteration of `mode` on `grid`; cycles: (forward, adjoint)
         per solve (default: counts' for mgrit, the options' for simultaneous)."""
-        if mode == "serial":
+        if mode == SERIAL:
             value, gradient = self.parts(mode, grid, m)
             return counts.trials * value + gradient
         if cycles is None:
-            cycles = (counts.mgrit_fwd, counts.mgrit_adj) if mode == "mgrit" \
+            cycles = (counts.mgrit_fwd, counts.mgrit_adj) if mode == MGRIT \
                 else (self.mgrit.fwd_iters, self.mgrit.adj_iters)
         fwd, adj = cycles
         lo = (math.floor(fwd), math.floor(adj))

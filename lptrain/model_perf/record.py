@@ -33,6 +33,7 @@ from typing import Union
 import torch
 
 from lptrain.errors import LptrainError
+from lptrain.modes import MGRIT, SIMULTANEOUS
 
 LAYER, DATA = "layer", "data"     # which ranks a sum is over
 
@@ -110,7 +111,7 @@ def record_iteration(net, mode: str, mgrit_opts, layer: int = 1, data: int = 1,
 
     Raises SolverError (as training would) for more layer ranks than C-intervals.
     """
-    if mode == "simultaneous":
+    if mode == SIMULTANEOUS:
         mgrit_opts = replace(mgrit_opts, control="fixed", fwd_iters=fwd, adj_iters=adj,
                              adaptive=False, calibrate_every=0)
     theta = net.init_params(0, dtype, "cpu")
@@ -125,8 +126,8 @@ def record_iteration(net, mode: str, mgrit_opts, layer: int = 1, data: int = 1,
             data_ex = _Exchange(log, 0, data, DATA)
         oracle = iteration_oracle(rec_net, mode, mgrit_opts, ex, data_ex, mini_batches)
         for kept in (False, True):
-            ex.script(fwd if mode == "mgrit" else None)
-            ex.twin.script(adj if mode == "mgrit" else None)
+            ex.script(fwd if mode == MGRIT else None)
+            ex.twin.script(adj if mode == MGRIT else None)
             log.begin(kept)
             ev = value_of(oracle, theta, x, y)
             value_ops = log.end()
