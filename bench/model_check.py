@@ -98,6 +98,116 @@ def cpu_check(overrides, iterations: int) -> list[tuple]:
     return rows
 
 
+class _Hub:
+    """Mailboxes and sums shared by in-process ranks (one thread each)."""
+
+    def __init__(self, size: int):
+        import queue
+        import threading
+        self.size = size
+        self.boxes = {(a, b): queue.Queue() for a in range(size) for b in range(size)}
+        self.barrier = threading.Barrier(size, timeout=3000)
+        self.values: list = [None] * size
+
+
+class _ThreadExchange:
+    """An exchange between the threads of a _Hub (blocking waits use no CPU)."""
+
+    def __init__(self, hub: _Hub, rank: int, mirror: bool = False):
+        self.hub, self.size, self.mirror, self.phys = hub, hub.size, mirror, rank
+        self.rank = self._map(rank)
+
+    def _map(self, r: int) -> int:
+        return self.size - 1 - r if self.mirror else r
+
+    def reversed(self):
+        return _ThreadExchange(self.hub, self.phys, not self.mirror)
+
+    def send(self, tensor, dest):
+        self.hub.boxes[(self.phys, self._map(dest))].put(tensor.detach().clone())
+
+    def recv(self, template, source):
+        return self.hub.boxes[(self._map(source), self.phys)].get(timeout=3000)
+
+    def wait(self):
+        pass
+
+    def _sum(self, value):
+        self.hub.values[self.phys] = value
+        self.hub.barrier.wait()
+        total = sum(self.hub.values[1:], self.hub.values[0])
+        self.hub.barrier.wait()
+        return total
+
+    def allreduce_sum(self, value):
+        return float(self._sum(float(value)))
+
+    def allreduce_sums(self, values):
+        import numpy as np
+        return self._sum(np.array(values, dtype=float)).tolist()
+
+    def allreduce_tensor(self, tensor):
+        return self._sum(tensor.clone())
+
+
+def two_rank_check(overrides, iterations: int) -> list[tuple]:
+    """[(mode, cycles, per-rank CPU seconds measured, per-rank predicted)] of 2 ranks
+    run as threads of this process (mgrit and simultaneous 2 × 1, serial 1 × 2)."""
+    import dataclasses
+    import threading
+    import time
+
+    import torch
+
+    from lptrain.data import load_dataset
+    from lptrain.mgrit.exchange import SerialExchange
+    from lptrain.model_perf import cli, record
+    from lptrain.parallel.grid import Grid, shard
+    args = cli.parser().parse_args([*overrides])
+    opts, _ = cli.compose(overrides)
+    net, theta, batch = cli.build_network(opts)
+    data = load_dataset(opts.dataset, opts.seed)
+    x, y = data.x_train[:batch].to(theta.dtype), data.y_train[:batch]
+    model = cli.make_model(opts, net, theta, batch)
+    rows = []
+    for mode in MODES:
+        mgrit = dataclasses.replace(opts.mgrit, control="fixed", adaptive=False)
+        hub, cpu, cycles = _Hub(2), [[], []], [None, None]
+
+        def rank(r):
+            torch.set_num_threads(1)
+            ex = _ThreadExchange(hub, r)
+            if mode == "serial":
+                lo, hi = shard(batch, 2, r)
+                oracle = record.iteration_oracle(net, mode, mgrit, SerialExchange(), ex)
+                xs, ys = x[lo:hi], y[lo:hi]
+            else:
+                oracle, xs, ys = record.iteration_oracle(net, mode, mgrit, ex), x, y
+            for k in range(iterations):
+                t0 = time.thread_time()
+                ev = record.value_of(oracle, theta * (1 + 0.01 * k), xs, ys)
+                record.gradient_of(oracle, ev)
+                cpu[r].append(time.thread_time() - t0)
+            stats = oracle.record() or {}
+            cycles[r] = (stats.get("fwd_iterations", 1), stats.get("adj_iterations", 1))
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        grid = Grid(1, 2) if mode == "serial" else Grid(2, 1)
+
+        def predict(m, mode=mode, grid=grid, c=cycles[0]):
+            return model.busy(mode, grid, m, *c)
+        m, _ = cli.machine(args, model, theta, opts.device, cli.measure.DEFAULT_LINK, predict)
+        measured = [statistics.median(c[2:]) for c in cpu]
+        if mode == "serial":       # one layer group recorded: both ranks alike
+            rows.append((mode, cycles[0], measured, predict(m) * 2))
+        else:
+            rows.append((mode, cycles[0], measured, predict(m)))
+    return rows
+
+
 def predictions(overrides, dirs) -> tuple[dict, str]:
     """{run dir: (measured iteration time, predicted)} and the model's cost note."""
     from lptrain.model_perf import cli
@@ -131,6 +241,15 @@ def main() -> int:
     for mode, (kf, ka), cpu, pred in rows:
         cyc = "-" if mode == "serial" else f"{kf} + {ka}"
         print(f"| {label} | {mode} | {cyc} | {cpu:.4g} | {pred:.4g} | {pred / cpu:.2f} |")
+    print("\ntwo ranks as threads of this process, CPU time of each rank")
+    print("| configuration | mode | cycles fwd + adj | measured CPU rank 0, 1 [s] "
+          "| predicted rank 0, 1 [s] | predicted / measured |")
+    print("|---|---|---|---:|---:|---:|")
+    for mode, (kf, ka), cpu, pred in two_rank_check(a.overrides, a.iterations):
+        cyc = "-" if mode == "serial" else f"{kf} + {ka}"
+        ratio = ", ".join(f"{p / c:.2f}" for p, c in zip(pred, cpu))
+        print(f"| {label} | {mode} | {cyc} | {cpu[0]:.4g}, {cpu[1]:.4g} "
+              f"| {pred[0]:.4g}, {pred[1]:.4g} | {ratio} |")
     if a.cpu_only:
         return 0
     loads, dirs = [load()], {}

@@ -111,6 +111,17 @@ class Model:
         return tuple(simulate(part, seconds, m.link, state, grid.data).makespan
                      for part in (rec.value, rec.gradient))
 
+    def busy(self, mode: str, grid: Grid, m: Machine, fwd: int = 1, adj: int = 1,
+             trials: float = 1.0) -> list[float]:
+        """Each layer rank's computing time (kernels and glue, no waiting) per optimizer
+        iteration with whole fwd / adj cycles."""
+        rec = self.record(mode, grid.layer, grid.data, fwd, adj)
+        shard = math.ceil(self.batch / grid.data)
+        state = shard * math.prod(self.net.state_shape) * self.item
+        value, gradient = (simulate(part, m.costs.seconds(shard), m.link, state,
+                                    grid.data).compute for part in (rec.value, rec.gradient))
+        return [trials * v + g for v, g in zip(value, gradient)]
+
     def grid_time(self, grid: Grid, mode: str, m: Machine, counts: Counts = Counts(),
                   cycles: tuple[float, float] | None = None) -> float:
         """Seconds per optimizer iteration of `mode` on `grid`; cycles: (forward, adjoint)

@@ -469,3 +469,14 @@ def test_lptrain_model_prints_the_split_auto_takes(tmp_path, monkeypatch):
             g = auto_grid(opts, dataset_sizes(opts.dataset), net, p, mode)
             assert cells[col] == f"{g.layer} x {g.data}", (p, mode, row)
             assert cells[col + 1].startswith(cells[col]), row     # the same costs
+
+
+def test_busy_time_is_the_makespan_on_one_rank_and_splits_over_two():
+    from helpers import dense_net
+    net, _ = dense_net(layers=12)
+    model, m = Model(net, OPTS, batch=40), Machine(_fake_costs(40), Link(1e-3, 1e6))
+    one = model.busy("simultaneous", Grid(1, 1), m, 2, 2, trials=1.5)
+    assert one == [pytest.approx(model.grid_time(Grid(1, 1), "simultaneous", m, Counts(1.5),
+                                                 (2, 2)), rel=1e-12)]
+    two = model.busy("simultaneous", Grid(2, 1), m, 2, 2, trials=1.5)
+    assert len(two) == 2 and max(two) < one[0] < sum(two) * 1.5
