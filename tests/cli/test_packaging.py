@@ -88,7 +88,7 @@ def test_a_missing_package_is_one_line_naming_its_extra(fail, extra, monkeypatch
 
 def test_no_mpi_library_refuses_with_one_line(tmp_path):
     """mpi4py from PyPI without the `mpi` extra (nor a system MPI) finds no library."""
-    proc = lptrain(["train.iterations=1"], cwd=tmp_path, timeout=TIMEOUT,
+    proc = lptrain(["train.iterations=1"], cwd=tmp_path, timeout=TIMEOUT, fresh=True,
                    env={**ENV, "MPI4PY_LIBMPI": str(tmp_path / "no" / "libmpi.so")})
     assert proc.returncode == REFUSED, proc.stderr
     lines = proc.stderr.strip().splitlines()

@@ -1,0 +1,68 @@
+"""An interpreter with lptrain's modules imported that runs the `lptrain` command in forked
+children, so that one-rank CLI tests pay torch's import (seconds) once per session.
+
+Started by tests/launch.py with the environment of the runs it will serve (imports may
+read it). It reads one JSON request per line on stdin ({"args", "cwd", "env", "stdout",
+"stderr"}), forks, answers the child's pid, and when the child has ended its wait status.
+The child is the command from `main()` on: its own argv, directory, environment and
+output files, and it leaves like a fresh interpreter (exit handlers, a traceback and 1
+for an uncaught exception). MPI is never initialised here: each child does that itself.
+Start-up itself (entry points, signals while importing, launchers) is tested by real
+launches elsewhere.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def preload() -> None:
+    """What a training run imports, short of MPI (importing mpi4py.MPI initialises it)."""
+    import h5py  # noqa: F401
+    import hydra  # noqa: F401
+    import torch  # noqa: F401
+
+    import lptrain.app  # noqa: F401
+    import lptrain.cli  # noqa: F401
+    import lptrain.jobs  # noqa: F401
+
+
+def serve() -> dict | None:
+    """Fork a child per request; the child returns its request, the server None at EOF."""
+    for line in sys.stdin:
+        request = json.loads(line)
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            return request
+        print(json.dumps({"pid": pid}), flush=True)
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"status": status}), flush=True)
+    return None
+
+
+def become(request: dict) -> None:
+    """Turn this child into `lptrain args` started in request['cwd']."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+        out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(out, fd)
+        os.close(out)
+    os.close(null)
+    sys.stdin = open(os.devnull)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.argv = [request["argv0"], *request["args"]]
+
+
+if __name__ == "__main__":
+    preload()
+    print(json.dumps({"ready": os.getpid()}), flush=True)
+    job = serve()
+    if job is not None:
+        become(job)
+        from lptrain.cli import main
+        main()     # SystemExit and exceptions leave as they would leave the command
