@@ -14,17 +14,26 @@ pytestmark = [pytest.mark.cli, pytest.mark.mpi]
 
 TINY = ["network.layers=8", "network.width=4", "dataset.n_train=200", "dataset.n_val=50",
         "seed=2", "eval_every=2", "mgrit.levels=2", "mgrit.cfactor0=2", "mgrit.tol=1e-13"]
+MODES = ("serial", "mgrit", "simultaneous")
 
 
-@pytest.mark.parametrize("mode", ["serial", "mgrit", "simultaneous"])
-def test_resume_on_another_rank_count_equals_the_uninterrupted_run(mode, tmp_path):
-    whole, parts = tmp_path / "whole", tmp_path / "parts"
-    args = [*TINY, f"mode={mode}"]
-    one = lptrain([f"hydra.run.dir={whole}", *args, "train.iterations=8"], tmp_path)
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    """mode -> a run of 4 iterations on 2 ranks; one mpiexec launch runs them all (a sweep)."""
+    sweep = tmp_path_factory.mktemp("parts") / "sweep"
+    proc = lptrain(["-m", f"hydra.sweep.dir={sweep}", *TINY, f"mode={','.join(MODES)}",
+                    "train.iterations=4"], sweep.parent, ranks=2, timeout=360)
+    assert proc.returncode == 0, proc.stderr
+    jobs = [p for p in sorted(sweep.iterdir()) if p.is_dir() and p.name.isdigit()]
+    return {read_metrics(p / ms.FILE_NAME).mode: p for p in jobs}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_resume_on_another_rank_count_equals_the_uninterrupted_run(mode, stopped, tmp_path):
+    whole, parts = tmp_path / "whole", stopped[mode]
+    one = lptrain([f"hydra.run.dir={whole}", *TINY, f"mode={mode}", "train.iterations=8"],
+                  tmp_path)
     assert one.returncode == 0, one.stderr
-    first = lptrain([f"hydra.run.dir={parts}", *args, "train.iterations=4"], tmp_path,
-                    ranks=2)
-    assert first.returncode == 0, first.stderr
     second = lptrain([f"resume={parts}", "train.iterations=8"], tmp_path)
     assert second.returncode == 0, second.stderr
     a, b = read_metrics(whole / ms.FILE_NAME), read_metrics(parts / ms.FILE_NAME)
