@@ -311,7 +311,7 @@ class _Network:
         return getattr(self._net, name)
 
     def stepper(self, theta):
-        return _Stepper(self._net.stepper(theta), self._log)
+        return _Stepper(self._net.stepper(theta), self._log, len(self._net.state_dims(1)))
 
     def opening(self, theta, y):
         return self._log.call("opening", y, self._net.opening, theta, y)
@@ -332,8 +332,9 @@ class _Stepper:
     """A stepper whose kernels are logged and give zeros of their result's shape
     (names: measure.py); weights and everything else are the real stepper's."""
 
-    def __init__(self, real, log: _Log):
+    def __init__(self, real, log: _Log, state_dims: int):
         self._real, self._log = real, log
+        self._state_dims = state_dims      # dims of one state; one more: a stack of them
         self.act = _Activation(real.act, log)
 
     def __getattr__(self, name):
@@ -362,7 +363,7 @@ class _Stepper:
 
     def vjp_weights(self, u, g, K=None):
         def zeros():
-            m = (u.shape[0],) if u.dim() >= self._real.K.dim() else ()   # stacked
+            m = (u.shape[0],) if u.dim() > self._state_dims else ()   # stacked
             return (u.new_zeros((*m, *self._real.K.shape[1:])),
                     u.new_zeros((*m, *self._real.b.shape[1:])))
         return self._log.call("vjp_weights", u, zeros)

@@ -180,3 +180,27 @@ def test_the_speedup_model_records_and_measures_a_custom_step(mode):
     assert set(calls) == kinds
     for fn in calls.values():
         fn()
+
+
+def test_a_saved_custom_model_fine_tunes_with_the_training_gradient(tmp_path):
+    """load_model's module: forward's autograd gradient equals the serial adjoint's."""
+    _train(tmp_path, "mode=serial", "train.iterations=2")
+    model = load_model(tmp_path, "last")
+    net, theta = model.net, model.theta
+    x = torch.randn(7, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    y = torch.tensor([0, 1, 2, 3, 4, 0, 1])
+    loss = torch.nn.functional.cross_entropy(model(x), y, reduction="sum") / 7
+    loss.backward()
+    got = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    _, grad, _ = serial_objective_and_grad(net, theta, x, y)
+    reg = torch.zeros_like(theta)
+    net.regulariser(theta, reg)                  # the loss's gradient: grad − ∇R
+    assert float((got - (grad - reg)).norm() / got.norm()) <= 1e-12
+    assert model.predict(x, preprocessed=True).shape == (7,)
+
+
+def test_resume_refuses_another_step(tmp_path):
+    with pytest.raises(Interrupted):
+        _train(tmp_path, "mode=serial", stop=StopAt(2))
+    with pytest.raises(ConfigError, match=r"network.step.hidden"):
+        _train(tmp_path, "mode=serial", "network.step.hidden=4", resume=True)
