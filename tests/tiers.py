@@ -63,6 +63,7 @@ FILES = {
     "test_stall.py": "unit",
     "test_step_count.py": "numeric",
     "test_tensorboard.py": "training",
+    "test_tiers.py": "unit",
     "test_warm_start.py": "numeric",
 }
 
