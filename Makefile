@@ -31,10 +31,10 @@ run: install ## train the default configuration (Peaks, serial, L-BFGS)
 # numeric = float64 reference comparisons; training = whole runs in process; cli = another
 # interpreter (the lptrain command); mpi = mpiexec; slow = full parameter products and long
 # runs. Pick any with PYTEST_ARGS, e.g. `make test PYTEST_ARGS='-m training'`.
-test: install ## everything: every tier, slow included (CI runs this)
+test: install ## every tier: unit, numeric, training (in-process runs), cli (subprocess), mpi; slow included (CI)
 	MPIR_CVAR_ENABLE_HEAVY_YIELD=1 $(VENV)/bin/pytest -q $(PYTEST_ARGS)
 
-test-fast: install ## unit + numeric tiers, not slow: no subprocess, no training run, no MPI
+test-fast: install ## tiers unit (pure code, files, config) + numeric (float64 references), not slow
 	$(VENV)/bin/pytest -q -m "(unit or numeric) and not slow" tests/unit $(PYTEST_ARGS)
 
 clean: ## remove caches (keeps .venv, outputs/)
