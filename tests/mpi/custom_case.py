@@ -1,11 +1,13 @@
 """network=custom on however many ranks this runs on, in process (app.run).
 
-`python custom_case.py BASE` under mpiexec: each case of CASES trains the two-convolution
-GroupNorm step of tests/custom_step_pkg into BASE/CASE (every rank writes its part, rank 0
-the files). test_custom_ranks.py runs the same cases on one rank and compares.
+`python custom_case.py BASE STOPPED` under mpiexec: each case of CASES trains the
+two-convolution GroupNorm step of tests/custom_step_pkg into BASE/CASE (every rank writes
+its part, rank 0 the files), then the run STOPPED (stopped on one rank) is resumed into
+BASE/resumed. test_custom_ranks.py runs the same cases on one rank and compares.
 """
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -43,14 +45,27 @@ def layer_ranks(case: str, size: int) -> int:
     return 1 if case == "serial" else size
 
 
-def main(base: Path) -> None:
+STOPPED = "simultaneous"   # a run of this case stopped on one rank (test side) and resumed
+STOP_AT = 2                # here: its warm starts move to this grid (train/regrid.py)
+
+
+def resume(comm, stopped: Path, run_dir: Path) -> None:
+    """Copy the stopped run to run_dir and resume it there on this world's ranks."""
+    if comm.Get_rank() == 0:
+        shutil.copytree(stopped, run_dir)
+    comm.Barrier()
+    app.run(cfg(STOPPED, layer_ranks(STOPPED, comm.Get_size())), comm, run_dir, resume=True)
+
+
+def main(base: Path, stopped: Path) -> None:
     from lptrain.parallel.context import world
     comm = world()
     for case in CASES:
         run_dir = base / case
         run_dir.mkdir(parents=True, exist_ok=True)
         app.run(cfg(case, layer_ranks(case, comm.Get_size())), comm, run_dir)
+    resume(comm, stopped, base / "resumed")
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), Path(sys.argv[2]))

@@ -1,6 +1,6 @@
-"""network=custom (two convolutions with a GroupNorm) on 2 ranks = on 1 rank, and converged
-MGRIT = serial: the objective histories to 1e-8 (float64). One mpiexec launch
-(custom_case.py)."""
+"""network=custom (two convolutions with a GroupNorm) on 2 ranks = on 1 rank, converged
+MGRIT = serial (objective histories to 1e-8, float64), and a run stopped on 1 rank and
+resumed on 2 = the uninterrupted run. One mpiexec launch (custom_case.py)."""
 import os
 import subprocess
 import sys
@@ -13,7 +13,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 import custom_case  # noqa: E402
 from lptrain.metrics import schema as ms  # noqa: E402
 from lptrain.metrics.reader import read_metrics  # noqa: E402
+from lptrain.errors import Interrupted  # noqa: E402
 from lptrain.model.saved import load_model  # noqa: E402
+from helpers import StopAt  # noqa: E402
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 pytestmark = pytest.mark.mpi
@@ -26,13 +28,18 @@ def runs(tmp_path_factory):
     for case in custom_case.CASES:
         (base / "one" / case).mkdir(parents=True)
         custom_case.app.run(custom_case.cfg(case), None, base / "one" / case)
+    stopped = base / "stopped"
+    stopped.mkdir()
+    with pytest.raises(Interrupted):
+        custom_case.app.run(custom_case.cfg(custom_case.STOPPED), None, stopped,
+                            StopAt(custom_case.STOP_AT))
     env = dict(os.environ, MPIR_CVAR_ENABLE_HEAVY_YIELD="1", OMP_NUM_THREADS="1")
     cmd = ["timeout", "500", str(MPIEXEC), "-n", "2", sys.executable, custom_case.__file__,
-           str(base / "two")]
+           str(base / "two"), str(stopped)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=560)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {ranks: {case: (read_metrics(base / d / case / ms.FILE_NAME), base / d / case)
-                    for case in custom_case.CASES}
+                    for case in [*custom_case.CASES, "resumed"] if (base / d / case).exists()}
             for ranks, d in ((1, "one"), (2, "two"))}
 
 
@@ -57,3 +64,12 @@ def test_two_ranks_equal_one(runs, case):
         _close(two.train[key], one.train[key], f"{case}: {key}")
     _close(load_model(two_dir, "last").theta, load_model(one_dir, "last").theta, case,
            rtol=1e-7)
+
+
+def test_stopped_on_one_rank_and_resumed_on_two_equals_the_uninterrupted_run(runs):
+    """The warm starts of the custom step's states move to the 2-rank grid."""
+    whole, resumed = runs[1][custom_case.STOPPED][0], runs[2]["resumed"][0]
+    assert resumed.status == ms.COMPLETED
+    np.testing.assert_array_equal(resumed.train[ms.ITERATION], whole.train[ms.ITERATION])
+    for key in (ms.OBJECTIVE, ms.LOSS):
+        _close(resumed.train[key], whole.train[key], f"resumed: {key}", rtol=1e-10)
