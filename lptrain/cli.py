@@ -174,6 +174,8 @@ def _one_line(exc: Exception):
                 avail.append(ln.strip())
         head = head.replace("In 'config': ", "") + (f"; available: {', '.join(avail)}"
                                                      if avail else "")
+    if key and key.startswith("network.step.") and "not in struct" in head:
+        head += f"; add a keyword argument of the step with +{key}=VALUE"
     return ConfigError(f"{key}: {head}" if key else head)
 
 

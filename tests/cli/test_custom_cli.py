@@ -48,6 +48,8 @@ BAD = {   # name: (overrides, what the one line says)
     "wrong_shape": (["network=custom", "network.step._target_=custom_step_pkg.Widening",
                      "+network.step.width=8"], "a residual step must keep it"),
     "bad_keyword": ([*STEP, "+network.step.depth=2"], "failed: TypeError"),
+    "keyword_without_plus": ([*STEP, "network.step.depth=2"],
+                             "add a keyword argument of the step with +network.step.depth="),
     "not_custom": (["+network.step.width=2"], "only network=custom takes a step"),
 }
 
