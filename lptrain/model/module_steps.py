@@ -14,6 +14,8 @@ drives it):
               over the layers' stacked parameters.  Only for layers that share
               one structure (the same module class and hyper-parameters, differing
               only in parameter values); False: one layer at a time (any modules).
+    channels_last  linearisations (`linearize`) see 4-d states in channels_last
+              memory format (same values, a faster convolution backward on CPUs).
 
     steps.modules            nn.ModuleDict 'n' -> f_n of the layers built here
     steps.ensure(n, halo=False)  build layer n (the factory) if it is not here yet;
@@ -53,7 +55,8 @@ class ModuleSteps:
     """Residual steps u + h·f_n(u) of user modules f_n, built where they are needed."""
 
     def __init__(self, layers: Sequence[nn.Module] | Callable[[int], nn.Module],
-                 n_layers: int | None = None, build=None, stack: bool = False):
+                 n_layers: int | None = None, build=None, stack: bool = False,
+                 channels_last: bool = True):
         if callable(layers) and not isinstance(layers, nn.Module):
             if n_layers is None or n_layers < 1:
                 raise ConfigError(f"n_layers={n_layers!r}: a layer factory needs the number "
@@ -70,7 +73,7 @@ class ModuleSteps:
             if n_layers is not None and n_layers != len(layers):
                 raise ConfigError(f"n_layers={n_layers} but {len(layers)} modules given")
             self._given, self._factory, self.n_layers = layers, None, len(layers)
-        self.stack = stack
+        self.stack, self.channels_last = stack, channels_last
         self.modules = nn.ModuleDict()
         self.halo: dict[int, nn.Module] = {}
         for n in range(self.n_layers) if build is None else sorted(set(build)):
@@ -139,6 +142,19 @@ class ModuleSteps:
         return sum(p.numel() for p in self.module(n).parameters())
 
     # -- forward -------------------------------------------------------------------
+    def layout(self, u: torch.Tensor) -> torch.Tensor:
+        """u as linearisations see it: 4-d states in channels_last memory format (same
+        values; the convolutions' backward is faster in it on CPUs, their forward not:
+        BENCHMARKS.md, so forward steps keep the caller's format)."""
+        if self.channels_last and u.dim() == 4:
+            return u.contiguous(memory_format=torch.channels_last)
+        return u
+
+    def _copy(self, u: torch.Tensor) -> torch.Tensor:
+        cl = self.channels_last and u.dim() == 4
+        return u.detach().clone(memory_format=torch.channels_last if cl
+                                else torch.contiguous_format)
+
     def f(self, n: int, u: torch.Tensor, P: Params | None = None) -> torch.Tensor:
         """f_n(u), with parameters P in place of f_n's own if given."""
         module = self.module(n)
@@ -174,33 +190,34 @@ class ModuleSteps:
         their products are only computed when asked for (`vjp_params`), never
         accumulated into .grad."""
         with torch.enable_grad():
-            x = u.detach().requires_grad_()
+            x = self._copy(u).requires_grad_()     # u's buffer may be overwritten
             if P is None:
                 y = self.module(n)(x)
                 leaves = dict(self.module(n).named_parameters())
             else:
                 leaves = {k: v.detach().requires_grad_(params) for k, v in P.items()}
                 y = functional_call(self.module(n), leaves, (x,))
-        return Linear(y, x, leaves if params else None)
+        return Linear(y, x, leaves if params else None, self.layout)
 
 
 class Linear:
     """f at one state: the vector-Jacobian products of its graph (kept for reuse)."""
 
-    def __init__(self, y, x, leaves):
-        self.y, self.x, self.leaves = y, x, leaves
+    def __init__(self, y, x, leaves, layout=lambda t: t):
+        self.y, self.x, self.leaves, self.layout = y, x, leaves, layout
 
     def vjp_state(self, lam: torch.Tensor) -> torch.Tensor:
         """(∂f/∂u)ᵀ λ (only the state's product: autograd skips the parameters')."""
         if not self.y.requires_grad:     # f does not depend on u
             return torch.zeros_like(lam)
-        (g,) = torch.autograd.grad(self.y, self.x, lam, retain_graph=True, allow_unused=True)
+        (g,) = torch.autograd.grad(self.y, self.x, self.layout(lam), retain_graph=True,
+                                   allow_unused=True)
         return torch.zeros_like(lam) if g is None else g
 
     def vjp_params(self, lam: torch.Tensor) -> Params:
         """(∂f/∂θ)ᵀ λ by parameter name (zeros for parameters f does not use)."""
         names = list(self.leaves)
-        grads = torch.autograd.grad(self.y, [self.leaves[k] for k in names], lam,
+        grads = torch.autograd.grad(self.y, [self.leaves[k] for k in names], self.layout(lam),
                                     retain_graph=True, allow_unused=True)
         return {k: torch.zeros_like(self.leaves[k]) if g is None else g
                 for k, g in zip(names, grads)}

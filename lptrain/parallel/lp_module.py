@@ -81,21 +81,22 @@ class LayerParallel(nn.Module):
         if warm is not None and (warm.shape[1:] != x.shape or warm.dtype != x.dtype):
             warm = None                      # another batch shape: a cold start
         s.share()
-        res = s.forward(x, x, warm, max_iter, tol)
+        kept = {} if keep else None
+        res = s.forward(x, x, warm, max_iter, tol, keep=kept)
         self.last_forward = res
         if keep and self.warm_start:
             self._warm[0] = s.fwd.c_point_states(res.states)
         uN = broadcast_tensor(self.exchange, res.states[-1] if s.last else None,
                               self.exchange.size - 1, x)
-        return uN.clone(), res
+        return uN.clone(), res, kept
 
-    def _backward_solve(self, states, grad_uN, want_input: bool):
+    def _backward_solve(self, states, grad_uN, want_input: bool, kept=None):
         s = self.solver
         lamN = grad_uN.detach().contiguous()
         warm = self._warm[1] if self.warm_start else None
         if warm is not None and (warm.shape[1:] != lamN.shape or warm.dtype != lamN.dtype):
             warm = None
-        res, grads = s.backward(states, lamN, lamN, warm)
+        res, grads = s.backward(states, lamN, lamN, warm, kept=kept)
         self.last_backward = res
         if self.warm_start:
             self._warm[1] = s.adj.c_point_states(res.states)
@@ -144,8 +145,9 @@ class _Solve(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, mod: LayerParallel, limits, u0, *params):
-        uN, res = mod._forward_solve(u0, True, *limits)
+        uN, res, kept = mod._forward_solve(u0, True, *limits)
         ctx.mod, ctx.states = mod, res.states.clone()   # the solver reuses its buffers
+        ctx.kept = kept                    # f's graphs at those states (fixed solves)
         ctx.save_for_backward(*params)     # autograd then refuses in-place changes of θ
         return uN
 
@@ -153,7 +155,9 @@ class _Solve(torch.autograd.Function):
     def backward(ctx, grad_uN):
         ctx.saved_tensors
         mod = ctx.mod
-        lam0, grads = mod._backward_solve(ctx.states, grad_uN, ctx.needs_input_grad[2])
+        lam0, grads = mod._backward_solve(ctx.states, grad_uN, ctx.needs_input_grad[2],
+                                          ctx.kept)
+        ctx.kept = None
         return (None, None, lam0, *[grads[n][k] for n, k, _ in mod._indexed_params()])
 
 

@@ -12,10 +12,18 @@ import torch
 
 class ModuleForward:
     """Φ: u ← u + H·f(u).  Single-layer steps call the module itself (no parameter
-    swap); averaged coarse parameters are computed once per solve."""
+    swap); averaged coarse parameters are computed once per solve.
 
-    def __init__(self, steps, h: float, average: bool):
+    With a `keep` dict, finest-level steps asked to save (those of a fixed solve's
+    last sweep, at its returned states) run f as a linearisation and leave it in
+    keep[layer], so the adjoint need not run f again there; layers in `owned` keep
+    their parameters' products too.
+    """
+
+    def __init__(self, steps, h: float, average: bool, keep: dict | None = None,
+                 owned=()):
         self.steps, self.h, self.average = steps, h, average
+        self.keep, self.owned = keep, set(owned)
         self._means: dict[tuple[int, int], dict] = {}
 
     def params(self, start: int, stop: int):
@@ -30,10 +38,17 @@ class ModuleForward:
     def step(self, u, start: int, stop: int, out=None, save: bool = False, plus=None):
         """Φ(u) [+ plus] for the step start → stop (save: nothing to keep, the adjoint
         linearises at the converged states)."""
-        y = self.steps.step(u, start, self.h * (stop - start), self.params(start, stop))
-        return _finish(y, out, plus)
+        h = self.h * (stop - start)
+        if save and self.keep is not None and stop - start == 1:
+            lin = self.steps.linearize(u, start, params=start in self.owned)
+            self.keep[start] = lin
+            return _finish(torch.add(u, lin.y.detach(), alpha=h), out, plus)
+        return _finish(self.steps.step(u, start, h, self.params(start, stop)), out, plus)
 
     def step_many(self, U, starts, stops, out=None, save: bool = False, plus=None):
+        if save and self.keep is not None:
+            ys = [self.step(U[i], a, b, save=True) for i, (a, b) in enumerate(zip(starts, stops))]
+            return _finish(torch.stack(ys), out, plus)
         hs = [self.h * (b - a) for a, b in zip(starts, stops)]
         Ps = [self.params(a, b) for a, b in zip(starts, stops)]
         return _finish(self.steps.step_many(U, list(starts), hs, Ps), out, plus)
@@ -44,14 +59,18 @@ class ModuleAdjoint:
 
     The mirrored step a → b covers forward layers [N−b, N−a) and is linearised
     at u_{N−b} = state(N−b).  Linearisations (f's autograd graph at that state)
-    are kept for the whole solve: every cycle reuses them, and those of the
-    layers in `owned` keep parameter leaves for `param_grads`.
+    are kept for the whole solve (or come from the forward: `kept`): every cycle
+    reuses them, and those of the layers in `owned` keep parameter leaves for
+    `param_grads`.
     """
 
-    def __init__(self, steps, h: float, n_steps: int, state, average: bool, owned):
+    def __init__(self, steps, h: float, n_steps: int, state, average: bool, owned,
+                 kept: dict | None = None):
         self.steps, self.h, self.N, self.state = steps, h, n_steps, state
         self.average, self.owned = average, set(owned)
-        self._lin: dict[tuple[int, int], object] = {}
+        # the forward's linearisations at these states (ModuleForward.keep)
+        self._lin: dict[tuple[int, int], object] = {(n, 1): lin for n, lin in
+                                                     (kept or {}).items()}
 
     def linear(self, n: int, k: int = 1):
         """f of the k layers from n (one, or their mean) linearised at u_n."""

@@ -39,16 +39,25 @@ class ModuleSolver:
             share_params(self.steps, self.plan, self.exchange)
 
     # -- forward ---------------------------------------------------------------------
-    def forward(self, u0, template, warm=None, max_iter=None, tol=None) -> SolveResult:
-        """Forward MGRIT: this rank's states u_lo..u_{hi−1} (u0 read on the first rank)."""
+    def forward(self, u0, template, warm=None, max_iter=None, tol=None,
+                keep: dict | None = None) -> SolveResult:
+        """Forward MGRIT: this rank's states u_lo..u_{hi−1} (u0 read on the first rank).
+
+        keep: a dict that receives f's linearisations at the returned states where a
+        fixed solve's last sweep evaluates f there (for `backward`'s `kept`).
+        """
         o = self.options
-        prop = ModuleForward(self.steps, self.h, self.average)
+        tol = o.tol if tol is None else tol
+        fixed = tol <= 0 and o.rtol <= 0      # else every iteration would linearise
+        prop = ModuleForward(self.steps, self.h, self.average, keep if fixed else None,
+                             self.owned)
         return self.fwd.solve(prop, template, u0 if self.first else None, warm,
                               max_iter=o.max_iter if max_iter is None else max_iter,
-                              tol=o.tol if tol is None else tol, rtol=o.rtol)
+                              tol=tol, rtol=o.rtol)
 
     # -- adjoint ---------------------------------------------------------------------
-    def backward(self, states, lamN, template, warm=None, max_iter=None, tol=None):
+    def backward(self, states, lamN, template, warm=None, max_iter=None, tol=None,
+                 kept: dict | None = None):
         """Adjoint MGRIT from λ_N (read on the last rank) about the forward `states`.
 
         Returns the solve (this rank's λ_{lo+1}..λ_hi; λ_0 last on the first rank)
@@ -57,7 +66,8 @@ class ModuleSolver:
         o = self.options
         extra = self._next_first_state(states)
         state = (lambda n: states[n - self.lo] if n < self.hi else extra)
-        prop = ModuleAdjoint(self.steps, self.h, self.N, state, self.average, self.owned)
+        prop = ModuleAdjoint(self.steps, self.h, self.N, state, self.average, self.owned,
+                             kept)
         res = self.adj.solve(prop, template, lamN if self.last else None, warm,
                              max_iter=o.adjoint_max_iter if max_iter is None else max_iter,
                              tol=o.adjoint_tol if tol is None else tol, rtol=o.rtol)

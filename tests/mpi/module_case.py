@@ -65,6 +65,10 @@ CASES = {
                                        coarse_weights="inject"), False),
     "convgn": (conv_gn_conv, (3, 2, 4, 4), dict(levels=3, cfactor0=2, cfactor=2,
                                                  coarse_weights="average"), False),
+    # fixed iterations: the adjoint uses the forward's last-sweep linearisations
+    "fixed": (conv_gn_conv, (3, 2, 4, 4), dict(levels=3, cfactor0=2, cfactor=2,
+                                                coarse_weights="inject", tol=0.0,
+                                                max_iter=30), False),
 }
 
 
@@ -88,7 +92,7 @@ def run(comm=None) -> dict:
     results = {}
     for name, (make, shape, opts, stack) in CASES.items():
         mod = LayerParallel(make, T=1.0, n_layers=N, comm=comm, stack=stack,
-                            mgrit=MGRITOptions(**opts, **TOL))
+                            mgrit=MGRITOptions(**{**TOL, **opts}))
         u0 = _input(shape, 1).requires_grad_()
         out = mod(u0)
         loss_of(out, 2).backward()
@@ -98,7 +102,7 @@ def run(comm=None) -> dict:
             results[f"{name}-nograd"] = mod(u0)
         state = mod.state_dict()
         other = LayerParallel(lambda n: make(n + 100), T=1.0, n_layers=N, comm=comm,
-                              stack=stack, mgrit=MGRITOptions(**opts, **TOL))
+                              stack=stack, mgrit=MGRITOptions(**{**TOL, **opts}))
         other.load_state_dict(state)         # every layer given, each rank keeps its own
         with torch.no_grad():
             results[f"{name}-loaded"] = other(u0)

@@ -124,6 +124,25 @@ def test_float32_and_float64(dtype, rel):
     assert close(out, mod.serial(u0), rel) and all(close(a, b, rel) for a, b in zip(got, want))
 
 
+@pytest.mark.parametrize("iters", [1, 30])
+def test_fixed_iterations_reuse_the_forwards_linearisations(iters):
+    # a fixed solve leaves f's graphs at its returned states for the adjoint: the
+    # gradient equals that of recomputed graphs (no keep), exactly, and after enough
+    # iterations serial's
+    opts = dict(levels=3, cfactor0=2, cfactor=2, tol=0.0, max_iter=iters)
+    mod = LayerParallel(dense, T=2.0, n_layers=8, mgrit=MGRITOptions(**opts))
+    u0 = inputs(4, 3).requires_grad_()
+    got = grads(mod(u0).pow(2).sum(), mod, u0)
+    assert len(mod.solver.plan) == 0 and mod.last_forward.iterations == iters
+    solver_forward = mod.solver.forward
+    mod.solver.forward = lambda *a, keep=None: solver_forward(*a, keep=None)
+    again = grads(mod(u0).pow(2).sum(), mod, u0)
+    assert all(torch.allclose(a, b, rtol=1e-14, atol=1e-15) for a, b in zip(got, again))
+    if iters == 30:
+        want = grads(mod.serial(u0).pow(2).sum(), mod, u0)
+        assert all(close(a, b) for a, b in zip(got, want))
+
+
 def test_serial_needs_every_layer(monkeypatch):
     mod = LayerParallel(dense, T=1.0, n_layers=4, mgrit=MGRITOptions(levels=2, cfactor0=2))
     monkeypatch.setattr(mod, "owned", range(0, 2))
