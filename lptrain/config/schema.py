@@ -12,7 +12,7 @@ from lptrain.metrics.tensorboard import LOGGERS
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.model.dtypes import DTYPES as _TORCH_DTYPES
 from lptrain.model.network import NetworkOptions
-from lptrain.modes import MODES
+from lptrain.modes import MODES, SERIAL
 from lptrain.train.schedules import SCHEDULES
 
 DTYPES = tuple(_TORCH_DTYPES)
@@ -88,7 +88,7 @@ OPTIMIZER_OPTIONS = {"lbfgs": LBFGSOptions, "sgd": SGDOptions, "adam": AdamOptio
 
 @dataclass
 class ModeOptions:
-    name: str = "serial"         # serial | mgrit | simultaneous
+    name: str = SERIAL           # one of lptrain/modes.py MODES
     warm_batches: int = 64       # simultaneous + mini-batches: batches whose states are kept
 
     def __post_init__(self):

@@ -28,7 +28,7 @@ from lptrain.model_perf.costs import KernelCosts, given_costs
 from lptrain.model_perf.predict import Collecting, Counts, Machine, Model
 from lptrain.model_perf.report import comparison_table, plot, scaling_table
 from lptrain.model_perf.simulate import Link
-from lptrain.modes import MGRIT
+from lptrain.modes import LAYERED, MGRIT, SERIAL
 from lptrain.parallel.grid import Grid
 
 PROG = "lptrain-model"
@@ -256,10 +256,10 @@ def _predictions(ranks, model: Model, m: Machine, cnt: Counts, runs, cfg):
     """Everything the report shows that costs depend on."""
     from lptrain.model_perf.grid import recommend
     preds = model.predict_all(ranks, m, cnt)
-    baseline = model.grid_time(Grid(1, 1), "serial", m, cnt)
+    baseline = model.grid_time(Grid(1, 1), SERIAL, m, cnt)
     measured, compared = _compare(runs, model, m, cfg)
     grids = {(p, mode): recommend(p, mode, model, m, cnt) for p in ranks
-             for mode in ("mgrit", "simultaneous")}
+             for mode in LAYERED}
     return preds, baseline, measured, compared, grids
 
 
@@ -278,7 +278,7 @@ def grid_section(ranks, opts, net, grids) -> str:
              "| simultaneous: these costs |", "|---|---|---|---|---|"]
     for p in ranks:
         cells = []
-        for mode in ("mgrit", "simultaneous"):
+        for mode in LAYERED:
             a = auto_grid(opts, sizes, net, p, mode)
             g, times = grids[(p, mode)]
             t = times.get(g)

@@ -20,7 +20,7 @@ import torch
 
 from lptrain.model_perf.record import Kernel, Record, record_iteration
 from lptrain.model_perf.simulate import Link, simulate
-from lptrain.modes import MGRIT, SERIAL
+from lptrain.modes import MGRIT, SERIAL, SIMULTANEOUS
 from lptrain.parallel.grid import Grid, c_intervals
 
 
@@ -146,20 +146,20 @@ class Model:
         if self.mgrit.levels < 2 or self.max_layer == self.net.opts.layers:
             return None, None
         k, j = self.mgrit.fwd_iters, self.mgrit.adj_iters
-        v0, g0 = self.parts("simultaneous", Grid(size, 1), m, k, j)
-        v1, g1 = self.parts("simultaneous", Grid(size, 1), m, k + 1, j + 1)
+        v0, g0 = self.parts(SIMULTANEOUS, Grid(size, 1), m, k, j)
+        v1, g1 = self.parts(SIMULTANEOUS, Grid(size, 1), m, k + 1, j + 1)
         return v1 - v0, g1 - g0
 
     def predict_at(self, size: int, m: Machine, counts: Counts = Counts()) -> Prediction:
         """Every mode on `size` ranks: serial data parallel, the others layer parallel
         (None beyond max_layer)."""
-        serial = self.grid_time(Grid(1, size), "serial", m, counts)
+        serial = self.grid_time(Grid(1, size), SERIAL, m, counts)
         if size > self.max_layer:
             return Prediction(size, serial)
         fwd_it, adj_it = self.iteration_times(size, m)
         return Prediction(size, serial,
-                          mgrit=self.grid_time(Grid(size, 1), "mgrit", m, counts),
-                          simultaneous=self.grid_time(Grid(size, 1), "simultaneous", m, counts),
+                          mgrit=self.grid_time(Grid(size, 1), MGRIT, m, counts),
+                          simultaneous=self.grid_time(Grid(size, 1), SIMULTANEOUS, m, counts),
                           fwd_iteration=fwd_it, adj_iteration=adj_it)
 
     def predict_all(self, ranks, m: Machine, counts: Counts = Counts()) -> list[Prediction]:
