@@ -130,21 +130,26 @@ def reference() -> dict:
 
 
 def data_parallel(comm) -> dict:
-    """Data groups of one layer rank each: every rank a shard of the batch, gradients
-    averaged over the groups, equal to the whole batch in one process."""
+    """A layer × data grid (4 ranks: 2 × 2, else 1 × P): each data group a shard of the
+    batch, gradients averaged over the groups, equal to the whole batch in one process."""
+    from lptrain.parallel.context import grid_exchanges
+    from lptrain.parallel.grid import Grid
     u0 = _input((12, 5), 3)
-    rank, size = (0, 1) if comm is None else (comm.Get_rank(), comm.Get_size())
-    exchange = None
-    if comm is not None:
-        from lptrain.parallel.context import make_exchange
-        exchange = make_exchange(comm)
-    mod = LayerParallel(dense, T=1.0, n_layers=N, comm=None,
+    size = 1 if comm is None else comm.Get_size()
+    grid = Grid(2, 2) if size == 4 else Grid(1, size)
+    exchanges = grid_exchanges(comm, grid)
+    group = grid.coords(0 if comm is None else comm.Get_rank())[1]
+    mod = LayerParallel(dense, T=1.0, n_layers=N, comm=getattr(exchanges.layer, "comm", None),
                         mgrit=MGRITOptions(levels=3, cfactor0=2, cfactor=2, **TOL))
-    shard = u0.view(size, 12 // size, 5)[rank]
-    (mod(shard) ** 2).sum().mul(size / 12.0).backward()
-    if exchange is not None:
-        average_gradients(mod, exchange)
-    return {"data-grad": torch.cat([p.grad.reshape(-1) for p in mod.parameters()])}
+    shard = u0.view(grid.data, 12 // grid.data, 5)[group]
+    (mod(shard) ** 2).sum().mul(grid.data / 12.0).backward()
+    average_gradients(mod, exchanges.data)
+    mine = {f"data-grad-{n}-{k}": p.grad.clone()
+            for n in mod.owned for k, p in mod.steps.module(n).named_parameters()}
+    out = {}
+    for part in [mine] if comm is None else comm.allgather(mine):
+        out.update(part)
+    return out
 
 
 if __name__ == "__main__":

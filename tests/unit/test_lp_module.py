@@ -193,3 +193,19 @@ def test_one_shot_training_with_warm_starts_reaches_serial_quality():
     cold = train(MGRITOptions(**one_shot), False)
     assert warm <= 1.15 * reference, (warm, reference)
     assert cold >= 2 * reference, (cold, reference)
+
+
+@pytest.mark.slow
+def test_the_readme_example_trains():
+    import contextlib
+    import io
+    import re
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S)
+                if "LayerParallel(" in b]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(block, "README.md", "exec"), {})
+    losses = [float(line.split()[1]) for line in out.getvalue().splitlines()]
+    assert len(losses) == 5 and losses[-1] < losses[0]
