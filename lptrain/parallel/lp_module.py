@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from lptrain.errors import ConfigError
 from lptrain.mgrit.exchange import allreduce_tensor, broadcast_tensor
@@ -152,6 +153,7 @@ class _Solve(torch.autograd.Function):
         return uN
 
     @staticmethod
+    @once_differentiable            # the adjoint solve is not itself differentiated
     def backward(ctx, grad_uN):
         ctx.saved_tensors
         mod = ctx.mod

@@ -29,7 +29,8 @@ def grads(loss, mod, u0):
 
 
 def close(a, b, rel=1e-10):
-    return float((a - b).detach().abs().max()) <= rel * max(float(b.abs().max()), 1e-30)
+    a, b = a.detach(), b.detach()
+    return float((a - b).abs().max()) <= rel * max(float(b.abs().max()), 1e-30)
 
 
 # -- halo arithmetic ---------------------------------------------------------------------
@@ -209,3 +210,11 @@ def test_the_readme_example_trains():
         exec(compile(block, "README.md", "exec"), {})
     losses = [float(line.split()[1]) for line in out.getvalue().splitlines()]
     assert len(losses) == 5 and losses[-1] < losses[0]
+
+
+def test_a_second_derivative_is_refused():
+    mod = LayerParallel(dense, T=1.0, n_layers=4, mgrit=MGRITOptions(levels=2, cfactor0=2))
+    u0 = inputs(2, 3).requires_grad_()
+    (g,) = torch.autograd.grad(mod(u0).pow(2).sum(), u0, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        g.sum().backward()
