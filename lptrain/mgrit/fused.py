@@ -168,6 +168,7 @@ class FusedLevelOps(LevelOps):
 
     @timed("correct")
     def correct(self, lv: LevelState) -> None:
+        lv.zero = False
         coarse = self.levels[lv.index + 1]
         if coarse.empty:
             return

@@ -59,6 +59,9 @@ class CycleOptions:
     share_coarse: bool = True  # FAS coarse states are views of the finer C-points
     fuse_residual: bool = True  # F-relaxations take the next residual's C-steps
     skip_zero: bool = True  # no steps from a linear coarse level's zero C-points
+    # a warm solve's first cycle relaxes the coarse levels before restricting (False:
+    # only the finest level's F-relaxation before the first residual; iterates change)
+    warm_down: bool = True
 
 
 # the solver's choices, by their config names (MGRITOptions validates mgrit.cycle and
@@ -141,7 +144,10 @@ class MGRIT:
         A cold start with skip_first_down opens with the coarse propagation of
         u_0.  A warm start relaxes before its first residual: its F-points
         belong to the states it came from (another θ).  Later iterations skip
-        the first F-relaxation, their F-points being fresh.  Finest-level steps
+        the first F-relaxation, their F-points being fresh.  Without warm_down
+        the warm first cycle restricts on the coarse levels without relaxing
+        them first (the exact solution stays a fixed point: its coarse residuals
+        are zero).  Finest-level steps
         leave activations for the adjoint (ops.saving): without a tolerance only
         the last sweep's are needed; with one, any iteration may be the last.
         """
@@ -163,7 +169,7 @@ class MGRIT:
                         norm <= max(tol, rtol * history[0], floor):
                     return SolveResult(top.X, history, k, math.isfinite(norm),
                                        self._state_norm)
-                self._cycle(1, opt.cycle)
+                self._cycle(1, opt.cycle, down=opt.warm_down or k > 0 or warm is None)
             ops.correct(top)
             last = k == max_iter - 1
             ops.saving = not fixed or last
@@ -174,15 +180,17 @@ class MGRIT:
         return SolveResult(top.X, history, max_iter,
                            norm <= max(tol, rtol * history[0], floor), self._state_norm)
 
-    def _cycle(self, l: int, kind: str) -> None:
-        """One V- or F-cycle on level l ≥ 1 (its problem set by the restriction)."""
+    def _cycle(self, l: int, kind: str, down: bool = True) -> None:
+        """One V- or F-cycle on level l ≥ 1 (its problem set by the restriction);
+        without `down` no relaxation before the restrictions."""
         lv, coarsest = self.levels[l], len(self.levels) - 1
         if l == coarsest:
             self.ops.coarse_solve(lv)
             return
-        self._relax(lv, self.options.nrelax, then=RESTRICT)
+        if down:
+            self._relax(lv, self.options.nrelax, then=RESTRICT)
         self.ops.restrict(lv)
-        self._cycle(l + 1, kind)
+        self._cycle(l + 1, kind, down)
         if kind == "F" and l + 1 < coarsest:
             self._cycle(l + 1, "V")
         self.ops.correct(lv)

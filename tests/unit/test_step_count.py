@@ -1,31 +1,14 @@
 """The steps a fixed-iteration solve takes: what the fused operations leave out
 (`CycleOptions.skip_zero`) is left out, and the iterates stay the same."""
 import dataclasses
-from collections import Counter
 
 import pytest
 import torch
 
-from helpers import batch, dense_net
+from helpers import Counting, batch, dense_net
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.parallel.layer_parallel import LayerParallel
-
-
-class Counted:
-    """A propagator that counts its steps by length."""
-
-    def __init__(self, prop):
-        self.prop, self.steps = prop, Counter()
-
-    def step(self, u, start, stop, **kw):
-        self.steps[abs(stop - start)] += 1
-        return self.prop.step(u, start, stop, **kw)
-
-    def step_many(self, U, starts, stops, **kw):
-        for a, b in zip(starts, stops):
-            self.steps[abs(b - a)] += 1
-        return self.prop.step_many(U, starts, stops, **kw)
 
 
 def _adjoint(skip_zero: bool, iters: int):
@@ -39,7 +22,7 @@ def _adjoint(skip_zero: bool, iters: int):
     solve = lp.adj.solve
 
     def counted(prop, *args, **kw):
-        counts["adj"] = c = Counted(prop)
+        counts["adj"] = c = Counting(prop)
         return solve(c, *args, **kw)
     lp.adj.solve = counted
     warm = None
