@@ -1,7 +1,7 @@
 """Predicted against measured time per iteration: the speedup model on 1 and 2 ranks.
 
     .venv/bin/python bench/model_check.py [OVERRIDES ...] [--iterations K] [--reps R]
-                                          [--out DIR] [--cpu-only]
+                                          [--out DIR] [--cpu-only] [--one-rank]
 
 First, in this process on one rank: the CPU time (this thread's, which other processes
 on a shared machine do not inflate) of K real optimizer iterations of each mode (the
@@ -229,7 +229,8 @@ def main() -> int:
     p.add_argument("--iterations", type=int, default=10)
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--out", type=Path, default=Path("model_check"))
-    p.add_argument("--cpu-only", action="store_true", help="only the one-rank CPU check")
+    p.add_argument("--cpu-only", action="store_true", help="only the CPU-time checks")
+    p.add_argument("--one-rank", action="store_true", help="no two-thread check")
     a = p.parse_args()
     label = " ".join(a.overrides) or "default"
     before = load()
@@ -241,6 +242,8 @@ def main() -> int:
     for mode, (kf, ka), cpu, pred in rows:
         cyc = "-" if mode == "serial" else f"{kf} + {ka}"
         print(f"| {label} | {mode} | {cyc} | {cpu:.4g} | {pred:.4g} | {pred / cpu:.2f} |")
+    if a.one_rank:
+        return 0
     print("\ntwo ranks as threads of this process, CPU time of each rank")
     print("| configuration | mode | cycles fwd + adj | measured CPU rank 0, 1 [s] "
           "| predicted rank 0, 1 [s] | predicted / measured |")
