@@ -230,7 +230,7 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--out", type=Path, default=Path("model_check"))
     p.add_argument("--cpu-only", action="store_true", help="only the CPU-time checks")
-    p.add_argument("--one-rank", action="store_true", help="no two-thread check")
+    p.add_argument("--one-rank", action="store_true", help="only the one-rank CPU check")
     a = p.parse_args()
     label = " ".join(a.overrides) or "default"
     before = load()
