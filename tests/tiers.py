@@ -64,6 +64,7 @@ FILES = {
     "test_step_count.py": "numeric",
     "test_tensorboard.py": "training",
     "test_tiers.py": "unit",
+    "test_warm_down.py": "numeric",
     "test_warm_start.py": "numeric",
 }
 
