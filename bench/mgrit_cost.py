@@ -14,6 +14,7 @@ import argparse
 
 from common import Counting, data, network, save, timeit
 from lptrain.mgrit.exchange import SerialExchange
+from lptrain.mgrit.fused import Fusions
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.model.serial import Buffers, adjoint, propagate
 from lptrain.parallel.layer_parallel import LayerParallel
@@ -46,11 +47,11 @@ def measure(layers, batch, reps):
     row["fwd_iteration_vs_sweep"] = row["fwd_iteration_s"] / t_fwd
     row["adj_iteration_vs_sweep"] = row["adj_iteration_s"] / t_bwd
     row["steps_per_iteration_N"] = count_steps(lp, theta, x) / layers
-    lp.fwd.options.stack = False            # one interval at a time: the effect of stacking
+    lp.fwd.ops.fusions = Fusions(stack=False)   # one interval at a time: the effect of stacking
     row["fwd_unstacked_1_s"] = timeit(lambda: lp.forward(theta, x, warm=base, max_iter=1), reps)
     row["fwd_unstacked_2_s"] = timeit(lambda: lp.forward(theta, x, warm=base, max_iter=2), reps)
     row["fwd_unstacked_iteration_s"] = row["fwd_unstacked_2_s"] - row["fwd_unstacked_1_s"]
-    lp.fwd.options.stack = True
+    lp.fwd.ops.fusions = Fusions()
     return row
 
 

@@ -1,10 +1,11 @@
 """The level operations of `levels.LevelOps` with fewer passes and copies.
 
 The same iterates as the reference (to rounding; tests compare them), by
-five devices, each behind a CycleOptions switch:
+five devices, each behind a `Fusions` switch (all on in every run; tests and
+bench/ turn one off to compare the device with its plain version):
 
-- stack/chunk: the intervals of a rank advance together, one propagator call
-  per step index for up to `chunk` intervals (temporaries stay in cache);
+- stack: the intervals of a rank advance together, one propagator call per
+  step index for up to CHUNK intervals (temporaries stay in cache);
 - fuse_residual: an F-relaxation followed by a residual (`then`) takes that
   residual's C-steps right after each chunk of F-points, while their inputs
   are in cache, and leaves Σ‖r‖² in `LevelState.pending`;
@@ -20,6 +21,7 @@ five devices, each behind a CycleOptions switch:
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -27,12 +29,30 @@ from lptrain.mgrit.indexing import (arithmetic_runs, destination, gather, index_
                                     scatter)
 from lptrain.mgrit.levels import RESIDUAL, RESTRICT, LevelOps, LevelState, sq_norm, timed
 
+# intervals (or C-points) per stacked propagator call: their temporaries stay in cache
+CHUNK = 8
+
+
+@dataclass(frozen=True)
+class Fusions:
+    """Which devices the fused operations use (see module); no configuration option
+    reaches them.  Runs use them all (the default); a switch off is the plain version
+    of that one device, which the tests compare with (tests/unit/test_mgrit.py,
+    test_step_count.py) and bench/mgrit_cost.py times against."""
+
+    stack: bool = True          # one propagator call per step index for many intervals
+    reuse_rhs: bool = True      # later FAS restrictions update the coarse rhs
+    share_coarse: bool = True   # FAS coarse states are views of the finer C-points
+    fuse_residual: bool = True  # F-relaxations take the next residual's C-steps
+    skip_zero: bool = True      # no steps from a linear coarse level's zero C-points
+
 
 class FusedLevelOps(LevelOps):
     """`LevelOps` with stacked steps, fused residuals, shared coarse states and rhs reuse."""
 
     def __init__(self, hierarchy, exchange, options, levels):
         super().__init__(hierarchy, exchange, options, levels)
+        self.fusions = Fusions()   # set before the first solve to compare one device off
         self.shared: list[bool] = []
         self.rhs_current = False   # level 1 still holds the solution its last relaxation left
 
@@ -53,7 +73,7 @@ class FusedLevelOps(LevelOps):
         """Whether level l's states can be a view of level l−1's C-points: FAS (a linear
         coarse level holds corrections) and evenly spaced C-points."""
         fine, coarse = self.levels[l - 1], self.levels[l]
-        return self.options.share_coarse and not self.options.linear and not coarse.empty \
+        return self.fusions.share_coarse and not self.options.linear and not coarse.empty \
             and isinstance(index_of([c - fine.lo for c in fine.cs]), slice)
 
     # -- relaxation ------------------------------------------------------------------
@@ -66,7 +86,7 @@ class FusedLevelOps(LevelOps):
             self.rhs_current = True
 
     def takes(self, then: str | None) -> bool:
-        return then is not None and self.options.fuse_residual
+        return then is not None and self.fusions.fuse_residual
 
     def _consumer(self, lv: LevelState, then: str | None):
         if then == RESTRICT:
@@ -81,18 +101,18 @@ class FusedLevelOps(LevelOps):
         own = [c for c in lv.cs if c < level.n_points - 1]
         ends = [min(_next_c(level, c), lv.hi) for c in own]
         lengths = [e - c - 1 for c, e in zip(own, ends)]
-        k, taken, spent = max(self.options.chunk, 1), 0.0, 0.0
-        for first in range(0, len(own), k):        # a chunk through all its F-points
-            cs, ls = own[first:first + k], lengths[first:first + k]
+        taken, spent = 0.0, 0.0
+        for first in range(0, len(own), CHUNK):    # a chunk through all its F-points
+            cs, ls = own[first:first + CHUNK], lengths[first:first + CHUNK]
             for sub in range(max(ls, default=0)):
                 src = [c + sub for c, n in zip(cs, ls) if n > sub]
-                if sub == 0 and lv.zero and self.options.skip_zero:
+                if sub == 0 and lv.zero and self.fusions.skip_zero:
                     self._take_rhs(lv, src)         # Φ(0) + g = g
                 else:
                     self._advance(lv, src)
             if consumer:
                 t0 = time.perf_counter()
-                src = [e - 1 for e in ends[first:first + k] if e < lv.hi]
+                src = [e - 1 for e in ends[first:first + CHUNK] if e < lv.hi]
                 for part in arithmetic_runs(src):
                     taken += consumer[1](*self._c_chunk(lv, part, consumer[0]))
                 spent += time.perf_counter() - t0
@@ -186,7 +206,7 @@ class FusedLevelOps(LevelOps):
         return sum(consumer[1](*step) for step in self._c_steps_fused(lv, consumer[0]))
 
     def _updates_rhs(self, lv: LevelState) -> bool:
-        return lv.index == 0 and self.rhs_current and self.options.reuse_rhs and \
+        return lv.index == 0 and self.rhs_current and self.fusions.reuse_rhs and \
             not self.options.linear
 
     def _residual_norm(self, lv: LevelState, to_rhs: bool = False):
@@ -280,7 +300,7 @@ class FusedLevelOps(LevelOps):
     def _c_steps_fused(self, lv: LevelState, dest=None, local: bool = True):
         """Yield (C-points, Φ(u_{c−1}) + g_c, put) for this rank's C-points c > 0.
 
-        A chunk of `options.chunk` C-points at a time; `dest(C-points)` →
+        A chunk of CHUNK C-points at a time; `dest(C-points)` →
         (tensor, positions) says where the values belong: they are computed there
         directly where possible, and the consumer calls put(values) when done.
         Chunks go from the last C-point back, so that writing into the states
@@ -295,9 +315,9 @@ class FusedLevelOps(LevelOps):
             self._send(lv)
         targets = [c for c in lv.cs if c > 0]
         remote = bool(targets) and targets[0] == lv.lo
-        k = max(self.options.chunk, 1)
-        chunks = [run[first:first + k] for run in arithmetic_runs([c - 1 for c in targets[remote:]])
-                  for first in range(0, len(run), k)] if local else []
+        chunks = [run[first:first + CHUNK]
+                  for run in arithmetic_runs([c - 1 for c in targets[remote:]])
+                  for first in range(0, len(run), CHUNK)] if local else []
         for part in reversed(chunks):
             yield self._c_chunk(lv, part, dest)
         if remote:
@@ -326,10 +346,9 @@ class FusedLevelOps(LevelOps):
             targets = targets[1:]
         elif lv.lo > 0:
             self._recv(lv)
-        k = max(self.options.chunk, 1)
         for run in arithmetic_runs([i - 1 for i in targets]):
-            for first in range(0, len(run), k):
-                src = run[first:first + k]
+            for first in range(0, len(run), CHUNK):
+                src = run[first:first + CHUNK]
                 yield [p + 1 for p in src], self._steps(lv, src)
         self.exchange.wait()
 
@@ -353,7 +372,7 @@ class FusedLevelOps(LevelOps):
 
     def _advance(self, lv: LevelState, src: list[int]) -> None:
         """Φ + g from each point in src into the next point, written in place."""
-        runs = arithmetic_runs(src) if self.options.stack else [[i] for i in src]
+        runs = arithmetic_runs(src) if self.fusions.stack else [[i] for i in src]
         for run in runs:
             idx = index_of([i + 1 - lv.lo for i in run])
             if isinstance(idx, slice):

@@ -52,15 +52,9 @@ class CycleOptions:
     skip_first_down: bool = True
     linear: bool = False   # Φ linear in u: coarse levels solve for corrections (no Φ^Δ(v))
     level_ops: str = "fused"   # a key of LEVEL_OPS
-    # switches of the fused operations (fused.py)
-    stack: bool = True     # advance all intervals of a rank with one operation per step
-    chunk: int = 8        # ... in groups of this many intervals (temporaries in cache)
-    reuse_rhs: bool = True  # later FAS restrictions update the coarse rhs
-    share_coarse: bool = True  # FAS coarse states are views of the finer C-points
-    fuse_residual: bool = True  # F-relaxations take the next residual's C-steps
-    skip_zero: bool = True  # no steps from a linear coarse level's zero C-points
-    # a warm solve's first cycle relaxes the coarse levels before restricting (False:
-    # only the finest level's F-relaxation before the first residual; iterates change)
+    # A variant no configuration option reaches (tests/unit/test_warm_down.py proves it
+    # sound; BENCHMARKS.md why it stays off): False, a warm solve's first cycle restricts
+    # on the coarse levels without relaxing them first; the iterates change.
     warm_down: bool = True
 
 

@@ -4,6 +4,7 @@ import torch
 
 from helpers import batch, conv_net, dense_net, serial_objective_and_grad
 from lptrain.mgrit.exchange import SerialExchange
+from lptrain.mgrit.fused import Fusions
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.parallel.layer_parallel import LayerParallel
 from lptrain.parallel.propagators import ForwardPropagator
@@ -145,7 +146,7 @@ def test_fixed_iterations_save_the_activations_of_the_returned_states(opts, warm
 
 
 def off_and_on(opts, option, warm, layers=29, iters=3, adjoint=False, prepare=None):
-    """Solves with a CycleOptions switch off, then on, from the same start: per run
+    """Solves with a fused device (`Fusions`) off, then on, from the same start: per run
     (states, history, gradient, adjoint history, LayerParallel); a warm start is one
     iteration at θ, the solve itself at 1.1 θ; `prepare(lp)` runs before the solves."""
     net, theta = dense_net(layers=layers, T=3.0, activation="tanh")
@@ -154,7 +155,7 @@ def off_and_on(opts, option, warm, layers=29, iters=3, adjoint=False, prepare=No
     for value in (False, True):
         lp = LayerParallel(net, MGRITOptions(**opts), SerialExchange())
         for solver in (lp.fwd, lp.adj):
-            setattr(solver.options, option, value)
+            solver.ops.fusions = Fusions(**{option: value})
         if prepare:
             prepare(lp)
         start = lp.forward(theta, x, max_iter=1, tol=0.0).states.clone() if warm else None
@@ -204,7 +205,7 @@ def test_residual_taken_by_the_f_relaxation_equals_a_separate_pass(opts, warm):
     def spy(lp):
         for solver in (lp.fwd, lp.adj):
             def f_relax(lv, consumer, _orig=solver.ops._f_relax,
-                        _log=fed[solver.options.fuse_residual]):
+                        _log=fed[solver.ops.fusions.fuse_residual]):
                 _log.append(consumer is not None)
                 return _orig(lv, consumer)
             solver.ops._f_relax = f_relax
@@ -213,6 +214,28 @@ def test_residual_taken_by_the_f_relaxation_equals_a_separate_pass(opts, warm):
     assert not any(fed[False]) and any(fed[True])
     assert torch.equal(a, b) and torch.equal(ga, gb)
     assert ha == pytest.approx(hb, rel=1e-12) and aa == pytest.approx(ab, rel=1e-12)
+
+
+@pytest.mark.parametrize("opts", CONFIGS, ids=lambda o: "-".join(f"{v}" for v in o.values()))
+@pytest.mark.parametrize("warm", [False, True])
+def test_stacked_steps_equal_one_interval_at_a_time(opts, warm):
+    # the F-relaxation advancing a rank's intervals with one propagator call per step
+    # index: bitwise the forward iterates of one call per interval, the adjoint's to
+    # rounding (its stacked weight products sum in another order); fewer calls
+    calls = {False: 0, True: 0}
+
+    def spy(lp):
+        for solver in (lp.fwd, lp.adj):
+            def steps(*args, _orig=solver.ops._steps, _key=solver.ops.fusions.stack, **kw):
+                calls[_key] += 1
+                return _orig(*args, **kw)
+            solver.ops._steps = steps
+    (a, ha, ga, aa, _), (b, hb, gb, ab, _) = off_and_on(opts, "stack", warm, adjoint=True,
+                                                        prepare=spy)
+    assert calls[False] > calls[True] > 0
+    assert torch.equal(a, b) and ha == hb
+    assert float((ga - gb).norm() / gb.norm()) <= 1e-13
+    assert aa == pytest.approx(ab, rel=1e-12)
 
 
 @pytest.mark.parametrize("opts", CONFIGS, ids=lambda o: "-".join(f"{v}" for v in o.values()))

@@ -1,12 +1,11 @@
 """The steps a fixed-iteration solve takes: what the fused operations leave out
-(`CycleOptions.skip_zero`) is left out, and the iterates stay the same."""
-import dataclasses
-
+(`Fusions.skip_zero`) is left out, and the iterates stay the same."""
 import pytest
 import torch
 
 from helpers import Counting, batch, dense_net
 from lptrain.mgrit.exchange import SerialExchange
+from lptrain.mgrit.fused import Fusions
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.parallel.layer_parallel import LayerParallel
 
@@ -17,7 +16,7 @@ def _adjoint(skip_zero: bool, iters: int):
     net, theta = dense_net(layers=64, T=3.0, activation="tanh")
     x, y = batch(net)
     lp = LayerParallel(net, MGRITOptions(levels=3), SerialExchange())
-    lp.adj.ops.options = dataclasses.replace(lp.adj.options, skip_zero=skip_zero)
+    lp.adj.ops.fusions = Fusions(skip_zero=skip_zero)
     counts = {}
     solve = lp.adj.solve
 
