@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from lptrain.model.custom import CustomStep
+from lptrain.model.steps import DenseSteps
 
 
 @dataclass(frozen=True)
@@ -76,15 +77,10 @@ class ModuleThetaSteps:
     from_state = to_state
 
     # -- weights -------------------------------------------------------------------
-    def weights(self, n: int):
-        return self.K[n], self.b[n]
-
-    def weights_many(self, ns):
-        return self.K[ns], self.b[ns]
-
-    def mean_weights(self, start: int, stop: int):
-        """Coarse steps: f with the mean parameters of the covered layers."""
-        return self.K[start:stop].mean(0), self.b[start:stop].mean(0)
+    # coarse steps: f with the mean parameters of the covered layers
+    weights = DenseSteps.weights
+    weights_many = DenseSteps.weights_many
+    mean_weights = DenseSteps.mean_weights
 
     # -- forward -------------------------------------------------------------------
     def apply(self, u, K, b, h, save=None, out=None, plus=None):

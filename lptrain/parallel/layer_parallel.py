@@ -170,12 +170,17 @@ class LayerParallel:
         return Linearisation(main, self.lo, tail)
 
     def _next_first_state(self, states):
-        """u_hi from the next rank (None on the last rank)."""
-        left = self.hier.left(0, self.exchange.rank)
-        if left is not None:
-            self.exchange.send(states[0], left)
-        extra = None
-        if not self.last:
-            extra = self.exchange.recv(states[0], self.hier.right(0, self.exchange.rank))
-        self.exchange.wait()
-        return extra
+        return next_first_state(self.exchange, self.hier, self.last, states)
+
+
+def next_first_state(exchange, hier, last: bool, states):
+    """u_hi from the next rank (None on the last rank): each rank sends its first
+    fine state to the rank before it."""
+    left = hier.left(0, exchange.rank)
+    if left is not None:
+        exchange.send(states[0], left)
+    extra = None
+    if not last:
+        extra = exchange.recv(states[0], hier.right(0, exchange.rank))
+    exchange.wait()
+    return extra

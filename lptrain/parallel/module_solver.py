@@ -12,6 +12,7 @@ import torch
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.mgrit.solver import MGRIT, SolveResult
 from lptrain.parallel.halo import owned_layers, share_params, transfers
+from lptrain.parallel.layer_parallel import next_first_state
 from lptrain.parallel.module_propagators import ModuleAdjoint, ModuleForward
 
 
@@ -79,12 +80,4 @@ class ModuleSolver:
         return adjoint_states[self.N - n - self.rev_lo]
 
     def _next_first_state(self, states):
-        """u_hi from the next rank (None on the last rank)."""
-        left = self.hier.left(0, self.exchange.rank)
-        if left is not None:
-            self.exchange.send(states[0], left)
-        extra = None
-        if not self.last:
-            extra = self.exchange.recv(states[0], self.hier.right(0, self.exchange.rank))
-        self.exchange.wait()
-        return extra
+        return next_first_state(self.exchange, self.hier, self.last, states)
