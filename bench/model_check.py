@@ -57,6 +57,18 @@ def step_quantile(path: Path, q: float) -> float:
     return float(np.quantile(times, q))
 
 
+def _problem(overrides, flags):
+    """The model's CLI arguments, options, network, θ, the first batch and the model."""
+    from lptrain.data import load_dataset
+    from lptrain.model_perf import cli
+    args = cli.parser().parse_args([*overrides, *flags])
+    opts, _ = cli.compose(overrides)
+    net, theta, batch = cli.build_network(opts)
+    data = load_dataset(opts.dataset, opts.seed)
+    x, y = data.x_train[:batch].to(theta.dtype), data.y_train[:batch]
+    return args, opts, net, theta, x, y, cli.make_model(opts, net, theta, batch)
+
+
 def cpu_check(overrides, iterations: int) -> list[tuple]:
     """[(mode, cycles, measured CPU seconds, predicted)] on one rank, in this process."""
     import dataclasses
@@ -64,7 +76,6 @@ def cpu_check(overrides, iterations: int) -> list[tuple]:
 
     import torch
 
-    from lptrain.data import load_dataset
     from lptrain.mgrit.exchange import SerialExchange
     from lptrain.model_perf import cli, record
     from lptrain.model_perf.predict import Counts
@@ -72,12 +83,7 @@ def cpu_check(overrides, iterations: int) -> list[tuple]:
     from lptrain.parallel.grid import Grid
     torch.set_num_threads(1)
     keep_freed_memory()
-    args = cli.parser().parse_args([*overrides, "--fresh"])
-    opts, _ = cli.compose(overrides)
-    net, theta, batch = cli.build_network(opts)
-    data = load_dataset(opts.dataset, opts.seed)
-    x, y = data.x_train[:batch].to(theta.dtype), data.y_train[:batch]
-    model = cli.make_model(opts, net, theta, batch)
+    args, opts, net, theta, x, y, model = _problem(overrides, ["--fresh"])
     rows = []
     for mode in MODES:
         mgrit = dataclasses.replace(opts.mgrit, control="fixed", adaptive=False)
@@ -159,16 +165,10 @@ def two_rank_check(overrides, iterations: int) -> list[tuple]:
 
     import torch
 
-    from lptrain.data import load_dataset
     from lptrain.mgrit.exchange import SerialExchange
     from lptrain.model_perf import cli, record
     from lptrain.parallel.grid import Grid, shard
-    args = cli.parser().parse_args([*overrides])
-    opts, _ = cli.compose(overrides)
-    net, theta, batch = cli.build_network(opts)
-    data = load_dataset(opts.dataset, opts.seed)
-    x, y = data.x_train[:batch].to(theta.dtype), data.y_train[:batch]
-    model = cli.make_model(opts, net, theta, batch)
+    args, opts, net, theta, x, y, model = _problem(overrides, [])
     rows = []
     for mode in MODES:
         mgrit = dataclasses.replace(opts.mgrit, control="fixed", adaptive=False)
@@ -178,7 +178,7 @@ def two_rank_check(overrides, iterations: int) -> list[tuple]:
             torch.set_num_threads(1)
             ex = _ThreadExchange(hub, r)
             if mode == "serial":
-                lo, hi = shard(batch, 2, r)
+                lo, hi = shard(x.shape[0], 2, r)
                 oracle = record.iteration_oracle(net, mode, mgrit, SerialExchange(), ex)
                 xs, ys = x[lo:hi], y[lo:hi]
             else:

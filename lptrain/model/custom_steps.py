@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from lptrain.model.custom import CustomStep
-from lptrain.model.steps import DenseSteps
+from lptrain.model.steps import ConvSteps, DenseSteps
 
 
 @dataclass(frozen=True)
@@ -65,16 +65,9 @@ class ModuleThetaSteps:
         self.core = step.steps(K.dtype, K.device)    # ModuleSteps: f and its graph
         self._rank = 1 + len(step.state_shape)      # dims of one state (batch first)
 
-    # -- layout --------------------------------------------------------------------
-    @staticmethod
-    def state_dims(batch: int, shape: tuple[int, ...]) -> tuple[int, ...]:
-        return (batch, *shape)
-
-    @staticmethod
-    def to_state(u: torch.Tensor) -> torch.Tensor:
-        return u
-
-    from_state = to_state
+    # -- layout: batch first, as the conv steps ---------------------------------------
+    state_dims = staticmethod(ConvSteps.state_dims)
+    to_state = from_state = staticmethod(ConvSteps.to_state)
 
     # -- weights -------------------------------------------------------------------
     # coarse steps: f with the mean parameters of the covered layers
