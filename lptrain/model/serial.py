@@ -50,8 +50,14 @@ def weight_args(stepper, n: int) -> tuple:
 def adjoint(stepper, states: torch.Tensor, saved: torch.Tensor, lamN: torch.Tensor, h: float):
     """Backward sweep λ_N → λ_0 and the hidden weight gradients.
 
-    Returns (λ_0, gK (N, ...), gb (N, nb)).
+    Returns (λ_0, gK (N, ...), gb (N, nb)).  A stepper with WEIGHTS_AFTER_SWEEP takes
+    the weight products of all layers in one batched call after the sweep, from
+    f′ ⊙ λ_{n+1} written over `saved` (which the sweep consumes): the sweep's per-layer
+    work is then two kernels, whose fixed cost per call does not shrink with a shard
+    of the batch.
     """
+    if getattr(stepper, "WEIGHTS_AFTER_SWEEP", False):
+        return _adjoint_then_weights(stepper, states, saved, lamN, h)
     N = stepper.n_layers
     gK = stepper.K.new_empty(stepper.K.shape)
     gb = stepper.b.new_empty(stepper.b.shape)
@@ -60,5 +66,18 @@ def adjoint(stepper, states: torch.Tensor, saved: torch.Tensor, lamN: torch.Tens
         g = act.vjp(saved[n], lam, out=g)                   # σ′ ⊙ λ_{n+1} / slope
         gK[n], gb[n] = stepper.vjp_weights(states[n], g, *weight_args(stepper, n))
         lam = stepper.vjp_from_g(g, lam, stepper.K[n], h * act.scale_out)  # K scaled
+    scale = act.weight_factor(h)
+    return lam, gK.mul_(scale), gb.mul_(scale)
+
+
+def _adjoint_then_weights(stepper, states, saved, lamN, h):
+    """`adjoint` with f′ ⊙ λ_{n+1} kept in saved[n] and every layer's weight products
+    from one call on the stacks (N, ...) of states and of those."""
+    N, act = stepper.n_layers, stepper.act
+    lam, hs, K, g = lamN, h * act.scale_out, stepper.K.unbind(0), saved.unbind(0)
+    for n in range(N - 1, -1, -1):
+        act.vjp(g[n], lam, out=g[n])                        # σ′ ⊙ λ_{n+1} / slope
+        lam = stepper.vjp_from_g(g[n], lam, K[n], hs)        # K scaled
+    gK, gb = stepper.vjp_weights(states[:N], saved)
     scale = act.weight_factor(h)
     return lam, gK.mul_(scale), gb.mul_(scale)

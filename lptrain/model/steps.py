@@ -30,6 +30,9 @@ class DenseSteps:
 
     # -- layout --------------------------------------------------------------
     BATCH_AXIS = 1        # of a state: the samples
+    # a serial adjoint sweep leaves the weight products to one batched call after it
+    # (model/serial.py): vjp_weights of a stack is one bmm
+    WEIGHTS_AFTER_SWEEP = True
 
     @staticmethod
     def state_dims(batch: int, shape: tuple[int, ...]) -> tuple[int, ...]:

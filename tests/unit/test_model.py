@@ -154,6 +154,28 @@ def test_serial_sweeps_reuse_their_buffers():
     assert s3.shape[-1] == 7 and s3.data_ptr() != ptrs[0]   # another shape: new tensors
 
 
+@pytest.mark.parametrize("bias", ["scalar", "vector"])
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+def test_weight_products_after_the_sweep_equal_those_per_layer(activation, bias):
+    # the dense adjoint's batched weight products (WEIGHTS_AFTER_SWEEP) against the
+    # per-layer ones of the same sweep; the batched sweep consumes the saved activations
+    from lptrain.model.serial import adjoint, propagate
+    net, theta = dense_net(layers=9, activation=activation, bias=bias)
+    x, _ = batch(net, n=11)
+    st = net.stepper(theta)
+    states, saved = propagate(st, net.opening(theta, x), net.h)
+    lamN = torch.randn(states[-1].shape, generator=torch.Generator().manual_seed(3),
+                       dtype=states.dtype)
+    kept = saved.clone()
+    batched = adjoint(st, states, saved, lamN, net.h)
+    st.WEIGHTS_AFTER_SWEEP = False
+    per_layer = adjoint(st, states, kept, lamN, net.h)
+    for got, want in zip(batched, per_layer):
+        assert got.shape == want.shape
+        assert torch.allclose(got, want, rtol=1e-13, atol=1e-15)
+    assert not torch.equal(saved, kept)
+
+
 def test_assemble_writes_only_its_blocks():
     net, theta = dense_net(layers=3, width=4)
     K, b = (t.clone() for t in net.hidden_views(theta))

@@ -81,7 +81,10 @@ def test_serial_records_one_sweep_each_way_and_the_data_sums():
     r = record_iteration(net, "serial", OPTS, 1, 3)
     value, gradient = r.value[0], r.gradient[0]
     assert _calls(value, "apply_save") == 7 and _calls(value, "opening") == 1
-    assert [_calls(gradient, k) for k in ("act_vjp", "vjp_weights", "vjp_from_g")] == [7] * 3
+    assert [_calls(gradient, k) for k in ("act_vjp", "vjp_from_g")] == [7] * 2
+    # the dense weight products: one batched call on all 7 layers after the sweep
+    assert [(op.states, op.calls) for op in gradient
+            if isinstance(op, Kernel) and op.name == "vjp_weights"] == [(7, 1)]
     # loss, hits and the gradient are summed over the 3 data groups (the layer group of
     # one rank sums too, at no cost)
     sums = [op for ops in (value, gradient) for op in ops
