@@ -1,8 +1,10 @@
 """The only messages MGRIT sends: neighbour states and residual-norm sums.
 
 `MPIExchange` wraps an mpi4py communicator passed in by the caller;
-`SerialExchange` is the one-rank stand-in.  Both time their blocking calls so
-runs can report compute against communication and waiting.
+`SerialExchange` is the one-rank stand-in.  Both implement the solver's
+`protocols.Exchange` (plus the gathers training uses for checkpoints) and
+time their blocking calls so runs can report compute against communication
+and waiting.
 """
 from __future__ import annotations
 
@@ -43,6 +45,12 @@ class SerialExchange:
 
     def allreduce_sums(self, values) -> list[float]:
         return [float(v) for v in values]
+
+    def allreduce_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def broadcast_tensor(self, tensor, root: int, template: torch.Tensor) -> torch.Tensor:
+        return tensor
 
     def allgather(self, obj) -> list:
         return [obj]
@@ -121,6 +129,29 @@ class MPIExchange:
         self.clock.comm += time.perf_counter() - t0
         return buf.tolist()
 
+    def allreduce_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The elementwise sum over the ranks (in place on a CPU tensor's buffer)."""
+        if self.size == 1:
+            return tensor
+        t0 = time.perf_counter()
+        from mpi4py import MPI
+        buf = tensor.detach().to("cpu").contiguous()
+        self.comm.Allreduce(MPI.IN_PLACE, buf.numpy(), op=MPI.SUM)
+        self.clock.comm += time.perf_counter() - t0
+        return buf.to(tensor.device)
+
+    def broadcast_tensor(self, tensor: torch.Tensor | None, root: int,
+                         template: torch.Tensor) -> torch.Tensor:
+        """`tensor` from rank `root` on every rank (template gives shape and dtype)."""
+        if self.size == 1:
+            return tensor
+        t0 = time.perf_counter()
+        buf = (tensor.detach().to("cpu").contiguous().clone() if self.rank == root
+               else torch.empty(template.shape, dtype=template.dtype))
+        self.comm.Bcast(buf.numpy(), root=self._map(root))
+        self.clock.comm += time.perf_counter() - t0
+        return buf.to(template.device)
+
     def allgather(self, obj) -> list:
         """Every rank's `obj` (small Python values), in rank order, on every rank."""
         return self.comm.allgather(obj)
@@ -139,34 +170,3 @@ class MPIExchange:
         consume(0, obj)
         for r in range(1, self.size):
             consume(r, self.comm.recv(source=r, tag=self.GATHER_TAG))
-
-
-def allreduce_tensor(exchange, tensor: torch.Tensor) -> torch.Tensor:
-    """Sum a tensor over all ranks (in place on CPU buffers; returns the result).
-
-    An exchange without a communicator sums with its own `allreduce_tensor` (the
-    speedup model's recorder, model_perf/record.py)."""
-    if exchange.size == 1:
-        return tensor
-    if not hasattr(exchange, "comm"):
-        return exchange.allreduce_tensor(tensor)
-    from mpi4py import MPI
-    t0 = time.perf_counter()
-    buf = tensor.detach().to("cpu").contiguous()
-    exchange.comm.Allreduce(MPI.IN_PLACE, buf.numpy(), op=MPI.SUM)
-    exchange.clock.comm += time.perf_counter() - t0
-    return buf.to(tensor.device)
-
-
-def broadcast_tensor(exchange, tensor: torch.Tensor | None, root: int,
-                     template: torch.Tensor) -> torch.Tensor:
-    """`tensor` from rank `root` on every rank (template gives shape and dtype)."""
-    if exchange.size == 1:
-        return tensor
-    from mpi4py import MPI  # noqa: F401
-    t0 = time.perf_counter()
-    buf = (tensor.detach().to("cpu").contiguous().clone() if exchange.comm.Get_rank() == root
-           else torch.empty(template.shape, dtype=template.dtype))
-    exchange.comm.Bcast(buf.numpy(), root=root)
-    exchange.clock.comm += time.perf_counter() - t0
-    return buf.to(template.device)

@@ -6,14 +6,14 @@ bench/ turn one off to compare the device with its plain version):
 
 - stack: the intervals of a rank advance together, one propagator call per
   step index for up to CHUNK intervals (temporaries stay in cache);
-- fuse_residual: an F-relaxation followed by a residual (`then`) takes that
-  residual's C-steps right after each chunk of F-points, while their inputs
-  are in cache, and leaves Σ‖r‖² in `LevelState.pending`;
+- fuse_residual: an F-relaxation followed by a residual (`f_relax_restrict`,
+  `f_relax_residual`) takes that residual's C-steps right after each chunk of
+  F-points, while their inputs are in cache;
 - share_coarse: FAS coarse states are views of the finer level's C-points,
   so injection and correction copy nothing;
-- reuse_rhs: a finest-level restriction right after a full cycle updates
-  the coarse right-hand side, g_j += r_j, instead of rebuilding it
-  (`_rhs_update`), which needs Φ^Δ only at the coarse C-points;
+- reuse_rhs: a finest-level restriction right after a full cycle
+  (`after_cycle`) updates the coarse right-hand side, g_j += r_j, instead of
+  rebuilding it (`_rhs_update`), which needs Φ^Δ only at the coarse C-points;
 - skip_zero: a linear coarse level starts from a zero correction, and
   Φ(0) = 0 there, so its first F-relaxation takes u = g at the F-points right
   after its C-points instead of a step.
@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable, NamedTuple
 
 import torch
 
 from lptrain.mgrit.indexing import (arithmetic_runs, destination, gather, index_of, same_view,
                                     scatter)
-from lptrain.mgrit.levels import RESIDUAL, RESTRICT, LevelOps, LevelState, sq_norm, timed
+from lptrain.mgrit.levels import LevelOps, LevelState, sq_norm, timed
 
 # intervals (or C-points) per stacked propagator call: their temporaries stay in cache
 CHUNK = 8
@@ -47,19 +48,29 @@ class Fusions:
     skip_zero: bool = True      # no steps from a linear coarse level's zero C-points
 
 
+class CSteps(NamedTuple):
+    """What a pass of C-steps does with Φ(u_{c−1}) + g_c at a chunk of C-points.
+
+    dest(C-points) → (tensor, positions) says where the values belong (they are
+    computed there where possible; None: a temporary); take(C-points, values, put)
+    uses them, calls put(values) to store them, and returns its share of Σ‖r‖².
+    """
+
+    dest: Callable | None
+    take: Callable
+
+
 class FusedLevelOps(LevelOps):
     """`LevelOps` with stacked steps, fused residuals, shared coarse states and rhs reuse."""
 
-    def __init__(self, hierarchy, exchange, options, levels):
-        super().__init__(hierarchy, exchange, options, levels)
+    def __init__(self, hierarchy, exchange, options, levels, observer=None):
+        super().__init__(hierarchy, exchange, options, levels, observer)
         self.fusions = Fusions()   # set before the first solve to compare one device off
         self.shared: list[bool] = []
-        self.rhs_current = False   # level 1 still holds the solution its last relaxation left
 
     # -- set-up ----------------------------------------------------------------------
     def begin(self, prop, template, work):
         super().begin(prop, template, work)
-        self.rhs_current = False
         for l in range(1, len(self.levels)):
             if self.shared[l]:
                 fine = self.levels[l - 1]
@@ -78,25 +89,40 @@ class FusedLevelOps(LevelOps):
 
     # -- relaxation ------------------------------------------------------------------
     @timed("relax")
-    def f_relax(self, lv: LevelState, then: str | None = None) -> None:
-        """F-relaxation; with `then`, also the C-steps of that residual (see module)."""
-        consumer = self._consumer(lv, then) if self.takes(then) else None
-        self._f_relax(lv, consumer)
-        if lv.index == 1:
-            self.rhs_current = True
+    def f_relax(self, lv: LevelState, last: bool = False) -> None:
+        self._f_relax(lv, None, last)
 
-    def takes(self, then: str | None) -> bool:
-        return then is not None and self.fusions.fuse_residual
+    def f_relax_residual(self, lv: LevelState, last: bool = False) -> float:
+        """F-relaxation and the residual of its states, in one pass (`fuse_residual`)."""
+        if not self.fusions.fuse_residual:
+            return super().f_relax_residual(lv, last)
+        return self._f_relax_taking(lv, self._residual_norm(lv), last)
 
-    def _consumer(self, lv: LevelState, then: str | None):
-        if then == RESTRICT:
-            return self._restriction_residual(lv)
-        return self._residual_norm(lv) if then == RESIDUAL else None
+    def f_relax_restrict(self, lv: LevelState, last: bool = False,
+                         after_cycle: bool = False) -> float:
+        """F-relaxation and the restriction of its states; the residual's C-steps
+        in the same pass (`fuse_residual`)."""
+        if not self.fusions.fuse_residual:
+            return super().f_relax_restrict(lv, last, after_cycle)
+        update = self._updates_rhs(lv, after_cycle)
+        sq = self._f_relax_taking(lv, self._restriction_residual(lv, update), last)
+        self._transfer(lv, update)
+        return sq
 
-    def _f_relax(self, lv: LevelState, consumer) -> None:
+    def _f_relax_taking(self, lv: LevelState, consumer: CSteps, last: bool) -> float:
+        """`_f_relax` with a consumer; its seconds split into relaxation and residual."""
+        t0 = time.perf_counter()
+        taken, spent = self._f_relax(lv, consumer, last)
+        self.timers[(lv.index, "relax")] += time.perf_counter() - t0 - spent
+        self.timers[(lv.index, "residual")] += spent
+        return taken
+
+    def _f_relax(self, lv: LevelState, consumer: CSteps | None, last: bool
+                 ) -> tuple[float, float]:
+        """F-relaxation; with a consumer, the C-steps that follow each chunk of F-points
+        go to it.  Returns (Σ‖r‖² it took, seconds spent on those C-steps)."""
         if lv.empty:
-            lv.pending = 0.0 if consumer else None
-            return
+            return 0.0, 0.0
         level = self._level(lv)
         own = [c for c in lv.cs if c < level.n_points - 1]
         ends = [min(_next_c(level, c), lv.hi) for c in own]
@@ -109,12 +135,12 @@ class FusedLevelOps(LevelOps):
                 if sub == 0 and lv.zero and self.fusions.skip_zero:
                     self._take_rhs(lv, src)         # Φ(0) + g = g
                 else:
-                    self._advance(lv, src)
+                    self._advance(lv, src, last)
             if consumer:
                 t0 = time.perf_counter()
                 src = [e - 1 for e in ends[first:first + CHUNK] if e < lv.hi]
                 for part in arithmetic_runs(src):
-                    taken += consumer[1](*self._c_chunk(lv, part, consumer[0]))
+                    taken += consumer.take(*self._c_chunk(lv, part, consumer.dest, last))
                 spent += time.perf_counter() - t0
         lv.zero = False
         send = lv.right is not None and not level.is_c(lv.hi)
@@ -124,56 +150,50 @@ class FusedLevelOps(LevelOps):
             x = self._recv(lv)
             stop = lv.cs[0] if lv.cs else lv.hi
             for i in range(lv.lo, stop):
-                x = self._phi(lv, i, x, out=lv.X[i - lv.lo])
+                x = self._phi(lv, i, x, out=lv.X[i - lv.lo], last=last)
             if send and not own:
                 self._send(lv)
         if not consumer:
             self.exchange.wait()
-            return
+            return 0.0, 0.0
         t0 = time.perf_counter()
         if lv.lo > 0 and not level.is_c(lv.lo) and lv.cs:
-            taken += consumer[1](*self._c_chunk(lv, [lv.cs[0] - 1], consumer[0]))
+            taken += consumer.take(*self._c_chunk(lv, [lv.cs[0] - 1], consumer.dest, last))
         self.exchange.wait()
-        taken += sum(consumer[1](*step) for step in self._c_steps_fused(lv, consumer[0],
-                                                                          local=False))
+        taken += self._c_steps_fused(lv, consumer, last, local=False)
         spent += time.perf_counter() - t0
-        self.timers[(lv.index, "residual")] += spent   # not relaxation
-        self.timers[(lv.index, "relax")] -= spent
-        lv.pending = taken
+        return taken, spent
 
     @timed("relax")
-    def c_relax(self, lv: LevelState) -> None:
+    def c_relax(self, lv: LevelState, last: bool = False) -> None:
         """u_c = Φ(u_{c−1}) + g_c at every C-point but the first, written in place."""
-        if lv.index <= 1:
-            self.rhs_current = False
         lv.zero = False
-        dest = (lambda pos: (lv.X, [p - lv.lo for p in pos]))
-        for _, phi, put in self._c_steps_fused(lv, dest):
-            put(phi)
 
-    def coarse_solve(self, lv: LevelState) -> None:
+        def take(pos, phi, put):
+            put(phi)
+            return 0.0
+        self._c_steps_fused(lv, CSteps(lambda pos: (lv.X, [p - lv.lo for p in pos]), take),
+                            last)
+
+    def coarse_solve(self, lv: LevelState, last: bool = False) -> None:
         lv.zero = False
-        super().coarse_solve(lv)
-        if lv.index == 1:
-            self.rhs_current = True
+        super().coarse_solve(lv, last)
 
     # -- residual and transfers --------------------------------------------------------
     @timed("residual")
-    def residual(self, lv: LevelState) -> float:
-        return self._take(lv, self._residual_norm(lv))
+    def residual(self, lv: LevelState, last: bool = False) -> float:
+        return self._c_steps_fused(lv, self._residual_norm(lv), last)
 
-    def restrict(self, lv: LevelState) -> float:
-        """As LevelOps.restrict; the residual's C-steps may have been taken already."""
-        update = self._updates_rhs(lv)
-        sq = self._residual_of_restriction(lv)
+    def restrict(self, lv: LevelState, last: bool = False,
+                 after_cycle: bool = False) -> float:
+        update = self._updates_rhs(lv, after_cycle)
+        sq = self._residual_of_restriction(lv, update, last)
         self._transfer(lv, update)
-        if lv.index == 0:
-            self.rhs_current = False
         return sq
 
     @timed("residual")
-    def _residual_of_restriction(self, lv: LevelState) -> float:
-        return self._take(lv, self._restriction_residual(lv))
+    def _residual_of_restriction(self, lv: LevelState, update: bool, last: bool) -> float:
+        return self._c_steps_fused(lv, self._restriction_residual(lv, update), last)
 
     @timed("restrict")
     def _transfer(self, lv: LevelState, update: bool) -> None:
@@ -198,19 +218,13 @@ class FusedLevelOps(LevelOps):
         elif not same_view(gather(lv.X, idx), coarse.X):
             scatter(lv.X, idx, coarse.X)
 
-    def _take(self, lv: LevelState, consumer) -> float:
-        """Σ‖r‖²: what the F-relaxation before took, else a pass of C-steps."""
-        if lv.pending is not None:
-            sq, lv.pending = lv.pending, None
-            return sq
-        return sum(consumer[1](*step) for step in self._c_steps_fused(lv, consumer[0]))
-
-    def _updates_rhs(self, lv: LevelState) -> bool:
-        return lv.index == 0 and self.rhs_current and self.fusions.reuse_rhs and \
+    def _updates_rhs(self, lv: LevelState, after_cycle: bool) -> bool:
+        """Whether a restriction from lv updates level 1's rhs (`reuse_rhs`)."""
+        return lv.index == 0 and after_cycle and self.fusions.reuse_rhs and \
             not self.options.linear
 
-    def _residual_norm(self, lv: LevelState, to_rhs: bool = False):
-        """(dest, take) for the C-steps: take(C-points, Φ + g, put) → their Σ‖r_c‖².
+    def _residual_norm(self, lv: LevelState, to_rhs: bool = False) -> CSteps:
+        """The C-steps' consumer of a residual: take → their Σ‖r_c‖².
 
         to_rhs: the next level's rhs receives r_c (linear) or Φ(u_{c−1}) + g_c
         (FAS, completed by _inject).
@@ -226,11 +240,11 @@ class FusedLevelOps(LevelOps):
             r = phi.sub_(_at(lv, pos)) if in_place else torch.sub(phi, _at(lv, pos))
             put(phi)           # FAS keeps Φ + g, a linear rhs r
             return sq_norm(r)
-        return dest, take
+        return CSteps(dest, take)
 
-    def _restriction_residual(self, lv: LevelState):
-        """The C-step consumer of the next restriction from lv."""
-        if self._updates_rhs(lv):
+    def _restriction_residual(self, lv: LevelState, update: bool) -> CSteps:
+        """The C-step consumer of a restriction from lv (update: `_rhs_update_residual`)."""
+        if update:
             return self._rhs_update_residual(lv)
         return self._residual_norm(lv, to_rhs=True)
 
@@ -259,10 +273,9 @@ class FusedLevelOps(LevelOps):
             return
         if coarse.lo == 0:
             coarse.G[0] = coarse.X[0]
-        for pos, phi in self._coarse_phis(coarse):
-            coarse.G[index_of([p - coarse.lo for p in pos])] -= phi
+        self._coarse_phis(coarse, self._subtract_from_rhs(coarse))
 
-    def _rhs_update_residual(self, lv: LevelState):
+    def _rhs_update_residual(self, lv: LevelState) -> CSteps:
         """The residual's consumer when level 1 still holds its last solution.
 
         Its F-relaxation (or the coarsest solve) left v_j = Φ^Δ(v_{j−1}) + g_j and
@@ -283,33 +296,37 @@ class FusedLevelOps(LevelOps):
                 if j in cpts:                       # g_j = Φ(u_{c−1}) − Φ^Δ(v_{j−1})
                     coarse.G[j - coarse.lo].copy_(phi[i])
             return sq_norm(r)
-        return None, take
+        return CSteps(None, take)
 
     def _rhs_update(self, lv: LevelState) -> None:
         """After `_rhs_update_residual`: Φ^Δ at level 1's C-points."""
         coarse, cpts = self.levels[1], self._level1_cpoints()
         todo = [j for j in range(max(coarse.lo, 1), coarse.hi) if j in cpts]
-        for pos, phi in self._coarse_phis(coarse, todo):
+        self._coarse_phis(coarse, self._subtract_from_rhs(coarse), todo)
+
+    @staticmethod
+    def _subtract_from_rhs(coarse: LevelState):
+        """use(points, Φ^Δ) of `_coarse_phis`: g_j −= Φ^Δ(v_{j−1})."""
+        def use(pos, phi):
             coarse.G[index_of([p - coarse.lo for p in pos])] -= phi
+        return use
 
     def _level1_cpoints(self) -> set[int]:
         """Level 1's C-points (none when it is the coarsest level)."""
         return set(self.hierarchy.levels[1].cpoints) if len(self.levels) > 2 else set()
 
     # -- C-steps ------------------------------------------------------------------------
-    def _c_steps_fused(self, lv: LevelState, dest=None, local: bool = True):
-        """Yield (C-points, Φ(u_{c−1}) + g_c, put) for this rank's C-points c > 0.
+    def _c_steps_fused(self, lv: LevelState, consumer: CSteps, last: bool = False,
+                       local: bool = True) -> float:
+        """Φ(u_{c−1}) + g_c for this rank's C-points c > 0, to `consumer`; Σ of its takes.
 
-        A chunk of CHUNK C-points at a time; `dest(C-points)` →
-        (tensor, positions) says where the values belong: they are computed there
-        directly where possible, and the consumer calls put(values) when done.
-        Chunks go from the last C-point back, so that writing into the states
-        reads only old values.  Consumers must exhaust the generator (it ends
-        the exchange).  local=False: only the C-point whose F-point lies on the
-        left neighbour (the F-relaxation took the others).
+        A chunk of CHUNK C-points at a time, from the last C-point back, so that
+        writing into the states reads only old values.  local=False: only the
+        C-point whose F-point lies on the left neighbour (the F-relaxation took
+        the others).
         """
         if lv.empty:
-            return
+            return 0
         level = self._level(lv)
         if lv.right is not None and level.is_c(lv.hi):
             self._send(lv)
@@ -318,23 +335,25 @@ class FusedLevelOps(LevelOps):
         chunks = [run[first:first + CHUNK]
                   for run in arithmetic_runs([c - 1 for c in targets[remote:]])
                   for first in range(0, len(run), CHUNK)] if local else []
+        total = 0
         for part in reversed(chunks):
-            yield self._c_chunk(lv, part, dest)
+            total += consumer.take(*self._c_chunk(lv, part, consumer.dest, last))
         if remote:
             x = self._recv(lv)
-            out, put = destination(dest, [lv.lo])
-            one = self._phi(lv, lv.lo, x, out=None if out is None else out[0])
-            yield [lv.lo], one.unsqueeze(0), put
+            out, put = destination(consumer.dest, [lv.lo])
+            one = self._phi(lv, lv.lo, x, out=None if out is None else out[0], last=last)
+            total += consumer.take([lv.lo], one.unsqueeze(0), put)
         self.exchange.wait()
+        return total
 
-    def _c_chunk(self, lv: LevelState, part: list[int], dest):
+    def _c_chunk(self, lv: LevelState, part: list[int], dest, last: bool = False):
         """(C-points, Φ + g, put) of the C-steps from the local points `part`."""
         pos = [p + 1 for p in part]
         out, put = destination(dest, pos, clash=not set(part).isdisjoint(pos))
-        return pos, self._phi_many(lv, part, out=out), put
+        return pos, self._phi_many(lv, part, out=out, last=last), put
 
-    def _coarse_phis(self, lv: LevelState, targets: list[int] | None = None):
-        """Yield (points i, Φ(v_{i−1})) for this rank's points i > 0 of level lv (only
+    def _coarse_phis(self, lv: LevelState, use, targets: list[int] | None = None) -> None:
+        """use(points i, Φ(v_{i−1})) for this rank's points i > 0 of level lv (only
         `targets`, sorted, if given; the messages are the same)."""
         if lv.right is not None:
             self._send(lv)
@@ -342,27 +361,32 @@ class FusedLevelOps(LevelOps):
             targets = list(range(max(lv.lo, 1), lv.hi))
         if targets and targets[0] == lv.lo:
             x = self._recv(lv)
-            yield [lv.lo], self._step(lv, lv.lo, x).unsqueeze(0)
+            use([lv.lo], self._step(lv, lv.lo, x).unsqueeze(0))
             targets = targets[1:]
         elif lv.lo > 0:
             self._recv(lv)
         for run in arithmetic_runs([i - 1 for i in targets]):
             for first in range(0, len(run), CHUNK):
                 src = run[first:first + CHUNK]
-                yield [p + 1 for p in src], self._steps(lv, src)
+                use([p + 1 for p in src], self._steps(lv, src))
         self.exchange.wait()
 
     # -- stacked steps -------------------------------------------------------------------
-    def _steps(self, lv: LevelState, src: list[int], out=None, plus=None) -> torch.Tensor:
+    def _steps(self, lv: LevelState, src: list[int], out=None, plus=None,
+               last: bool = False) -> torch.Tensor:
         """Φ from each point in src, one propagator call."""
-        pts, self.level = self._level(lv).points, lv.index
+        pts = self._level(lv).points
         U = gather(lv.X, [i - lv.lo for i in src])
-        return self.prop.step_many(U, [pts[i] for i in src], [pts[i + 1] for i in src],
-                                   out=out, plus=plus, save=self.saving and lv.index == 0)
+        y = self.prop.step_many(U, [pts[i] for i in src], [pts[i + 1] for i in src],
+                                out=out, plus=plus, level=lv.index, last=last)
+        if self.observer is not None:
+            self.observer.step(lv.index, len(src), last)
+        return y
 
-    def _phi_many(self, lv: LevelState, src: list[int], out=None) -> torch.Tensor:
+    def _phi_many(self, lv: LevelState, src: list[int], out=None,
+                  last: bool = False) -> torch.Tensor:
         g = None if lv.G is None else gather(lv.G, [i + 1 - lv.lo for i in src])
-        return self._steps(lv, src, out, g)
+        return self._steps(lv, src, out, g, last)
 
     def _take_rhs(self, lv: LevelState, src: list[int]) -> None:
         """u = g at the points after src (their Φ(0) is zero: `skip_zero`)."""
@@ -370,15 +394,15 @@ class FusedLevelOps(LevelOps):
             idx = index_of([i + 1 - lv.lo for i in run])
             lv.X[idx] = lv.G[idx]
 
-    def _advance(self, lv: LevelState, src: list[int]) -> None:
+    def _advance(self, lv: LevelState, src: list[int], last: bool = False) -> None:
         """Φ + g from each point in src into the next point, written in place."""
         runs = arithmetic_runs(src) if self.fusions.stack else [[i] for i in src]
         for run in runs:
             idx = index_of([i + 1 - lv.lo for i in run])
             if isinstance(idx, slice):
-                self._phi_many(lv, run, out=lv.X[idx])
+                self._phi_many(lv, run, out=lv.X[idx], last=last)
             else:
-                lv.X[idx] = self._phi_many(lv, run)
+                lv.X[idx] = self._phi_many(lv, run, last=last)
 
 
 def _next_c(level, c: int) -> int:

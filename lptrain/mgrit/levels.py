@@ -4,6 +4,13 @@
 one propagator call, each operation its own pass over the level.
 `FusedLevelOps` (fused.py) computes the same iterates with fewer passes and
 copies; the solver (solver.py) runs either, and the tests compare them.
+The solver names the pairs of operations it runs back to back
+(`f_relax_restrict`, `f_relax_residual`): the reference runs one after the
+other, the fused operations in one pass.
+
+`last` (every operation on level 0): its steps belong to a sweep whose states
+the solve may return; the propagator decides from it and the level what to
+keep (protocols.Propagator).
 
 A level's equations: u_0 = g_0, u_i = Φ(u_{i−1}) + g_i, with g = 0 on the
 finest level.  Positions are level indices; a rank holds its points
@@ -19,11 +26,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-# What follows an F-relaxation: the residual of a restriction, of the returned
-# states, or something else (None).  The reference ignores it; the fused
-# operations take those C-steps inside the F-relaxation.
-RESTRICT, RESIDUAL = "restrict", "residual"
-
 
 @dataclass
 class LevelState:
@@ -38,7 +40,6 @@ class LevelState:
     G: torch.Tensor | None = None   # FAS right-hand side (None: zero, level 0)
     cs: tuple[int, ...] = field(default=())  # this rank's C-points
     correction: bool = False        # X holds a correction (linear coarse level)
-    pending: float | None = None    # Σ‖r‖² an F-relaxation took for the next residual
     zero: bool = False              # its C-points hold zeros (a linear level just restricted)
 
     @property
@@ -62,14 +63,13 @@ def timed(kind: str):
 class LevelOps:
     """Relaxation, residual, restriction, correction and the coarse solve of one level."""
 
-    def __init__(self, hierarchy, exchange, options, levels: list[LevelState]):
+    def __init__(self, hierarchy, exchange, options, levels: list[LevelState],
+                 observer=None):
         self.hierarchy, self.exchange, self.options = hierarchy, exchange, options
-        self.levels = levels
+        self.levels, self.observer = levels, observer
         self.timers: dict[tuple[int, str], float] = defaultdict(float)
         self.prop = None
-        self.saving = True      # finest-level steps leave what the adjoint needs
         self.template = None
-        self.level = 0          # the level of the step or message in progress (for recorders)
 
     # -- set-up ------------------------------------------------------------------
     def begin(self, prop, template: torch.Tensor, work: torch.Tensor) -> None:
@@ -77,8 +77,6 @@ class LevelOps:
         self.prop = prop
         self._allocate(template)
         self.levels[0].X = work
-        for lv in self.levels:
-            lv.pending = None
 
     def _allocate(self, template: torch.Tensor) -> None:
         if self.template is not None and self.template.shape == template.shape and \
@@ -97,12 +95,8 @@ class LevelOps:
         return [False] * len(self.levels)
 
     # -- relaxation ----------------------------------------------------------------
-    def takes(self, then: str | None) -> bool:
-        """Whether `f_relax(lv, then)` takes the C-steps of the residual that follows."""
-        return False
-
     @timed("relax")
-    def f_relax(self, lv: LevelState, then: str | None = None) -> None:
+    def f_relax(self, lv: LevelState, last: bool = False) -> None:
         """u_i = Φ(u_{i−1}) + g_i at every F-point, in order from each C-point.
 
         An F-range at the start of this rank continues its left neighbour's
@@ -117,26 +111,41 @@ class LevelOps:
                 continue
             if x is None:
                 x = self._recv(lv)
-            x = self._phi(lv, i, x, out=lv.X[i - lv.lo])
+            x = self._phi(lv, i, x, out=lv.X[i - lv.lo], last=last)
         if lv.right is not None and not level.is_c(lv.hi):
             self._send(lv)
         self.exchange.wait()
 
     @timed("relax")
-    def c_relax(self, lv: LevelState) -> None:
+    def c_relax(self, lv: LevelState, last: bool = False) -> None:
         """u_c = Φ(u_{c−1}) + g_c at every C-point c > 0, all from the old states."""
-        for c, phi in self._c_steps(lv):
+        for c, phi in self._c_steps(lv, last):
             lv.X[c - lv.lo] = phi
 
     # -- residual and transfers ------------------------------------------------------
     @timed("residual")
-    def residual(self, lv: LevelState) -> float:
+    def residual(self, lv: LevelState, last: bool = False) -> float:
         """Σ‖r_c‖² over this rank's C-points c > 0, r_c = Φ(u_{c−1}) + g_c − u_c."""
-        return sum(sq_norm(phi - lv.X[c - lv.lo]) for c, phi in self._c_steps(lv))
+        return sum(sq_norm(phi - lv.X[c - lv.lo]) for c, phi in self._c_steps(lv, last))
+
+    def f_relax_residual(self, lv: LevelState, last: bool = False) -> float:
+        """F-relaxation, then the residual (`residual`) of the states it leaves."""
+        self.f_relax(lv, last)
+        return self.residual(lv, last)
+
+    def f_relax_restrict(self, lv: LevelState, last: bool = False,
+                         after_cycle: bool = False) -> float:
+        """F-relaxation, then the restriction (`restrict`) of the states it leaves."""
+        self.f_relax(lv, last)
+        return self.restrict(lv, last, after_cycle)
 
     @timed("restrict")
-    def restrict(self, lv: LevelState) -> float:
+    def restrict(self, lv: LevelState, last: bool = False,
+                 after_cycle: bool = False) -> float:
         """The next level's problem from this one's; returns Σ‖r_c‖².
+
+        after_cycle: level 1 holds what a full cycle left and the finer C-points
+        are unchanged since (fused.py's rhs reuse; the reference rebuilds).
 
         FAS: v_j = u_c and g_j = Φ(u_{c−1}) + g_c − Φ^Δ(v_{j−1}), g_0 = v_0.
         Linear (Φ linear in u): the coarse level solves for the correction
@@ -144,7 +153,7 @@ class LevelOps:
         """
         coarse, level, sq = self.levels[lv.index + 1], self._level(lv), 0.0
         coarse.correction = self.options.linear
-        for c, phi in self._c_steps(lv):
+        for c, phi in self._c_steps(lv, last):
             r = phi - lv.X[c - lv.lo]
             sq += sq_norm(r)
             coarse.G[level.count_c_below(c) - coarse.lo] = r if coarse.correction else phi
@@ -187,19 +196,20 @@ class LevelOps:
                 lv.X[c - lv.lo] = coarse.X[j]
 
     @timed("coarse")
-    def coarse_solve(self, lv: LevelState) -> None:
+    def coarse_solve(self, lv: LevelState, last: bool = False) -> None:
         """Serial stepping through the level, pipelined across the ranks."""
         if lv.empty:
             return
         x = self._recv(lv) if lv.lo > 0 else lv.X[0]
         for i in range(max(lv.lo, 1), lv.hi):
-            x = self._phi(lv, i, x, out=lv.X[i - lv.lo])
+            x = self._phi(lv, i, x, out=lv.X[i - lv.lo], last=last)
         if lv.right is not None:
             self._send(lv)
         self.exchange.wait()
 
     # -- helpers ---------------------------------------------------------------------
-    def _c_steps(self, lv: LevelState) -> list[tuple[int, torch.Tensor]]:
+    def _c_steps(self, lv: LevelState, last: bool = False
+                 ) -> list[tuple[int, torch.Tensor]]:
         """(c, Φ(u_{c−1}) + g_c) for this rank's C-points c > 0."""
         if lv.empty:
             return []
@@ -209,7 +219,7 @@ class LevelOps:
         for c in lv.cs:
             if c > 0:
                 x = self._recv(lv) if c == lv.lo else lv.X[c - 1 - lv.lo]
-                out.append((c, self._phi(lv, c, x)))
+                out.append((c, self._phi(lv, c, x, last=last)))
         self.exchange.wait()
         return out
 
@@ -234,23 +244,31 @@ class LevelOps:
 
     def _send(self, lv: LevelState) -> None:
         """This rank's last state of lv to the right neighbour."""
-        self.level = lv.index
         self.exchange.send(lv.X[-1], lv.right)
+        if self.observer is not None:
+            self.observer.message(lv.index, lv.right, True)
 
     def _recv(self, lv: LevelState) -> torch.Tensor:
         """The state just before lv's points, from the left neighbour."""
-        self.level = lv.index
-        return self.exchange.recv(self.template, lv.left)
+        x = self.exchange.recv(self.template, lv.left)
+        if self.observer is not None:
+            self.observer.message(lv.index, lv.left, False)
+        return x
 
-    def _step(self, lv: LevelState, i: int, x: torch.Tensor, out=None, plus=None):
+    def _step(self, lv: LevelState, i: int, x: torch.Tensor, out=None, plus=None,
+              last: bool = False):
         """Φ(x) for the step into point i of lv's level (+ plus)."""
-        pts, self.level = self._level(lv).points, lv.index
-        return self.prop.step(x, pts[i - 1], pts[i], out=out, plus=plus,
-                              save=self.saving and lv.index == 0)
+        pts = self._level(lv).points
+        y = self.prop.step(x, pts[i - 1], pts[i], out=out, plus=plus, level=lv.index,
+                           last=last)
+        if self.observer is not None:
+            self.observer.step(lv.index, 1, last)
+        return y
 
-    def _phi(self, lv: LevelState, i: int, x: torch.Tensor, out=None) -> torch.Tensor:
+    def _phi(self, lv: LevelState, i: int, x: torch.Tensor, out=None,
+             last: bool = False) -> torch.Tensor:
         """Φ(x) + g_i for the step into point i."""
-        return self._step(lv, i, x, out, None if lv.G is None else lv.G[i - lv.lo])
+        return self._step(lv, i, x, out, None if lv.G is None else lv.G[i - lv.lo], last)
 
 
 def sq_norm(r: torch.Tensor) -> float:

@@ -1,9 +1,10 @@
 """Nonlinear MGRIT (FAS, V- and F-cycles) over any time stepper, on one or many ranks.
 
-The solver sees only a propagator with `step(u, start, stop)` and
-`step_many(U, starts, stops)` (fine-grid indices of the step's two ends;
-U stacks m states), a Hierarchy, and an exchange object for the few
-messages it sends.  This module is the iteration and the cycle
+The solver sees only a propagator (`protocols.Propagator`: `step(u, start,
+stop)` and `step_many(U, starts, stops)`, fine-grid indices of the step's two
+ends; U stacks m states), a Hierarchy, an exchange for the few messages it
+sends (`protocols.Exchange`) and, if given, an observer of its steps, messages
+and sums (`protocols.Observer`).  This module is the iteration and the cycle
 (docs/method.md §3); what each step of the cycle does to a level is a
 level-operations object: `LevelOps` (levels.py, the reference) or
 `FusedLevelOps` (fused.py, the default: the same iterates with fewer passes).
@@ -20,7 +21,7 @@ from lptrain.errors import SolverError
 from lptrain.mgrit.fused import FusedLevelOps
 from lptrain.mgrit.hierarchy import Hierarchy
 from lptrain.mgrit.indexing import gather, index_of, scatter
-from lptrain.mgrit.levels import RESIDUAL, RESTRICT, LevelOps, LevelState
+from lptrain.mgrit.levels import LevelOps, LevelState
 
 # A level-0 residual below ROUNDOFF·eps·‖u_C‖ (eps of the states' dtype, u_C this solve's
 # C-point states) is round-off: a solve stops there whatever its tolerance.
@@ -67,8 +68,9 @@ LEVEL_OPS = {"fused": FusedLevelOps, "plain": LevelOps}
 class MGRIT:
     """An MGRIT solver bound to one hierarchy and one rank of it."""
 
-    def __init__(self, hierarchy: Hierarchy, exchange, options: CycleOptions):
+    def __init__(self, hierarchy: Hierarchy, exchange, options: CycleOptions, observer=None):
         self.hierarchy, self.exchange, self.options = hierarchy, exchange, options
+        self.observer = observer
         rank = exchange.rank
         self.levels = []
         for l, level in enumerate(hierarchy.levels):
@@ -76,9 +78,11 @@ class MGRIT:
             cs = level.cpoints[bisect_left(level.cpoints, lo):bisect_left(level.cpoints, hi)]
             self.levels.append(LevelState(l, lo, hi, hierarchy.left(l, rank),
                                           hierarchy.right(l, rank), cs=tuple(cs)))
-        self.ops = LEVEL_OPS[options.level_ops](hierarchy, exchange, options, self.levels)
+        self.ops = LEVEL_OPS[options.level_ops](hierarchy, exchange, options, self.levels,
+                                                observer)
         self.timers = self.ops.timers      # seconds by (level, operation)
         self._buffers: list[torch.Tensor] = []
+        self._cycled = False   # the last solve ended with its last cycle's F-relaxation
 
     # -- public ----------------------------------------------------------------
     def solve(self, prop, template: torch.Tensor, u0: torch.Tensor | None = None,
@@ -100,6 +104,7 @@ class MGRIT:
                               f"{top.hi - top.lo} rows, {len(top.cs)} of them C-points")
         work = self._work_buffer(template, warm)
         self.ops.begin(prop, template, work)
+        self._cycled = False
         if warm is None and len(self.levels) > 1:      # a cold start: C-points from zero
             scatter(work, [c - top.lo for c in top.cs], torch.zeros_like(work[:1]))
         if top.lo == 0:         # point 0 is the first C-point: row 0 of either warm form
@@ -107,7 +112,7 @@ class MGRIT:
                 if buf is not None and buf.shape[0] > 0:
                     buf[0] = u0
         if len(self.levels) == 1:
-            self.ops.coarse_solve(top)
+            self.ops.coarse_solve(top, last=True)     # serial stepping: its states returned
             return SolveResult(work, [0.0], 1, True)
         return self._iterate(warm, max_iter, tol, rtol)
 
@@ -138,24 +143,33 @@ class MGRIT:
         A cold start with skip_first_down opens with the coarse propagation of
         u_0.  A warm start relaxes before its first residual: its F-points
         belong to the states it came from (another θ).  Later iterations skip
-        the first F-relaxation, their F-points being fresh.  Without warm_down
-        the warm first cycle restricts on the coarse levels without relaxing
-        them first (the exact solution stays a fixed point: its coarse residuals
-        are zero).  Finest-level steps
-        leave activations for the adjoint (ops.saving): without a tolerance only
-        the last sweep's are needed; with one, any iteration may be the last.
+        the first F-relaxation, their F-points being fresh: the F-relaxation
+        closing an iteration restricts at once (`f_relax_restrict`), the next
+        iteration measures what it found.  Without warm_down the warm first
+        cycle restricts on the coarse levels without relaxing them first (the
+        exact solution stays a fixed point: its coarse residuals are zero).
+        Level-0 operations say whether their sweep may be the solve's last
+        (`last`): with a tolerance every sweep may, without one only the last
+        iteration's closing F-relaxation and the residual of the returned states.
         """
         ops, top, opt, history = self.ops, self.levels[0], self.options, []
         fixed = tol <= 0 and rtol <= 0
+        final = not fixed
+        # a resumed solve's first restriction follows the last solve's cycle
+        cycled = resumed and self._cycled
+        after_cycle = cycled and opt.nrelax0 == 0
+        self._cycled = False
+        sq = None                  # Σ r² of the restriction the closing sweep took
         for k in range(max_iter):
-            ops.saving = not fixed
             if k == 0 and opt.skip_first_down and warm is None and not resumed:
                 self._cold_cycle(1)
             else:
-                if k == 0 and warm is not None:
-                    self._take_c_points(warm)
-                self._relax(top, opt.nrelax0, skip_first_f=k > 0 or resumed)
-                norm, floor = self._measure(ops.restrict(top), fixed)
+                if sq is None:
+                    if k == 0 and warm is not None:
+                        self._take_c_points(warm)
+                    self._relax(top, opt.nrelax0, skip_first_f=k > 0 or resumed, last=final)
+                    sq = ops.restrict(top, final, after_cycle)
+                norm, floor = self._measure(sq, fixed)
                 history.append(norm)
                 # a fixed solve runs all its iterations even at an exact zero: its
                 # last sweep leaves the activations (and adjoint weight products)
@@ -165,11 +179,22 @@ class MGRIT:
                                        self._state_norm)
                 self._cycle(1, opt.cycle, down=opt.warm_down or k > 0 or warm is None)
             ops.correct(top)
-            last = k == max_iter - 1
-            ops.saving = not fixed or last
-            ops.f_relax(top, then=self._after_last_sweep(last))
-        ops.saving = True
-        norm, floor = self._measure(ops.residual(top), fixed, states=True)   # returned states
+            if k == max_iter - 1:
+                break
+            if opt.nrelax0 > 0:      # C-relaxations come before the next restriction
+                ops.f_relax(top, final)
+                sq, after_cycle = None, False
+            else:
+                sq = ops.f_relax_restrict(top, final, after_cycle=True)
+        if max_iter < 1:
+            res_sq = ops.residual(top, True)
+        elif opt.nrelax0 > 0:
+            ops.f_relax(top, True)
+            res_sq = ops.residual(top, True)
+        else:
+            res_sq = ops.f_relax_residual(top, True)
+        self._cycled = max_iter >= 1 or cycled
+        norm, floor = self._measure(res_sq, fixed, states=True)   # returned states
         history.append(norm)
         return SolveResult(top.X, history, max_iter,
                            norm <= max(tol, rtol * history[0], floor), self._state_norm)
@@ -182,8 +207,9 @@ class MGRIT:
             self.ops.coarse_solve(lv)
             return
         if down:
-            self._relax(lv, self.options.nrelax, then=RESTRICT)
-        self.ops.restrict(lv)
+            self._relax_restrict(lv, self.options.nrelax)
+        else:
+            self.ops.restrict(lv)
         self._cycle(l + 1, kind, down)
         if kind == "F" and l + 1 < coarsest:
             self._cycle(l + 1, "V")
@@ -203,26 +229,20 @@ class MGRIT:
         self.ops.f_relax(lv)
 
     def _relax(self, lv: LevelState, nrelax: int, skip_first_f: bool = False,
-               then: str | None = None) -> None:
-        """F(CF)^nrelax, without the first F if skip_first_f; `then` is what follows."""
-        sweeps = ([] if skip_first_f else ["F"]) + ["C", "F"] * nrelax
-        for i, kind in enumerate(sweeps):
-            if kind == "C":
-                self.ops.c_relax(lv)
-            else:
-                self.ops.f_relax(lv, then=then if i == len(sweeps) - 1 else None)
+               last: bool = False) -> None:
+        """F(CF)^nrelax, without the first F if skip_first_f."""
+        if not skip_first_f:
+            self.ops.f_relax(lv, last)
+        for _ in range(nrelax):
+            self.ops.c_relax(lv, last)
+            self.ops.f_relax(lv, last)
 
-    def _after_last_sweep(self, last: bool) -> str | None:
-        """What follows the F-relaxation closing an iteration: the next restriction
-        (unless a C-relaxation comes first), or after the last one the residual."""
-        if self.options.nrelax0 > 0:
-            return None
-        return RESIDUAL if last else RESTRICT
-
-    def closing_residual_taken(self) -> bool:
-        """Whether the F-relaxation that ends a fixed solve's last cycle also takes the
-        C-steps of the residual norm of the returned states."""
-        return self.ops.takes(self._after_last_sweep(last=True))
+    def _relax_restrict(self, lv: LevelState, nrelax: int) -> None:
+        """F(CF)^nrelax, the last F-relaxation with the restriction of its states."""
+        for _ in range(nrelax):
+            self.ops.f_relax(lv)
+            self.ops.c_relax(lv)
+        self.ops.f_relax_restrict(lv)
 
     # -- helpers -------------------------------------------------------------------
     def _measure(self, local_sq: float, fixed: bool, states: bool = False
@@ -235,6 +255,8 @@ class MGRIT:
         top = self.levels[0]
         state_sq = _c_point_sq_norm(top) if states or not fixed else 0.0
         res_sq, state_sq = self.exchange.allreduce_sums((local_sq, state_sq))
+        if self.observer is not None:
+            self.observer.sum(0, 2)
         self._state_norm = math.sqrt(state_sq)
         eps = torch.finfo(top.X.dtype).eps
         return math.sqrt(res_sq), 0.0 if fixed else ROUNDOFF * eps * self._state_norm

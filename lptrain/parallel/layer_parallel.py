@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import torch
 
-from lptrain.mgrit.exchange import allreduce_tensor
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.mgrit.solver import MGRIT, SolveResult
 from lptrain.model.serial import weight_args
@@ -141,7 +140,7 @@ class LayerParallel:
             net.assemble(grad, classifier=ev.grad_cls)
         if self.first:
             net.opening_vjp(theta, x, res.states[-1], grad)
-        return allreduce_tensor(self.exchange, grad), res
+        return self.exchange.allreduce_tensor(grad), res
 
     def _weight_products(self, stepper, states, lin, res, grad):
         """f′ ⊙ λ_{n+1} and its weight products for this rank's layers, one at a time:

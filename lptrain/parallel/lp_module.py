@@ -7,7 +7,6 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from lptrain.errors import ConfigError
-from lptrain.mgrit.exchange import allreduce_tensor, broadcast_tensor
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.model.module_steps import ModuleSteps
 from lptrain.parallel.context import make_exchange
@@ -87,8 +86,8 @@ class LayerParallel(nn.Module):
         self.last_forward = res
         if keep and self.warm_start:
             self._warm[0] = s.fwd.c_point_states(res.states)
-        uN = broadcast_tensor(self.exchange, res.states[-1] if s.last else None,
-                              self.exchange.size - 1, x)
+        uN = self.exchange.broadcast_tensor(res.states[-1] if s.last else None,
+                                            self.exchange.size - 1, x)
         return uN.clone(), res, kept
 
     def _backward_solve(self, states, grad_uN, want_input: bool, kept=None):
@@ -103,8 +102,8 @@ class LayerParallel(nn.Module):
             self._warm[1] = s.adj.c_point_states(res.states)
         lam0 = None
         if want_input:
-            lam0 = broadcast_tensor(self.exchange, s.lam(res.states, 0) if s.first else None,
-                                    0, lamN).clone()
+            lam0 = self.exchange.broadcast_tensor(s.lam(res.states, 0) if s.first else None,
+                                                  0, lamN).clone()
         return lam0, grads
 
     def serial(self, u0: torch.Tensor) -> torch.Tensor:
@@ -172,4 +171,4 @@ def average_gradients(module: nn.Module, data_exchange) -> None:
         return
     for p in module.parameters():
         if p.grad is not None:
-            p.grad.copy_(allreduce_tensor(data_exchange, p.grad) / size)
+            p.grad.copy_(data_exchange.allreduce_tensor(p.grad) / size)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lptrain.mgrit.exchange import broadcast_tensor
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.model.network import NetworkOptions, ResNet
 from lptrain.model.steps import DenseSteps
@@ -70,7 +69,7 @@ class _MGRITFunction(torch.autograd.Function):
         mod._calls += 1
         ctx.mod, ctx.theta, ctx.x, ctx.states, ctx.call = mod, theta, x, res.states, mod._calls
         last = exchange.size - 1
-        uN = broadcast_tensor(exchange, res.states[-1] if lp.last else None, last, lp.template(x))
+        uN = exchange.broadcast_tensor(res.states[-1] if lp.last else None, last, lp.template(x))
         return DenseSteps.from_state(uN).clone()
 
     @staticmethod
@@ -89,7 +88,7 @@ class _MGRITFunction(torch.autograd.Function):
                                 warm=mod._warm[1] if mod.warm_start else None)
         mod.last_backward = res
         mod._warm = (ctx.states, res.states)
-        lam0 = broadcast_tensor(exchange, res.states[-1] if lp.first else None, 0,
-                                lp.template(ctx.x))
+        lam0 = exchange.broadcast_tensor(res.states[-1] if lp.first else None, 0,
+                                         lp.template(ctx.x))
         gK, gb = mod.net.hidden_views(grad)
         return DenseSteps.from_state(lam0).clone(), gK.clone(), gb.clone(), None

@@ -35,19 +35,21 @@ class ModuleForward:
             self._means[key] = self.steps.mean_params(range(start, stop))
         return self._means[key]
 
-    def step(self, u, start: int, stop: int, out=None, save: bool = False, plus=None):
-        """Φ(u) [+ plus] for the step start → stop (save: nothing to keep, the adjoint
+    def step(self, u, start: int, stop: int, out=None, plus=None, level: int = 0,
+             last: bool = False):
+        """Φ(u) [+ plus] for the step start → stop (not last: nothing to keep, the adjoint
         linearises at the converged states)."""
         h = self.h * (stop - start)
-        if save and self.keep is not None and stop - start == 1:
+        if last and level == 0 and self.keep is not None and stop - start == 1:
             lin = self.steps.linearize(u, start, params=start in self.owned)
             self.keep[start] = lin
             return _finish(torch.add(u, lin.y.detach(), alpha=h), out, plus)
         return _finish(self.steps.step(u, start, h, self.params(start, stop)), out, plus)
 
-    def step_many(self, U, starts, stops, out=None, save: bool = False, plus=None):
-        if save and self.keep is not None:
-            ys = [self.step(U[i], a, b, save=True) for i, (a, b) in enumerate(zip(starts, stops))]
+    def step_many(self, U, starts, stops, out=None, plus=None, level: int = 0,
+                  last: bool = False):
+        if last and level == 0 and self.keep is not None:
+            ys = [self.step(U[i], a, b, last=True) for i, (a, b) in enumerate(zip(starts, stops))]
             return _finish(torch.stack(ys), out, plus)
         hs = [self.h * (b - a) for a, b in zip(starts, stops)]
         Ps = [self.params(a, b) for a, b in zip(starts, stops)]
@@ -81,11 +83,13 @@ class ModuleAdjoint:
                                                      params=k == 1 and n in self.owned)
         return self._lin[(n, k)]
 
-    def step(self, lam, a: int, b: int, out=None, save: bool = False, plus=None):
+    def step(self, lam, a: int, b: int, out=None, plus=None, level: int = 0,
+             last: bool = False):
         g = self.linear(self.N - b, b - a).vjp_state(lam)
         return _finish(torch.add(lam, g, alpha=self.h * (b - a)), out, plus)
 
-    def step_many(self, L, starts, stops, out=None, save: bool = False, plus=None):
+    def step_many(self, L, starts, stops, out=None, plus=None, level: int = 0,
+                  last: bool = False):
         ys = [self.step(L[i], a, b) for i, (a, b) in enumerate(zip(starts, stops))]
         return _finish(torch.stack(ys), out, plus)
 

@@ -3,7 +3,9 @@
 Both map the solver's step (start, stop), given in fine indices of the
 solver's own direction, to layer weights and a step size h·(stop − start).
 Coarse steps use the weights of the layer where the step starts in forward
-time (inject) or their mean over the covered layers (average).
+time (inject) or their mean over the covered layers (average).  Both are
+`mgrit.protocols.Propagator`s: a level-0 step of a sweep that may be the
+solve's last (`last`) keeps what the adjoint or the gradient needs.
 """
 from __future__ import annotations
 
@@ -15,9 +17,9 @@ from lptrain.mgrit.indexing import index_of
 class ForwardPropagator:
     """Φ: u ← u + H·σ(K u + b) with the stepper's weights.
 
-    With a `saved` buffer, finest-level steps (save=True) leave what the
-    adjoint needs of layer n in saved[n − first], so the adjoint can reuse
-    the forward's activations instead of recomputing them.
+    With a `saved` buffer, level-0 steps of a sweep that may be the last leave
+    what the adjoint needs of layer n in saved[n − first], so the adjoint can
+    reuse the forward's activations instead of recomputing them.
     """
 
     def __init__(self, stepper, h: float, coarse_weights: str = "inject",
@@ -31,16 +33,19 @@ class ForwardPropagator:
             return self.means(start, stop)
         return self.stepper.weights(start)
 
-    def step(self, u, start: int, stop: int, out=None, save: bool = False, plus=None):
+    def step(self, u, start: int, stop: int, out=None, plus=None, level: int = 0,
+             last: bool = False):
         """Φ(u) [+ plus] for the step start → stop."""
         K, b = self._weights(start, stop)
-        slot = self.saved[start - self.first] if save and self.saved is not None else None
+        save = last and level == 0 and self.saved is not None
+        slot = self.saved[start - self.first] if save else None
         return self.stepper.apply(u, K, b, self.h * (stop - start), slot, out, plus)
 
-    def step_many(self, U, starts, stops, out=None, save: bool = False, plus=None):
+    def step_many(self, U, starts, stops, out=None, plus=None, level: int = 0,
+                  last: bool = False):
         K, b = _stack_weights(self, starts, stops)
         h = _sizes(self.h, starts, stops, U)
-        if not (save and self.saved is not None):
+        if not (last and level == 0 and self.saved is not None):
             return self.stepper.apply(U, K, b, h, None, out, plus)
         idx = _slots(starts, self.first)
         if isinstance(idx, slice):
@@ -68,7 +73,7 @@ class AdjointPropagator:
         self.average = coarse_weights == "average"
         self.means = MeanWeights(stepper)
         self._avg: dict[tuple[int, int], torch.Tensor] = {}
-        # (gK, gb) of all N layers: finest-level steps with save=True write g uᵀ and Σ g
+        # (gK, gb) of all N layers: level-0 steps of the last sweep write g uᵀ and Σ g
         # of their layer there (g = f′ ⊙ λ; the caller scales by act.weight_factor)
         self.weights = weights
 
@@ -83,10 +88,11 @@ class AdjointPropagator:
             return K, self._avg[key]
         return self.stepper.K[n], self.lin.one(n)
 
-    def step(self, lam, a: int, b: int, out=None, save: bool = False, plus=None):
+    def step(self, lam, a: int, b: int, out=None, plus=None, level: int = 0,
+             last: bool = False):
         """Φᵀ(λ) [+ plus] for the mirrored step a → b."""
         K, saved = self._layer(a, b)
-        if not (save and self.weights is not None):
+        if not (last and level == 0 and self.weights is not None):
             y = self.stepper.vjp_saved(saved, lam, K, self.h * (b - a), out)
             return y if plus is None else y.add_(plus)
         n = self.N - b
@@ -94,18 +100,20 @@ class AdjointPropagator:
         self.weights[0][n], self.weights[1][n] = self.stepper.vjp_weights(self.state(n), g)
         return lam_n if plus is None else lam_n.add_(plus)
 
-    def step_many(self, L, starts, stops, out=None, save: bool = False, plus=None):
+    def step_many(self, L, starts, stops, out=None, plus=None, level: int = 0,
+                  last: bool = False):
         if self.average and any(b - a > 1 for a, b in zip(starts, stops)):
             K, saved = self.means.stacked(starts, stops, self._layer)   # once per solve
         else:
             ns = [self.N - b for b in stops]
-            if not self.lin.contiguous(ns) or (save and self.weights is not None):
+            keep = last and level == 0 and self.weights is not None
+            if not self.lin.contiguous(ns) or keep:
                 # mirrored layers run backwards through the saved buffer: a gather would
                 # copy them, one state at a time reads them where they are
                 out = torch.empty_like(L) if out is None else out
                 for i, (a, b) in enumerate(zip(starts, stops)):
-                    self.step(L[i], a, b, out=out[i], save=save,
-                              plus=None if plus is None else plus[i])
+                    self.step(L[i], a, b, out=out[i], plus=None if plus is None else plus[i],
+                              level=level, last=last)
                 return out
             K = self.stepper.K[torch.tensor(ns)]
             saved = self.lin.many(ns)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import torch
 
-from lptrain.mgrit.exchange import allreduce_tensor
 from lptrain.train.control import Measured
 from lptrain.train.protocol import Batch, DataTerms, Evaluated, Point
 
@@ -87,12 +86,12 @@ class DataParallelOracle:
         if inner is not None:
             part = self.inner.gradient(inner).mul_(share)
         if not self.measures:
-            return allreduce_tensor(self.data, part)
+            return self.data.allreduce_tensor(part)
         # the solve record summed over the groups in the same reduction as the gradient
         record = [0.0] * (len(Measured.__dataclass_fields__) + 1)
         if inner is not None:
             record = [*self.inner.measure(inner, share).as_list(), 1.0]
-        both = allreduce_tensor(self.data, torch.cat([part, part.new_tensor(record)]))
+        both = self.data.allreduce_tensor(torch.cat([part, part.new_tensor(record)]))
         ev.measured = Measured.from_sums(both[part.numel():-1].tolist(), float(both[-1]))
         return both[:part.numel()]
 

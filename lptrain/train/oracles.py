@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 import torch
 
 from lptrain.data.base import chunks
-from lptrain.mgrit.exchange import allreduce_tensor
 from lptrain.model.serial import Buffers, adjoint, propagate
 from lptrain.parallel.blocks import ALL_ROWS
 from lptrain.parallel.grid import shard
@@ -169,7 +168,7 @@ class SerialOracle(ExactOracle):
         lam0, gK, gb = adjoint(tape.stepper, tape.states, tape.saved, lamN, self.net.h)
         grad = self.net.assemble(torch.zeros_like(ev.theta), (gK, gb), (gW, gmu))
         self.net.opening_vjp(ev.theta, tape.x, lam0, grad)
-        return allreduce_tensor(self.exchange, grad)
+        return self.exchange.allreduce_tensor(grad)
 
     def accept(self, ev: Evaluated):
         ev.tape = None

@@ -204,10 +204,10 @@ def test_residual_taken_by_the_f_relaxation_equals_a_separate_pass(opts, warm):
 
     def spy(lp):
         for solver in (lp.fwd, lp.adj):
-            def f_relax(lv, consumer, _orig=solver.ops._f_relax,
+            def f_relax(lv, consumer, last, _orig=solver.ops._f_relax,
                         _log=fed[solver.ops.fusions.fuse_residual]):
                 _log.append(consumer is not None)
-                return _orig(lv, consumer)
+                return _orig(lv, consumer, last)
             solver.ops._f_relax = f_relax
     (a, ha, ga, aa, _), (b, hb, gb, ab, _) = off_and_on(opts, "fuse_residual", warm,
                                                         adjoint=True, prepare=spy)
