@@ -29,14 +29,16 @@ class Evaluation:
 class LayerParallel:
     """MGRIT solvers for the forward and the adjoint propagation of `net`."""
 
-    def __init__(self, net, options: MGRITOptions, exchange):
+    def __init__(self, net, options: MGRITOptions, exchange, observer=None):
+        """observer: an `mgrit.protocols.Observer` of both solvers (None: none)."""
         self.net, self.options, self.exchange = net, options, exchange
         N = net.opts.layers
         self.N = N
         self.hier = options.hierarchy(N, exchange.size)
-        self.fwd = MGRIT(self.hier, exchange, options.cycle_options())
+        self.fwd = MGRIT(self.hier, exchange, options.cycle_options(), observer)
         self.rev = self.hier.reversed()
-        self.adj = MGRIT(self.rev, exchange.reversed(), options.cycle_options(linear=True))
+        self.adj = MGRIT(self.rev, exchange.reversed(), options.cycle_options(linear=True),
+                         observer)
         self._saved = None
         self._weight_grads = None   # (gK, gb) a fixed-iteration adjoint sweep leaves
         self.lo, self.hi = self.hier.ranges[0][exchange.rank]

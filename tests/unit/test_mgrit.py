@@ -1,8 +1,10 @@
 """MGRIT on one rank: exactness properties and agreement with serial propagation."""
+from collections import Counter
+
 import pytest
 import torch
 
-from helpers import batch, conv_net, dense_net, serial_objective_and_grad
+from helpers import Counting, batch, conv_net, dense_net, serial_objective_and_grad
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.mgrit.fused import Fusions
 from lptrain.mgrit.options import MGRITOptions
@@ -269,3 +271,87 @@ def test_fixed_adjoint_weight_gradients_dense_and_conv(make):
     other = lp.backward(theta, x, res.states, ev, max_iter=1, tol=1e-300)[0]
     assert torch.allclose(fixed, other, rtol=1e-12, atol=1e-15)
     assert float(fixed.abs().max()) > 0
+
+
+class Seen:
+    """An Observer (mgrit.protocols) that logs what it is told."""
+
+    def __init__(self):
+        self.steps, self.messages, self.sums = Counter(), [], 0
+        self.last = Counter()      # states stepped in a last sweep, by level
+
+    def step(self, level, states, last):
+        self.steps[level] += states
+        self.last[level] += states if last else 0
+
+    def message(self, level, peer, sent):
+        self.messages.append((level, peer, sent))
+
+    def sum(self, level, values):
+        assert level == 0 and values == 2
+        self.sums += 1
+
+
+class ZeroExchange:
+    """Rank `rank` of `size` alone: receives give zeros, sums never converge; logs
+    every message (peer, sent)."""
+
+    def __init__(self, rank, size, log=None):
+        self.rank, self.size, self.log = rank, size, [] if log is None else log
+
+    def send(self, tensor, dest):
+        self.log.append((dest, True))
+
+    def recv(self, template, source):
+        self.log.append((source, False))
+        return torch.zeros_like(template)
+
+    def wait(self):
+        pass
+
+    def allreduce_sums(self, values):
+        return [1.0] * len(values)
+
+    def reversed(self):
+        return ZeroExchange(self.size - 1 - self.rank, self.size, self.log)
+
+
+@pytest.mark.parametrize("iters", [1, 3])
+@pytest.mark.parametrize("opts", [dict(levels=3, cfactor0=2, cfactor=2),
+                                  dict(levels=3, cfactor0=2, cfactor=2, nrelax0=1, cycle="F")],
+                         ids=["V", "F-nrelax0"])
+def test_the_observer_sees_every_step_sum_and_the_last_sweep_once_per_layer(opts, iters):
+    # steps by level = the propagator's calls by step length (1, 2, 4 fine steps); sums =
+    # the residual measurements; a fixed solve's last sweep steps each layer once (what the
+    # propagator keeps for the adjoint), a solve to a tolerance every level-0 step
+    net, theta = dense_net(layers=32, T=3.0, activation="tanh")
+    x, y = batch(net)
+    for tol in (0.0, 1e-300):
+        seen, counted = Seen(), []
+        lp = LayerParallel(net, MGRITOptions(**opts), SerialExchange(), observer=seen)
+        for solver in (lp.fwd, lp.adj):
+            solver.ops.begin = (lambda prop, *a, _b=solver.ops.begin:
+                                counted.append(Counting(prop)) or _b(counted[-1], *a))
+        res = lp.forward(theta, x, max_iter=iters, tol=tol)
+        ev = lp.evaluate(theta, res.states, y, x.shape[0], True)
+        _, ares = lp.backward(theta, x, res.states, ev, max_iter=iters, tol=tol)
+        by_length = sum((c.steps for c in counted), Counter())
+        assert dict(seen.steps) == {l: by_length[2 ** l] for l in range(3)}
+        assert seen.sums == len(res.history) + len(ares.history) and not seen.messages
+        assert seen.last[0] == (2 * 32 if tol == 0 else seen.steps[0])
+        assert seen.last[1] == seen.last[2] == 0
+
+
+def test_the_observer_sees_every_message_with_its_level():
+    # rank 1 of 3 alone (zeros received): each message the exchange carries, in order,
+    # with the level whose neighbour it goes to or comes from
+    net, theta = dense_net(layers=32, T=3.0, activation="tanh")
+    x, _ = batch(net)
+    seen, ex = Seen(), ZeroExchange(1, 3)
+    lp = LayerParallel(net, MGRITOptions(levels=3, cfactor0=2, cfactor=2), ex, observer=seen)
+    lp.forward(theta, x, max_iter=2, tol=0.0)
+    assert [(peer, sent) for _, peer, sent in seen.messages] == ex.log and ex.log
+    hier, levels = lp.hier, {level for level, _, _ in seen.messages}
+    assert levels == {0, 1, 2}
+    for level, peer, sent in seen.messages:
+        assert peer == (hier.right(level, 1) if sent else hier.left(level, 1))
