@@ -8,11 +8,15 @@ __version__ = "0.1.0"
 # decides where they go (the lptrain command: Hydra's job log in the run directory)
 logging.getLogger("lptrain").addHandler(logging.NullHandler())
 
-__all__ = ["LayerParallel", "LayerParallelResNet", "MGRITOptions", "load_model", "__version__"]
+__all__ = ["CoarseStep", "LayerParallel", "LayerParallelResNet", "MGRITOptions", "load_model",
+           "__version__"]
 
 
 def __getattr__(name):
     # lazy, so that `import lptrain` stays light for the CLI and tools
+    if name == "CoarseStep":
+        from lptrain.model.coarse_steps import CoarseStep
+        return CoarseStep
     if name == "LayerParallel":
         from lptrain.parallel.lp_module import LayerParallel
         return LayerParallel

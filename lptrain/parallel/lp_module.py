@@ -8,8 +8,10 @@ from torch.autograd.function import once_differentiable
 
 from lptrain.errors import ConfigError
 from lptrain.mgrit.options import MGRITOptions
+from lptrain.model.coarse_steps import CoarseSteps
 from lptrain.model.module_steps import ModuleSteps
 from lptrain.parallel.context import make_exchange
+from lptrain.parallel.ddp import check_ddp_group
 from lptrain.parallel.halo import owned_layers
 from lptrain.parallel.module_solver import ModuleSolver
 
@@ -32,11 +34,16 @@ class LayerParallel(nn.Module):
     backward).  Forwards without gradients (torch.no_grad) use but do not
     replace the warm start.  stack=True steps many layers at once with vmap
     (layers of one structure only; see ModuleSteps).
+
+    coarse_steps: a factory `coarse_steps(CoarseStep) -> nn.Module` g for MGRIT's
+    coarse steps u ← u + H·g(u) (model/coarse_steps.py: which parameters of g follow
+    the fine layers'); None: the fine f with the coarse step size H.  Converged
+    solves do not depend on it; the iterations' convergence does.
     """
 
     def __init__(self, steps, T: float = 1.0, n_layers: int | None = None,
                  mgrit: MGRITOptions | None = None, comm=None, warm_start: bool = False,
-                 stack: bool = False):
+                 stack: bool = False, coarse_steps=None):
         super().__init__()
         if not T > 0:
             raise ConfigError(f"T={T!r}: the final time must be positive")
@@ -50,9 +57,11 @@ class LayerParallel(nn.Module):
         self.steps = ModuleSteps(steps, N, build=self.owned, stack=stack)
         self.layers = self.steps.modules          # registered: this rank's parameters
         self.n_layers, self.T, self.h = N, T, T / N
-        self.solver = ModuleSolver(self.steps, self.h, self.options, self.exchange)
+        coarse = None if coarse_steps is None else CoarseSteps(coarse_steps)
+        self.solver = ModuleSolver(self.steps, self.h, self.options, self.exchange, coarse)
         self.warm_start = warm_start
         self._warm = [None, None]
+        self._ddp_checked: set = set()   # process groups of a DDP around this module, sound
         self.last_forward = self.last_backward = None    # SolveResult of the latest solves
         self._register_load_state_dict_pre_hook(self._drop_other_layers)
 
@@ -66,6 +75,7 @@ class LayerParallel(nn.Module):
                 tol: float | None = None) -> torch.Tensor:
         """u_N.  max_iter / tol override mgrit's for this forward solve (e.g. an exact
         evaluation in a one-shot training: max_iter=50, tol=1e-8)."""
+        check_ddp_group(self, self.owned, self._ddp_checked)
         params = [p for _, _, p in self._indexed_params()]
         if torch.is_grad_enabled() and (u0.requires_grad or any(p.requires_grad
                                                                 for p in params)):

@@ -3,7 +3,9 @@
 Both map the solver's step (start, stop), in fine indices of the solver's own
 direction, to a layer's module and parameters and a step size h·(stop − start):
 coarse steps use the fine f with the parameters of the layer where the step
-starts in forward time (inject) or their mean over the covered layers (average).
+starts in forward time (inject) or their mean over the covered layers (average),
+or on coarse levels the user's coarse module g (`coarse`, parallel/coarse.py) with
+those parameters.
 """
 from __future__ import annotations
 
@@ -21,9 +23,9 @@ class ModuleForward:
     """
 
     def __init__(self, steps, h: float, average: bool, keep: dict | None = None,
-                 owned=()):
+                 owned=(), coarse=None):
         self.steps, self.h, self.average = steps, h, average
-        self.keep, self.owned = keep, set(owned)
+        self.keep, self.owned, self.coarse = keep, set(owned), coarse
         self._means: dict[tuple[int, int], dict] = {}
 
     def params(self, start: int, stop: int):
@@ -44,12 +46,17 @@ class ModuleForward:
             lin = self.steps.linearize(u, start, params=start in self.owned)
             self.keep[start] = lin
             return _finish(torch.add(u, lin.y.detach(), alpha=h), out, plus)
+        c = self.coarse.of(level, start, stop) if self.coarse else None
+        if c is not None:
+            P = self.params(start, stop) or self.steps.params(start)
+            return _finish(self.coarse.steps.step(u, c, P), out, plus)
         return _finish(self.steps.step(u, start, h, self.params(start, stop)), out, plus)
 
     def step_many(self, U, starts, stops, out=None, plus=None, level: int = 0,
                   last: bool = False):
-        if last and level == 0 and self.keep is not None:
-            ys = [self.step(U[i], a, b, last=True) for i, (a, b) in enumerate(zip(starts, stops))]
+        if (last and level == 0 and self.keep is not None) or (self.coarse and level > 0):
+            ys = [self.step(U[i], a, b, level=level, last=last)
+                  for i, (a, b) in enumerate(zip(starts, stops))]
             return _finish(torch.stack(ys), out, plus)
         hs = [self.h * (b - a) for a, b in zip(starts, stops)]
         Ps = [self.params(a, b) for a, b in zip(starts, stops)]
@@ -67,15 +74,22 @@ class ModuleAdjoint:
     """
 
     def __init__(self, steps, h: float, n_steps: int, state, average: bool, owned,
-                 kept: dict | None = None):
+                 kept: dict | None = None, coarse=None):
         self.steps, self.h, self.N, self.state = steps, h, n_steps, state
-        self.average, self.owned = average, set(owned)
+        self.average, self.owned, self.coarse = average, set(owned), coarse
         # the forward's linearisations at these states (ModuleForward.keep)
-        self._lin: dict[tuple[int, int], object] = {(n, 1): lin for n, lin in
-                                                     (kept or {}).items()}
+        self._lin: dict[object, object] = {(n, 1): lin for n, lin in (kept or {}).items()}
 
-    def linear(self, n: int, k: int = 1):
-        """f of the k layers from n (one, or their mean) linearised at u_n."""
+    def linear(self, n: int, k: int = 1, level: int = 0):
+        """f of the k layers from n (one, or their mean) linearised at u_n; on a coarse
+        level the user's coarse g of that step if given."""
+        c = self.coarse.of(level, n, n + k) if self.coarse else None
+        if c is not None:
+            if c not in self._lin:
+                P = self.steps.mean_params(c.layers) if self.average else self.steps.params(n)
+                self._lin[c] = self.coarse.steps.linearize(self.state(n), c, P,
+                                                           self.steps.layout)
+            return self._lin[c]
         k = k if self.average else 1
         if (n, k) not in self._lin:
             P = self.steps.mean_params(range(n, n + k)) if k > 1 else None
@@ -85,12 +99,12 @@ class ModuleAdjoint:
 
     def step(self, lam, a: int, b: int, out=None, plus=None, level: int = 0,
              last: bool = False):
-        g = self.linear(self.N - b, b - a).vjp_state(lam)
+        g = self.linear(self.N - b, b - a, level).vjp_state(lam)
         return _finish(torch.add(lam, g, alpha=self.h * (b - a)), out, plus)
 
     def step_many(self, L, starts, stops, out=None, plus=None, level: int = 0,
                   last: bool = False):
-        ys = [self.step(L[i], a, b) for i, (a, b) in enumerate(zip(starts, stops))]
+        ys = [self.step(L[i], a, b, level=level) for i, (a, b) in enumerate(zip(starts, stops))]
         return _finish(torch.stack(ys), out, plus)
 
     def param_grads(self, n: int, lam_next) -> dict:

@@ -11,6 +11,7 @@ import torch
 
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.mgrit.solver import MGRIT, SolveResult
+from lptrain.parallel.coarse import UserCoarse
 from lptrain.parallel.halo import owned_layers, share_params, transfers
 from lptrain.parallel.layer_parallel import next_first_state
 from lptrain.parallel.module_propagators import ModuleAdjoint, ModuleForward
@@ -19,7 +20,8 @@ from lptrain.parallel.module_propagators import ModuleAdjoint, ModuleForward
 class ModuleSolver:
     """MGRIT solvers for the forward and adjoint propagation of `steps` on one rank."""
 
-    def __init__(self, steps, h: float, options: MGRITOptions, exchange):
+    def __init__(self, steps, h: float, options: MGRITOptions, exchange, coarse=None):
+        """coarse: a CoarseSteps of the user's coarse modules (None: fine f, coarse H)."""
         self.steps, self.h, self.options, self.exchange = steps, h, options, exchange
         self.N = N = steps.n_layers
         self.average = options.coarse_weights == "average"
@@ -33,6 +35,7 @@ class ModuleSolver:
         self.first, self.last = self.lo == 0, self.hi == N + 1
         self.owned = owned_layers(self.hier, rank)
         self.plan = transfers(self.hier, self.average)
+        self.coarse = None if coarse is None else UserCoarse(coarse, self.hier, h)
 
     def share(self) -> None:
         """Copies of the other ranks' layers this rank steps with, from their owners."""
@@ -51,7 +54,7 @@ class ModuleSolver:
         tol = o.tol if tol is None else tol
         fixed = tol <= 0 and o.rtol <= 0      # else every iteration would linearise
         prop = ModuleForward(self.steps, self.h, self.average, keep if fixed else None,
-                             self.owned)
+                             self.owned, self.coarse)
         return self.fwd.solve(prop, template, u0 if self.first else None, warm,
                               max_iter=o.max_iter if max_iter is None else max_iter,
                               tol=tol, rtol=o.rtol)
@@ -68,7 +71,7 @@ class ModuleSolver:
         extra = self._next_first_state(states)
         state = (lambda n: states[n - self.lo] if n < self.hi else extra)
         prop = ModuleAdjoint(self.steps, self.h, self.N, state, self.average, self.owned,
-                             kept)
+                             kept, self.coarse)
         res = self.adj.solve(prop, template, lamN if self.last else None, warm,
                              max_iter=o.adjoint_max_iter if max_iter is None else max_iter,
                              tol=o.adjoint_tol if tol is None else tol, rtol=o.rtol)

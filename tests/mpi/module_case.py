@@ -52,6 +52,32 @@ def conv_gn_conv(n):
     return _init(m, 70 + n, 0.3)
 
 
+class ExactCoarse(nn.Module):
+    """g with u + H·g(u) = the covered dense layers stepped one after another (copies
+    built from `dense`, outside the module tree): MGRIT converges in one cycle."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.c, self.fine = c, {n: dense(n) for n in c.layers}
+
+    def forward(self, u):
+        v = u
+        for n in self.c.layers:
+            v = v + (1.0 / N) * self.fine[n](v)
+        return (v - u) / self.c.h
+
+
+def cheap_coarse(c):
+    """conv_gn_conv without its GroupNorm: the convolutions' parameters (same names)
+    follow the fine layers'."""
+    return nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.Identity(), nn.SiLU(),
+                         nn.Conv2d(4, 2, 3, padding=1)).double()
+
+
+# the user's coarse steps of a case (default: the fine f with the coarse step size)
+COARSE = {"exact": ExactCoarse, "cheap": cheap_coarse}
+
+
 def _input(shape, seed):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed),
                        dtype=torch.float64)
@@ -69,6 +95,9 @@ CASES = {
     "fixed": (conv_gn_conv, (3, 2, 4, 4), dict(levels=3, cfactor0=2, cfactor=2,
                                                 coarse_weights="inject", tol=0.0,
                                                 max_iter=30), False),
+    "exact": (dense, (6, 5), dict(levels=3, cfactor0=2, cfactor=2), False),
+    "cheap": (conv_gn_conv, (3, 2, 4, 4), dict(levels=3, cfactor0=2, cfactor=2,
+                                                coarse_weights="average"), False),
 }
 
 
@@ -92,10 +121,14 @@ def run(comm=None) -> dict:
     results = {}
     for name, (make, shape, opts, stack) in CASES.items():
         mod = LayerParallel(make, T=1.0, n_layers=N, comm=comm, stack=stack,
-                            mgrit=MGRITOptions(**{**TOL, **opts}))
+                            mgrit=MGRITOptions(**{**TOL, **opts}),
+                            coarse_steps=COARSE.get(name))
         u0 = _input(shape, 1).requires_grad_()
         out = mod(u0)
         loss_of(out, 2).backward()
+        if name == "exact":
+            results["exact-iters"] = torch.tensor([mod.last_forward.iterations,
+                                                   mod.last_backward.iterations], dtype=float)
         results[f"{name}-out"] = out.detach()
         results.update(_grads(name, mod, u0, comm))
         with torch.no_grad():
@@ -125,6 +158,7 @@ def reference() -> dict:
         results.update(_grads(name, mod, u0, None))
         results[f"{name}-nograd"] = results[f"{name}-loaded"] = out.detach()
         results[f"{name}-state"] = torch.cat([p.detach().reshape(-1) for p in mod.parameters()])
+    results["exact-iters"] = torch.tensor([1.0, 1.0], dtype=float)    # exact coarse steps
     results.update(data_parallel(None))
     return results
 

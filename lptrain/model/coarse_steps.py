@@ -1,0 +1,99 @@
+"""A user's coarse-level residual branches g: coarse MGRIT steps u ← u + H·g(u).
+
+The factory is called once per coarse step with a `CoarseStep` (its level, its
+index on that level, the fine layers it covers and its step size H) and returns an
+`nn.Module` that keeps the state's shape.  Its parameters whose names and shapes
+equal the fine layers' follow training: every step runs g with those parameters
+set to the covered layers' coarse parameters (their mean for coarse_weights=average,
+the first layer's for inject), as `load_state_dict(strict=False)` would match them.
+Its other parameters and buffers are its own, as the factory made them (the factory
+runs with torch's seed set to a base + a number of the step, so every rank builds
+the same module).  A module is built on the rank that first steps with it, and
+follows the states' dtype and device.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from lptrain.errors import ConfigError
+from lptrain.model.module_steps import Linear, Params
+
+
+@dataclass(frozen=True)
+class CoarseStep:
+    """The step from point `index` of coarse level `level` (>= 1): it covers the fine
+    layers `layers`, with step size h = T/N · len(layers)."""
+
+    level: int
+    index: int
+    layers: range
+    h: float
+
+
+class CoarseSteps:
+    """The user's coarse modules, built on first use, keyed by CoarseStep."""
+
+    def __init__(self, factory: Callable[[CoarseStep], nn.Module]):
+        if not callable(factory) or isinstance(factory, nn.Module):
+            raise ConfigError(f"coarse_steps={factory!r}: need a factory "
+                              "coarse_steps(CoarseStep) -> nn.Module")
+        self.factory = factory
+        self._seed = int(torch.randint(2 ** 62, (1,)))
+        self._built: dict[CoarseStep, tuple[nn.Module, list[str]]] = {}
+
+    def module(self, step: CoarseStep, like: torch.Tensor,
+               P: Params) -> tuple[nn.Module, list[str]]:
+        """g of `step` on `like`'s dtype and device, and the names it takes from the fine
+        layers' parameters P."""
+        if step not in self._built:
+            self._built[step] = self._build(step, P)
+        g, tracked = self._built[step]
+        ref = next(g.parameters(), None)
+        if ref is not None and (ref.dtype != like.dtype or ref.device != like.device):
+            g.to(device=like.device, dtype=like.dtype)
+        return g, tracked
+
+    def _build(self, step: CoarseStep, P: Params):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self._seed + 7919 * step.level + step.index)
+            g = self.factory(step)
+        if not isinstance(g, nn.Module):
+            raise ConfigError(f"coarse_steps returned {type(g).__name__} for {step}, "
+                              "not an nn.Module")
+        tracked = []
+        for name, p in g.named_parameters():
+            if name in P:
+                if p.shape != P[name].shape:
+                    raise ConfigError(
+                        f"coarse step {step.level}:{step.index}: parameter {name!r} has shape "
+                        f"{tuple(p.shape)}, the fine layers' {tuple(P[name].shape)}; rename "
+                        "it to keep it the coarse module's own")
+                tracked.append(name)
+        return g, tracked
+
+    def f(self, step: CoarseStep, u, P: Params) -> torch.Tensor:
+        """g(u), its tracked parameters taken from P."""
+        g, tracked = self.module(step, u, P)
+        if not tracked:
+            return g(u)
+        return functional_call(g, {k: P[k] for k in tracked}, (u,))
+
+    def step(self, u, step: CoarseStep, P: Params) -> torch.Tensor:
+        """u + H·g(u) (a new tensor)."""
+        y = self.f(step, u, P)
+        if y.shape != u.shape:
+            raise ValueError(f"coarse step {step.level}:{step.index} maps a state of shape "
+                             f"{tuple(u.shape)} to {tuple(y.shape)}: it must keep the shape")
+        return torch.add(u, y, alpha=step.h)
+
+    def linearize(self, u, step: CoarseStep, P: Params, layout) -> Linear:
+        """g's autograd graph at u (state products only)."""
+        with torch.enable_grad():
+            x = layout(u.detach()).clone().requires_grad_()
+            y = self.f(step, x, {k: v.detach() for k, v in P.items()})
+        return Linear(y, x, None, layout)
