@@ -157,3 +157,13 @@ def test_bad_coarse_steps_are_refused_with_the_value():
                                  coarse_steps=lambda c: None)
     with pytest.raises(ConfigError, match="returned NoneType"):
         returns_none(inputs(5, 3))
+
+
+def test_stacked_fine_steps_and_coarse_steps_give_the_unstacked_iterates():
+    layers = [dense(n) for n in range(N)]
+    opts = MGRITOptions(**OPTS, tol=0.0, max_iter=2)
+    u0 = inputs(5, 3)
+    with torch.no_grad():
+        got = [LayerParallel(layers, T=T, mgrit=opts, stack=stack,
+                             coarse_steps=lambda c: Renamed())(u0) for stack in (True, False)]
+    assert close(got[0], got[1], 1e-13)
