@@ -14,6 +14,7 @@ from lptrain.metrics import schema as ms
 from lptrain.metrics.console import Console
 from lptrain.metrics.quantities import ITERATION_TIME
 from lptrain.metrics.tensorboard import check_available, with_logger
+from lptrain.metrics.timing import TallyingWriter, text_lines
 from lptrain.metrics.writer import open_writer
 from lptrain.model.dtypes import DTYPES
 from lptrain.model.network import ResNet
@@ -129,8 +130,9 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
                                 optimizer, oracle, progress, config_yaml, grid, saver)
     h5 = collectively(ex, lambda: open_writer(path, attrs, rank0, done))
     with h5, \
-            with_logger(h5, opts.logger, run_dir, rank0, attrs, done) as writer, \
+            with_logger(h5, opts.logger, run_dir, rank0, attrs, done) as logged, \
             Console(rank0, opts.train.iterations, title) as console:
+        writer = TallyingWriter(logged)
         try:
             _, outcome = train(theta, optimizer, oracle, data, opts, writer, console, ex,
                                progress, stop, checkpointer, saved)
@@ -146,6 +148,10 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
                          "best validation accuracy": outcome.best_val_accuracy,
                          "wall time": (outcome.wall_time, "s"),
                          ITERATION_TIME: (console.iteration_time(), "s")})
+        timing = writer.tally.summary()
+        if timing is not None and timing.size > 1:
+            for line in text_lines(timing):
+                console.message(line)
         # lines of their own: a table cell would fold a long path
         console.message(f"metrics: {path}")
         console.message(saver.describe(progress))

@@ -18,7 +18,8 @@ import yaml
 from lptrain.metrics import schema as s
 from lptrain.metrics.reader import RunMetrics, find_metrics, read_metrics
 from lptrain.report.plots import write_plots
-from lptrain.report.table import NOTES, add_speedup, summarize, to_markdown
+from lptrain.metrics.timing import markdown as timing_markdown
+from lptrain.report.table import NOTES, add_speedup, rank_times, summarize, to_markdown
 
 EXIT_INPUT = 2
 MAX_LABEL_KEYS = 4
@@ -67,8 +68,24 @@ def build_report(runs: Sequence[RunMetrics], out: Path) -> list[Path]:
     labels = run_labels(runs)
     rows = add_speedup([summarize(label, run) for label, run in zip(labels, runs)])
     summary = out / "summary.md"
-    summary.write_text(to_markdown(rows) + "\n" + NOTES)
+    summary.write_text(to_markdown(rows) + "\n" + NOTES + time_per_rank(runs, labels))
     return [*write_plots(list(zip(labels, runs)), out, report_context(runs)), summary]
+
+
+def time_per_rank(runs: Sequence[RunMetrics], labels: Sequence[str]) -> str:
+    """summary.md's section on where each run's ranks spent their time (runs on more
+    than one rank; '' when there are none)."""
+    parts = []
+    for label, run in zip(labels, runs):
+        timing = rank_times(run)
+        if timing is not None and timing.size > 1:
+            parts.append(f"\n### {label}\n\n{timing_markdown(timing)}")
+    if not parts:
+        return ""
+    return ("\n## Time per rank\n\nSeconds each rank spent computing, in communication "
+            "calls (a collective counts whole, its wait for slower ranks included) and "
+            "waiting for messages, summed over the iterations of the run's last grid "
+            "(timing/ in metrics.h5).\n" + "".join(parts))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

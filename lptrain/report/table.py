@@ -12,6 +12,8 @@ import numpy as np
 from lptrain.metrics import schema as s
 from lptrain.metrics.quantities import ITERATION_TIME, iteration_time
 from lptrain.metrics.reader import RunMetrics
+from lptrain.metrics.timing import TimingSummary
+from lptrain.metrics.timing import summarize as summarize_timing
 
 # row key -> (column header, format of a number)
 COLUMNS = {
@@ -30,6 +32,7 @@ COLUMNS = {
     "fwd_iterations": ("mean MGRIT fwd it", "{:.2f}"),
     "adj_iterations": ("mean MGRIT adj it", "{:.2f}"),
     "speedup": ("speedup vs serial", "{:.2f}"),
+    "computing": ("computing [%]", "{:.1f}"),
 }
 _TEXT = ("label", "mode", "status")  # left-aligned; the other columns are numbers
 MISSING = "-"
@@ -38,7 +41,9 @@ NOTES = (f"{ITERATION_TIME}: the median duration of an optimizer iteration "
          "(train/step_time: its objective and gradient evaluations with their MGRIT solves, "
          "no validation or checkpoints), the first iteration left out. wall time: from the "
          "start of training to the last iteration, all included. speedup vs serial: the "
-         f"serial run's {ITERATION_TIME} over this run's.\n")
+         f"serial run's {ITERATION_TIME} over this run's. computing: the share of the "
+         "ranks' time (timing/) spent computing rather than communicating or waiting; "
+         "each run's time per rank follows below the table.\n")
 
 
 def summarize(label: str, run: RunMetrics) -> dict:
@@ -48,7 +53,7 @@ def summarize(label: str, run: RunMetrics) -> dict:
     a recorded solve.
     """
     train, val, mgrit = run.train, run.validation, run.mgrit
-    n = run.n_iterations
+    n, timing = run.n_iterations, rank_times(run)
     return {
         "label": label,
         "mode": run.mode,
@@ -65,7 +70,17 @@ def summarize(label: str, run: RunMetrics) -> dict:
         "fwd_iterations": _mean(_counts(mgrit.get(s.FWD_ITERATIONS))),
         "adj_iterations": _mean(_counts(mgrit.get(s.ADJ_ITERATIONS))),
         "speedup": None,
+        "computing": None if timing is None else timing.compute_share,
     }
+
+
+def rank_times(run: RunMetrics) -> TimingSummary | None:
+    """The per-rank totals of the run's timing/ rows of its last grid (metrics/timing.py)."""
+    t = run.timing
+    if not all(k in t for k in (s.COMPUTE, s.COMMUNICATION, s.WAITING)):
+        return None
+    return summarize_timing(t[s.COMPUTE], t[s.COMMUNICATION], t[s.WAITING],
+                            t.get(s.WORLD_SIZE))
 
 
 def add_speedup(rows: list[dict]) -> list[dict]:

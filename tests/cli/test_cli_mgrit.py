@@ -6,6 +6,8 @@ import pytest
 
 from launch import lptrain
 from lptrain.metrics.reader import read_metrics
+from lptrain.metrics.timing import text_lines
+from lptrain.report.table import rank_times
 
 TINY = ["network.layers=12", "network.width=4", "dataset.n_train=200", "dataset.n_val=50",
         "train.iterations=5", "mgrit.levels=3", "mgrit.cfactor0=2", "mgrit.cfactor=2",
@@ -28,8 +30,8 @@ def objectives(run_dir):
 @pytest.mark.mpi
 def test_mgrit_mode_equals_serial_on_1_and_4_ranks(tmp_path):
     run([*TINY, "mode=serial", f"hydra.run.dir={tmp_path / 's'}"])
-    run([*TINY, "mode=mgrit", f"hydra.run.dir={tmp_path / 'm1'}"])
-    run([*TINY, "mode=mgrit", f"hydra.run.dir={tmp_path / 'm4'}"], ranks=4)
+    one = run([*TINY, "mode=mgrit", f"hydra.run.dir={tmp_path / 'm1'}"])
+    four = run([*TINY, "mode=mgrit", f"hydra.run.dir={tmp_path / 'm4'}"], ranks=4)
     _, ref = objectives(tmp_path / "s")
     for name, ranks in (("m1", 1), ("m4", 4)):
         m, got = objectives(tmp_path / name)
@@ -37,6 +39,10 @@ def test_mgrit_mode_equals_serial_on_1_and_4_ranks(tmp_path):
         np.testing.assert_allclose(got, ref, rtol=1e-8)
         assert np.all(m.mgrit["fwd_residual"] <= 1e-12)
         assert m.timing["compute"].shape == (5, ranks)
+    # the summary's time per rank: the totals of the file's timing/ rows, on 4 ranks only
+    lines = text_lines(rank_times(read_metrics(tmp_path / "m4" / "metrics.h5")))
+    assert all(line in four.stdout for line in lines) and len(lines) == 6
+    assert "time per rank" not in one.stdout
 
 
 @pytest.mark.mpi
