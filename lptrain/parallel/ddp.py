@@ -9,6 +9,7 @@ process group.  `check_ddp_group` refuses a DDP whose group spans different laye
 """
 from __future__ import annotations
 
+import os
 import socket
 
 from lptrain.errors import ConfigError
@@ -22,7 +23,8 @@ def data_group_ranks(grid: Grid) -> list[list[int]]:
 
 def init_torch_distributed(comm, backend: str = "gloo", timeout_s: float = 300.0) -> None:
     """torch.distributed over `comm`'s ranks (rank r of comm is rank r there), unless it
-    is initialised already (then it must have comm's size)."""
+    is initialised already (then it must have comm's ranks).  The store listens on rank
+    0's MASTER_ADDR if set, else its host name."""
     import datetime
 
     import torch.distributed as dist
@@ -34,7 +36,8 @@ def init_torch_distributed(comm, backend: str = "gloo", timeout_s: float = 300.0
                               f"communicator has rank {rank} of {size}: they must agree")
         return
     timeout = datetime.timedelta(seconds=timeout_s)
-    host = comm.bcast(socket.gethostname() if rank == 0 else None, root=0)
+    host = comm.bcast(os.environ.get("MASTER_ADDR") or socket.gethostname()
+                      if rank == 0 else None, root=0)
     store = dist.TCPStore(host, 0, size, is_master=True, timeout=timeout,
                           wait_for_workers=False) if rank == 0 else None
     port = comm.bcast(store.port if rank == 0 else None, root=0)

@@ -24,3 +24,41 @@ def test_without_ddp_the_check_does_nothing():
     checked = set()
     check_ddp_group(nn.Linear(2, 2), range(0, 4), checked)
     assert checked == set() and not torch.distributed.is_initialized()
+
+
+class OneRank:
+    """The mpi4py calls data_process_group makes, for one process."""
+
+    def Get_size(self):
+        return 1
+
+    def Get_rank(self):
+        return 0
+
+    def bcast(self, value, root=0):
+        return value
+
+
+class TwoRanks(OneRank):
+    def Get_size(self):
+        return 2
+
+
+@pytest.fixture
+def one_rank_world():
+    import torch.distributed as dist
+    yield OneRank()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def test_torch_distributed_must_agree_with_the_communicator(one_rank_world):
+    from lptrain.errors import ConfigError
+    from lptrain.parallel.ddp import data_process_group, init_torch_distributed
+
+    with pytest.raises(ConfigError, match="grid 2x1 needs 2 ranks, the communicator has 1"):
+        data_process_group(one_rank_world, Grid(2, 1))
+    assert data_process_group(one_rank_world, Grid(1, 1)) is not None
+    init_torch_distributed(one_rank_world)           # initialised already: agrees
+    with pytest.raises(ConfigError, match="rank 0 of 1, this MPI communicator has rank 0 of 2"):
+        init_torch_distributed(TwoRanks())
