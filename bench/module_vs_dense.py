@@ -1,9 +1,12 @@
-"""LayerParallelResNet (lptrain's dense steps) against LayerParallel of the same layers as
-torch modules: time of one forward + backward, converged and fixed (one rank).
+"""lptrain's own steps against LayerParallel of the same layers as torch modules: time of
+one forward + backward, converged and fixed (one rank).
 
     .venv/bin/python bench/module_vs_dense.py [--layers 64] [--width 8] [--batch 256]
+    .venv/bin/python bench/module_vs_dense.py --network conv [--layers 16] [--channels 8]
 
-Decides whether LayerParallelResNet can become a thin user of LayerParallel.
+dense: LayerParallelResNet; conv: the conv ResNet's solver (parallel/layer_parallel.py,
+the CLI's network=conv).  Module rows with `stack` step several layers as one vmap.
+Decides whether the built-in steps can become thin users of LayerParallel.
 """
 from __future__ import annotations
 
@@ -16,6 +19,10 @@ from torch import nn
 
 from common import save
 from lptrain import LayerParallel, LayerParallelResNet, MGRITOptions
+from lptrain.model.network import NetworkOptions, ResNet
+from lptrain.parallel import layer_parallel
+from lptrain.parallel.context import make_exchange
+from lptrain.parallel.layer_parallel import Evaluation
 
 
 class Dense(nn.Module):
@@ -29,39 +36,109 @@ class Dense(nn.Module):
         return torch.tanh(torch.addmm(self.b, u, self.K.t()))
 
 
+class Conv(nn.Module):
+    """u ↦ tanh(conv3×3(u; K) + b): the conv ResNet's step as a module."""
+
+    def __init__(self, K, b):
+        super().__init__()
+        self.K, self.b = nn.Parameter(K.clone()), nn.Parameter(b.clone())
+
+    def forward(self, u):
+        return torch.tanh(nn.functional.conv2d(u, self.K, self.b, padding=1))
+
+
+class ConvSolve(nn.Module):
+    """The conv ResNet's MGRIT forward + adjoint for loss ½‖u_N‖² (the timed work of a
+    training step's body), as a callable returning u_N with a backward."""
+
+    def __init__(self, a, mgrit):
+        super().__init__()
+        opts = NetworkOptions(name="conv", channels=a.channels, layers=a.layers, T=2.0,
+                              activation="tanh", opening="replicate", init="normal",
+                              init_hidden=0.3, gamma_tik=0.0, gamma_class=0.0, gamma_ddt=0.0)
+        self.net = ResNet(opts, (1, a.side, a.side), 10)
+        self.theta = self.net.init_params(0)
+        self.lp = layer_parallel.LayerParallel(self.net, mgrit, make_exchange(None))
+        self.K, self.b = self.net.hidden_views(self.theta)
+
+    def opening(self, x):
+        return self.net.opening(self.theta, x)
+
+    def forward(self, u0):
+        return _ConvFn.apply(u0, self)
+
+
+class _ConvFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, u0, mod):
+        ctx.mod, ctx.u0 = mod, u0
+        ctx.states = mod.lp.forward(mod.theta, u0[:, :1].contiguous()).states
+        return ctx.states[-1].clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        mod = ctx.mod
+        zeros = mod.net.classifier_views(torch.zeros_like(mod.theta))
+        ev = Evaluation(0.0, 0, grad.contiguous(), zeros)
+        mod.lp.backward(mod.theta, ctx.u0[:, :1].contiguous(), ctx.states, ev)
+        return None, None
+
+
+def dense_runs(a, x, mgrit):
+    dense = LayerParallelResNet(a.width, a.layers, T=2.0, activation="tanh", mgrit=mgrit,
+                                init_scale=0.5)
+    K, b = dense.K.detach(), dense.b.detach()
+    mods = {stack: LayerParallel([Dense(K[n], b[n]) for n in range(a.layers)], T=2.0,
+                                 mgrit=mgrit, stack=stack) for stack in (False, True)}
+    return x, {"LayerParallelResNet": dense, "LayerParallel": mods[False],
+               "LayerParallel stack": mods[True]}
+
+
+def conv_runs(a, x, mgrit):
+    solve = ConvSolve(a, mgrit)
+    mods = {stack: LayerParallel([Conv(solve.K[n], solve.b[n]) for n in range(a.layers)],
+                                 T=2.0, mgrit=mgrit, stack=stack) for stack in (False, True)}
+    return solve.opening(x).requires_grad_(), {"conv ResNet solver": solve, "LayerParallel": mods[False],
+                              "LayerParallel stack": mods[True]}
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--layers", type=int, default=64)
+    p.add_argument("--network", choices=("dense", "conv"), default="dense")
+    p.add_argument("--layers", type=int)
     p.add_argument("--width", type=int, default=8)
-    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--channels", type=int, default=8)
+    p.add_argument("--side", type=int, default=14)
+    p.add_argument("--batch", type=int)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--reps", type=int, default=3)
     a = p.parse_args()
-    x = torch.randn(a.batch, a.width, generator=torch.Generator().manual_seed(0),
-                    dtype=torch.float64)
+    conv = a.network == "conv"
+    a.layers = a.layers or (16 if conv else 64)
+    a.batch = a.batch or (32 if conv else 256)
+    shape = (a.batch, 1, a.side, a.side) if conv else (a.batch, a.width)
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     rows, cpu = [], {}
     for label, opts in (("converged", dict(tol=1e-9, max_iter=50)),
                         ("fixed 2+2", dict(tol=0.0, max_iter=2, adj_max_iter=2))):
-        mgrit = MGRITOptions(levels=3, cfactor0=4, **opts)
-        dense = LayerParallelResNet(a.width, a.layers, T=2.0, activation="tanh", mgrit=mgrit,
-                                    init_scale=0.5)
-        mods = [Dense(dense.K[n].detach(), dense.b[n].detach()) for n in range(a.layers)]
-        module = LayerParallel(mods, T=2.0, mgrit=mgrit)
-        runs = {f"LayerParallelResNet {label}": dense, f"LayerParallel {label}": module}
-        for k, m in runs.items():
+        mgrit = MGRITOptions(levels=3 if not conv else 2, cfactor0=4, **opts)
+        u, runs = (conv_runs if conv else dense_runs)(a, x, mgrit)
+        runs = {f"{k} {label}": m for k, m in runs.items()}
+        for k in runs:
             cpu[k] = []
         for _ in range(a.rounds):
             for k, m in runs.items():
                 c0 = time.process_time()
                 for _ in range(a.reps):
-                    m(x).pow(2).sum().backward()
+                    m(u).pow(2).sum().backward()
                 cpu[k].append((time.process_time() - c0) / a.reps)
-        out_d, out_m = dense(x), module(x)
-        assert label != "converged" or float((out_d - out_m).detach().abs().max()) < 1e-6
+        outs = [m(u).detach() for m in runs.values()]
+        assert label != "converged" or all(float((o - outs[0]).abs().max()) < 1e-6
+                                           for o in outs)
     for k, ts in cpu.items():
         rows.append({"variant": k, "cpu_ms": 1e3 * statistics.median(ts)})
-        print(f"| {k:32s} | {1e3 * statistics.median(ts):8.1f} |")
-    save("module_vs_dense", {"args": vars(a), "rows": rows})
+        print(f"| {k:34s} | {1e3 * statistics.median(ts):8.1f} |")
+    save(f"module_vs_{a.network}", {"args": vars(a), "rows": rows})
 
 
 if __name__ == "__main__":
