@@ -39,6 +39,9 @@ class LayerParallel(nn.Module):
     coarse steps u ← u + H·g(u) (model/coarse_steps.py: which parameters of g follow
     the fine layers'); None: the fine f with the coarse step size H.  Converged
     solves do not depend on it; the iterations' convergence does.
+
+    Data parallelism: wrap the network in DistributedDataParallel with
+    parallel/ddp.py's data_process_group, or call `average_gradients` after backward.
     """
 
     def __init__(self, steps, T: float = 1.0, n_layers: int | None = None,
