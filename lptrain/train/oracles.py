@@ -18,7 +18,7 @@ from lptrain.parallel.blocks import ALL_ROWS
 from lptrain.parallel.grid import shard
 from lptrain.parallel.layer_parallel import LayerParallel
 from lptrain.train.control import Measured, convergence_factor, gradient_error
-from lptrain.train.protocol import Batch, Evaluated, Point
+from lptrain.train.protocol import Batch, Evaluated, Point, StaleEvaluation
 from lptrain.train.warm import LatestWarm
 
 __all__ = ["Batch", "Evaluated", "ExactOracle", "MGRITOracle", "Point", "SerialOracle",
@@ -164,8 +164,12 @@ class SerialOracle(ExactOracle):
 
     def gradient(self, ev: Evaluated) -> torch.Tensor:
         tape = ev.held()
+        if tape.saved is None:
+            raise StaleEvaluation("gradient of a serial evaluation taken twice: the first "
+                                  "consumed its saved activations; evaluate again")
+        saved, tape.saved = tape.saved, None    # the adjoint sweep may write over it
         lamN, gW, gmu = tape.classified
-        lam0, gK, gb = adjoint(tape.stepper, tape.states, tape.saved, lamN, self.net.h)
+        lam0, gK, gb = adjoint(tape.stepper, tape.states, saved, lamN, self.net.h)
         grad = self.net.assemble(torch.zeros_like(ev.theta), (gK, gb), (gW, gmu))
         self.net.opening_vjp(ev.theta, tape.x, lam0, grad)
         return self.exchange.allreduce_tensor(grad)

@@ -209,6 +209,9 @@ def test_a_gradient_belongs_to_its_evaluation():
     assert not torch.equal(oracle.gradient(second), expected)
     again = oracle.value(theta)
     assert torch.equal(oracle.gradient(again), expected)
+    # the serial adjoint consumed the evaluation's activations: a second gradient is refused
+    with pytest.raises(StaleEvaluation, match="taken twice"):
+        oracle.gradient(again)
 
 
 def _reference_sgd(theta, grads, lr, momentum, nesterov):
