@@ -1,5 +1,6 @@
 """Every test gets its tier marker (tests/tiers.py), and only cli and mpi tests may start
 another process: a test of another tier that does fails, naming the tier it belongs in."""
+import platform
 import sys
 from pathlib import Path
 
@@ -32,6 +33,10 @@ def _refuse_other_processes(event, args):
                            f"({event}): mark it cli or mpi (tests/tiers.py)")
 
 
+# platform.processor() runs `uname -p` once per interpreter and caches it; h5py asks for it
+# on its first import. Ask here, before any test, so that a test which happens to import
+# h5py first is not refused for the interpreter's own start-up work.
+platform.processor()
 sys.addaudithook(_refuse_other_processes)
 
 
