@@ -355,3 +355,20 @@ def test_the_observer_sees_every_message_with_its_level():
     assert levels == {0, 1, 2}
     for level, peer, sent in seen.messages:
         assert peer == (hier.right(level, 1) if sent else hier.left(level, 1))
+
+
+def test_the_solver_s_callers_meet_its_protocols():
+    # what the solver is given: the exchanges and propagators of parallel/ (both modules'
+    # and the network's), the counting wrapper of the tests and bench/, and this file's
+    # stand-ins
+    from lptrain.mgrit.protocols import Exchange, Observer, Propagator
+    from lptrain.parallel.module_propagators import ModuleAdjoint, ModuleForward
+    from lptrain.parallel.propagators import AdjointPropagator
+    net, theta = dense_net(layers=4)
+    fwd = ForwardPropagator(net.stepper(theta), net.h)
+    adj = AdjointPropagator(net.stepper(theta), net.h, 4, lin=None)
+    for prop in (fwd, adj, Counting(fwd), ModuleForward(None, 1.0, False),
+                 ModuleAdjoint(None, 1.0, 4, None, False, ())):
+        assert isinstance(prop, Propagator)
+    assert isinstance(SerialExchange(), Exchange) and isinstance(Seen(), Observer)
+    assert not isinstance(ZeroExchange(0, 2), Exchange)    # no sums of tensors
