@@ -36,6 +36,10 @@ def propagate(stepper, u0: torch.Tensor, h: float, save: bool = True,
     states = keep.get("states", (N + 1, *u0.shape), u0)
     states[0] = u0
     saved = keep.get("saved", (N, *u0.shape), u0) if save else None
+    sweep = getattr(stepper, "sweep", None)
+    if sweep is not None:          # the stepper's own loop (fewer calls per layer)
+        sweep(states, saved, h)
+        return states, saved
     for n in range(N):
         stepper.step(states[n], n, h, save=saved[n] if save else None, out=states[n + 1])
     return states, saved

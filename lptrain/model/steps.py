@@ -83,6 +83,18 @@ class DenseSteps:
         K, b = self.weights(n)
         return self.apply(u, K, b, h, save, out)
 
+    def sweep(self, states, saved, h: float) -> None:
+        """`step` through all layers: states[n + 1] from states[n] (and saved[n] unless
+        saved is None), the same operations as step's with the per-layer views taken
+        once and one scratch pre-activation, so that a layer costs its kernels and
+        little else (their per-call cost does not shrink with a shard of the batch)."""
+        K, b, u = self.K.unbind(0), self.b.unsqueeze(-1).unbind(0), states.unbind(0)
+        keep = (None,) * self.n_layers if saved is None else saved.unbind(0)
+        z, act = torch.empty_like(u[0]), self.act
+        for n in range(self.n_layers):
+            a = act.f_(torch.addmm(b[n], K[n], u[n], out=z), keep[n])
+            _euler(u[n], a, h, act, out=u[n + 1])
+
     # -- adjoint ---------------------------------------------------------------
     def linearize(self, u, K, b):
         """What the adjoint of a step at state u needs (the activation's saved data),

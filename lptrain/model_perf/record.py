@@ -337,6 +337,8 @@ class _Stepper:
         self._state_dims = state_dims      # dims of one state; one more: a stack of them
         self.act = _Activation(real.act, log)
 
+    sweep = None     # a serial sweep steps layer by layer here, each step logged
+
     def __getattr__(self, name):
         return getattr(self._real, name)
 

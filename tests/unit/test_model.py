@@ -154,6 +154,22 @@ def test_serial_sweeps_reuse_their_buffers():
     assert s3.shape[-1] == 7 and s3.data_ptr() != ptrs[0]   # another shape: new tensors
 
 
+@pytest.mark.parametrize("save", [True, False])
+@pytest.mark.parametrize("bias", ["scalar", "vector"])
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+def test_dense_sweep_equals_its_steps(activation, bias, save):
+    # DenseSteps.sweep, the serial forward's loop, against step() layer by layer: bitwise
+    from lptrain.model.serial import propagate
+    net, theta = dense_net(layers=9, activation=activation, bias=bias)
+    x, _ = batch(net, n=11)
+    st = net.stepper(theta)
+    states, saved = propagate(st, net.opening(theta, x), net.h, save)
+    st.sweep = None
+    ref_states, ref_saved = propagate(st, net.opening(theta, x), net.h, save)
+    assert torch.equal(states, ref_states) and float(states[-1].abs().max()) > 0
+    assert (saved is None and ref_saved is None) or torch.equal(saved, ref_saved)
+
+
 @pytest.mark.parametrize("bias", ["scalar", "vector"])
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
 def test_weight_products_after_the_sweep_equal_those_per_layer(activation, bias):
