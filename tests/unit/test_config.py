@@ -250,6 +250,16 @@ def test_image_datasets_bring_their_training_recipe(dataset):
         ("lbfgs", None, "float64")
 
 
+def test_fashion_recipe_caps_the_one_shot_plans_of_its_cold_batches():
+    # every Fashion-MNIST batch starts cold (600 an epoch, mode.warm_batches kept)
+    fashion, mnist = (options(_compose(f"dataset={d}")) for d in ("fashion_mnist", "mnist"))
+    assert fashion.mode.warm_batches < 60000 // fashion.train.batch_size
+    assert (fashion.mgrit.control_max_iters, mnist.mgrit.control_max_iters) == (3, 6)
+    assert fashion.mgrit.grad_tol == mnist.mgrit.grad_tol == 0.2
+    assert options(_compose("dataset=fashion_mnist", "mgrit.control_max_iters=5")) \
+        .mgrit.control_max_iters == 5
+
+
 @pytest.mark.parametrize("name", ["peaks_paper", "indian_pines_paper", "mnist_paper"])
 def test_paper_experiments_train_full_batch_lbfgs_in_float64(name):
     opts = options(_compose(f"experiment={name}"))
