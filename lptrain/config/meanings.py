@@ -124,6 +124,7 @@ KEYS = {
     "mgrit.nrelax0": "CF sweeps after the first F-relaxation on the finest level",
     "mgrit.nrelax": "CF sweeps after the first F-relaxation on coarser levels (1: FCF)",
     "mgrit.skip_first_down": "a cold start's first cycle is a coarse propagation of u_0",
+    "mgrit.warm_down": "a warm start's first cycle relaxes the coarse levels before restricting",
     "mgrit.cycle": "the multigrid cycle",
     "mgrit.tol": "absolute residual tolerance of a forward solve",
     "mgrit.rtol": "residual tolerance relative to the first residual; 0: off",

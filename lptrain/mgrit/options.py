@@ -21,6 +21,7 @@ class MGRITOptions:
     nrelax0: int = 0             # CF sweeps after the first F-relaxation, finest level
     nrelax: int = 1              # the same on coarser levels (1 = FCF)
     skip_first_down: bool = True  # cold starts: first cycle = coarse propagation of u_0
+    warm_down: bool = True       # warm starts: the first cycle relaxes the coarse levels
     cycle: str = "V"             # V | F
     tol: float = 1e-10           # absolute residual tolerance (forward)
     rtol: float = 0.0            # tolerance relative to the first residual (0 = off)
@@ -73,7 +74,7 @@ class MGRITOptions:
         """The solver's CycleOptions for these options (linear: the adjoint's solver)."""
         return CycleOptions(nrelax0=self.nrelax0, nrelax=self.nrelax, cycle=self.cycle,
                             skip_first_down=self.skip_first_down, linear=linear,
-                            level_ops=self.level_ops)
+                            level_ops=self.level_ops, warm_down=self.warm_down)
 
     def hierarchy(self, n_steps: int, size: int):
         """The MGRIT hierarchy of n_steps layers distributed over `size` ranks."""

@@ -53,9 +53,9 @@ class CycleOptions:
     skip_first_down: bool = True
     linear: bool = False   # Φ linear in u: coarse levels solve for corrections (no Φ^Δ(v))
     level_ops: str = "fused"   # a key of LEVEL_OPS
-    # A variant no configuration option reaches (tests/unit/test_warm_down.py proves it
-    # sound; BENCHMARKS.md why it stays off): False, a warm solve's first cycle restricts
-    # on the coarse levels without relaxing them first; the iterates change.
+    # False (mgrit.warm_down): a warm solve's first cycle restricts on the coarse levels
+    # without relaxing them first; sound (tests/unit/test_warm_down.py), cheaper, and less
+    # accurate per iteration (BENCHMARKS.md "The one-shot step at the method's cost").
     warm_down: bool = True
 
 

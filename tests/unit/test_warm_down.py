@@ -1,8 +1,7 @@
-"""A warm solve's first cycle without the coarse down-relaxation (`CycleOptions.warm_down`
+"""A warm solve's first cycle without the coarse down-relaxation (`mgrit.warm_down=false`
 off): still sound — the exact solution is a fixed point and perturbed starts converge —
 the same iterates with the reference and the fused level operations, and the steps it
 leaves out are the coarse relaxations."""
-import dataclasses
 import itertools
 
 import pytest
@@ -19,10 +18,10 @@ PATHS = [dict(levels=lv, cycle=cyc, nrelax0=nr0, nrelax=nr, coarse_weights=cw, c
              (3, 4), ("V", "F"), ((0, 1), (1, 1)), ("inject", "average"))]
 
 
-def _light(lp: LayerParallel, warm_down: bool = False) -> LayerParallel:
-    for solver in (lp.fwd, lp.adj):
-        solver.options = solver.ops.options = dataclasses.replace(solver.options,
-                                                                  warm_down=warm_down)
+def _light(net, warm_down: bool = False, **opts) -> LayerParallel:
+    """A LayerParallel with mgrit.warm_down as given (the variant: False)."""
+    lp = LayerParallel(net, MGRITOptions(warm_down=warm_down, **opts), SerialExchange())
+    assert lp.fwd.options.warm_down is lp.adj.options.warm_down is warm_down
     return lp
 
 
@@ -48,7 +47,7 @@ def _rel(a, b) -> float:
 def test_the_exact_solution_stays_and_perturbed_starts_converge(opts):
     net, theta = dense_net(layers=32, width=4, T=4.0, scale=0.6)
     x, y = batch(net, n=12)
-    lp = _light(LayerParallel(net, MGRITOptions(**opts), SerialExchange()))
+    lp = _light(net, **opts)
     exact = _exact(lp, theta, x, y)
     _exact(lp, 1.3 * theta, x, y)          # the buffers hold another solution
     for iters in (1, 2):
@@ -75,7 +74,7 @@ def test_reference_and_fused_operations_agree(opts):
     x, y = batch(net)
     out = []
     for ops in ("plain", "fused"):
-        lp = _light(LayerParallel(net, MGRITOptions(level_ops=ops, **opts), SerialExchange()))
+        lp = _light(net, level_ops=ops, **opts)
         start = _solves(lp, theta, x, y, None, None, 1)
         out.append(_solves(lp, 1.1 * theta, x, y, start[0], start[1], 2))
     for a, b in zip(*out):
@@ -91,7 +90,7 @@ def test_only_the_coarse_down_relaxation_is_left_out():
     x, y = batch(net)
     steps = []
     for warm_down in (True, False):
-        lp = _light(LayerParallel(net, MGRITOptions(levels=3), SerialExchange()), warm_down)
+        lp = _light(net, warm_down, levels=3)
         counts = {}
         for name, solver in (("fwd", lp.fwd), ("adj", lp.adj)):
             solve = solver.solve
