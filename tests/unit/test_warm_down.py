@@ -1,5 +1,5 @@
-"""A warm solve's first cycle without the coarse down-relaxation (`mgrit.warm_down=false`
-off): still sound — the exact solution is a fixed point and perturbed starts converge —
+"""A warm solve's first cycle without the coarse down-relaxation (`mgrit.warm_down=false`):
+still sound — the exact solution is a fixed point and perturbed starts converge —
 the same iterates with the reference and the fused level operations, and the steps it
 leaves out are the coarse relaxations."""
 import itertools
