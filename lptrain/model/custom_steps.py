@@ -128,10 +128,6 @@ class ModuleThetaSteps:
         gu, gk = self._vjps(saved, lam, K, True)
         return torch.add(lam, gu, alpha=h, out=out), Cotangent(saved, lam, gu, gk)
 
-    def vjp_state(self, dsig, lam, K, h, out=None):
-        """The cost measurement's adjoint step: `dsig` stands for the kept state."""
-        return self.vjp_saved(dsig, lam, K, h, out)
-
     def vjp_weights(self, u, g, K=None):
         """(∂f/∂K)ᵀ λ at state u (unscaled: callers scale by act.weight_factor) and the
         empty bias part, for g a Cotangent (act.vjp's) or a plain cotangent tensor.

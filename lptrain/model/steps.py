@@ -111,10 +111,6 @@ class DenseSteps:
         g = self.act.vjp(saved, lam)
         return self.vjp_from_g(g, lam, K, h * self.act.scale_out, out), g
 
-    def vjp_state(self, dsig, lam, K, h, out=None):
-        """λ_n = λ_{n+1} + h Kᵀ[σ′ ⊙ λ_{n+1}] with dsig = σ′(z_n), into `out`."""
-        return self.vjp_from_g(torch.mul(dsig, lam), lam, K, h / self.act.scale_in, out)
-
     def vjp_from_g(self, g, lam, K, h, out=None):
         """λ_{n+1} + h Kᵀ g with the stored K (g may be scaled in place)."""
         if isinstance(h, torch.Tensor):
@@ -193,8 +189,6 @@ class ConvSteps:
         if u.dim() == 4:
             return self.act.saved_of(self._z(u, K, b))
         return torch.stack([self.linearize(u[i], K[i], b[i]) for i in range(u.shape[0])])
-
-    vjp_state = DenseSteps.vjp_state
 
     def vjp_from_g(self, g, lam, K, h, out=None):
         """λ_{n+1} + h Kᵀ g (one state, or a stack of m with h a float or m sizes)."""
