@@ -208,10 +208,15 @@ FIELDS: dict[str, dict[str, Field]] = {
                           "world_size columns below are theirs, the rest NaN"),
         LAYER_RANKS: Field(INT, _ROWS, "", "ranks per layer group of this iteration's grid"),
         DATA_RANKS: Field(INT, _ROWS, "", "data groups of this iteration's grid"),
-        COMPUTE: Field(FLOAT, "(n, P)", "s", "time each rank spent computing"),
+        COMPUTE: Field(FLOAT, "(n, P)", "s", "time each rank spent computing: the "
+                       "iteration's duration less communication and waiting"),
         COMMUNICATION: Field(FLOAT, "(n, P)", "s",
-                             "time each rank spent sending and receiving"),
-        WAITING: Field(FLOAT, "(n, P)", "s", "time each rank spent blocked on others"),
+                             "time each rank spent in sends and collectives (sums, "
+                             "broadcasts; a collective counts whole, its wait for slower "
+                             "ranks included)"),
+        WAITING: Field(FLOAT, "(n, P)", "s", "time each rank spent blocked on a "
+                       "neighbour: receiving its message, or until its own sends "
+                       "completed"),
     },
 }
 
