@@ -31,6 +31,7 @@ TINY = ["network.layers=8", "network.width=4", "dataset.n_train=200", "dataset.n
         "train.iterations=1000000", "eval_every=1000000", "mgrit.levels=2",
         "mgrit.cfactor0=2"]
 INT, TERM = signal.SIGINT, signal.SIGTERM
+FORWARDING_ITERATIONS = 3   # see the bound on the iterations after a signal
 # (who gets the signal, which signal, mode)
 TRIALS = [("mpiexec", INT, "serial"), ("mpiexec", TERM, "mgrit"),
           ("mpiexec", INT, "simultaneous"), ("mpiexec", TERM, "serial"),
@@ -106,8 +107,13 @@ def test_signals_stop_every_rank_cleanly(tmp_path):
         assert m.status == ms.INTERRUPTED, what
         n = m.n_iterations
         assert n >= 3
-        # README "Stops": the iteration that was running finishes, no other
-        assert n <= t.rows_at_signal + 1, f"{n} iterations, {t.rows_at_signal} at the signal"
+        # README "Stops": the iteration that was running finishes, no other. A signal to
+        # mpiexec reaches the ranks only once mpiexec has forwarded it, which on this
+        # oversubscribed machine can take a few of these millisecond iterations: there
+        # the count at the test's kill is a lower bound of the ranks' own.
+        late = FORWARDING_ITERATIONS if t.target == "mpiexec" else 0
+        assert n <= t.rows_at_signal + 1 + late, \
+            f"{what}: {n} iterations, {t.rows_at_signal} at the signal"
         np.testing.assert_array_equal(m.train[ms.ITERATION], np.arange(1, n + 1))
         assert load_model(t.dir, "last").iteration == n
         assert load_model(t.dir).iteration <= n      # the best validated one
