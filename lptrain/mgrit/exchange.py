@@ -69,8 +69,10 @@ class MPIExchange:
     """Point-to-point state messages and float allreduces on an mpi4py communicator.
 
     With `mirror=True` rank r is addressed as size−1−r (the adjoint's view).
-    Tensors are sent from contiguous CPU buffers; a pending send keeps its
-    buffer alive until `wait()`.
+    A state is sent from a contiguous CPU copy of its own, so the caller may
+    overwrite the tensor at once and no rank blocks on its own send: a large
+    message only completes once the neighbour posts its receive, after that
+    neighbour's own steps.  A pending send keeps its copy until it has gone.
     """
 
     TAG = 17
@@ -92,7 +94,10 @@ class MPIExchange:
     def send(self, tensor: torch.Tensor, dest: int) -> None:
         t0 = time.perf_counter()
         buf = tensor.detach().to("cpu").contiguous()
+        if buf.data_ptr() == tensor.data_ptr():
+            buf = buf.clone()
         req = self.comm.Isend(buf.numpy(), dest=self._map(dest), tag=self.TAG)
+        self._release()
         self._pending.append((req, buf))
         self.clock.messages += 1
         self.clock.comm += time.perf_counter() - t0
@@ -105,13 +110,15 @@ class MPIExchange:
         return buf.to(template.device)
 
     def wait(self) -> None:
-        if not self._pending:
-            return
-        t0 = time.perf_counter()
-        from mpi4py import MPI
-        MPI.Request.Waitall([req for req, _ in self._pending])
-        self._pending.clear()
-        self.clock.wait += time.perf_counter() - t0
+        """Release the copies of the sends that have gone; does not block (the others go
+        when their receives are posted: every send of the solver has one)."""
+        if self._pending:
+            t0 = time.perf_counter()
+            self._release()
+            self.clock.comm += time.perf_counter() - t0
+
+    def _release(self) -> None:
+        self._pending = [(req, buf) for req, buf in self._pending if not req.Test()]
 
     def allreduce_sum(self, value: float) -> float:
         t0 = time.perf_counter()

@@ -41,7 +41,9 @@ class Propagator(Protocol):
 class Exchange(Protocol):
     """The messages of one layer group: neighbour states and sums over its ranks.
 
-    `send` does not block (its buffer is kept until `wait`); `recv` does.  Ranks
+    `send` does not block and sends a copy (the caller may overwrite the tensor at
+    once); `recv` blocks; `wait` releases what has been sent and must not block on a
+    neighbour, so that a rank never waits for its own messages.  Ranks
     are this exchange's numbering: `reversed()` is the same group with rank r
     addressed as size−1−r (the adjoint's view of the mirrored hierarchy).
     """
@@ -54,7 +56,7 @@ class Exchange(Protocol):
     def recv(self, template: torch.Tensor, source: int) -> torch.Tensor: ...
 
     def wait(self) -> None:
-        """Until every pending send has gone."""
+        """Release the sends that have gone (a point where buffers may be freed)."""
         ...
 
     def allreduce_sum(self, value: float) -> float: ...
