@@ -4,8 +4,10 @@ On an interactive terminal (as rich decides: a TTY, TERM not dumb) a live displa
 in place: the run's title, a bar, the finished/total iterations, the elapsed time and the
 estimated time left on one line (the title on a line of its own above when the terminal
 is too narrow for both), the latest values below. Through a pipe or into a file
-(CI, `| tee`) it prints plain lines instead, never escape codes, at a time-based cadence
-(`Cadence`). With `enabled=False` (ranks other than 0) every method does nothing.
+(CI, `| tee`, every rank under mpiexec) it prints plain lines instead, never escape codes,
+at a time-based cadence (`Cadence`): the title once, then per shown iteration its position
+and values broken between groups at the console's width (80 columns unless COLUMNS says
+otherwise), so that a terminal behind a pipe never wraps them mid-value. With `enabled=False` (ranks other than 0) every method does nothing.
 
 Every plain line (progress, messages, errors, the summary as `name: value` lines) also goes
 to the "lptrain" logger, live display or not: the lptrain command's Hydra job log
@@ -44,6 +46,7 @@ _SOLVES = {"fwd": (s.FWD_ITERATIONS, s.FWD_RESIDUAL), "adj": (s.ADJ_ITERATIONS, 
 FIELDS = (*_SHOWN, s.STEP_TIME, s.FWD_ITERATIONS, s.FWD_RESIDUAL, s.ADJ_ITERATIONS,
           s.ADJ_RESIDUAL, GRAD_ERROR)
 SEPARATOR = "  "
+INDENT = "  "                   # plain progress lines after an iteration's first
 MIN_BAR = 10                    # the bar's least width (or a fifth of the terminal)
 log = logging.getLogger("lptrain")
 
@@ -64,11 +67,6 @@ def stat_parts(values: dict, seconds_per_iteration: float | None = None) -> list
     if values.get(GRAD_ERROR) is not None:
         parts.append(f"gerr {values[GRAD_ERROR]:.1e}")
     return parts
-
-
-def format_stats(values: dict, seconds_per_iteration: float | None = None) -> str:
-    """`stat_parts` as one line, two spaces apart."""
-    return SEPARATOR.join(stat_parts(values, seconds_per_iteration))
 
 
 def wrap_parts(parts: list[str], width: int) -> list[str]:
@@ -167,9 +165,13 @@ class Console:
         """The iteration time [s] of the iterations shown so far (metrics/quantities.py)."""
         return iteration_time(self._step_times)
 
-    def progress_line(self) -> str:
-        """The plain line of the latest iteration: title, i/total, elapsed, ETA, values."""
-        return f"{self.title} {self._position()}  {self._stats()}".rstrip()
+    def progress_lines(self) -> list[str]:
+        """The plain lines of the latest iteration: i/total, elapsed, ETA and the values,
+        broken between groups to fit the console's width (the run's title is printed once,
+        above the first); lines after the first are indented."""
+        parts = [self._position(), *stat_parts(self._values, self.iteration_time())]
+        lines = wrap_parts(parts, max(self._out.width - len(INDENT), 20))
+        return [lines[0], *(INDENT + line for line in lines[1:])]
 
     def display(self) -> Group:
         """What the live display shows now: the bar line, the values below it."""
@@ -234,10 +236,13 @@ class Console:
 
     # -- internals -----------------------------------------------------------------------
     def _print_progress(self) -> None:
-        line = self.progress_line()
-        log.info(line)
-        if not self.live:
-            self._out.print(Text(line), soft_wrap=True)
+        lines = self.progress_lines()
+        if self._shown is None:
+            lines.insert(0, self.title)
+        for line in lines:
+            log.info(line)
+            if not self.live:
+                self._out.print(Text(line), soft_wrap=True)
         self._shown = self._updated
 
     def _eta(self) -> float:
@@ -260,9 +265,6 @@ class Console:
         elapsed = (self._updated if now is None else now) - self._start
         return (f"{self._iteration}/{self.total}  {format_duration(elapsed)} elapsed  "
                 f"eta {format_duration(self._eta())}")
-
-    def _stats(self) -> str:
-        return format_stats(self._values, self.iteration_time())
 
 
 def _bar_lines(title: str, completed: int, total: int, right: Text, width: int) -> list:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console as RichConsole
 
-from lptrain.metrics.console import Cadence, Console, format_stats, wrap_parts
+from lptrain.metrics.console import SEPARATOR, Cadence, Console, stat_parts, wrap_parts
 from lptrain.metrics.quantities import format_duration, iteration_time
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,8 +51,14 @@ def _iterate(console, clock, iterations, seconds, **fields):
         console.update(k, step_time=seconds, **fields)
 
 
+def format_stats(values: dict, seconds: float | None = None) -> str:
+    return SEPARATOR.join(stat_parts(values, seconds))
+
+
 def _printed(out) -> list[int]:
-    return [int(line.split()[1].split("/")[0]) for line in out.getvalue().splitlines()]
+    """The iterations whose lines were printed (a line '12/300  0:00:28 elapsed ...')."""
+    return [int(line.split("/")[0]) for line in out.getvalue().splitlines()
+            if line[:1].isdigit()]
 
 
 def test_format_stats_shows_only_given_fields():
@@ -137,9 +143,26 @@ def test_the_line_shows_elapsed_time_and_eta(plain_env):
     clock.now = 8.0                           # the first iteration: a cold start
     c.update(1, step_time=8.0, loss=0.5)
     _iterate(c, clock, range(2, 121), 0.25)   # 119 more at 0.25 s: 180 left take 45 s
-    assert out.getvalue().splitlines()[0] == \
-        "peaks 1/300  0:00:08 elapsed  eta -:--:--  loss 0.5  8 s/it"
-    assert c.progress_line() == "peaks 120/300  0:00:37 elapsed  eta 0:00:45  loss 0.5  0.25 s/it"
+    assert out.getvalue().splitlines()[:2] == \
+        ["peaks", "1/300  0:00:08 elapsed  eta -:--:--  loss 0.5  8 s/it"]
+    assert c.progress_lines() == ["120/300  0:00:37 elapsed  eta 0:00:45  loss 0.5  0.25 s/it"]
+
+
+@pytest.mark.parametrize("width", [40, 80, 160])
+def test_plain_lines_fit_the_width_and_break_between_groups(plain_env, width):
+    clock, out = Clock(), io.StringIO()
+    with Console(True, 1200, TITLE, file=out, clock=clock, width=width) as c:
+        _iterate(c, clock, range(1, 3), 1.5, objective=1.0937, **MGRIT)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == TITLE                                  # once, above the first
+    assert lines.count(TITLE) == 1 and all(len(ln) <= width for ln in lines[1:])
+    first = [i for i, ln in enumerate(lines) if ln.startswith("2/1200  ")][0]
+    shown = lines[first:]
+    assert all(ln.startswith("  ") for ln in shown[1:])      # continuations indented
+    parts = ["2/1200  0:00:03 elapsed  eta 0:29:57",
+             *stat_parts({"objective": 1.0937, **MGRIT}, 1.5)]
+    assert SEPARATOR.join(ln.strip() for ln in shown) == SEPARATOR.join(parts)
+    assert len(shown) == {40: 4, 80: 2, 160: 1}[width]
 
 
 def test_a_run_that_stops_early_shows_its_last_iteration(plain_env):
@@ -148,7 +171,7 @@ def test_a_run_that_stops_early_shows_its_last_iteration(plain_env):
         _iterate(c, clock, range(1, 6), 0.5)
         c.message("gradient norm below gtol: stopping")
     lines = out.getvalue().splitlines()
-    assert lines[-1].startswith("peaks 5/100  0:00:02 elapsed  eta 0:00:47")
+    assert lines[-1].startswith("5/100  0:00:02 elapsed  eta 0:00:47")
 
 
 def test_time_per_iteration_is_measured_without_step_time(plain_env):
@@ -248,9 +271,10 @@ def test_output_through_a_pipe_is_plain_text():
                          text=True, timeout=60, check=True)
     assert "\x1b" not in res.stdout and "\x1b" not in res.stderr and "\r" not in res.stdout
     lines = res.stdout.splitlines()
-    progress = [line for line in lines if line.startswith("peaks ")]
-    assert progress[0].startswith("peaks 1/40  0:00:00 elapsed  eta -:--:--  loss 1  ")
-    assert progress[-1].startswith("peaks 40/40  ")
+    assert lines[0] == "peaks"
+    progress = [line for line in lines if line[:1].isdigit()]
+    assert progress[0].startswith("1/40  0:00:00 elapsed  eta -:--:--  loss 1  ")
+    assert progress[-1].startswith("40/40  ")
     assert "eta 0:00:00  loss 0.025  acc 1.000  " in progress[-1]
     assert progress[-1].endswith("fwd 2 it 2.5e-06")
     assert "done" in lines
