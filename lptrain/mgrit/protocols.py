@@ -1,4 +1,5 @@
-"""What the MGRIT solver asks of its callers: a propagator, an exchange and an observer.
+"""What the MGRIT solver asks of its callers: a propagator, an exchange and an observer;
+and what the layer-parallel solvers (parallel/) ask of a network's steps: a step family.
 
 The solver (solver.py) and its level operations (levels.py, fused.py) call
 nothing else of the network or the ranks.  Each contract is a `typing.Protocol`:
@@ -9,7 +10,7 @@ the solver's own direction; `level` is the grid level of a step or message
 """
 from __future__ import annotations
 
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -95,4 +96,47 @@ class Observer(Protocol):
 
     def sum(self, level: int, values: int) -> None:
         """An allreduce of `values` floats (the residual norm and ‖u_C‖)."""
+        ...
+
+
+@runtime_checkable
+class StepFamily(Protocol):
+    """N residual steps u_{n+1} = u_n + h·f_n(u_n) as a layer-parallel solver asks for
+    them: the propagators of one forward solve over a rank's level-0 points `span`
+    (range(lo, hi)) and of the adjoint about its states, and the rank's gradients.
+
+    States are in the family's layout; `to_state` / `from_state` convert from / to
+    the caller's batch-major tensors.  `keep` is a dict the forward fills with what
+    its adjoint needs (the family decides what: saved activations, autograd graphs;
+    None: no adjoint follows) and `kept` the same dict given back, so several
+    forwards may precede their adjoints.  `fixed`: the solve has no tolerance, so its
+    last sweep is known.  `average`: coarse steps take the covered layers' mean
+    parameters (else the first layer's).  A family brings its own fast paths: the
+    built-in dense and conv steps their stacked forward, hand-written VJPs and
+    batched weight products (parallel/stepper_family.py); a user's modules autograd's,
+    one layer at a time (parallel/module_propagators.py: AutogradFamily, the fallback).
+    """
+
+    n_layers: int
+
+    def to_state(self, u: torch.Tensor) -> torch.Tensor: ...
+
+    def from_state(self, u: torch.Tensor) -> torch.Tensor: ...
+
+    def forward_propagator(self, h: float, average: bool, span: range,
+                           template: torch.Tensor, keep: dict | None,
+                           fixed: bool = False) -> Propagator:
+        """Φ of one forward solve (template: a state of the solve's shape)."""
+        ...
+
+    def adjoint_propagator(self, h: float, average: bool, span: range,
+                           state: Callable[[int], torch.Tensor | None], kept: dict | None,
+                           fixed: bool = False) -> Propagator:
+        """Φᵀ about the forward that filled `kept`; state(n) = u_n for n in lo..hi."""
+        ...
+
+    def param_grads(self, adjoint: Propagator, layers: range,
+                    lam: Callable[[int], torch.Tensor]) -> dict[int, dict[str, torch.Tensor]]:
+        """h·(∂f_n/∂θ_n)ᵀ λ_{n+1} by parameter name for each of `layers` after the adjoint
+        solve (lam(n) = λ_n)."""
         ...

@@ -12,8 +12,7 @@ import torch
 
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.mgrit.solver import MGRIT, SolveResult
-from lptrain.model.serial import weight_args
-from lptrain.parallel.propagators import AdjointPropagator, ForwardPropagator, Linearisation
+from lptrain.parallel.stepper_family import StepperFamily
 
 
 @dataclass
@@ -39,8 +38,11 @@ class LayerParallel:
         self.rev = self.hier.reversed()
         self.adj = MGRIT(self.rev, exchange.reversed(), options.cycle_options(linear=True),
                          observer)
-        self._saved = None
-        self._weight_grads = None   # (gK, gb) a fixed-iteration adjoint sweep leaves
+        # the steps' propagators (one saved buffer reused; a fixed adjoint's last sweep
+        # leaves the weight products of the layers it steps through)
+        self.family = StepperFamily(None, reuse=True, sweep_products=True)
+        self.average = options.coarse_weights == "average"
+        self._kept = self._adjoint = None
         self.lo, self.hi = self.hier.ranges[0][exchange.rank]
         self.rev_lo = self.rev.ranges[0][exchange.size - 1 - exchange.rank][0]
         self.first, self.last = self.lo == 0, self.hi == N + 1
@@ -59,9 +61,9 @@ class LayerParallel:
 
     # -- forward ---------------------------------------------------------------
     @property
-    def saved_first(self) -> int:
-        """First layer whose activations this rank's forward solve saves."""
-        return max(self.lo - 1, 0)
+    def span(self) -> range:
+        """This rank's level-0 points lo..hi−1."""
+        return range(self.lo, self.hi)
 
     def forward(self, theta, x, warm=None, max_iter=None, tol=None, save=True,
                 resume=False) -> SolveResult:
@@ -74,21 +76,15 @@ class LayerParallel:
         if resume:
             return self.fwd.resume(max_iter, 0.0 if tol is None else tol, o.rtol)
         template = self.template(x)
-        saved = self._saved_buffer(template) if save else None
-        prop = ForwardPropagator(self.net.stepper(theta), self.net.h, o.coarse_weights,
-                                 saved, self.saved_first)
+        family = self.family.bind(self.net.stepper(theta))
+        kept = {} if save else None
+        prop = family.forward_propagator(self.net.h, self.average, self.span, template, kept)
+        if save:
+            self._kept = kept
         u0 = self.net.opening(theta, x) if self.first else None
         return self.fwd.solve(prop, template, u0, warm,
                               max_iter=o.max_iter if max_iter is None else max_iter,
                               tol=o.tol if tol is None else tol, rtol=o.rtol)
-
-    def _saved_buffer(self, template):
-        n = min(self.hi - 1, self.N) - self.saved_first
-        shape = (n, *template.shape)
-        if self._saved is None or self._saved.shape != shape \
-                or self._saved.dtype != template.dtype:
-            self._saved = template.new_zeros(shape)
-        return self._saved
 
     def evaluate(self, theta, states, labels, n_total: int, want_grad: bool) -> Evaluation:
         """Loss and hits of u_N (computed on the last rank, shared with all)."""
@@ -111,31 +107,26 @@ class LayerParallel:
         continues the last adjoint solve in place.
         """
         o, net = self.options, self.net
-        stepper = net.stepper(theta)
         max_iter = o.adjoint_max_iter if max_iter is None else max_iter
         tol = o.adjoint_tol if tol is None else tol
         if resume:
-            lin = self._lin_last
+            prop = self._adjoint
             res = self.adj.resume(max_iter, tol, o.rtol)
         else:
             extra = self._next_first_state(states)
-            lin = self._lin_last = self._linearisation(stepper, states, extra)
             state = (lambda n: states[n - self.lo] if n < self.hi else extra)
             # without a tolerance the last sweep is known: its steps leave the weight
             # products of their layers (each layer once over all ranks) while σ′ ⊙ λ is hot
-            self._weight_grads = None
-            if tol <= 0 and o.rtol <= 0:
-                self._weight_grads = tuple(torch.zeros_like(t) for t in net.hidden_views(theta))
-            prop = AdjointPropagator(stepper, net.h, self.N, lin, state, o.coarse_weights,
-                                     weights=self._weight_grads)
+            prop = self._adjoint = self.family.adjoint_propagator(
+                net.h, self.average, self.span, state, self._kept,
+                fixed=tol <= 0 and o.rtol <= 0)
             res = self.adj.solve(prop, self.template(x), ev.lamN, warm, max_iter=max_iter,
                                  tol=tol, rtol=o.rtol)
         grad = torch.zeros_like(theta)
-        if self._weight_grads is not None:
-            gK, gb = net.hidden_views(net.assemble(grad, hidden=self._weight_grads))
-        else:
-            gK, gb = self._weight_products(stepper, states, lin, res, grad)
-        scale = stepper.act.weight_factor(net.h)
+        gK, gb = net.hidden_views(grad)
+        self.family.weight_products(prop, lambda n: res.states[self.N - n - self.rev_lo],
+                                    gK, gb)
+        scale = prop.stepper.act.weight_factor(net.h)
         gK.mul_(scale)
         gb.mul_(scale)
         if self.last:
@@ -143,32 +134,6 @@ class LayerParallel:
         if self.first:
             net.opening_vjp(theta, x, res.states[-1], grad)
         return self.exchange.allreduce_tensor(grad), res
-
-    def _weight_products(self, stepper, states, lin, res, grad):
-        """f′ ⊙ λ_{n+1} and its weight products for this rank's layers, one at a time:
-        the mirrored λ pair with forward-ordered states without gathering either."""
-        own = min(self.hi, self.N) - self.lo            # layers lo..lo+own−1
-        gK, gb = (t[self.lo:self.lo + own] for t in self.net.hidden_views(grad))
-        g = None
-        for i, n in enumerate(range(self.lo, self.lo + own)):
-            lam = res.states[self.N - n - 1 - self.rev_lo]
-            g = stepper.act.vjp(lin.one(n), lam, out=g)
-            gK[i], gb[i] = stepper.vjp_weights(states[i], g, *weight_args(stepper, n))
-        return gK, gb
-
-    def _linearisation(self, stepper, states, extra) -> Linearisation:
-        """Activation data of layers lo..min(hi, N−1): the forward's saved activations
-        where it evaluated those steps, recomputed for the last one or two layers."""
-        top = min(self.hi, self.N - 1)                 # last layer needed
-        have = min(self.hi - 2 if not self.last else self.N - 1, top)
-        main = self._saved[self.lo - self.saved_first:max(have, self.lo - 1)
-                           - self.saved_first + 1]
-        tail = {}
-        for n in range(max(have + 1, self.lo), top + 1):
-            u = states[n - self.lo] if n < self.hi else extra
-            K, b = stepper.weights(n)
-            tail[n] = stepper.linearize(u, K, b)
-        return Linearisation(main, self.lo, tail)
 
     def _next_first_state(self, states):
         return next_first_state(self.exchange, self.hier, self.last, states)

@@ -8,6 +8,7 @@ from torch.autograd.function import once_differentiable
 
 from lptrain.errors import ConfigError
 from lptrain.mgrit.options import MGRITOptions
+from lptrain.mgrit.protocols import StepFamily
 from lptrain.model.coarse_steps import CoarseSteps
 from lptrain.model.module_steps import ModuleSteps
 from lptrain.parallel.context import make_exchange
@@ -20,7 +21,10 @@ class LayerParallel(nn.Module):
     """u_{n+1} = u_n + h·f_n(u_n), n = 0..N−1, h = T/N, solved by MGRIT over `comm`.
 
     steps: N `nn.Module`s, or a factory `steps(n) -> nn.Module` with `n_layers`
-    (a rank then builds only its layers and copies of the few it borrows).
+    (a rank then builds only its layers and copies of the few it borrows), or a
+    step family such as `BuiltinSteps.dense(K, b)` / `.conv(K, b)` (lptrain's own
+    steps with their hand-written adjoint: parallel/builtin_steps.py), which brings
+    its own propagators (`mgrit.protocols.StepFamily`); user modules get autograd's.
     Every rank of `comm` (mpi4py; None: one process) calls the module with the
     same input u_0 (any shape; f_n must keep it) and gets u_N back.  Parameters
     and gradients of layer n live on the rank that owns it (`owned`), so each
@@ -52,12 +56,26 @@ class LayerParallel(nn.Module):
             raise ConfigError(f"T={T!r}: the final time must be positive")
         self.options = mgrit or MGRITOptions()
         self.exchange = make_exchange(comm)
-        N = n_layers if callable(steps) and not isinstance(steps, nn.Module) else len(steps)
+        prebuilt = isinstance(steps, ModuleSteps)         # e.g. BuiltinSteps.dense(K, b)
+        if prebuilt:
+            N = steps.n_layers
+            if n_layers not in (None, N):
+                raise ConfigError(f"n_layers={n_layers} but the steps have {N} layers")
+            if coarse_steps is not None and isinstance(steps, StepFamily):
+                raise ConfigError(f"coarse_steps: {type(steps).__name__} runs its own "
+                                  "coarse steps (the fine steps with the coarse step size)")
+        else:
+            N = n_layers if callable(steps) and not isinstance(steps, nn.Module) else len(steps)
         if N is None:
             raise ConfigError("n_layers=None: a layer factory needs the number of layers")
         hier = self.options.hierarchy(N, self.exchange.size)
         self.owned = owned_layers(hier, self.exchange.rank)
-        self.steps = ModuleSteps(steps, N, build=self.owned, stack=stack)
+        if prebuilt:
+            for n in self.owned:
+                steps.ensure(n)
+            self.steps = steps
+        else:
+            self.steps = ModuleSteps(steps, N, build=self.owned, stack=stack)
         self.layers = self.steps.modules          # registered: this rank's parameters
         self.n_layers, self.T, self.h = N, T, T / N
         coarse = None if coarse_steps is None else CoarseSteps(coarse_steps)
@@ -89,7 +107,7 @@ class LayerParallel(nn.Module):
     def _forward_solve(self, u0, keep: bool, max_iter=None, tol=None):
         """u_N on every rank and this rank's states (keep: they become the next warm start)."""
         s = self.solver
-        x = u0.detach()
+        x = s.family.to_state(u0.detach())
         warm = self._warm[0] if self.warm_start else None
         if warm is not None and (warm.shape[1:] != x.shape or warm.dtype != x.dtype):
             warm = None                      # another batch shape: a cold start
@@ -101,11 +119,11 @@ class LayerParallel(nn.Module):
             self._warm[0] = s.fwd.c_point_states(res.states)
         uN = self.exchange.broadcast_tensor(res.states[-1] if s.last else None,
                                             self.exchange.size - 1, x)
-        return uN.clone(), res, kept
+        return s.family.from_state(uN).clone(), res, kept
 
     def _backward_solve(self, states, grad_uN, want_input: bool, kept=None):
         s = self.solver
-        lamN = grad_uN.detach().contiguous()
+        lamN = s.family.to_state(grad_uN.detach()).contiguous()
         warm = self._warm[1] if self.warm_start else None
         if warm is not None and (warm.shape[1:] != lamN.shape or warm.dtype != lamN.dtype):
             warm = None
@@ -116,7 +134,8 @@ class LayerParallel(nn.Module):
         lam0 = None
         if want_input:
             lam0 = self.exchange.broadcast_tensor(s.lam(res.states, 0) if s.first else None,
-                                                  0, lamN).clone()
+                                                  0, lamN)
+            lam0 = s.family.from_state(lam0).clone()
         return lam0, grads
 
     def serial(self, u0: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,36 @@ from __future__ import annotations
 import torch
 
 
+class AutogradFamily:
+    """A user's modules (a ModuleSteps) as an `mgrit.protocols.StepFamily`: steps and
+    vector-Jacobian products from the modules and autograd, layer by layer (the
+    fallback for steps that bring no fast path of their own).  States keep the
+    caller's layout; the forward keeps f's graphs only in fixed solves (a solve to a
+    tolerance would linearise at every sweep)."""
+
+    def __init__(self, steps, owned=(), coarse=None):
+        self.steps, self.owned, self.coarse = steps, owned, coarse
+        self.n_layers = steps.n_layers
+
+    @staticmethod
+    def to_state(u):
+        return u
+
+    from_state = to_state
+
+    def forward_propagator(self, h, average, span, template, keep, fixed=False):
+        return ModuleForward(self.steps, h, average, keep if fixed else None, self.owned,
+                             self.coarse)
+
+    def adjoint_propagator(self, h, average, span, state, kept, fixed=False):
+        return ModuleAdjoint(self.steps, h, self.n_layers, state, average, self.owned,
+                             kept, self.coarse)
+
+    @staticmethod
+    def param_grads(adjoint, layers, lam) -> dict:
+        return {n: adjoint.param_grads(n, lam(n + 1)) for n in layers}
+
+
 class ModuleForward:
     """Φ: u ← u + H·f(u).  Single-layer steps call the module itself (no parameter
     swap); averaged coarse parameters are computed once per solve.

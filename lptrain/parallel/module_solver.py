@@ -10,15 +10,21 @@ from __future__ import annotations
 import torch
 
 from lptrain.mgrit.options import MGRITOptions
+from lptrain.mgrit.protocols import StepFamily
 from lptrain.mgrit.solver import MGRIT, SolveResult
 from lptrain.parallel.coarse import UserCoarse
 from lptrain.parallel.halo import owned_layers, share_params, transfers
 from lptrain.parallel.layer_parallel import next_first_state
-from lptrain.parallel.module_propagators import ModuleAdjoint, ModuleForward
+from lptrain.parallel.module_propagators import AutogradFamily
 
 
 class ModuleSolver:
-    """MGRIT solvers for the forward and adjoint propagation of `steps` on one rank."""
+    """MGRIT solvers for the forward and adjoint propagation of `steps` on one rank.
+
+    The propagators come from the steps' family (`mgrit.protocols.StepFamily`): their
+    own where `steps` is one (built-in steps: parallel/builtin_steps.py), else
+    autograd's through the modules (`AutogradFamily`).
+    """
 
     def __init__(self, steps, h: float, options: MGRITOptions, exchange, coarse=None):
         """coarse: a CoarseSteps of the user's coarse modules (None: fine f, coarse H)."""
@@ -36,6 +42,9 @@ class ModuleSolver:
         self.owned = owned_layers(self.hier, rank)
         self.plan = transfers(self.hier, self.average)
         self.coarse = None if coarse is None else UserCoarse(coarse, self.hier, h)
+        self.family = steps if isinstance(steps, StepFamily) else \
+            AutogradFamily(steps, self.owned, self.coarse)
+        self.span = range(self.lo, self.hi)
 
     def share(self) -> None:
         """Copies of the other ranks' layers this rank steps with, from their owners."""
@@ -47,14 +56,15 @@ class ModuleSolver:
                 keep: dict | None = None) -> SolveResult:
         """Forward MGRIT: this rank's states u_lo..u_{hi−1} (u0 read on the first rank).
 
-        keep: a dict that receives f's linearisations at the returned states where a
-        fixed solve's last sweep evaluates f there (for `backward`'s `kept`).
+        keep: a dict that receives what the adjoint about the returned states needs
+        (the family's: f's linearisations where a fixed solve's last sweep evaluates
+        f there, or saved activations), for `backward`'s `kept`.
         """
         o = self.options
         tol = o.tol if tol is None else tol
-        fixed = tol <= 0 and o.rtol <= 0      # else every iteration would linearise
-        prop = ModuleForward(self.steps, self.h, self.average, keep if fixed else None,
-                             self.owned, self.coarse)
+        fixed = tol <= 0 and o.rtol <= 0
+        prop = self.family.forward_propagator(self.h, self.average, self.span, template,
+                                              keep, fixed)
         return self.fwd.solve(prop, template, u0 if self.first else None, warm,
                               max_iter=o.max_iter if max_iter is None else max_iter,
                               tol=tol, rtol=o.rtol)
@@ -70,12 +80,13 @@ class ModuleSolver:
         o = self.options
         extra = self._next_first_state(states)
         state = (lambda n: states[n - self.lo] if n < self.hi else extra)
-        prop = ModuleAdjoint(self.steps, self.h, self.N, state, self.average, self.owned,
-                             kept, self.coarse)
+        tol = o.adjoint_tol if tol is None else tol
+        prop = self.family.adjoint_propagator(self.h, self.average, self.span, state, kept,
+                                              tol <= 0 and o.rtol <= 0)
         res = self.adj.solve(prop, template, lamN if self.last else None, warm,
                              max_iter=o.adjoint_max_iter if max_iter is None else max_iter,
-                             tol=o.adjoint_tol if tol is None else tol, rtol=o.rtol)
-        grads = {n: prop.param_grads(n, self.lam(res.states, n + 1)) for n in self.owned}
+                             tol=tol, rtol=o.rtol)
+        grads = self.family.param_grads(prop, self.owned, lambda n: self.lam(res.states, n))
         return res, grads
 
     def lam(self, adjoint_states, n: int) -> torch.Tensor:
