@@ -5,8 +5,9 @@ one forward + backward, converged and fixed (one rank).
     .venv/bin/python bench/module_vs_dense.py --network conv [--layers 16] [--channels 8]
 
 dense: LayerParallelResNet; conv: the conv ResNet's solver (parallel/layer_parallel.py,
-the CLI's network=conv).  Module rows with `stack` step several layers as one vmap.
-Decides whether the built-in steps can become thin users of LayerParallel.
+the CLI's network=conv).  "LayerParallel BuiltinSteps": the same steps as a step family
+of LayerParallel (their own propagators); plain "LayerParallel" rows: the layers as
+torch modules on autograd's path, `stack` stepping several layers as one vmap.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from common import save
 from lptrain import LayerParallel, LayerParallelResNet, MGRITOptions
 from lptrain.model.network import NetworkOptions, ResNet
 from lptrain.parallel import layer_parallel
+from lptrain.parallel.builtin_steps import BuiltinSteps
 from lptrain.parallel.context import make_exchange
 from lptrain.parallel.layer_parallel import Evaluation
 
@@ -90,16 +92,19 @@ def dense_runs(a, x, mgrit):
     K, b = dense.K.detach(), dense.b.detach()
     mods = {stack: LayerParallel([Dense(K[n], b[n]) for n in range(a.layers)], T=2.0,
                                  mgrit=mgrit, stack=stack) for stack in (False, True)}
-    return x, {"LayerParallelResNet": dense, "LayerParallel": mods[False],
-               "LayerParallel stack": mods[True]}
+    builtin = LayerParallel(BuiltinSteps.dense(K, b), T=2.0, mgrit=mgrit)
+    return x, {"LayerParallelResNet": dense, "LayerParallel BuiltinSteps": builtin,
+               "LayerParallel": mods[False], "LayerParallel stack": mods[True]}
 
 
 def conv_runs(a, x, mgrit):
     solve = ConvSolve(a, mgrit)
     mods = {stack: LayerParallel([Conv(solve.K[n], solve.b[n]) for n in range(a.layers)],
                                  T=2.0, mgrit=mgrit, stack=stack) for stack in (False, True)}
-    return solve.opening(x).requires_grad_(), {"conv ResNet solver": solve, "LayerParallel": mods[False],
-                              "LayerParallel stack": mods[True]}
+    builtin = LayerParallel(BuiltinSteps.conv(solve.K, solve.b), T=2.0, mgrit=mgrit)
+    return solve.opening(x).requires_grad_(), {
+        "conv ResNet solver": solve, "LayerParallel BuiltinSteps": builtin,
+        "LayerParallel": mods[False], "LayerParallel stack": mods[True]}
 
 
 def main():

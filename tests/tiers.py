@@ -18,6 +18,7 @@ from __future__ import annotations
 TIERS = ("unit", "numeric", "training", "cli", "mpi")
 
 FILES = {
+    "test_builtin_steps.py": "numeric",
     "test_checkpoint_formats.py": "training",
     "test_cli_task.py": "training",
     "test_collective.py": "unit",

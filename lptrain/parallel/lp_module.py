@@ -88,8 +88,7 @@ class LayerParallel(nn.Module):
 
     def _indexed_params(self):
         """(layer, name, parameter) of this rank's layers, in the autograd inputs' order."""
-        return [(n, k, p) for n in self.owned
-                for k, p in self.steps.module(n).named_parameters()]
+        return [(n, k, p) for n in self.owned for k, p in _named_params(self.steps.module(n))]
 
     # -- forward ---------------------------------------------------------------------
     def forward(self, u0: torch.Tensor, max_iter: int | None = None,
@@ -97,10 +96,12 @@ class LayerParallel(nn.Module):
         """u_N.  max_iter / tol override mgrit's for this forward solve (e.g. an exact
         evaluation in a one-shot training: max_iter=50, tol=1e-8)."""
         check_ddp_group(self, self.owned, self._ddp_checked)
-        params = [p for _, _, p in self._indexed_params()]
+        index = self._indexed_params()
+        params = [p for _, _, p in index]
         if torch.is_grad_enabled() and (u0.requires_grad or any(p.requires_grad
                                                                 for p in params)):
-            return _Solve.apply(self, (max_iter, tol), u0, *params)
+            names = [(n, k) for n, k, _ in index]
+            return _Solve.apply(self, (max_iter, tol, names), u0, *params)
         with torch.no_grad():
             return self._forward_solve(u0, False, max_iter, tol)[0]
 
@@ -177,7 +178,8 @@ class _Solve(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, mod: LayerParallel, limits, u0, *params):
-        uN, res, kept = mod._forward_solve(u0, True, *limits)
+        max_iter, tol, ctx.names = limits       # names: (layer, name) of each parameter
+        uN, res, kept = mod._forward_solve(u0, True, max_iter, tol)
         ctx.mod, ctx.states = mod, res.states.clone()   # the solver reuses its buffers
         ctx.kept = kept                    # f's graphs at those states (fixed solves)
         ctx.save_for_backward(*params)     # autograd then refuses in-place changes of θ
@@ -191,7 +193,14 @@ class _Solve(torch.autograd.Function):
         lam0, grads = mod._backward_solve(ctx.states, grad_uN, ctx.needs_input_grad[2],
                                           ctx.kept)
         ctx.kept = None
-        return (None, None, lam0, *[grads[n][k] for n, k, _ in mod._indexed_params()])
+        return (None, None, lam0, *[grads[n][k] for n, k in ctx.names])
+
+
+def _named_params(module: nn.Module):
+    """module.named_parameters(), read directly for a module without submodules."""
+    if module._modules:
+        return module.named_parameters()
+    return [(k, p) for k, p in module._parameters.items() if p is not None]
 
 
 def average_gradients(module: nn.Module, data_exchange) -> None:

@@ -79,6 +79,8 @@ class StepperFamily:
         """Φᵀ about the forward that filled `kept`; state(n) = u_n for n in lo..hi
         (u_hi the next rank's first state; None on the last rank).  fixed: the solve
         has no tolerance, so its last sweep is known (see sweep_products)."""
+        if kept is None:            # no forward's data (a second backward): recompute
+            kept = {"stepper": self.stepper, "saved": None}
         stepper = kept["stepper"]
         lin = self._linearisation(stepper, span, kept["saved"], state)
         weights = None
@@ -95,6 +97,8 @@ class StepperFamily:
         first = max(lo - 1, 0)
         top = min(hi, N - 1)                 # last layer needed
         have = min(hi - 2 if hi != N + 1 else N - 1, top)
+        if saved is None:
+            have, saved = lo - 1, state(lo).new_empty((0, *state(lo).shape))
         main = saved[lo - first:max(have, lo - 1) - first + 1]
         tail = {}
         for n in range(max(have + 1, lo), top + 1):
@@ -121,11 +125,22 @@ class StepperFamily:
         λ_{n+1} = lam(n + 1), for the weights before the stepper's scale_in."""
         stepper = adjoint.stepper
         gK, gb = torch.zeros_like(stepper.K), torch.zeros_like(stepper.b)
-        self.weight_products(adjoint, lam, gK, gb)
+        ns = list(layers)
+        if adjoint.weights is None and len(ns) > 1 and \
+                getattr(stepper, "WEIGHTS_AFTER_SWEEP", False):
+            # one batched product for all layers (dense: one bmm), as the serial sweep
+            g = stepper.act.vjp(adjoint.lin.many(ns), torch.stack([lam(n + 1) for n in ns]))
+            gK[ns[0]:ns[-1] + 1], gb[ns[0]:ns[-1] + 1] = stepper.vjp_weights(
+                torch.stack([adjoint.state(n) for n in ns]), g)
+        else:
+            self.weight_products(adjoint, lam, gK, gb)
         scale = stepper.act.weight_factor(adjoint.h)
-        if not self.reuse:
+        gK.mul_(scale)
+        gb.mul_(scale)
+        if not self.reuse and adjoint.saved is not None \
+                and all(t is not adjoint.saved for t in self._free):
             self._free.append(adjoint.saved)      # the adjoint is done with it
-        return {n: {"K": gK[n].mul_(scale), "b": gb[n].mul_(scale)} for n in layers}
+        return {n: {"K": gK[n], "b": gb[n]} for n in ns}
 
 
 class StepperAdjoint(AdjointPropagator):

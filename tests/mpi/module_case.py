@@ -14,6 +14,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 
 from lptrain.mgrit.options import MGRITOptions  # noqa: E402
+from lptrain.parallel.builtin_steps import BuiltinSteps  # noqa: E402
 from lptrain.parallel.lp_module import LayerParallel, average_gradients  # noqa: E402
 
 N = 16
@@ -101,6 +102,26 @@ CASES = {
 }
 
 
+# lptrain's own steps as a step family (their propagators, not autograd's):
+# name: (kind, activation, bias width, input shape, MGRIT options)
+BUILTIN = {
+    "bdense": ("dense", "tanh", 5, (6, 5), dict(levels=3, cfactor0=2, cfactor=2,
+                                                 coarse_weights="average")),
+    "bconv": ("conv", "smoothrelu", 1, (3, 2, 5, 5), dict(levels=4, cfactor0=2, cfactor=2,
+                                                          cycle="F")),
+}
+
+
+def builtin(name, seed=0) -> BuiltinSteps:
+    kind, act, nb, shape, _ = BUILTIN[name]
+    gen = torch.Generator().manual_seed(90 + seed)
+    c = shape[1]
+    K = torch.randn((N, c, c) + ((3, 3) if kind == "conv" else ()), generator=gen,
+                    dtype=torch.float64) * (0.5 if kind == "dense" else 0.3)
+    b = 0.2 * torch.randn(N, nb, generator=gen, dtype=torch.float64)
+    return BuiltinSteps(kind, K, b, act)
+
+
 def loss_of(out, seed):
     return (out * _input(out.shape, seed)).sum() + 0.5 * (out ** 2).sum()
 
@@ -142,6 +163,19 @@ def run(comm=None) -> dict:
         results[f"{name}-state"] = torch.cat([state[f"layers.{n}.{k}"].reshape(-1)
                                               for n in range(N)
                                               for k, _ in make(0).named_parameters()])
+    for name, (_, _, _, shape, opts) in BUILTIN.items():
+        mod = LayerParallel(builtin(name), T=1.0, comm=comm,
+                            mgrit=MGRITOptions(**{**TOL, **opts}))
+        u0 = _input(shape, 1).requires_grad_()
+        out = mod(u0)
+        loss_of(out, 2).backward()
+        results[f"{name}-out"] = out.detach()
+        results.update(_grads(name, mod, u0, comm))
+        other = LayerParallel(builtin(name, seed=1), T=1.0, comm=comm,
+                              mgrit=MGRITOptions(**{**TOL, **opts}))
+        other.load_state_dict(mod.state_dict())
+        with torch.no_grad():
+            results[f"{name}-loaded"] = other(u0)
     results.update(data_parallel(comm))
     return results
 
@@ -159,6 +193,13 @@ def reference() -> dict:
         results[f"{name}-nograd"] = results[f"{name}-loaded"] = out.detach()
         results[f"{name}-state"] = torch.cat([p.detach().reshape(-1) for p in mod.parameters()])
     results["exact-iters"] = torch.tensor([1.0, 1.0], dtype=float)    # exact coarse steps
+    for name, (_, _, _, shape, _) in BUILTIN.items():
+        mod = LayerParallel(builtin(name), T=1.0)       # serial(): autograd through the layers
+        u0 = _input(shape, 1).requires_grad_()
+        out = mod.serial(u0)
+        loss_of(out, 2).backward()
+        results[f"{name}-out"] = results[f"{name}-loaded"] = out.detach()
+        results.update(_grads(name, mod, u0, None))
     results.update(data_parallel(None))
     return results
 
