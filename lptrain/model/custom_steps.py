@@ -74,6 +74,7 @@ class ModuleThetaSteps:
     weights = DenseSteps.weights
     weights_many = DenseSteps.weights_many
     mean_weights = DenseSteps.mean_weights
+    block_mean_weights = DenseSteps.block_mean_weights
 
     # -- forward -------------------------------------------------------------------
     def apply(self, u, K, b, h, save=None, out=None, plus=None):

@@ -59,6 +59,13 @@ class DenseSteps:
     def mean_weights(self, start: int, stop: int):
         return self.K[start:stop].mean(0), self.b[start:stop].mean(0)
 
+    def block_mean_weights(self, first: int, length: int, count: int):
+        """mean_weights of the `count` blocks of `length` layers from `first`, stacked:
+        one reduction (the same values: each mean runs over the block in order)."""
+        stop = first + length * count
+        return (self.K[first:stop].unflatten(0, (count, length)).mean(1),
+                self.b[first:stop].unflatten(0, (count, length)).mean(1))
+
     # -- forward ---------------------------------------------------------------
     def apply(self, u, K, b, h, save=None, out=None, plus=None):
         """One step with the stepper's weights: u + h·σ(z) [+ plus], into `out` if given.
@@ -162,6 +169,7 @@ class ConvSteps:
     weights = DenseSteps.weights
     weights_many = DenseSteps.weights_many
     mean_weights = DenseSteps.mean_weights
+    block_mean_weights = DenseSteps.block_mean_weights
 
     @staticmethod
     def _z(u, K, b):

@@ -123,18 +123,42 @@ class AdjointPropagator:
 
 class MeanWeights:
     """The mean weights of layers [start, stop), computed once per propagator (one
-    solve: the same coarse steps recur in every cycle and on the stacked calls)."""
+    solve: the same coarse steps recur in every cycle and on the stacked calls).
+
+    All blocks of one length and alignment come from one reduction (`table`), so a
+    level's coarse steps cost one call, not one per step, and a stack of evenly
+    spaced ones is a view of it; the values are those of `stepper.mean_weights`.
+    """
 
     def __init__(self, stepper):
         self.stepper = stepper
-        self._memo: dict[tuple[int, int], tuple] = {}
+        self._tables: dict[tuple[int, int], tuple] = {}
         self._stacks: dict[tuple, tuple] = {}
 
+    def table(self, length: int, phase: int):
+        """(K, b) means of the blocks [phase + k·length, phase + (k+1)·length), k ≥ 0."""
+        key = (length, phase)
+        if key not in self._tables:
+            count = (self.stepper.n_layers - phase) // length
+            self._tables[key] = self.stepper.block_mean_weights(phase, length, count)
+        return self._tables[key]
+
     def __call__(self, start: int, stop: int):
-        key = (start, stop)
-        if key not in self._memo:
-            self._memo[key] = self.stepper.mean_weights(start, stop)
-        return self._memo[key]
+        length = stop - start
+        K, b = self.table(length, start % length)
+        return K[start // length], b[start // length]
+
+    def many(self, starts, stops):
+        """(K, b) of steps start → stop stacked: a view of one table where the steps have
+        one length and alignment and are evenly spaced, else stacked copies."""
+        length = stops[0] - starts[0]
+        if all(b - a == length for a, b in zip(starts, stops)) and \
+                len({a % length for a in starts}) == 1:
+            idx = index_of([a // length for a in starts])
+            if isinstance(idx, slice):
+                K, b = self.table(length, starts[0] % length)
+                return K[idx], b[idx]
+        return self.stacked(starts, stops, self)
 
     def stacked(self, starts, stops, one):
         """(K, b) of many steps stacked, `one(start, stop)` giving each step's."""
@@ -173,6 +197,8 @@ def _slots(layers, first: int):
 
 
 def _stack_weights(prop: ForwardPropagator, starts, stops):
+    if prop.average and all(b - a > 1 for a, b in zip(starts, stops)):
+        return prop.means.many(starts, stops)
     if prop.average and any(b - a > 1 for a, b in zip(starts, stops)):
         return prop.means.stacked(starts, stops, prop._weights)
     idx = index_of(starts)          # evenly spaced layers: views, not gathered copies

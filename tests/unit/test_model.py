@@ -236,3 +236,26 @@ def test_bad_pooling_names_the_key(kw, match):
 def test_pooling_needs_a_conv_network():
     with pytest.raises(ConfigError, match="network.pool=2: pooling needs images"):
         dense_net(pool=2)
+
+
+@pytest.mark.parametrize("length, phase", [(2, 0), (4, 0), (4, 2), (3, 1), (9, 0)])
+def test_block_mean_weights_equal_the_means_of_each_block(length, phase):
+    # the propagators' coarse weights (coarse_weights=average) come from one reduction
+    # per length and alignment: bitwise the per-block means, stacks of them views
+    from lptrain.parallel.propagators import MeanWeights
+    net, theta = dense_net(layers=19, bias="vector")
+    st = net.stepper(theta)
+    means = MeanWeights(st)
+    starts = list(range(phase, 19 - length + 1, length))
+    for a in starts:
+        K, b = means(a, a + length)
+        want = st.mean_weights(a, a + length)
+        assert torch.equal(K, want[0]) and torch.equal(b, want[1])
+    many = means.many(starts, [a + length for a in starts])
+    assert torch.equal(many[0], torch.stack([st.mean_weights(a, a + length)[0]
+                                             for a in starts]))
+    table = means.table(length, phase)[0]
+    assert many[0].data_ptr() == table.data_ptr()              # a view, no copy
+    odd = means.many([phase, phase + length + 1], [phase + length, phase + 2 * length + 1])
+    assert torch.equal(odd[1][1], st.mean_weights(phase + length + 1,
+                                                  phase + 2 * length + 1)[1])
