@@ -8,12 +8,15 @@ __version__ = "0.1.0"
 # decides where they go (the lptrain command: Hydra's job log in the run directory)
 logging.getLogger("lptrain").addHandler(logging.NullHandler())
 
-__all__ = ["CoarseStep", "LayerParallel", "LayerParallelResNet", "MGRITOptions", "load_model",
-           "__version__"]
+__all__ = ["BuiltinSteps", "CoarseStep", "LayerParallel", "LayerParallelResNet", "MGRITOptions",
+           "load_model", "__version__"]
 
 
 def __getattr__(name):
     # lazy, so that `import lptrain` stays light for the CLI and tools
+    if name == "BuiltinSteps":
+        from lptrain.parallel.builtin_steps import BuiltinSteps
+        return BuiltinSteps
     if name == "CoarseStep":
         from lptrain.model.coarse_steps import CoarseStep
         return CoarseStep
