@@ -1,7 +1,7 @@
 """The level operations of `levels.LevelOps` with fewer passes and copies.
 
 The same iterates as the reference (to rounding; tests compare them), by
-five devices, each behind a `Fusions` switch (all on in every run; tests and
+six devices, each behind a `Fusions` switch (all on in every run; tests and
 bench/ turn one off to compare the device with its plain version):
 
 - stack: the intervals of a rank advance together, one propagator call per
@@ -16,7 +16,12 @@ bench/ turn one off to compare the device with its plain version):
   rebuilding it (`_rhs_update`), which needs Φ^Δ only at the coarse C-points;
 - skip_zero: a linear coarse level starts from a zero correction, and
   Φ(0) = 0 there, so its first F-relaxation takes u = g at the F-points right
-  after its C-points instead of a step.
+  after its C-points instead of a step;
+- reuse_phi: a full FAS restriction computes Φ^Δ(v_c) at every coarse point,
+  and the coarse level's next F-relaxation starts with the same steps from the
+  same C-points, so their values are kept (N/c² states on level 1) and the first
+  F-points take Φ^Δ(v_c) + g_{c+1} without a step (cleared by anything that
+  moves those C-points first: a C-relaxation, a correction).
 """
 from __future__ import annotations
 
@@ -46,6 +51,7 @@ class Fusions:
     share_coarse: bool = True   # FAS coarse states are views of the finer C-points
     fuse_residual: bool = True  # F-relaxations take the next residual's C-steps
     skip_zero: bool = True      # no steps from a linear coarse level's zero C-points
+    reuse_phi: bool = True      # FAS: the first F-steps reuse the restriction's Φ^Δ
 
 
 class CSteps(NamedTuple):
@@ -67,10 +73,14 @@ class FusedLevelOps(LevelOps):
         super().__init__(hierarchy, exchange, options, levels, observer)
         self.fusions = Fusions()   # set before the first solve to compare one device off
         self.shared: list[bool] = []
+        # level → {F-point j: Φ^Δ(v_{j−1})} a restriction kept for the level's next
+        # F-relaxation (`reuse_phi`)
+        self.kept: dict[int, dict[int, torch.Tensor]] = {}
 
     # -- set-up ----------------------------------------------------------------------
     def begin(self, prop, template, work):
         super().begin(prop, template, work)
+        self.kept.clear()
         for l in range(1, len(self.levels)):
             if self.shared[l]:
                 fine = self.levels[l - 1]
@@ -128,14 +138,17 @@ class FusedLevelOps(LevelOps):
         ends = [min(_next_c(level, c), lv.hi) for c in own]
         lengths = [e - c - 1 for c, e in zip(own, ends)]
         taken, spent = 0.0, 0.0
+        kept = self.kept.pop(lv.index, {})
         for first in range(0, len(own), CHUNK):    # a chunk through all its F-points
             cs, ls = own[first:first + CHUNK], lengths[first:first + CHUNK]
             for sub in range(max(ls, default=0)):
                 src = [c + sub for c, n in zip(cs, ls) if n > sub]
                 if sub == 0 and lv.zero and self.fusions.skip_zero:
                     self._take_rhs(lv, src)         # Φ(0) + g = g
-                else:
-                    self._advance(lv, src, last)
+                    continue
+                if sub == 0 and kept:               # Φ^Δ(v_c) + g, Φ^Δ kept
+                    src = self._take_kept(lv, src, kept)
+                self._advance(lv, src, last)
             if consumer:
                 t0 = time.perf_counter()
                 src = [e - 1 for e in ends[first:first + CHUNK] if e < lv.hi]
@@ -168,6 +181,7 @@ class FusedLevelOps(LevelOps):
     def c_relax(self, lv: LevelState, last: bool = False) -> None:
         """u_c = Φ(u_{c−1}) + g_c at every C-point but the first, written in place."""
         lv.zero = False
+        self.kept.pop(lv.index, None)
 
         def take(pos, phi, put):
             put(phi)
@@ -177,6 +191,7 @@ class FusedLevelOps(LevelOps):
 
     def coarse_solve(self, lv: LevelState, last: bool = False) -> None:
         lv.zero = False
+        self.kept.pop(lv.index, None)
         super().coarse_solve(lv, last)
 
     # -- residual and transfers --------------------------------------------------------
@@ -209,6 +224,7 @@ class FusedLevelOps(LevelOps):
     @timed("correct")
     def correct(self, lv: LevelState) -> None:
         lv.zero = False
+        self.kept.pop(lv.index, None)
         coarse = self.levels[lv.index + 1]
         if coarse.empty:
             return
@@ -252,6 +268,7 @@ class FusedLevelOps(LevelOps):
         """v = u at the C-points; coarse rhs g_j = Φ(u_{c−1}) + g_c − Φ^Δ(v_{j−1})
         (the first term already in place), or without keep_rhs the fine rhs."""
         coarse = self.levels[lv.index + 1]
+        self.kept.pop(coarse.index, None)
         if coarse.empty:
             return
         local = [c - lv.lo for c in lv.cs]
@@ -273,7 +290,7 @@ class FusedLevelOps(LevelOps):
             return
         if coarse.lo == 0:
             coarse.G[0] = coarse.X[0]
-        self._coarse_phis(coarse, self._subtract_from_rhs(coarse))
+        self._coarse_phis(coarse, self._subtract_from_rhs(coarse, self._keeper(coarse)))
 
     def _rhs_update_residual(self, lv: LevelState) -> CSteps:
         """The residual's consumer when level 1 still holds its last solution.
@@ -301,15 +318,46 @@ class FusedLevelOps(LevelOps):
     def _rhs_update(self, lv: LevelState) -> None:
         """After `_rhs_update_residual`: Φ^Δ at level 1's C-points."""
         coarse, cpts = self.levels[1], self._level1_cpoints()
+        self.kept.pop(1, None)
         todo = [j for j in range(max(coarse.lo, 1), coarse.hi) if j in cpts]
         self._coarse_phis(coarse, self._subtract_from_rhs(coarse), todo)
 
     @staticmethod
-    def _subtract_from_rhs(coarse: LevelState):
-        """use(points, Φ^Δ) of `_coarse_phis`: g_j −= Φ^Δ(v_{j−1})."""
+    def _subtract_from_rhs(coarse: LevelState, keep=None):
+        """use(points, Φ^Δ) of `_coarse_phis`: g_j −= Φ^Δ(v_{j−1}) (and keep(points, Φ^Δ))."""
         def use(pos, phi):
             coarse.G[index_of([p - coarse.lo for p in pos])] -= phi
+            if keep is not None:
+                keep(pos, phi)
         return use
+
+    def _keeper(self, coarse: LevelState):
+        """keep(points, Φ^Δ) of a full restriction to `coarse`: the values at the F-points
+        right after its own C-points, for its next F-relaxation (`reuse_phi`; none on
+        the coarsest level, which is solved by stepping)."""
+        self.kept.pop(coarse.index, None)
+        if not self.fusions.reuse_phi or coarse.index == len(self.levels) - 1:
+            return None
+        after = {c + 1 for c in coarse.cs}
+        store = self.kept[coarse.index] = {}
+
+        def keep(pos, phi):
+            for i, j in enumerate(pos):
+                if j in after:
+                    store[j] = phi[i].clone()
+        return keep
+
+    def _take_kept(self, lv: LevelState, src: list[int], kept) -> list[int]:
+        """u = Φ^Δ(v_c) + g at the points after src whose Φ^Δ was kept (the same sum a
+        step with its rhs takes); returns the points of src still to step from."""
+        rest = []
+        for c in src:
+            phi = kept.get(c + 1)
+            if phi is None:
+                rest.append(c)
+            else:
+                torch.add(phi, lv.G[c + 1 - lv.lo], out=lv.X[c + 1 - lv.lo])
+        return rest
 
     def _level1_cpoints(self) -> set[int]:
         """Level 1's C-points (none when it is the coarsest level)."""

@@ -42,3 +42,44 @@ def test_a_linear_coarse_level_takes_no_step_from_its_zero_start(iters):
     # level 1 (steps of 4 layers) has 64/16 = 4 C-points, each the start of an interval
     assert steps_ref[4] - steps[4] == 4 * iters
     assert steps[1] == steps_ref[1] and steps[16] == steps_ref[16]
+
+
+
+def _forward(reuse_phi: bool, layers: int, levels: int, iters: int):
+    """A cold and a warm forward solve of a cf-4 hierarchy: the warm solve's states
+    and counted steps."""
+    net, theta = dense_net(layers=layers, T=3.0, activation="tanh")
+    x, _ = batch(net)
+    lp = LayerParallel(net, MGRITOptions(levels=levels), SerialExchange())
+    lp.fwd.ops.fusions = Fusions(reuse_phi=reuse_phi)
+    start = lp.forward(theta, x, max_iter=2, tol=0.0).states.clone()
+    counts = {}
+    solve = lp.fwd.solve
+
+    def counted(prop, *args, **kw):
+        counts["fwd"] = c = Counting(prop)
+        return solve(c, *args, **kw)
+    lp.fwd.solve = counted
+    res = lp.forward(1.1 * theta, x, warm=start, max_iter=iters, tol=0.0)
+    return res.states.clone(), counts["fwd"].steps
+
+
+# N = 64, 3 levels: level 1 has 17 points, 4 intervals; N = 128, 4 levels: level 1
+# 33 points, 8 intervals, level 2 (steps of 16 layers) 9 points, 2 intervals
+@pytest.mark.parametrize("layers, levels, once, per_cycle",
+                         [(64, 3, {4: 4, 16: 0}, {4: 0, 16: 0}),
+                          (128, 4, {4: 8, 16: 0}, {4: 0, 16: 2})])
+@pytest.mark.parametrize("iters", [1, 2])
+def test_a_restriction_hands_its_coarse_steps_to_the_next_f_relaxation(
+        layers, levels, once, per_cycle, iters):
+    # the first F-relaxation of a FAS level after a full restriction repeats the steps
+    # from its C-points that the restriction took for the rhs; reuse_phi keeps those
+    # values.  Level 1 is restricted in full once per warm solve (later restrictions
+    # update its rhs), level 2 of 4 levels in every cycle.
+    states, steps = _forward(True, layers, levels, iters)
+    ref, steps_ref = _forward(False, layers, levels, iters)
+    assert torch.equal(states, ref)
+    for length in (4, 16):
+        assert steps_ref.get(length, 0) - steps.get(length, 0) == \
+            once[length] + iters * per_cycle[length]
+    assert steps[1] == steps_ref[1]
