@@ -1,5 +1,6 @@
 """Every test gets its tier marker (tests/tiers.py), and only cli and mpi tests may start
-another process: a test of another tier that does fails, naming the tier it belongs in."""
+another process: a test of another tier that does fails, naming the tier it belongs in.
+Under pytest-xdist (`make test`) each file runs on one worker."""
 import platform
 import sys
 from pathlib import Path
@@ -8,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from tiers import TIERS, tier_of  # noqa: E402
+from tiers import SHARED_LAUNCH, TIERS, tier_of  # noqa: E402
 
 _running: list[str] = []     # the tiers of the test being run
 
@@ -24,6 +25,23 @@ def pytest_collection_modifyitems(items):
             tier = {"cli": "cli", "mpi": "mpi"}.get(path.parent.name)
         if tier is not None:
             item.add_marker(tier)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist with `--dist loadfile` (`make test`): each file on one worker, so
+    that its module fixtures are built once, and the files of the shared 4-rank launch
+    (tiers.SHARED_LAUNCH) on one worker, so that it runs once."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ByFile(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return "shared 4-rank launch" if path in SHARED_LAUNCH else path
+
+    return ByFile(config, log)
 
 
 def _refuse_other_processes(event, args):

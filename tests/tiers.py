@@ -17,6 +17,11 @@ from __future__ import annotations
 
 TIERS = ("unit", "numeric", "training", "cli", "mpi")
 
+# The files whose cases run in one shared `mpiexec -n 4` launch (tests/mpi/conftest.py,
+# by their FOUR_RANKS): pytest-xdist runs them on one worker (tests/conftest.py).
+SHARED_LAUNCH = {"tests/mpi/test_ranks.py", "tests/mpi/test_module_ranks.py",
+                 "tests/mpi/test_grid_ranks.py", "tests/mpi/test_ddp_ranks.py"}
+
 FILES = {
     "test_builtin_steps.py": "numeric",
     "test_checkpoint_formats.py": "training",

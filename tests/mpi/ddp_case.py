@@ -1,9 +1,9 @@
 """LayerParallel inside torch's DistributedDataParallel on a layer × data grid.
 
-Run under mpiexec -n 4 with argv[1] the output file: rank 0 saves {grid: results}
-for a 1 × 2 grid (ranks 0 and 1), a 2 × 2 grid (all four), and the error a DDP over
-all four ranks of a 2 × 2 grid raises (its group spans both layer ranks).  The
-pytest side compares the gradients with `reference()`: the whole batch in one process.
+Run under mpiexec -n 4 (in tests/mpi/four_ranks.py's launch, or alone with argv[1] the
+output file): rank 0 keeps {grid: results} for a 1 × 2 grid (ranks 0 and 1), a 2 × 2
+grid (all four), and the error a DDP over all four ranks of a 2 × 2 grid raises (its
+group spans both layer ranks).  The pytest side compares the gradients with `reference()`: the whole batch in one process.
 """
 from __future__ import annotations
 
@@ -86,12 +86,13 @@ def on_grid(comm, grid: Grid, ddp_group: str = "data") -> dict:
     return out
 
 
-def main() -> None:
+def on_grids(comm) -> dict:
+    """{grid-group: rank 0's results} of the three grids on the first ranks of `comm`
+    (four of them)."""
     import torch.distributed as dist
     from mpi4py import MPI
 
-    from lptrain.parallel.context import world
-    comm, results = world(), {}
+    results = {}
     for grid, ddp_group in [(Grid(1, 2), "data"), (Grid(2, 2), "data"), (Grid(2, 2), "world")]:
         sub = comm.Split(0 if comm.Get_rank() < grid.size else MPI.UNDEFINED, comm.Get_rank())
         if sub != MPI.COMM_NULL:
@@ -101,6 +102,13 @@ def main() -> None:
             dist.destroy_process_group()
             sub.Free()
         comm.Barrier()
+    return results
+
+
+def main() -> None:
+    from lptrain.parallel.context import world
+    comm = world()
+    results = on_grids(comm)
     if comm.Get_rank() == 0:
         torch.save(results, sys.argv[1])
 

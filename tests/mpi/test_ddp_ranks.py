@@ -1,30 +1,22 @@
 """DistributedDataParallel around a network with LayerParallel: on 1 × 2 and 2 × 2 grids
-(one launch of 4 ranks) every gradient equals the whole batch's in one process, and a
-DDP whose group spans layer ranks is refused."""
-import os
-import subprocess
+(in the shared launch of 4 ranks, conftest.py) every gradient equals the whole batch's in
+one process, and a DDP whose group spans layer ranks is refused."""
 import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import ddp_case  # noqa: E402
 
 pytestmark = pytest.mark.mpi
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
+FOUR_RANKS = "ddp"     # this file's case in the shared 4-rank launch
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ddp") / "out.pt"
-    env = dict(os.environ, MPIR_CVAR_ENABLE_HEAVY_YIELD="1", OMP_NUM_THREADS="1")
-    cmd = ["timeout", "300", str(MPIEXEC), "-n", "4", sys.executable, ddp_case.__file__,
-           str(out)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=340)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return torch.load(out)
+def results(four_ranks):
+    """{grid-group: results}, from the shared 4-rank launch."""
+    return four_ranks[FOUR_RANKS]
 
 
 @pytest.mark.parametrize("grid", ["1x2", "2x2"])

@@ -7,9 +7,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import module_case  # noqa: E402
-from sizes import on_sizes  # noqa: E402
 
 pytestmark = pytest.mark.mpi
+FOUR_RANKS = "module"     # this file's case in the shared 4-rank launch (conftest.py)
 
 
 @pytest.fixture(scope="module")
@@ -30,10 +30,9 @@ def test_one_rank_equals_serial(reference):
 
 
 @pytest.fixture(scope="module")
-def many(tmp_path_factory):
-    """{ranks: results} on 2, 3 and 4 ranks, one launch."""
-    return on_sizes(module_case.__file__, [2, 3, 4],
-                    tmp_path_factory.mktemp("module") / "out.pt")
+def many(four_ranks):
+    """{ranks: results} on 2, 3 and 4 ranks, from the shared launch."""
+    return four_ranks[FOUR_RANKS]
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 4])

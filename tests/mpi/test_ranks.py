@@ -9,8 +9,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import ranks_case  # noqa: E402
 from helpers import batch, dense_net, serial_objective_and_grad  # noqa: E402
 from lptrain.mgrit.exchange import SerialExchange  # noqa: E402
-from sizes import on_sizes  # noqa: E402
 pytestmark = pytest.mark.mpi
+FOUR_RANKS = "ranks"     # this file's case in the shared 4-rank launch (conftest.py)
 
 
 @pytest.fixture(scope="module")
@@ -19,9 +19,9 @@ def reference():
 
 
 @pytest.fixture(scope="module")
-def many(tmp_path_factory):
-    """{ranks: results} on 2, 3 and 4 ranks, one launch."""
-    return on_sizes(ranks_case.__file__, [2, 3, 4], tmp_path_factory.mktemp("ranks") / "out.pt")
+def many(four_ranks):
+    """{ranks: results} on 2, 3 and 4 ranks, from the shared launch."""
+    return four_ranks[FOUR_RANKS]
 
 
 def test_one_rank_matches_serial_network(reference):
