@@ -31,8 +31,14 @@ run: install ## train the default configuration (Peaks, serial, L-BFGS)
 # numeric = float64 reference comparisons; training = whole runs in process; cli = another
 # interpreter (the lptrain command); mpi = mpiexec; slow = full parameter products and long
 # runs. Pick any with PYTEST_ARGS, e.g. `make test PYTEST_ARGS='-m training'`.
+# TEST_JOBS=2 runs the files side by side in pytest-xdist workers (each file on one worker,
+# the files of the shared 4-rank launch together: tests/conftest.py; files in collection
+# order, the long cli and mpi ones first). Default one process: BENCHMARKS.md "The test
+# suite's time" has what was measured.
+TEST_JOBS ?= 1
+XDIST = $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder,)
 test: install ## every tier: unit, numeric, training (in-process runs), cli (subprocess), mpi; slow included (CI)
-	MPIR_CVAR_ENABLE_HEAVY_YIELD=1 $(VENV)/bin/pytest -q $(PYTEST_ARGS)
+	MPIR_CVAR_ENABLE_HEAVY_YIELD=1 $(VENV)/bin/pytest -q $(XDIST) $(PYTEST_ARGS)
 
 test-fast: install ## tiers unit (pure code, files, config) + numeric (float64 references), not slow
 	$(VENV)/bin/pytest -q -m "(unit or numeric) and not slow" tests/unit $(PYTEST_ARGS)
