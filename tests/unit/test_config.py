@@ -250,11 +250,17 @@ def test_image_datasets_bring_their_training_recipe(dataset):
         ("lbfgs", None, "float64")
 
 
-def test_fashion_recipe_caps_the_one_shot_plans_of_its_cold_batches():
-    # every Fashion-MNIST batch starts cold (600 an epoch, mode.warm_batches kept)
+def test_fashion_recipe_solves_its_cold_batches_on_two_fine_levels():
+    # every Fashion-MNIST batch starts cold (600 an epoch in a fresh order): the latest
+    # batch's states kept, two levels with c = 2 and plans of at most 2; MNIST's 48
+    # batches all stay warm (the defaults)
     fashion, mnist = (options(_compose(f"dataset={d}")) for d in ("fashion_mnist", "mnist"))
-    assert fashion.mode.warm_batches < 60000 // fashion.train.batch_size
-    assert (fashion.mgrit.control_max_iters, mnist.mgrit.control_max_iters) == (3, 6)
+    assert fashion.mode.warm_batches == 1
+    assert mnist.mode.warm_batches >= 4800 // mnist.train.batch_size
+    assert (fashion.mgrit.control_max_iters, mnist.mgrit.control_max_iters) == (2, 6)
+    levels = [len(o.mgrit.hierarchy(32, 1).levels) for o in (fashion, mnist)]
+    assert levels == [2, 3]
+    assert fashion.mgrit.hierarchy(32, 1).levels[1].n_points == 17    # 16 coarse steps
     assert fashion.mgrit.grad_tol == mnist.mgrit.grad_tol == 0.2
     assert options(_compose("dataset=fashion_mnist", "mgrit.control_max_iters=5")) \
         .mgrit.control_max_iters == 5
