@@ -5,8 +5,9 @@ Twelve runs are started at once (the machine is oversubscribed on purpose: signa
 in collectives and point-to-point waits as well as in computation); each gets its signal
 once it has logged a few iterations. Every one must end with the signal's exit code, one
 line naming the signal and how to resume, status `interrupted`, a model, and no traceback,
-after at most the one iteration that was running (counted in metrics.h5). A hang fails
-through the timeout.
+after at most the one iteration that was running (counted in metrics.h5; one more on
+several ranks, where the signal can land during the stop agreement). A hang fails through
+the timeout.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ TINY = ["network.layers=8", "network.width=4", "dataset.n_train=200", "dataset.n
         "mgrit.cfactor0=2"]
 INT, TERM = signal.SIGINT, signal.SIGTERM
 FORWARDING_ITERATIONS = 3   # see the bound on the iterations after a signal
+AGREEING = 1                # ... and the iteration a signal during the agreement adds
 # (who gets the signal, which signal, mode)
 TRIALS = [("mpiexec", INT, "serial"), ("mpiexec", TERM, "mgrit"),
           ("mpiexec", INT, "simultaneous"), ("mpiexec", TERM, "serial"),
@@ -107,11 +109,14 @@ def test_signals_stop_every_rank_cleanly(tmp_path):
         assert m.status == ms.INTERRUPTED, what
         n = m.n_iterations
         assert n >= 3
-        # README "Stops": the iteration that was running finishes, no other. A signal to
-        # mpiexec reaches the ranks only once mpiexec has forwarded it, which on this
+        # README "Stops": the iteration that was running finishes, no other, unless the
+        # signal lands while a rank waits in the stop agreement for the others (its "no"
+        # sent, its iteration not yet in metrics.h5, which rank 0 writes when it gets
+        # there): then the next one finishes too. A signal
+        # to mpiexec reaches the ranks only once mpiexec has forwarded it, which on this
         # oversubscribed machine can take a few of these millisecond iterations: there
         # the count at the test's kill is a lower bound of the ranks' own.
-        late = FORWARDING_ITERATIONS if t.target == "mpiexec" else 0
+        late = {"mpiexec": FORWARDING_ITERATIONS, "solo": 0}.get(t.target, AGREEING)
         assert n <= t.rows_at_signal + 1 + late, \
             f"{what}: {n} iterations, {t.rows_at_signal} at the signal"
         np.testing.assert_array_equal(m.train[ms.ITERATION], np.arange(1, n + 1))
