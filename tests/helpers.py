@@ -115,3 +115,14 @@ class Counting:
 
     def total(self) -> int:
         return sum(self.steps.values())
+
+
+def count_solves(solver, counts: dict, key: str) -> None:
+    """Wrap `solver.solve` so that each solve's propagator is a Counting: counts[key]
+    is the latest solve's."""
+    solve = solver.solve
+
+    def counted(prop, *args, **kw):
+        counts[key] = c = Counting(prop)
+        return solve(c, *args, **kw)
+    solver.solve = counted

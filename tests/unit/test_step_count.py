@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from helpers import Counting, batch, dense_net
+from helpers import batch, count_solves, dense_net
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.mgrit.fused import Fusions
 from lptrain.mgrit.options import MGRITOptions
@@ -18,12 +18,7 @@ def _adjoint(skip_zero: bool, iters: int):
     lp = LayerParallel(net, MGRITOptions(levels=3), SerialExchange())
     lp.adj.ops.fusions = Fusions(skip_zero=skip_zero)
     counts = {}
-    solve = lp.adj.solve
-
-    def counted(prop, *args, **kw):
-        counts["adj"] = c = Counting(prop)
-        return solve(c, *args, **kw)
-    lp.adj.solve = counted
+    count_solves(lp.adj, counts, "adj")
     warm = None
     for scale in (1.0, 1.1):          # the second evaluation warm-starts from the first
         res = lp.forward(scale * theta, x, max_iter=2, tol=0.0)
@@ -44,7 +39,6 @@ def test_a_linear_coarse_level_takes_no_step_from_its_zero_start(iters):
     assert steps[1] == steps_ref[1] and steps[16] == steps_ref[16]
 
 
-
 def _forward(reuse_phi: bool, layers: int, levels: int, iters: int):
     """A cold and a warm forward solve of a cf-4 hierarchy: the warm solve's states
     and counted steps."""
@@ -54,12 +48,7 @@ def _forward(reuse_phi: bool, layers: int, levels: int, iters: int):
     lp.fwd.ops.fusions = Fusions(reuse_phi=reuse_phi)
     start = lp.forward(theta, x, max_iter=2, tol=0.0).states.clone()
     counts = {}
-    solve = lp.fwd.solve
-
-    def counted(prop, *args, **kw):
-        counts["fwd"] = c = Counting(prop)
-        return solve(c, *args, **kw)
-    lp.fwd.solve = counted
+    count_solves(lp.fwd, counts, "fwd")
     res = lp.forward(1.1 * theta, x, warm=start, max_iter=iters, tol=0.0)
     return res.states.clone(), counts["fwd"].steps
 

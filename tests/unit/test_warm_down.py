@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from helpers import Counting, batch, dense_net
+from helpers import batch, count_solves, dense_net
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.parallel.layer_parallel import LayerParallel
@@ -93,12 +93,7 @@ def test_only_the_coarse_down_relaxation_is_left_out():
         lp = _light(net, warm_down, levels=3)
         counts = {}
         for name, solver in (("fwd", lp.fwd), ("adj", lp.adj)):
-            solve = solver.solve
-
-            def counted(prop, *args, _solve=solve, _name=name, **kw):
-                counts[_name] = c = Counting(prop)
-                return _solve(c, *args, **kw)
-            solver.solve = counted
+            count_solves(solver, counts, name)
         start = _solves(lp, theta, x, y, None, None, 1)
         _solves(lp, 1.1 * theta, x, y, start[0], start[1], 2)
         steps.append({k: c.steps for k, c in counts.items()})
