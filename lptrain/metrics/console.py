@@ -7,7 +7,8 @@ is too narrow for both), the latest values below. Through a pipe or into a file
 (CI, `| tee`, every rank under mpiexec) it prints plain lines instead, never escape codes,
 at a time-based cadence (`Cadence`): the title once, then per shown iteration its position
 and values broken between groups at the console's width (80 columns unless COLUMNS says
-otherwise), so that a terminal behind a pipe never wraps them mid-value. With `enabled=False` (ranks other than 0) every method does nothing.
+otherwise), so that a terminal behind a pipe never wraps them mid-value. With
+`enabled=False` (ranks other than 0) every method does nothing.
 
 Every plain line (progress, messages, errors, the summary as `name: value` lines) also goes
 to the "lptrain" logger, live display or not: the lptrain command's Hydra job log

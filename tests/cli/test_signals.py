@@ -112,10 +112,10 @@ def test_signals_stop_every_rank_cleanly(tmp_path):
         # README "Stops": the iteration that was running finishes, no other, unless the
         # signal lands while a rank waits in the stop agreement for the others (its "no"
         # sent, its iteration not yet in metrics.h5, which rank 0 writes when it gets
-        # there): then the next one finishes too. A signal
-        # to mpiexec reaches the ranks only once mpiexec has forwarded it, which on this
-        # oversubscribed machine can take a few of these millisecond iterations: there
-        # the count at the test's kill is a lower bound of the ranks' own.
+        # there): then the next one finishes too. A signal to mpiexec reaches the ranks
+        # only once mpiexec has forwarded it, which on this oversubscribed machine can
+        # take a few of these millisecond iterations: there the count at the test's kill
+        # is a lower bound of the ranks' own.
         late = {"mpiexec": FORWARDING_ITERATIONS, "solo": 0}.get(t.target, AGREEING)
         assert n <= t.rows_at_signal + 1 + late, \
             f"{what}: {n} iterations, {t.rows_at_signal} at the signal"
