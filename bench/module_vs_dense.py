@@ -4,8 +4,8 @@ one forward + backward, converged and fixed (one rank).
     .venv/bin/python bench/module_vs_dense.py [--layers 64] [--width 8] [--batch 256]
     .venv/bin/python bench/module_vs_dense.py --network conv [--layers 16] [--channels 8]
 
-dense: LayerParallelResNet; conv: the conv ResNet's solver (parallel/layer_parallel.py,
-the CLI's network=conv).  "LayerParallel BuiltinSteps": the same steps as a step family
+The "ResNet solver" rows: the command line's flat-θ solver of the dense or conv network
+(parallel/layer_parallel.py).  "LayerParallel BuiltinSteps": the same steps as a step family
 of LayerParallel (their own propagators); plain "LayerParallel" rows: the layers as
 torch modules on autograd's path, `stack` stepping several layers as one vmap.
 """
@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from common import save
-from lptrain import LayerParallel, LayerParallelResNet, MGRITOptions
+from lptrain import LayerParallel, MGRITOptions
 from lptrain.model.network import NetworkOptions, ResNet
 from lptrain.parallel import layer_parallel
 from lptrain.parallel.builtin_steps import BuiltinSteps
@@ -28,7 +28,7 @@ from lptrain.parallel.layer_parallel import Evaluation
 
 
 class Dense(nn.Module):
-    """u ↦ tanh(K u + b): LayerParallelResNet's step as a module."""
+    """u ↦ tanh(K u + b): the dense ResNet's step as a module."""
 
     def __init__(self, K, b):
         super().__init__()
@@ -49,56 +49,63 @@ class Conv(nn.Module):
         return torch.tanh(nn.functional.conv2d(u, self.K, self.b, padding=1))
 
 
-class ConvSolve(nn.Module):
-    """The conv ResNet's MGRIT forward + adjoint for loss ½‖u_N‖² (the timed work of a
-    training step's body), as a callable returning u_N with a backward."""
+class FlatSolve(nn.Module):
+    """The command line's flat-θ solver (parallel/layer_parallel.py) of a built-in
+    ResNet: MGRIT forward + adjoint of u_0 ↦ u_N (the timed work of a training step's
+    body), as a callable with a backward.  Its input u_0 is the opened batch."""
 
-    def __init__(self, a, mgrit):
+    def __init__(self, opts: NetworkOptions, in_shape, mgrit):
         super().__init__()
-        opts = NetworkOptions(name="conv", channels=a.channels, layers=a.layers, T=2.0,
-                              activation="tanh", opening="replicate", init="normal",
-                              init_hidden=0.3, gamma_tik=0.0, gamma_class=0.0, gamma_ddt=0.0)
-        self.net = ResNet(opts, (1, a.side, a.side), 10)
+        self.net = ResNet(opts, in_shape, 10)
         self.theta = self.net.init_params(0)
         self.lp = layer_parallel.LayerParallel(self.net, mgrit, make_exchange(None))
         self.K, self.b = self.net.hidden_views(self.theta)
+        self.layout = self.net.stepper(self.theta)      # to_state / from_state
+        self.in_channels = in_shape[0]
 
     def opening(self, x):
-        return self.net.opening(self.theta, x)
+        return self.layout.from_state(self.net.opening(self.theta, x))
 
     def forward(self, u0):
-        return _ConvFn.apply(u0, self)
+        return _FlatFn.apply(u0, self)
 
 
-class _ConvFn(torch.autograd.Function):
+class _FlatFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, u0, mod):
-        ctx.mod, ctx.u0 = mod, u0
-        ctx.states = mod.lp.forward(mod.theta, u0[:, :1].contiguous()).states
-        return ctx.states[-1].clone()
+        ctx.mod, ctx.x = mod, u0[:, :mod.in_channels].contiguous()   # opening: pad/replicate
+        ctx.states = mod.lp.forward(mod.theta, ctx.x).states
+        return mod.layout.from_state(ctx.states[-1]).clone()
 
     @staticmethod
     def backward(ctx, grad):
         mod = ctx.mod
         zeros = mod.net.classifier_views(torch.zeros_like(mod.theta))
-        ev = Evaluation(0.0, 0, grad.contiguous(), zeros)
-        mod.lp.backward(mod.theta, ctx.u0[:, :1].contiguous(), ctx.states, ev)
+        ev = Evaluation(0.0, 0, mod.layout.to_state(grad).contiguous(), zeros)
+        mod.lp.backward(mod.theta, ctx.x, ctx.states, ev)
         return None, None
 
 
+def _options(a, **kw):
+    return NetworkOptions(layers=a.layers, T=2.0, activation="tanh", init="normal",
+                          gamma_tik=0.0, gamma_class=0.0, gamma_ddt=0.0, **kw)
+
+
 def dense_runs(a, x, mgrit):
-    dense = LayerParallelResNet(a.width, a.layers, T=2.0, activation="tanh", mgrit=mgrit,
-                                init_scale=0.5)
-    K, b = dense.K.detach(), dense.b.detach()
+    solve = FlatSolve(_options(a, width=a.width, opening="pad", init_hidden=0.5),
+                      (a.width,), mgrit)
+    K, b = solve.K, solve.b
     mods = {stack: LayerParallel([Dense(K[n], b[n]) for n in range(a.layers)], T=2.0,
                                  mgrit=mgrit, stack=stack) for stack in (False, True)}
     builtin = LayerParallel(BuiltinSteps.dense(K, b), T=2.0, mgrit=mgrit)
-    return x, {"LayerParallelResNet": dense, "LayerParallel BuiltinSteps": builtin,
-               "LayerParallel": mods[False], "LayerParallel stack": mods[True]}
+    return solve.opening(x).requires_grad_(), {
+        "dense ResNet solver": solve, "LayerParallel BuiltinSteps": builtin,
+        "LayerParallel": mods[False], "LayerParallel stack": mods[True]}
 
 
 def conv_runs(a, x, mgrit):
-    solve = ConvSolve(a, mgrit)
+    solve = FlatSolve(_options(a, name="conv", channels=a.channels, opening="replicate",
+                               init_hidden=0.3), (1, a.side, a.side), mgrit)
     mods = {stack: LayerParallel([Conv(solve.K[n], solve.b[n]) for n in range(a.layers)],
                                  T=2.0, mgrit=mgrit, stack=stack) for stack in (False, True)}
     builtin = LayerParallel(BuiltinSteps.conv(solve.K, solve.b), T=2.0, mgrit=mgrit)
