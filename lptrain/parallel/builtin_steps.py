@@ -107,6 +107,19 @@ class BuiltinSteps(ModuleSteps):
                 return False
         return True
 
+    def load_flat(self, n: int, vec: torch.Tensor) -> None:
+        """A borrowed layer's K and b from one vector (ModuleSteps.flat's order), written
+        through `.data`: every layer's parameters are rows of the stacks and share their
+        version counters, so the write must not look like an in-place change of this
+        rank's own parameters that an earlier forward saved for its backward."""
+        m = self.module(n)
+        k = m.K.numel()
+        if vec.numel() != k + m.b.numel():
+            raise ValueError(f"layer {n}: {vec.numel()} values for {k + m.b.numel()} "
+                             "parameters")
+        m.K.data.copy_(vec[:k].view_as(m.K))
+        m.b.data.copy_(vec[k:].view_as(m.b))
+
     def stepper(self):
         """The built-in stepper over the current parameters."""
         self._sync()

@@ -119,14 +119,39 @@ def _solve(lp, theta, x, y, warm=(None, None), iters=None):
 
 
 def module_case(comm) -> dict:
-    """The torch module on this communicator: output and gradients."""
-    mod = LayerParallelResNet(width=4, layers=N, T=3.0, comm=comm, init_scale=0.5,
-                              mgrit=MGRITOptions(tol=1e-12, max_iter=60, **SOLVERS["V3"]))
+    """LayerParallelResNet on this communicator: output, every layer's gradient (from the
+    rank that owns it), two forwards before one backward, the gathered state dict and a
+    module loaded from it."""
+    def make(seed=0):
+        return LayerParallelResNet(width=4, layers=N, T=3.0, comm=comm, init_scale=0.5,
+                                   seed=seed, mgrit=MGRITOptions(tol=1e-12, max_iter=60,
+                                                                 **SOLVERS["V3"]))
+    mod = make()
     u0 = torch.linspace(-1, 1, 24, dtype=torch.float64).view(6, 4).requires_grad_()
     out = mod(u0)
     loss = (out ** 2).sum()
-    gu, gK, gb = torch.autograd.grad(loss, (u0, mod.K, mod.b))
-    return {"module-out": out.detach(), "module-gu": gu, "module-gK": gK, "module-gb": gb}
+    gu, *grads = torch.autograd.grad(loss, (u0, *mod.parameters()))
+    results = {"module-out": out.detach(), "module-gu": gu}
+    results.update(_by_layer(comm, mod, grads, "module"))
+    twice = (mod(u0) ** 2).sum() + (mod(0.5 * u0.flip(1)) ** 2).sum()
+    results.update(_by_layer(comm, mod, torch.autograd.grad(twice, list(mod.parameters())),
+                             "module-twice"))
+    state = mod.state_dict()
+    results["module-state-K"] = torch.stack([state[f"layers.{n}.K"] for n in range(N)])
+    other = make(seed=1)
+    other.load_state_dict(state)
+    with torch.no_grad():
+        results["module-loaded"] = other(u0)
+    return results
+
+
+def _by_layer(comm, mod, grads, name) -> dict:
+    """{name-gK: (N, w, w), name-gb: (N, w)}: every rank's gradients of its own layers."""
+    mine = {k: g for (k, _), g in zip(mod.named_parameters(), grads, strict=True)}
+    parts = [mine] if comm is None else comm.allgather(mine)
+    every = {k: g for part in parts for k, g in part.items()}
+    return {f"{name}-g{p}": torch.stack([every[f"layers.{n}.{p}"] for n in range(N)])
+            for p in ("K", "b")}
 
 
 if __name__ == "__main__":

@@ -66,3 +66,10 @@ def test_many_ranks_equal_one_rank(ranks, reference, many):
             assert float(got[key].max()) <= 1e-11, (key, got[key])
             continue
         assert float((got[key] - ref).abs().max()) <= 1e-10 * scale, key
+
+
+def test_module_loaded_from_its_state_dict_gives_its_output(reference):
+    # LayerParallelResNet; many ranks: its gathered state dict, scattered again
+    assert torch.allclose(reference["module-loaded"], reference["module-out"], rtol=1e-12)
+    assert reference["module-state-K"].shape == (ranks_case.N, 4, 4)
+    assert not torch.allclose(reference["module-twice-gK"], reference["module-gK"])

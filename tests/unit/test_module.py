@@ -1,9 +1,10 @@
-"""The torch module: MGRIT forward/backward equal the serial autograd network."""
+"""LayerParallelResNet: MGRIT forward/backward equal the serial autograd network; a
+LayerParallel of the built-in dense steps (several forwards, state dicts)."""
 import pytest
 import torch
 
 from lptrain.mgrit.options import MGRITOptions
-from lptrain.parallel.module import LayerParallelResNet
+from lptrain.parallel.module import LayerParallelResNet, initial_weights
 
 
 def make(**kw):
@@ -18,13 +19,14 @@ def test_module_matches_serial_autograd():
     target = torch.randn(6, 4, generator=gen, dtype=torch.float64)
     out = mod(u0)
     loss = ((out - target) ** 2).sum()
-    gu, gK, gb = torch.autograd.grad(loss, (u0, mod.K, mod.b))
+    got = torch.autograd.grad(loss, (u0, *mod.parameters()))
     ref = mod.serial(u0)
     rloss = ((ref - target) ** 2).sum()
-    ru, rK, rb = torch.autograd.grad(rloss, (u0, mod.K, mod.b))
+    want = torch.autograd.grad(rloss, (u0, *mod.parameters()))
     assert torch.allclose(out, ref, rtol=1e-10, atol=1e-12)
-    for a, b in ((gu, ru), (gK, rK), (gb, rb)):
-        assert float((a - b).norm() / b.norm()) <= 1e-8
+    assert len(got) == 1 + 2 * 20
+    for a, b in zip(got, want, strict=True):
+        assert float((a - b).abs().max()) <= 1e-10 * float(b.abs().max())
     assert mod.last_forward.converged and mod.last_backward.converged
 
 
@@ -54,3 +56,32 @@ def test_module_trains_with_a_torch_optimizer_and_warm_starts():
     assert warm[0] == cold[0]
     for (wf, wa), (cf, ca) in zip(warm[1:], cold[1:]):
         assert wf < cf and wa < ca, (warm, cold)
+
+
+def test_initial_weights_are_the_dense_networks():
+    K, b = initial_weights(4, 20, 2.0, "tanh", "scalar", 0.5, 3, torch.float64)
+    state = make(bias="scalar", seed=3).state_dict()
+    assert torch.equal(torch.stack([state[f"layers.{n}.K"] for n in range(20)]), K)
+    assert torch.equal(torch.stack([state[f"layers.{n}.b"] for n in range(20)]), b)
+    assert b.shape == (20, 1) and not torch.equal(K, make(seed=4).state_dict()["layers.0.K"])
+
+
+def test_several_forwards_before_one_backward():
+    # e.g. an evaluation inside a training step: each forward keeps its own states
+    mod = make()
+    gen = torch.Generator().manual_seed(2)
+    x1, x2 = (torch.randn(5, 4, generator=gen, dtype=torch.float64) for _ in range(2))
+    params = list(mod.parameters())
+    one = [torch.autograd.grad((mod(x) ** 2).sum(), params) for x in (x1, x2)]
+    both = torch.autograd.grad((mod(x1) ** 2).sum() + (mod(x2) ** 2).sum(), params)
+    for a, b, c in zip(both, *one, strict=True):
+        assert float((a - b - c).abs().max()) <= 1e-12 * float(a.abs().max())
+
+
+def test_state_dict_round_trip_gives_the_same_network():
+    mod, other = make(seed=1), make(seed=2)
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    with torch.no_grad():
+        assert not torch.allclose(mod(x), other(x))
+        other.load_state_dict(mod.state_dict())
+        assert torch.equal(mod(x), other(x))
