@@ -11,6 +11,8 @@ from collections import deque
 from dataclasses import dataclass
 
 import torch
+from torch.optim.adam import adam
+from torch.optim.sgd import sgd
 
 from lptrain.errors import DivergedError, require
 from lptrain.train.protocol import Oracle, Point
@@ -154,8 +156,13 @@ class LBFGS:
 
 
 class _TorchOptimizer:
-    """A torch.optim optimizer on the flat θ: one step per oracle evaluation.
+    """A torch.optim update rule on the flat θ: one step per oracle evaluation.
 
+    The step is torch's functional form of the rule (`torch.optim.adam.adam`,
+    `torch.optim.sgd.sgd`), the computation `torch.optim.Adam.step` makes, on a state kept
+    here in the layout of that optimizer's state_dict (checkpoints hold it as before).
+    Why not the optimizer object: constructing one imports torch._dynamo, which lengthens
+    every run's start-up (BENCHMARKS.md "The test suite's time").
     The learning rate of step k follows opts.schedule over `total` steps
     (train.iterations); the step count is part of the state, so a resumed run
     continues the schedule where it stopped.
@@ -166,19 +173,26 @@ class _TorchOptimizer:
         self.o, self.total = opts, total
         self.rate = SCHEDULES[opts.schedule]
         self.steps = 0                              # updates taken so far
-        self.param: torch.Tensor | None = None     # θ as the torch optimizer's parameter
-        self.torch_optimizer: torch.optim.Optimizer | None = None
-        self._pending: dict | None = None          # a state loaded before the first step
+        self.state: dict = {}                       # torch's per-parameter state of θ
+        self.last_lr: float | None = None           # the rate of the latest step
 
-    def make(self, params) -> torch.optim.Optimizer:
+    def group(self, lr: float) -> dict:
+        """The hyperparameters as torch's optimizer lists them in a param group."""
+        raise NotImplementedError
+
+    def apply(self, param: torch.Tensor, grad: torch.Tensor, lr: float) -> None:
+        """One step of the rule on `param` in place, advancing self.state."""
         raise NotImplementedError
 
     def state_dict(self) -> dict:
-        inner = self.torch_optimizer.state_dict() if self.torch_optimizer else self._pending
-        return {"torch": inner or {}, "steps": self.steps}
+        lr = self.lr() if self.last_lr is None else self.last_lr
+        inner = {"state": {0: self.state} if self.state else {},
+                 "param_groups": [{**self.group(lr), "params": [0]}]}
+        return {"torch": inner, "steps": self.steps}
 
     def load_state_dict(self, state: dict) -> None:
-        self.torch_optimizer, self._pending = None, state["torch"]
+        inner = state["torch"]
+        self.state = dict(inner["state"].get(0, {})) if inner else {}
         self.steps = int(state["steps"])
 
     def lr(self) -> float:
@@ -187,21 +201,15 @@ class _TorchOptimizer:
 
     def update(self, theta, g):
         """θ after one optimizer step with gradient g, and the learning rate used."""
-        if self.torch_optimizer is None:
-            self.param = theta.detach().clone()
-            self.torch_optimizer = self.make([self.param])
-            if self._pending:
-                self.torch_optimizer.load_state_dict(self._pending)
-            self._pending = None
         lr = self.lr()
-        for group in self.torch_optimizer.param_groups:
-            group["lr"] = lr
-        self.param.copy_(theta)
-        self.param.grad = g
-        self.torch_optimizer.step()
-        self.param.grad = None
-        self.steps += 1
-        return self.param.detach().clone(), lr
+        param = theta.detach().clone()
+        # as torch.optim.Optimizer.load_state_dict: state tensors take θ's dtype (not a
+        # step count)
+        self.state = {k: v if k == "step" else v.to(param) for k, v in self.state.items()}
+        with torch.no_grad():
+            self.apply(param, g, lr)
+        self.steps, self.last_lr = self.steps + 1, lr
+        return param, lr
 
     def step(self, theta, oracle: Oracle):
         ev = oracle.value(theta)
@@ -217,19 +225,41 @@ class _TorchOptimizer:
 class SGD(_TorchOptimizer):
     """Stochastic gradient descent with (Nesterov) momentum on mini-batches (torch.optim)."""
 
-    def make(self, params):
+    def group(self, lr):
         o = self.o
-        return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, nesterov=o.nesterov,
-                               foreach=False)
+        return {"lr": lr, "momentum": o.momentum, "dampening": 0, "weight_decay": 0,
+                "nesterov": o.nesterov, "maximize": False, "foreach": False,
+                "differentiable": False, "fused": None}
+
+    def apply(self, param, grad, lr):
+        o = self.o
+        buffers = [self.state.get("momentum_buffer")]
+        sgd([param], [grad], buffers, foreach=False, weight_decay=0, momentum=o.momentum,
+            lr=lr, dampening=0, nesterov=o.nesterov, maximize=False)
+        if o.momentum != 0:         # torch keeps no state without momentum
+            self.state["momentum_buffer"] = buffers[0]
 
 
 class Adam(_TorchOptimizer):
     """Adam with bias correction (torch.optim)."""
 
-    def make(self, params):
+    def group(self, lr):
         o = self.o
-        return torch.optim.Adam(params, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps,
-                                foreach=False)
+        return {"lr": lr, "betas": (o.beta1, o.beta2), "eps": o.eps, "weight_decay": 0,
+                "amsgrad": False, "maximize": False, "foreach": False, "capturable": False,
+                "differentiable": False, "fused": None, "decoupled_weight_decay": False}
+
+    def apply(self, param, grad, lr):
+        o, s = self.o, self.state
+        if not s:        # as torch.optim.Adam's first step (its scalar dtype for the count)
+            count = torch.float64 if torch.get_default_dtype() == torch.float64 else \
+                torch.float32
+            s.update(step=torch.tensor(0.0, dtype=count), exp_avg=torch.zeros_like(param),
+                     exp_avg_sq=torch.zeros_like(param))
+        adam([param], [grad], [s["exp_avg"]], [s["exp_avg_sq"]], [], [s["step"]],
+             foreach=False, capturable=False, differentiable=False, fused=None,
+             has_complex=param.is_complex(), amsgrad=False, beta1=o.beta1, beta2=o.beta2,
+             lr=lr, weight_decay=0, eps=o.eps, maximize=False)
 
 
 OPTIMIZERS = {"lbfgs": LBFGS, "sgd": SGD, "adam": Adam}

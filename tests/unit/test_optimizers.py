@@ -1,4 +1,6 @@
 """Optimizers on a tiny problem: descent, Armijo, robustness safeguards."""
+import sys
+
 import pytest
 import torch
 
@@ -255,6 +257,19 @@ def test_sgd_and_adam_follow_their_update_rules(name):
         theta, _ = again.update(theta, g)
     torch.testing.assert_close(theta, want, rtol=1e-13, atol=1e-15)
     assert theta0.equal(before)       # the caller's θ is never written into
+
+
+def test_sgd_and_adam_never_import_torch_dynamo(monkeypatch):
+    """torch.optim's optimizer objects import torch._dynamo when built and at each step
+    (start-up time of every run); the functional rules lptrain calls do not."""
+    monkeypatch.setitem(sys.modules, "torch._dynamo", None)       # importing it now fails
+    theta, g = torch.ones(3, dtype=torch.float64), torch.full((3,), 0.5, dtype=torch.float64)
+    for opt in (SGD(SGDOptions(lr=0.1, nesterov=True)), Adam(AdamOptions(lr=0.1))):
+        theta, _ = opt.update(theta, g)
+        again = type(opt)(opt.o)
+        again.load_state_dict(opt.state_dict())
+        theta, _ = again.update(theta, g)
+    assert not theta.equal(torch.ones(3, dtype=torch.float64))
 
 
 def test_every_oracle_has_the_protocol_its_users_rely_on():
