@@ -15,6 +15,9 @@ stack is rebuilt from them at the next forward.
 """
 from __future__ import annotations
 
+from operator import is_, itemgetter
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -24,6 +27,17 @@ from lptrain.model.activations import ACTIVATIONS, Activation
 from lptrain.model.module_steps import ModuleSteps
 from lptrain.model.steps import STEPPERS
 from lptrain.parallel.stepper_family import StepperFamily
+
+
+class _Views(NamedTuple):
+    """The built layers' parameter dicts, K and b parameters, and the addresses of
+    the stacks' rows they should point to (layer order as built)."""
+
+    params: list
+    Ks: list
+    bs: list
+    K_rows: list
+    b_rows: list
 
 
 class StepperLayer(nn.Module):
@@ -60,7 +74,7 @@ class BuiltinSteps(ModuleSteps):
         self._b = b.detach().clone().contiguous()
         self._stepper_cls = STEPPERS[kind]
         self.fast = StepperFamily(None)
-        self._views: list = []      # (n, layer's parameter dict, K, b) as last checked
+        self._views = _Views([], [], [], [], [])    # the built layers' as last checked
         with torch.random.fork_rng(devices=[]):     # no draw from the caller's stream
             super().__init__(self._layer, n_layers=K.shape[0], build=(), channels_last=False)
 
@@ -78,11 +92,14 @@ class BuiltinSteps(ModuleSteps):
     # -- the stacks the steppers run on ----------------------------------------------
     def _sync(self) -> None:
         """Stacks whose rows are the built layers' parameters (rebuilt if they are not)."""
-        layers = [(int(k), m) for k, m in self.modules.items()] + list(self.halo.items())
-        if len(layers) != len(self._views):
-            self._views = [(n, m._parameters, m.K, m.b) for n, m in layers]
-        if not layers or self._aliased():
+        built = len(self.modules) + len(self.halo)
+        if built == 0:
             return
+        if built != len(self._views.Ks):
+            self._take_views(self._built())
+        if self._aliased():
+            return
+        layers = self._built()
         ref = layers[0][1].K
         K = self._K.to(dtype=ref.dtype, device=ref.device).clone()
         b = self._b.to(dtype=ref.dtype, device=ref.device).clone()
@@ -91,21 +108,31 @@ class BuiltinSteps(ModuleSteps):
         self._K, self._b = K, b
         for n, m in layers:
             m.K.data, m.b.data = K[n], b[n]
-        self._views = [(n, m._parameters, m.K, m.b) for n, m in layers]
+        self._take_views(layers)
+
+    def _built(self) -> list:
+        return [(int(k), m) for k, m in self.modules.items()] + list(self.halo.items())
+
+    def _take_views(self, layers) -> None:
+        """Remember the layers' parameters and the stacks' rows they should point to."""
+        K, b = self._K, self._b
+        sk, sb = K.stride(0) * K.element_size(), b.stride(0) * b.element_size()
+        self._views = _Views([m._parameters for _, m in layers], [m.K for _, m in layers],
+                             [m.b for _, m in layers],
+                             [K.data_ptr() + n * sk for n, _ in layers],
+                             [b.data_ptr() + n * sb for n, _ in layers])
 
     def _aliased(self) -> bool:
         """Whether every built layer's K and b are still the stacks' rows (the same
-        parameter objects, pointing there, in the stacks' dtype and device)."""
-        K, b = self._K, self._b
-        sk, sb = K.stride(0) * K.element_size(), b.stride(0) * b.element_size()
-        pk, pb = K.data_ptr(), b.data_ptr()
-        for n, params, pK, pbias in self._views:
-            if params["K"] is not pK or params["b"] is not pbias \
-                    or pK.data_ptr() != pk + n * sk or pbias.data_ptr() != pb + n * sb \
-                    or pK.dtype != K.dtype or pbias.dtype != b.dtype \
-                    or pK.device != K.device:
-                return False
-        return True
+        parameter objects, pointing there, in the stacks' dtype and device); checked
+        with C-level maps, not a Python loop over the layers."""
+        v, K = self._views, self._K
+        return all(map(is_, map(itemgetter("K"), v.params), v.Ks)) \
+            and all(map(is_, map(itemgetter("b"), v.params), v.bs)) \
+            and list(map(torch.Tensor.data_ptr, v.Ks)) == v.K_rows \
+            and list(map(torch.Tensor.data_ptr, v.bs)) == v.b_rows \
+            and v.Ks[0].dtype == K.dtype and v.bs[0].dtype == self._b.dtype \
+            and v.Ks[0].device == K.device
 
     def load_flat(self, n: int, vec: torch.Tensor) -> None:
         """A borrowed layer's K and b from one vector (ModuleSteps.flat's order), written

@@ -2,6 +2,10 @@
 and whose backward runs the adjoint MGRIT, each rank holding only its own layers."""
 from __future__ import annotations
 
+from itertools import chain
+from operator import attrgetter, is_
+from typing import NamedTuple
+
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
@@ -82,13 +86,26 @@ class LayerParallel(nn.Module):
         self.solver = ModuleSolver(self.steps, self.h, self.options, self.exchange, coarse)
         self.warm_start = warm_start
         self._warm = [None, None]
+        self._index: _Index | None = None     # _indexed_params' last answer
         self._ddp_checked: set = set()   # process groups of a DDP around this module, sound
         self.last_forward = self.last_backward = None    # SolveResult of the latest solves
         self._register_load_state_dict_pre_hook(self._drop_other_layers)
 
-    def _indexed_params(self):
-        """(layer, name, parameter) of this rank's layers, in the autograd inputs' order."""
-        return [(n, k, p) for n in self.owned for k, p in _named_params(self.steps.module(n))]
+    def _indexed_params(self) -> "_Index":
+        """This rank's layers' parameters in the autograd inputs' order and their (layer,
+        name); remembered while every module of the layers holds the same parameter and
+        submodule objects (checked with C-level maps, not a Python loop per layer)."""
+        c, layers = self._index, self.layers._modules.values()
+        if c is not None and _same(c.layers, layers) \
+                and _same(c.entries, _values(c.modules, "_parameters")) \
+                and _same(c.subs, _values(c.modules, "_modules")):
+            return c
+        index = [(n, k, p) for n in self.owned for k, p in _named_params(self.steps.module(n))]
+        modules = [sub for m in layers for sub in m.modules()]
+        self._index = _Index([p for _, _, p in index], [(n, k) for n, k, _ in index],
+                             list(layers), modules, list(_values(modules, "_parameters")),
+                             list(_values(modules, "_modules")))
+        return self._index
 
     # -- forward ---------------------------------------------------------------------
     def forward(self, u0: torch.Tensor, max_iter: int | None = None,
@@ -97,11 +114,9 @@ class LayerParallel(nn.Module):
         evaluation in a one-shot training: max_iter=50, tol=1e-8)."""
         check_ddp_group(self, self.owned, self._ddp_checked)
         index = self._indexed_params()
-        params = [p for _, _, p in index]
-        if torch.is_grad_enabled() and (u0.requires_grad or any(p.requires_grad
-                                                                for p in params)):
-            names = [(n, k) for n, k, _ in index]
-            return _Solve.apply(self, (max_iter, tol, names), u0, *params)
+        if torch.is_grad_enabled() and (u0.requires_grad or any(map(_REQUIRES_GRAD,
+                                                                    index.params))):
+            return _Solve.apply(self, (max_iter, tol, index.names), u0, *index.params)
         with torch.no_grad():
             return self._forward_solve(u0, False, max_iter, tol)[0]
 
@@ -194,6 +209,33 @@ class _Solve(torch.autograd.Function):
                                           ctx.kept)
         ctx.kept = None
         return (None, None, lam0, *[grads[n][k] for n, k in ctx.names])
+
+
+class _Index(NamedTuple):
+    """_indexed_params' answer (parameters, their (layer, name)) and what it was taken
+    from: the layers' modules, every module of their trees, and those modules'
+    parameter and submodule entries."""
+
+    params: list
+    names: list
+    layers: list
+    modules: list
+    entries: list
+    subs: list
+
+
+_REQUIRES_GRAD = attrgetter("requires_grad")
+
+
+def _values(modules, attr: str):
+    """The values of each module's `attr` dict (_parameters / _modules), chained."""
+    return chain.from_iterable(map(dict.values, map(attrgetter(attr), modules)))
+
+
+def _same(xs: list, ys) -> bool:
+    """Whether ys yields exactly the objects of xs, in order."""
+    ys = list(ys)
+    return len(xs) == len(ys) and all(map(is_, xs, ys))
 
 
 def _named_params(module: nn.Module):

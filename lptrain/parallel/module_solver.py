@@ -78,16 +78,15 @@ class ModuleSolver:
         and {layer: {parameter name: gradient}} for this rank's layers.
         """
         o = self.options
-        extra = self._next_first_state(states)
-        state = (lambda n: states[n - self.lo] if n < self.hi else extra)
+        state = Rows(states, -self.lo, 1, self.hi, self._next_first_state(states))
         tol = o.adjoint_tol if tol is None else tol
         prop = self.family.adjoint_propagator(self.h, self.average, self.span, state, kept,
                                               tol <= 0 and o.rtol <= 0)
         res = self.adj.solve(prop, template, lamN if self.last else None, warm,
                              max_iter=o.adjoint_max_iter if max_iter is None else max_iter,
                              tol=tol, rtol=o.rtol)
-        grads = self.family.param_grads(prop, self.owned, lambda n: self.lam(res.states, n))
-        return res, grads
+        lam = Rows(res.states, self.N - self.rev_lo, -1)       # λ_n, as `lam` below
+        return res, self.family.param_grads(prop, self.owned, lam)
 
     def lam(self, adjoint_states, n: int) -> torch.Tensor:
         """λ_n from this rank's adjoint states (n in lo+1..hi, or 0 on the first rank)."""
@@ -95,3 +94,28 @@ class ModuleSolver:
 
     def _next_first_state(self, states):
         return next_first_state(self.exchange, self.hier, self.last, states)
+
+
+class Rows:
+    """x(n) = buf[offset + sign·n] for n < limit (else `beyond`: u_hi from the next
+    rank), and `x.many(ns)` for consecutive ns: those rows on a new dim 0, a view of
+    buf for sign +1 and a flipped copy for −1 — the values and layout of
+    torch.stack([x(n) for n in ns]) without a Python call per row."""
+
+    def __init__(self, buf: torch.Tensor, offset: int, sign: int, limit: int | None = None,
+                 beyond: torch.Tensor | None = None):
+        self.buf, self.offset, self.sign, self.beyond = buf, offset, sign, beyond
+        self.limit = limit
+
+    def __call__(self, n: int):
+        if self.limit is not None and n >= self.limit:
+            return self.beyond
+        return self.buf[self.offset + self.sign * n]
+
+    def many(self, ns) -> torch.Tensor:
+        lo, hi = ns[0], ns[-1]
+        if hi - lo != len(ns) - 1 or (self.limit is not None and hi >= self.limit):
+            return torch.stack([self(n) for n in ns])
+        if self.sign > 0:
+            return self.buf[self.offset + lo:self.offset + hi + 1]
+        return self.buf[self.offset - hi:self.offset - lo + 1].flip(0)

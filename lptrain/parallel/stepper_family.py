@@ -129,9 +129,9 @@ class StepperFamily:
         if adjoint.weights is None and len(ns) > 1 and \
                 getattr(stepper, "WEIGHTS_AFTER_SWEEP", False):
             # one batched product for all layers (dense: one bmm), as the serial sweep
-            g = stepper.act.vjp(adjoint.lin.many(ns), torch.stack([lam(n + 1) for n in ns]))
+            g = stepper.act.vjp(adjoint.lin.many(ns), _rows(lam, [n + 1 for n in ns]))
             gK[ns[0]:ns[-1] + 1], gb[ns[0]:ns[-1] + 1] = stepper.vjp_weights(
-                torch.stack([adjoint.state(n) for n in ns]), g)
+                _rows(adjoint.state, ns), g)
         else:
             self.weight_products(adjoint, lam, gK, gb)
         scale = stepper.act.weight_factor(adjoint.h)
@@ -140,7 +140,15 @@ class StepperFamily:
         if not self.reuse and adjoint.saved is not None \
                 and all(t is not adjoint.saved for t in self._free):
             self._free.append(adjoint.saved)      # the adjoint is done with it
-        return {n: {"K": gK[n], "b": gb[n]} for n in ns}
+        Ks, bs = gK.unbind(0), gb.unbind(0)      # the rows as views, in one call
+        return {n: {"K": Ks[n], "b": bs[n]} for n in ns}
+
+
+def _rows(x, ns) -> torch.Tensor:
+    """x(n) for consecutive ns on a new dim 0: x.many(ns) where x offers it (a view or
+    one copy: module_solver.Rows), else stacked."""
+    many = getattr(x, "many", None)
+    return many(ns) if many is not None else torch.stack([x(n) for n in ns])
 
 
 class StepperAdjoint(AdjointPropagator):

@@ -141,6 +141,15 @@ def test_float32_after_to_rebuilds_the_stacks():
     assert mod.steps._K.dtype == torch.float32      # the steps run on float32 stacks
 
 
+def test_a_parameter_assigned_after_a_forward_reaches_the_stacks():
+    mod = LayerParallel(steps("dense"), T=1.0, mgrit=MGRITOptions(**CONVERGED))
+    grads(mod, inputs("dense"))
+    mod.layers["2"].K = torch.nn.Parameter(torch.full((4, 4), 0.1, dtype=torch.float64))
+    got, want = grads(mod, inputs("dense")), serial_grads(mod, inputs("dense"))
+    assert close(got, want)
+    assert mod.steps._K[2].data_ptr() == mod.layers["2"].K.data_ptr()
+
+
 def test_several_forwards_before_one_backward():
     mod = LayerParallel(steps("dense"), T=1.0, mgrit=MGRITOptions(**FIXED))
     x1, x2 = inputs("dense", 1), inputs("dense", 2)

@@ -99,6 +99,23 @@ def test_in_place_parameter_changes_before_backward_are_refused():
         loss.backward()
 
 
+@pytest.mark.parametrize("replace", ["parameter", "submodule", "layer"])
+def test_a_replaced_parameter_is_the_one_differentiated(replace):
+    """After a forward, a layer's parameter, submodule or whole module replaced by a new
+    object: the next forward differentiates the new one (as serial does)."""
+    mod = LayerParallel(dense, T=1.0, n_layers=4, mgrit=MGRITOptions(**CONVERGED))
+    u0 = inputs(2, 3).requires_grad_()
+    grads(mod(u0).sum(), mod, u0)
+    if replace == "parameter":
+        mod.layers["1"][0].weight = nn.Parameter(torch.full((3, 3), 0.3, dtype=torch.float64))
+    elif replace == "submodule":
+        mod.layers["2"][0] = dense(7)[0]
+    else:
+        mod.layers["3"] = dense(8)
+    got, want = grads(mod(u0).sum(), mod, u0), grads(mod.serial(u0).sum(), mod, u0)
+    assert len(got) == 1 + 8 and all(close(a, b) for a, b in zip(got, want, strict=True))
+
+
 def test_state_dict_round_trip_and_loading_into_a_parent():
     mod = LayerParallel(dense, T=1.0, n_layers=6, mgrit=MGRITOptions(**CONVERGED))
     other = nn.Sequential(nn.Linear(3, 3).double(),
