@@ -4,7 +4,7 @@ and what the layer-parallel solvers (parallel/) ask of a network's steps: a step
 The solver (solver.py) and its level operations (levels.py, fused.py) call
 nothing else of the network or the ranks.  Each contract is a `typing.Protocol`:
 any object with these methods will do (tests pass counting wrappers, bench/
-threads, model_perf a recording stand-in).  Points are fine-grid indices of
+threads, model_perf/record.py a recording observer).  Points are fine-grid indices of
 the solver's own direction; `level` is the grid level of a step or message
 (0 = finest).
 """
@@ -80,10 +80,15 @@ class Exchange(Protocol):
 
 @runtime_checkable
 class Observer(Protocol):
-    """Sees what a solve does, each with its level: propagator calls, messages and sums.
+    """Sees what a solve, or a whole optimizer iteration, does, each with its level.
 
-    Called after the propagator call or message it reports; it must not change
-    anything the solve uses.
+    The solver reports its propagator calls, messages and residual sums; the
+    layer-parallel solver (parallel/layer_parallel.py) and the training oracles
+    (train/) that take an observer report the messages and sums they make around it
+    (level 0); a network that reports its calls (model_perf/zero_cost.py) its
+    kernels.  Ranks are numbered as the layer group numbers them (the adjoint's
+    mirrored view is mapped back).  Called after the call it reports; it must not
+    change anything the solve uses.
     """
 
     def step(self, level: int, states: int, last: bool) -> None:
@@ -94,8 +99,14 @@ class Observer(Protocol):
         """One state sent to, or received from (sent=False), rank `peer`."""
         ...
 
-    def sum(self, level: int, values: int) -> None:
-        """An allreduce of `values` floats (the residual norm and ‖u_C‖)."""
+    def sum(self, level: int, values: int, itemsize: int = 8) -> None:
+        """An allreduce of `values` numbers of `itemsize` bytes each (floats: the
+        residual norm and ‖u_C‖, a loss; a tensor: a gradient)."""
+        ...
+
+    def kernel(self, name: str, states: int, seconds: float) -> None:
+        """A network function `name` (a stepper's kernel, the opening, the classifier,
+        the regulariser) computed on `states` stacked states in `seconds`."""
         ...
 
 

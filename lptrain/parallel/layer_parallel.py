@@ -29,15 +29,17 @@ class LayerParallel:
     """MGRIT solvers for the forward and the adjoint propagation of `net`."""
 
     def __init__(self, net, options: MGRITOptions, exchange, observer=None):
-        """observer: an `mgrit.protocols.Observer` of both solvers (None: none)."""
+        """observer: an `mgrit.protocols.Observer` of both solvers and of the messages
+        and sums made around them (None: none)."""
         self.net, self.options, self.exchange = net, options, exchange
+        self.observer = observer
         N = net.opts.layers
         self.N = N
         self.hier = options.hierarchy(N, exchange.size)
         self.fwd = MGRIT(self.hier, exchange, options.cycle_options(), observer)
         self.rev = self.hier.reversed()
         self.adj = MGRIT(self.rev, exchange.reversed(), options.cycle_options(linear=True),
-                         observer)
+                         None if observer is None else Mirrored(observer, exchange.size))
         # the steps' propagators (one saved buffer reused; a fixed adjoint's last sweep
         # leaves the weight products of the layers it steps through)
         self.family = StepperFamily(None, reuse=True, sweep_products=True)
@@ -95,7 +97,9 @@ class LayerParallel:
                                                              n_total, want_grad)
             grads = (gW, gmu)
         loss = self.exchange.allreduce_sum(float(loss))
+        self._observe_sum(1)
         correct = int(round(self.exchange.allreduce_sum(float(correct))))
+        self._observe_sum(1)
         return Evaluation(loss, correct, lamN, grads)
 
     # -- adjoint ---------------------------------------------------------------
@@ -133,20 +137,51 @@ class LayerParallel:
             net.assemble(grad, classifier=ev.grad_cls)
         if self.first:
             net.opening_vjp(theta, x, res.states[-1], grad)
-        return self.exchange.allreduce_tensor(grad), res
+        grad = self.exchange.allreduce_tensor(grad)
+        self._observe_sum(grad.numel(), grad.element_size())
+        return grad, res
 
     def _next_first_state(self, states):
-        return next_first_state(self.exchange, self.hier, self.last, states)
+        return next_first_state(self.exchange, self.hier, self.last, states, self.observer)
+
+    def _observe_sum(self, values: int, itemsize: int = 8) -> None:
+        if self.observer is not None:
+            self.observer.sum(0, values, itemsize)
 
 
-def next_first_state(exchange, hier, last: bool, states):
+def next_first_state(exchange, hier, last: bool, states, observer=None):
     """u_hi from the next rank (None on the last rank): each rank sends its first
-    fine state to the rank before it."""
+    fine state to the rank before it (both messages told to `observer`, if any)."""
     left = hier.left(0, exchange.rank)
     if left is not None:
         exchange.send(states[0], left)
+        if observer is not None:
+            observer.message(0, left, True)
     extra = None
     if not last:
-        extra = exchange.recv(states[0], hier.right(0, exchange.rank))
+        right = hier.right(0, exchange.rank)
+        extra = exchange.recv(states[0], right)
+        if observer is not None:
+            observer.message(0, right, False)
     exchange.wait()
     return extra
+
+
+class Mirrored:
+    """The observer of the adjoint solver, whose exchange numbers rank r as size−1−r:
+    `observer` sees the layer group's own numbering."""
+
+    def __init__(self, observer, size: int):
+        self.observer, self.size = observer, size
+
+    def step(self, level: int, states: int, last: bool) -> None:
+        self.observer.step(level, states, last)
+
+    def message(self, level: int, peer: int, sent: bool) -> None:
+        self.observer.message(level, self.size - 1 - peer, sent)
+
+    def sum(self, level: int, values: int, itemsize: int = 8) -> None:
+        self.observer.sum(level, values, itemsize)
+
+    def kernel(self, name: str, states: int, seconds: float) -> None:
+        self.observer.kernel(name, states, seconds)

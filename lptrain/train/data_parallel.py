@@ -21,10 +21,13 @@ from lptrain.train.protocol import Batch, DataTerms, Evaluated, Point
 
 class DataParallelOracle:
     """DataTerms: `inner` on this group's shard; loss, hits and gradient summed over `data`
-    (an Evaluated's tape is the inner evaluation, None where the group has no samples)."""
+    (an Evaluated's tape is the inner evaluation, None where the group has no samples).
 
-    def __init__(self, inner: DataTerms, data):
-        self.inner, self.data = inner, data
+    observer: an `mgrit.protocols.Observer` told of each sum over the groups (None: none).
+    """
+
+    def __init__(self, inner: DataTerms, data, observer=None):
+        self.inner, self.data, self.observer = inner, data, observer
         self.measures = inner.measures
         self.empty = False
 
@@ -62,7 +65,7 @@ class DataParallelOracle:
         self.batch = batch
         self.local = batch.x.shape[0]
         self.total = batch.n if batch.n is not None else \
-            int(self.data.allreduce_sum(self.local))
+            int(self._sum(self.local))
         self.empty = self.local == 0
         if self.empty:      # the warm-start cache still ages alike in every group
             self.inner.skip(batch.key)
@@ -75,8 +78,8 @@ class DataParallelOracle:
             inner = self.inner.value(theta)
             p = inner.point
             loss, hits = p.loss * self.local / self.total, p.accuracy * self.local
-        loss = self.data.allreduce_sum(loss)
-        hits = round(self.data.allreduce_sum(hits))
+        loss = self._sum(loss)
+        hits = round(self._sum(hits))
         point = Point(objective=loss, loss=loss, accuracy=hits / self.total)
         return Evaluated(point, theta, self.batch, tape=inner)
 
@@ -86,12 +89,12 @@ class DataParallelOracle:
         if inner is not None:
             part = self.inner.gradient(inner).mul_(share)
         if not self.measures:
-            return self.data.allreduce_tensor(part)
+            return self._sum_tensor(part)
         # the solve record summed over the groups in the same reduction as the gradient
         record = [0.0] * (len(Measured.__dataclass_fields__) + 1)
         if inner is not None:
             record = [*self.inner.measure(inner, share).as_list(), 1.0]
-        both = self.data.allreduce_tensor(torch.cat([part, part.new_tensor(record)]))
+        both = self._sum_tensor(torch.cat([part, part.new_tensor(record)]))
         ev.measured = Measured.from_sums(both[part.numel():-1].tolist(), float(both[-1]))
         return both[:part.numel()]
 
@@ -108,9 +111,21 @@ class DataParallelOracle:
 
     def validate(self, theta, x, y, chunk: int | None = None) -> tuple[float, float]:
         local = x.shape[0]
-        total = int(self.data.allreduce_sum(local))
+        total = int(self._sum(local))
         loss = hits = 0.0
         if local:
             loss, acc = self.inner.validate(theta, x, y, chunk)
             loss, hits = loss * local / total, acc * local
-        return self.data.allreduce_sum(loss), round(self.data.allreduce_sum(hits)) / total
+        return self._sum(loss), round(self._sum(hits)) / total
+
+    def _sum(self, value: float) -> float:
+        total = self.data.allreduce_sum(value)
+        if self.observer is not None:
+            self.observer.sum(0, 1)
+        return total
+
+    def _sum_tensor(self, t: torch.Tensor) -> torch.Tensor:
+        total = self.data.allreduce_tensor(t)
+        if self.observer is not None:
+            self.observer.sum(0, t.numel(), t.element_size())
+        return total

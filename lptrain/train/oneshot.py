@@ -122,6 +122,7 @@ class SimultaneousOracle(MGRITOracle):
     WARM = WarmCache
 
     def __init__(self, net, exchange, mgrit_opts, warm_batches: int = 1,
-                 mini_batches: bool = False):
-        super().__init__(net, exchange, mgrit_opts, Rungs(mgrit_opts, mini_batches))
+                 mini_batches: bool = False, observer=None):
+        super().__init__(net, exchange, mgrit_opts, Rungs(mgrit_opts, mini_batches),
+                         observer=observer)
         self.warm = WarmCache(warm_batches, self.lp if mini_batches else None)

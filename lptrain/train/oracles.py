@@ -126,10 +126,12 @@ class _SerialTape:
 
 
 class SerialOracle(ExactOracle):
-    """Exact layer-serial propagation; the batch is split over ranks (data parallel)."""
+    """Exact layer-serial propagation; the batch is split over ranks (data parallel).
 
-    def __init__(self, net, exchange):
-        self.net, self.exchange = net, exchange
+    observer: an `mgrit.protocols.Observer` told of each sum (None: none)."""
+
+    def __init__(self, net, exchange, observer=None):
+        self.net, self.exchange, self.observer = net, exchange, observer
         self._buffers = Buffers()     # the training sweep's states, reused by the next one
         self._latest: Evaluated | None = None
 
@@ -156,8 +158,8 @@ class SerialOracle(ExactOracle):
             self._latest.tape = None
         st, states, saved, loss, correct, cls = self._forward(theta, self.x, self.y,
                                                               self.n_total, True)
-        loss = self.exchange.allreduce_sum(loss)
-        acc = self.exchange.allreduce_sum(correct) / self.n_total
+        loss = self._sum(loss)
+        acc = self._sum(correct) / self.n_total
         self._latest = Evaluated(Point(objective=loss, loss=loss, accuracy=acc), theta,
                                  self.batch, tape=_SerialTape(st, states, saved, cls, self.x))
         return self._latest
@@ -172,7 +174,16 @@ class SerialOracle(ExactOracle):
         lam0, gK, gb = adjoint(tape.stepper, tape.states, saved, lamN, self.net.h)
         grad = self.net.assemble(torch.zeros_like(ev.theta), (gK, gb), (gW, gmu))
         self.net.opening_vjp(ev.theta, tape.x, lam0, grad)
-        return self.exchange.allreduce_tensor(grad)
+        grad = self.exchange.allreduce_tensor(grad)
+        if self.observer is not None:
+            self.observer.sum(0, grad.numel(), grad.element_size())
+        return grad
+
+    def _sum(self, value: float) -> float:
+        total = self.exchange.allreduce_sum(value)
+        if self.observer is not None:
+            self.observer.sum(0, 1)
+        return total
 
     def accept(self, ev: Evaluated):
         ev.tape = None
@@ -184,7 +195,7 @@ class SerialOracle(ExactOracle):
             *_, l, c, _ = self._forward(theta, self._shard(x[part]), self._shard(y[part]), n,
                                         False)
             loss, correct = loss + l, correct + c
-        return self.exchange.allreduce_sum(loss), self.exchange.allreduce_sum(correct) / n
+        return self._sum(loss), self._sum(correct) / n
 
 
 class Converged:
@@ -247,10 +258,11 @@ class MGRITOracle(ExactOracle):
     measures = True
     WARM = LatestWarm
 
-    def __init__(self, net, exchange, mgrit_opts, accuracy=None, warm=None):
+    def __init__(self, net, exchange, mgrit_opts, accuracy=None, warm=None, observer=None):
         self.net, self.exchange, self.mgrit = net, exchange, mgrit_opts
-        self.lp = LayerParallel(net, mgrit_opts, exchange)
-        self.validator = SerialOracle(net, exchange)   # exact, data-sharded sweeps
+        self.lp = LayerParallel(net, mgrit_opts, exchange, observer)
+        # exact, data-sharded sweeps
+        self.validator = SerialOracle(net, exchange, observer)
         self.accuracy = accuracy or Converged(mgrit_opts)
         self.warm = warm if warm is not None else LatestWarm()
         self.stats = SolveStats()

@@ -277,8 +277,9 @@ class Seen:
     """An Observer (mgrit.protocols) that logs what it is told."""
 
     def __init__(self):
-        self.steps, self.messages, self.sums = Counter(), [], 0
+        self.steps, self.messages, self.sums = Counter(), [], []
         self.last = Counter()      # states stepped in a last sweep, by level
+        self.kernels = []
 
     def step(self, level, states, last):
         self.steps[level] += states
@@ -287,9 +288,12 @@ class Seen:
     def message(self, level, peer, sent):
         self.messages.append((level, peer, sent))
 
-    def sum(self, level, values):
-        assert level == 0 and values == 2
-        self.sums += 1
+    def sum(self, level, values, itemsize=8):
+        assert level == 0
+        self.sums.append((values, itemsize))
+
+    def kernel(self, name, states, seconds):
+        self.kernels.append((name, states))
 
 
 class ZeroExchange:
@@ -337,7 +341,12 @@ def test_the_observer_sees_every_step_sum_and_the_last_sweep_once_per_layer(opts
         _, ares = lp.backward(theta, x, res.states, ev, max_iter=iters, tol=tol)
         by_length = sum((c.steps for c in counted), Counter())
         assert dict(seen.steps) == {l: by_length[2 ** l] for l in range(3)}
-        assert seen.sums == len(res.history) + len(ares.history) and not seen.messages
+        # the residual measurements (2 floats), then LayerParallel's own: loss and hits
+        # after the forward, the gradient after the adjoint
+        assert res.history and ares.history
+        assert seen.sums == [(2, 8)] * len(res.history) + [(1, 8)] * 2 + \
+            [(2, 8)] * len(ares.history) + [(theta.numel(), 8)]
+        assert not seen.messages and not seen.kernels
         assert seen.last[0] == (2 * 32 if tol == 0 else seen.steps[0])
         assert seen.last[1] == seen.last[2] == 0
 
@@ -357,6 +366,36 @@ def test_the_observer_sees_every_message_with_its_level():
         assert peer == (hier.right(level, 1) if sent else hier.left(level, 1))
 
 
+def test_the_observer_sees_the_adjoint_s_messages_in_the_group_s_numbering():
+    # the adjoint solver's exchange numbers rank r as 2 − r (mirrored); its observer is
+    # told the layer group's ranks: adjoints go left (to 0), come from the right (2), as
+    # does u_hi, the next rank's first state, at level 0
+    net, theta = dense_net(layers=32, T=3.0, activation="tanh")
+    x, y = batch(net)
+    seen, ex = Seen(), SummingZeroExchange(1, 3)
+    lp = LayerParallel(net, MGRITOptions(levels=3, cfactor0=2, cfactor=2), ex, observer=seen)
+    res = lp.forward(theta, x, max_iter=2, tol=0.0)
+    ev = lp.evaluate(theta, res.states, y, x.shape[0], True)
+    seen.messages.clear()
+    lp.backward(theta, x, res.states, ev, max_iter=2, tol=0.0)
+    assert seen.messages[:2] == [(0, 0, True), (0, 2, False)]      # u_lo out, u_hi in
+    assert {level for level, _, _ in seen.messages[2:]} == {0, 1, 2}
+    assert all(peer == (0 if sent else 2) for _, peer, sent in seen.messages)
+
+
+class SummingZeroExchange(ZeroExchange):
+    """ZeroExchange with the sums of loss, hits and the gradient (this rank's own)."""
+
+    def allreduce_sum(self, value):
+        return value
+
+    def allreduce_tensor(self, tensor):
+        return tensor
+
+    def reversed(self):
+        return SummingZeroExchange(self.size - 1 - self.rank, self.size, self.log)
+
+
 def test_the_solver_s_callers_meet_its_protocols():
     # what the solver is given: the exchanges and propagators of parallel/ (both modules'
     # and the network's), the counting wrapper of the tests and bench/, and this file's
@@ -371,4 +410,6 @@ def test_the_solver_s_callers_meet_its_protocols():
                  ModuleAdjoint(None, 1.0, 4, None, False, ())):
         assert isinstance(prop, Propagator)
     assert isinstance(SerialExchange(), Exchange) and isinstance(Seen(), Observer)
+    from lptrain.parallel.layer_parallel import Mirrored
+    assert isinstance(Mirrored(Seen(), 2), Observer)
     assert not isinstance(ZeroExchange(0, 2), Exchange)    # no sums of tensors
