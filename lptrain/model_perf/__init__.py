@@ -1,8 +1,9 @@
 """Speedup model: predicted time per optimizer iteration and speedup over serial on P ranks.
 
 `record` runs the real optimizer iteration of a mode on every rank of a layer group
-(the training oracles with a recording network and exchanges) and keeps each rank's
-kernel calls, messages and sums; `costs` holds what each recorded kernel costs on this
+(the training oracles on a zero-cost network, `zero_cost`, and scripted exchanges,
+`scripted`) and keeps each rank's kernel calls, messages and sums as its observer
+is told of them; `costs` holds what each recorded kernel costs on this
 host (measured by `measure`, kept per configuration and host); `simulate` runs a
 record as a discrete-event critical-path computation; `predict` combines them per
 mode and grid; `grid` is the GridTimer behind `parallel.layer_ranks=auto`; `runs`

@@ -410,6 +410,9 @@ def test_the_solver_s_callers_meet_its_protocols():
                  ModuleAdjoint(None, 1.0, 4, None, False, ())):
         assert isinstance(prop, Propagator)
     assert isinstance(SerialExchange(), Exchange) and isinstance(Seen(), Observer)
+    from lptrain.model_perf.record import Recorder
+    from lptrain.model_perf.scripted import ScriptedExchange
     from lptrain.parallel.layer_parallel import Mirrored
-    assert isinstance(Mirrored(Seen(), 2), Observer)
+    assert isinstance(ScriptedExchange(0, 2), Exchange)
+    assert all(isinstance(o, Observer) for o in (Recorder(), Mirrored(Seen(), 2)))
     assert not isinstance(ZeroExchange(0, 2), Exchange)    # no sums of tensors

@@ -18,6 +18,7 @@ from lptrain.mgrit.options import MGRITOptions
 from lptrain.model_perf import costs as kc
 from lptrain.model_perf import record as rec_mod
 from lptrain.model_perf.predict import Collecting, Counts, Machine, Model
+from lptrain.model_perf.scripted import ScriptedExchange
 from lptrain.model_perf.record import (DATA, LAYER, Allreduce, Glue, Kernel, Recv, Send,
                                        record_iteration)
 from lptrain.model_perf.simulate import FREE_LINK, Link, ScheduleError, simulate
@@ -68,11 +69,44 @@ def test_recorded_steps_are_those_of_a_numeric_iteration(mode):
     one = record_iteration(net, mode, OPTS, 1, 1, kf, ka)
     assert _steps(one.value[0], FORWARD) == fwd
     assert _steps(one.gradient[0], ADJOINT) == adj
+    # the solvers' steps as their observer (the recorder) was told: the same states
+    assert sum(one.steps[0][0].values()) == fwd and sum(one.steps[1][0].values()) == adj
+    assert len(one.steps[0][0]) == OPTS.levels
     # the same work over the layer ranks: every point is relaxed by its one owner
     for size in (2, 4):
         many = record_iteration(net, mode, OPTS, size, 1, kf, ka)
         assert sum(_steps(ops, FORWARD) for ops in many.value) == fwd
         assert sum(_steps(ops, ADJOINT) for ops in many.gradient) == adj
+
+
+@pytest.mark.parametrize("mode", ["serial", "simultaneous"])
+def test_the_record_s_messages_and_sums_are_what_a_real_iteration_tells_its_observer(mode):
+    # the oracles of a real one-rank iteration (2 data groups seen by one) with a Recorder
+    # as observer report the sums the zero-cost record holds, in the same order
+    from dataclasses import replace
+
+    from helpers import batch, dense_net
+    net, theta = dense_net(layers=16, T=2.0)
+    x, y = batch(net)
+    opts = replace(OPTS, control="fixed", fwd_iters=2, adj_iters=1, adaptive=False)
+    want = record_iteration(net, mode, opts, 1, 2, 2, 1, batch=x.shape[0])
+    seen = rec_mod.Recorder()
+    oracle = rec_mod.iteration_oracle(net, mode, opts, SerialExchange(), SerialExchange(),
+                                      False, seen, seen.over_data())
+    for kept in (False, True):
+        seen.begin(kept)
+        ev = rec_mod.value_of(oracle, theta, x, y)
+        value, value_steps = seen.end()
+        seen.begin(kept)
+        rec_mod.gradient_of(oracle, ev)
+        gradient, gradient_steps = seen.end()
+    talk = (Send, Recv, Allreduce)
+    for got, recorded in ((value, want.value[0]), (gradient, want.gradient[0])):
+        assert [op for op in got if isinstance(op, talk)] == \
+            [op for op in recorded if isinstance(op, talk)]
+        assert not any(isinstance(op, Kernel) for op in got)   # a real network reports none
+    assert (value_steps, gradient_steps) == (want.steps[0][0], want.steps[1][0])
+    assert any(op.group == DATA for op in gradient if isinstance(op, Allreduce))
 
 
 def test_serial_records_one_sweep_each_way_and_the_data_sums():
@@ -114,7 +148,7 @@ def test_a_scripted_stop_that_the_solver_does_not_take_is_reported(monkeypatch):
     def never(self, values):                    # every check: not converged
         self.checks += 1
         return [1.0] * len(values)
-    monkeypatch.setattr(rec_mod._Exchange, "allreduce_sums", never)
+    monkeypatch.setattr(ScriptedExchange, "allreduce_sums", never)
     with pytest.raises(rec_mod.RecordingError, match="residual 31 and 31 times"):
         record_iteration(net, "mgrit", OPTS, 2, 1, 3, 3)
 
