@@ -301,15 +301,38 @@ def _float_keys(cfg, path: str = "") -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("group", ["optimizer=lbfgs", "optimizer=adam", "optimizer=sgd",
-                                   "dataset=indian_pines", "dataset=mnist"])
+def _float_keys_of(group: str) -> list[str]:
+    return _float_keys(OmegaConf.to_container(_compose(group), resolve=True))
+
+
+FLOAT_GROUPS = ["optimizer=lbfgs", "optimizer=adam", "optimizer=sgd"]
+
+
+@pytest.mark.parametrize("group", FLOAT_GROUPS)
 def test_every_float_option_refuses_nan_and_inf(group):
-    keys = _float_keys(OmegaConf.to_container(_compose(group), resolve=True))
+    """Each float key as a command-line override, refused by name. The check is one walk
+    over the resolved config (config/typed.py), alike for every key: a key the groups
+    share is tried in the first group that has it, the keys of the group's own node (its
+    own dataclass) in each group."""
+    keys = _float_keys_of(group)
     assert len(keys) >= 10, keys
-    for key in keys:
+    earlier = {k for g in FLOAT_GROUPS[:FLOAT_GROUPS.index(group)] for k in _float_keys_of(g)}
+    own = [k for k in keys if k.startswith("optimizer.") or k not in earlier]
+    assert len(own) >= 3, own
+    for key in own:
         for bad in ("nan", "inf", "-inf"):
             with pytest.raises(ConfigError, match=rf"^{key}=-?(nan|inf): must be a finite"):
                 options(_compose(group, f"{key}={bad}"))
+
+
+@pytest.mark.parametrize("group", ["dataset=indian_pines", "dataset=mnist",
+                                   "dataset=fashion_mnist"])
+def test_a_dataset_brings_no_float_option_the_optimizer_groups_lack(group):
+    """... so that test_every_float_option_refuses_nan_and_inf tries every float key a
+    dataset's composition has (its recipe's optimizer included)."""
+    tried = {k for g in FLOAT_GROUPS for k in _float_keys_of(g)}
+    keys = set(_float_keys_of(group))
+    assert len(keys) >= 10 and keys <= tried, keys - tried
 
 
 @pytest.mark.parametrize("override, message", [
