@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # custom_step_
 from lptrain import app, config  # noqa: E402
 from lptrain.config.schema import register_configs  # noqa: E402
 
-BASE = ["dataset=mnist", "dataset.n_train=40", "dataset.n_val=20", "network=custom",
+BASE = ["dataset=mnist", "dataset.n_train=20", "dataset.n_val=10", "network=custom",
         "network.step._target_=custom_step_pkg.MyStep", "+network.step.channels=2",
         "+network.step.hidden=4", "+network.step.groups=2", "network.channels=2",
         "network.opening=conv", "network.pool=4", "network.layers=8", "network.T=2.0",
@@ -28,7 +28,7 @@ CASES = {   # name: overrides (the layer groups: parallel.layer_ranks)
     "serial": ["mode=serial"],
     "mgrit": ["mode=mgrit", "mgrit.tol=1e-13", "mgrit.max_iter=40"],
     "simultaneous": ["mode=simultaneous", "mgrit.calibrate_every=0"],
-    "simultaneous-adam": ["mode=simultaneous", "optimizer=adam", "train.batch_size=20",
+    "simultaneous-adam": ["mode=simultaneous", "optimizer=adam", "train.batch_size=10",
                           "mgrit.calibrate_every=0"],
 }
 
