@@ -3,6 +3,7 @@ one forward + backward, converged and fixed (one rank).
 
     .venv/bin/python bench/module_vs_dense.py [--layers 64] [--width 8] [--batch 256]
     .venv/bin/python bench/module_vs_dense.py --network conv [--layers 16] [--channels 8]
+    .venv/bin/python bench/module_vs_dense.py --variants solver BuiltinSteps --solves fixed
 
 The "ResNet solver" rows: the command line's flat-θ solver of the dense or conv network
 (parallel/layer_parallel.py).  "LayerParallel BuiltinSteps": the same steps as a step family
@@ -124,6 +125,10 @@ def main():
     p.add_argument("--batch", type=int)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--variants", nargs="*", default=[],
+                   help="only the variants whose name contains one of these")
+    p.add_argument("--solves", nargs="*", default=["converged", "fixed"],
+                   choices=("converged", "fixed"))
     a = p.parse_args()
     conv = a.network == "conv"
     a.layers = a.layers or (16 if conv else 64)
@@ -133,9 +138,12 @@ def main():
     rows, cpu = [], {}
     for label, opts in (("converged", dict(tol=1e-9, max_iter=50)),
                         ("fixed 2+2", dict(tol=0.0, max_iter=2, adj_max_iter=2))):
+        if label.split()[0] not in a.solves:
+            continue
         mgrit = MGRITOptions(levels=3 if not conv else 2, cfactor0=4, **opts)
         u, runs = (conv_runs if conv else dense_runs)(a, x, mgrit)
-        runs = {f"{k} {label}": m for k, m in runs.items()}
+        runs = {f"{k} {label}": m for k, m in runs.items()
+                if not a.variants or any(v in k for v in a.variants)}
         for k in runs:
             cpu[k] = []
         for _ in range(a.rounds):
