@@ -1,5 +1,6 @@
 """lptrain's own steps against LayerParallel of the same layers as torch modules: time of
-one forward + backward, converged and fixed (one rank).
+one forward + backward, converged and fixed (one rank), each after the parameters'
+gradients are set to None as optimizer.zero_grad() does in a training step.
 
     .venv/bin/python bench/module_vs_dense.py [--layers 64] [--width 8] [--batch 256]
     .venv/bin/python bench/module_vs_dense.py --network conv [--layers 16] [--channels 8]
@@ -148,8 +149,11 @@ def main():
             cpu[k] = []
         for _ in range(a.rounds):
             for k, m in runs.items():
+                params = list(m.parameters())
                 c0 = time.process_time()
                 for _ in range(a.reps):
+                    for p in params:        # as a training step's optimizer.zero_grad()
+                        p.grad = None
                     m(u).pow(2).sum().backward()
                 cpu[k].append((time.process_time() - c0) / a.reps)
         outs = [m(u).detach() for m in runs.values()]
