@@ -6,7 +6,8 @@ For each configuration: serial and simultaneous runs with the same overrides
 and iteration count; both final parameter vectors are then evaluated EXACTLY
 (layer-serial, full training set), so an inexact one-shot objective cannot
 flatter the result.  Pass: simultaneous objective within 15 % of serial's and
-validation accuracy within 0.03.  Also the MGRIT iterations per optimizer
+validation accuracy within 0.03, averaged over the last fifth of the iterations
+(the final iterate's difference is shown beside it).  Also the MGRIT iterations per optimizer
 iteration (accepted point, and all solves incl. line-search trials), failed
 line searches and the highest rung the controller climbed to.  "Pass" asks
 that simultaneous be no worse than that; the ratio column shows when it is
@@ -78,17 +79,25 @@ RANKS = (16, 64, 128)
 LONGER = 1.5     # simultaneous runs this many times serial's iterations (the trajectory)
 
 
+def window_length(iterations: int) -> int:
+    """Iterates whose validation accuracies are averaged: the last fifth of the run."""
+    return max(iterations // 5, 1)
+
+
 class ExactTrajectory(Progress):
     """Progress that also evaluates each iterate's objective exactly (layer-serial, full
-    training set) and keeps the parameters of iteration `keep`."""
+    training set) and its validation accuracy, and keeps the parameters of iteration
+    `keep`."""
 
-    def __init__(self, theta, exact, keep: int):
+    def __init__(self, theta, exact, keep: int, data):
         super().__init__(theta)
         self.exact, self.keep, self.objectives, self.kept = exact, keep, [], theta
+        self.data, self.vals = data, []
 
     def check(self, k, objective, theta):
         super().check(k, objective, theta)
         self.objectives.append(self.exact.value(theta).point.objective)
+        self.vals.append(self.exact.validate(theta, self.data.x_val, self.data.y_val)[1])
         if k == self.keep:
             self.kept = theta.clone()
 
@@ -105,16 +114,18 @@ def run(mode: str, overrides: list[str], longer: float = 1.0) -> dict:
     exact = Objective(SerialOracle(net, ex), net)     # the exact objective of an iterate
     exact.begin(Batch(data.x_train, data.y_train))
     rows = MemoryWriter()
-    progress = ExactTrajectory(theta, exact, its)
+    progress = ExactTrajectory(theta, exact, its, data)
     theta, out = train(theta, opt, oracle, data, opts, rows, Console(False, 1), ex, progress)
     k = min(its, out.iterations)
     theta = progress.kept if out.iterations >= its else theta
     point = exact.value(theta).point
     _, val_acc = exact.validate(theta, data.x_val, data.y_val)
+    window = progress.vals[max(k - window_length(its), 0):k]
     m = rows.mgrit[:k]
     n = max(len(m), 1)
     train_rows = rows.train[:k]
     return dict(objective=point.objective, val=val_acc, iterations=k,
+                val_window=statistics.mean(window) if window else NAN,
                 stalled=out.stalled if out.iterations <= its else None,
                 wall=sum(r["step_time"] for r in train_rows), opts=opts, net=net,
                 theta=theta, n_train=data.x_train.shape[0], trajectory=progress.objectives,
@@ -161,28 +172,32 @@ def predicted_times(ser: dict, sim: dict, its: int | None) -> str:
 
 
 HEADER = ("| configuration | its | serial J | simult. J | ratio | serial val | simult. val "
-          "| Δval | MGRIT it/iter (accepted / all) | median grad_error | median fwd factor "
+          "| Δval | Δval, last fifth | MGRIT it/iter (accepted / all) | median grad_error | median fwd factor "
           "| failed LS | max rung "
           "| serial s | simult. s | to serial J (its) | "
           + " | ".join(f"P={p}: s to serial J (ser. / sim.)" for p in RANKS)
-          + " | pass |\n|" + "---|" * (18 + len(RANKS)))
+          + " | pass |\n|" + "---|" * (19 + len(RANKS)))
 
 
 def passes(ratio: float, dval: float, stalled: bool) -> bool:
     """Issue 18's criterion: objective <= 1.15 x serial's, validation >= serial's - 0.03.
-    Accuracies are multiples of 1/n_val, so a difference of exactly -0.03 passes; the
-    tolerance only absorbs the rounding of the subtraction."""
+    `dval` is the difference of the validation accuracies averaged over the last fifth of
+    the iterations: on a few hundred validation points one L-BFGS iterate's accuracy moves
+    by up to 0.05 from the next in either run (BENCHMARKS.md, issue 18), more than the
+    bound.  Accuracies are multiples of 1/n_val, so a difference of exactly -0.03 passes;
+    the tolerance only absorbs the rounding of the subtraction."""
     return ratio <= 1.15 and dval >= -0.03 - 1e-9 and not stalled
 
 
 def row(name: str, ser: dict, sim: dict) -> str:
     ratio = sim["objective"] / ser["objective"]
     dval = sim["val"] - ser["val"]
+    dwindow = sim["val_window"] - ser["val_window"]
     its = iterations_to(sim["trajectory"], ser["objective"])
-    ok = passes(ratio, dval, sim["stalled"])
+    ok = passes(ratio, dwindow, sim["stalled"])
     reach = f"{its}" if its else f"> {len(sim['trajectory'])}"
     return (f"| {name} | {sim['iterations']} | {ser['objective']:.4f} | {sim['objective']:.4f} "
-            f"| {ratio:.3f} | {ser['val']:.3f} | {sim['val']:.3f} | {dval:+.3f} "
+            f"| {ratio:.3f} | {ser['val']:.3f} | {sim['val']:.3f} | {dval:+.3f} | {dwindow:+.3f} "
             f"| {sim['accepted']:.2f} / {sim['total']:.2f} | {sim['grad_error']:.1e} "
             f"| {sim['factor']:.2f} "
             f"| {sim['failed']} | {sim['rung']} "
