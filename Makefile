@@ -35,13 +35,16 @@ run: install ## train the default configuration (Peaks, serial, L-BFGS)
 # the files of the shared 4-rank launch together: tests/conftest.py; files in collection
 # order, the long cli and mpi ones first). Default one process: BENCHMARKS.md "The test
 # suite's time" has what was measured.
+# One thread per process unless OMP_NUM_THREADS says otherwise: the tests' tensors are tiny,
+# and a second thread only spins (more CPU, no less time; the same section).
 TEST_JOBS ?= 1
+TEST_ENV = OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} MPIR_CVAR_ENABLE_HEAVY_YIELD=1
 XDIST = $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder,)
 test: install ## every tier: unit, numeric, training (in-process runs), cli (subprocess), mpi; slow included (CI)
-	MPIR_CVAR_ENABLE_HEAVY_YIELD=1 $(VENV)/bin/pytest -q $(XDIST) $(PYTEST_ARGS)
+	$(TEST_ENV) $(VENV)/bin/pytest -q $(XDIST) $(PYTEST_ARGS)
 
 test-fast: install ## tiers unit (pure code, files, config) + numeric (float64 references), not slow
-	$(VENV)/bin/pytest -q -m "(unit or numeric) and not slow" tests/unit $(PYTEST_ARGS)
+	$(TEST_ENV) $(VENV)/bin/pytest -q -m "(unit or numeric) and not slow" tests/unit $(PYTEST_ARGS)
 
 clean: ## remove caches (keeps .venv, outputs/)
 	rm -rf .pytest_cache **/__pycache__
