@@ -28,7 +28,8 @@ drives it):
     steps.step_many(U, ns, hs, Ps)       the same for states stacked on dim 0
     steps.linearize(u, n, P=None, params=False) -> Linear: f_n's graph at u;
         Linear.vjp_state(λ) = (∂f/∂u)ᵀλ, Linear.vjp_params(λ) = (∂f/∂θ)ᵀλ
-        (a dict by parameter name; needs params=True)
+        (a dict by parameter name; needs params=True), Linear.vjp_both(λ) both
+        in one backward pass
     steps.flat(n) / steps.load_flat(n, vec)   parameters of f_n as one vector
 
 A step of size h from layer n uses f_n's parameters; coarse MGRIT steps use
@@ -219,5 +220,20 @@ class Linear:
         names = list(self.leaves)
         grads = torch.autograd.grad(self.y, [self.leaves[k] for k in names], self.layout(lam),
                                     retain_graph=True, allow_unused=True)
+        return self._by_name(names, grads)
+
+    def vjp_both(self, lam: torch.Tensor) -> tuple[torch.Tensor, Params | None]:
+        """`vjp_state(λ)` and `vjp_params(λ)` (the same values) from one backward pass
+        through f's graph: the branch's input products are shared, not run twice.
+        None for the parameters' where f has no graph (as `vjp_params` would raise)."""
+        if not self.y.requires_grad:
+            return self.vjp_state(lam), None
+        names = list(self.leaves)
+        g, *grads = torch.autograd.grad(self.y, [self.x, *(self.leaves[k] for k in names)],
+                                        self.layout(lam), retain_graph=True,
+                                        allow_unused=True)
+        return torch.zeros_like(lam) if g is None else g, self._by_name(names, grads)
+
+    def _by_name(self, names, grads) -> Params:
         return {k: torch.zeros_like(self.leaves[k]) if g is None else g
                 for k, g in zip(names, grads)}

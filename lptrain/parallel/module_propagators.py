@@ -35,7 +35,7 @@ class AutogradFamily:
 
     def adjoint_propagator(self, h, average, span, state, kept, fixed=False):
         return ModuleAdjoint(self.steps, h, self.n_layers, state, average, self.owned,
-                             kept, self.coarse)
+                             kept, self.coarse, fixed)
 
     @staticmethod
     def param_grads(adjoint, layers, lam) -> dict:
@@ -101,14 +101,21 @@ class ModuleAdjoint:
     are kept for the whole solve (or come from the forward: `kept`): every cycle
     reuses them, and those of the layers in `owned` keep parameter leaves for
     `param_grads`.
+
+    In a fixed solve (`fixed`) the last sweep steps every layer from the λ the solve
+    returns: there an owned layer's step takes its parameters' product in the same
+    backward pass (`Linear.vjp_both`), kept with a copy of that λ, and `param_grads`
+    uses it when its λ is bitwise that one (else it runs the product itself).
     """
 
     def __init__(self, steps, h: float, n_steps: int, state, average: bool, owned,
-                 kept: dict | None = None, coarse=None):
+                 kept: dict | None = None, coarse=None, fixed: bool = False):
         self.steps, self.h, self.N, self.state = steps, h, n_steps, state
         self.average, self.owned, self.coarse = average, set(owned), coarse
+        self.fixed = fixed
         # the forward's linearisations at these states (ModuleForward.keep)
         self._lin: dict[object, object] = {(n, 1): lin for n, lin in (kept or {}).items()}
+        self._grads: dict[int, tuple] = {}    # layer -> (λ_{n+1}, its parameters' product)
 
     def linear(self, n: int, k: int = 1, level: int = 0):
         """f of the k layers from n (one, or their mean) linearised at u_n; on a coarse
@@ -129,17 +136,27 @@ class ModuleAdjoint:
 
     def step(self, lam, a: int, b: int, out=None, plus=None, level: int = 0,
              last: bool = False):
-        g = self.linear(self.N - b, b - a, level).vjp_state(lam)
+        n = self.N - b
+        lin = self.linear(n, b - a, level)
+        if last and self.fixed and level == 0 and b - a == 1 and n in self.owned:
+            g, grads = lin.vjp_both(lam)
+            if grads is not None:
+                self._grads[n] = (lam.clone(), grads)
+        else:
+            g = lin.vjp_state(lam)
         return _finish(torch.add(lam, g, alpha=self.h * (b - a)), out, plus)
 
     def step_many(self, L, starts, stops, out=None, plus=None, level: int = 0,
                   last: bool = False):
-        ys = [self.step(L[i], a, b, level=level) for i, (a, b) in enumerate(zip(starts, stops))]
+        ys = [self.step(L[i], a, b, level=level, last=last)
+              for i, (a, b) in enumerate(zip(starts, stops))]
         return _finish(torch.stack(ys), out, plus)
 
     def param_grads(self, n: int, lam_next) -> dict:
         """h·(∂f_n/∂θ)ᵀ λ_{n+1}: the loss gradient of layer n's parameters."""
-        grads = self.linear(n).vjp_params(lam_next)
+        lam, grads = self._grads.pop(n, (None, None))
+        if lam is None or not torch.equal(lam, lam_next):
+            grads = self.linear(n).vjp_params(lam_next)
         return {k: g.mul_(self.h) for k, g in grads.items()}
 
 
