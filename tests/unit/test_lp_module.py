@@ -161,6 +161,30 @@ def test_fixed_iterations_reuse_the_forwards_linearisations(iters):
         assert all(close(a, b) for a, b in zip(got, want))
 
 
+
+@pytest.mark.parametrize("iters", [1, 3])
+def test_a_fixed_adjoint_takes_parameter_products_in_its_last_sweep(iters, monkeypatch):
+    # the last adjoint sweep's fused products replace every separate parameter product,
+    # and the gradients are bitwise those of separate products
+    from lptrain.model.module_steps import Linear
+    from lptrain.parallel import module_propagators
+    opts = dict(levels=3, cfactor0=2, cfactor=2, tol=0.0, max_iter=iters)
+    mod = LayerParallel(dense, T=2.0, n_layers=8, mgrit=MGRITOptions(**opts))
+    u0 = inputs(4, 3).requires_grad_()
+    calls = []
+    vjp_params = Linear.vjp_params
+    monkeypatch.setattr(Linear, "vjp_params", lambda *a: calls.append(1) or vjp_params(*a))
+    fused = grads(mod(u0).pow(2).sum(), mod, u0)
+    assert calls == []
+    init = module_propagators.ModuleAdjoint.__init__
+
+    def unfused(self, *a, **k):
+        init(self, *a, **k)
+        self.fixed = False
+    monkeypatch.setattr(module_propagators.ModuleAdjoint, "__init__", unfused)
+    separate = grads(mod(u0).pow(2).sum(), mod, u0)
+    assert len(calls) == 8 and all(torch.equal(a, b) for a, b in zip(fused, separate))
+
 def test_serial_needs_every_layer(monkeypatch):
     mod = LayerParallel(dense, T=1.0, n_layers=4, mgrit=MGRITOptions(levels=2, cfactor0=2))
     monkeypatch.setattr(mod, "owned", range(0, 2))

@@ -1,10 +1,12 @@
-"""ModuleSteps: user modules as residual steps, their VJPs and stacked steps."""
+"""ModuleSteps: user modules as residual steps, their VJPs and stacked steps; the adjoint
+propagator's parameter products."""
 import pytest
 import torch
 from torch import nn
 
 from lptrain.errors import ConfigError
 from lptrain.model.module_steps import ModuleSteps
+from lptrain.parallel.module_propagators import ModuleAdjoint
 
 
 def conv_gn(n: int) -> nn.Module:
@@ -51,6 +53,36 @@ def test_step_and_vjps_equal_autograd():
     for a, b in zip(got, want[1:]):
         assert torch.allclose(a, b, rtol=1e-13, atol=1e-14)
 
+
+
+def test_one_backward_pass_gives_both_products_exactly():
+    steps = ModuleSteps(conv_gn, n_layers=2)
+    u, lam = state(2, 3, 5, 5), state(2, 3, 5, 5, seed=1)
+    lin = steps.linearize(u, 0, params=True)
+    g, grads = lin.vjp_both(lam)
+    assert torch.equal(g, lin.vjp_state(lam))
+    want = lin.vjp_params(lam)
+    assert grads.keys() == want.keys() and all(torch.equal(grads[k], want[k]) for k in want)
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_the_last_sweeps_parameter_products_are_used_only_at_their_lambda(same):
+    # a fixed solve's last sweep takes an owned layer's parameter product with its state
+    # product; param_grads uses it only where its λ is the one the step saw
+    steps = ModuleSteps(conv_gn, n_layers=3)
+    us = [state(2, 3, 5, 5, seed=n) for n in range(4)]
+    lam, other = state(2, 3, 5, 5, seed=7), state(2, 3, 5, 5, seed=8)
+    adj = ModuleAdjoint(steps, 0.5, 3, lambda n: us[n], False, owned=[1], fixed=True)
+    calls = []
+    plain = adj.linear(1).vjp_params
+    adj.linear(1).vjp_params = lambda lam_: calls.append(1) or plain(lam_)
+    stepped = adj.step(lam, 1, 2, last=True)            # mirrored 1 → 2: layer 3 − 2 = 1
+    assert torch.equal(stepped, torch.add(lam, adj.linear(1).vjp_state(lam), alpha=0.5))
+    at = lam if same else other
+    got = adj.param_grads(1, at)
+    want = {k: 0.5 * g for k, g in plain(at).items()}
+    assert len(calls) == (0 if same else 1)
+    assert all(torch.equal(got[k], want[k]) for k in want)
 
 def test_averaged_parameters_and_flat_round_trip():
     steps = ModuleSteps([nn.Linear(2, 2).double() for _ in range(3)])
