@@ -15,10 +15,17 @@ shared machine the CPU time is the steadier of the two):
   converged  LayerParallel: forward and adjoint MGRIT to a tolerance
   one-shot   LayerParallel: 2 forward + 2 adjoint iterations, warm-started
   one-shot-1 the same with 1 + 1 iterations
+
+    .venv/bin/python bench/module_step.py --account one-shot [--reps 12]
+
+times instead one variant's steps (1 rank) with the CPU time of each call of its step
+family (forward steps, linearisations, vector-Jacobian products) summed by kind: calls
+per step, ms per call and per step, and what the step spends beyond those calls.
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import statistics
 import time
 
@@ -27,6 +34,7 @@ from torch import nn
 
 from common import save
 from lptrain import LayerParallel, MGRITOptions
+from lptrain.model.module_steps import Linear, ModuleSteps
 from lptrain.parallel.context import world
 
 SOLVERS = {"converged": (dict(tol=1e-6, max_iter=40), False),
@@ -94,7 +102,10 @@ def main():
     p.add_argument("--batch", type=int, default=100)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--account", choices=list(SOLVERS), help="time this variant's calls")
     a = p.parse_args()
+    if a.account:
+        return account(a)
     comm = world()
     size, rank = comm.Get_size(), comm.Get_rank()
     gen = torch.Generator().manual_seed(0)
@@ -125,6 +136,54 @@ def main():
                      "iterations": iters})
         print(f"| {k:10s} | {size} | {w:8.1f} | {c:8.1f} | {iters:6s} |")
     save(f"module_step_{size}", {"args": vars(a), "rows": rows})
+
+
+CALLS = ((ModuleSteps, "step"), (ModuleSteps, "linearize"), (Linear, "vjp_state"),
+         (Linear, "vjp_params"), (Linear, "vjp_both"))
+
+
+def account(a) -> None:
+    """CPU time of a one-rank variant's step-family calls, by kind, per step."""
+    spent, count, depth = collections.Counter(), collections.Counter(), [0]
+
+    def timed(name, call):
+        def wrapper(*args, **kw):
+            depth[0] += 1
+            c0 = time.process_time()
+            try:
+                return call(*args, **kw)
+            finally:
+                depth[0] -= 1
+                if depth[0] == 0:          # calls inside calls count once, outermost
+                    spent[name] += time.process_time() - c0
+                    count[name] += 1
+        return wrapper
+    for cls, name in CALLS:
+        if hasattr(cls, name):
+            setattr(cls, name, timed(name, getattr(cls, name)))
+    opts, warm = SOLVERS[a.account]
+    net = Net(a.layers, LayerParallel(block, T=2.0, n_layers=a.layers, warm_start=warm,
+                                      mgrit=MGRITOptions(levels=2, cfactor0=4, **opts)))
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(a.batch, 1, 28, 28, generator=gen)
+    y = torch.randint(10, (a.batch,), generator=gen)
+    step, plain = stepper(net, x, y), stepper(Net(a.layers, None), x, y)
+    step(), step(), plain()
+    spent.clear(), count.clear()
+    total = plain_total = 0.0
+    for _ in range(a.reps):                        # alternating with plain autograd
+        c0 = time.process_time()
+        step()
+        c1 = time.process_time()
+        plain()
+        total, plain_total = total + c1 - c0, plain_total + time.process_time() - c1
+    total, plain_total = total / a.reps, plain_total / a.reps
+    for name in count:
+        print(f"| {name:10s} | {count[name] / a.reps:5.1f} | "
+              f"{1e3 * spent[name] / count[name]:6.3f} | {1e3 * spent[name] / a.reps:7.1f} |")
+    inside = sum(spent.values()) / a.reps
+    print(f"step {1e3 * total:.1f} ms, in these calls {1e3 * inside:.1f}, beyond "
+          f"{1e3 * (total - inside):.1f}; plain autograd {1e3 * plain_total:.1f}")
 
 
 def _max():
