@@ -11,9 +11,9 @@ validation accuracies averaged over the last fifth of the iterations: on a few
 hundred validation points either run's accuracy wanders by more than 0.03 within
 that fifth, and the mean shows a run that lags behind the other.  Also the MGRIT
 iterations per optimizer iteration (accepted point, and all solves incl. line-search
-trials), failed line searches and the highest rung the controller climbed to.  "Pass" asks that simultaneous be no worse than that;
-the ratio column shows when it is better (early in a run L-BFGS paths part ways
-by chance).
+trials), failed line searches and the highest rung the controller climbed to.
+"Pass" asks that simultaneous be no worse than that; the ratio column shows when
+it is better (early in a run L-BFGS paths part ways by chance).
 
 The simultaneous run's parameters are also evaluated exactly after every
 iteration, which gives the iterations it needs to reach serial's final
