@@ -174,7 +174,8 @@ def predicted_times(ser: dict, sim: dict, its: int | None) -> str:
 
 
 HEADER = ("| configuration | its | serial J | simult. J | ratio | serial val | simult. val "
-          "| Δval | Δval, last fifth | MGRIT it/iter (accepted / all) | median grad_error | median fwd factor "
+          "| Δval | Δval, last fifth | MGRIT it/iter (accepted / all) | median grad_error "
+          "| median fwd factor "
           "| failed LS | max rung "
           "| serial s | simult. s | to serial J (its) | "
           + " | ".join(f"P={p}: s to serial J (ser. / sim.)" for p in RANKS)
