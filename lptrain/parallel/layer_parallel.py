@@ -96,10 +96,8 @@ class LayerParallel:
             loss, correct, lamN, gW, gmu = self.net.classify(theta, states[-1], labels,
                                                              n_total, want_grad)
             grads = (gW, gmu)
-        loss = self.exchange.allreduce_sum(float(loss))
-        self._observe_sum(1)
-        correct = int(round(self.exchange.allreduce_sum(float(correct))))
-        self._observe_sum(1)
+        loss = observed_sum(self.exchange, self.observer, float(loss))
+        correct = int(round(observed_sum(self.exchange, self.observer, float(correct))))
         return Evaluation(loss, correct, lamN, grads)
 
     # -- adjoint ---------------------------------------------------------------
@@ -137,16 +135,10 @@ class LayerParallel:
             net.assemble(grad, classifier=ev.grad_cls)
         if self.first:
             net.opening_vjp(theta, x, res.states[-1], grad)
-        grad = self.exchange.allreduce_tensor(grad)
-        self._observe_sum(grad.numel(), grad.element_size())
-        return grad, res
+        return observed_sum_tensor(self.exchange, self.observer, grad), res
 
     def _next_first_state(self, states):
         return next_first_state(self.exchange, self.hier, self.last, states, self.observer)
-
-    def _observe_sum(self, values: int, itemsize: int = 8) -> None:
-        if self.observer is not None:
-            self.observer.sum(0, values, itemsize)
 
 
 def next_first_state(exchange, hier, last: bool, states, observer=None):
@@ -165,6 +157,22 @@ def next_first_state(exchange, hier, last: bool, states, observer=None):
             observer.message(0, right, False)
     exchange.wait()
     return extra
+
+
+def observed_sum(exchange, observer, value: float) -> float:
+    """`value` summed over `exchange`'s ranks, the sum told to `observer` (if any)."""
+    total = exchange.allreduce_sum(value)
+    if observer is not None:
+        observer.sum(0, 1)
+    return total
+
+
+def observed_sum_tensor(exchange, observer, t):
+    """Tensor `t` summed over `exchange`'s ranks, the sum told to `observer` (if any)."""
+    total = exchange.allreduce_tensor(t)
+    if observer is not None:
+        observer.sum(0, t.numel(), t.element_size())
+    return total
 
 
 class Mirrored:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from lptrain.parallel.layer_parallel import observed_sum, observed_sum_tensor
 from lptrain.train.control import Measured
 from lptrain.train.protocol import Batch, DataTerms, Evaluated, Point
 
@@ -119,13 +120,7 @@ class DataParallelOracle:
         return self._sum(loss), round(self._sum(hits)) / total
 
     def _sum(self, value: float) -> float:
-        total = self.data.allreduce_sum(value)
-        if self.observer is not None:
-            self.observer.sum(0, 1)
-        return total
+        return observed_sum(self.data, self.observer, value)
 
     def _sum_tensor(self, t: torch.Tensor) -> torch.Tensor:
-        total = self.data.allreduce_tensor(t)
-        if self.observer is not None:
-            self.observer.sum(0, t.numel(), t.element_size())
-        return total
+        return observed_sum_tensor(self.data, self.observer, t)

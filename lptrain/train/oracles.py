@@ -16,7 +16,7 @@ from lptrain.data.base import chunks
 from lptrain.model.serial import Buffers, adjoint, propagate
 from lptrain.parallel.blocks import ALL_ROWS
 from lptrain.parallel.grid import shard
-from lptrain.parallel.layer_parallel import LayerParallel
+from lptrain.parallel.layer_parallel import LayerParallel, observed_sum, observed_sum_tensor
 from lptrain.train.control import Measured, convergence_factor, gradient_error
 from lptrain.train.protocol import Batch, Evaluated, Point, StaleEvaluation
 from lptrain.train.warm import LatestWarm
@@ -174,16 +174,10 @@ class SerialOracle(ExactOracle):
         lam0, gK, gb = adjoint(tape.stepper, tape.states, saved, lamN, self.net.h)
         grad = self.net.assemble(torch.zeros_like(ev.theta), (gK, gb), (gW, gmu))
         self.net.opening_vjp(ev.theta, tape.x, lam0, grad)
-        grad = self.exchange.allreduce_tensor(grad)
-        if self.observer is not None:
-            self.observer.sum(0, grad.numel(), grad.element_size())
-        return grad
+        return observed_sum_tensor(self.exchange, self.observer, grad)
 
     def _sum(self, value: float) -> float:
-        total = self.exchange.allreduce_sum(value)
-        if self.observer is not None:
-            self.observer.sum(0, 1)
-        return total
+        return observed_sum(self.exchange, self.observer, value)
 
     def accept(self, ev: Evaluated):
         ev.tape = None
