@@ -27,28 +27,38 @@ def lptrain(args, cwd=None, ranks: int = 1, timeout: float = 120,
     """Run `lptrain args` (under `mpiexec -n ranks` when ranks > 1); a hang fails the test.
 
     One rank runs in a child forked from a server that has imported lptrain already
-    (tests/forkserver.py), unless `fresh`: then, as with mpiexec, a new interpreter starts.
+    (tests/forkserver.py); several ranks run in the ranks of one `mpiexec -n ranks` launch
+    that have imported it already (tests/rankserver.py). With `fresh`, the command itself
+    starts (under a new mpiexec for several ranks), as a user starts it.
     """
     env = env or ENV
-    if ranks == 1 and not fresh:
-        return _server(env).run([str(a) for a in args], cwd, env, timeout)
+    if not fresh:
+        return _server(env, ranks).run([str(a) for a in args], cwd, env, timeout)
     cmd = [LPTRAIN, *args]
-    if ranks > 1:
-        cmd = [MPIEXEC, "-n", str(ranks), *cmd]
+    if ranks > 1:     # `timeout` ends the ranks too
+        cmd = ["timeout", str(int(timeout)), MPIEXEC, "-n", str(ranks), *cmd]
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout + 30)
 
 
 class ForkServer:
     """The client of one tests/forkserver.py process (started with the runs' environment)."""
 
     def __init__(self, env: dict):
-        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name(
-            "forkserver.py"))], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-            text=True)
-        self.pending = b""
         self.files = Path(tempfile.mkdtemp(prefix="lptrain-forks-"))
-        self._reply(STARTUP_TIMEOUT, "ready")
+        self._start([sys.executable, str(Path(__file__).with_name("forkserver.py"))], env)
+
+    def _start(self, cmd: list[str], env: dict, **kw) -> None:
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     env=env, text=True, **kw)
+        self.pending = b""
+        if self._reply(STARTUP_TIMEOUT, "ready") is None:
+            self.kill()
+            raise RuntimeError(f"{cmd[-1]} did not start within {STARTUP_TIMEOUT} s")
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
 
     def _reply(self, timeout: float, key: str):
         """The next reply line's `key`, or None if none came within `timeout` seconds."""
@@ -85,17 +95,81 @@ class ForkServer:
         shutil.rmtree(self.files, ignore_errors=True)
 
 
+class RankServer(ForkServer):
+    """The client of one `mpiexec -n ranks` launch of tests/rankserver.py (started with the
+    runs' environment, under `timeout`). Each run's exit status is that of mpiexec: its
+    ranks' statuses or-ed (as MPICH's mpiexec reports them); its output rank 0's, then
+    rank 1's ... A run that hangs or ends the launch ends this server: the next run
+    starts another."""
+
+    LIFETIME = 3600      # seconds: `timeout` ends a launch that outlives the session
+
+    def __init__(self, env: dict, ranks: int):
+        self.files, self.ranks = Path(tempfile.mkdtemp(prefix="lptrain-ranks-")), ranks
+        self.log = open(self.files / "server.log", "w")
+        self._start(["timeout", str(self.LIFETIME), MPIEXEC, "-n", str(ranks),
+                     sys.executable, str(Path(__file__).with_name("rankserver.py"))], env,
+                    stderr=self.log, start_new_session=True)
+
+    def kill(self) -> None:
+        """The whole launch: timeout, mpiexec, its proxy and the ranks."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+    def run(self, args, cwd, env, timeout) -> subprocess.CompletedProcess:
+        out, err = self.files / "stdout", self.files / "stderr"
+        request = {"args": args, "cwd": str(cwd or os.getcwd()), "argv0": LPTRAIN,
+                   "stdout": str(out), "stderr": str(err)}
+        cmd = [MPIEXEC, "-n", str(self.ranks), LPTRAIN, *args]
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            statuses = self._reply(timeout, "status")
+        except (OSError, RuntimeError) as exc:         # the launch ended: Abort, a crash
+            log = (self.files / "server.log").read_text()[-3000:]
+            self._end()
+            raise RuntimeError(f"the rank server ended: {exc}; its log: {log}") from None
+        outputs = [self._read(name) for name in (out, err)]
+        if statuses is None:        # as subprocess.run: end the ranks, then raise
+            self._end()
+            raise subprocess.TimeoutExpired(cmd, timeout, *outputs)
+        status = 0
+        for s in statuses:
+            status |= s
+        return subprocess.CompletedProcess(cmd, status, *outputs)
+
+    def _read(self, path: Path) -> str:
+        return "".join(Path(f"{path}.{r}").read_text() if Path(f"{path}.{r}").exists() else ""
+                       for r in range(self.ranks))
+
+    def _end(self) -> None:
+        self.kill()
+        for key, server in list(_servers.items()):
+            if server is self:
+                del _servers[key]
+        self.log.close()
+        shutil.rmtree(self.files, ignore_errors=True)
+
+    def close(self) -> None:
+        super().close()
+        self.log.close()
+
+
 STARTUP_TIMEOUT = 120
 _servers: dict[tuple, ForkServer] = {}
 
 
-def _server(env: dict) -> ForkServer:
-    """The fork server for this environment (imports may read it), started on first use."""
-    key = tuple(sorted(env.items()))
+def _server(env: dict, ranks: int = 1) -> ForkServer:
+    """The fork server (one rank) or rank server (several) for this environment (imports
+    may read it) and rank count, started on first use."""
+    key = (ranks, *sorted(env.items()))
     if key not in _servers:
         if not _servers:
-            atexit.register(lambda: [s.close() for s in _servers.values()])
-        _servers[key] = ForkServer(env)
+            atexit.register(lambda: [s.close() for s in list(_servers.values())])
+        _servers[key] = ForkServer(env) if ranks == 1 else RankServer(env, ranks)
     return _servers[key]
 
 

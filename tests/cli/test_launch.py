@@ -43,8 +43,9 @@ def test_an_impossible_run_names_its_memory_estimate_and_the_limit(tmp_path):
 
 
 def test_a_split_that_does_not_divide_the_ranks_fails_on_every_rank_alike(tmp_path):
+    # `mpiexec -n 2 lptrain` itself (the other 2-rank runs share the ranks of one launch)
     proc = lptrain(["mode=simultaneous", "parallel.layer_ranks=3", "hydra.run.dir=run"],
-                   tmp_path, 2, TIMEOUT)
+                   tmp_path, 2, TIMEOUT, fresh=True)
     assert _one_line_error(proc) == ("parallel.layer_ranks=3: must divide the 2 ranks "
                                      "(choose one of [1, 2])")
 
