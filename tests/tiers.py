@@ -56,6 +56,7 @@ FILES = {
     "test_mgrit.py": "numeric",
     "test_model.py": "numeric",
     "test_module.py": "numeric",
+    "test_module_copies.py": "numeric",
     "test_module_steps.py": "numeric",
     "test_optimizers.py": "numeric",
     "test_readme.py": "unit",

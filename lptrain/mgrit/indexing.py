@@ -70,3 +70,58 @@ def scatter(X: torch.Tensor, positions: list[int], values: torch.Tensor) -> None
 def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether a and b are the same elements of the same storage (copying is a no-op)."""
     return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
+
+
+def layout_order(t: torch.Tensor) -> tuple[int, ...]:
+    """t's dimensions from the outermost in memory to the innermost (by stride; ties keep
+    their order, so a contiguous tensor gives 0, 1, 2, ...)."""
+    return tuple(sorted(range(t.dim()), key=lambda d: -t.stride(d)))
+
+
+def zeros_rows(template: torch.Tensor, rows: int) -> torch.Tensor:
+    """Zeros of shape (rows, *template.shape), each row laid out in memory as template
+    is (e.g. channels_last rows for a channels_last template; contiguous for a
+    contiguous one)."""
+    return new_rows(template, rows).zero_()
+
+
+def new_rows(template: torch.Tensor, rows: int) -> torch.Tensor:
+    """`zeros_rows` uninitialised."""
+    order = layout_order(template)
+    buf = template.new_empty((rows, *(template.shape[d] for d in order)))
+    return buf.permute(0, *(1 + order.index(d) for d in range(template.dim())))
+
+
+def row_write_order(out: torch.Tensor, before=(), after=()) -> range | None:
+    """An order of the rows i (dim 0) in which writing out[i] between reading row i of
+    each tensor in `before` and row i of each in `after` changes no row of those
+    before it is read: ascending, else descending, else None (compute every row
+    first).  out[i] may be exactly row i of a `before` tensor (an in-place step).
+    Address arithmetic only: no copy, no kernel."""
+    if out.numel() == 0:
+        return range(out.shape[0])
+    spans, ascending, descending = None, True, True
+    for r, own_row in [(r, True) for r in before] + [(r, False) for r in after]:
+        if r is None or r.untyped_storage().data_ptr() != out.untyped_storage().data_ptr():
+            continue
+        spans = spans or _row_spans(out)
+        rows = _row_spans(r)
+        for i, (lo, hi) in enumerate(spans):
+            hit = [j for j, (a, b) in enumerate(rows) if a < hi and lo < b]
+            if i in hit and not (own_row and out[i].data_ptr() == r[i].data_ptr()
+                                 and out[i].stride() == r[i].stride()):
+                return None      # out[i] written over row i before (or as) it is read
+            ascending &= all(j <= i for j in hit)
+            descending &= all(j >= i for j in hit)
+    k = out.shape[0]
+    return range(k) if ascending else range(k - 1, -1, -1) if descending else None
+
+
+def _row_spans(t: torch.Tensor) -> list[tuple[int, int]]:
+    """[first byte, last byte + 1) of each row (dim 0) of a non-empty t."""
+    size, inner = t.element_size(), list(zip(t.shape[1:], t.stride()[1:]))
+    low = sum(min(0, (n - 1) * s) for n, s in inner) * size
+    high = sum(max(0, (n - 1) * s) for n, s in inner) * size + size
+    step = t.stride(0) * size
+    return [(t.data_ptr() + i * step + low, t.data_ptr() + i * step + high)
+            for i in range(t.shape[0])]

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from lptrain.mgrit.indexing import layout_order, zeros_rows
+
 
 @dataclass
 class LevelState:
@@ -81,13 +83,13 @@ class LevelOps:
     def _allocate(self, template: torch.Tensor) -> None:
         if self.template is not None and self.template.shape == template.shape and \
                 self.template.dtype == template.dtype and \
-                self.template.device == template.device:
+                self.template.device == template.device and \
+                layout_order(self.template) == layout_order(template):
             return
         views = self._coarse_views()
-        for l, lv in enumerate(self.levels[1:], start=1):
-            shape = (lv.hi - lv.lo, *template.shape)
-            lv.X = None if views[l] else template.new_zeros(shape)
-            lv.G = template.new_zeros(shape)
+        for l, lv in enumerate(self.levels[1:], start=1):     # rows laid out as template
+            lv.X = None if views[l] else zeros_rows(template, lv.hi - lv.lo)
+            lv.G = zeros_rows(template, lv.hi - lv.lo)
         self.template = template
 
     def _coarse_views(self) -> list[bool]:

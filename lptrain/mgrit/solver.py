@@ -20,7 +20,7 @@ import torch
 from lptrain.errors import SolverError
 from lptrain.mgrit.fused import FusedLevelOps
 from lptrain.mgrit.hierarchy import Hierarchy
-from lptrain.mgrit.indexing import gather, index_of, scatter
+from lptrain.mgrit.indexing import gather, index_of, layout_order, scatter, zeros_rows
 from lptrain.mgrit.levels import LevelOps, LevelState
 
 # A level-0 residual below ROUNDOFF·eps·‖u_C‖ (eps of the states' dtype, u_C this solve's
@@ -95,8 +95,9 @@ class MGRIT:
         warm: this rank's states from an earlier solve (else cold start): all its
         level-0 rows, or only its C-point rows (`c_rows`), told apart by the first
         dimension; only the C-points are read (its F-points belong to another θ).
-        The result lives in one of two buffers the solver alternates between,
-        never in `warm`, so a warm start stays valid until the next solve.
+        The result lives in a buffer of the solver's (reused by later solves unless
+        `take` lends it out), never in `warm`, so a warm start stays valid until
+        the next solve.
         """
         top = self.levels[0]
         if warm is not None and warm.shape[0] not in (top.hi - top.lo, len(top.cs)):
@@ -272,15 +273,30 @@ class MGRIT:
         scatter(top.X, idx, warm if compact else gather(warm, idx))
 
     def _work_buffer(self, template: torch.Tensor, warm) -> torch.Tensor:
-        """One of two level-0 buffers, never the one holding `warm`."""
-        shape = (self.levels[0].hi - self.levels[0].lo, *template.shape)
-        bufs = self._buffers
-        if not bufs or bufs[0].shape != shape or bufs[0].dtype != template.dtype or \
-                bufs[0].device != template.device:
-            self._buffers = bufs = [template.new_zeros(shape), template.new_zeros(shape)]
-        if warm is not None and warm.data_ptr() == bufs[0].data_ptr():
-            return bufs[1]
-        return bufs[0]
+        """A level-0 buffer of this solver's (the first that is not `warm`; a new one if
+        none is free), each row laid out in memory as `template` is.  No row of it is
+        read before the solve writes it."""
+        rows = self.levels[0].hi - self.levels[0].lo
+        shape, order = (rows, *template.shape), layout_order(template)
+        self._buffers = bufs = [b for b in self._buffers if b.shape == shape and
+                                b.dtype == template.dtype and b.device == template.device
+                                and layout_order(b[0]) == order]
+        for buf in bufs:
+            if warm is None or warm.data_ptr() != buf.data_ptr() or buf.numel() == 0:
+                return buf
+        bufs.append(zeros_rows(template, rows))
+        return bufs[-1]
+
+    def take(self, states: torch.Tensor) -> torch.Tensor:
+        """The last solve's `states` for the caller to keep (no copy): later solves write
+        into other buffers until `release` gives this one back."""
+        self._buffers = [b for b in self._buffers if b is not states]
+        return states
+
+    def release(self, states: torch.Tensor) -> None:
+        """A buffer `take` handed out, free for later solves again (two are kept)."""
+        if len(self._buffers) < 2 and all(b is not states for b in self._buffers):
+            self._buffers.append(states)
 
 
 def _c_point_sq_norm(lv: LevelState) -> float:

@@ -24,7 +24,7 @@ drives it):
     steps.mean_params(ns)    their mean over layers ns (coarse "average" steps)
     steps.f(n, u, P=None)    f_n(u), with parameters P (default: its own) via
                              torch.func.functional_call; any state shape
-    steps.step(u, n, h, P=None)          u + h·f_n(u)
+    steps.step(u, n, h, P=None, out=None)  u + h·f_n(u) [into out]
     steps.step_many(U, ns, hs, Ps)       the same for states stacked on dim 0
     steps.linearize(u, n, P=None, params=False) -> Linear: f_n's graph at u;
         Linear.vjp_state(λ) = (∂f/∂u)ᵀλ, Linear.vjp_params(λ) = (∂f/∂θ)ᵀλ
@@ -163,13 +163,13 @@ class ModuleSteps:
             return module(u)
         return functional_call(module, P, (u,))
 
-    def step(self, u, n: int, h: float, P: Params | None = None) -> torch.Tensor:
-        """u + h·f_n(u) (a new tensor)."""
+    def step(self, u, n: int, h: float, P: Params | None = None, out=None) -> torch.Tensor:
+        """u + h·f_n(u) (a new tensor, or written into `out`)."""
         y = self.f(n, u, P)
         if y.shape != u.shape:
             raise ValueError(f"layer {n} maps a state of shape {tuple(u.shape)} to "
                              f"{tuple(y.shape)}: a residual branch must keep the shape")
-        return torch.add(u, y, alpha=h)
+        return torch.add(u, y, alpha=h, out=out)
 
     def step_many(self, U, ns, hs, Ps) -> torch.Tensor:
         """U[i] + hs[i]·f_{ns[i]}(U[i]) for states stacked on dim 0 (a new tensor);

@@ -139,7 +139,7 @@ class LayerParallel(nn.Module):
 
     def _backward_solve(self, states, grad_uN, want_input: bool, kept=None):
         s = self.solver
-        lamN = s.family.to_state(grad_uN.detach()).contiguous()
+        lamN = s.adjoint_state(grad_uN)
         warm = self._warm[1] if self.warm_start else None
         if warm is not None and (warm.shape[1:] != lamN.shape or warm.dtype != lamN.dtype):
             warm = None
@@ -151,7 +151,7 @@ class LayerParallel(nn.Module):
         if want_input:
             lam0 = self.exchange.broadcast_tensor(s.lam(res.states, 0) if s.first else None,
                                                   0, lamN)
-            lam0 = s.family.from_state(lam0).clone()
+            lam0 = s.input_gradient(lam0)
         return lam0, grads
 
     def serial(self, u0: torch.Tensor) -> torch.Tensor:
@@ -195,7 +195,8 @@ class _Solve(torch.autograd.Function):
     def forward(ctx, mod: LayerParallel, limits, u0, *params):
         max_iter, tol, ctx.names = limits       # names: (layer, name) of each parameter
         uN, res, kept = mod._forward_solve(u0, True, max_iter, tol)
-        ctx.mod, ctx.states = mod, res.states.clone()   # the solver reuses its buffers
+        ctx.mod, ctx.states = mod, mod.solver.fwd.take(res.states)   # lent until backward
+        ctx.released = None                # the states' version when given back
         ctx.kept = kept                    # f's graphs at those states (fixed solves)
         ctx.save_for_backward(*params)     # autograd then refuses in-place changes of θ
         return uN
@@ -205,9 +206,14 @@ class _Solve(torch.autograd.Function):
     def backward(ctx, grad_uN):
         ctx.saved_tensors
         mod = ctx.mod
+        if ctx.released is not None and ctx.states._version != ctx.released:
+            raise RuntimeError("LayerParallel: a second backward through a forward after a "
+                               "later forward reused its states; run the forward again")
         lam0, grads = mod._backward_solve(ctx.states, grad_uN, ctx.needs_input_grad[2],
                                           ctx.kept)
         ctx.kept = None
+        mod.solver.fwd.release(ctx.states)   # the next forward may write into it
+        ctx.released = ctx.states._version
         return (None, None, lam0, *[grads[n][k] for n, k in ctx.names])
 
 

@@ -9,19 +9,42 @@ those parameters.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+
+from lptrain.mgrit.indexing import new_rows, row_write_order
+
+
+@dataclass(frozen=True)
+class Copies:
+    """Which copies the autograd family's propagators leave out (all in every run; no
+    option reaches them: tests switch one off to compare with the plain version and
+    bench/module_step.py to time it).  Neither changes a value: the same elementwise
+    operations run on the same numbers, only where the results are written differs."""
+
+    write_rows: bool = True     # stepped rows go straight into the solver's rows
+    adjoint_layout: bool = True  # λ in the linearisations' memory format throughout
 
 
 class AutogradFamily:
     """A user's modules (a ModuleSteps) as an `mgrit.protocols.StepFamily`: steps and
     vector-Jacobian products from the modules and autograd, layer by layer (the
-    fallback for steps that bring no fast path of their own).  States keep the
-    caller's layout; the forward keeps f's graphs only in fixed solves (a solve to a
-    tolerance would linearise at every sweep)."""
+    fallback for steps that bring no fast path of their own).  Forward states keep the
+    caller's layout, adjoint states λ that of the linearisations (`adjoint_layout`);
+    the forward keeps f's graphs only in fixed solves (a solve to a tolerance would
+    linearise at every sweep)."""
 
-    def __init__(self, steps, owned=(), coarse=None):
+    def __init__(self, steps, owned=(), coarse=None, copies: Copies = Copies()):
         self.steps, self.owned, self.coarse = steps, owned, coarse
         self.n_layers = steps.n_layers
+        self.copies = copies
+
+    def adjoint_layout(self, lam):
+        """λ as the adjoint solve holds it (its template: the solver's rows take its
+        layout): in the memory format linearisations see, so that no state product
+        converts λ and λ + h·g adds tensors of one format (`Copies.adjoint_layout`)."""
+        return self.steps.layout(lam) if self.copies.adjoint_layout else lam
 
     @staticmethod
     def to_state(u):
@@ -31,11 +54,11 @@ class AutogradFamily:
 
     def forward_propagator(self, h, average, span, template, keep, fixed=False):
         return ModuleForward(self.steps, h, average, keep if fixed else None, self.owned,
-                             self.coarse)
+                             self.coarse, self.copies.write_rows)
 
     def adjoint_propagator(self, h, average, span, state, kept, fixed=False):
         return ModuleAdjoint(self.steps, h, self.n_layers, state, average, self.owned,
-                             kept, self.coarse, fixed)
+                             kept, self.coarse, fixed, self.copies.write_rows)
 
     @staticmethod
     def param_grads(adjoint, layers, lam) -> dict:
@@ -53,9 +76,10 @@ class ModuleForward:
     """
 
     def __init__(self, steps, h: float, average: bool, keep: dict | None = None,
-                 owned=(), coarse=None):
+                 owned=(), coarse=None, write_rows: bool = True):
         self.steps, self.h, self.average = steps, h, average
         self.keep, self.owned, self.coarse = keep, set(owned), coarse
+        self.write_rows = write_rows
         self._means: dict[tuple[int, int], dict] = {}
 
     def params(self, start: int, stop: int):
@@ -70,27 +94,28 @@ class ModuleForward:
     def step(self, u, start: int, stop: int, out=None, plus=None, level: int = 0,
              last: bool = False):
         """Φ(u) [+ plus] for the step start → stop (not last: nothing to keep, the adjoint
-        linearises at the converged states)."""
+        linearises at the converged states); into `out` (not overlapping u unless it is
+        u, nor plus) without a copy."""
         h = self.h * (stop - start)
         if last and level == 0 and self.keep is not None and stop - start == 1:
             lin = self.steps.linearize(u, start, params=start in self.owned)
             self.keep[start] = lin
-            return _finish(torch.add(u, lin.y.detach(), alpha=h), out, plus)
+            return _add(u, lin.y.detach(), h, out, plus)
         c = self.coarse.of(level, start, stop) if self.coarse else None
         if c is not None:
             P = self.params(start, stop) or self.steps.params(start)
             return _finish(self.coarse.steps.step(u, c, P), out, plus)
-        return _finish(self.steps.step(u, start, h, self.params(start, stop)), out, plus)
+        y = self.steps.step(u, start, h, self.params(start, stop), out=out)
+        return y if plus is None else y.add_(plus)
 
     def step_many(self, U, starts, stops, out=None, plus=None, level: int = 0,
                   last: bool = False):
-        if (last and level == 0 and self.keep is not None) or (self.coarse and level > 0):
-            ys = [self.step(U[i], a, b, level=level, last=last)
-                  for i, (a, b) in enumerate(zip(starts, stops))]
-            return _finish(torch.stack(ys), out, plus)
-        hs = [self.h * (b - a) for a, b in zip(starts, stops)]
-        Ps = [self.params(a, b) for a, b in zip(starts, stops)]
-        return _finish(self.steps.step_many(U, list(starts), hs, Ps), out, plus)
+        if self.steps.stack and not (last and level == 0 and self.keep is not None) \
+                and not (self.coarse and level > 0):
+            hs = [self.h * (b - a) for a, b in zip(starts, stops)]
+            Ps = [self.params(a, b) for a, b in zip(starts, stops)]
+            return _finish(self.steps.step_many(U, list(starts), hs, Ps), out, plus)
+        return _rows(self.step, U, starts, stops, out, plus, level, last, self.write_rows)
 
 
 class ModuleAdjoint:
@@ -109,10 +134,11 @@ class ModuleAdjoint:
     """
 
     def __init__(self, steps, h: float, n_steps: int, state, average: bool, owned,
-                 kept: dict | None = None, coarse=None, fixed: bool = False):
+                 kept: dict | None = None, coarse=None, fixed: bool = False,
+                 write_rows: bool = True):
         self.steps, self.h, self.N, self.state = steps, h, n_steps, state
         self.average, self.owned, self.coarse = average, set(owned), coarse
-        self.fixed = fixed
+        self.fixed, self.write_rows = fixed, write_rows
         # the forward's linearisations at these states (ModuleForward.keep)
         self._lin: dict[object, object] = {(n, 1): lin for n, lin in (kept or {}).items()}
         self._grads: dict[int, tuple] = {}    # layer -> (λ_{n+1}, its parameters' product)
@@ -144,13 +170,11 @@ class ModuleAdjoint:
                 self._grads[n] = (lam.clone(), grads)
         else:
             g = lin.vjp_state(lam)
-        return _finish(torch.add(lam, g, alpha=self.h * (b - a)), out, plus)
+        return _add(lam, g, self.h * (b - a), out, plus)
 
     def step_many(self, L, starts, stops, out=None, plus=None, level: int = 0,
                   last: bool = False):
-        ys = [self.step(L[i], a, b, level=level, last=last)
-              for i, (a, b) in enumerate(zip(starts, stops))]
-        return _finish(torch.stack(ys), out, plus)
+        return _rows(self.step, L, starts, stops, out, plus, level, last, self.write_rows)
 
     def param_grads(self, n: int, lam_next) -> dict:
         """h·(∂f_n/∂θ)ᵀ λ_{n+1}: the loss gradient of layer n's parameters."""
@@ -158,6 +182,32 @@ class ModuleAdjoint:
         if lam is None or not torch.equal(lam, lam_next):
             grads = self.linear(n).vjp_params(lam_next)
         return {k: g.mul_(self.h) for k, g in grads.items()}
+
+
+def _rows(step, U, starts, stops, out, plus, level: int, last: bool, write: bool):
+    """step(U[i], starts[i], stops[i]) [+ plus[i]] for the rows i of U, into `out` (or new
+    rows laid out as U's).  write: each row goes straight into its place, in an order
+    in which no row of U or plus is written over before it is read; without one, or
+    without write, the rows are stacked and copied in."""
+    order = None
+    if write:
+        target = new_rows(U[0], U.shape[0]) if out is None else out
+        order = row_write_order(target, before=(U,), after=(plus,))
+    if order is None:
+        ys = [step(U[i], a, b, level=level, last=last) for i, (a, b) in
+              enumerate(zip(starts, stops))]
+        return _finish(torch.stack(ys), out, plus)
+    for i in order:
+        step(U[i], starts[i], stops[i], out=target[i],
+             plus=None if plus is None else plus[i], level=level, last=last)
+    return target
+
+
+def _add(u, y, h: float, out, plus):
+    """u + h·y [+ plus], into `out` if given: the operations of `_finish` on
+    torch.add(u, y, alpha=h), elementwise, so the same numbers in any layout."""
+    y = torch.add(u, y, alpha=h, out=out)
+    return y if plus is None else y.add_(plus)
 
 
 def _finish(y, out, plus):

@@ -88,6 +88,24 @@ class ModuleSolver:
         lam = Rows(res.states, self.N - self.rev_lo, -1)       # λ_n, as `lam` below
         return res, self.family.param_grads(prop, self.owned, lam)
 
+    def adjoint_state(self, grad_uN: torch.Tensor) -> torch.Tensor:
+        """λ_N from the caller's gradient of u_N: the family's state, contiguous, or in the
+        memory format its adjoint keeps λ in where it has one (`adjoint_layout`:
+        autograd's, whose linearisations see channels_last); the adjoint solve's rows
+        take the layout of this template."""
+        lam = self.family.to_state(grad_uN.detach()).contiguous()
+        layout = getattr(self.family, "adjoint_layout", None)
+        return lam if layout is None else layout(lam)
+
+    def input_gradient(self, lam0: torch.Tensor) -> torch.Tensor:
+        """λ_0 for the caller: a new tensor, contiguous where the adjoint kept λ in a
+        layout of its own (as it was before: the caller's backward then runs as on
+        contiguous gradients)."""
+        lam = self.family.from_state(lam0)
+        if hasattr(self.family, "adjoint_layout"):
+            return lam.clone(memory_format=torch.contiguous_format)
+        return lam.clone()
+
     def lam(self, adjoint_states, n: int) -> torch.Tensor:
         """λ_n from this rank's adjoint states (n in lo+1..hi, or 0 on the first rank)."""
         return adjoint_states[self.N - n - self.rev_lo]

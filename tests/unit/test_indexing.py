@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from lptrain.mgrit.indexing import arithmetic_runs, destination, gather, index_of, scatter
+from lptrain.mgrit.indexing import (arithmetic_runs, destination, gather, index_of, layout_order,
+                                     row_write_order, scatter, zeros_rows)
 
 
 @pytest.mark.parametrize("positions,runs", [
@@ -46,3 +47,33 @@ def test_destination_is_a_view_unless_it_would_read_what_it_writes():
     out, put = destination(lambda pos: (X, pos), [0, 1, 3])
     assert out is None
     assert destination(None, [1, 2])[0] is None
+
+
+def test_rows_are_laid_out_as_their_template():
+    cl = torch.randn(2, 3, 4, 5).contiguous(memory_format=torch.channels_last)
+    assert layout_order(cl) == (0, 2, 3, 1) and layout_order(torch.zeros(2, 3, 4)) == (0, 1, 2)
+    rows = zeros_rows(cl, 3)
+    assert rows.shape == (3, 2, 3, 4, 5) and not rows.any()
+    assert all(rows[i].is_contiguous(memory_format=torch.channels_last) for i in range(3))
+    assert zeros_rows(torch.zeros(2, 3), 4).is_contiguous()
+
+
+@pytest.mark.parametrize("out, before, after, order", [
+    ((1, 14, 4), [(0, 13, 4)], [], "up"),         # an F-relaxation: disjoint rows
+    ((1, 5, 1), [(0, 4, 1)], [], "down"),         # each row written over the next input
+    ((0, 4, 1), [(1, 5, 1)], [], "up"),           # ... over the last input
+    ((0, 4, 1), [(0, 4, 1)], [], "up"),           # in place
+    ((0, 4, 1), [], [(0, 4, 1)], None),           # in place over what is read after
+    ((0, 3, 1), [(0, 6, 2)], [], "up"),
+    ((1, 5, 1), [(0, 4, 1)], [(0, 4, 1)], "down"),
+    ((0, 6, 2), [(1, 4, 1)], [(3, 6, 1)], "up"),
+    ((1, 5, 1), [(0, 4, 1)], [(2, 6, 1)], None),  # one order for each read: neither
+])
+def test_rows_are_written_in_an_order_that_reads_each_row_first(out, before, after, order):
+    X = torch.zeros(17, 3, 4)
+    view = lambda s: X[slice(*s)]                 # noqa: E731
+    got = row_write_order(view(out), [view(s) for s in before], [view(s) for s in after])
+    k = view(out).shape[0]
+    want = {"up": range(k), "down": range(k - 1, -1, -1), None: None}[order]
+    assert got == want
+    assert row_write_order(view(out), [torch.zeros(17, 3, 4)]) == range(k)   # other storage
