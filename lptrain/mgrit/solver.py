@@ -20,7 +20,8 @@ import torch
 from lptrain.errors import SolverError
 from lptrain.mgrit.fused import FusedLevelOps
 from lptrain.mgrit.hierarchy import Hierarchy
-from lptrain.mgrit.indexing import gather, index_of, layout_order, scatter, zeros_rows
+from lptrain.mgrit.indexing import (gather, index_of, layout_order, new_rows, scatter,
+                                    zeros_rows)
 from lptrain.mgrit.levels import LevelOps, LevelState
 
 # A level-0 residual below ROUNDOFF·eps·‖u_C‖ (eps of the states' dtype, u_C this solve's
@@ -125,10 +126,11 @@ class MGRIT:
         return tuple(c - top.lo for c in top.cs)
 
     def c_point_states(self, states: torch.Tensor) -> torch.Tensor:
-        """A compact copy of the C-point rows of this rank's level-0 `states`."""
+        """A compact copy of the C-point rows of this rank's level-0 `states`, each row laid
+        out as theirs (so that a warm start is copied back without a conversion)."""
         if not self.c_rows:
             return states[:0].clone()
-        return gather(states, list(self.c_rows)).clone(memory_format=torch.contiguous_format)
+        return new_rows(states[0], len(self.c_rows)).copy_(gather(states, list(self.c_rows)))
 
     def resume(self, max_iter: int, tol: float = 0.0, rtol: float = 0.0) -> SolveResult:
         """More iterations on the result of the last solve, in place, same propagator."""

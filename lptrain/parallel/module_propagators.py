@@ -197,9 +197,10 @@ def _rows(step, U, starts, stops, out, plus, level: int, last: bool, write: bool
         ys = [step(U[i], a, b, level=level, last=last) for i, (a, b) in
               enumerate(zip(starts, stops))]
         return _finish(torch.stack(ys), out, plus)
+    Us, outs = U.unbind(0), target.unbind(0)
+    pluses = (None,) * len(Us) if plus is None else plus.unbind(0)
     for i in order:
-        step(U[i], starts[i], stops[i], out=target[i],
-             plus=None if plus is None else plus[i], level=level, last=last)
+        step(Us[i], starts[i], stops[i], out=outs[i], plus=pluses[i], level=level, last=last)
     return target
 
 
