@@ -3,7 +3,8 @@ children, so that one-rank CLI tests pay torch's import (seconds) once per sessi
 
 Started by tests/launch.py with the environment of the runs it will serve (imports may
 read it). It reads one JSON request per line on stdin ({"args", "cwd", "env", "stdout",
-"stderr"}), forks, answers the child's pid, and when the child has ended its wait status.
+"stderr"}, and "script" for `python SCRIPT args` instead of `lptrain args`), forks,
+answers the child's pid, and when the child has ended its wait status.
 The child is the command from `main()` on: its own argv, directory, environment and
 output files, and it leaves like a fresh interpreter (exit handlers, a traceback and 1
 for an uncaught exception). MPI is never initialised here: each child does that itself.
@@ -64,5 +65,11 @@ if __name__ == "__main__":
     job = serve()
     if job is not None:
         become(job)
-        from lptrain.cli import main
-        main()     # SystemExit and exceptions leave as they would leave the command
+        # SystemExit and exceptions leave as they would leave the command
+        if job.get("script"):       # `python SCRIPT args`: its directory first on the path
+            import runpy
+            sys.path[0] = os.path.dirname(os.path.abspath(job["script"]))
+            runpy.run_path(job["script"], run_name="__main__")
+        else:
+            from lptrain.cli import main
+            main()

@@ -41,6 +41,16 @@ def lptrain(args, cwd=None, ranks: int = 1, timeout: float = 120,
                           timeout=timeout + 30)
 
 
+def python(script, args, cwd=None, ranks: int = 1, timeout: float = 400,
+           env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run `python script args` (under `mpiexec -n ranks` when ranks > 1) in the server of
+    `lptrain` (above) for this environment and rank count: the script runs as
+    `__main__` with lptrain imported already; a hang fails the test."""
+    script = str(script)
+    return _server(env or ENV, ranks).run([str(a) for a in args], cwd, env or ENV, timeout,
+                                          script)
+
+
 class ForkServer:
     """The client of one tests/forkserver.py process (started with the runs' environment)."""
 
@@ -73,10 +83,12 @@ class ForkServer:
         line, self.pending = self.pending.split(b"\n", 1)
         return json.loads(line)[key]
 
-    def run(self, args, cwd, env, timeout) -> subprocess.CompletedProcess:
+    def run(self, args, cwd, env, timeout, script=None) -> subprocess.CompletedProcess:
         out, err = self.files / "stdout", self.files / "stderr"
         request = {"args": args, "cwd": str(cwd or os.getcwd()), "env": env,
-                   "argv0": LPTRAIN, "stdout": str(out), "stderr": str(err)}
+                   "argv0": script or LPTRAIN, "script": script, "stdout": str(out),
+                   "stderr": str(err)}
+        cmd = [sys.executable, script, *args] if script else [LPTRAIN, *args]
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         pid = self._reply(STARTUP_TIMEOUT, "pid")
@@ -84,9 +96,8 @@ class ForkServer:
         if status is None:          # as subprocess.run: kill the child, then raise
             os.kill(pid, signal.SIGKILL)
             self._reply(STARTUP_TIMEOUT, "status")
-            raise subprocess.TimeoutExpired([LPTRAIN, *args], timeout,
-                                            out.read_text(), err.read_text())
-        return subprocess.CompletedProcess([LPTRAIN, *args], os.waitstatus_to_exitcode(status),
+            raise subprocess.TimeoutExpired(cmd, timeout, out.read_text(), err.read_text())
+        return subprocess.CompletedProcess(cmd, os.waitstatus_to_exitcode(status),
                                            out.read_text(), err.read_text())
 
     def close(self) -> None:
@@ -119,11 +130,12 @@ class RankServer(ForkServer):
             pass
         self.proc.wait()
 
-    def run(self, args, cwd, env, timeout) -> subprocess.CompletedProcess:
+    def run(self, args, cwd, env, timeout, script=None) -> subprocess.CompletedProcess:
         out, err = self.files / "stdout", self.files / "stderr"
-        request = {"args": args, "cwd": str(cwd or os.getcwd()), "argv0": LPTRAIN,
-                   "stdout": str(out), "stderr": str(err)}
-        cmd = [MPIEXEC, "-n", str(self.ranks), LPTRAIN, *args]
+        request = {"args": args, "cwd": str(cwd or os.getcwd()), "argv0": script or LPTRAIN,
+                   "script": script, "stdout": str(out), "stderr": str(err)}
+        cmd = [MPIEXEC, "-n", str(self.ranks), *([sys.executable, script] if script else
+                                                 [LPTRAIN]), *args]
         try:
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()

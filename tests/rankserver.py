@@ -5,7 +5,8 @@ torch's import and MPI's start (seconds per rank) once per session.
 Started by tests/launch.py under `timeout` with the environment of the runs it will serve
 (imports may read it; with mpiexec's variables, the environment of each run's ranks).
 Rank 0 reads one JSON request per line on stdin ({"args", "cwd", "argv0", "stdout",
-"stderr"}); every rank then runs the command from `main()` on, as a fresh rank of
+"stderr"}, and "script" for `python SCRIPT args` instead of `lptrain args`); every rank
+then runs the command from `main()` on (or the script as `__main__`), as a fresh rank of
 `mpiexec -n P lptrain args` would: its own argv, directory, environment (what a run
 sets is undone), signal handlers and output files (rank r writes FILE.r), and it ends like an
 interpreter (a traceback and 1 for an uncaught exception, the exit handlers the command
@@ -25,6 +26,7 @@ import importlib
 import json
 import logging
 import os
+import runpy
 import signal
 import sys
 import time
@@ -55,7 +57,7 @@ def as_command(request: dict, rank: int):
     sys.stderr.flush()
     logs, filters = _loggers(), warnings.filters[:]
     saved_fds = {fd: os.dup(fd) for fd in (1, 2)}
-    saved = (sys.argv, os.getcwd(), dict(os.environ),
+    saved = (sys.argv, sys.path[:], os.getcwd(), dict(os.environ),
              {s: signal.getsignal(s) for s in SIGNALS},
              torch.get_default_dtype(), torch.get_num_threads())
     for fd, key in ((1, "stdout"), (2, "stderr")):
@@ -64,6 +66,8 @@ def as_command(request: dict, rank: int):
         os.close(out)
     os.chdir(request["cwd"])
     sys.argv = [request["argv0"], *request["args"]]
+    if request.get("script"):        # as `python SCRIPT`: its directory first on the path
+        sys.path.insert(0, os.path.dirname(os.path.abspath(request["script"])))
     try:
         yield
     finally:
@@ -72,8 +76,8 @@ def as_command(request: dict, rank: int):
         for fd, copy in saved_fds.items():
             os.dup2(copy, fd)
             os.close(copy)
-        argv, cwd, env, handlers, dtype, threads = saved
-        sys.argv = argv
+        argv, path, cwd, env, handlers, dtype, threads = saved
+        sys.argv, sys.path[:] = argv, path
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
@@ -111,8 +115,9 @@ def _restore_loggers(saved: dict) -> None:
         logger.disabled, logger.propagate = disabled, propagate
 
 
-def run_command() -> int:
-    """`lptrain.cli.main()` as the command runs it: its exit status, its exit handlers run.
+def run_command(script: str | None = None) -> int:
+    """`lptrain.cli.main()` as the command runs it, or the Python `script` as `__main__`:
+    its exit status, its exit handlers run.
 
     lptrain.cli is imported afresh each time (its module state is per process), Hydra's
     global state is cleared after it."""
@@ -124,13 +129,17 @@ def run_command() -> int:
 
     def register_lptrains(f, *a, **k):
         """The command's own exit handlers run at its end; a library's at the server's."""
-        if sys._getframe(1).f_globals.get("__name__", "").startswith("lptrain"):
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if caller.startswith("lptrain") or caller == "__main__":
             handlers.append((f, a, k))
             return f
         return register(f, *a, **k)
     atexit.register = register_lptrains
     try:
-        importlib.reload(lptrain.cli).main()
+        if script:
+            runpy.run_path(script, run_name="__main__")
+        else:
+            importlib.reload(lptrain.cli).main()
         status = 0
     except SystemExit as exc:
         status = _exit_status(exc.code)
@@ -173,7 +182,7 @@ def serve(comm) -> None:
         if request is None:
             return
         with as_command(request, rank):
-            status = run_command()
+            status = run_command(request.get("script"))
         if rank == 0:
             statuses = [status, *(wait(comm.irecv(source=r)) for r in range(1, size))]
             replies.write(json.dumps({"status": statuses}) + "\n")

@@ -1,8 +1,7 @@
 """network=custom (two convolutions with a GroupNorm) on 2 ranks = on 1 rank, converged
 MGRIT = serial (objective histories to 1e-8, float64), and a run stopped on 1 rank and
-resumed on 2 = the uninterrupted run. One mpiexec launch (custom_case.py)."""
-import os
-import subprocess
+resumed on 2 = the uninterrupted run. The 2-rank runs: custom_case.py in the ranks of the
+tests' shared 2-rank launch (tests/rankserver.py)."""
 import sys
 from pathlib import Path
 
@@ -16,8 +15,8 @@ from lptrain.metrics.reader import read_metrics  # noqa: E402
 from lptrain.errors import Interrupted  # noqa: E402
 from lptrain.model.saved import load_model  # noqa: E402
 from helpers import StopAt  # noqa: E402
+from launch import ENV, python  # noqa: E402
 
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
 pytestmark = pytest.mark.mpi
 
 
@@ -33,10 +32,8 @@ def runs(tmp_path_factory):
     with pytest.raises(Interrupted):
         custom_case.app.run(custom_case.cfg(custom_case.STOPPED), None, stopped,
                             StopAt(custom_case.STOP_AT))
-    env = dict(os.environ, MPIR_CVAR_ENABLE_HEAVY_YIELD="1", OMP_NUM_THREADS="1")
-    cmd = ["timeout", "500", str(MPIEXEC), "-n", "2", sys.executable, custom_case.__file__,
-           str(base / "two"), str(stopped)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=560)
+    proc = python(custom_case.__file__, [base / "two", stopped], ranks=2, timeout=500,
+                  env={**ENV, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {ranks: {case: (read_metrics(base / d / case / ms.FILE_NAME), base / d / case)
                     for case in [*custom_case.CASES, "resumed"] if (base / d / case).exists()}

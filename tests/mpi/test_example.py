@@ -1,24 +1,22 @@
-"""examples/fashion_resnet.py at a smoke size: on 2 ranks as in one process."""
-import os
-import subprocess
-import sys
+"""examples/fashion_resnet.py at a smoke size: on 2 ranks as in one process.
+
+The script runs as `__main__` with its arguments in the tests' servers (tests/launch.py):
+a process forked from one that has imported lptrain, and the ranks of the shared 2-rank
+launch."""
 from pathlib import Path
 
 import pytest
 
+from launch import ENV, python
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fashion_resnet.py"
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
 SMOKE = ["--steps", "3", "--train", "200", "--layers", "8"]
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
 
 def run(ranks: int) -> list[str]:
-    env = dict(os.environ, MPIR_CVAR_ENABLE_HEAVY_YIELD="1", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, str(EXAMPLE), *SMOKE]
-    if ranks > 1:
-        cmd = [str(MPIEXEC), "-n", str(ranks), *cmd]
-    proc = subprocess.run(["timeout", "200", *cmd], env=env, capture_output=True, text=True,
-                          timeout=240)
+    proc = python(EXAMPLE, SMOKE, ranks=ranks, timeout=200,
+                  env={**ENV, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.splitlines()
 

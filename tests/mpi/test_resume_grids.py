@@ -3,10 +3,9 @@
 Every mode, full batch and mini-batches (warm starts of revisited batches, evictions,
 data groups without a batch's samples): stopped on 1 rank and resumed on 2 (2x1 and
 1x2), stopped on 2 and resumed on 1, stopped on 2x1 and resumed on 1x2 and back. One
-mpiexec launch runs every 2-rank part (resume_case.py).
+run of resume_case.py in the ranks of the tests' shared 2-rank launch (tests/rankserver.py)
+does every 2-rank part.
 """
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,8 +18,8 @@ from lptrain.metrics import schema as ms  # noqa: E402
 from lptrain.metrics.reader import read_metrics  # noqa: E402
 from lptrain.model.saved import load_model  # noqa: E402
 from lptrain.train import checkpoint as ck  # noqa: E402
+from launch import ENV, python  # noqa: E402
 
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
 CASES = sorted(resume_case.CASES)
 pytestmark = pytest.mark.mpi
 
@@ -36,9 +35,8 @@ def runs(tmp_path_factory):
         whole.mkdir(parents=True)
         resume_case.app.run(resume_case.cfg(case, total), None, whole)
         resume_case.stopped(case, None, base / "one" / case)
-    env = dict(os.environ, MPIR_CVAR_ENABLE_HEAVY_YIELD="1", OMP_NUM_THREADS="1")
-    cmd = [str(MPIEXEC), "-n", "2", sys.executable, resume_case.__file__, str(base)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    proc = python(resume_case.__file__, [base], ranks=2, timeout=600,
+                  env={**ENV, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     for case in CASES:
         for grid in resume_case.grids(case):
