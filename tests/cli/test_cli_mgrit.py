@@ -15,8 +15,8 @@ TINY = ["network.layers=12", "network.width=4", "dataset.n_train=200", "dataset.
 pytestmark = pytest.mark.cli
 
 
-def run(args, ranks=1, timeout=240, fresh=False):
-    proc = lptrain(args, ranks=ranks, timeout=timeout, fresh=fresh)
+def run(args, ranks=1, timeout=240):
+    proc = lptrain(args, ranks=ranks, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc
 
@@ -31,8 +31,8 @@ def objectives(run_dir):
 def test_mgrit_mode_equals_serial_on_1_and_4_ranks(tmp_path):
     run([*TINY, "mode=serial", f"hydra.run.dir={tmp_path / 's'}"])
     one = run([*TINY, "mode=mgrit", f"hydra.run.dir={tmp_path / 'm1'}"])
-    # `mpiexec -n 4 lptrain` itself: the tests' one launch of the command on 4 ranks
-    four = run([*TINY, "mode=mgrit", f"hydra.run.dir={tmp_path / 'm4'}"], ranks=4, fresh=True)
+    # in the ranks of the 4-rank launch that tests/mpi/conftest.py's cases share
+    four = run([*TINY, "mode=mgrit", f"hydra.run.dir={tmp_path / 'm4'}"], ranks=4)
     _, ref = objectives(tmp_path / "s")
     for name, ranks in (("m1", 1), ("m4", 4)):
         m, got = objectives(tmp_path / name)

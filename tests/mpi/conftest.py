@@ -11,7 +11,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import four_ranks as launcher  # noqa: E402
-from sizes import launch  # noqa: E402
+from launch import ENV, python  # noqa: E402
 from tiers import SHARED_LAUNCH  # noqa: E402
 
 
@@ -25,5 +25,10 @@ def four_ranks(request, tmp_path_factory) -> dict:
     # pytest-xdist keeps these files on one worker, so that the launch runs once
     assert {f for f, name in files.items() if name} <= SHARED_LAUNCH, files
     out = tmp_path_factory.mktemp("four_ranks") / "out.pt"
-    launch(launcher.__file__, launcher.RANKS, [out, *names], timeout=900)
+    # in the ranks of the tests' 4-rank launch (tests/rankserver.py), which the 4-rank
+    # CLI run of tests/cli/test_cli_mgrit.py shares
+    proc = python(launcher.__file__, [out, *names], ranks=launcher.RANKS, timeout=900,
+                  env={**ENV, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Warning" not in proc.stderr, proc.stderr[-3000:]  # e.g. torch resizing an out=
     return torch.load(out)
