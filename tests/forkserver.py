@@ -30,16 +30,23 @@ def preload() -> None:
 
 
 def serve() -> dict | None:
-    """Fork a child per request; the child returns its request, the server None at EOF."""
+    """Fork a child per run request; the child returns its request, the server None at
+    EOF. A run request with "wait" false is answered with the pid only; {"poll": pid,
+    "block": bool} then answers that child's wait status (None while it runs)."""
     for line in sys.stdin:
         request = json.loads(line)
+        if "poll" in request:
+            pid, status = os.waitpid(request["poll"], 0 if request["block"] else os.WNOHANG)
+            print(json.dumps({"status": status if pid else None}), flush=True)
+            continue
         sys.stdout.flush()
         pid = os.fork()
         if pid == 0:
             return request
         print(json.dumps({"pid": pid}), flush=True)
-        _, status = os.waitpid(pid, 0)
-        print(json.dumps({"status": status}), flush=True)
+        if request.get("wait", True):
+            _, status = os.waitpid(pid, 0)
+            print(json.dumps({"status": status}), flush=True)
     return None
 
 

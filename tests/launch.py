@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,6 +40,12 @@ def lptrain(args, cwd=None, ranks: int = 1, timeout: float = 120,
         cmd = ["timeout", str(int(timeout)), MPIEXEC, "-n", str(ranks), *cmd]
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout + 30)
+
+
+def start(args, cwd=None, env: dict | None = None, stderr=None) -> Forked:
+    """`lptrain args` on one rank, left running (as subprocess.Popen): a child forked from
+    the fork server (above); its error output goes to the file `stderr` if given."""
+    return _server(env or ENV).start([str(a) for a in args], cwd, env or ENV, stderr)
 
 
 def python(script, args, cwd=None, ranks: int = 1, timeout: float = 400,
@@ -100,10 +107,63 @@ class ForkServer:
         return subprocess.CompletedProcess(cmd, os.waitstatus_to_exitcode(status),
                                            out.read_text(), err.read_text())
 
+    def start(self, args, cwd, env, stderr=None) -> Forked:
+        """A run left running: its Forked handle."""
+        self.started = getattr(self, "started", 0) + 1
+        out = self.files / f"{self.started}.out"
+        err = Path(stderr) if stderr else self.files / f"{self.started}.err"
+        request = {"args": args, "cwd": str(cwd or os.getcwd()), "env": env,
+                   "argv0": LPTRAIN, "stdout": str(out), "stderr": str(err), "wait": False}
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        return Forked(self, self._reply(STARTUP_TIMEOUT, "pid"), out, err, [LPTRAIN, *args])
+
+    def status(self, pid: int, block: bool):
+        """A started child's wait status, None while it runs (block: wait for it)."""
+        self.proc.stdin.write(json.dumps({"poll": pid, "block": block}) + "\n")
+        self.proc.stdin.flush()
+        return self._reply(None if block else STARTUP_TIMEOUT, "status")
+
     def close(self) -> None:
         self.proc.stdin.close()
         self.proc.wait(timeout=STARTUP_TIMEOUT)
         shutil.rmtree(self.files, ignore_errors=True)
+
+
+class Forked:
+    """A run forked by a ForkServer and left running, used as subprocess.Popen is: pid,
+    returncode, poll(), wait(timeout), send_signal(), kill(); output() its (stdout,
+    stderr) text. Its pid is the run's own process (the signals and locks of a test
+    reach the run itself)."""
+
+    def __init__(self, server: ForkServer, pid: int, out: Path, err: Path, args):
+        self.server, self.pid, self.out, self.err, self.args = server, pid, out, err, args
+        self.returncode = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            status = self.server.status(self.pid, block=False)
+            if status is not None:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def output(self) -> tuple[str, str]:
+        return tuple(p.read_text() if p.exists() else "" for p in (self.out, self.err))
 
 
 class RankServer(ForkServer):

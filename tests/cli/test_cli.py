@@ -19,7 +19,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from launch import ENV, LPTRAIN, REPO, lptrain
+from launch import ENV, REPO, lptrain, start
 from lptrain import config
 from lptrain.errors import FAILED, REFUSED
 from lptrain.metrics import schema as ms
@@ -233,26 +233,24 @@ def test_killed_run_keeps_finished_iterations_and_a_model(tmp_path):
     args = [f"hydra.run.dir={run_dir}", *TINY, "optimizer=adam", "train.iterations=1000000",
             "eval_every=100000", "checkpoint_every=2"]
     seen = 0
-    with open(tmp_path / "stderr.txt", "w") as err:
-        proc = subprocess.Popen([LPTRAIN, *args], cwd=tmp_path, env=ENV,
-                                stdout=subprocess.DEVNULL, stderr=err)
-        try:
-            deadline = time.monotonic() + TIMEOUT
-            while seen < 3 and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-                if path.exists():
-                    try:
-                        seen = read_metrics(path).n_iterations
-                    except ms.MetricsFileError:
-                        pass  # caught the file between its creation and the first flush
-            assert proc.poll() is None, (tmp_path / "stderr.txt").read_text()
-            assert seen >= 3
-            os.kill(proc.pid, signal.SIGKILL)
-            assert proc.wait(timeout=TIMEOUT) == -signal.SIGKILL
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=TIMEOUT)
+    proc = start(args, tmp_path, stderr=tmp_path / "stderr.txt")   # a forked run
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while seen < 3 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            if path.exists():
+                try:
+                    seen = read_metrics(path).n_iterations
+                except ms.MetricsFileError:
+                    pass  # caught the file between its creation and the first flush
+        assert proc.poll() is None, (tmp_path / "stderr.txt").read_text()
+        assert seen >= 3
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=TIMEOUT) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=TIMEOUT)
     m = read_metrics(path)
     assert m.status == ms.RUNNING
     n = m.n_iterations

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from launch import ENV, LPTRAIN
+from launch import ENV, LPTRAIN, lptrain, start
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
 from lptrain.metrics.writer import RESERVE_BYTES, free_bytes
@@ -27,7 +27,9 @@ TINY = ["network.layers=4", "network.width=4", "dataset.n_train=200", "dataset.n
 LONG = [*TINY, "train.iterations=1000000"]
 
 
-def _start(args, cwd, err_path):
+def _start_command(args, cwd, err_path):
+    """The command itself: a run whose lock another run must find held by a live
+    `lptrain` process (rundir.py reads the holder's command line)."""
     return subprocess.Popen([LPTRAIN, *args], cwd=cwd, env=ENV, stdout=subprocess.DEVNULL,
                             stderr=open(err_path, "w"))
 
@@ -58,7 +60,7 @@ def small_disk(tmp_path):
 
 def test_disk_filling_up_during_the_run_fails_cleanly_and_resumes(small_disk, tmp_path):
     run_dir = small_disk / "run"
-    proc = _start([f"hydra.run.dir={run_dir}", *LONG], tmp_path, tmp_path / "err.txt")
+    proc = start([f"hydra.run.dir={run_dir}", *LONG], tmp_path, stderr=tmp_path / "err.txt")
     try:
         _wait_for_rows(proc, run_dir / ms.FILE_NAME)
         # another program takes all but less than lptrain's reserve
@@ -85,9 +87,8 @@ def test_disk_filling_up_during_the_run_fails_cleanly_and_resumes(small_disk, tm
     assert load_model(run_dir, "last").iteration == n
     assert not (run_dir / LOCK_FILE).exists()
     (small_disk / "filler").unlink()           # space freed: the run continues
-    again = subprocess.run([LPTRAIN, f"resume={run_dir}", f"train.iterations={n + 2}"],
-                           cwd=tmp_path, env=ENV, capture_output=True, text=True,
-                           timeout=TIMEOUT)
+    again = lptrain([f"resume={run_dir}", f"train.iterations={n + 2}"], tmp_path,
+                    timeout=TIMEOUT)
     assert again.returncode == 0, again.stderr
     m = read_metrics(run_dir / ms.FILE_NAME)
     assert m.status == ms.COMPLETED
@@ -96,30 +97,28 @@ def test_disk_filling_up_during_the_run_fails_cleanly_and_resumes(small_disk, tm
 
 def test_concurrent_runs_never_share_a_directory(tmp_path):
     run_dir = tmp_path / "run"
-    first = _start([f"hydra.run.dir={run_dir}", *LONG], tmp_path, tmp_path / "first.txt")
+    first = _start_command([f"hydra.run.dir={run_dir}", *LONG], tmp_path,
+                           tmp_path / "first.txt")
+    same, defaults = None, []
     try:
         _wait_for_rows(first, run_dir / ms.FILE_NAME)
         # a second run into the same directory while the first one lives, and two runs
         # with default directories started in the same second
-        same = subprocess.Popen([LPTRAIN, f"hydra.run.dir={run_dir}", *TINY,
-                                 "train.iterations=2"], cwd=tmp_path, env=ENV,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        defaults = [subprocess.Popen([LPTRAIN, *TINY, "train.iterations=2"], cwd=tmp_path,
-                                     env=ENV, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True) for _ in range(2)]
-        _, err = same.communicate(timeout=TIMEOUT)
-        assert same.returncode == 2
-        assert err.strip().splitlines() == [
+        # (forked from the tests' fork server: they start at once)
+        same = start([f"hydra.run.dir={run_dir}", *TINY, "train.iterations=2"], tmp_path)
+        defaults = [start([*TINY, "train.iterations=2"], tmp_path) for _ in range(2)]
+        assert same.wait(timeout=TIMEOUT) == 2
+        assert same.output()[1].strip().splitlines() == [
             f"lptrain: error: hydra.run.dir={run_dir}: in use by the lptrain process "
             f"{first.pid} on {__import__('socket').gethostname()} (lock file "
             f"{run_dir / LOCK_FILE}; delete it if that run is gone)"]
         for p in defaults:
-            assert p.wait(timeout=TIMEOUT) == 0, p.stderr.read()
+            assert p.wait(timeout=TIMEOUT) == 0, p.output()[1]
         first.send_signal(signal.SIGTERM)
         assert first.wait(timeout=TIMEOUT) == 128 + signal.SIGTERM
     finally:
-        for p in (first,):
-            if p.poll() is None:
+        for p in (first, same, *defaults):
+            if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
     m = read_metrics(run_dir / ms.FILE_NAME)
