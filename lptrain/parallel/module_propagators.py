@@ -190,9 +190,11 @@ def _rows(step, U, starts, stops, out, plus, level: int, last: bool, write: bool
     in which no row of U or plus is written over before it is read; without one, or
     without write, the rows are stacked and copied in."""
     order = None
-    if write:
-        target = new_rows(U[0], U.shape[0]) if out is None else out
-        order = row_write_order(target, before=(U,), after=(plus,))
+    if write and out is None:                 # new rows: nothing read is written over
+        target = new_rows(U[0], U.shape[0])
+        order = range(U.shape[0])
+    elif write:
+        target, order = out, row_write_order(out, before=(U,), after=(plus,))
     if order is None:
         ys = [step(U[i], a, b, level=level, last=last) for i, (a, b) in
               enumerate(zip(starts, stops))]
