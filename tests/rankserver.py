@@ -38,13 +38,15 @@ from forkserver import preload
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def wait(request, poll: float = 0.005):
-    """A nonblocking MPI request's result, sleeping while it is pending."""
+def wait(request, poll: float = 0.001, longest: float = 0.1):
+    """A nonblocking MPI request's result, sleeping while it is pending: 1 ms at first,
+    twice as long each time up to 0.1 s (an idle server's ranks wake 10 times a second)."""
     while True:
         done, value = request.test()
         if done:
             return value
         time.sleep(poll)
+        poll = min(2 * poll, longest)
 
 
 @contextlib.contextmanager
