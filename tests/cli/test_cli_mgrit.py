@@ -9,9 +9,10 @@ from lptrain.metrics.reader import read_metrics
 from lptrain.metrics.timing import text_lines
 from lptrain.report.table import rank_times
 
+ITERATIONS = 3       # L-BFGS steps whose objectives mgrit must reproduce
 TINY = ["network.layers=12", "network.width=4", "dataset.n_train=200", "dataset.n_val=50",
-        "train.iterations=5", "mgrit.levels=3", "mgrit.cfactor0=2", "mgrit.cfactor=2",
-        "mgrit.tol=1e-12", "eval_every=5"]
+        f"train.iterations={ITERATIONS}", "mgrit.levels=3", "mgrit.cfactor0=2",
+        "mgrit.cfactor=2", "mgrit.tol=1e-12", "eval_every=5"]
 pytestmark = pytest.mark.cli
 
 
@@ -36,10 +37,10 @@ def test_mgrit_mode_equals_serial_on_1_and_4_ranks(tmp_path):
     _, ref = objectives(tmp_path / "s")
     for name, ranks in (("m1", 1), ("m4", 4)):
         m, got = objectives(tmp_path / name)
-        assert m.attrs["world_size"] == ranks and len(got) == 5
+        assert m.attrs["world_size"] == ranks and len(got) == ITERATIONS
         np.testing.assert_allclose(got, ref, rtol=1e-8)
         assert np.all(m.mgrit["fwd_residual"] <= 1e-12)
-        assert m.timing["compute"].shape == (5, ranks)
+        assert m.timing["compute"].shape == (ITERATIONS, ranks)
     # the summary's time per rank: the totals of the file's timing/ rows, on 4 ranks only
     lines = text_lines(rank_times(read_metrics(tmp_path / "m4" / "metrics.h5")))
     assert all(line in four.stdout for line in lines) and len(lines) == 6
@@ -55,5 +56,5 @@ def test_multirun_under_mpiexec_agrees_on_directories(tmp_path):
     assert [p.name for p in runs] == ["0", "1"]
     for p in runs:
         m, obj = objectives(p)
-        assert m.attrs["world_size"] == 2 and len(obj) == 5
+        assert m.attrs["world_size"] == 2 and len(obj) == ITERATIONS
     assert not list(sweep.rglob("error-rank*.log"))
