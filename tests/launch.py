@@ -246,8 +246,13 @@ def _server(env: dict, ranks: int = 1) -> ForkServer:
 
 
 def _children(pid: int) -> list[int]:
+    """pids of `pid`'s children; none once it has exited (a rank may end while we look)."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return []
     kids = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
+    for task in tasks:
         try:
             kids += [int(c) for c in (task / "children").read_text().split()]
         except OSError:

@@ -60,3 +60,27 @@ def test_a_foreign_launcher_is_named_before_mpi_starts(variable, tmp_path):
                           f"lptrain's mpi4py is built for MPICH")
     assert "/mpirun -n P " in msg and "/mpiexec" in msg
     assert not (tmp_path / "run").exists()
+
+
+def test_rank_pids_survives_a_rank_that_exits_while_it_looks(monkeypatch):
+    """The signal tests poll a launch's ranks while they exit: a process that goes away
+    between the existence check and the directory read has no children (this raised
+    FileNotFoundError in CI)."""
+    import os
+    from launch import rank_pids
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        gone = f"/proc/{proc.pid}/task"
+
+        def vanish(real):
+            def read(path=".", *a):
+                if str(path).startswith(gone):
+                    raise FileNotFoundError(2, "No such file or directory", str(path))
+                return real(path, *a)
+            return read
+        monkeypatch.setattr(os, "scandir", vanish(os.scandir))
+        monkeypatch.setattr(os, "listdir", vanish(os.listdir))
+        assert rank_pids(proc.pid) == {}
+    finally:
+        proc.kill()
+        proc.wait()
