@@ -1,0 +1,65 @@
+"""One row of the quality matrix on one configuration, optionally with a random gradient
+error: how sensitive is a configuration's L-BFGS path to gradient errors of the size
+one-shot training makes?
+
+    .venv/bin/python bench/gradient_noise.py MODE [--eps E] [--noise-seed S] [KEY=VALUE ...]
+
+Trains like bench/simultaneous_quality.py (same overrides, the final parameters evaluated
+exactly, simultaneous runs 1.2 × longer for the "to serial J" column).  With --eps (serial
+only) every gradient g becomes g + E·‖g‖·z/‖z‖, z Gaussian from a generator seeded S.
+Prints the exact objective, the final and the last-fifth validation accuracy, and the
+iterations the trajectory needs to reach a given objective (--target).
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+import simultaneous_quality as q
+
+
+class Noisy:
+    """An oracle whose gradients carry a relative error of size eps in a random direction."""
+
+    def __init__(self, inner, eps: float, seed: int):
+        self.inner, self.eps = inner, eps
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def gradient(self, evaluation):
+        g = self.inner.gradient(evaluation)
+        z = torch.randn(g.shape, generator=self.gen, dtype=g.dtype)
+        return g + self.eps * g.norm() * z / z.norm()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=["serial", "simultaneous"])
+    p.add_argument("--eps", type=float, default=0.0)
+    p.add_argument("--noise-seed", type=int, default=0)
+    p.add_argument("--target", type=float, help="objective to reach (e.g. serial's final)")
+    p.add_argument("overrides", nargs="*")
+    a = p.parse_intermixed_args()
+    if a.eps > 0:
+        if a.mode != "serial":
+            p.error(f"--eps={a.eps}: gradient noise is for serial runs")
+        build = q.build
+
+        def noisy_build(opts, comm):
+            parts = list(build(opts, comm))
+            parts[4] = Noisy(parts[4], a.eps, a.noise_seed)
+            return tuple(parts)
+        q.build = noisy_build
+    r = q.run(a.mode, a.overrides, 1.2 if a.mode == "simultaneous" else 1.0)
+    reach = next((k + 1 for k, v in enumerate(r["trajectory"]) if a.target is not None
+                  and v <= a.target), None)
+    print(f"{a.mode} eps={a.eps} J={r['objective']:.6g} val={r['val']:.3f} "
+          f"val_last_fifth={r['val_window']:.4f} accepted={r['accepted']:.2f} "
+          f"grad_error={r['grad_error']:.2e} reaches_target_at={reach}")
+
+
+if __name__ == "__main__":
+    main()
