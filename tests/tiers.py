@@ -50,6 +50,7 @@ FILES = {
     "test_lp_module.py": "numeric",
     "test_matfile.py": "unit",
     "test_memory.py": "unit",
+    "test_metrics_columns.py": "unit",
     "test_metrics_console.py": "unit",
     "test_metrics_schema.py": "unit",
     "test_metrics_writer.py": "unit",

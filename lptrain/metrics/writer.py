@@ -18,9 +18,9 @@ import numpy as np
 from lptrain import __version__
 from lptrain.errors import DivergedError, Interrupted
 from lptrain.metrics import schema as s
+from lptrain.metrics.columns import CHUNK_ROWS, Columns
 from lptrain.train.control import convergence_factor
 
-_CHUNK_ROWS = 256
 RESERVE_BYTES = 4 * 2 ** 20   # free space kept on the file's file system (see MetricsWriter)
 _CHUNK_HISTORY = (64, 16)
 
@@ -67,7 +67,7 @@ class MetricsWriter:
             _check_name(s.ROOT, name)
         values = {name: _attr_value(name, value) for name, value in attrs.items()}
         self._file = _create(self.path)
-        self._closed = False
+        self._closed, self._columns, self._groups = False, Columns(), {}
         self.failure: s.MetricsFileError | None = None
         self._grid, self._skip_timing = _grid_of(attrs), False
         for name, value in values.items():
@@ -84,6 +84,7 @@ class MetricsWriter:
         ran on them); their per-rank columns cannot widen: rows on more ranks are left out."""
         self = cls.__new__(cls)
         self.path, self._closed, self.failure = Path(path), False, None
+        self._columns, self._groups = Columns(), {}
         # HDF5 would take an empty file for a new one and the resumed run would lose the
         # earlier rows silently
         if self.path.is_file() and not h5py.is_hdf5(self.path):
@@ -245,7 +246,9 @@ class MetricsWriter:
         self._guarded(lambda: self._write_row(group, fields), fields[s.ITERATION])
 
     def _write_row(self, group: str, fields: dict) -> None:
-        g = self._file.require_group(group)
+        g = self._groups.get(group)
+        if g is None:
+            g = self._groups[group] = self._file.require_group(group)
         # one dataset at a time (resize, then write), `iteration` last: a kill in between
         # leaves datasets of unequal length or an iteration still at its fill value, and
         # the reader drops such a row
@@ -258,7 +261,8 @@ class MetricsWriter:
             elif name in s.PER_RANK:
                 _append_per_rank(g, name, value)
             else:
-                _append_scalar(g, name, field.dtype, value)
+                _append_scalar(self._columns.get(g, name, field.dtype, s.FILL[field.dtype]),
+                               field.dtype, value)
 
 
 class NullWriter:
@@ -316,7 +320,7 @@ def _add_grid_columns(timing: h5py.Group, root) -> None:
         if name not in timing:
             value = int(root.get(name, s.FILL[s.INT]))
             timing.create_dataset(name, data=np.full(rows, value, dtype=np.int64),
-                                  maxshape=(None,), chunks=(_CHUNK_ROWS,),
+                                  maxshape=(None,), chunks=(CHUNK_ROWS,),
                                   fillvalue=s.FILL[s.INT])
 
 
@@ -366,16 +370,11 @@ def _create(path: Path) -> h5py.File:
         raise s.MetricsFileError(f"{path}: cannot create metrics file ({exc})") from None
 
 
-def _append_scalar(g: h5py.Group, name: str, dtype: str, value) -> None:
-    if name not in g:
-        g.create_dataset(name, shape=(0,), maxshape=(None,), chunks=(_CHUNK_ROWS,),
-                         dtype=dtype, fillvalue=s.FILL[dtype])
-    ds = g[name]
+def _append_scalar(column, dtype: str, value) -> None:
+    """One value (None: the fill value) appended to a scalar column (columns.py)."""
     if value is None:
         value = s.FILL[dtype]
-    n = ds.shape[0]
-    ds.resize((n + 1,))
-    ds[n] = int(value) if dtype == s.INT else float(value)
+    column.append(int(value) if dtype == s.INT else float(value))
 
 
 def _append_history(g: h5py.Group, name: str, values) -> None:

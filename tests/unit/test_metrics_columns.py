@@ -1,0 +1,62 @@
+"""metrics/columns.py: a Column appends what h5py's high-level indexing (the reference)
+appends, through chunk boundaries and after a resumed file was cut back."""
+import h5py
+import numpy as np
+
+from lptrain.metrics import schema as s
+from lptrain.metrics.columns import CHUNK_ROWS, Columns, append_plain
+
+FIELDS = {"count": s.INT, "value": s.FLOAT}
+
+
+def _values(seed, rows):
+    gen = np.random.default_rng(seed)
+    return {"count": gen.integers(-5, 10 ** 9, rows).tolist(),
+            "value": [float(v) for v in
+                      gen.standard_normal(rows) * 10.0 ** gen.integers(-300, 300, rows)]}
+
+
+def _write(path, rows, fast, cut=None, more=()):
+    """`rows` rows into group train/ of a new file; with `cut`, reopen it, keep `cut`
+    rows (as a resume does) and append `more`."""
+    def append(f, values):
+        g, columns = f.require_group("train"), Columns()
+        for i in range(len(values["count"])):
+            for name, dtype in FIELDS.items():
+                if fast:
+                    columns.get(g, name, dtype, s.FILL[dtype]).append(values[name][i])
+                else:
+                    append_plain(g, name, dtype, s.FILL[dtype], values[name][i])
+    with h5py.File(path, "w") as f:
+        append(f, rows)
+    if cut is not None:
+        with h5py.File(path, "r+") as f:
+            for ds in f["train"].values():
+                ds.resize((cut,))
+            append(f, more)
+    with h5py.File(path, "r") as f:
+        return {name: (ds[()], ds.dtype, ds.chunks, ds.maxshape, ds.fillvalue)
+                for name, ds in f["train"].items()}
+
+
+def _same(a, b):
+    assert a.keys() == b.keys() == FIELDS.keys()
+    for name in a:
+        (va, *pa, fa), (vb, *pb, fb) = a[name], b[name]
+        np.testing.assert_array_equal(va, vb)
+        assert pa == pb and np.array_equal(fa, fb, equal_nan=True)
+
+
+def test_a_column_writes_what_the_reference_writes(tmp_path):
+    rows = _values(0, CHUNK_ROWS + 45)          # into a second chunk
+    fast = _write(tmp_path / "fast.h5", rows, True)
+    _same(fast, _write(tmp_path / "plain.h5", rows, False))
+    assert fast["count"][0].tolist() == rows["count"]
+    assert fast["value"][0].tolist() == rows["value"]
+
+
+def test_columns_of_a_resumed_file_continue_after_its_kept_rows(tmp_path):
+    rows, more = _values(1, 70), _values(2, 30)
+    fast = _write(tmp_path / "fast.h5", rows, True, cut=40, more=more)
+    _same(fast, _write(tmp_path / "plain.h5", rows, False, cut=40, more=more))
+    assert fast["count"][0].tolist() == rows["count"][:40] + more["count"]
