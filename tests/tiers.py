@@ -42,6 +42,7 @@ FILES = {
     "test_exchange.py": "unit",
     "test_fault_matrix.py": "unit",
     "test_grid_split.py": "unit",
+    "test_grid_times.py": "unit",
     "test_guard.py": "unit",
     "test_hierarchy.py": "unit",
     "test_indexing.py": "unit",

@@ -54,7 +54,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads while measuring kernels (default 1: one rank per core)")
     p.add_argument("--fresh", action="store_true",
-                   help="measure the kernels now even if this host has kept costs")
+                   help="measure the kernels now even if this host has kept costs, and "
+                        "forget the splits parallel.layer_ranks=auto kept")
     p.add_argument("--latency", type=float, metavar="S", help="message latency α [s]")
     p.add_argument("--bandwidth", type=float, metavar="B", help="bandwidth β [bytes/s]")
     p.add_argument("--ranks", default=DEFAULT_RANKS, help=f"P values (default {DEFAULT_RANKS})")
@@ -223,9 +224,11 @@ def run(args) -> list[Path]:
     opts, cfg = compose(args.overrides)
     net, theta, batch = build_network(opts)
     model = make_model(opts, net, theta, batch)
-    from lptrain.model_perf.grid import model_timer
+    from lptrain.model_perf.grid import forget_kept_times, model_timer
     from lptrain.parallel import auto
     auto.install(model_timer)         # the auto column: as the lptrain command decides
+    if args.fresh:
+        forget_kept_times()
     runs = load_runs(args.measured)
     cnt, count_note = counts(args, runs)
     ranks = _ranks(args.ranks)

@@ -5,9 +5,18 @@ shard of ceil(batch / D) samples, and sums the loss, the hits and the gradient o
 D groups (predict.py).  Data parallelism divides the work exactly, layer parallelism
 pays MGRIT's extra work, so more layer ranks win where shards get so small that
 per-call costs and messages dominate.  Costs are those of this host (costs.py).
+
+The predicted times of a configuration's grids are kept beside the kernel costs, and a
+later start on the host decides on them: a record's glue is timed as it runs, so two
+starts could rank two nearly equal grids differently and, since another grid sums in
+another order, train differently. `lptrain-model --fresh` forgets them.
 """
 from __future__ import annotations
 
+import json
+import os
+import shutil
+from dataclasses import asdict
 from typing import Sequence
 
 from lptrain.model_perf.measure import DEFAULT_LINK
@@ -47,16 +56,60 @@ class MeasuredTimer:
 
         from lptrain.data.base import dataset_sizes
         from lptrain.model.dtypes import DTYPES
+        from lptrain.model_perf.costs import cost_config
         o = self.opts
         dtype = DTYPES[o.dtype]
         batch = o.train.batch_size or dataset_sizes(o.dataset).n_train
+        threads = torch.get_num_threads()
+        key = {"costs": cost_config(self.net, batch, o.dtype, o.device, threads),
+               "mode": self.mode, "mgrit": asdict(o.mgrit), "counts": asdict(self.counts),
+               "mini_batches": o.train.batch_size is not None,
+               "grids": sorted([g.layer, g.data] for g in grids)}
+        kept = kept_times(key)
+        if kept is not None:
+            return kept
         model = Model(self.net, o.mgrit, batch, o.train.batch_size is not None, dtype)
         theta = self.net.init_params(o.seed, dtype, o.device)
 
         def times(m):
             return {g: model.grid_time(g, self.mode, m, self.counts) for g in grids}
-        m, _ = measured_machine(model, theta, times, o.device, torch.get_num_threads())
-        return times(m)
+        m, _ = measured_machine(model, theta, times, o.device, threads)
+        found = times(m)
+        keep_times(key, found)
+        return found
+
+
+def _times_file(key: dict):
+    from lptrain.model_perf.costs import cache_dir, cache_file
+    return cache_dir() / "grid_times" / cache_file(key).name
+
+
+def kept_times(key: dict) -> dict[Grid, float] | None:
+    """The grid times kept for `key` on this host (None: none, or unreadable)."""
+    try:
+        rows = json.loads(_times_file(key).read_text())["times"]
+        return {Grid(int(layer), int(data)): float(t) for layer, data, t in rows}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def keep_times(key: dict, times: dict[Grid, float]) -> None:
+    """Keep `times` for `key` (written whole, then renamed); skipped where it cannot be."""
+    path = _times_file(key)
+    rows = [[g.layer, g.data, t] for g, t in times.items()]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"key": key, "times": rows}, default=str))
+        tmp.replace(path)
+    except OSError:
+        pass
+
+
+def forget_kept_times() -> None:
+    """Drop every kept grid time of this cache (the next auto decision predicts anew)."""
+    from lptrain.model_perf.costs import cache_dir
+    shutil.rmtree(cache_dir() / "grid_times", ignore_errors=True)
 
 
 def model_timer(opts, net, mode: str) -> MeasuredTimer:

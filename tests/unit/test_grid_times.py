@@ -1,0 +1,41 @@
+"""parallel.layer_ranks=auto decides once per configuration and host: the predicted grid
+times are kept (model_perf/grid.py), so a later start takes the same grid even where a
+new prediction would rank the grids otherwise."""
+from lptrain.model_perf import grid as mg
+from lptrain.model_perf.cli import build_network, compose
+from lptrain.parallel.grid import Grid
+
+GRIDS = [Grid(1, 2), Grid(2, 1)]
+
+
+def _timer(overrides, monkeypatch, seconds):
+    """A MeasuredTimer whose predictions are `seconds` (a dict read at each prediction)."""
+    opts, _ = compose(["mode=simultaneous", "network.layers=8", *overrides])
+    net, _, _ = build_network(opts)
+    monkeypatch.setattr(mg, "measured_machine", lambda model, theta, times, *a: (None, ""))
+    monkeypatch.setattr(mg.Model, "grid_time", lambda self, g, *a: seconds[g])
+    return mg.MeasuredTimer(opts, net, "simultaneous")
+
+
+def test_auto_keeps_the_grid_times_of_a_configuration(tmp_path, monkeypatch):
+    monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path))
+    seconds = {Grid(1, 2): 1.0, Grid(2, 1): 2.0}
+    first = _timer([], monkeypatch, seconds).times(GRIDS)
+    assert first == seconds
+    seconds.update({Grid(1, 2): 3.0, Grid(2, 1): 0.5})     # a new prediction would differ
+    assert _timer([], monkeypatch, seconds).times(GRIDS) == first
+    # another configuration (here: its MGRIT options) is predicted anew, and kept apart
+    other = _timer(["mgrit.fwd_iters=3"], monkeypatch, seconds).times(GRIDS)
+    assert other == seconds and _timer([], monkeypatch, seconds).times(GRIDS) == first
+    mg.forget_kept_times()                                  # lptrain-model --fresh
+    assert _timer([], monkeypatch, seconds).times(GRIDS) == seconds
+
+
+def test_an_unreadable_kept_file_is_predicted_anew(tmp_path, monkeypatch):
+    monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path))
+    seconds = {Grid(1, 2): 1.0, Grid(2, 1): 2.0}
+    _timer([], monkeypatch, seconds).times(GRIDS)
+    (kept,) = (tmp_path / "grid_times").iterdir()
+    kept.write_text("{not json")
+    seconds[Grid(1, 2)] = 4.0
+    assert _timer([], monkeypatch, seconds).times(GRIDS) == seconds
