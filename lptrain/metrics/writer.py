@@ -18,7 +18,8 @@ import numpy as np
 from lptrain import __version__
 from lptrain.errors import DivergedError, Interrupted
 from lptrain.metrics import schema as s
-from lptrain.metrics.columns import CHUNK_ROWS, Columns
+from lptrain.metrics.columns import (CHUNK_ROWS, Columns, append_history,
+                                     append_per_rank)
 from lptrain.train.control import convergence_factor
 
 RESERVE_BYTES = 4 * 2 ** 20   # free space kept on the file's file system (see MetricsWriter)
@@ -256,13 +257,20 @@ class MetricsWriter:
         for name in names:
             field = s.FIELDS[group][name]
             value = fields.get(name)
-            if name in s.HISTORIES:
-                _append_history(g, name, value)
-            elif name in s.PER_RANK:
-                _append_per_rank(g, name, value)
+            if name in s.HISTORIES or name in s.PER_RANK:
+                self._append_rows(g, name, value)
             else:
                 _append_scalar(self._columns.get(g, name, field.dtype, s.FILL[field.dtype]),
                                field.dtype, value)
+
+    def _append_rows(self, g: h5py.Group, name: str, value) -> None:
+        """A history or per-rank row: through its kept RowColumn while it fits the
+        dataset's width, else the plain way (which widens it) and the column anew."""
+        row = np.asarray([] if value is None else value, dtype=np.float64).ravel()
+        column = self._columns.rows(g, name)
+        if column is None or not column.append(row):
+            (append_history if name in s.HISTORIES else append_per_rank)(g, name, value)
+            self._columns.forget(g, name)
 
 
 class NullWriter:
@@ -375,42 +383,3 @@ def _append_scalar(column, dtype: str, value) -> None:
     if value is None:
         value = s.FILL[dtype]
     column.append(int(value) if dtype == s.INT else float(value))
-
-
-def _append_history(g: h5py.Group, name: str, values) -> None:
-    row = np.asarray([] if values is None else values, dtype=np.float64).ravel()
-    if name not in g:
-        g.create_dataset(name, shape=(0, 0), maxshape=(None, None), chunks=_CHUNK_HISTORY,
-                         dtype=np.float64, fillvalue=np.nan)
-    ds = g[name]
-    n, width = ds.shape
-    new_width = max(width, row.size)
-    ds.resize((n + 1, new_width))
-    if new_width > width and n > 0:
-        ds[:n, width:] = np.nan  # earlier rows are shorter: pad them explicitly
-    if new_width > 0:
-        padded = np.full(new_width, np.nan)
-        padded[:row.size] = row
-        ds[n, :] = padded
-
-
-def _append_per_rank(g: h5py.Group, name: str, values) -> None:
-    """One row of per-rank values; the columns grow to the most ranks so far (earlier
-    rows read NaN there), a row of fewer ranks is NaN-padded."""
-    row = np.asarray(values, dtype=np.float64).ravel()
-    if name not in g:
-        g.create_dataset(name, shape=(0, row.size), maxshape=(None, None),
-                         chunks=(max(1, 8192 // row.size), row.size),
-                         dtype=np.float64, fillvalue=np.nan)
-    ds = g[name]
-    n, width = ds.shape
-    if row.size > width and ds.maxshape[1] is not None and row.size > ds.maxshape[1]:
-        raise ValueError(f"{g.name}/{name}: got {row.size} ranks, "
-                         f"the file has room for {ds.maxshape[1]}")
-    ds.resize((n + 1, max(width, row.size)))
-    if row.size > width and n > 0:
-        ds[:n, width:] = np.nan     # earlier rows had fewer ranks
-    width = ds.shape[1]
-    padded = np.full(width, np.nan)
-    padded[:row.size] = row
-    ds[n, :] = padded

@@ -60,3 +60,33 @@ def test_columns_of_a_resumed_file_continue_after_its_kept_rows(tmp_path):
     fast = _write(tmp_path / "fast.h5", rows, True, cut=40, more=more)
     _same(fast, _write(tmp_path / "plain.h5", rows, False, cut=40, more=more))
     assert fast["count"][0].tolist() == rows["count"][:40] + more["count"]
+
+
+def test_row_columns_write_what_the_plain_appends_write(tmp_path):
+    """Histories that grow, shrink and come empty, per-rank rows that widen: kept
+    RowColumns while a row fits, the plain append (which widens) when it does not."""
+    from lptrain.metrics.columns import append_history, append_per_rank
+    gen = np.random.default_rng(3)
+    lengths = [3, 2, 5, 5, 0, None, 4, 7, 1] * 30            # past a chunk of rows
+    ranks = [2, 2, 3, 3, 1, 3] * 45
+    histories = [None if n is None else gen.standard_normal(n).tolist() for n in lengths]
+    per_rank = [gen.random(r).tolist() for r in ranks]
+
+    def write(path, fast):
+        with h5py.File(path, "w") as f:
+            g, columns = f.require_group("mgrit"), Columns()
+            for name, rows, plain in (("h", histories, append_history),
+                                      ("r", per_rank, append_per_rank)):
+                for row in rows:
+                    column = columns.rows(g, name) if fast else None
+                    values = np.asarray([] if row is None else row, dtype=float)
+                    if column is None or not column.append(values):
+                        plain(g, name, row)
+                        columns.forget(g, name)
+        with h5py.File(path, "r") as f:
+            return {n: (ds[()], ds.dtype, ds.chunks, ds.maxshape) for n, ds in f["mgrit"].items()}
+    fast, plain = write(tmp_path / "fast.h5", True), write(tmp_path / "plain.h5", False)
+    for name in ("h", "r"):
+        np.testing.assert_array_equal(fast[name][0], plain[name][0])
+        assert fast[name][1:] == plain[name][1:]
+    assert fast["h"][0].shape == (len(lengths), 7) and fast["r"][0].shape == (len(ranks), 3)
