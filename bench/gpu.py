@@ -20,6 +20,10 @@ steps   (a) seconds per optimizer step, serial and simultaneous (2 + 2 iteration
 relax   (c) level 0's F-relaxation (c = 4) of all N/4 intervals as one batched step
         per F-point, the same in lptrain's chunks of fused.CHUNK intervals, and the
         serial sweep of N steps, float32 and float64; and one MGRIT forward iteration.
+chunk   the lever (c) points at, for an A/B where a GPU is lent: the one-shot step
+        (2 + 2) and a one-iteration forward value with fused.CHUNK = 8 (lptrain's, for
+        CPU caches) against all intervals in one chunk, alternating, float32 and
+        float64, with the largest gradient difference between the two.
 
 Prints one line per result and writes bench/results/gpu_<device>.json.
 """
@@ -39,6 +43,7 @@ from common import data, network, save
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "mpi"))
 import module_case as mc  # noqa: E402
 
+from lptrain.mgrit import fused  # noqa: E402
 from lptrain.mgrit.fused import CHUNK  # noqa: E402
 from lptrain.mgrit.options import MGRITOptions  # noqa: E402
 from lptrain.parallel.context import SerialExchange  # noqa: E402
@@ -282,9 +287,61 @@ def forward_iteration(net, theta, x, reps) -> float:
     return timed(once, reps)
 
 
+class _Chunked(_Synced):
+    """A synchronised objective that runs its solves with fused.CHUNK = `chunk`."""
+
+    def __init__(self, inner, chunk: int):
+        super().__init__(inner)
+        self.chunk = chunk
+
+    def value(self, theta):
+        fused.CHUNK = self.chunk
+        return super().value(theta)
+
+    def gradient(self, ev):
+        fused.CHUNK = self.chunk
+        return super().gradient(ev)
+
+
+def chunks(rows: list, reps: int, layers: int = 1024, batch: int = 5000) -> None:
+    import simultaneous_step as ss
+    default = fused.CHUNK
+    try:
+        for dtype in (torch.float32, torch.float64):
+            net, theta = network(layers, dtype=dtype)
+            x, y = data(batch, dtype=dtype)
+            theta, x, y = theta.to(DEV), x.to(DEV), y.to(DEV)
+            mg = MGRITOptions(levels=3, cfactor0=4, cfactor=4, nrelax0=0, nrelax=1,
+                              fwd_iters=2, adj_iters=2, control="fixed")
+            sides = {c: _Chunked(Objective(SimultaneousOracle(net, SerialExchange(), mg),
+                                           net), c) for c in (default, layers)}
+            grads = []
+            for side in sides.values():
+                side.begin(Batch(x, y))
+                grads.append(side.gradient(side.value(theta)).double().cpu())
+            times = ss.run_steps(list(sides.values()), theta, x, y, reps)
+            fwd = {}
+            for c in sides:
+                fused.CHUNK = c
+                fwd[c] = forward_iteration(net, theta, x, reps)
+            row = {"part": "chunk", "dtype": str(dtype)[6:], "device": DEV, "layers": layers,
+                   "batch": batch, "chunk": list(sides), "step_s": times,
+                   "forward_value_s": list(fwd.values()),
+                   "max_grad_diff": float((grads[0] - grads[1]).abs().max())}
+            rows.append(row)
+            print(f"chunk N={layers} {row['dtype']} on {DEV}: one-shot step "
+                  f"{times[0] * 1e3:.1f} ms (chunks of {default}) vs {times[1] * 1e3:.1f} ms "
+                  f"(one chunk); forward value {row['forward_value_s'][0] * 1e3:.1f} vs "
+                  f"{row['forward_value_s'][1] * 1e3:.1f} ms; max |Δ∇| "
+                  f"{row['max_grad_diff']:.1e}", flush=True)
+    finally:
+        fused.CHUNK = default
+
+
 PARTS = {"check": lambda rows, a: (check_modules(rows), check_oracles(rows)),
          "steps": lambda rows, a: step_costs(rows, a.reps),
-         "relax": lambda rows, a: relax(rows, a.reps)}
+         "relax": lambda rows, a: relax(rows, a.reps),
+         "chunk": lambda rows, a: chunks(rows, a.reps)}
 
 
 def main():
