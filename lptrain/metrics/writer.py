@@ -23,7 +23,6 @@ from lptrain.metrics.columns import (CHUNK_ROWS, Columns, append_history,
 from lptrain.train.control import convergence_factor
 
 RESERVE_BYTES = 4 * 2 ** 20   # free space kept on the file's file system (see MetricsWriter)
-_CHUNK_HISTORY = (64, 16)
 
 
 def free_bytes(directory: Path) -> int:
