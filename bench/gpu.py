@@ -44,7 +44,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "mpi"))
 import module_case as mc  # noqa: E402
 
 from lptrain.mgrit import fused  # noqa: E402
-from lptrain.mgrit.fused import CHUNK  # noqa: E402
 from lptrain.mgrit.options import MGRITOptions  # noqa: E402
 from lptrain.parallel.context import SerialExchange  # noqa: E402
 from lptrain.parallel.lp_module import LayerParallel  # noqa: E402
@@ -73,32 +72,29 @@ def module_case(name, dtype, device) -> dict:
     mod = LayerParallel(make, T=1.0, n_layers=mc.N, stack=stack,
                         mgrit=MGRITOptions(**{**mc.TOL, **opts}),
                         coarse_steps=mc.COARSE.get(name)).to(device=device, dtype=dtype)
-    return _solved(mod, name, shape, dtype, device, lambda m, u: m(u))
+    return _solved(mod, shape, dtype, device)
 
 
 def builtin_case(name, dtype, device) -> dict:
     _, _, _, shape, opts = mc.BUILTIN[name]
     mod = LayerParallel(mc.builtin(name), T=1.0,
                         mgrit=MGRITOptions(**{**mc.TOL, **opts})).to(device=device, dtype=dtype)
-    return _solved(mod, name, shape, dtype, device, lambda m, u: m(u))
+    return _solved(mod, shape, dtype, device)
 
 
-def _solved(mod, name, shape, dtype, device, run) -> dict:
+def _solved(mod, shape, dtype, device, serial: bool = False) -> dict:
+    """Output, input gradient and every parameter gradient of module_case's loss, by
+    MGRIT (and its output under no_grad) or, with `serial`, by serial autograd."""
     u0 = mc._input(shape, 1).to(device=device, dtype=dtype).requires_grad_()
-    out = run(mod, u0)
-    ((out * mc._input(out.shape, 2).to(out)).sum() + 0.5 * (out ** 2).sum()).backward()
+    out = mod.serial(u0) if serial else mod(u0)
+    mc.loss_of(out, 2).backward()
     res = {"out": out.detach(), "gu": u0.grad.detach()}
     for n in mod.owned:
         for k, p in mod.steps.module(n).named_parameters():
             res[f"{n}.{k}"] = p.grad.detach()
-    if run is not serial_run:
-        with torch.no_grad():
-            res["nograd"] = mod(u0.detach())
+    with torch.no_grad():
+        res["nograd"] = out.detach() if serial else mod(u0.detach())
     return res
-
-
-def serial_run(mod, u):
-    return mod.serial(u)
 
 
 def reference(name) -> dict:
@@ -109,9 +105,7 @@ def reference(name) -> dict:
     else:
         shape = mc.BUILTIN[name][3]
         mod = LayerParallel(mc.builtin(name), T=1.0)
-    res = _solved(mod, name, shape, torch.float64, "cpu", serial_run)
-    res["nograd"] = res["out"]
-    return res
+    return _solved(mod, shape, torch.float64, "cpu", serial=True)
 
 
 def check_modules(rows: list) -> None:
@@ -263,7 +257,7 @@ def relax(rows: list, reps: int, layers: int = 1024, batch: int = 5000, cf: int 
             return run
         t = {"serial sweep": timed(sweep, reps),
              "F-relaxation, all intervals batched": timed(batched(len(cs)), reps),
-             f"F-relaxation, chunks of {CHUNK}": timed(batched(CHUNK), reps)}
+             f"F-relaxation, chunks of {fused.CHUNK}": timed(batched(fused.CHUNK), reps)}
         t["one-shot forward value (1 MGRIT iteration, warm)"] = forward_iteration(net, theta, x.to(DEV), reps)
         for k, v in t.items():
             rows.append({"part": "relax", "what": k, "dtype": str(dtype)[6:], "device": DEV,

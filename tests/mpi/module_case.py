@@ -123,7 +123,7 @@ def builtin(name, seed=0) -> BuiltinSteps:
 
 
 def loss_of(out, seed):
-    return (out * _input(out.shape, seed)).sum() + 0.5 * (out ** 2).sum()
+    return (out * _input(out.shape, seed).to(out)).sum() + 0.5 * (out ** 2).sum()
 
 
 def _grads(name, mod: LayerParallel, u0, comm) -> dict:
