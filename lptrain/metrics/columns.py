@@ -34,7 +34,6 @@ def append_plain(g: h5py.Group, name: str, dtype: str, fill, value) -> None:
     ds[n] = value
 
 
-
 def append_history(g: h5py.Group, name: str, values) -> None:
     """The reference for histories: one NaN-padded row; the columns grow to the longest."""
     row = np.asarray([] if values is None else values, dtype=np.float64).ravel()
@@ -109,17 +108,18 @@ class Columns:
             column = self._by_name[key] = Column(ds)
         return column
 
-    def rows(self, g: h5py.Group, name: str) -> "RowColumn | None":
-        """The RowColumn of a 2-D dataset (None while the file has no such dataset)."""
+    def append_row(self, g: h5py.Group, name: str, values, plain) -> None:
+        """One row of a 2-D dataset: through its RowColumn while the row fits the
+        dataset's width, else by `plain(g, name, values)` (append_history or
+        append_per_rank, which make or widen the dataset), the column made anew after."""
         key = (g.name, name)
         column = self._by_name.get(key)
         if column is None and name in g:
             column = self._by_name[key] = RowColumn(g[name])
-        return column
-
-    def forget(self, g: h5py.Group, name: str) -> None:
-        """Drop a column whose dataset was resized elsewhere (it is made anew when asked)."""
-        self._by_name.pop((g.name, name), None)
+        row = np.asarray([] if values is None else values, dtype=np.float64).ravel()
+        if column is None or not column.append(row):
+            plain(g, name, values)
+            self._by_name.pop(key, None)
 
 
 class RowColumn:

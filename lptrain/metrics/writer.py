@@ -256,20 +256,13 @@ class MetricsWriter:
         for name in names:
             field = s.FIELDS[group][name]
             value = fields.get(name)
-            if name in s.HISTORIES or name in s.PER_RANK:
-                self._append_rows(g, name, value)
+            if name in s.HISTORIES:
+                self._columns.append_row(g, name, value, append_history)
+            elif name in s.PER_RANK:
+                self._columns.append_row(g, name, value, append_per_rank)
             else:
                 _append_scalar(self._columns.get(g, name, field.dtype, s.FILL[field.dtype]),
                                field.dtype, value)
-
-    def _append_rows(self, g: h5py.Group, name: str, value) -> None:
-        """A history or per-rank row: through its kept RowColumn while it fits the
-        dataset's width, else the plain way (which widens it) and the column anew."""
-        row = np.asarray([] if value is None else value, dtype=np.float64).ravel()
-        column = self._columns.rows(g, name)
-        if column is None or not column.append(row):
-            (append_history if name in s.HISTORIES else append_per_rank)(g, name, value)
-            self._columns.forget(g, name)
 
 
 class NullWriter:
