@@ -102,14 +102,19 @@ def load(path: Path, batch: int) -> KernelCosts:
 
 
 def save(path: Path, costs: KernelCosts, config: dict) -> None:
-    """Keep `costs` in `path` (written whole, then renamed: readers never see a part);
-    a cache that cannot be written is skipped."""
+    """Keep `costs` in `path` (see keep_json)."""
     rows = [[name, states, costs.one[(name, states)], t]
             for (name, states), t in sorted(costs.full.items())]
+    keep_json(path, {"config": config, "batch": costs.batch, "kernels": rows})
+
+
+def keep_json(path: Path, payload: dict) -> None:
+    """Write `payload` to a cache file whole, then rename it (readers never see a part);
+    a cache that cannot be written is skipped."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"config": config, "batch": costs.batch, "kernels": rows}))
+        tmp.write_text(json.dumps(payload, default=str))
         tmp.replace(path)
     except OSError:
         pass

@@ -14,7 +14,6 @@ another order, train differently. `lptrain-model --fresh` forgets them.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import asdict
 from typing import Sequence
@@ -61,14 +60,14 @@ class MeasuredTimer:
         dtype = DTYPES[o.dtype]
         batch = o.train.batch_size or dataset_sizes(o.dataset).n_train
         threads = torch.get_num_threads()
+        mini_batches = o.train.batch_size is not None
         key = {"costs": cost_config(self.net, batch, o.dtype, o.device, threads),
                "mode": self.mode, "mgrit": asdict(o.mgrit), "counts": asdict(self.counts),
-               "mini_batches": o.train.batch_size is not None,
-               "grids": sorted([g.layer, g.data] for g in grids)}
+               "mini_batches": mini_batches, "grids": sorted([g.layer, g.data] for g in grids)}
         kept = kept_times(key)
         if kept is not None:
             return kept
-        model = Model(self.net, o.mgrit, batch, o.train.batch_size is not None, dtype)
+        model = Model(self.net, o.mgrit, batch, mini_batches, dtype)
         theta = self.net.init_params(o.seed, dtype, o.device)
 
         def times(m):
@@ -94,16 +93,10 @@ def kept_times(key: dict) -> dict[Grid, float] | None:
 
 
 def keep_times(key: dict, times: dict[Grid, float]) -> None:
-    """Keep `times` for `key` (written whole, then renamed); skipped where it cannot be."""
-    path = _times_file(key)
-    rows = [[g.layer, g.data, t] for g, t in times.items()]
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"key": key, "times": rows}, default=str))
-        tmp.replace(path)
-    except OSError:
-        pass
+    """Keep `times` for `key` (costs.keep_json)."""
+    from lptrain.model_perf.costs import keep_json
+    keep_json(_times_file(key), {"key": key,
+                                 "times": [[g.layer, g.data, t] for g, t in times.items()]})
 
 
 def forget_kept_times() -> None:
