@@ -4,7 +4,7 @@
 #
 #   bash bench/device.sh [PARTS]      PARTS: any of gpu cli scaling (default: all three)
 #
-# About 12 minutes in all on such a machine: within a 10-minute call, run `gpu cli` and
+# All parts together outlast one call of a lent device machine: run `gpu cli` and
 # `scaling` with CONFIGS=peaks_deep in one call and CONFIGS=mnist_deep scaling in another.
 #
 # The machine's own python3 needs torch (CUDA), h5py, rich, numpy, scipy and matplotlib;

@@ -1,10 +1,9 @@
 """The datasets of metrics.h5, appended to one row at a time at the cost of the write.
 
 Every optimizer iteration appends one row to each of 7–20 datasets (train/, mgrit/,
-timing/). Through h5py's high-level path — find the dataset by name, read its shape,
-resize it, build a selection, write — a value costs about 0.2 ms: 9–13 ms an iteration
-of the default run, a sixth of its wall time (BENCHMARKS.md "The loop's own time per
-iteration"). A `Column` (scalars) or `RowColumn` (histories and per-rank rows) keeps its
+timing/). h5py's high-level path per value (find the dataset by name, read its shape,
+resize it, build a selection, write) made this logging a large part of a short step's
+iteration (BENCHMARKS.md "The loop's own time per iteration"). A `Column` (scalars) or `RowColumn` (histories and per-rank rows) keeps its
 dataset's handle and shape and appends through the low-level calls (extend, select one
 row, write). `append_plain`, `append_history` and `append_per_rank` are the high-level
 references; the tests compare the files the two ways write.
