@@ -168,17 +168,13 @@ def keep_freed_memory() -> bool:
     Returns False off glibc.
     """
     import ctypes
-    import ctypes.util
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    try:
-        libc = ctypes.CDLL(name)
-        m_trim_threshold, m_mmap_threshold = -1, -3
-        return bool(libc.mallopt(m_mmap_threshold, MMAP_ABOVE)) and \
-            bool(libc.mallopt(m_trim_threshold, 2 ** 31 - 1))
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    try:        # the process's own symbols, libc's among them (no library search)
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
+    return bool(mallopt(m_mmap_threshold, MMAP_ABOVE)) and \
+        bool(mallopt(m_trim_threshold, 2 ** 31 - 1))
 
 
 MMAP_ABOVE = 256 * 2 ** 20     # bytes: larger blocks are mapped (and unmapped on free)
