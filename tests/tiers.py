@@ -43,6 +43,7 @@ FILES = {
     "test_fault_matrix.py": "unit",
     "test_grid_split.py": "unit",
     "test_grid_times.py": "unit",
+    "test_record_glue.py": "numeric",
     "test_guard.py": "unit",
     "test_hierarchy.py": "unit",
     "test_indexing.py": "unit",

@@ -2,7 +2,7 @@
 
 For every rank of a layer group of `layer` ranks, the training oracle of the mode as
 app.py builds it (train/oracles.py, oneshot.py; data_parallel.py for `data` > 1 groups;
-objective.py) runs two optimizer iterations — `value` then `gradient` — on a batch of
+objective.py) runs optimizer iterations — `value` then `gradient` — on a batch of
 the group's shard size.  Three parts with one role each:
 
 - the network at zero cost (zero_cost.py) supplies the kernels: its stepper's give
@@ -19,16 +19,19 @@ Ranks run one after the other in this process: a rank only ever waits for messag
 and zeros do as well as states (the control flow depends on nothing else), so its log
 is what it does on P ranks.  What the rank computes outside the reported kernels (the
 solver's vector work, the Python around every call: `Glue`) is timed as it runs, in
-this thread's CPU time, and logged before the next message or sum.  The second
-iteration, warm as every later one, is kept: its `value` and `gradient` apart (each
-ends in sums every rank waits for).  The record is exactly what training calls, so a
+this thread's CPU time, and logged before the next message or sum.  After a first
+iteration, KEPT warm ones are recorded and each span of glue keeps its median over them;
+their `value` and `gradient` stay apart (each ends in sums every rank waits for).  The record is exactly what training calls, so a
 change to the solver, the oracles or the adjoint changes the model with it.  Kernels
 are charged their measured costs elsewhere (predict.py).
 """
 from __future__ import annotations
 
+import gc
 import math
+import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Union
@@ -121,6 +124,8 @@ def record_iteration(net, mode: str, mgrit_opts, layer: int = 1, data: int = 1,
 
     Raises SolverError (as training would) for more layer ranks than C-intervals.
     """
+    from lptrain.parallel.context import keep_freed_memory
+    keep_freed_memory()     # as the lptrain command runs: its temporaries reuse pages
     if mode == SIMULTANEOUS:
         mgrit_opts = replace(mgrit_opts, control="fixed", fwd_iters=fwd, adj_iters=adj,
                              adaptive=False, calibrate_every=0)
@@ -130,28 +135,92 @@ def record_iteration(net, mode: str, mgrit_opts, layer: int = 1, data: int = 1,
     y = torch.arange(batch) % net.n_classes
     ops, steps = ([], []), ([], [])      # [value, gradient][rank]
     for r in range(layer):
-        rec, ex = Recorder(), ScriptedExchange(r, layer)
-        data_ex = ScriptedExchange(0, data) if data > 1 else None
-        zero = ZeroCostNetwork(net, rec, math.prod(net.state_dims(batch)))
-        oracle = iteration_oracle(zero, mode, mgrit_opts, ex, data_ex, mini_batches,
-                                  rec, rec.over_data())
-        for kept in (False, True):
-            ex.script(fwd if mode == MGRIT else None)
-            ex.reversed().script(adj if mode == MGRIT else None)
-            rec.begin(kept)
-            ev = value_of(oracle, theta, x, y)
-            value = rec.end()
-            rec.begin(kept)
-            gradient_of(oracle, ev)
-            gradient = rec.end()
+        ex, data_ex = ScriptedExchange(r, layer), ScriptedExchange(0, data) if data > 1 else None
+        with collector_paused():    # its pauses are not the rank's glue
+            parts = _rank_iterations(net, mode, mgrit_opts, fwd, adj, mini_batches, ex,
+                                     data_ex, (theta, x, y))
         if mode != "serial":
             _check(mode, mgrit_opts, net.opts.layers, layer, fwd, ex.checks, adj,
                    ex.reversed().checks)
-        for k, (part_ops, part_steps) in enumerate((value, gradient)):
-            ops[k].append(tuple(part_ops))
+        for k, (part_ops, part_steps) in enumerate(parts):
+            ops[k].append(part_ops)
             steps[k].append(part_steps)
     return Record(tuple(ops[0]), tuple(ops[1]), layer, data,
                   (tuple(steps[0]), tuple(steps[1])))
+
+
+def _rank_iterations(net, mode: str, mgrit_opts, fwd: int, adj: int, mini_batches: bool,
+                     ex, data_ex, batch) -> tuple:
+    """((value ops, steps), (gradient ops, steps)) of one rank's warm iteration at
+    batch = (θ, x, y): a
+    first iteration warms up, KEPT more are recorded, and each glue op keeps its median
+    time over them (an iteration's ops are the same every time; the median is a
+    typical iteration's, which a pause in one of them does not move)."""
+    rec = Recorder()
+    zero = ZeroCostNetwork(net, rec, math.prod(net.state_dims(batch[1].shape[0])))
+    oracle = iteration_oracle(zero, mode, mgrit_opts, ex, data_ex, mini_batches, rec,
+                              rec.over_data())
+    kept = []
+    for k in range(1 + KEPT):
+        ex.script(fwd if mode == MGRIT else None)
+        ex.reversed().script(adj if mode == MGRIT else None)
+        rec.begin(k > 0)
+        ev = value_of(oracle, *batch)
+        value = rec.end()
+        rec.begin(k > 0)
+        gradient_of(oracle, ev)
+        kept.append((value, rec.end()))
+    return tuple((median_glue([it[part][0] for it in kept[1:]]), kept[-1][part][1])
+                 for part in (0, 1))
+
+
+KEPT = 3    # recorded iterations per rank after the warm-up
+
+
+def median_glue(runs: list[list]) -> tuple:
+    """The ops of runs that agree but for their glue, with the glue before each other
+    op (and after the last) at its median seconds over the runs; runs that differ in
+    more: the last run's ops."""
+    split = [_segments(ops) for ops in runs]
+    last_ops = split[-1][0]
+    if any(others != last_ops for others, _ in split):
+        return tuple(runs[-1])
+    out = []
+    for i, op in enumerate([*last_ops, None]):
+        typical = statistics.median(glue[i] for _, glue in split)
+        if typical > 0:
+            out.append(Glue(typical))
+        if op is not None:
+            out.append(op)
+    return tuple(out)
+
+
+def _segments(ops) -> tuple[list, list[float]]:
+    """(the ops but glue, the glue seconds before each of them and after the last)."""
+    others, glue = [], [0.0]
+    for op in ops:
+        if isinstance(op, Glue):
+            glue[-1] += op.seconds
+        else:
+            others.append(op)
+            glue.append(0.0)
+    return others, glue
+
+
+@contextmanager
+def collector_paused():
+    """Python's cycle collector off while a rank is recorded.  A full collection walks
+    every object the process holds (a model's earlier records among them, 0.1 s and
+    more) and would land, as glue, in whichever op it interrupted; a training process
+    holds few objects.  Collections that fall due run before the next rank (the rank's
+    solver is garbage in cycles: its buffers go then)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def iteration_oracle(net, mode: str, mgrit_opts, exchange, data_exchange=None,
