@@ -135,7 +135,8 @@ def record_iteration(net, mode: str, mgrit_opts, layer: int = 1, data: int = 1,
     y = torch.arange(batch) % net.n_classes
     ops, steps = ([], []), ([], [])      # [value, gradient][rank]
     for r in range(layer):
-        ex, data_ex = ScriptedExchange(r, layer), ScriptedExchange(0, data) if data > 1 else None
+        ex = ScriptedExchange(r, layer)
+        data_ex = ScriptedExchange(0, data) if data > 1 else None
         with collector_paused():    # its pauses are not the rank's glue
             parts = _rank_iterations(net, mode, mgrit_opts, fwd, adj, mini_batches, ex,
                                      data_ex, (theta, x, y))
@@ -152,10 +153,9 @@ def record_iteration(net, mode: str, mgrit_opts, layer: int = 1, data: int = 1,
 def _rank_iterations(net, mode: str, mgrit_opts, fwd: int, adj: int, mini_batches: bool,
                      ex, data_ex, batch) -> tuple:
     """((value ops, steps), (gradient ops, steps)) of one rank's warm iteration at
-    batch = (θ, x, y): a
-    first iteration warms up, KEPT more are recorded, and each glue op keeps its median
-    time over them (an iteration's ops are the same every time; the median is a
-    typical iteration's, which a pause in one of them does not move)."""
+    batch = (θ, x, y).  A first iteration warms up, KEPT more are recorded, and each
+    glue op keeps its median time over them (an iteration's ops are the same every
+    time; the median is a typical iteration's, which a pause in one does not move)."""
     rec = Recorder()
     zero = ZeroCostNetwork(net, rec, math.prod(net.state_dims(batch[1].shape[0])))
     oracle = iteration_oracle(zero, mode, mgrit_opts, ex, data_ex, mini_batches, rec,
