@@ -54,3 +54,17 @@ def test_cuda_absent_is_a_config_error(monkeypatch):
 ])
 def test_launcher_from_the_environment(env, want):
     assert launcher(env) == want
+
+
+def test_keep_freed_memory_sets_glibc_s_allocator_without_a_library_search(monkeypatch):
+    """On glibc it takes mallopt from the process's own symbols; ctypes.util.find_library
+    would start ldconfig (this tier's audit hook refuses any subprocess)."""
+    import ctypes.util
+    import platform
+
+    from lptrain.parallel.context import keep_freed_memory
+
+    def searched(name):
+        raise AssertionError(f"find_library({name!r}) called")
+    monkeypatch.setattr(ctypes.util, "find_library", searched)
+    assert keep_freed_memory() == (platform.libc_ver()[0] == "glibc")
