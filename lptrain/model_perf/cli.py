@@ -28,6 +28,7 @@ from lptrain.model_perf.costs import KernelCosts, given_costs
 from lptrain.model_perf.predict import Collecting, Counts, Machine, Model
 from lptrain.model_perf.report import comparison_table, plot, scaling_table
 from lptrain.model_perf.simulate import Link
+from lptrain.model_perf.summary import summary
 from lptrain.modes import LAYERED, MGRIT, SERIAL
 from lptrain.parallel.grid import Grid
 
@@ -236,6 +237,7 @@ def run(args) -> list[Path]:
                            lambda probe: _predictions(ranks, model, probe, cnt, runs, cfg))
     costs = m.costs
     preds, baseline, measured, compared, grids = _predictions(ranks, model, m, cnt, runs, cfg)
+    auto = auto_splits(ranks, opts, net)
     sources = {"costs": cost_note, "link": link_note, "counts": count_note,
                "alpha": the_link.latency, "beta": the_link.bandwidth}
     title = f"lptrain-model {' '.join(args.overrides)}".strip()
@@ -244,15 +246,32 @@ def run(args) -> list[Path]:
             f"optimizer iteration, as `lptrain` and `lptrain-report` measure it (the median "
             f"train/step_time); speedups over serial on 1 rank ({baseline:.4g} s).\n\n"
             + scaling_table(preds, baseline, model.max_layer, measured))
-    text += "\n" + grid_section(ranks, opts, net, grids)
+    text += "\n" + grid_section(ranks, auto, grids)
     if compared:
         text += "\n## Measured runs\n\n" + comparison_table(compared)
     args.out.mkdir(parents=True, exist_ok=True)
     md = args.out / "speedup_model.md"
     md.write_text(text)
     png = plot(preds, baseline, args.out / "speedup_model.png", measured, args.paper, title)
-    print(text)
+    setup = terminal_setup(opts, model, cnt, cost_note, the_link)
+    print(summary(title, setup, preds, baseline, model.max_layer, auto, compared, (md, png)),
+          end="")
     return [md, png]
+
+
+def terminal_setup(opts, model: Model, cnt: Counts, cost_note: str, the_link: Link
+                   ) -> list[str]:
+    """The inputs in three lines (all of them: the report's list)."""
+    o, net = opts.mgrit, model.net
+    levels = len(o.hierarchy(net.opts.layers, 1).levels)
+    costs = cost_note.split(" (")[0].split(":")[0]
+    return [f"{opts.network.name}, N = {net.opts.layers}, batch {model.batch}, {opts.dtype} "
+            f"on {opts.device}; MGRIT {levels} levels, cfactor {o.cfactor0} / {o.cfactor}",
+            f"cycles per solve: simultaneous {o.fwd_iters} + {o.adj_iters}, mgrit "
+            f"{cnt.mgrit_fwd:g} + {cnt.mgrit_adj:g}; {cnt.trials:g} evaluation(s) per "
+            "iteration",
+            f"kernel costs {costs}; link {the_link.latency:.2g} s + bytes / "
+            f"{the_link.bandwidth:.2g} B/s"]
 
 
 def _predictions(ranks, model: Model, m: Machine, cnt: Counts, runs, cfg):
@@ -266,12 +285,17 @@ def _predictions(ranks, model: Model, m: Machine, cnt: Counts, runs, cfg):
     return preds, baseline, measured, compared, grids
 
 
-def grid_section(ranks, opts, net, grids) -> str:
-    """For each P and mode: the layer x data split `parallel.layer_ranks=auto` takes (its
-    timer: this host's kept costs, preflight.auto_grid) and the one these costs favour."""
+def auto_splits(ranks, opts, net) -> dict:
+    """{(P, mode): the split `parallel.layer_ranks=auto` takes} (its timer: this host's
+    kept costs, preflight.auto_grid)."""
     from lptrain.data.base import dataset_sizes
     from lptrain.preflight import auto_grid
     sizes = dataset_sizes(opts.dataset)
+    return {(p, mode): auto_grid(opts, sizes, net, p, mode) for p in ranks for mode in LAYERED}
+
+
+def grid_section(ranks, auto: dict, grids) -> str:
+    """For each P and mode: the split auto takes and the one these costs favour."""
     lines = ["## Layer x data split", "",
              "`auto`: the split `parallel.layer_ranks=auto` takes (lptrain decides on the "
              "kernel costs measured on this host for this configuration, kept per host; "
@@ -282,7 +306,7 @@ def grid_section(ranks, opts, net, grids) -> str:
     for p in ranks:
         cells = []
         for mode in LAYERED:
-            a = auto_grid(opts, sizes, net, p, mode)
+            a = auto[(p, mode)]
             g, times = grids[(p, mode)]
             t = times.get(g)
             cells += [f"{a.layer} x {a.data}",
@@ -306,12 +330,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `lptrain-model`; returns the exit status."""
     args = parser().parse_args(argv)
     try:
-        written = run(args)
+        run(args)       # prints the summary, with the files it wrote
     except (LptrainError, OSError, ValueError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    for path in written:
-        print(path)
     return 0
 
 

@@ -318,7 +318,8 @@ def _no_measuring(monkeypatch, tmp_path):
     monkeypatch.setattr("lptrain.model_perf.measure.measure_kernels", fake)
 
 
-def test_command_writes_table_plot_and_compares_a_measured_run(tmp_path, monkeypatch):
+def test_command_writes_table_plot_and_compares_a_measured_run(tmp_path, monkeypatch,
+                                                               capsys):
     import yaml
     _no_measuring(monkeypatch, tmp_path)
 
@@ -345,6 +346,12 @@ def test_command_writes_table_plot_and_compares_a_measured_run(tmp_path, monkeyp
     assert "speedups over serial on 1 rank (0.09 s)" in text
     assert "| serial | 1 | 0.18 | 0.09 | 0.50 |" in text
     assert "| serial 0.18 |" in text     # the measured column of the P = 1 row
+    # the terminal: the same numbers in 80 columns, and where the files are
+    shown = capsys.readouterr().out
+    assert "speedup over serial on 1 rank (0.09 s)" in shown
+    assert "serial on 1: measured 0.18 s, predicted 0.09 s, ratio 0.50" in shown
+    assert f"full report: {out / 'speedup_model.md'}" in shown
+    assert all(len(line) <= 80 for line in shown.splitlines() if str(tmp_path) not in line)
 
 
 def test_command_reports_a_bad_override(capsys):

@@ -1,0 +1,68 @@
+"""What `lptrain-model` prints: the predictions in lines that fit an 80-column terminal.
+
+The full report (inputs, every kernel's cost, per-cycle times, the layer × data splits,
+measured runs) is the markdown file beside the plot; the terminal gets the numbers a
+reader compares first: seconds per iteration and speedup of each mode for each P, the
+split `parallel.layer_ranks=auto` takes, and predicted / measured for measured runs.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from lptrain.model_perf.predict import Prediction
+from lptrain.modes import MGRIT, SERIAL, SIMULTANEOUS
+
+WIDTH = 80         # the table's lines fit it; a long title or path may not
+ITERATION = "iteration time [s]"
+CELL = 19
+_MODES = (SERIAL, MGRIT, SIMULTANEOUS)
+_HEAD = ("serial 1 x P", "mgrit P x 1", "simultaneous P x 1")
+
+
+def _cell(t: float | None, baseline: float) -> str:
+    """Seconds and speedup over serial on one rank, CELL characters."""
+    if t is None:
+        return f"{'-':<{CELL}}"
+    x = baseline / t
+    return f"{t:<9.4g} {x:>6.2f}×  " if x < 100 else f"{t:<9.4g} {x:>6.0f}×  "
+
+
+def scaling_lines(preds: Sequence[Prediction], baseline: float, max_p: int,
+                  auto: dict) -> list[str]:
+    """One line per P: each mode's seconds and speedup, then auto's split for mgrit and
+    simultaneous (auto[(P, mode)]: a Grid)."""
+    lines = [f"{ITERATION}, speedup over serial on 1 rank ({baseline:.4g} s)",
+             f"{'P':>5}  " + "".join(f"{h:<{CELL}}" for h in _HEAD) + "auto split"]
+    for p in preds:
+        cells = "".join(_cell(getattr(p, mode), baseline) for mode in _MODES)
+        split = " / ".join(f"{g.layer}x{g.data}" for g in
+                           (auto.get((p.ranks, MGRIT)), auto.get((p.ranks, SIMULTANEOUS)))
+                           if g is not None)
+        lines.append(f"{p.ranks:>5}  {cells}{split}".rstrip())
+    lines.append("L x D: L layer ranks, D data ranks; auto split: mgrit / simultaneous")
+    if any(not p.possible for p in preds):
+        lines.append(f"-: more layer ranks than the {max_p} C-intervals of the finest level")
+    return lines
+
+
+
+def measured_lines(rows: Sequence[tuple]) -> list[str]:
+    """Predicted against measured for each measured run ((run, predicted, note, differs))."""
+    out = []
+    for run, pred, _, differs in rows:
+        ratio = "-" if pred is None else f"{pred / run.iteration_time:.2f}"
+        shown = "-" if pred is None else f"{pred:.4g} s"
+        line = (f"{run.mode} on {run.ranks}: measured {run.iteration_time:.4g} s, predicted "
+                f"{shown}, ratio {ratio}" + (" (other config)" if differs else ""))
+        out.append(line)
+    return out
+
+
+def summary(title: str, setup: Sequence[str], preds: Sequence[Prediction], baseline: float,
+            max_p: int, auto: dict, compared: Sequence[tuple], files: Sequence) -> str:
+    """The terminal text: title, a few setup lines, the table, measured runs, the files."""
+    lines = [title, *setup, "", *scaling_lines(preds, baseline, max_p, auto)]
+    if compared:
+        lines += ["", "measured runs:", *measured_lines(compared)]
+    lines += ["", f"full report: {files[0]}", f"plot: {files[1]}"]
+    return "\n".join(lines) + "\n"
