@@ -20,10 +20,11 @@ and zeros do as well as states (the control flow depends on nothing else), so it
 is what it does on P ranks.  What the rank computes outside the reported kernels (the
 solver's vector work, the Python around every call: `Glue`) is timed as it runs, in
 this thread's CPU time, and logged before the next message or sum.  After a first
-iteration, KEPT warm ones are recorded and each span of glue keeps its median over them;
-their `value` and `gradient` stay apart (each ends in sums every rank waits for).  The record is exactly what training calls, so a
-change to the solver, the oracles or the adjoint changes the model with it.  Kernels
-are charged their measured costs elsewhere (predict.py).
+iteration, KEPT warm ones are recorded and each span of glue keeps its median over
+them; their `value` and `gradient` stay apart (each ends in sums every rank waits
+for).  The record is exactly what training calls, so a change to the solver, the
+oracles or the adjoint changes the model with it.  Kernels are charged their measured
+costs elsewhere (predict.py).
 """
 from __future__ import annotations
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from lptrain.metrics.quantities import ITERATION_TIME
 from lptrain.model_perf.predict import Prediction
 from lptrain.modes import MGRIT, SERIAL, SIMULTANEOUS
 
 WIDTH = 80         # the table's lines fit it; a long title or path may not
-ITERATION = "iteration time [s]"
 CELL = 19
 _MODES = (SERIAL, MGRIT, SIMULTANEOUS)
 _HEAD = ("serial 1 x P", "mgrit P x 1", "simultaneous P x 1")
@@ -31,7 +31,7 @@ def scaling_lines(preds: Sequence[Prediction], baseline: float, max_p: int,
                   auto: dict) -> list[str]:
     """One line per P: each mode's seconds and speedup, then auto's split for mgrit and
     simultaneous (auto[(P, mode)]: a Grid)."""
-    lines = [f"{ITERATION}, speedup over serial on 1 rank ({baseline:.4g} s)",
+    lines = [f"{ITERATION_TIME} [s], speedup over serial on 1 rank ({baseline:.4g} s)",
              f"{'P':>5}  " + "".join(f"{h:<{CELL}}" for h in _HEAD) + "auto split"]
     for p in preds:
         cells = "".join(_cell(getattr(p, mode), baseline) for mode in _MODES)
