@@ -21,7 +21,12 @@ bench/ turn one off to compare the device with its plain version):
   and the coarse level's next F-relaxation starts with the same steps from the
   same C-points, so their values are kept (N/c² states on level 1) and the first
   F-points take Φ^Δ(v_c) + g_{c+1} without a step (cleared by anything that
-  moves those C-points first: a C-relaxation, a correction).
+  moves those C-points first: a C-relaxation, a correction);
+- residual_rows: residuals that are not kept go into one contiguous buffer of the
+  solver's, reused by every residual, instead of a new tensor each: no allocation,
+  and rows in another memory format (channels_last) are summed where they lie,
+  without the copy into logical order that flattening them took (`sq_norm`; the
+  same values in the same order, so the same sums).
 """
 from __future__ import annotations
 
@@ -52,6 +57,7 @@ class Fusions:
     fuse_residual: bool = True  # F-relaxations take the next residual's C-steps
     skip_zero: bool = True      # no steps from a linear coarse level's zero C-points
     reuse_phi: bool = True      # FAS: the first F-steps reuse the restriction's Φ^Δ
+    residual_rows: bool = True  # residuals not kept go into one reused contiguous buffer
 
 
 class CSteps(NamedTuple):
@@ -76,6 +82,7 @@ class FusedLevelOps(LevelOps):
         # level → {F-point j: Φ^Δ(v_{j−1})} a restriction kept for the level's next
         # F-relaxation (`reuse_phi`)
         self.kept: dict[int, dict[int, torch.Tensor]] = {}
+        self._residuals: torch.Tensor | None = None    # `residual_rows`' buffer
 
     # -- set-up ----------------------------------------------------------------------
     def begin(self, prop, template, work):
@@ -253,10 +260,21 @@ class FusedLevelOps(LevelOps):
         in_place = to_rhs and self.options.linear
 
         def take(pos, phi, put):
-            r = phi.sub_(_at(lv, pos)) if in_place else torch.sub(phi, _at(lv, pos))
+            r = phi.sub_(_at(lv, pos)) if in_place else self._sub(phi, _at(lv, pos))
             put(phi)           # FAS keeps Φ + g, a linear rhs r
             return sq_norm(r)
         return CSteps(dest, take)
+
+    def _sub(self, phi: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """phi − u, a residual the caller drops after use: into `residual_rows`' buffer
+        (contiguous, valid until the next residual), else a new tensor."""
+        if not self.fusions.residual_rows or phi.requires_grad or u.requires_grad:
+            return torch.sub(phi, u)         # (out= takes no part in autograd)
+        buf, k = self._residuals, phi.shape[0]
+        if buf is None or buf.shape[0] < k or buf.shape[1:] != phi.shape[1:] or \
+                buf.dtype != phi.dtype or buf.device != phi.device:
+            buf = self._residuals = phi.new_empty(phi.shape)     # contiguous
+        return torch.sub(phi, u, out=buf[:k])
 
     def _restriction_residual(self, lv: LevelState, update: bool) -> CSteps:
         """The C-step consumer of a restriction from lv (update: `_rhs_update_residual`)."""
@@ -305,7 +323,7 @@ class FusedLevelOps(LevelOps):
             js = [level.count_c_below(p) for p in pos]
             idx = index_of([j - coarse.lo for j in js])
             g = coarse.G[idx]                       # a view, or a copy put back below
-            r = torch.sub(phi, _at(lv, pos))
+            r = self._sub(phi, _at(lv, pos))
             g += r
             if not isinstance(idx, slice):
                 coarse.G[idx] = g
