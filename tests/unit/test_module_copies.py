@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from lptrain import LayerParallel, MGRITOptions
+from lptrain.mgrit.fused import Fusions
 from lptrain.parallel.module_propagators import Copies
 
 CL = torch.channels_last
@@ -19,19 +20,20 @@ def block(n: int) -> nn.Module:
                          nn.Conv2d(4, 4, 3, padding=1))
 
 
-def network(dtype, solve, weights, copies):
+def network(dtype, solve, weights, copies, fusions=Fusions()):
     torch.manual_seed(0)
     opening = nn.Conv2d(1, 4, 3, stride=2, padding=1).to(dtype)
     body = LayerParallel(block, T=2.0, n_layers=8, warm_start=True, mgrit=MGRITOptions(
         levels=2, cfactor0=4, coarse_weights=weights, **SOLVES[solve])).to(dtype)
     body.solver.family.copies = copies
+    body.solver.fwd.ops.fusions = body.solver.adj.ops.fusions = fusions
     return opening, body, nn.Linear(4 * 6 * 6, 3).to(dtype)
 
 
-def train(dtype, solve, weights, copies) -> tuple[list, LayerParallel]:
+def train(dtype, solve, weights, copies, fusions=Fusions()) -> tuple[list, LayerParallel]:
     """Outputs and every gradient of three SGD steps (warm starts carried between them)
     and an evaluation forward after each."""
-    opening, body, head = network(dtype, solve, weights, copies)
+    opening, body, head = network(dtype, solve, weights, copies, fusions)
     params = [*opening.parameters(), *body.parameters(), *head.parameters()]
     opt = torch.optim.SGD(params, lr=0.1)
     gen, seen = torch.Generator().manual_seed(1), []
@@ -55,7 +57,9 @@ def test_the_copies_left_out_change_no_bit(dtype, solve, weights):
     fast, body = train(dtype, solve, weights, Copies())
     # the devices ran: λ's rows in channels_last, as the linearisations see states
     assert body.solver.adj._buffers[0][0].is_contiguous(memory_format=CL)
-    plain, body = train(dtype, solve, weights, Copies(write_rows=False, adjoint_layout=False))
+    plain, body = train(dtype, solve, weights,
+                        Copies(write_rows=False, adjoint_layout=False, lam_view=False),
+                        Fusions(residual_rows=False))
     assert body.solver.adj._buffers[0][0].is_contiguous()
     assert len(fast) == len(plain) == 3 * (1 + 2 + 8 * 6 + 2 + 1)
     assert all(a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(fast, plain))
