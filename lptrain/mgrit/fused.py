@@ -262,7 +262,7 @@ class FusedLevelOps(LevelOps):
         def take(pos, phi, put):
             r = phi.sub_(_at(lv, pos)) if in_place else self._sub(phi, _at(lv, pos))
             put(phi)           # FAS keeps Φ + g, a linear rhs r
-            return sq_norm(r)
+            return sq_norm(self.in_order(r))
         return CSteps(dest, take)
 
     def _sub(self, phi: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -270,11 +270,24 @@ class FusedLevelOps(LevelOps):
         (contiguous, valid until the next residual), else a new tensor."""
         if not self.fusions.residual_rows or phi.requires_grad or u.requires_grad:
             return torch.sub(phi, u)         # (out= takes no part in autograd)
-        buf, k = self._residuals, phi.shape[0]
-        if buf is None or buf.shape[0] < k or buf.shape[1:] != phi.shape[1:] or \
-                buf.dtype != phi.dtype or buf.device != phi.device:
-            buf = self._residuals = phi.new_empty(phi.shape)     # contiguous
-        return torch.sub(phi, u, out=buf[:k])
+        return torch.sub(phi, u, out=self._rows_buffer(phi))
+
+    def in_order(self, t: torch.Tensor, rows: bool = False) -> torch.Tensor:
+        """t itself where flattening it (all dims; with rows, each row) is a view, else its
+        values in logical order in `residual_rows`' buffer (valid until the next
+        residual): the copy flattening would make, without a new tensor each time."""
+        if not self.fusions.residual_rows or t.requires_grad or \
+                (t[0] if rows and t.shape[0] > 0 else t).is_contiguous():
+            return t
+        return self._rows_buffer(t).copy_(t)
+
+    def _rows_buffer(self, like: torch.Tensor) -> torch.Tensor:
+        """`residual_rows`' buffer as like's shape, contiguous (grown where too small)."""
+        buf, k = self._residuals, like.shape[0]
+        if buf is None or buf.shape[0] < k or buf.shape[1:] != like.shape[1:] or \
+                buf.dtype != like.dtype or buf.device != like.device:
+            buf = self._residuals = like.new_empty(like.shape)     # contiguous
+        return buf[:k]
 
     def _restriction_residual(self, lv: LevelState, update: bool) -> CSteps:
         """The C-step consumer of a restriction from lv (update: `_rhs_update_residual`)."""

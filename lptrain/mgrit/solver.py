@@ -269,7 +269,7 @@ class MGRIT:
         docs/method.md §6) where a solve can end: every measurement of a solve to
         a tolerance, the closing one of a fixed solve (`states`)."""
         top = self.levels[0]
-        state_sq = _c_point_sq_norm(top) if states or not fixed else 0.0
+        state_sq = _c_point_sq_norm(top, self.ops) if states or not fixed else 0.0
         res_sq, state_sq = self.exchange.allreduce_sums((local_sq, state_sq))
         if self.observer is not None:
             self.observer.sum(0, 2)
@@ -328,10 +328,11 @@ class MGRIT:
             self._buffers.append(states)
 
 
-def _c_point_sq_norm(lv: LevelState) -> float:
+def _c_point_sq_norm(lv: LevelState, ops) -> float:
     """Σ ‖u_c‖² over this rank's C-points of a level: one reduction per state, no copy
-    (a reduction over the whole strided view of C-points runs a slower kernel)."""
+    (a reduction over the whole strided view of C-points runs a slower kernel) but
+    where a state is not contiguous (channels_last: `ops.in_order`)."""
     if not lv.cs:
         return 0.0
-    rows = lv.X[index_of([c - lv.lo for c in lv.cs])].flatten(1)
+    rows = ops.in_order(lv.X[index_of([c - lv.lo for c in lv.cs])], rows=True).flatten(1)
     return float(torch.linalg.vector_norm(rows, dim=1).square().sum())

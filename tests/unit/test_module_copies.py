@@ -32,8 +32,9 @@ def network(dtype, solve, weights, copies, fusions=Fusions()):
 
 
 def train(dtype, solve, weights, copies, fusions=Fusions()) -> tuple[list, LayerParallel]:
-    """Outputs and every gradient of three SGD steps (warm starts carried between them)
-    and an evaluation forward after each."""
+    """Outputs and every gradient of three SGD steps (warm starts carried between them),
+    their solves' residual histories and state norms, and an evaluation forward after
+    each."""
     opening, body, head = network(dtype, solve, weights, copies, fusions)
     params = [*opening.parameters(), *body.parameters(), *head.parameters()]
     opt = torch.optim.SGD(params, lr=0.1)
@@ -44,7 +45,9 @@ def train(dtype, solve, weights, copies, fusions=Fusions()) -> tuple[list, Layer
         u = opening(x)
         uN = body(u)
         head(uN.flatten(1)).pow(2).sum().backward()
-        seen += [uN.detach().clone(), *(p.grad.clone() for p in params)]
+        seen += [uN.detach().clone(), *(p.grad.clone() for p in params), torch.tensor(
+            [*body.last_forward.history, body.last_forward.state_norm,
+             *body.last_backward.history, body.last_backward.state_norm])]
         opt.step()
         with torch.no_grad():
             seen.append(body(u))
@@ -62,7 +65,7 @@ def test_the_copies_left_out_change_no_bit(dtype, solve, weights):
                         Copies(write_rows=False, adjoint_layout=False, lam_view=False),
                         Fusions(residual_rows=False))
     assert body.solver.adj._buffers[0][0].is_contiguous()
-    assert len(fast) == len(plain) == 3 * (1 + 2 + 8 * 6 + 2 + 1)
+    assert len(fast) == len(plain) == 3 * (1 + 2 + 8 * 6 + 2 + 1 + 1)
     assert all(a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(fast, plain))
 
 
