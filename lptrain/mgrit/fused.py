@@ -21,7 +21,12 @@ bench/ turn one off to compare the device with its plain version):
   and the coarse level's next F-relaxation starts with the same steps from the
   same C-points, so their values are kept (N/c² states on level 1) and the first
   F-points take Φ^Δ(v_c) + g_{c+1} without a step (cleared by anything that
-  moves those C-points first: a C-relaxation, a correction).
+  moves those C-points first: a C-relaxation, a correction);
+- residual_rows: residuals that are not kept go into one contiguous buffer of the
+  solver's, reused by every residual, instead of a new tensor each: no allocation,
+  and rows in another memory format (channels_last) are summed where they lie,
+  without the copy into logical order that flattening them took (`sq_norm`; the
+  same values in the same order, so the same sums).
 """
 from __future__ import annotations
 
@@ -52,6 +57,7 @@ class Fusions:
     fuse_residual: bool = True  # F-relaxations take the next residual's C-steps
     skip_zero: bool = True      # no steps from a linear coarse level's zero C-points
     reuse_phi: bool = True      # FAS: the first F-steps reuse the restriction's Φ^Δ
+    residual_rows: bool = True  # residuals not kept go into one reused contiguous buffer
 
 
 class CSteps(NamedTuple):
@@ -76,6 +82,7 @@ class FusedLevelOps(LevelOps):
         # level → {F-point j: Φ^Δ(v_{j−1})} a restriction kept for the level's next
         # F-relaxation (`reuse_phi`)
         self.kept: dict[int, dict[int, torch.Tensor]] = {}
+        self._residuals: torch.Tensor | None = None    # `residual_rows`' buffer
 
     # -- set-up ----------------------------------------------------------------------
     def begin(self, prop, template, work):
@@ -253,10 +260,34 @@ class FusedLevelOps(LevelOps):
         in_place = to_rhs and self.options.linear
 
         def take(pos, phi, put):
-            r = phi.sub_(_at(lv, pos)) if in_place else torch.sub(phi, _at(lv, pos))
+            r = phi.sub_(_at(lv, pos)) if in_place else self._sub(phi, _at(lv, pos))
             put(phi)           # FAS keeps Φ + g, a linear rhs r
-            return sq_norm(r)
+            return sq_norm(self.in_order(r))
         return CSteps(dest, take)
+
+    def _sub(self, phi: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """phi − u, a residual the caller drops after use: into `residual_rows`' buffer
+        (contiguous, valid until the next residual), else a new tensor."""
+        if not self.fusions.residual_rows or phi.requires_grad or u.requires_grad:
+            return torch.sub(phi, u)         # (out= takes no part in autograd)
+        return torch.sub(phi, u, out=self._rows_buffer(phi))
+
+    def in_order(self, t: torch.Tensor, rows: bool = False) -> torch.Tensor:
+        """t itself where flattening it (all dims; with rows, each row) is a view, else its
+        values in logical order in `residual_rows`' buffer (valid until the next
+        residual): the copy flattening would make, without a new tensor each time."""
+        if not self.fusions.residual_rows or t.requires_grad or \
+                (t[0] if rows and t.shape[0] > 0 else t).is_contiguous():
+            return t
+        return self._rows_buffer(t).copy_(t)
+
+    def _rows_buffer(self, like: torch.Tensor) -> torch.Tensor:
+        """`residual_rows`' buffer as like's shape, contiguous (grown where too small)."""
+        buf, k = self._residuals, like.shape[0]
+        if buf is None or buf.shape[0] < k or buf.shape[1:] != like.shape[1:] or \
+                buf.dtype != like.dtype or buf.device != like.device:
+            buf = self._residuals = like.new_empty(like.shape)     # contiguous
+        return buf[:k]
 
     def _restriction_residual(self, lv: LevelState, update: bool) -> CSteps:
         """The C-step consumer of a restriction from lv (update: `_rhs_update_residual`)."""
@@ -305,7 +336,7 @@ class FusedLevelOps(LevelOps):
             js = [level.count_c_below(p) for p in pos]
             idx = index_of([j - coarse.lo for j in js])
             g = coarse.G[idx]                       # a view, or a copy put back below
-            r = torch.sub(phi, _at(lv, pos))
+            r = self._sub(phi, _at(lv, pos))
             g += r
             if not isinstance(idx, slice):
                 coarse.G[idx] = g

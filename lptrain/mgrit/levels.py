@@ -92,6 +92,11 @@ class LevelOps:
             lv.G = zeros_rows(template, lv.hi - lv.lo)
         self.template = template
 
+    def in_order(self, t: torch.Tensor, rows: bool = False) -> torch.Tensor:
+        """t for a sum over its flattened values (rows: each row's): here t itself
+        (`FusedLevelOps` gives the copy flattening makes a buffer of its own)."""
+        return t
+
     def _coarse_views(self) -> list[bool]:
         """Per level, whether its states are a view set by `begin` (no buffer of its own)."""
         return [False] * len(self.levels)

@@ -20,8 +20,8 @@ import torch
 from lptrain.errors import SolverError
 from lptrain.mgrit.fused import FusedLevelOps
 from lptrain.mgrit.hierarchy import Hierarchy
-from lptrain.mgrit.indexing import (gather, index_of, layout_order, new_rows, scatter,
-                                    zeros_rows)
+from lptrain.mgrit.indexing import (gather, index_of, layout_order, new_rows, same_view,
+                                    scatter, zeros_rows)
 from lptrain.mgrit.levels import LevelOps, LevelState
 
 # A level-0 residual below ROUNDOFF·eps·‖u_C‖ (eps of the states' dtype, u_C this solve's
@@ -84,11 +84,12 @@ class MGRIT:
         self.timers = self.ops.timers      # seconds by (level, operation)
         self._buffers: list[torch.Tensor] = []
         self._cycled = False   # the last solve ended with its last cycle's F-relaxation
+        self._u0 = None        # the running solve's u_0 (on the rank owning point 0)
 
     # -- public ----------------------------------------------------------------
     def solve(self, prop, template: torch.Tensor, u0: torch.Tensor | None = None,
               warm: torch.Tensor | None = None, max_iter: int = 1, tol: float = 0.0,
-              rtol: float = 0.0) -> SolveResult:
+              rtol: float = 0.0, reuse_warm: bool = False) -> SolveResult:
         """Iterate until the level-0 residual norm <= max(tol, rtol·first) or max_iter.
 
         template: a tensor of the state's shape, dtype and device (every rank);
@@ -98,21 +99,23 @@ class MGRIT:
         dimension; only the C-points are read (its F-points belong to another θ).
         The result lives in a buffer of the solver's (reused by later solves unless
         `take` lends it out), never in `warm`, so a warm start stays valid until
-        the next solve.
+        the next solve; except with reuse_warm (the caller replaces its warm start
+        after this solve), where a warm start that is the C-point rows of one of the
+        solver's free buffers (`c_point_rows`) is solved in that buffer, its
+        C-points taken where they lie.  `warm` itself is never written.
         """
         top = self.levels[0]
         if warm is not None and warm.shape[0] not in (top.hi - top.lo, len(top.cs)):
             raise SolverError(f"warm start with {warm.shape[0]} rows: this rank's block has "
                               f"{top.hi - top.lo} rows, {len(top.cs)} of them C-points")
-        work = self._work_buffer(template, warm)
+        work = self._work_buffer(template, warm, reuse_warm)
         self.ops.begin(prop, template, work)
         self._cycled = False
         if warm is None and len(self.levels) > 1:      # a cold start: C-points from zero
             scatter(work, [c - top.lo for c in top.cs], torch.zeros_like(work[:1]))
-        if top.lo == 0:         # point 0 is the first C-point: row 0 of either warm form
-            for buf in (work, warm):
-                if buf is not None and buf.shape[0] > 0:
-                    buf[0] = u0
+        self._u0 = None
+        if top.lo == 0 and work.shape[0] > 0:     # point 0 is the first C-point
+            work[0] = self._u0 = u0
         if len(self.levels) == 1:
             self.ops.coarse_solve(top, last=True)     # serial stepping: its states returned
             return SolveResult(work, [0.0], 1, True)
@@ -131,6 +134,16 @@ class MGRIT:
         if not self.c_rows:
             return states[:0].clone()
         return new_rows(states[0], len(self.c_rows)).copy_(gather(states, list(self.c_rows)))
+
+    def c_point_rows(self, states: torch.Tensor) -> torch.Tensor:
+        """The C-point rows of this rank's level-0 `states` as a view where they are evenly
+        spaced (else `c_point_states`' copy): a warm start kept where it lies, for a
+        caller that solves next with reuse_warm and keeps `states` from other writes
+        meanwhile (a buffer of this solver's: only solves write there)."""
+        idx = index_of(list(self.c_rows)) if self.c_rows else None
+        if not isinstance(idx, slice):
+            return self.c_point_states(states)
+        return states[idx]
 
     def resume(self, max_iter: int, tol: float = 0.0, rtol: float = 0.0) -> SolveResult:
         """More iterations on the result of the last solve, in place, same propagator."""
@@ -256,7 +269,7 @@ class MGRIT:
         docs/method.md §6) where a solve can end: every measurement of a solve to
         a tolerance, the closing one of a fixed solve (`states`)."""
         top = self.levels[0]
-        state_sq = _c_point_sq_norm(top) if states or not fixed else 0.0
+        state_sq = _c_point_sq_norm(top, self.ops) if states or not fixed else 0.0
         res_sq, state_sq = self.exchange.allreduce_sums((local_sq, state_sq))
         if self.observer is not None:
             self.observer.sum(0, 2)
@@ -266,25 +279,39 @@ class MGRIT:
 
     def _take_c_points(self, warm: torch.Tensor) -> None:
         """A warm start's C-points into the work buffer (its F-points come next); a
-        compact warm start (only the C-point rows) is taken whole."""
+        compact warm start (only the C-point rows) is taken whole, and where it is the
+        work buffer's own C-point rows (`reuse_warm`) it is there already.  Point 0
+        keeps this solve's u_0."""
         top = self.levels[0]
         idx = list(self.c_rows)
         if not idx:
             return
         compact = warm.shape[0] == len(idx)     # (a block of C-points only is both)
+        if compact and same_view(gather(top.X, idx), warm):
+            return                              # (u_0 written there by solve)
         scatter(top.X, idx, warm if compact else gather(warm, idx))
+        if self._u0 is not None:
+            top.X[0] = self._u0
 
-    def _work_buffer(self, template: torch.Tensor, warm) -> torch.Tensor:
-        """A level-0 buffer of this solver's (the first that is not `warm`; a new one if
-        none is free), each row laid out in memory as `template` is.  No row of it is
-        read before the solve writes it."""
+    def _work_buffer(self, template: torch.Tensor, warm, reuse_warm: bool = False
+                     ) -> torch.Tensor:
+        """A level-0 buffer of this solver's (with reuse_warm the one whose C-point rows
+        `warm` is, else the first that `warm` does not lie in; a new one if none is
+        free), each row laid out in memory as `template` is.  No row of it is read
+        before the solve writes it (but the C-points of a warm start lying there)."""
         rows = self.levels[0].hi - self.levels[0].lo
         shape, order = (rows, *template.shape), layout_order(template)
         self._buffers = bufs = [b for b in self._buffers if b.shape == shape and
                                 b.dtype == template.dtype and b.device == template.device
                                 and layout_order(b[0]) == order]
+        if reuse_warm and warm is not None and self.c_rows and \
+                warm.shape[0] == len(self.c_rows):
+            for buf in bufs:
+                if same_view(gather(buf, list(self.c_rows)), warm):
+                    return buf
         for buf in bufs:
-            if warm is None or warm.data_ptr() != buf.data_ptr() or buf.numel() == 0:
+            if warm is None or buf.numel() == 0 or \
+                    warm.untyped_storage().data_ptr() != buf.untyped_storage().data_ptr():
                 return buf
         bufs.append(zeros_rows(template, rows))
         return bufs[-1]
@@ -301,10 +328,11 @@ class MGRIT:
             self._buffers.append(states)
 
 
-def _c_point_sq_norm(lv: LevelState) -> float:
+def _c_point_sq_norm(lv: LevelState, ops) -> float:
     """Σ ‖u_c‖² over this rank's C-points of a level: one reduction per state, no copy
-    (a reduction over the whole strided view of C-points runs a slower kernel)."""
+    (a reduction over the whole strided view of C-points runs a slower kernel) but
+    where a state is not contiguous (channels_last: `ops.in_order`)."""
     if not lv.cs:
         return 0.0
-    rows = lv.X[index_of([c - lv.lo for c in lv.cs])].flatten(1)
+    rows = ops.in_order(lv.X[index_of([c - lv.lo for c in lv.cs])], rows=True).flatten(1)
     return float(torch.linalg.vector_norm(rows, dim=1).square().sum())

@@ -129,10 +129,15 @@ class LayerParallel(nn.Module):
             warm = None                      # another batch shape: a cold start
         s.share()
         kept = {} if keep else None
-        res = s.forward(x, x, warm, max_iter, tol, keep=kept)
+        reuse = keep and warm is not None       # its warm start is replaced below
+        if reuse:
+            self._warm[0] = None                # (a failed solve leaves a cold start)
+        res = s.forward(x, x, warm, max_iter, tol, keep=kept, reuse_warm=reuse)
         self.last_forward = res
         if keep and self.warm_start:
-            self._warm[0] = s.fwd.c_point_states(res.states)
+            # the C-points where they lie: the states are lent to the backward, then
+            # only the next forward with gradients writes there (MGRIT.c_point_rows)
+            self._warm[0] = s.fwd.c_point_rows(res.states)
         uN = self.exchange.broadcast_tensor(res.states[-1] if s.last else None,
                                             self.exchange.size - 1, x)
         return s.family.from_state(uN).clone(), res, kept
@@ -143,10 +148,13 @@ class LayerParallel(nn.Module):
         warm = self._warm[1] if self.warm_start else None
         if warm is not None and (warm.shape[1:] != lamN.shape or warm.dtype != lamN.dtype):
             warm = None
-        res, grads = s.backward(states, lamN, lamN, warm, kept=kept)
+        if warm is not None:
+            self._warm[1] = None                # (a failed solve leaves a cold start)
+        res, grads = s.backward(states, lamN, lamN, warm, kept=kept,
+                                reuse_warm=warm is not None)
         self.last_backward = res
         if self.warm_start:
-            self._warm[1] = s.adj.c_point_states(res.states)
+            self._warm[1] = s.adj.c_point_rows(res.states)
         lam0 = None
         if want_input:
             lam0 = self.exchange.broadcast_tensor(s.lam(res.states, 0) if s.first else None,

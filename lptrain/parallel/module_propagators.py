@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lptrain.mgrit.indexing import new_rows, row_write_order
+from lptrain.mgrit.indexing import new_rows, row_write_order, same_view
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class Copies:
 
     write_rows: bool = True     # stepped rows go straight into the solver's rows
     adjoint_layout: bool = True  # λ in the linearisations' memory format throughout
+    lam_view: bool = True       # the last sweep's λ kept as the row it read, not a clone
 
 
 class AutogradFamily:
@@ -58,7 +59,8 @@ class AutogradFamily:
 
     def adjoint_propagator(self, h, average, span, state, kept, fixed=False):
         return ModuleAdjoint(self.steps, h, self.n_layers, state, average, self.owned,
-                             kept, self.coarse, fixed, self.copies.write_rows)
+                             kept, self.coarse, fixed, self.copies.write_rows,
+                             self.copies.lam_view)
 
     @staticmethod
     def param_grads(adjoint, layers, lam) -> dict:
@@ -129,16 +131,20 @@ class ModuleAdjoint:
 
     In a fixed solve (`fixed`) the last sweep steps every layer from the λ the solve
     returns: there an owned layer's step takes its parameters' product in the same
-    backward pass (`Linear.vjp_both`), kept with a copy of that λ, and `param_grads`
-    uses it when its λ is bitwise that one (else it runs the product itself).
+    backward pass (`Linear.vjp_both`), kept with that λ, and `param_grads` uses it
+    when its λ is bitwise that one (else it runs the product itself).  The λ kept is
+    the tensor the step read, no copy (`lam_view`): a last step's input is a state
+    the solve returns, which nothing writes afterwards (`protocols.Propagator`; the
+    forward's kept linearisations rely on the same), so a `param_grads` handed that
+    same row needs no comparison either.
     """
 
     def __init__(self, steps, h: float, n_steps: int, state, average: bool, owned,
                  kept: dict | None = None, coarse=None, fixed: bool = False,
-                 write_rows: bool = True):
+                 write_rows: bool = True, lam_view: bool = True):
         self.steps, self.h, self.N, self.state = steps, h, n_steps, state
         self.average, self.owned, self.coarse = average, set(owned), coarse
-        self.fixed, self.write_rows = fixed, write_rows
+        self.fixed, self.write_rows, self.lam_view = fixed, write_rows, lam_view
         # the forward's linearisations at these states (ModuleForward.keep)
         self._lin: dict[object, object] = {(n, 1): lin for n, lin in (kept or {}).items()}
         self._grads: dict[int, tuple] = {}    # layer -> (λ_{n+1}, its parameters' product)
@@ -167,7 +173,7 @@ class ModuleAdjoint:
         if last and self.fixed and level == 0 and b - a == 1 and n in self.owned:
             g, grads = lin.vjp_both(lam)
             if grads is not None:
-                self._grads[n] = (lam.clone(), grads)
+                self._grads[n] = (lam if self.lam_view else lam.clone(), grads)
         else:
             g = lin.vjp_state(lam)
         return _add(lam, g, self.h * (b - a), out, plus)
@@ -179,7 +185,8 @@ class ModuleAdjoint:
     def param_grads(self, n: int, lam_next) -> dict:
         """h·(∂f_n/∂θ)ᵀ λ_{n+1}: the loss gradient of layer n's parameters."""
         lam, grads = self._grads.pop(n, (None, None))
-        if lam is None or not torch.equal(lam, lam_next):
+        if lam is None or not (self.lam_view and same_view(lam, lam_next)
+                               or torch.equal(lam, lam_next)):
             grads = self.linear(n).vjp_params(lam_next)
         return {k: g.mul_(self.h) for k, g in grads.items()}
 

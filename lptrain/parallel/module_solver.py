@@ -53,12 +53,13 @@ class ModuleSolver:
 
     # -- forward ---------------------------------------------------------------------
     def forward(self, u0, template, warm=None, max_iter=None, tol=None,
-                keep: dict | None = None) -> SolveResult:
+                keep: dict | None = None, reuse_warm: bool = False) -> SolveResult:
         """Forward MGRIT: this rank's states u_lo..u_{hi−1} (u0 read on the first rank).
 
         keep: a dict that receives what the adjoint about the returned states needs
         (the family's: f's linearisations where a fixed solve's last sweep evaluates
-        f there, or saved activations), for `backward`'s `kept`.
+        f there, or saved activations), for `backward`'s `kept`.  reuse_warm: the
+        caller replaces `warm` after this solve (`MGRIT.solve`).
         """
         o = self.options
         tol = o.tol if tol is None else tol
@@ -67,11 +68,11 @@ class ModuleSolver:
                                               keep, fixed)
         return self.fwd.solve(prop, template, u0 if self.first else None, warm,
                               max_iter=o.max_iter if max_iter is None else max_iter,
-                              tol=tol, rtol=o.rtol)
+                              tol=tol, rtol=o.rtol, reuse_warm=reuse_warm)
 
     # -- adjoint ---------------------------------------------------------------------
     def backward(self, states, lamN, template, warm=None, max_iter=None, tol=None,
-                 kept: dict | None = None):
+                 kept: dict | None = None, reuse_warm: bool = False):
         """Adjoint MGRIT from λ_N (read on the last rank) about the forward `states`.
 
         Returns the solve (this rank's λ_{lo+1}..λ_hi; λ_0 last on the first rank)
@@ -84,7 +85,7 @@ class ModuleSolver:
                                               tol <= 0 and o.rtol <= 0)
         res = self.adj.solve(prop, template, lamN if self.last else None, warm,
                              max_iter=o.adjoint_max_iter if max_iter is None else max_iter,
-                             tol=tol, rtol=o.rtol)
+                             tol=tol, rtol=o.rtol, reuse_warm=reuse_warm)
         lam = Rows(res.states, self.N - self.rev_lo, -1)       # λ_n, as `lam` below
         return res, self.family.param_grads(prop, self.owned, lam)
 

@@ -153,7 +153,7 @@ def test_fixed_iterations_reuse_the_forwards_linearisations(iters):
     got = grads(mod(u0).pow(2).sum(), mod, u0)
     assert len(mod.solver.plan) == 0 and mod.last_forward.iterations == iters
     solver_forward = mod.solver.forward
-    mod.solver.forward = lambda *a, keep=None: solver_forward(*a, keep=None)
+    mod.solver.forward = lambda *a, keep=None, **kw: solver_forward(*a, keep=None, **kw)
     again = grads(mod(u0).pow(2).sum(), mod, u0)
     assert all(torch.allclose(a, b, rtol=1e-14, atol=1e-15) for a, b in zip(got, again))
     if iters == 30:

@@ -220,6 +220,17 @@ def test_residual_taken_by_the_f_relaxation_equals_a_separate_pass(opts, warm):
 
 @pytest.mark.parametrize("opts", CONFIGS, ids=lambda o: "-".join(f"{v}" for v in o.values()))
 @pytest.mark.parametrize("warm", [False, True])
+def test_residuals_in_one_reused_buffer_equal_new_tensors(opts, warm):
+    # residuals not kept go into one contiguous buffer of the solver's instead of a new
+    # tensor each: the same states, gradients and residual histories, bitwise
+    (a, ha, ga, aa, la), (b, hb, gb, ab, lb) = off_and_on(opts, "residual_rows", warm,
+                                                          adjoint=True)
+    assert la.fwd.ops._residuals is None and lb.fwd.ops._residuals is not None
+    assert torch.equal(a, b) and torch.equal(ga, gb) and ha == hb and aa == ab
+
+
+@pytest.mark.parametrize("opts", CONFIGS, ids=lambda o: "-".join(f"{v}" for v in o.values()))
+@pytest.mark.parametrize("warm", [False, True])
 def test_stacked_steps_equal_one_interval_at_a_time(opts, warm):
     # the F-relaxation advancing a rank's intervals with one propagator call per step
     # index: bitwise the forward iterates of one call per interval, the adjoint's to
