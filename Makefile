@@ -52,7 +52,12 @@ clean: ## remove caches (keeps .venv, outputs/)
 # ---- experiments ---------------------------------------------------------------------
 LPTRAIN := $(VENV)/bin/lptrain
 REPORT := $(VENV)/bin/lptrain-report
-RUN_NP = $(if $(filter-out 1,$(NP)),MPIR_CVAR_ENABLE_HEAVY_YIELD=1 $(MPIEXEC) -n $(NP) ,)$(LPTRAIN)
+# MPICH's yielding waits only where the ranks outnumber the cores: on free cores they cost
+# (BENCHMARKS.md "Two ranks without yielding waits"). $(call yield,P) for a make value,
+# $(YIELD_SH) with $$p in a shell loop.
+yield = $(if $(shell [ $(1) -gt $$(nproc) ] && echo y),MPIR_CVAR_ENABLE_HEAVY_YIELD=1 ,)
+YIELD_SH = env $$([ $$p -gt $$(nproc) ] && echo MPIR_CVAR_ENABLE_HEAVY_YIELD=1)
+RUN_NP = $(if $(filter-out 1,$(NP)),$(call yield,$(NP))$(MPIEXEC) -n $(NP) ,)$(LPTRAIN)
 OUT ?= outputs
 # QUICK=1: a few minutes on 2 cores (fewer iterations and samples)
 QUICK_peaks := train.iterations=40
@@ -90,7 +95,7 @@ SCALING_ITERS ?= 5
 scaling: install ## deep Peaks (N=1024) on 1, 2, 4 ranks, serial and simultaneous; measured vs predicted
 	@mkdir -p $(OUT)/scaling
 	for p in $(SCALING_RANKS); do for m in serial simultaneous; do \
-	  rm -rf $(OUT)/scaling/$$m-P$$p; MPIR_CVAR_ENABLE_HEAVY_YIELD=1 $(MPIEXEC) -n $$p $(LPTRAIN) experiment=peaks_deep mode=$$m \
+	  rm -rf $(OUT)/scaling/$$m-P$$p; $(YIELD_SH) $(MPIEXEC) -n $$p $(LPTRAIN) experiment=peaks_deep mode=$$m \
 	    train.iterations=$(SCALING_ITERS) eval_every=1000 hydra.run.dir=$(OUT)/scaling/$$m-P$$p || exit 1; \
 	done; done
 	$(REPORT) $(OUT)/scaling --out $(OUT)/scaling/report
@@ -99,4 +104,4 @@ scaling: install ## deep Peaks (N=1024) on 1, 2, 4 ranks, serial and simultaneou
 bench: install ## run the benchmarks of BENCHMARKS.md (minutes; results in bench/results/)
 	$(PY) bench/serial_step.py && $(PY) bench/mgrit_cost.py && $(PY) bench/simultaneous_step.py \
 	  && $(PY) bench/convergence.py && $(PY) bench/level_ops.py
-	for p in 1 2 4; do MPIR_CVAR_ENABLE_HEAVY_YIELD=1 $(MPIEXEC) -n $$p $(PY) bench/ranks.py || exit 1; done
+	for p in 1 2 4; do $(YIELD_SH) $(MPIEXEC) -n $$p $(PY) bench/ranks.py || exit 1; done

@@ -40,7 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import save
+from common import mpi_env, save
 
 HERE = Path(__file__).resolve()
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
@@ -149,7 +149,7 @@ def _threads() -> int:
 # -- the driver --------------------------------------------------------------------------
 def launch(ranks: int, name: str, reps: int, timeout: int, extra: list) -> dict:
     """One `mpiexec -n ranks` launch of this script's worker; its JSON row and the load."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}
+    env = mpi_env(ranks)
     cmd = ["timeout", str(timeout), str(MPIEXEC), "-n", str(ranks), sys.executable,
            str(HERE), "--worker", name, "--reps", str(reps), *extra]
     load0 = os.getloadavg()[0]

@@ -18,6 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from common import yield_env
+
 BIN = Path(sys.executable).parent
 WRAPPER = """
 import atexit, os, resource, sys
@@ -38,7 +40,7 @@ def measure(ranks: int, overrides: list[str], timeout: float) -> dict:
     cmd = [sys.executable, "-c", WRAPPER, *overrides, f"hydra.run.dir={run_dir}"]
     if ranks > 1:
         cmd = [str(BIN / os.environ.get("LAUNCHER", "mpiexec")), "-n", str(ranks), *cmd]
-    env = {**os.environ, "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}
+    env = yield_env(ranks)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0:
         raise SystemExit(proc.stderr[-2000:])

@@ -20,13 +20,13 @@ the prediction and the ratios, and the load average around the runs.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+from common import mpi_env
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / ".venv" / "bin"
@@ -43,7 +43,7 @@ def run(overrides, mode: str, ranks: int, iterations: int, out: Path) -> float:
     cmd = [str(BIN / "mpiexec"), "-n", str(ranks), str(BIN / "lptrain"), *overrides,
            f"mode={mode}", grid, f"train.iterations={iterations}", "eval_every=100000",
            f"hydra.run.dir={out}"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}
+    env = mpi_env(ranks)
     with open(out.with_suffix(".log"), "w") as log:
         subprocess.run(["timeout", "3000", *cmd], env=env, stdout=log, stderr=log,
                        check=True, cwd=ROOT)

@@ -16,12 +16,12 @@ target on one rank × predicted seconds per iteration.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+from common import yield_env
 
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
@@ -37,7 +37,7 @@ def train(mode: str, ranks: int, overrides: list[str], out: Path) -> Path:
     launch = [str(BIN / "mpiexec"), "-n", str(ranks)] if ranks > 1 else []
     cmd = ["timeout", "3600", *launch, str(BIN / "lptrain"), f"mode={mode}", *overrides,
            f"hydra.run.dir={run_dir}"]
-    env = dict(os.environ, MPIR_CVAR_ENABLE_HEAVY_YIELD="1")
+    env = yield_env(ranks)
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
     return run_dir
 
