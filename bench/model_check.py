@@ -220,6 +220,8 @@ def predictions(overrides, dirs) -> tuple[dict, str]:
     runs = {d: load_run(d / "metrics.h5") for d in dirs}
     m, note = cli.machine(args, model, theta, opts.device, link,
                           lambda probe: [predict_run(r, model, probe) for r in runs.values()])
+    m, optimizer_note = cli.with_optimizer(args, opts, m, theta)
+    note = f"{note}; {optimizer_note}"
     return {d: (r.iteration_time, predict_run(r, model, m)[0]) for d, r in runs.items()}, note
 
 

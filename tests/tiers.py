@@ -58,6 +58,7 @@ FILES = {
     "test_metrics_writer.py": "unit",
     "test_mgrit.py": "numeric",
     "test_model_summary.py": "unit",
+    "test_optimizer_cost.py": "unit",
     "test_model.py": "numeric",
     "test_module.py": "numeric",
     "test_module_copies.py": "numeric",

@@ -183,6 +183,22 @@ def machine(args, model: Model, theta, device: str, the_link: Link, predictions
     return Machine(costs, the_link), note
 
 
+def with_optimizer(args, opts, m: Machine, theta) -> tuple[Machine, str]:
+    """(m with the optimizer's arithmetic per iteration on this host, kept per host and
+    configuration (optimizer_cost.py), one line saying so); given kernel costs stand for
+    everything and leave it uncharged, as they leave the glue."""
+    name = opts.optimizer.name
+    if getattr(m.costs, "given", None):
+        return m, f"optimizer {name}: not charged (given costs)"
+    import torch
+
+    from lptrain.model_perf.optimizer_cost import measured_optimizer
+    seconds, note = measured_optimizer(opts.optimizer, theta, torch.get_num_threads(),
+                                       args.fresh)
+    return replace(m, optimizer=seconds), \
+        f"optimizer {name}: {seconds:.2g} s per iteration on every rank ({note})"
+
+
 def setup_text(opts, model: Model, costs: KernelCosts, sources: dict, cnt: Counts) -> str:
     """The model's inputs, as a markdown list."""
     o, net = opts.mgrit, model.net
@@ -203,6 +219,7 @@ def setup_text(opts, model: Model, costs: KernelCosts, sources: dict, cnt: Count
         f"bandwidth {sources['beta']:.3g} bytes/s",
         f"- per optimizer iteration: {cnt.trials:g} objective evaluation(s) + 1 gradient "
         f"({sources['counts']})",
+        f"- {sources['optimizer']}",
         f"- at most {model.max_layer} ranks (C-intervals of the finest level)"]
     return "\n".join(lines) + "\n"
 
@@ -235,11 +252,13 @@ def run(args) -> list[Path]:
     ranks = _ranks(args.ranks)
     m, cost_note = machine(args, model, theta, opts.device, the_link,
                            lambda probe: _predictions(ranks, model, probe, cnt, runs, cfg))
+    m, optimizer_note = with_optimizer(args, opts, m, theta)
     costs = m.costs
     preds, baseline, measured, compared, grids = _predictions(ranks, model, m, cnt, runs, cfg)
     auto = auto_splits(ranks, opts, net)
     sources = {"costs": cost_note, "link": link_note, "counts": count_note,
-               "alpha": the_link.latency, "beta": the_link.bandwidth}
+               "alpha": the_link.latency, "beta": the_link.bandwidth,
+               "optimizer": optimizer_note}
     title = f"lptrain-model {' '.join(args.overrides)}".strip()
     text = (f"# {title}\n\n{setup_text(opts, model, costs, sources, cnt)}\n"
             f"Predicted {ITERATION_TIME} [s] of each mode: the seconds of a typical "
@@ -253,7 +272,7 @@ def run(args) -> list[Path]:
     md = args.out / "speedup_model.md"
     md.write_text(text)
     png = plot(preds, baseline, args.out / "speedup_model.png", measured, args.paper, title)
-    setup = terminal_setup(opts, model, cnt, cost_note, the_link)
+    setup = terminal_setup(opts, model, cnt, cost_note, the_link) + [optimizer_note]
     print(summary(title, setup, preds, baseline, model.max_layer, auto, compared, (md, png)),
           end="")
     return [md, png]

@@ -29,7 +29,9 @@ def recommend(size: int, mode: str, model: Model, m: Machine, counts: Counts = C
     """(grid, {grid: predicted seconds}) among the grids the options allow on `size` ranks."""
     grids = candidates(size, layer_ranks, data_ranks, model.max_layer, mode in LAYERED)
     times = {g: model.grid_time(g, mode, m, counts) for g in grids}
-    return choose(grids, times.__getitem__), times
+    # decided as the automatic grid decides: without the optimizer's arithmetic, which
+    # every grid pays alike (it would only widen the tie of choose())
+    return choose(grids, lambda g: times[g] - m.optimizer), times
 
 
 def measured_machine(model: Model, theta, predictions, device: str, threads: int,

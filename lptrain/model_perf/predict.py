@@ -1,12 +1,14 @@
 """Predicted seconds per optimizer iteration of each mode on a layer × data grid.
 
-    time = trials · T(value) + T(gradient)
+    time = trials · T(value) + T(gradient) + T(optimizer)
 
 with T the simulated makespan (simulate.py) of the iteration recorded from the real
 code (record.py) on one layer group of L ranks with the group's shard of ceil(batch / D)
 samples: its kernels charged their measured costs (costs.py), the rest what the
 recording timed (its glue).  Both parts end in
-sums every rank waits for, so their times add.  mode=mgrit solves take
+sums every rank waits for, so their times add; T(optimizer), the optimizer's own
+arithmetic on the whole parameter vector, which every rank computes after the sums
+(optimizer_cost.py), adds too.  mode=mgrit solves take
 `Counts.mgrit_fwd / mgrit_adj` cycles, simultaneous `mgrit.fwd_iters / adj_iters`;
 fractional counts (means over a run) interpolate linearly between the records of the
 neighbouring whole counts.  All solves are warm (every optimizer iteration but the first).
@@ -39,6 +41,7 @@ class Machine:
 
     costs: object
     link: Link
+    optimizer: float = 0.0    # seconds of the optimizer's own arithmetic per iteration
 
 
 @dataclass(frozen=True)
@@ -120,12 +123,19 @@ class Model:
         state = shard * math.prod(self.net.state_shape) * self.item
         value, gradient = (simulate(part, m.costs.seconds(shard), m.link, state,
                                     grid.data).compute for part in (rec.value, rec.gradient))
-        return [trials * v + g for v, g in zip(value, gradient)]
+        return [trials * v + g + m.optimizer for v, g in zip(value, gradient)]
 
     def grid_time(self, grid: Grid, mode: str, m: Machine, counts: Counts = Counts(),
                   cycles: tuple[float, float] | None = None) -> float:
-        """Seconds per optimizer iteration of `mode` on `grid`; cycles: (forward, adjoint)
-        per solve (default: counts' for mgrit, the options' for simultaneous)."""
+        """Seconds per optimizer iteration of `mode` on `grid`: the evaluations, the
+        gradient and the optimizer's arithmetic; cycles: (forward, adjoint) per solve
+        (default: counts' for mgrit, the options' for simultaneous)."""
+        return self._evaluations(grid, mode, m, counts, cycles) + m.optimizer
+
+    def _evaluations(self, grid: Grid, mode: str, m: Machine, counts: Counts,
+                     cycles: tuple[float, float] | None) -> float:
+        """grid_time less the optimizer's arithmetic: the objective evaluations and the
+        gradient."""
         if mode == SERIAL:
             value, gradient = self.parts(mode, grid, m)
             return counts.trials * value + gradient

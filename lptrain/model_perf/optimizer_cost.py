@@ -1,0 +1,108 @@
+"""Seconds of the optimizer's own arithmetic per iteration, measured on this host.
+
+After the gradient sums every rank holds the whole gradient and runs the optimizer on
+the whole parameter vector (train/optimizers.py): L-BFGS's two-loop recursion over its
+memory of m pairs, the line-search point θ + αd and the new pair; SGD's and Adam's
+updates.  On a wide network this is no small part of an iteration: on Indian Pines
+(1.3 M parameters, m = 20) about 4m passes over the parameters.  The record
+(record.py) runs `value` and `gradient` only, so the cost is measured here by running
+the configured optimizer against an oracle that costs nothing: a quadratic whose
+curvature pairs are accepted (the memory fills as in training) and whose every
+line-search trial is accepted (one evaluation per iteration; a further trial adds
+one pass over θ, not charged).  The median over a few iterations after the memory
+is full, in this thread's CPU time, is kept per host and configuration (costs.py).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import asdict
+
+import torch
+
+from lptrain.train.optimizers import OPTIMIZERS
+from lptrain.train.protocol import Evaluated, Point
+
+KEPT = 5          # iterations timed once the optimizer's state is full
+
+
+class FreeOracle:
+    """J with gradient D θ (D > 0 diagonal, spread over three decades: no quick
+    convergence, sᵀy > 0 for every pair) and an objective that falls by a constant
+    at every evaluation, so that the first trial of every line search is accepted.
+    `spent` is the CPU time taken inside it, which the measurement leaves out."""
+
+    def __init__(self, theta: torch.Tensor):
+        gen = torch.Generator().manual_seed(0)
+        self.diag = torch.logspace(-3, 0, theta.numel(), dtype=theta.dtype) \
+            [torch.randperm(theta.numel(), generator=gen)].to(theta.device)
+        self.j, self.spent = 0.0, 0.0
+
+    def value(self, theta: torch.Tensor) -> Evaluated:
+        t0 = time.thread_time()
+        self.j -= 1e100
+        ev = Evaluated(point=Point(objective=self.j, loss=0.0, accuracy=0.0), theta=theta,
+                       tape=True)
+        self.spent += time.thread_time() - t0
+        return ev
+
+    def gradient(self, ev: Evaluated) -> torch.Tensor:
+        t0 = time.thread_time()
+        g = self.diag * ev.theta
+        self.spent += time.thread_time() - t0
+        return g
+
+    def accept(self, ev: Evaluated) -> None:
+        pass
+
+    def tighten(self) -> bool:
+        return False
+
+    def relax(self) -> None:
+        pass
+
+
+def warm_iterations(opts) -> int:
+    """Iterations before the optimizer's state is what it is in a long run."""
+    return int(getattr(opts, "memory", 0)) + 2
+
+
+def seconds_per_iteration(opts, theta: torch.Tensor, kept: int = KEPT) -> float:
+    """CPU seconds of one iteration of optimizer `opts` (an optimizer node: name, ...)
+    on θ's size, dtype and device, the oracle's own time left out."""
+    from lptrain.parallel.context import keep_freed_memory
+    keep_freed_memory()            # as the lptrain command runs
+    optimizer = OPTIMIZERS[opts.name](opts, total=warm_iterations(opts) + kept + 1)
+    oracle = FreeOracle(theta)
+    theta = theta.detach().clone()
+    seen = []
+    for k in range(warm_iterations(opts) + kept):
+        spent, t0 = oracle.spent, time.thread_time()
+        theta, _ = optimizer.step(theta, oracle)
+        seen.append(time.thread_time() - t0 - (oracle.spent - spent))
+    return max(statistics.median(seen[-kept:]), 0.0)
+
+
+def optimizer_config(opts, theta: torch.Tensor, threads: int) -> dict:
+    """What the cost depends on: the optimizer's options, θ's size, dtype and device."""
+    return {"optimizer": asdict(opts), "parameters": theta.numel(),
+            "dtype": str(theta.dtype).removeprefix("torch."), "device": str(theta.device),
+            "threads": threads, "torch": torch.__version__}
+
+
+def measured_optimizer(opts, theta: torch.Tensor, threads: int, fresh: bool = False
+                       ) -> tuple[float, str]:
+    """(seconds per iteration, where they came from): kept for this host and
+    configuration, else measured now and kept."""
+    from lptrain.model_perf.costs import cache_dir, cache_file, keep_json
+    config = optimizer_config(opts, theta, threads)
+    path = cache_dir() / "optimizer_costs" / cache_file(config).name
+    if not fresh:
+        try:
+            return float(json.loads(path.read_text())["seconds"]), "kept, measured earlier"
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    seconds = seconds_per_iteration(opts, theta)
+    keep_json(path, {"config": config, "seconds": seconds})
+    return seconds, "measured now"
