@@ -8,10 +8,15 @@ from pathlib import Path
 import pytest
 
 from launch import ENV, python
+from lptrain.data.mnist import DEBIAN_FASHION_DIR, FashionMnistOptions, data_dirs, locate_idx
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fashion_resnet.py"
 SMOKE = ["--steps", "3", "--train", "200", "--layers", "8"]
-pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+# the example reads Fashion-MNIST where the lptrain command does (.ci/run installs it)
+INSTALLED = locate_idx(data_dirs(FashionMnistOptions())) or locate_idx([DEBIAN_FASHION_DIR])
+pytestmark = [pytest.mark.mpi, pytest.mark.slow,
+              pytest.mark.skipif(not INSTALLED, reason="no Fashion-MNIST IDX files: "
+                                 "apt-get install dataset-fashion-mnist")]
 
 
 def run(ranks: int) -> list[str]:
