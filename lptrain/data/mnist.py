@@ -223,9 +223,15 @@ def mnist_sizes(options: MnistOptions) -> Sizes:
     return _sizes(options, locate_idx(data_dirs(options)))
 
 
+def fashion_idx(options: FashionMnistOptions) -> dict[str, Path] | None:
+    """The Fashion-MNIST IDX files: from options.path, else Debian's package; None if
+    neither holds them."""
+    return locate_idx(data_dirs(options)) or locate_idx([DEBIAN_FASHION_DIR])
+
+
 @register_sizes("fashion_mnist")
 def fashion_mnist_sizes(options: FashionMnistOptions) -> Sizes:
-    return _sizes(options, locate_idx(data_dirs(options)) or locate_idx([DEBIAN_FASHION_DIR]))
+    return _sizes(options, fashion_idx(options))
 
 
 @register("mnist")
@@ -247,10 +253,10 @@ def load_mnist(options: MnistOptions, seed: int) -> Dataset:
 @register("fashion_mnist")
 def load_fashion_mnist(options: FashionMnistOptions, seed: int) -> Dataset:
     """IDX files from options.path, else from Debian's dataset-fashion-mnist package."""
-    dirs = data_dirs(options)
-    files = locate_idx(dirs) or locate_idx([DEBIAN_FASHION_DIR])
+    files = fashion_idx(options)
     if files:
         return from_idx("fashion_mnist", files, options, seed)
+    dirs = data_dirs(options)
     raise DataError(f"fashion_mnist: no IDX files in {' or '.join(map(str, dirs))} or "
                     f"{DEBIAN_FASHION_DIR}; expected {expected_files()}. Copy the "
                     f"Fashion-MNIST IDX files there, set dataset.path, or run "

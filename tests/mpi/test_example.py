@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from launch import ENV, python
-from lptrain.data.mnist import DEBIAN_FASHION_DIR, FashionMnistOptions, data_dirs, locate_idx
+from lptrain.data.mnist import FashionMnistOptions, fashion_idx
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fashion_resnet.py"
 SMOKE = ["--steps", "3", "--train", "200", "--layers", "8"]
 # the example reads Fashion-MNIST where the lptrain command does (.ci/run installs it)
-INSTALLED = locate_idx(data_dirs(FashionMnistOptions())) or locate_idx([DEBIAN_FASHION_DIR])
+INSTALLED = fashion_idx(FashionMnistOptions())
 pytestmark = [pytest.mark.mpi, pytest.mark.slow,
               pytest.mark.skipif(not INSTALLED, reason="no Fashion-MNIST IDX files: "
                                  "apt-get install dataset-fashion-mnist")]
