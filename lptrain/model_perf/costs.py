@@ -82,10 +82,11 @@ def cache_dir() -> Path:
     return Path(base) / "lptrain"
 
 
-def cache_file(config: dict) -> Path:
-    """The file of this host and cost-relevant configuration (`config`: JSON-able)."""
+def cache_file(config: dict, kind: str = "kernel_costs") -> Path:
+    """The file of this host and cost-relevant configuration (`config`: JSON-able) in the
+    cache's folder `kind` (kernel_costs, grid_times, optimizer_costs)."""
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
-    return cache_dir() / "kernel_costs" / f"{socket.gethostname()}-{digest.hexdigest()[:16]}.json"
+    return cache_dir() / kind / f"{socket.gethostname()}-{digest.hexdigest()[:16]}.json"
 
 
 def load(path: Path, batch: int) -> KernelCosts:

@@ -81,8 +81,8 @@ class MeasuredTimer:
 
 
 def _times_file(key: dict):
-    from lptrain.model_perf.costs import cache_dir, cache_file
-    return cache_dir() / "grid_times" / cache_file(key).name
+    from lptrain.model_perf.costs import cache_file
+    return cache_file(key, "grid_times")
 
 
 def kept_times(key: dict) -> dict[Grid, float] | None:

@@ -65,7 +65,7 @@ class FreeOracle:
 
 def warm_iterations(opts) -> int:
     """Iterations before the optimizer's state is what it is in a long run."""
-    return int(getattr(opts, "memory", 0)) + 2
+    return getattr(opts, "memory", 0) + 2
 
 
 def seconds_per_iteration(opts, theta: torch.Tensor, kept: int = KEPT) -> float:
@@ -95,9 +95,9 @@ def measured_optimizer(opts, theta: torch.Tensor, threads: int, fresh: bool = Fa
                        ) -> tuple[float, str]:
     """(seconds per iteration, where they came from): kept for this host and
     configuration, else measured now and kept."""
-    from lptrain.model_perf.costs import cache_dir, cache_file, keep_json
+    from lptrain.model_perf.costs import cache_file, keep_json
     config = optimizer_config(opts, theta, threads)
-    path = cache_dir() / "optimizer_costs" / cache_file(config).name
+    path = cache_file(config, "optimizer_costs")
     if not fresh:
         try:
             return float(json.loads(path.read_text())["seconds"]), "kept, measured earlier"
