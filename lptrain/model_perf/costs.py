@@ -122,11 +122,13 @@ def keep_json(path: Path, payload: dict) -> None:
 
 
 def cost_config(net, batch: int, dtype: str, device: str, threads: int) -> dict:
-    """What a kernel's cost depends on: the network, the batch, dtype, device, threads."""
+    """What a kernel's cost depends on: the network, the batch, dtype, device, threads,
+    and how it is measured (`inputs`: measure.py's pools; costs kept under another
+    rule are measured anew)."""
     import torch
     return {"network": asdict(net.opts), "in_shape": list(net.in_shape),
             "classes": net.n_classes, "batch": batch, "dtype": dtype, "device": device,
-            "threads": threads, "torch": torch.__version__}
+            "threads": threads, "torch": torch.__version__, "inputs": "cache-sized pools"}
 
 
 def measured(net, theta, batch: int, kernels, device: str, threads: int, fresh: bool = False

@@ -12,6 +12,7 @@ import itertools
 import math
 import os
 import time
+from pathlib import Path
 
 import torch
 
@@ -55,37 +56,69 @@ def seconds_per_call(fns: dict, device: str = "cpu", budget: float = 0.02,
     return {key: sorted(t)[int(q * (len(t) - 1))] for key, t in seen.items()}
 
 
-def kernel_calls(net, theta: torch.Tensor, batch: int, kernels, pool_bytes: float = 2 ** 26
-                 ) -> dict:
+def cold_bytes(path: str = "/sys/devices/system/cpu/cpu0/cache/index3/size") -> int:
+    """Bytes an input pool must hold to be out of cache: the last-level cache's size
+    (Linux reports it as e.g. "32768K"), within [16, 64] MiB; 32 MiB if unknown."""
+    try:
+        text = Path(path).read_text().strip().upper()
+        size = int(text.rstrip("KMG")) * {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30}.get(
+            text[-1], 1)
+    except (OSError, ValueError, IndexError):
+        return 2 ** 25
+    return min(max(size, 2 ** 24), 2 ** 26)
+
+
+def kernel_calls(net, theta: torch.Tensor, batch: int, kernels, pool_bytes: int | None = None,
+                 max_copies: int = 256) -> dict:
     """{(name, states): closure calling that kernel once} on `batch` samples.
 
-    Inputs rotate through a pool of distinct copies (at most pool_bytes), as a sweep
-    through the layers meets a new state every step.  The values are random: the
-    cost of a kernel does not depend on them, its shapes do.
+    Each input rotates through a pool of distinct copies holding pool_bytes
+    (cold_bytes(): beyond the cache) in at most max_copies: in a run a sweep meets a
+    new state every step, and what it reads (states, adjoints, the activations the
+    forward kept) was written out of cache's reach (bench/kernel_context.py compares
+    kernels alone and in the iteration).  The kernels of one shape share the pools.
+    The values are random: the cost of a kernel does not depend on them, its shapes do.
     """
     gen = torch.Generator().manual_seed(batch)
     stepper = net.stepper(theta)
+    pools: dict = {}
     out = {}
     for name, m in sorted(set(kernels)):
         shape = net.state_dims(batch) if m == 1 else (m, *net.state_dims(batch))
-        copies = max(1, min(8, int(pool_bytes // (math.prod(shape) * theta.element_size()))))
-        out[(name, m)] = _call(name, net, theta, stepper, shape, m, batch, copies, gen)
+        if shape not in pools:
+            size = math.prod(shape) * theta.element_size()
+            copies = max(1, min(max_copies, int((pool_bytes or cold_bytes()) // size)))
+            pools[shape] = _Pool(stepper, theta, shape, m, copies, gen)
+        out[(name, m)] = _call(name, net, theta, stepper, m, batch, pools[shape], gen)
     return out
 
 
-def _call(name: str, net, theta, stepper, shape, m: int, batch: int, copies: int, gen):
-    """A closure running kernel `name` once (record.py's names)."""
-    def rand(*dims):
-        return torch.randn(dims, generator=gen, dtype=theta.dtype).to(theta.device)
-    u, lam = 0.5 * rand(copies, *shape), rand(copies, *shape)
+class _Pool:
+    """`copies` random states, adjoints, products and saved activations of one shape,
+    handed out in turn (`next`: the index of the next call's copy)."""
+
+    def __init__(self, stepper, theta, shape, m: int, copies: int, gen):
+        def rand():
+            return torch.randn((copies, *shape), generator=gen, dtype=theta.dtype
+                               ).to(theta.device)
+        self.u, self.lam, self.g = 0.5 * rand(), rand(), rand()
+        K, b = _weights(stepper, m)
+        self.saved = torch.stack([stepper.linearize(self.u[i], K, b) for i in range(copies)])
+        self.res = torch.empty(shape, dtype=theta.dtype, device=theta.device)
+        self.next = itertools.cycle(range(copies)).__next__
+
+
+def _weights(stepper, m: int):
     N = stepper.n_layers
-    K, b = stepper.weights(0) if m == 1 else stepper.weights_many(torch.arange(m) % N)
-    saved = torch.stack([stepper.linearize(u[i], K, b) for i in range(copies)])
-    g, res, h = rand(copies, *shape), torch.empty(shape, dtype=theta.dtype,
-                                                   device=theta.device), net.h
-    nxt = itertools.cycle(range(copies)).__next__
+    return stepper.weights(0) if m == 1 else stepper.weights_many(torch.arange(m) % N)
+
+
+def _call(name: str, net, theta, stepper, m: int, batch: int, pool: _Pool, gen):
+    """A closure running kernel `name` once (record.py's names) on the pool's next copy."""
+    u, lam, g, saved, res, h = pool.u, pool.lam, pool.g, pool.saved, pool.res, net.h
+    K, b = _weights(stepper, m)
     extra = (K,) if "K" in inspect.signature(stepper.vjp_weights).parameters else ()
-    x = rand(batch, *net.in_shape)
+    x = torch.randn((batch, *net.in_shape), generator=gen, dtype=theta.dtype).to(theta.device)
     labels = torch.arange(batch, device=theta.device) % net.n_classes
     grad = torch.zeros_like(theta)
     table = {
@@ -108,8 +141,17 @@ def _call(name: str, net, theta, stepper, shape, m: int, batch: int, copies: int
         "regulariser_grad": lambda i: net.regulariser(theta, grad)}
     if name not in table:
         raise ValueError(f"kernel {name!r}: not one the model can measure ({sorted(table)})")
-    fn = table[name]
-    return lambda: fn(nxt())
+    return _KernelCall(table[name], pool)
+
+
+class _KernelCall:
+    """One kernel's call on the next copy of its `pool`."""
+
+    def __init__(self, fn, pool: _Pool):
+        self.fn, self.pool = fn, pool
+
+    def __call__(self):
+        return self.fn(self.pool.next())
 
 
 def measure_kernels(net, theta: torch.Tensor, batch: int, kernels, device: str = "cpu"

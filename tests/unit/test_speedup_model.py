@@ -268,6 +268,37 @@ def test_measured_kernels_run_the_networks_own_functions():
         fn()
 
 
+def test_measured_kernels_read_a_new_copy_of_every_input_each_call():
+    """Inputs rotate through a pool of pool_bytes (beyond the cache), shared by the
+    kernels of one shape: each call reads copies the last ones did not."""
+    from helpers import dense_net
+    from lptrain.model_perf import measure
+    net, theta = dense_net(layers=4)
+    state = math.prod(net.state_dims(10)) * theta.element_size()
+    calls = measure.kernel_calls(net, theta, 10, {("vjp_saved", 1), ("apply_save", 1)},
+                                 pool_bytes=5 * state)
+    pool = calls[("vjp_saved", 1)].pool
+    assert pool is calls[("apply_save", 1)].pool
+    assert pool.u.shape[0] == 5
+    pool.saved.zero_()
+    for _ in range(5):
+        calls[("apply_save", 1)]()           # writes one copy of saved per call
+    assert all(pool.saved[i].abs().sum() > 0 for i in range(5))
+    few = measure.kernel_calls(net, theta, 10, {("apply", 1)}, pool_bytes=5 * state,
+                               max_copies=2)
+    assert few[("apply", 1)].pool.u.shape[0] == 2
+
+
+@pytest.mark.parametrize("text, size", [("32768K", 2 ** 25), ("1024K", 2 ** 24),
+                                        ("256M", 2 ** 26), ("", 2 ** 25), (None, 2 ** 25)])
+def test_cold_pools_hold_the_last_level_cache(tmp_path, text, size):
+    from lptrain.model_perf.measure import cold_bytes
+    path = tmp_path / "size"
+    if text is not None:
+        path.write_text(text + "\n")
+    assert cold_bytes(str(path)) == size
+
+
 # -- the discrete-event evaluation ---------------------------------------------------------
 def _unit(op):
     return float(op.calls)
