@@ -20,6 +20,12 @@ The recorded serial iteration steps layer by layer (N apply_save calls), where t
 run's forward is the stepper's own sweep (`stepper.sweep`, model/serial.py): the
 sweep as serial training runs it (states and activations into buffers of all N
 layers, a few rotating) against N × apply_save alone, warm and cold, alternating.
+
+    .venv/bin/python bench/kernel_context.py pair [OVERRIDES ...] [--rounds R]
+
+Two ranks on one host: the kernels of the configured one-shot iteration timed as
+lptrain-model does, by one process alone and by two processes at once, R rounds
+alternating; prints each process's kernels per iteration (the iteration's call counts).
 """
 from __future__ import annotations
 
@@ -27,6 +33,8 @@ import argparse
 import collections
 import math
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import replace
 
@@ -121,12 +129,14 @@ class Iteration:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=("serial", "mgrit", "simultaneous"))
+    p.add_argument("mode", choices=("serial", "mgrit", "simultaneous", "pair", "_timed"))
     p.add_argument("overrides", nargs="*")
     p.add_argument("--rounds", type=int, default=5)
     a = p.parse_args()
     if a.mode == "serial":
         return sweep_check(a.overrides, a.rounds)
+    if a.mode in ("pair", "_timed"):
+        return pair(a.overrides, a.rounds, a.mode == "_timed")
     it = Iteration(a.mode, a.overrides)
     it.run()                      # warm-up: allocations, first solves cold
     it.calls.seconds.clear()
@@ -168,6 +178,32 @@ def sweep_check(overrides, rounds: int, buffers: int = 4) -> None:
     print("|---:|" + "---:|" * len(POOLS))
     print(f"| {statistics.median(swept[buffers:]) * 1e3:.2f} | " + " | ".join(
         f"{statistics.median(alone[pool]) * 1e3:.2f}" for pool in POOLS) + " |")
+
+
+def pair(overrides, rounds: int, child: bool) -> None:
+    """Kernels per iteration measured alone and two processes at once (child: one
+    measurement, its ms printed)."""
+    if child:
+        it = Iteration("simultaneous", overrides)
+        it.run()
+        counts = collections.Counter({k: len(v) for k, v in it.calls.seconds.items()})
+        cost = measure.seconds_per_call(measure.kernel_calls(it.net, it.theta, it.batch,
+                                                             sorted(counts)))
+        print(sum(n * cost[k] for k, n in counts.items()) * 1e3)
+        return
+    cmd = [sys.executable, __file__, "_timed", *overrides]
+    alone, together = [], []
+    for _ in range(rounds):
+        alone.append(float(subprocess.run(cmd, capture_output=True, text=True,
+                                          check=True).stdout.split()[-1]))
+        both = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+        together.append(sorted(float(p.communicate()[0].split()[-1]) for p in both))
+    print(f"simultaneous {' '.join(overrides)}: kernels per iteration, ms (as measured "
+          "alone by lptrain-model)")
+    print("| one process alone | two at once: the faster | the slower |")
+    print("|---|---|---|")
+    for a, (lo, hi) in zip(alone, together):
+        print(f"| {a:.1f} | {lo:.1f} | {hi:.1f} |")
 
 
 def _recorded(it: Iteration) -> set:
