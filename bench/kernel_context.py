@@ -46,7 +46,7 @@ from lptrain.data import load_dataset
 from lptrain.model_perf import measure, record
 from lptrain.model_perf.cli import build_network
 from lptrain.model_perf.scripted import ScriptedExchange
-from lptrain.model_perf.zero_cost import ZeroCostNetwork, ZeroCostStepper
+from lptrain.model_perf.zero_cost import ZeroCostNetwork, ZeroCostStepper, apply_kernel
 
 POOLS = {"cold (the model's)": 256, "warm": 8}    # max_copies
 
@@ -55,10 +55,8 @@ class TimedStepper(ZeroCostStepper):
     """The real stepper's kernels, each call reported with its CPU time."""
 
     def apply(self, u, K, b, h, save=None, out=None, plus=None):
-        name = "apply" + ("_save" if save is not None else "") + \
-            ("_plus" if plus is not None else "")
-        return self._report(name, u, self._real.apply, u, K, b, h, save=save, out=out,
-                            plus=plus)
+        return self._report(apply_kernel(save, plus), u, self._real.apply, u, K, b, h,
+                            save=save, out=out, plus=plus)
 
     def linearize(self, u, *args):
         return self._report("linearize", u, self._real.linearize, u, *args)
@@ -141,7 +139,7 @@ def main() -> None:
     it.run()                      # warm-up: allocations, first solves cold
     it.calls.seconds.clear()
     it.cpu.clear()
-    kernels = sorted({(name, m) for name, m in _recorded(it)})
+    kernels = sorted(_recorded(it))
     fns = {(pool, *key): fn for pool, copies in POOLS.items() for key, fn in
            measure.kernel_calls(it.net, it.theta, it.batch, kernels,
                                 max_copies=copies).items()}

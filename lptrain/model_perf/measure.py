@@ -81,42 +81,41 @@ def kernel_calls(net, theta: torch.Tensor, batch: int, kernels, pool_bytes: int 
     """
     gen = torch.Generator().manual_seed(batch)
     stepper = net.stepper(theta)
+    pool_bytes = pool_bytes or cold_bytes()
     pools: dict = {}
     out = {}
     for name, m in sorted(set(kernels)):
         shape = net.state_dims(batch) if m == 1 else (m, *net.state_dims(batch))
         if shape not in pools:
             size = math.prod(shape) * theta.element_size()
-            copies = max(1, min(max_copies, int((pool_bytes or cold_bytes()) // size)))
+            copies = max(1, min(max_copies, int(pool_bytes // size)))
             pools[shape] = _Pool(stepper, theta, shape, m, copies, gen)
-        out[(name, m)] = _call(name, net, theta, stepper, m, batch, pools[shape], gen)
+        out[(name, m)] = _call(name, net, theta, stepper, batch, pools[shape], gen)
     return out
 
 
 class _Pool:
-    """`copies` random states, adjoints, products and saved activations of one shape,
-    handed out in turn (`next`: the index of the next call's copy)."""
+    """`copies` random states, adjoints, products and saved activations of m stacked
+    states each (shape), the weights of m layers (K, b), handed out in turn (`next`:
+    the index of the next call's copy)."""
 
     def __init__(self, stepper, theta, shape, m: int, copies: int, gen):
         def rand():
             return torch.randn((copies, *shape), generator=gen, dtype=theta.dtype
                                ).to(theta.device)
         self.u, self.lam, self.g = 0.5 * rand(), rand(), rand()
-        K, b = _weights(stepper, m)
-        self.saved = torch.stack([stepper.linearize(self.u[i], K, b) for i in range(copies)])
+        self.K, self.b = stepper.weights(0) if m == 1 else \
+            stepper.weights_many(torch.arange(m) % stepper.n_layers)
+        self.saved = torch.stack([stepper.linearize(self.u[i], self.K, self.b)
+                                  for i in range(copies)])
         self.res = torch.empty(shape, dtype=theta.dtype, device=theta.device)
         self.next = itertools.cycle(range(copies)).__next__
 
 
-def _weights(stepper, m: int):
-    N = stepper.n_layers
-    return stepper.weights(0) if m == 1 else stepper.weights_many(torch.arange(m) % N)
-
-
-def _call(name: str, net, theta, stepper, m: int, batch: int, pool: _Pool, gen):
+def _call(name: str, net, theta, stepper, batch: int, pool: _Pool, gen):
     """A closure running kernel `name` once (record.py's names) on the pool's next copy."""
     u, lam, g, saved, res, h = pool.u, pool.lam, pool.g, pool.saved, pool.res, net.h
-    K, b = _weights(stepper, m)
+    K, b = pool.K, pool.b
     extra = (K,) if "K" in inspect.signature(stepper.vjp_weights).parameters else ()
     x = torch.randn((batch, *net.in_shape), generator=gen, dtype=theta.dtype).to(theta.device)
     labels = torch.arange(batch, device=theta.device) % net.n_classes

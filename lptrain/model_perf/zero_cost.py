@@ -63,9 +63,7 @@ class ZeroCostStepper:
         return self.apply(u, K, b, h, save, out)
 
     def apply(self, u, K, b, h, save=None, out=None, plus=None):
-        name = "apply" + ("_save" if save is not None else "") + \
-            ("_plus" if plus is not None else "")
-        return self._report(name, u, _zeros, u, out)
+        return self._report(apply_kernel(save, plus), u, _zeros, u, out)
 
     def linearize(self, u, *args):
         return self._report("linearize", u, _zeros, u, None)
@@ -85,6 +83,13 @@ class ZeroCostStepper:
             return (u.new_zeros((*m, *self._real.K.shape[1:])),
                     u.new_zeros((*m, *self._real.b.shape[1:])))
         return self._report("vjp_weights", u, zeros)
+
+
+def apply_kernel(save, plus) -> str:
+    """The kernel name of a stepper.apply call (measure.py's table): apply, with
+    _save when it keeps activations, _plus when it adds a state."""
+    return "apply" + ("_save" if save is not None else "") + \
+        ("_plus" if plus is not None else "")
 
 
 class ZeroCostActivation:
