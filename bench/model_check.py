@@ -11,11 +11,12 @@ against the model's prediction for the same cycles per solve.  Then (unless --cp
 runs `lptrain OVERRIDES mode=M train.iterations=K` for M in serial, mgrit, simultaneous
 on 1 and 2 ranks (mgrit and simultaneous 2 × 1, serial 1 × 2), R times in turn (so a
 change of load hits all alike), with OMP_NUM_THREADS=1; then predicts each run with
-`lptrain-model`'s machinery (the kernels of its recorded iteration measured now, its own
-trials and MGRIT cycles per solve) and prints one markdown row per mode and P: the
-median over the reps of each run's iteration time (median step time, the first left
-out), the same for the 10th percentile of its step times (the least loaded iterations),
-the prediction and the ratios, and the load average around the runs.
+`lptrain-model`'s machinery (the kernels of its recorded iteration measured now; each
+iteration from its own trials and MGRIT cycles per solve, the median of those) and
+prints one markdown row per mode and P: the median over the reps of each run's
+iteration time (median step time, the first left out), the same for the 10th
+percentile of its step times (the least loaded iterations), the prediction and the
+ratios, and the load average around the runs.
 """
 from __future__ import annotations
 

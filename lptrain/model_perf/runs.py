@@ -4,6 +4,13 @@ A run's own structure (layers, batch, MGRIT options) and outcomes (line-search
 trials, MGRIT cycles per solve) go into its prediction; its step costs are
 the model's, so a run whose state shape, batch, dtype or device differs from
 the modelled configuration is flagged.
+
+The measured iteration time is the median over the run's iterations (the first left
+out).  Iterations differ in work: a line search's extra trial, or the error controller
+planning 2 cycles in one iteration and 3 in the next.  So each iteration is predicted
+from its own trials and cycles, and the prediction compared is the median of those: the
+same statistic over the same iterations.  A prediction from the run's mean counts
+would be the mean iteration's, which the median misses when the work is spread.
 """
 from __future__ import annotations
 
@@ -26,6 +33,16 @@ COST_KEYS = ("network.name", "network.width", "network.channels", "train.batch_s
 
 
 @dataclass(frozen=True)
+class Work:
+    """One iteration's work: objective evaluations, and forward / adjoint MGRIT cycles
+    per solve (None: not logged)."""
+
+    trials: float
+    fwd: float | None
+    adj: float | None
+
+
+@dataclass(frozen=True)
 class MeasuredRun:
     """Per-iteration figures of one run; the first iteration (cold start) is left out."""
 
@@ -38,6 +55,7 @@ class MeasuredRun:
     adj: float | None      # mean adjoint MGRIT cycles per solve
     config: dict           # the run's resolved config (nested)
     layer: int | None = None   # ranks per layer group (None: not logged)
+    work: tuple[Work, ...] = ()  # per iteration whose time the median takes, in order
 
 
 def load_run(path: Path) -> MeasuredRun | None:
@@ -55,7 +73,28 @@ def load_run(path: Path) -> MeasuredRun | None:
                        float(trials.mean()) if len(trials) else 1.0,
                        _mean(m.mgrit.get(s.FWD_ITERATIONS)),
                        _mean(m.mgrit.get(s.ADJ_ITERATIONS)), cfg,
-                       _int(m.attrs.get(s.LAYER_RANKS)))
+                       _int(m.attrs.get(s.LAYER_RANKS)), _work(m, mine))
+
+
+def _work(m, mine: np.ndarray) -> tuple[Work, ...]:
+    """The Work of each iteration that iteration_time counts (finite times, the first
+    left out): trials from train/, cycles per solve from mgrit/ (all of the
+    iteration's forward cycles over its trials; the accepted point's adjoint)."""
+    iterations = m.train.get(s.ITERATION, np.array([], dtype=np.int64))[mine][1:]
+    times = m.train[s.STEP_TIME][mine][1:]
+    trials = m.train.get("ls_trials", np.ones(len(mine), dtype=np.int64))[mine][1:]
+    rows = {int(k): i for i, k in enumerate(m.mgrit.get(s.ITERATION, []))}
+    fwd, adj = m.mgrit.get("fwd_total"), m.mgrit.get(s.ADJ_ITERATIONS)
+    out = []
+    for k, t, n in zip(iterations, times, trials):
+        if not np.isfinite(t):
+            continue
+        n, row = float(max(n, 1)), rows.get(int(k))
+        solved = row is not None and fwd is not None and adj is not None \
+            and fwd[row] >= 0 and adj[row] >= 0
+        out.append(Work(n, float(fwd[row]) / n if solved else None,
+                        float(adj[row]) if solved else None))
+    return tuple(out)
 
 
 def _int(value) -> int | None:
@@ -123,15 +162,26 @@ def run_grid(run: MeasuredRun) -> Grid:
 
 
 def predict_run(run: MeasuredRun, model: Model, m: Machine):
-    """(seconds per iteration predicted for the run, note) — seconds None if impossible."""
+    """(seconds per iteration predicted for the run, note) — seconds None if impossible:
+    the median over its iterations of each one's prediction from its own Work (from the
+    run's means where it logged none)."""
     rm, grid = run_model(run, model), run_grid(run)
     if grid.layer > rm.max_layer:
         return None, "more ranks than C-intervals"
     ropts = rm.mgrit
-    fwd = run.fwd if run.fwd is not None else ropts.fwd_iters
-    adj = run.adj if run.adj is not None else ropts.adj_iters
-    t = rm.grid_time(grid, run.mode, m, Counts(run.trials), (fwd, adj))
+
+    def cycles(w: Work) -> tuple[float, float]:
+        return (w.fwd if w.fwd is not None else ropts.fwd_iters,
+                w.adj if w.adj is not None else ropts.adj_iters)
+
+    work = run.work or (Work(run.trials, run.fwd, run.adj),)
+    each = {w: rm.grid_time(grid, run.mode, m, Counts(w.trials), cycles(w))
+            for w in set(work)}
+    t = float(np.median([each[w] for w in work]))
+    fwd, adj = cycles(Work(run.trials, run.fwd, run.adj))
     note = f"{grid.layer} x {grid.data} ranks, {run.trials:.2g} evaluations"
     if run.mode != s.MODE_SERIAL:
         note += f", {fwd:.2g} fwd + {adj:.2g} adj cycles"
+    if len(each) > 1:
+        note += f" (mean; {len(each)} kinds of iteration, each predicted)"
     return t, note

@@ -557,3 +557,36 @@ def test_busy_time_is_the_makespan_on_one_rank_and_splits_over_two():
                                                  (2, 2)), rel=1e-12)]
     two = model.busy("simultaneous", Grid(2, 1), m, 2, 2, trials=1.5)
     assert len(two) == 2 and max(two) < one[0] < sum(two) * 1.5
+
+
+def test_a_measured_run_is_predicted_iteration_by_iteration(tmp_path):
+    """Iterations of unequal work (the controller's 2 or 3 cycles, a second trial): the
+    prediction compared with the median time is the median of each iteration's own
+    prediction, not the prediction at the run's mean counts."""
+    from helpers import dense_net
+    from lptrain.metrics import schema as ms
+    from lptrain.metrics.writer import open_writer
+    from lptrain.model_perf.runs import Work, load_run, predict_run
+    net, _ = dense_net(layers=12)
+    model, m = Model(net, OPTS, batch=40), Machine(_fake_costs(40), FREE_LINK)
+    path = tmp_path / ms.FILE_NAME
+    attrs = {ms.MODE: "simultaneous", ms.WORLD_SIZE: 1, ms.SEED: 0, ms.CONFIG: "seed: 0\n"}
+    # (trials, forward cycles of the iteration, adjoint cycles); the first is left out
+    plan = [(1, 9, 9), (1, 2, 2), (2, 6, 3), (1, 2, 2), (1, 3, 3), (1, 2, 2), (1, 3, 3),
+            (1, 3, 3)]
+    with open_writer(path, attrs, enabled=True) as writer:
+        for k, (trials, fwd, adj) in enumerate(plan, start=1):
+            writer.log_train(iteration=k, step_time=float(k), ls_trials=trials)
+            writer.log_mgrit(iteration=k, fwd_iterations=fwd // trials, fwd_total=fwd,
+                             adj_iterations=adj, adj_total=adj)
+    run = load_run(path)
+    assert run.work == (Work(1, 2, 2), Work(2, 3, 3), Work(1, 2, 2), Work(1, 3, 3),
+                        Work(1, 2, 2), Work(1, 3, 3), Work(1, 3, 3))
+    t22, t33 = (model.grid_time(Grid(1, 1), "simultaneous", m, Counts(1), (k, k))
+                for k in (2, 3))
+    pred, note = predict_run(run, model, m)
+    assert pred == pytest.approx(t33, rel=1e-12)   # 4 of the 7 iterations are 3 + 3
+    at_means = model.grid_time(Grid(1, 1), "simultaneous", m, Counts(run.trials),
+                               (run.fwd, run.adj))
+    assert at_means < 0.99 * t33 and t22 < at_means
+    assert "3 kinds of iteration" in note
