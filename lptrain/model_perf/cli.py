@@ -193,10 +193,11 @@ def with_optimizer(args, opts, m: Machine, theta) -> tuple[Machine, str]:
     import torch
 
     from lptrain.model_perf.optimizer_cost import measured_optimizer
-    seconds, note = measured_optimizer(opts.optimizer, theta, torch.get_num_threads(),
-                                       args.fresh)
-    return replace(m, optimizer=seconds), \
-        f"optimizer {name}: {seconds:.2g} s per iteration on every rank ({note})"
+    cost, note = measured_optimizer(opts.optimizer, theta, torch.get_num_threads(),
+                                    args.fresh)
+    return replace(m, optimizer=cost.seconds, optimizer_per_pair=cost.per_pair,
+                   memory=cost.memory), \
+        f"optimizer {name}: {cost.seconds:.2g} s per iteration on every rank ({note})"
 
 
 def setup_text(opts, model: Model, costs: KernelCosts, sources: dict, cnt: Counts) -> str:

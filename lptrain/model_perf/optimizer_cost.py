@@ -10,14 +10,17 @@ the configured optimizer against an oracle that costs nothing: a quadratic whose
 curvature pairs are accepted (the memory fills as in training) and whose every
 line-search trial is accepted (one evaluation per iteration; a further trial adds
 one pass over θ, not charged).  The median over a few iterations after the memory
-is full, in this thread's CPU time, is kept per host and configuration (costs.py).
+is full, in this thread's CPU time, is kept per host and configuration (costs.py),
+with what each pair of the memory adds to the recursion (timed over all pairs and
+over none): a run's early iterations, or those after a reset, recurse over fewer
+pairs, and a measured run is predicted iteration by iteration (runs.py).
 """
 from __future__ import annotations
 
 import json
 import statistics
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -68,9 +71,19 @@ def warm_iterations(opts) -> int:
     return getattr(opts, "memory", 0) + 2
 
 
-def seconds_per_iteration(opts, theta: torch.Tensor, kept: int = KEPT) -> float:
-    """CPU seconds of one iteration of optimizer `opts` (an optimizer node: name, ...)
-    on θ's size, dtype and device, the oracle's own time left out."""
+@dataclass(frozen=True)
+class OptimizerCost:
+    """CPU seconds of one iteration with the memory full, and what each of its `memory`
+    pairs adds (0 for optimizers without one)."""
+
+    seconds: float
+    per_pair: float = 0.0
+    memory: int = 0
+
+
+def seconds_per_iteration(opts, theta: torch.Tensor, kept: int = KEPT) -> OptimizerCost:
+    """The cost of one iteration of optimizer `opts` (an optimizer node: name, ...) on
+    θ's size, dtype and device, the oracle's own time left out."""
     from lptrain.parallel.context import keep_freed_memory
     keep_freed_memory()            # as the lptrain command runs
     optimizer = OPTIMIZERS[opts.name](opts, total=warm_iterations(opts) + kept + 1)
@@ -81,7 +94,32 @@ def seconds_per_iteration(opts, theta: torch.Tensor, kept: int = KEPT) -> float:
         spent, t0 = oracle.spent, time.thread_time()
         theta, _ = optimizer.step(theta, oracle)
         seen.append(time.thread_time() - t0 - (oracle.spent - spent))
-    return max(statistics.median(seen[-kept:]), 0.0)
+    full = max(statistics.median(seen[-kept:]), 0.0)
+    memory = getattr(opts, "memory", 0)
+    return OptimizerCost(full, min(per_pair(optimizer, theta, kept), full / max(memory, 1)),
+                         memory)
+
+
+def per_pair(optimizer, g: torch.Tensor, reps: int = KEPT) -> float:
+    """Seconds a pair of a full L-BFGS memory adds to its two-loop recursion: the
+    recursion over all pairs against none, alternating, medians (0 without a memory)."""
+    mem = getattr(optimizer, "mem", None)
+    if not mem:
+        return 0.0
+    pairs, times = list(mem), {True: [], False: []}
+    try:
+        for _ in range(reps):
+            for full in (True, False):
+                optimizer.mem.clear()
+                optimizer.mem.extend(pairs if full else ())
+                t0 = time.thread_time()
+                optimizer.direction(g)
+                times[full].append(time.thread_time() - t0)
+    finally:
+        optimizer.mem.clear()
+        optimizer.mem.extend(pairs)
+    return max(statistics.median(times[True]) - statistics.median(times[False]), 0.0) \
+        / len(pairs)
 
 
 def optimizer_config(opts, theta: torch.Tensor, threads: int) -> dict:
@@ -92,17 +130,19 @@ def optimizer_config(opts, theta: torch.Tensor, threads: int) -> dict:
 
 
 def measured_optimizer(opts, theta: torch.Tensor, threads: int, fresh: bool = False
-                       ) -> tuple[float, str]:
-    """(seconds per iteration, where they came from): kept for this host and
+                       ) -> tuple[OptimizerCost, str]:
+    """(the cost per iteration, where it came from): kept for this host and
     configuration, else measured now and kept."""
     from lptrain.model_perf.costs import cache_file, keep_json
     config = optimizer_config(opts, theta, threads)
     path = cache_file(config, "optimizer_costs")
     if not fresh:
         try:
-            return float(json.loads(path.read_text())["seconds"]), "kept, measured earlier"
+            kept = json.loads(path.read_text())
+            return OptimizerCost(float(kept["seconds"]), float(kept["per_pair"]),
+                                 int(kept["memory"])), "kept, measured earlier"
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    seconds = seconds_per_iteration(opts, theta)
-    keep_json(path, {"config": config, "seconds": seconds})
-    return seconds, "measured now"
+    cost = seconds_per_iteration(opts, theta)
+    keep_json(path, {"config": config, **asdict(cost)})
+    return cost, "measured now"

@@ -42,6 +42,15 @@ class Machine:
     costs: object
     link: Link
     optimizer: float = 0.0    # seconds of the optimizer's own arithmetic per iteration
+    optimizer_per_pair: float = 0.0   # ... less this per L-BFGS pair short of `memory`
+    memory: int = 0
+
+    def optimizer_at(self, pairs: int | None = None) -> float:
+        """The optimizer's seconds in an iteration whose L-BFGS recursion runs over
+        `pairs` pairs (None: the memory full, as in a long run)."""
+        if pairs is None:
+            return self.optimizer
+        return self.optimizer - self.optimizer_per_pair * max(self.memory - pairs, 0)
 
 
 @dataclass(frozen=True)
@@ -126,11 +135,13 @@ class Model:
         return [trials * v + g + m.optimizer for v, g in zip(value, gradient)]
 
     def grid_time(self, grid: Grid, mode: str, m: Machine, counts: Counts = Counts(),
-                  cycles: tuple[float, float] | None = None) -> float:
+                  cycles: tuple[float, float] | None = None, pairs: int | None = None
+                  ) -> float:
         """Seconds per optimizer iteration of `mode` on `grid`: the evaluations, the
         gradient and the optimizer's arithmetic; cycles: (forward, adjoint) per solve
-        (default: counts' for mgrit, the options' for simultaneous)."""
-        return self._evaluations(grid, mode, m, counts, cycles) + m.optimizer
+        (default: counts' for mgrit, the options' for simultaneous); pairs: L-BFGS
+        memory pairs of the iteration (default: full)."""
+        return self._evaluations(grid, mode, m, counts, cycles) + m.optimizer_at(pairs)
 
     def _evaluations(self, grid: Grid, mode: str, m: Machine, counts: Counts,
                      cycles: tuple[float, float] | None) -> float:

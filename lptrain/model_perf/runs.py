@@ -7,9 +7,10 @@ the modelled configuration is flagged.
 
 The measured iteration time is the median over the run's iterations (the first left
 out).  Iterations differ in work: a line search's extra trial, or the error controller
-planning 2 cycles in one iteration and 3 in the next.  So each iteration is predicted
-from its own trials and cycles, and the prediction compared is the median of those: the
-same statistic over the same iterations.  A prediction from the run's mean counts
+planning 2 cycles in one iteration and 3 in the next, or L-BFGS recursing over fewer
+pairs before its memory fills.  So each iteration is predicted from its own trials,
+cycles and pairs, and the prediction compared is the median of those: the same
+statistic over the same iterations.  A prediction from the run's mean counts
 would be the mean iteration's, which the median misses when the work is spread.
 """
 from __future__ import annotations
@@ -34,12 +35,14 @@ COST_KEYS = ("network.name", "network.width", "network.channels", "train.batch_s
 
 @dataclass(frozen=True)
 class Work:
-    """One iteration's work: objective evaluations, and forward / adjoint MGRIT cycles
-    per solve (None: not logged)."""
+    """One iteration's work: objective evaluations, forward / adjoint MGRIT cycles
+    per solve (None: not logged), and the L-BFGS pairs its recursion ran over (None:
+    another optimizer, or the memory full)."""
 
     trials: float
     fwd: float | None
     adj: float | None
+    pairs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -73,27 +76,54 @@ def load_run(path: Path) -> MeasuredRun | None:
                        float(trials.mean()) if len(trials) else 1.0,
                        _mean(m.mgrit.get(s.FWD_ITERATIONS)),
                        _mean(m.mgrit.get(s.ADJ_ITERATIONS)), cfg,
-                       _int(m.attrs.get(s.LAYER_RANKS)), _work(m, mine))
+                       _int(m.attrs.get(s.LAYER_RANKS)), _work(m, mine, _memory(cfg)))
 
 
-def _work(m, mine: np.ndarray) -> tuple[Work, ...]:
+def _memory(cfg: dict) -> int | None:
+    """The run's L-BFGS memory (None for another optimizer)."""
+    node = cfg.get("optimizer") or {}
+    return int(node.get("memory", 0)) if node.get("name") == "lbfgs" else None
+
+
+def lbfgs_pairs(train: dict, memory: int) -> np.ndarray:
+    """The pairs L-BFGS's recursion ran over in each train/ row, replayed from the rows
+    in order (train/optimizers.py): none at the first; after an iteration, one more
+    unless skipped (sᵀy too small), at most `memory`; a reset (failed line search)
+    forgets the older ones, and an iteration without a step (step 0) all."""
+    n = len(train.get(s.ITERATION, []))
+    zeros = np.zeros(n, dtype=np.int64)
+    reset, skipped = (np.asarray(train.get(k, zeros)) for k in ("lbfgs_reset",
+                                                                "lbfgs_skipped"))
+    steps = np.asarray(train.get("step_size", np.ones(n)))
+    out, held = np.zeros(n, dtype=np.int64), 0
+    for i in range(n):
+        out[i] = held
+        held = 0 if reset[i] or steps[i] == 0 else held
+        held = min(held + (0 if skipped[i] or steps[i] == 0 else 1), memory)
+    return out
+
+
+def _work(m, mine: np.ndarray, memory: int | None) -> tuple[Work, ...]:
     """The Work of each iteration that iteration_time counts (finite times, the first
     left out): trials from train/, cycles per solve from mgrit/ (all of the
-    iteration's forward cycles over its trials; the accepted point's adjoint)."""
+    iteration's forward cycles over its trials; the accepted point's adjoint), L-BFGS
+    pairs replayed from train/ (lbfgs_pairs)."""
     iterations = m.train.get(s.ITERATION, np.array([], dtype=np.int64))[mine][1:]
     times = m.train[s.STEP_TIME][mine][1:]
     trials = m.train.get("ls_trials", np.ones(len(mine), dtype=np.int64))[mine][1:]
+    pairs = [None] * len(times) if memory is None else \
+        [int(p) for p in lbfgs_pairs(m.train, memory)[mine][1:]]
     rows = {int(k): i for i, k in enumerate(m.mgrit.get(s.ITERATION, []))}
     fwd, adj = m.mgrit.get("fwd_total"), m.mgrit.get(s.ADJ_ITERATIONS)
     out = []
-    for k, t, n in zip(iterations, times, trials):
+    for k, t, n, held in zip(iterations, times, trials, pairs):
         if not np.isfinite(t):
             continue
         n, row = float(max(n, 1)), rows.get(int(k))
         solved = row is not None and fwd is not None and adj is not None \
             and fwd[row] >= 0 and adj[row] >= 0
         out.append(Work(n, float(fwd[row]) / n if solved else None,
-                        float(adj[row]) if solved else None))
+                        float(adj[row]) if solved else None, held))
     return tuple(out)
 
 
@@ -164,7 +194,7 @@ def run_grid(run: MeasuredRun) -> Grid:
 def predict_run(run: MeasuredRun, model: Model, m: Machine):
     """(seconds per iteration predicted for the run, note) — seconds None if impossible:
     the median over its iterations of each one's prediction from its own Work (from the
-    run's means where it logged none)."""
+    run's means, the L-BFGS memory full, where it logged none)."""
     rm, grid = run_model(run, model), run_grid(run)
     if grid.layer > rm.max_layer:
         return None, "more ranks than C-intervals"
@@ -175,7 +205,7 @@ def predict_run(run: MeasuredRun, model: Model, m: Machine):
                 w.adj if w.adj is not None else ropts.adj_iters)
 
     work = run.work or (Work(run.trials, run.fwd, run.adj),)
-    each = {w: rm.grid_time(grid, run.mode, m, Counts(w.trials), cycles(w))
+    each = {w: rm.grid_time(grid, run.mode, m, Counts(w.trials), cycles(w), w.pairs)
             for w in set(work)}
     t = float(np.median([each[w] for w in work]))
     fwd, adj = cycles(Work(run.trials, run.fwd, run.adj))
@@ -183,5 +213,5 @@ def predict_run(run: MeasuredRun, model: Model, m: Machine):
     if run.mode != s.MODE_SERIAL:
         note += f", {fwd:.2g} fwd + {adj:.2g} adj cycles"
     if len(each) > 1:
-        note += f" (mean; {len(each)} kinds of iteration, each predicted)"
+        note += f" (means; {len(each)} kinds of iteration, each predicted)"
     return t, note

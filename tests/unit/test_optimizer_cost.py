@@ -42,8 +42,9 @@ def test_lbfgs_against_the_free_oracle_runs_as_in_a_long_run():
                                   AdamOptions()], ids=lambda o: o.name)
 def test_every_optimizer_is_measured_without_touching_theta(opts):
     theta = _theta()
-    seconds = oc.seconds_per_iteration(opts, theta, kept=2)
-    assert seconds >= 0.0
+    cost = oc.seconds_per_iteration(opts, theta, kept=2)
+    assert cost.seconds >= 0.0 and cost.per_pair >= 0.0
+    assert cost.memory == getattr(opts, "memory", 0)
     assert torch.equal(theta, _theta())
 
 
@@ -92,18 +93,49 @@ def test_the_cost_is_kept_per_host_and_configuration(tmp_path, monkeypatch):
 
     def fake(opts, theta, kept=oc.KEPT):
         measured.append(opts.memory)
-        return 0.1 * len(measured)
+        return oc.OptimizerCost(0.1 * len(measured), 0.01, opts.memory)
     monkeypatch.setattr(oc, "seconds_per_iteration", fake)
     theta = _theta()
-    assert oc.measured_optimizer(LBFGSOptions(memory=4), theta, 1) == (0.1, "measured now")
+    first = oc.OptimizerCost(0.1, 0.01, 4)
+    assert oc.measured_optimizer(LBFGSOptions(memory=4), theta, 1) == (first, "measured now")
     assert oc.measured_optimizer(LBFGSOptions(memory=4), theta, 1) == (
-        0.1, "kept, measured earlier")
-    assert oc.measured_optimizer(LBFGSOptions(memory=6), theta, 1)[0] == pytest.approx(0.2)
-    assert oc.measured_optimizer(LBFGSOptions(memory=4), _theta(500), 1)[0] == \
+        first, "kept, measured earlier")
+    assert oc.measured_optimizer(LBFGSOptions(memory=6), theta, 1)[0].seconds == \
+        pytest.approx(0.2)
+    assert oc.measured_optimizer(LBFGSOptions(memory=4), _theta(500), 1)[0].seconds == \
         pytest.approx(0.3)
     assert oc.measured_optimizer(LBFGSOptions(memory=4), theta, 1, fresh=True) == (
-        pytest.approx(0.4), "measured now")
+        oc.OptimizerCost(pytest.approx(0.4), 0.01, 4), "measured now")
     assert measured == [4, 6, 4, 4]
+
+
+def test_a_cost_kept_without_its_per_pair_part_is_measured_again(tmp_path, monkeypatch):
+    import json
+
+    from lptrain.model_perf.costs import cache_file
+    monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path))
+    opts, theta = LBFGSOptions(memory=4), _theta()
+    path = cache_file(oc.optimizer_config(opts, theta, 1), "optimizer_costs")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"seconds": 0.5}))
+    monkeypatch.setattr(oc, "seconds_per_iteration",
+                        lambda opts, theta, kept=oc.KEPT: oc.OptimizerCost(0.2, 0.02, 4))
+    assert oc.measured_optimizer(opts, theta, 1) == (oc.OptimizerCost(0.2, 0.02, 4),
+                                                     "measured now")
+
+
+def test_an_iteration_with_fewer_pairs_costs_less_by_their_share():
+    m = Machine(None, Link(0.0, 1e30), optimizer=3.0, optimizer_per_pair=0.5, memory=4)
+    assert [m.optimizer_at(p) for p in (None, 4, 1, 0)] == [3.0, 3.0, 1.5, 1.0]
+
+
+def test_lbfgs_s_measured_pairs_cost_what_its_recursion_costs():
+    """On a parameter vector large enough to time (400,000 float64): a pair's share is
+    positive and at most the whole iteration's over the memory."""
+    cost = oc.seconds_per_iteration(LBFGSOptions(memory=6), _theta(400_000), kept=3)
+    assert cost.memory == 6 and 0.0 < cost.per_pair <= cost.seconds / 6
+    optimizer = OPTIMIZERS["lbfgs"](LBFGSOptions(memory=6))
+    assert oc.per_pair(optimizer, _theta()) == 0.0          # no pairs yet
 
 
 def test_given_costs_leave_the_optimizer_uncharged():
@@ -114,3 +146,46 @@ def test_given_costs_leave_the_optimizer_uncharged():
     m = Machine(given_costs(10, 1e-3, 1e-3, 1e-3), Link(0.0, 1e30))
     got, note = cli.with_optimizer(SimpleNamespace(fresh=False), opts, m, _theta())
     assert got.optimizer == 0.0 and note == "optimizer lbfgs: not charged (given costs)"
+
+
+def test_the_pairs_of_each_iteration_are_replayed_from_its_metrics_rows():
+    from lptrain.model_perf.runs import lbfgs_pairs
+    opts = LBFGSOptions(memory=3)
+    optimizer, oracle, theta = OPTIMIZERS["lbfgs"](opts), oc.FreeOracle(_theta()), _theta()
+    held, rows = [], {"iteration": [], "lbfgs_reset": [], "lbfgs_skipped": [],
+                      "step_size": []}
+    for k in range(6):
+        held.append(len(optimizer.mem))
+        theta, info = optimizer.step(theta, oracle)
+        for key, value in zip(rows, (k + 1, info.lbfgs_reset, info.lbfgs_skipped,
+                                     info.step_size)):
+            rows[key].append(value)
+    assert list(lbfgs_pairs(rows, 3)) == held == [0, 1, 2, 3, 3, 3]
+    # a skipped pair, a reset (a failed search: the new pair alone), a step of 0
+    rows = {"iteration": list(range(1, 9)), "lbfgs_skipped": [0, 1, 0, 0, 0, 0, 0, 0],
+            "lbfgs_reset": [0, 0, 0, 1, 0, 1, 0, 0],
+            "step_size": [1, 1, 1, 1, 1, 0, 1, 1]}
+    assert list(lbfgs_pairs(rows, 3)) == [0, 1, 1, 2, 1, 2, 0, 1]
+
+
+def test_a_measured_run_s_early_iterations_pay_for_the_pairs_they_had(tmp_path):
+    from helpers import dense_net
+    from lptrain.metrics import schema as ms
+    from lptrain.metrics.writer import open_writer
+    from lptrain.model_perf.runs import load_run, predict_run
+    net, _ = dense_net(layers=8)
+    model = Model(net, OPTS, batch=20)
+    m = Machine(_costs(20), Link(1e-4, 1e8), optimizer=1.0, optimizer_per_pair=0.1,
+                memory=8)
+    path = tmp_path / ms.FILE_NAME
+    attrs = {ms.MODE: "serial", ms.WORLD_SIZE: 1, ms.SEED: 0,
+             ms.CONFIG: "optimizer:\n  name: lbfgs\n  memory: 8\n"}
+    with open_writer(path, attrs, enabled=True) as writer:
+        for k in range(1, 8):      # iterations 2..7 held 1..6 pairs: median 3.5
+            writer.log_train(iteration=k, step_time=1.0, ls_trials=1, lbfgs_reset=0,
+                             lbfgs_skipped=0, step_size=1.0)
+    run = load_run(path)
+    assert [w.pairs for w in run.work] == [1, 2, 3, 4, 5, 6]
+    pred, _ = predict_run(run, model, m)
+    full = model.grid_time(Grid(1, 1), "serial", m)
+    assert pred == pytest.approx(full - 0.1 * (8 - 3.5), rel=1e-12)
