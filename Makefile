@@ -31,13 +31,14 @@ run: install ## train the default configuration (Peaks, serial, L-BFGS)
 # numeric = float64 reference comparisons; training = whole runs in process; cli = another
 # interpreter (the lptrain command); mpi = mpiexec; slow = full parameter products and long
 # runs. Pick any with PYTEST_ARGS, e.g. `make test PYTEST_ARGS='-m training'`.
-# TEST_JOBS=2 runs the files side by side in pytest-xdist workers (each file on one worker,
-# the files of the shared 4-rank launch together: tests/conftest.py; files in collection
-# order, the long cli and mpi ones first). Default one process: BENCHMARKS.md "The test
-# suite's time" has what was measured.
+# TEST_JOBS (default 2) pytest-xdist workers run the files side by side (each file on one
+# worker, the files of the shared 4-rank launch together: tests/conftest.py; files in
+# collection order, the long cli and mpi ones first); TEST_JOBS=1 runs one process.
+# On the idle 2-core machine 2 workers took 292-321 s against 420-432 s for one process
+# (BENCHMARKS.md "The test suite's time").
 # One thread per process unless OMP_NUM_THREADS says otherwise: the tests' tensors are tiny,
 # and a second thread only spins (more CPU, no less time; the same section).
-TEST_JOBS ?= 1
+TEST_JOBS ?= 2
 TEST_ENV = OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} MPIR_CVAR_ENABLE_HEAVY_YIELD=1
 XDIST = $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder,)
 test: install ## every tier: unit, numeric, training (in-process runs), cli (subprocess), mpi; slow included (CI)
