@@ -29,7 +29,7 @@ from lptrain.model_perf.predict import Collecting, Counts, Machine, Model
 from lptrain.model_perf.report import comparison_table, plot, scaling_table
 from lptrain.model_perf.simulate import Link
 from lptrain.model_perf.summary import summary
-from lptrain.modes import LAYERED, MGRIT, SERIAL
+from lptrain.modes import LAYERED, MGRIT, SERIAL, SIMULTANEOUS
 from lptrain.parallel.grid import Grid
 
 PROG = "lptrain-model"
@@ -127,7 +127,8 @@ def link(args) -> tuple[Link, str, bool]:
 
 
 def counts(args, runs) -> tuple[Counts, str]:
-    """Evaluations per iteration and mode=mgrit cycles: options, else runs, else defaults."""
+    """Evaluations per iteration and mode=mgrit cycles: options, else runs, else
+    defaults; mode=simultaneous cycles: runs, else the MGRIT options (predict.Counts)."""
     notes = []
     trials = args.trials
     if trials is None:
@@ -144,7 +145,13 @@ def counts(args, runs) -> tuple[Counts, str]:
     else:
         fwd = adj = 5.0
         notes.append("mgrit cycles assumed")
-    return Counts(trials, fwd, adj), "; ".join(notes) or "given"
+    sim = [r for r in runs if r.mode == SIMULTANEOUS and r.fwd is not None]
+    sim_fwd = sim_adj = None
+    if sim:     # mgrit.control=error plans the cycles: what the runs took, not fwd_iters
+        sim_fwd = sum(r.fwd for r in sim) / len(sim)
+        sim_adj = sum(r.adj or 0.0 for r in sim) / len(sim)
+        notes.append("simultaneous cycles: mean of measured simultaneous runs")
+    return Counts(trials, fwd, adj, sim_fwd, sim_adj), "; ".join(notes) or "given"
 
 
 def _numbers(text: str, option: str, count: int | None = None) -> list[float]:
@@ -203,6 +210,7 @@ def with_optimizer(args, opts, m: Machine, theta) -> tuple[Machine, str]:
 def setup_text(opts, model: Model, costs: KernelCosts, sources: dict, cnt: Counts) -> str:
     """The model's inputs, as a markdown list."""
     o, net = opts.mgrit, model.net
+    sim = cnt.simultaneous(o)
     hier = o.hierarchy(net.opts.layers, 1)
     steps = " / ".join(str(lv.n_points - 1) for lv in hier.levels)
     state = model.batch * math.prod(net.state_shape) * model.item
@@ -212,8 +220,8 @@ def setup_text(opts, model: Model, costs: KernelCosts, sources: dict, cnt: Count
         f"{opts.dtype} on {opts.device}",
         f"- MGRIT: {len(hier.levels)} levels with {steps} steps, cfactor0 {o.cfactor0}, "
         f"cfactor {o.cfactor}, nrelax0 {o.nrelax0}, nrelax {o.nrelax}, {o.cycle}-cycle, "
-        f"skip_first_down {o.skip_first_down}; simultaneous: {o.fwd_iters} forward + "
-        f"{o.adj_iters} adjoint cycles; mgrit: {cnt.mgrit_fwd:g} + {cnt.mgrit_adj:g} "
+        f"skip_first_down {o.skip_first_down}; simultaneous: {sim[0]:.3g} forward + "
+        f"{sim[1]:.3g} adjoint cycles; mgrit: {cnt.mgrit_fwd:g} + {cnt.mgrit_adj:g} "
         f"cycles to tolerance",
         f"- kernel costs ({sources['costs']}): {_kernel_list(costs)}",
         f"- link ({sources['link']}): latency {sources['alpha']:.3g} s, "
@@ -287,9 +295,10 @@ def terminal_setup(opts, model: Model, cnt: Counts, cost_note: str, the_link: Li
     costs = cost_note.split(" (")[0].split(":")[0]
     return [f"{opts.network.name}, N = {net.opts.layers}, batch {model.batch}, {opts.dtype} "
             f"on {opts.device}; MGRIT {levels} levels, cfactor {o.cfactor0} / {o.cfactor}",
-            f"cycles per solve: simultaneous {o.fwd_iters} + {o.adj_iters}, mgrit "
-            f"{cnt.mgrit_fwd:g} + {cnt.mgrit_adj:g}; {cnt.trials:g} evaluation(s) per "
-            "iteration",
+            "solve cycles: simultaneous {:.2g} + {:.2g}, mgrit ".format(
+                *cnt.simultaneous(o)) +
+            f"{cnt.mgrit_fwd:.2g} + {cnt.mgrit_adj:.2g}; {cnt.trials:.3g} "
+            "evaluations/iteration",
             f"kernel costs {costs}; link {the_link.latency:.2g} s + bytes / "
             f"{the_link.bandwidth:.2g} B/s"]
 

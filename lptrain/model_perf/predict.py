@@ -9,7 +9,8 @@ recording timed (its glue).  Both parts end in
 sums every rank waits for, so their times add; T(optimizer), the optimizer's own
 arithmetic on the whole parameter vector, which every rank computes after the sums
 (optimizer_cost.py), adds too.  mode=mgrit solves take
-`Counts.mgrit_fwd / mgrit_adj` cycles, simultaneous `mgrit.fwd_iters / adj_iters`;
+`Counts.mgrit_fwd / mgrit_adj` cycles, simultaneous `Counts.simultaneous` (measured
+runs' means, else `mgrit.fwd_iters / adj_iters`);
 fractional counts (means over a run) interpolate linearly between the records of the
 neighbouring whole counts.  All solves are warm (every optimizer iteration but the first).
 """
@@ -33,6 +34,14 @@ class Counts:
     trials: float = 1.0    # objective evaluations per optimizer iteration (line search)
     mgrit_fwd: float = 5   # mode=mgrit: forward cycles until the tolerance is met
     mgrit_adj: float = 5   # mode=mgrit: adjoint cycles until the tolerance is met
+    simultaneous_fwd: float | None = None   # simultaneous cycles per solve (None: the
+    simultaneous_adj: float | None = None   # options' fwd_iters / adj_iters)
+
+    def simultaneous(self, opts) -> tuple[float, float]:
+        """Forward and adjoint cycles per solve of mode=simultaneous: these counts' (a
+        run's error-controlled plan, measured), else the options' fixed ones."""
+        return (opts.fwd_iters if self.simultaneous_fwd is None else self.simultaneous_fwd,
+                opts.adj_iters if self.simultaneous_adj is None else self.simultaneous_adj)
 
 
 @dataclass(frozen=True)
@@ -152,7 +161,7 @@ class Model:
             return counts.trials * value + gradient
         if cycles is None:
             cycles = (counts.mgrit_fwd, counts.mgrit_adj) if mode == MGRIT \
-                else (self.mgrit.fwd_iters, self.mgrit.adj_iters)
+                else counts.simultaneous(self.mgrit)
         fwd, adj = cycles
         lo = (math.floor(fwd), math.floor(adj))
         v0, g0 = self.parts(mode, grid, m, *lo)

@@ -7,6 +7,7 @@ by hand from the record and given costs.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -590,3 +591,27 @@ def test_a_measured_run_is_predicted_iteration_by_iteration(tmp_path):
                                (run.fwd, run.adj))
     assert at_means < 0.99 * t33 and t22 < at_means
     assert "3 kinds of iteration" in note
+
+
+def test_simultaneous_cycles_come_from_measured_runs_where_there_are_some():
+    """mgrit.control=error plans the one-shot cycles; the curve for every P takes what
+    the measured simultaneous runs took, else the options' fixed fwd_iters / adj_iters."""
+    from types import SimpleNamespace
+
+    from helpers import dense_net
+    from lptrain.model_perf import cli
+    from lptrain.model_perf.runs import MeasuredRun
+    net, _ = dense_net(layers=12)
+    model, m = Model(net, OPTS, batch=40), Machine(_fake_costs(40), FREE_LINK)
+    args = SimpleNamespace(trials=None, mgrit_iters=None)
+
+    def run(mode, fwd, adj):
+        return MeasuredRun(Path("x"), mode, 1, 1.0, 1.0, fwd, adj, {})
+    cnt, note = cli.counts(args, [run("simultaneous", 2.5, 3.0), run("simultaneous", 3.5, 3.0),
+                                  run("mgrit", 6.0, 4.0)])
+    assert cnt.simultaneous(OPTS) == (3.0, 3.0) and (cnt.mgrit_fwd, cnt.mgrit_adj) == (6, 4)
+    assert "simultaneous cycles: mean of measured simultaneous runs" in note
+    assert model.grid_time(Grid(2, 1), "simultaneous", m, cnt) == \
+        model.grid_time(Grid(2, 1), "simultaneous", m, Counts(), (3.0, 3.0))
+    bare, _ = cli.counts(args, [])
+    assert bare.simultaneous(OPTS) == (OPTS.fwd_iters, OPTS.adj_iters)
