@@ -135,23 +135,30 @@ def counts(args, runs) -> tuple[Counts, str]:
         trials = sum(r.trials for r in runs) / len(runs) if runs else 1.0
         notes.append(f"evaluations/iteration {trials:.3g} "
                      f"({'mean of measured runs' if runs else 'assumed'})")
-    mg = [r for r in runs if r.mode == MGRIT and r.fwd is not None]
+    mg = _mean_cycles(runs, MGRIT)
     if args.mgrit_iters:
         fwd, adj = _numbers(args.mgrit_iters, "--mgrit-iters", 2)
     elif mg:
-        fwd = sum(r.fwd for r in mg) / len(mg)
-        adj = sum(r.adj or 0.0 for r in mg) / len(mg)
+        fwd, adj = mg
         notes.append("mgrit cycles: mean of measured mgrit runs")
     else:
         fwd = adj = 5.0
         notes.append("mgrit cycles assumed")
-    sim = [r for r in runs if r.mode == SIMULTANEOUS and r.fwd is not None]
-    sim_fwd = sim_adj = None
-    if sim:     # mgrit.control=error plans the cycles: what the runs took, not fwd_iters
-        sim_fwd = sum(r.fwd for r in sim) / len(sim)
-        sim_adj = sum(r.adj or 0.0 for r in sim) / len(sim)
+    # mgrit.control=error plans the one-shot cycles: what the runs took, not fwd_iters
+    sim_fwd, sim_adj = _mean_cycles(runs, SIMULTANEOUS) or (None, None)
+    if sim_fwd is not None:
         notes.append("simultaneous cycles: mean of measured simultaneous runs")
     return Counts(trials, fwd, adj, sim_fwd, sim_adj), "; ".join(notes) or "given"
+
+
+def _mean_cycles(runs, mode: str) -> tuple[float, float] | None:
+    """The mean forward and adjoint cycles per solve of the measured runs of `mode` that
+    logged them (None: none did)."""
+    logged = [r for r in runs if r.mode == mode and r.fwd is not None]
+    if not logged:
+        return None
+    return (sum(r.fwd for r in logged) / len(logged),
+            sum(r.adj or 0.0 for r in logged) / len(logged))
 
 
 def _numbers(text: str, option: str, count: int | None = None) -> list[float]:
@@ -291,12 +298,12 @@ def terminal_setup(opts, model: Model, cnt: Counts, cost_note: str, the_link: Li
                    ) -> list[str]:
     """The inputs in three lines (all of them: the report's list)."""
     o, net = opts.mgrit, model.net
+    sim = cnt.simultaneous(o)
     levels = len(o.hierarchy(net.opts.layers, 1).levels)
     costs = cost_note.split(" (")[0].split(":")[0]
     return [f"{opts.network.name}, N = {net.opts.layers}, batch {model.batch}, {opts.dtype} "
             f"on {opts.device}; MGRIT {levels} levels, cfactor {o.cfactor0} / {o.cfactor}",
-            "solve cycles: simultaneous {:.2g} + {:.2g}, mgrit ".format(
-                *cnt.simultaneous(o)) +
+            f"solve cycles: simultaneous {sim[0]:.2g} + {sim[1]:.2g}, mgrit "
             f"{cnt.mgrit_fwd:.2g} + {cnt.mgrit_adj:.2g}; {cnt.trials:.3g} "
             "evaluations/iteration",
             f"kernel costs {costs}; link {the_link.latency:.2g} s + bytes / "

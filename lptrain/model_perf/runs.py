@@ -98,8 +98,11 @@ def lbfgs_pairs(train: dict, memory: int) -> np.ndarray:
     out, held = np.zeros(n, dtype=np.int64), 0
     for i in range(n):
         out[i] = held
-        held = 0 if reset[i] or steps[i] == 0 else held
-        held = min(held + (0 if skipped[i] or steps[i] == 0 else 1), memory)
+        stepped = steps[i] != 0
+        if reset[i] or not stepped:
+            held = 0
+        if stepped and not skipped[i]:
+            held = min(held + 1, memory)
     return out
 
 
@@ -204,11 +207,12 @@ def predict_run(run: MeasuredRun, model: Model, m: Machine):
         return (w.fwd if w.fwd is not None else ropts.fwd_iters,
                 w.adj if w.adj is not None else ropts.adj_iters)
 
-    work = run.work or (Work(run.trials, run.fwd, run.adj),)
+    means = Work(run.trials, run.fwd, run.adj)
+    work = run.work or (means,)
     each = {w: rm.grid_time(grid, run.mode, m, Counts(w.trials), cycles(w), w.pairs)
             for w in set(work)}
     t = float(np.median([each[w] for w in work]))
-    fwd, adj = cycles(Work(run.trials, run.fwd, run.adj))
+    fwd, adj = cycles(means)
     note = f"{grid.layer} x {grid.data} ranks, {run.trials:.2g} evaluations"
     if run.mode != s.MODE_SERIAL:
         note += f", {fwd:.2g} fwd + {adj:.2g} adj cycles"
