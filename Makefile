@@ -34,8 +34,8 @@ run: install ## train the default configuration (Peaks, serial, L-BFGS)
 # TEST_JOBS (default 2) pytest-xdist workers run the files side by side (each file on one
 # worker, the files of the shared 4-rank launch together: tests/conftest.py; files in
 # collection order, the long cli and mpi ones first); TEST_JOBS=1 runs one process.
-# On the idle 2-core machine 2 workers took 292-321 s against 420-432 s for one process
-# (BENCHMARKS.md "The test suite's time").
+# Two workers keep both cores busy where one process keeps about one (BENCHMARKS.md
+# "The test suite's time").
 # One thread per process unless OMP_NUM_THREADS says otherwise: the tests' tensors are tiny,
 # and a second thread only spins (more CPU, no less time; the same section).
 TEST_JOBS ?= 2
