@@ -11,7 +11,8 @@ against the model's prediction for the same cycles per solve.  Then (unless --cp
 runs `lptrain OVERRIDES mode=M train.iterations=K` for M in serial, mgrit, simultaneous
 on 1 and 2 ranks (mgrit and simultaneous 2 × 1, serial 1 × 2), R times in turn (so a
 change of load hits all alike), with OMP_NUM_THREADS=1; then predicts each run with
-`lptrain-model`'s machinery (the kernels of its recorded iteration measured now; each
+`lptrain-model`'s machinery (the kernels of its recorded iteration measured now, alone
+and beside a copy per further core, and predicted both ways; each
 iteration from its own trials and MGRIT cycles per solve, the median of those) and
 prints one markdown row per mode and P: the median over the reps of each run's
 iteration time (median step time, the first left out), the same for the 10th
@@ -210,7 +211,11 @@ def two_rank_check(overrides, iterations: int) -> list[tuple]:
 
 
 def predictions(overrides, dirs) -> tuple[dict, str]:
-    """{run dir: (measured iteration time, predicted)} and the model's cost note."""
+    """{run dir: (measured iteration time, predicted, predicted with every cost measured
+    alone)} and the model's cost note (costs measured now, alone and beside as many
+    neighbours as this host has cores, as lptrain-model measures them)."""
+    import dataclasses
+
     from lptrain.model_perf import cli
     from lptrain.model_perf.runs import load_run, predict_run
     args = cli.parser().parse_args([*overrides, "--fresh"])
@@ -222,8 +227,10 @@ def predictions(overrides, dirs) -> tuple[dict, str]:
     m, note = cli.machine(args, model, theta, opts.device, link,
                           lambda probe: [predict_run(r, model, probe) for r in runs.values()])
     m, optimizer_note = cli.with_optimizer(args, opts, m, theta)
+    alone = dataclasses.replace(m, costs=m.costs.on_host(1), optimizer_shared=None)
     note = f"{note}; {optimizer_note}"
-    return {d: (r.iteration_time, predict_run(r, model, m)[0]) for d, r in runs.items()}, note
+    return {d: (r.iteration_time, predict_run(r, model, m)[0], predict_run(r, model, alone)[0])
+            for d, r in runs.items()}, note
 
 
 def main() -> int:
@@ -272,14 +279,15 @@ def main() -> int:
     print(f"costs: {note}; load average (1 min) {min(loads):.1f}–{max(loads):.1f}, "
           f"median {statistics.median(loads):.1f}")
     print("| configuration | mode | P | measured [s] | p10 [s] | predicted [s] "
-          "| predicted / measured | predicted / p10 |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+          "| predicted / measured | predicted / p10 | costs alone: predicted / measured |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for (mode, ranks), ds in dirs.items():
         med = statistics.median(preds[d][0] for d in ds)
         p10 = statistics.median(step_quantile(d, 0.1) for d in ds)
         pred = statistics.median(preds[d][1] for d in ds)
+        alone = statistics.median(preds[d][2] for d in ds)
         print(f"| {label} | {mode} | {ranks} | {med:.4g} | {p10:.4g} | {pred:.4g} "
-              f"| {pred / med:.2f} | {pred / p10:.2f} |")
+              f"| {pred / med:.2f} | {pred / p10:.2f} | {alone / med:.2f} |")
     return 0
 
 

@@ -54,6 +54,10 @@ def parser() -> argparse.ArgumentParser:
                    help="batch-independent part of one given kernel call [s] (default 0)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads while measuring kernels (default 1: one rank per core)")
+    p.add_argument("--host-ranks", type=int, metavar="K",
+                   help="ranks that share one host in the runs predicted: costs are also "
+                        "measured with K copies at once, and P ranks pay those of min(P, K) "
+                        "(default: this host's cores with --threads 1; 1: alone only)")
     p.add_argument("--fresh", action="store_true",
                    help="measure the kernels now even if this host has kept costs, and "
                         "forget the splits parallel.layer_ranks=auto kept")
@@ -104,8 +108,21 @@ def kernel_costs(args, model: Model, theta, kernels, device) -> tuple[KernelCost
     from lptrain.model_perf.costs import measured
     torch.set_num_threads(max(args.threads, 1))
     costs, note = measured(model.net, theta, model.batch, kernels, device,
-                           torch.get_num_threads(), args.fresh)
+                           torch.get_num_threads(), args.fresh, sharing(args))
     return costs, f"{note}: batch {model.batch}, {torch.get_num_threads()} thread(s)"
+
+
+def sharing(args) -> int:
+    """Ranks per host the costs are measured with: --host-ranks, else this host's cores
+    (1 with --threads above 1: the neighbours are forked, which threads make unsafe)."""
+    if args.host_ranks is None:
+        return measure.host_ranks() if args.threads <= 1 else 1
+    if args.host_ranks < 1:
+        raise ConfigError(f"--host-ranks must be at least 1, got {args.host_ranks}")
+    if args.host_ranks > 1 and args.threads > 1:
+        raise ConfigError(f"--host-ranks {args.host_ranks} needs --threads 1 (got "
+                          f"{args.threads}): the neighbours are forked copies")
+    return args.host_ranks
 
 
 def link(args) -> tuple[Link, str, bool]:
@@ -208,9 +225,9 @@ def with_optimizer(args, opts, m: Machine, theta) -> tuple[Machine, str]:
 
     from lptrain.model_perf.optimizer_cost import measured_optimizer
     cost, note = measured_optimizer(opts.optimizer, theta, torch.get_num_threads(),
-                                    args.fresh)
+                                    args.fresh, sharing(args))
     return replace(m, optimizer=cost.seconds, optimizer_per_pair=cost.per_pair,
-                   memory=cost.memory), \
+                   memory=cost.memory, optimizer_shared=cost.shared), \
         f"optimizer {name}: {cost.seconds:.2g} s per iteration on every rank ({note})"
 
 
@@ -296,7 +313,7 @@ def run(args) -> list[Path]:
 
 def terminal_setup(opts, model: Model, cnt: Counts, cost_note: str, the_link: Link
                    ) -> list[str]:
-    """The inputs in three lines (all of them: the report's list)."""
+    """The inputs but the optimizer's in four lines (all of them: the report's list)."""
     o, net = opts.mgrit, model.net
     sim = cnt.simultaneous(o)
     levels = len(o.hierarchy(net.opts.layers, 1).levels)
@@ -306,8 +323,8 @@ def terminal_setup(opts, model: Model, cnt: Counts, cost_note: str, the_link: Li
             f"solve cycles: simultaneous {sim[0]:.2g} + {sim[1]:.2g}, mgrit "
             f"{cnt.mgrit_fwd:.2g} + {cnt.mgrit_adj:.2g}; {cnt.trials:.3g} "
             "evaluations/iteration",
-            f"kernel costs {costs}; link {the_link.latency:.2g} s + bytes / "
-            f"{the_link.bandwidth:.2g} B/s"]
+            f"kernel costs {costs}",
+            f"messages: {the_link.latency:.2g} s + bytes / {the_link.bandwidth:.2g} B/s"]
 
 
 def _predictions(ranks, model: Model, m: Machine, cnt: Counts, runs, cfg):

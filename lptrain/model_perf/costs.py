@@ -2,7 +2,9 @@
 
 A kernel call on b samples costs o + (t − o)·(b − 1)/(B − 1), from its measured time o
 on one sample and t on the full batch B: the per-call part does not shrink with a
-shard, the rest does.  Measurements are kept in a JSON file per host and configuration
+shard, the rest does.  Each is measured alone and with `host_ranks` − 1 copies of the
+process running it beside it (measure.py); k ranks on one host cost the alone figure
+plus (k − 1)/(host_ranks − 1) of the difference.  Measurements are kept in a JSON file per host and configuration
 under the cache directory ($LPTRAIN_CACHE, else $XDG_CACHE_HOME/lptrain, else
 ~/.cache/lptrain), so the automatic grid of later runs decides on them without
 measuring again; `lptrain-model --fresh` measures anew.
@@ -13,7 +15,7 @@ import hashlib
 import json
 import os
 import socket
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from lptrain.model_perf.record import Glue
@@ -26,20 +28,41 @@ WEIGHT_KERNELS = ("vjp_weights",)
 
 @dataclass
 class KernelCosts:
-    """Seconds of one call of (kernel, states) on one sample and on `batch` samples."""
+    """Seconds of one call of (kernel, states) on one sample and on `batch` samples,
+    alone and (shared_one, shared_full) beside host_ranks − 1 others running it."""
 
     batch: int
     one: dict = field(default_factory=dict)    # (name, states) -> seconds at 1 sample
     full: dict = field(default_factory=dict)   # (name, states) -> seconds at `batch`
     given: tuple | None = None   # (step, adjoint, weights, overhead): costs not measured
     glue: bool = True            # charge the time a record took outside its kernels
+    host_ranks: int = 1          # ranks on a host when the shared costs were measured
+    shared_one: dict = field(default_factory=dict)
+    shared_full: dict = field(default_factory=dict)
 
     def missing(self, kernels) -> set:
         """The kernels of `kernels` ((name, states) pairs) without a cost."""
-        return set() if self.given else {k for k in kernels if k not in self.full}
+        if self.given:
+            return set()
+        return {k for k in kernels if k not in self.full or
+                (self.host_ranks > 1 and k not in self.shared_full)}
+
+    def on_host(self, ranks: int) -> "KernelCosts":
+        """The costs of a rank with min(ranks, host_ranks) ranks on its host (interpolated
+        linearly between alone and the shared measurement)."""
+        k = min(ranks, self.host_ranks)
+        if self.given or k <= 1:
+            return replace(self, host_ranks=1, shared_one={}, shared_full={})
+        w = (k - 1) / (self.host_ranks - 1)
+
+        def blend(alone: dict, shared: dict) -> dict:
+            return {key: t + w * (shared[key] - t) for key, t in alone.items()}
+        return replace(self, one=blend(self.one, self.shared_one),
+                       full=blend(self.full, self.shared_full), host_ranks=1,
+                       shared_one={}, shared_full={})
 
     def call(self, name: str, states: int, b: float) -> float:
-        """Seconds of one call of `name` on `states` states of b samples each."""
+        """Seconds of one call of `name` on `states` states of b samples each (alone)."""
         if self.given:
             return states * self._given(name, b)
         key = (name, states)
@@ -89,24 +112,32 @@ def cache_file(config: dict, kind: str = "kernel_costs") -> Path:
     return cache_dir() / kind / f"{socket.gethostname()}-{digest.hexdigest()[:16]}.json"
 
 
-def load(path: Path, batch: int) -> KernelCosts:
-    """The costs kept in `path` (empty ones when there is none or it is unreadable)."""
-    costs = KernelCosts(batch)
+def load(path: Path, batch: int, host_ranks: int = 1) -> KernelCosts:
+    """The costs kept in `path` (empty ones when there is none or it is unreadable); the
+    shared ones only if they were measured with `host_ranks` ranks at once."""
+    costs = KernelCosts(batch, host_ranks=host_ranks)
     try:
         kept = json.loads(path.read_text())
-        for name, states, one, full in kept["kernels"]:
+        same = host_ranks > 1 and kept.get("host_ranks", 1) == host_ranks
+        for name, states, one, full, *shared in kept["kernels"]:
             costs.one[(name, int(states))] = float(one)
             costs.full[(name, int(states))] = float(full)
-    except (OSError, ValueError, KeyError, TypeError):
-        return KernelCosts(batch)
+            if shared and same:
+                costs.shared_one[(name, int(states))] = float(shared[0])
+                costs.shared_full[(name, int(states))] = float(shared[1])
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return KernelCosts(batch, host_ranks=host_ranks)
     return costs
 
 
 def save(path: Path, costs: KernelCosts, config: dict) -> None:
     """Keep `costs` in `path` (see keep_json)."""
-    rows = [[name, states, costs.one[(name, states)], t]
+    rows = [[name, states, costs.one[(name, states)], t,
+             *([costs.shared_one[(name, states)], costs.shared_full[(name, states)]]
+               if (name, states) in costs.shared_full else [])]
             for (name, states), t in sorted(costs.full.items())]
-    keep_json(path, {"config": config, "batch": costs.batch, "kernels": rows})
+    keep_json(path, {"config": config, "batch": costs.batch, "host_ranks": costs.host_ranks,
+                     "kernels": rows})
 
 
 def keep_json(path: Path, payload: dict) -> None:
@@ -131,21 +162,40 @@ def cost_config(net, batch: int, dtype: str, device: str, threads: int) -> dict:
             "threads": threads, "torch": torch.__version__, "inputs": "cache-sized pools"}
 
 
-def measured(net, theta, batch: int, kernels, device: str, threads: int, fresh: bool = False
-             ) -> tuple[KernelCosts, str]:
-    """(costs of `kernels` on this host, where they came from): kept ones, the missing
-    measured now and kept (all measured now with fresh)."""
+def measured(net, theta, batch: int, kernels, device: str, threads: int, fresh: bool = False,
+             host_ranks: int = 1) -> tuple[KernelCosts, str]:
+    """(costs of `kernels` on this host, alone and beside host_ranks − 1 neighbours, where
+    they came from): kept ones, the missing measured now and kept (all with fresh).
+    With host_ranks 1 the kept file's shared costs stay in it, unused."""
     from lptrain.model_perf.measure import measure_kernels
+    host_ranks = 1 if str(device).startswith("cuda") else host_ranks
     config = cost_config(net, batch, str(theta.dtype).removeprefix("torch."), device, threads)
     path = cache_file(config)
-    costs = KernelCosts(batch) if fresh else load(path, batch)
-    todo = costs.missing(kernels)
+    kept = KernelCosts(batch) if fresh else load(path, batch, _kept_ranks(path))
+    costs = kept if kept.host_ranks == host_ranks or host_ranks == 1 else \
+        replace(kept, host_ranks=host_ranks, shared_one={}, shared_full={})
+    todo = costs.missing(kernels) if host_ranks > 1 else \
+        {k for k in kernels if k not in costs.full}
     if todo:
-        found = measure_kernels(net, theta, batch, todo, device)
+        alone, shared = measure_kernels(net, theta, batch, todo, device, host_ranks - 1)
         for name, states in todo:
-            costs.one[(name, states)] = found[(name, states, 1)]
-            costs.full[(name, states)] = found[(name, states, batch)]
+            costs.one[(name, states)] = alone[(name, states, 1)]
+            costs.full[(name, states)] = alone[(name, states, batch)]
+            if shared:
+                costs.shared_one[(name, states)] = shared[(name, states, 1)]
+                costs.shared_full[(name, states)] = shared[(name, states, batch)]
         save(path, costs, config)
-    note = f"measured now on {socket.gethostname()}" if todo else \
-        f"measured earlier on {socket.gethostname()} ({path})"
+    beside = f", alone and {host_ranks} at once" if host_ranks > 1 else ""
+    note = f"measured now on {socket.gethostname()}{beside}" if todo else \
+        f"measured earlier on {socket.gethostname()}{beside} ({path})"
+    if host_ranks == 1:
+        costs = replace(costs, host_ranks=1, shared_one={}, shared_full={})
     return costs, note
+
+
+def _kept_ranks(path: Path) -> int:
+    """The ranks at once of the shared costs kept in `path` (1: none, or no file)."""
+    try:
+        return int(json.loads(path.read_text()).get("host_ranks", 1))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 1

@@ -3,7 +3,9 @@
 Each kernel a record contains (record.py: its name and the states stacked in one call)
 is timed by calling the network's own function with random inputs of the recorded
 shape, at a batch of one sample and at the full batch: what a call costs besides
-the samples, and per sample, for any shard in between (costs.py).
+the samples, and per sample, for any shard in between (costs.py).  With neighbours,
+each is also timed while copies of this process run it beside it: the ranks that share
+a host in a run (neighbours.py).
 """
 from __future__ import annotations
 
@@ -32,28 +34,68 @@ def seconds_per_call(fns: dict, device: str = "cpu", budget: float = 0.02,
     and CPU time does not (their cache traffic still counts).  On a GPU, wall time
     after synchronising, and the 20th percentile: the least loaded calls.
     """
+    return _timed(fns, device, budget, rounds, None)[0]
+
+
+def seconds_alone_and_shared(fns: dict, copies: int, budget: float = 0.02, rounds: int = 5
+                             ) -> tuple[dict, dict]:
+    """({key: seconds of one call alone}, {key: ... while `copies` forked neighbours call
+    the same fn}) on the CPU, both timed in the same visits (neighbours.py)."""
+    from lptrain.model_perf.neighbours import Neighbours
+    with Neighbours(list(fns.values()), copies) as nb:
+        alone, shared = _timed(fns, "cpu", budget, rounds, nb)
+        if nb.alive() < copies:
+            raise RuntimeError(f"{copies - nb.alive()} of {copies} neighbour processes "
+                               "ended while kernels were timed beside them")
+    return alone, shared
+
+
+def _timed(fns: dict, device: str, budget: float, rounds: int, nb) -> tuple[dict, dict]:
+    """seconds_per_call's medians alone, and beside the neighbours `nb` (when given:
+    each visit times the fn alone, then with the neighbours playing it)."""
     gpu = str(device).startswith("cuda")
     sync = torch.cuda.synchronize if gpu else (lambda: None)
     clock = time.perf_counter if gpu else time.thread_time
-    reps = {}
+    reps, longest = {}, 0.0
     for key, fn in fns.items():
         fn()
         sync()
         t0 = time.perf_counter()
         fn()
         sync()
+        longest = max(longest, time.perf_counter() - t0)
         reps[key] = max(1, int(budget / max(time.perf_counter() - t0, 1e-7)))
     seen: dict = {key: [] for key in fns}
+    beside: dict = {key: [] for key in fns} if nb is not None else {}
+    settle = max(2 * longest, 0.002)  # the neighbours finish a call, or start the next fn
     for _ in range(rounds):
-        for key, fn in fns.items():
-            times = seen[key]
-            for _ in range(reps[key]):
-                t0 = clock()
-                fn()
-                sync()
-                times.append(clock() - t0)
+        for i, (key, fn) in enumerate(fns.items()):
+            for times, playing in ((seen[key], False), (beside.get(key), True)):
+                if times is None:
+                    continue
+                if nb is not None:
+                    if playing:
+                        nb.play(i)
+                    else:
+                        nb.rest()
+                    _busy(fn, settle)
+                for _ in range(reps[key]):
+                    t0 = clock()
+                    fn()
+                    sync()
+                    times.append(clock() - t0)
+        if nb is not None:
+            nb.rest()
     q = 0.2 if gpu else 0.5
-    return {key: sorted(t)[int(q * (len(t) - 1))] for key, t in seen.items()}
+    return tuple({key: sorted(t)[int(q * (len(t) - 1))] for key, t in d.items()}
+                 for d in (seen, beside))
+
+
+def _busy(fn, seconds: float) -> None:
+    """Call fn, untimed, for `seconds` (while the neighbours change what they run)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        fn()
 
 
 def cold_bytes(path: str = "/sys/devices/system/cpu/cpu0/cache/index3/size") -> int:
@@ -153,10 +195,12 @@ class _KernelCall:
         return self.fn(self.pool.next())
 
 
-def measure_kernels(net, theta: torch.Tensor, batch: int, kernels, device: str = "cpu"
-                    ) -> dict:
-    """{(name, states, b): seconds of one call} for b = 1 and b = batch, all timed in
-    the same rounds (a change of load hits them alike)."""
+def measure_kernels(net, theta: torch.Tensor, batch: int, kernels, device: str = "cpu",
+                    neighbours: int = 0) -> tuple[dict, dict]:
+    """({(name, states, b): seconds of one call} for b = 1 and b = batch, the same with
+    `neighbours` forked copies of this process running each kernel beside it ({} without
+    neighbours; CPU only)), all timed in the same rounds (a change of load hits them
+    alike)."""
     from lptrain.parallel.context import keep_freed_memory
     # as the lptrain command runs: without it a stack of m ≥ 4 states gets fresh pages
     # for each temporary and the measured cost of stacked calls is far too high
@@ -165,7 +209,17 @@ def measure_kernels(net, theta: torch.Tensor, batch: int, kernels, device: str =
     for b in sorted({1, batch}):
         calls.update({(*key, b): fn for key, fn in kernel_calls(net, theta, b, kernels).items()})
     with torch.no_grad():
-        return seconds_per_call(calls, device)
+        if neighbours and not str(device).startswith("cuda"):
+            return seconds_alone_and_shared(calls, neighbours)
+        return seconds_per_call(calls, device), {}
+
+
+def host_ranks() -> int:
+    """Ranks of one thread each that fit on the cores this process may use."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def launched_size() -> int:

@@ -13,7 +13,10 @@ one pass over θ, not charged).  The median over a few iterations after the memo
 is full, in this thread's CPU time, is kept per host and configuration (costs.py),
 with what each pair of the memory adds to the recursion (timed over all pairs and
 over none): a run's early iterations, or those after a reset, recurse over fewer
-pairs, and a measured run is predicted iteration by iteration (runs.py).
+pairs, and a measured run is predicted iteration by iteration (runs.py).  With
+host_ranks > 1 the iterations are also timed while host_ranks − 1 forked copies run
+theirs (neighbours.py): on a wide network the recursion streams the memory's pairs,
+and ranks on one host share its memory bandwidth.
 """
 from __future__ import annotations
 
@@ -74,30 +77,43 @@ def warm_iterations(opts) -> int:
 @dataclass(frozen=True)
 class OptimizerCost:
     """CPU seconds of one iteration with the memory full, and what each of its `memory`
-    pairs adds (0 for optimizers without one)."""
+    pairs adds (0 for optimizers without one); `shared`: the seconds with host_ranks
+    ranks at once on the host (None: not measured)."""
 
     seconds: float
     per_pair: float = 0.0
     memory: int = 0
+    shared: float | None = None
 
 
-def seconds_per_iteration(opts, theta: torch.Tensor, kept: int = KEPT) -> OptimizerCost:
+def seconds_per_iteration(opts, theta: torch.Tensor, kept: int = KEPT, host_ranks: int = 1
+                          ) -> OptimizerCost:
     """The cost of one iteration of optimizer `opts` (an optimizer node: name, ...) on
-    θ's size, dtype and device, the oracle's own time left out."""
+    θ's size, dtype and device, the oracle's own time left out: alone, and beside
+    host_ranks − 1 copies of this process iterating theirs."""
+    from lptrain.model_perf.neighbours import Neighbours
     from lptrain.parallel.context import keep_freed_memory
     keep_freed_memory()            # as the lptrain command runs
-    optimizer = OPTIMIZERS[opts.name](opts, total=warm_iterations(opts) + kept + 1)
+    optimizer = OPTIMIZERS[opts.name](opts, total=warm_iterations(opts) + 2 * kept + 1)
     oracle = FreeOracle(theta)
-    theta = theta.detach().clone()
-    seen = []
-    for k in range(warm_iterations(opts) + kept):
+    at = [theta.detach().clone()]
+
+    def iteration() -> float:
         spent, t0 = oracle.spent, time.thread_time()
-        theta, _ = optimizer.step(theta, oracle)
-        seen.append(time.thread_time() - t0 - (oracle.spent - spent))
-    full = max(statistics.median(seen[-kept:]), 0.0)
+        at[0], _ = optimizer.step(at[0], oracle)
+        return time.thread_time() - t0 - (oracle.spent - spent)
+    for _ in range(warm_iterations(opts)):
+        iteration()
+    full = max(statistics.median(iteration() for _ in range(kept)), 0.0)
+    shared = None
+    if host_ranks > 1 and not str(theta.device).startswith("cuda"):
+        with Neighbours([iteration], host_ranks - 1) as nb:
+            nb.play(0)
+            iteration()            # while the neighbours start theirs
+            shared = max(statistics.median(iteration() for _ in range(kept)), 0.0)
     memory = getattr(opts, "memory", 0)
-    return OptimizerCost(full, min(per_pair(optimizer, theta, kept), full / max(memory, 1)),
-                         memory)
+    return OptimizerCost(full, min(per_pair(optimizer, at[0], kept), full / max(memory, 1)),
+                         memory, shared)
 
 
 def per_pair(optimizer, g: torch.Tensor, reps: int = KEPT) -> float:
@@ -129,20 +145,25 @@ def optimizer_config(opts, theta: torch.Tensor, threads: int) -> dict:
             "threads": threads, "torch": torch.__version__}
 
 
-def measured_optimizer(opts, theta: torch.Tensor, threads: int, fresh: bool = False
-                       ) -> tuple[OptimizerCost, str]:
+def measured_optimizer(opts, theta: torch.Tensor, threads: int, fresh: bool = False,
+                       host_ranks: int = 1) -> tuple[OptimizerCost, str]:
     """(the cost per iteration, where it came from): kept for this host and
-    configuration, else measured now and kept."""
+    configuration (with its shared cost if measured with host_ranks ranks at once),
+    else measured now and kept."""
     from lptrain.model_perf.costs import cache_file, keep_json
     config = optimizer_config(opts, theta, threads)
     path = cache_file(config, "optimizer_costs")
     if not fresh:
         try:
             kept = json.loads(path.read_text())
-            return OptimizerCost(float(kept["seconds"]), float(kept["per_pair"]),
-                                 int(kept["memory"])), "kept, measured earlier"
-        except (OSError, ValueError, KeyError, TypeError):
+            shared = kept.get("shared") if kept.get("host_ranks", 1) == host_ranks else None
+            if host_ranks == 1 or shared is not None:
+                return OptimizerCost(float(kept["seconds"]), float(kept["per_pair"]),
+                                     int(kept["memory"]),
+                                     None if shared is None else float(shared)), \
+                    "kept, measured earlier"
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
-    cost = seconds_per_iteration(opts, theta)
-    keep_json(path, {"config": config, **asdict(cost)})
+    cost = seconds_per_iteration(opts, theta, host_ranks=host_ranks)
+    keep_json(path, {"config": config, "host_ranks": host_ranks, **asdict(cost)})
     return cost, "measured now"

@@ -8,7 +8,8 @@ samples: its kernels charged their measured costs (costs.py), the rest what the
 recording timed (its glue).  Both parts end in
 sums every rank waits for, so their times add; T(optimizer), the optimizer's own
 arithmetic on the whole parameter vector, which every rank computes after the sums
-(optimizer_cost.py), adds too.  mode=mgrit solves take
+(optimizer_cost.py), adds too.  On P ranks every cost is the one measured with
+min(P, host ranks) ranks running it on one host (Machine.on_host).  mode=mgrit solves take
 `Counts.mgrit_fwd / mgrit_adj` cycles, simultaneous `Counts.simultaneous` (measured
 runs' means, else `mgrit.fwd_iters / adj_iters`);
 fractional counts (means over a run) interpolate linearly between the records of the
@@ -17,7 +18,7 @@ neighbouring whole counts.  All solves are warm (every optimizer iteration but t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -53,6 +54,7 @@ class Machine:
     optimizer: float = 0.0    # seconds of the optimizer's own arithmetic per iteration
     optimizer_per_pair: float = 0.0   # ... less this per L-BFGS pair short of `memory`
     memory: int = 0
+    optimizer_shared: float | None = None   # `optimizer` with costs.host_ranks at once
 
     def optimizer_at(self, pairs: int | None = None) -> float:
         """The optimizer's seconds in an iteration whose L-BFGS recursion runs over
@@ -60,6 +62,20 @@ class Machine:
         if pairs is None:
             return self.optimizer
         return self.optimizer - self.optimizer_per_pair * max(self.memory - pairs, 0)
+
+    def on_host(self, ranks: int) -> "Machine":
+        """The machine as each rank of a run on `ranks` ranks sees it: min(ranks, host
+        ranks) of them share one host's caches and memory bandwidth (costs.py)."""
+        host = getattr(self.costs, "host_ranks", 1)
+        if host <= 1:
+            return self
+        optimizer, per_pair = self.optimizer, self.optimizer_per_pair
+        if self.optimizer_shared is not None and ranks > 1 and self.optimizer > 0:
+            w = (min(ranks, host) - 1) / (host - 1)
+            optimizer += w * (self.optimizer_shared - self.optimizer)
+            per_pair *= optimizer / self.optimizer
+        return replace(self, costs=self.costs.on_host(ranks), optimizer=optimizer,
+                       optimizer_per_pair=per_pair, optimizer_shared=None)
 
 
 @dataclass(frozen=True)
@@ -125,6 +141,7 @@ class Model:
     def parts(self, mode: str, grid: Grid, m: Machine, fwd: int = 1, adj: int = 1
               ) -> tuple[float, float]:
         """(T(value), T(gradient)) of the record with fwd / adj cycles on `grid`."""
+        m = m.on_host(grid.size)
         rec = self.record(mode, grid.layer, grid.data, fwd, adj)
         shard = math.ceil(self.batch / grid.data)
         state = shard * math.prod(self.net.state_shape) * self.item
@@ -136,6 +153,7 @@ class Model:
              trials: float = 1.0) -> list[float]:
         """Each layer rank's computing time (kernels and glue, no waiting) per optimizer
         iteration with whole fwd / adj cycles."""
+        m = m.on_host(grid.size)
         rec = self.record(mode, grid.layer, grid.data, fwd, adj)
         shard = math.ceil(self.batch / grid.data)
         state = shard * math.prod(self.net.state_shape) * self.item
@@ -150,7 +168,8 @@ class Model:
         gradient and the optimizer's arithmetic; cycles: (forward, adjoint) per solve
         (default: counts' for mgrit, the options' for simultaneous); pairs: L-BFGS
         memory pairs of the iteration (default: full)."""
-        return self._evaluations(grid, mode, m, counts, cycles) + m.optimizer_at(pairs)
+        return self._evaluations(grid, mode, m, counts, cycles) + \
+            m.on_host(grid.size).optimizer_at(pairs)
 
     def _evaluations(self, grid: Grid, mode: str, m: Machine, counts: Counts,
                      cycles: tuple[float, float] | None) -> float:

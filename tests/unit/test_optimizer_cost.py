@@ -91,9 +91,10 @@ def test_the_cost_is_kept_per_host_and_configuration(tmp_path, monkeypatch):
     monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path))
     measured = []
 
-    def fake(opts, theta, kept=oc.KEPT):
+    def fake(opts, theta, kept=oc.KEPT, host_ranks=1):
         measured.append(opts.memory)
-        return oc.OptimizerCost(0.1 * len(measured), 0.01, opts.memory)
+        return oc.OptimizerCost(0.1 * len(measured), 0.01, opts.memory,
+                                0.15 * len(measured) if host_ranks > 1 else None)
     monkeypatch.setattr(oc, "seconds_per_iteration", fake)
     theta = _theta()
     first = oc.OptimizerCost(0.1, 0.01, 4)
@@ -106,7 +107,18 @@ def test_the_cost_is_kept_per_host_and_configuration(tmp_path, monkeypatch):
         pytest.approx(0.3)
     assert oc.measured_optimizer(LBFGSOptions(memory=4), theta, 1, fresh=True) == (
         oc.OptimizerCost(pytest.approx(0.4), 0.01, 4), "measured now")
-    assert measured == [4, 6, 4, 4]
+    # beside another rank: the kept cost has no shared part, so measured again, then kept;
+    # a later alone question takes the same file's alone part
+    shared = oc.OptimizerCost(pytest.approx(0.5), 0.01, 4, pytest.approx(0.75))
+    assert oc.measured_optimizer(LBFGSOptions(memory=4), theta, 1, host_ranks=2) == (
+        shared, "measured now")
+    assert oc.measured_optimizer(LBFGSOptions(memory=4), theta, 1, host_ranks=2) == (
+        shared, "kept, measured earlier")
+    assert oc.measured_optimizer(LBFGSOptions(memory=4), theta, 1)[0].seconds == \
+        pytest.approx(0.5)
+    assert oc.measured_optimizer(LBFGSOptions(memory=4), theta, 1, host_ranks=3)[1] == \
+        "measured now"
+    assert measured == [4, 6, 4, 4, 4, 4]
 
 
 def test_a_cost_kept_without_its_per_pair_part_is_measured_again(tmp_path, monkeypatch):
@@ -119,7 +131,8 @@ def test_a_cost_kept_without_its_per_pair_part_is_measured_again(tmp_path, monke
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"seconds": 0.5}))
     monkeypatch.setattr(oc, "seconds_per_iteration",
-                        lambda opts, theta, kept=oc.KEPT: oc.OptimizerCost(0.2, 0.02, 4))
+                        lambda opts, theta, kept=oc.KEPT, host_ranks=1:
+                        oc.OptimizerCost(0.2, 0.02, 4))
     assert oc.measured_optimizer(opts, theta, 1) == (oc.OptimizerCost(0.2, 0.02, 4),
                                                      "measured now")
 

@@ -241,9 +241,9 @@ def test_costs_are_kept_per_host_and_configuration(tmp_path, monkeypatch):
     net, theta = dense_net(layers=4)
     calls = []
 
-    def fake(net_, theta_, batch, kernels, device):
+    def fake(net_, theta_, batch, kernels, device, neighbours=0):
         calls.append(set(kernels))
-        return {(name, m, b): 1e-3 * b for name, m in kernels for b in (1, batch)}
+        return {(name, m, b): 1e-3 * b for name, m in kernels for b in (1, batch)}, {}
     monkeypatch.setattr("lptrain.model_perf.measure.measure_kernels", fake)
     want = {("apply", 1), ("vjp_saved", 2)}
     c1, _ = kc.measured(net, theta, 16, want, "cpu", 1)
@@ -345,8 +345,9 @@ def _no_measuring(monkeypatch, tmp_path):
     monkeypatch.setattr(auto, "_factory", None)
     monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path / "cache"))
 
-    def fake(net, theta, batch, kernels, device):
-        return {(name, m, b): 1e-4 * m * b for name, m in kernels for b in (1, batch)}
+    def fake(net, theta, batch, kernels, device, neighbours=0):
+        alone = {(name, m, b): 1e-4 * m * b for name, m in kernels for b in (1, batch)}
+        return alone, {key: 1.5 * t for key, t in alone.items()} if neighbours else {}
     monkeypatch.setattr("lptrain.model_perf.measure.measure_kernels", fake)
 
 
@@ -536,7 +537,9 @@ def test_lptrain_model_prints_the_split_auto_takes(tmp_path, monkeypatch):
     # each record also times its own glue: zero here, or the two sides see different loads
     monkeypatch.setattr("lptrain.model_perf.record.time.thread_time", lambda: 0.0)
     over = ["network.layers=64", "dataset.n_train=60"]
-    assert cli.main([*over, "--ranks", "4,8", "--out", str(tmp_path)]) == 0
+    # the costs auto decides on: measured alone (no forked neighbours in this tier)
+    assert cli.main([*over, "--ranks", "4,8", "--host-ranks", "1", "--out", str(tmp_path)]
+                    ) == 0
     text = (tmp_path / "speedup_model.md").read_text().split("## Layer x data split")[1]
     opts, _ = cli.compose(over)
     net, _, _ = cli.build_network(opts)
