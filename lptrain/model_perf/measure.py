@@ -44,9 +44,10 @@ def seconds_alone_and_shared(fns: dict, copies: int, budget: float = 0.02, round
     from lptrain.model_perf.neighbours import Neighbours
     with Neighbours(list(fns.values()), copies) as nb:
         alone, shared = _timed(fns, "cpu", budget, rounds, nb)
-        if nb.alive() < copies:
-            raise RuntimeError(f"{copies - nb.alive()} of {copies} neighbour processes "
-                               "ended while kernels were timed beside them")
+        ended, idle = copies - nb.alive(), sum(c == 0 for c in nb.calls())
+        if ended or idle:
+            raise RuntimeError(f"of {copies} neighbour processes {ended} ended and "
+                               f"{idle} made no call while kernels were timed beside them")
     return alone, shared
 
 

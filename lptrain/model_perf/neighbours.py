@@ -30,15 +30,17 @@ class Neighbours:
         if copies < 0:
             raise ValueError(f"neighbours: copies must be >= 0, got {copies}")
         self.fns, self.copies = list(fns), copies
-        self._playing = None
+        self._playing = self._calls = None
         self._children: list = []
 
     def __enter__(self) -> "Neighbours":
         if self.copies:
             ctx = multiprocessing.get_context("fork")
             self._playing = ctx.Value("i", REST, lock=False)
-            self._children = [ctx.Process(target=_loop, args=(self.fns, self._playing),
-                                          daemon=True) for _ in range(self.copies)]
+            self._calls = ctx.Array("q", self.copies, lock=False)
+            self._children = [ctx.Process(target=_loop, args=(self.fns, self._playing,
+                                                              self._calls, k), daemon=True)
+                              for k in range(self.copies)]
             for child in self._children:
                 child.start()
         return self
@@ -57,6 +59,10 @@ class Neighbours:
         """Children still running."""
         return sum(child.is_alive() for child in self._children)
 
+    def calls(self) -> list[int]:
+        """Calls each child has made so far."""
+        return [] if self._calls is None else list(self._calls)
+
     def _set(self, value: int) -> None:
         if self._playing is not None:
             self._playing.value = value
@@ -72,8 +78,9 @@ class Neighbours:
         self._children, self._playing = [], None
 
 
-def _loop(fns, playing) -> None:
-    """A child: call what the parent plays until it says stop (or goes away)."""
+def _loop(fns, playing, calls, k: int) -> None:
+    """Child k: call what the parent plays, counting in calls[k], until it says stop (or
+    goes away)."""
     parent = os.getppid()
     while True:
         i = playing.value
@@ -83,3 +90,4 @@ def _loop(fns, playing) -> None:
             time.sleep(PAUSE)
         else:
             fns[i]()
+            calls[k] += 1

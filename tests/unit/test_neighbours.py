@@ -44,6 +44,7 @@ def test_neighbours_call_what_is_played_and_nothing_at_rest():
         assert list(counts) == [0, 0]                      # resting at the start
         nb.play(1)
         assert _until(lambda: counts[1] > 50) and counts[0] == 0
+        assert _until(lambda: all(c > 0 for c in nb.calls()))      # both children play
         nb.rest()
         time.sleep(0.05)
         settled = counts[1]
@@ -63,7 +64,7 @@ def test_no_neighbours_is_this_process_alone():
     with Neighbours(fns, 0) as nb:
         nb.play(0)
         time.sleep(0.05)
-        assert nb.alive() == 0 and list(counts) == [0, 0]
+        assert nb.alive() == 0 and list(counts) == [0, 0] and nb.calls() == []
     with pytest.raises(ValueError, match="-1"):
         Neighbours(fns, -1)
 
@@ -79,10 +80,13 @@ def test_a_kernel_is_timed_alone_and_beside_its_neighbours():
 
 
 def test_a_neighbour_that_fails_stops_the_measurement():
+    """It ends before its first call is counted: whether it has ended by the time the
+    timing does (a loaded machine may start it late), it made no call."""
     parent = os.getpid()
 
     def fails_in_a_child():
         if os.getpid() != parent:
             os._exit(3)
-    with pytest.raises(RuntimeError, match="1 of 1 neighbour processes ended"):
-        seconds_alone_and_shared({"k": fails_in_a_child}, copies=1, budget=0.001, rounds=3)
+        time.sleep(1e-3)
+    with pytest.raises(RuntimeError, match=r"of 1 neighbour processes (1 ended|.* 1 made no)"):
+        seconds_alone_and_shared({"k": fails_in_a_child}, copies=1, budget=0.01, rounds=3)
