@@ -275,9 +275,9 @@ def run(args) -> list[Path]:
     opts, cfg = compose(args.overrides)
     net, theta, batch = build_network(opts)
     model = make_model(opts, net, theta, batch)
-    from lptrain.model_perf.grid import forget_kept_times, model_timer
+    from lptrain.model_perf.grid import forget_kept_times, timers_reusing
     from lptrain.parallel import auto
-    auto.install(model_timer)         # the auto column: as the lptrain command decides
+    auto.install(timers_reusing(model))   # the auto column: as the lptrain command decides
     if args.fresh:
         forget_kept_times()
     runs = load_runs(args.measured)

@@ -39,3 +39,22 @@ def test_an_unreadable_kept_file_is_predicted_anew(tmp_path, monkeypatch):
     kept.write_text("{not json")
     seconds[Grid(1, 2)] = 4.0
     assert _timer([], monkeypatch, seconds).times(GRIDS) == seconds
+
+
+def test_lptrain_models_auto_column_reuses_its_records(tmp_path, monkeypatch):
+    """The timers of timers_reusing(model) predict with that model (its records) when it
+    models the configuration asked about, and with their own otherwise."""
+    from lptrain.model_perf.cli import make_model
+    monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path))
+    opts, _ = compose(["mode=simultaneous", "network.layers=8"])
+    net, theta, batch = build_network(opts)
+    model = make_model(opts, net, theta, batch)
+    used = []
+    monkeypatch.setattr(mg, "measured_machine", lambda m, theta, times, *a: (None, ""))
+    monkeypatch.setattr(mg.Model, "grid_time", lambda self, g, *a: used.append(self) or 1.0)
+    mg.timers_reusing(model)(opts, net, "simultaneous").times(GRIDS)
+    assert used and all(m is model for m in used)
+    other, _ = compose(["mode=simultaneous", "network.layers=8", "mgrit.fwd_iters=3"])
+    used.clear()
+    mg.timers_reusing(model)(other, net, "simultaneous").times(GRIDS)
+    assert used and all(m is not model for m in used)
