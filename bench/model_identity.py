@@ -27,7 +27,7 @@ CONFIGS = [[], ["experiment=peaks_paper"],
            ["experiment=mnist_paper", "dataset.n_train=60"]]
 GIVEN = ["--step-time", "1e-3", "--adjoint-time", "2e-3", "--weight-time", "5e-4",
          "--overhead", "1e-4"]
-# costs alone, as before ranks sharing a host were measured (made-up costs share nothing)
+# costs alone: made-up costs have no shared part, and the reports stay comparable
 LINK = ["--latency", "1e-5", "--bandwidth", "1e9", "--ranks", "1,2,4,8", "--host-ranks", "1"]
 
 

@@ -4,10 +4,10 @@ A kernel call on b samples costs o + (t − o)·(b − 1)/(B − 1), from its me
 on one sample and t on the full batch B: the per-call part does not shrink with a
 shard, the rest does.  Each is measured alone and with `host_ranks` − 1 copies of the
 process running it beside it (measure.py); k ranks on one host cost the alone figure
-plus (k − 1)/(host_ranks − 1) of the difference.  Measurements are kept in a JSON file per host and configuration
-under the cache directory ($LPTRAIN_CACHE, else $XDG_CACHE_HOME/lptrain, else
-~/.cache/lptrain), so the automatic grid of later runs decides on them without
-measuring again; `lptrain-model --fresh` measures anew.
+plus (k − 1)/(host_ranks − 1) of the difference.  Measurements are kept in a JSON
+file per host and configuration under the cache directory ($LPTRAIN_CACHE, else
+$XDG_CACHE_HOME/lptrain, else ~/.cache/lptrain), so the automatic grid of later runs
+decides on them without measuring again; `lptrain-model --fresh` measures anew.
 """
 from __future__ import annotations
 
@@ -40,12 +40,14 @@ class KernelCosts:
     shared_one: dict = field(default_factory=dict)
     shared_full: dict = field(default_factory=dict)
 
-    def missing(self, kernels) -> set:
-        """The kernels of `kernels` ((name, states) pairs) without a cost."""
+    def missing(self, kernels, shared: bool | None = None) -> set:
+        """The kernels of `kernels` ((name, states) pairs) without a cost, or (shared;
+        default: whether these costs have host_ranks > 1) without a shared one."""
         if self.given:
             return set()
+        shared = self.host_ranks > 1 if shared is None else shared
         return {k for k in kernels if k not in self.full or
-                (self.host_ranks > 1 and k not in self.shared_full)}
+                (shared and k not in self.shared_full)}
 
     def on_host(self, ranks: int) -> "KernelCosts":
         """The costs of a rank with min(ranks, host_ranks) ranks on its host (interpolated
@@ -112,21 +114,20 @@ def cache_file(config: dict, kind: str = "kernel_costs") -> Path:
     return cache_dir() / kind / f"{socket.gethostname()}-{digest.hexdigest()[:16]}.json"
 
 
-def load(path: Path, batch: int, host_ranks: int = 1) -> KernelCosts:
-    """The costs kept in `path` (empty ones when there is none or it is unreadable); the
-    shared ones only if they were measured with `host_ranks` ranks at once."""
-    costs = KernelCosts(batch, host_ranks=host_ranks)
+def load(path: Path, batch: int) -> KernelCosts:
+    """The costs kept in `path`, shared ones with the host_ranks they were measured with
+    (empty ones when there is none or it is unreadable)."""
     try:
         kept = json.loads(path.read_text())
-        same = host_ranks > 1 and kept.get("host_ranks", 1) == host_ranks
+        costs = KernelCosts(batch, host_ranks=int(kept.get("host_ranks", 1)))
         for name, states, one, full, *shared in kept["kernels"]:
             costs.one[(name, int(states))] = float(one)
             costs.full[(name, int(states))] = float(full)
-            if shared and same:
+            if shared:
                 costs.shared_one[(name, int(states))] = float(shared[0])
                 costs.shared_full[(name, int(states))] = float(shared[1])
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
-        return KernelCosts(batch, host_ranks=host_ranks)
+        return KernelCosts(batch)
     return costs
 
 
@@ -171,11 +172,10 @@ def measured(net, theta, batch: int, kernels, device: str, threads: int, fresh: 
     host_ranks = 1 if str(device).startswith("cuda") else host_ranks
     config = cost_config(net, batch, str(theta.dtype).removeprefix("torch."), device, threads)
     path = cache_file(config)
-    kept = KernelCosts(batch) if fresh else load(path, batch, _kept_ranks(path))
-    costs = kept if kept.host_ranks == host_ranks or host_ranks == 1 else \
-        replace(kept, host_ranks=host_ranks, shared_one={}, shared_full={})
-    todo = costs.missing(kernels) if host_ranks > 1 else \
-        {k for k in kernels if k not in costs.full}
+    costs = KernelCosts(batch) if fresh else load(path, batch)
+    if host_ranks > 1 and costs.host_ranks != host_ranks:   # kept beside another count
+        costs = replace(costs, host_ranks=host_ranks, shared_one={}, shared_full={})
+    todo = costs.missing(kernels, shared=host_ranks > 1)
     if todo:
         alone, shared = measure_kernels(net, theta, batch, todo, device, host_ranks - 1)
         for name, states in todo:
@@ -192,10 +192,3 @@ def measured(net, theta, batch: int, kernels, device: str, threads: int, fresh: 
         costs = replace(costs, host_ranks=1, shared_one={}, shared_full={})
     return costs, note
 
-
-def _kept_ranks(path: Path) -> int:
-    """The ranks at once of the shared costs kept in `path` (1: none, or no file)."""
-    try:
-        return int(json.loads(path.read_text()).get("host_ranks", 1))
-    except (OSError, ValueError, TypeError, AttributeError):
-        return 1

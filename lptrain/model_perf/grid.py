@@ -119,8 +119,8 @@ def model_timer(opts, net, mode: str) -> MeasuredTimer:
 
 def timers_reusing(model: Model):
     """A factory like model_timer whose timers reuse `model`'s recorded iterations where
-    they model the same configuration (`lptrain-model`'s auto column: recording every
-    grid a second time was 40 % of its run time)."""
+    they model the same configuration (`lptrain-model`'s auto column: its grids are
+    the model's, and recording them twice doubles the command's main cost)."""
     def factory(opts, net, mode: str) -> MeasuredTimer:
         return MeasuredTimer(opts, net, mode, model=model)
     return factory

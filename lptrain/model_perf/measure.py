@@ -71,9 +71,8 @@ def _timed(fns: dict, device: str, budget: float, rounds: int, nb) -> tuple[dict
     settle = max(2 * longest, 0.002)  # the neighbours finish a call, or start the next fn
     for _ in range(rounds):
         for i, (key, fn) in enumerate(fns.items()):
-            for times, playing in ((seen[key], False), (beside.get(key), True)):
-                if times is None:
-                    continue
+            phases = [(seen[key], False)] + ([(beside[key], True)] if nb is not None else [])
+            for times, playing in phases:
                 if nb is not None:
                     if playing:
                         nb.play(i)

@@ -168,8 +168,8 @@ class Model:
         gradient and the optimizer's arithmetic; cycles: (forward, adjoint) per solve
         (default: counts' for mgrit, the options' for simultaneous); pairs: L-BFGS
         memory pairs of the iteration (default: full)."""
-        return self._evaluations(grid, mode, m, counts, cycles) + \
-            m.on_host(grid.size).optimizer_at(pairs)
+        m = m.on_host(grid.size)
+        return self._evaluations(grid, mode, m, counts, cycles) + m.optimizer_at(pairs)
 
     def _evaluations(self, grid: Grid, mode: str, m: Machine, counts: Counts,
                      cycles: tuple[float, float] | None) -> float:
