@@ -282,7 +282,9 @@ class ResNet:
             b = v["open_b"].detach().requires_grad_()
             u0 = self.act(self._open_dense(K, b, y) if self.opts.opening == "dense"
                           else F.conv2d(y, K, b, padding=1))
-            gK, gb = torch.autograd.grad(u0, (K, b), lam0)
+            # the scalar ⟨λ_0, u_0⟩ hands u_0's node exactly λ_0 (1·λ_0), as grad_outputs
+            # would, without the shape checks that import sympy on a rank's first gradient
+            gK, gb = torch.autograd.grad((u0 * lam0).sum(), (K, b))
         grad_views["open_K"].add_(gK)
         grad_views["open_b"].add_(gb)
 

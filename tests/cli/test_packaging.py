@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from launch import ENV, REPO, lptrain
+from launch import ENV, REPO, lptrain, python
 from lptrain.errors import REFUSED, LptrainError
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
@@ -115,6 +115,32 @@ def test_python_dash_m_is_the_command(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "Config groups" in proc.stdout and "mgrit.tol " in proc.stdout   # lptrain's page
     assert list(tmp_path.iterdir()) == []
+
+
+# a script run as `lptrain ARGS` that reports whether sympy was imported before and after
+NO_SYMPY = """import sys
+import lptrain.cli
+before = "sympy" in sys.modules
+try:
+    lptrain.cli.main()
+finally:
+    print("sympy", before, "sympy" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("args", [[], ["dataset=mnist", "dataset.n_train=200",
+                                       "dataset.n_val=10", "network.layers=4"]],
+                         ids=["dense", "conv"])
+def test_a_training_rank_does_not_import_sympy(args, tmp_path):
+    """torch imports sympy (half a second) for autograd.grad with output gradients; the
+    shipped networks' gradients (their opening's included) need none, so no rank pays it."""
+    script = tmp_path / "run.py"
+    script.write_text(NO_SYMPY)
+    proc = python(script, ["hydra.run.dir=run", "mode=simultaneous", "train.iterations=2",
+                           *args], cwd=tmp_path, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "sympy False False", proc.stdout[-500:]
+    assert read_metrics(tmp_path / "run" / ms.FILE_NAME).n_iterations == 2
 
 
 @pytest.mark.slow
