@@ -6,16 +6,20 @@ read it). It reads one JSON request per line on stdin ({"args", "cwd", "env", "s
 "stderr"}, and "script" for `python SCRIPT args` instead of `lptrain args`), forks,
 answers the child's pid, and when the child has ended its wait status.
 The child is the command from `main()` on: its own argv, directory, environment and
-output files, and it leaves like a fresh interpreter (exit handlers, a traceback and 1
-for an uncaught exception). MPI is never initialised here: each child does that itself.
+output files, and it ends as the interpreter would (exit handlers, a traceback and 1
+for an uncaught exception) but through os._exit (`run_job`). MPI is never initialised
+here: each child does that itself.
 Start-up itself (entry points, signals while importing, launchers) is tested by real
 launches elsewhere.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import signal
 import sys
+import traceback
 
 
 def preload() -> None:
@@ -66,13 +70,14 @@ def become(request: dict) -> None:
     sys.argv = [request["argv0"], *request["args"]]
 
 
-if __name__ == "__main__":
-    preload()
-    print(json.dumps({"ready": os.getpid()}), flush=True)
-    job = serve()
-    if job is not None:
-        become(job)
-        # SystemExit and exceptions leave as they would leave the command
+def run_job(job: dict) -> int:
+    """The command (or `python SCRIPT`) to its end as the interpreter ends it: exit
+    handlers run, a traceback and 1 for an uncaught exception, output flushed. Returns
+    the exit status (negative: the signal an uncaught KeyboardInterrupt ends it with).
+
+    The child then leaves with os._exit: an interpreter's own exit would tear down the
+    server's whole heap, copying every page it touches from the parent."""
+    try:
         if job.get("script"):       # `python SCRIPT args`: its directory first on the path
             import runpy
             sys.path[0] = os.path.dirname(os.path.abspath(job["script"]))
@@ -80,3 +85,42 @@ if __name__ == "__main__":
         else:
             from lptrain.cli import main
             main()
+        status = 0
+    except SystemExit as exc:
+        status = exit_status(exc.code)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        status = -signal.SIGINT
+    except BaseException:          # noqa: BLE001 - as the interpreter: a traceback, 1
+        traceback.print_exc()
+        status = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    return status
+
+
+def exit_status(code) -> int:
+    """The status `sys.exit(code)` ends an interpreter with (a message: printed, 1)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def leave(status: int) -> None:
+    if status < 0:
+        signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+    os._exit(status)
+
+
+if __name__ == "__main__":
+    preload()
+    print(json.dumps({"ready": os.getpid()}), flush=True)
+    job = serve()
+    if job is not None:
+        become(job)
+        leave(run_job(job))

@@ -33,7 +33,7 @@ import time
 import traceback
 import warnings
 
-from forkserver import preload
+from forkserver import exit_status, preload
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -144,7 +144,7 @@ def run_command(script: str | None = None) -> int:
             importlib.reload(lptrain.cli).main()
         status = 0
     except SystemExit as exc:
-        status = _exit_status(exc.code)
+        status = exit_status(exc.code)
     except BaseException:          # noqa: BLE001 - as the interpreter: a traceback, 1
         traceback.print_exc()
         status = 1
@@ -158,15 +158,6 @@ def run_command(script: str | None = None) -> int:
             traceback.print_exc()
     gc.unfreeze()       # the command's last handler froze the heap for its exit
     return status
-
-
-def _exit_status(code) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    print(code, file=sys.stderr)
-    return 1
 
 
 def serve(comm) -> None:
