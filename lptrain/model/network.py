@@ -23,6 +23,23 @@ MAX_T = 1e4      # final times beyond this give steps forward Euler cannot take
 MAX_INIT = 1e2   # initial weight scales beyond this saturate every activation
 
 
+class _Seed(torch.autograd.Function):
+    """A scalar whose gradient with respect to u is λ: `autograd.grad(_Seed.apply(u, λ),
+    θ)` is the VJP (∂u/∂θ)ᵀλ, λ handed to u's node as `grad_outputs=λ` would hand it,
+    without the shape checks that import sympy on a process's first such call. Its
+    value is 0 (never used); only as autograd.grad's output, whose seed is 1."""
+
+    @staticmethod
+    def forward(ctx, u, lam):
+        ctx.save_for_backward(lam)
+        return u.new_zeros(())
+
+    @staticmethod
+    def backward(ctx, seed):
+        (lam,) = ctx.saved_tensors
+        return lam, None
+
+
 @dataclass
 class NetworkOptions:
     name: str = "dense"          # dense | conv | custom
@@ -282,9 +299,7 @@ class ResNet:
             b = v["open_b"].detach().requires_grad_()
             u0 = self.act(self._open_dense(K, b, y) if self.opts.opening == "dense"
                           else F.conv2d(y, K, b, padding=1))
-            # the scalar ⟨λ_0, u_0⟩ hands u_0's node exactly λ_0 (1·λ_0), as grad_outputs
-            # would, without the shape checks that import sympy on a rank's first gradient
-            gK, gb = torch.autograd.grad((u0 * lam0).sum(), (K, b))
+            gK, gb = torch.autograd.grad(_Seed.apply(u0, lam0), (K, b))
         grad_views["open_K"].add_(gK)
         grad_views["open_b"].add_(gb)
 
