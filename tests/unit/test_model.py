@@ -259,3 +259,25 @@ def test_block_mean_weights_equal_the_means_of_each_block(length, phase):
     odd = means.many([phase, phase + length + 1], [phase + length, phase + 2 * length + 1])
     assert torch.equal(odd[1][1], st.mean_weights(phase + length + 1,
                                                   phase + 2 * length + 1)[1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("kind", ["dense", "conv"])
+def test_the_seeded_scalar_gives_the_vjp_of_grad_outputs_bitwise(kind, dtype):
+    """The opening's VJP through `_Seed` (no sympy import) is autograd's with
+    grad_outputs=λ, to the bit."""
+    from lptrain.model.network import _Seed
+    gen = torch.Generator().manual_seed(3)
+    shapes = {"dense": ((8, 2), (50, 2)), "conv": ((4, 1, 3, 3), (6, 1, 12, 12))}[kind]
+    K = torch.randn(shapes[0], generator=gen, dtype=dtype, requires_grad=True)
+    b = torch.randn(shapes[0][0], generator=gen, dtype=dtype, requires_grad=True)
+    y = torch.randn(shapes[1], generator=gen, dtype=dtype)
+
+    def u0():
+        z = y @ K.T + b if kind == "dense" else torch.nn.functional.conv2d(y, K, b, padding=1)
+        return torch.tanh(z)
+    lam = torch.randn(u0().shape, generator=gen, dtype=dtype)
+    want = torch.autograd.grad(u0(), (K, b), lam)
+    got = torch.autograd.grad(_Seed.apply(u0(), lam), (K, b))
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+    assert not torch.equal(got[0], torch.autograd.grad(u0().sum(), (K, b))[0])
