@@ -111,6 +111,8 @@ def exit_status(code) -> int:
 
 
 def leave(status: int) -> None:
+    """End this child with `status` (negative: killed by that signal), skipping the
+    interpreter's teardown (`run_job`)."""
     if status < 0:
         signal.signal(-status, signal.SIG_DFL)
         os.kill(os.getpid(), -status)
