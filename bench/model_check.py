@@ -214,8 +214,6 @@ def predictions(overrides, dirs) -> tuple[dict, str]:
     """{run dir: (measured iteration time, predicted, predicted with every cost measured
     alone)} and the model's cost note (costs measured now, alone and beside as many
     neighbours as this host has cores, as lptrain-model measures them)."""
-    import dataclasses
-
     from lptrain.model_perf import cli
     from lptrain.model_perf.runs import load_run, predict_run
     args = cli.parser().parse_args([*overrides, "--fresh"])
@@ -227,7 +225,7 @@ def predictions(overrides, dirs) -> tuple[dict, str]:
     m, note = cli.machine(args, model, theta, opts.device, link,
                           lambda probe: [predict_run(r, model, probe) for r in runs.values()])
     m, optimizer_note = cli.with_optimizer(args, opts, m, theta)
-    alone = dataclasses.replace(m, costs=m.costs.on_host(1), optimizer_shared=None)
+    alone = m.on_host(1)
     note = f"{note}; {optimizer_note}"
     return {d: (r.iteration_time, predict_run(r, model, m)[0], predict_run(r, model, alone)[0])
             for d, r in runs.items()}, note

@@ -26,6 +26,12 @@ ADJOINT_KERNELS = ("vjp_saved", "vjp_and_g", "vjp_from_g")
 WEIGHT_KERNELS = ("vjp_weights",)
 
 
+def shared_weight(ranks: int, host_ranks: int) -> float:
+    """How far from its alone cost toward the one measured with host_ranks at once a
+    rank's cost is on P = ranks: linear in the min(P, host_ranks) − 1 others beside it."""
+    return (min(ranks, host_ranks) - 1) / (host_ranks - 1) if host_ranks > 1 else 0.0
+
+
 @dataclass
 class KernelCosts:
     """Seconds of one call of (kernel, states) on one sample and on `batch` samples,
@@ -52,16 +58,18 @@ class KernelCosts:
     def on_host(self, ranks: int) -> "KernelCosts":
         """The costs of a rank with min(ranks, host_ranks) ranks on its host (interpolated
         linearly between alone and the shared measurement)."""
-        k = min(ranks, self.host_ranks)
-        if self.given or k <= 1:
-            return replace(self, host_ranks=1, shared_one={}, shared_full={})
-        w = (k - 1) / (self.host_ranks - 1)
+        if self.given or min(ranks, self.host_ranks) <= 1:
+            return self.alone()
+        w = shared_weight(ranks, self.host_ranks)
 
         def blend(alone: dict, shared: dict) -> dict:
             return {key: t + w * (shared[key] - t) for key, t in alone.items()}
-        return replace(self, one=blend(self.one, self.shared_one),
-                       full=blend(self.full, self.shared_full), host_ranks=1,
-                       shared_one={}, shared_full={})
+        return replace(self.alone(), one=blend(self.one, self.shared_one),
+                       full=blend(self.full, self.shared_full))
+
+    def alone(self) -> "KernelCosts":
+        """These costs without the shared ones (a rank alone on its host)."""
+        return replace(self, host_ranks=1, shared_one={}, shared_full={})
 
     def call(self, name: str, states: int, b: float) -> float:
         """Seconds of one call of `name` on `states` states of b samples each (alone)."""
@@ -174,7 +182,7 @@ def measured(net, theta, batch: int, kernels, device: str, threads: int, fresh: 
     path = cache_file(config)
     costs = KernelCosts(batch) if fresh else load(path, batch)
     if host_ranks > 1 and costs.host_ranks != host_ranks:   # kept beside another count
-        costs = replace(costs, host_ranks=host_ranks, shared_one={}, shared_full={})
+        costs = replace(costs.alone(), host_ranks=host_ranks)
     todo = costs.missing(kernels, shared=host_ranks > 1)
     if todo:
         alone, shared = measure_kernels(net, theta, batch, todo, device, host_ranks - 1)
@@ -189,6 +197,6 @@ def measured(net, theta, batch: int, kernels, device: str, threads: int, fresh: 
     note = f"measured now on {socket.gethostname()}{beside}" if todo else \
         f"measured earlier on {socket.gethostname()}{beside} ({path})"
     if host_ranks == 1:
-        costs = replace(costs, host_ranks=1, shared_one={}, shared_full={})
+        costs = costs.alone()
     return costs, note
 

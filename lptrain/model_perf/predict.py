@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from lptrain.model_perf.costs import shared_weight
 from lptrain.model_perf.record import Kernel, Record, record_iteration
 from lptrain.model_perf.simulate import Link, simulate
 from lptrain.modes import MGRIT, SERIAL, SIMULTANEOUS
@@ -71,7 +72,7 @@ class Machine:
             return self
         optimizer, per_pair = self.optimizer, self.optimizer_per_pair
         if self.optimizer_shared is not None and ranks > 1 and self.optimizer > 0:
-            w = (min(ranks, host) - 1) / (host - 1)
+            w = shared_weight(ranks, host)
             optimizer += w * (self.optimizer_shared - self.optimizer)
             per_pair *= optimizer / self.optimizer
         return replace(self, costs=self.costs.on_host(ranks), optimizer=optimizer,
