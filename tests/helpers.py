@@ -1,6 +1,8 @@
 """Small float64 problems shared by the numerical tests."""
 from __future__ import annotations
 
+import copy
+import functools
 import signal
 from collections import Counter
 
@@ -126,3 +128,40 @@ def count_solves(solver, counts: dict, key: str) -> None:
         counts[key] = c = Counting(prop)
         return solve(c, *args, **kw)
     solver.solve = counted
+
+
+def composed(*overrides: str, hydra_node: bool = False):
+    """Hydra's composition of lptrain's config with these overrides, as `hydra.compose`
+    gives it (with its `hydra` node if asked): a copy of this process's first
+    composition of the same overrides. A composition costs ~0.15 CPU s and the tests
+    ask for many alike; a bad override raises each time (failures are not kept)."""
+    from omegaconf import open_dict
+    cfg = copy.deepcopy(_composition(tuple(overrides)))
+    if not hydra_node:              # as hydra.compose drops it
+        with open_dict(cfg):
+            del cfg["hydra"]
+    return cfg
+
+
+@functools.cache
+def _composition(overrides: tuple[str, ...]):
+    from hydra import compose, initialize_config_dir
+
+    from lptrain.config import CONF_DIR
+    from lptrain.config.schema import register_configs
+    register_configs()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides),
+                       return_hydra_config=True)
+
+
+def config_of(overrides):
+    """`lptrain.config.compose(overrides)`, (typed Config, plain dict): a copy of this
+    process's first result for the same overrides (see `composed`)."""
+    return copy.deepcopy(_config_of(tuple(overrides)))
+
+
+@functools.cache
+def _config_of(overrides: tuple[str, ...]):
+    from lptrain.config import compose
+    return compose(overrides)

@@ -8,10 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
+from helpers import composed
 
-from lptrain import app, config
-from lptrain.config.schema import register_configs
+from lptrain import app
 from lptrain.errors import InputFileError
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
@@ -22,17 +21,13 @@ from lptrain.train import checkpoint as ck
 from lptrain.train.oneshot import SimultaneousOracle
 from lptrain.train.regrid import regrid
 
-CONF_DIR = Path(config.CONF_DIR)
 ARGS = ["network.layers=8", "network.width=4", "dataset.n_train=200", "dataset.n_val=50",
         "seed=5", "eval_every=2", "mgrit.levels=2", "mgrit.cfactor0=2", "mode=simultaneous",
         "optimizer=adam", "train.batch_size=50"]
 
 
 def _cfg(iterations):
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config",
-                       overrides=[*ARGS, f"train.iterations={iterations}"])
+    return composed(*ARGS, f"train.iterations={iterations}")
 
 
 @pytest.fixture(scope="module")

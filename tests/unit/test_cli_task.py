@@ -1,28 +1,23 @@
 """The Hydra task of the lptrain command, called in process: it returns the final
 objective, which is what sweeper plugins (e.g. Optuna) minimise."""
 import copy
-from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from helpers import composed
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict
 
 from lptrain import cli
-from lptrain.config.schema import register_configs
 from lptrain.errors import REFUSED
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
 
-CONF_DIR = Path(cli.CONF_DIR)
 TINY = ["network.layers=4", "network.width=4", "dataset.n_train=100", "dataset.n_val=20",
         "train.iterations=3", "seed=2"]
 
 
 def _job(tmp_path, overrides):
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    cfg = composed(*overrides, hydra_node=True)
     OmegaConf.update(cfg, "hydra.runtime.output_dir", str(tmp_path), force_add=True)
     HydraConfig.instance().set_config(cfg)
     task = copy.deepcopy(cfg)

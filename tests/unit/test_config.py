@@ -8,11 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ValidationError
 
+from helpers import composed
 from lptrain import config
 from lptrain.config.schema import Config, dataset_options, register_configs
 from lptrain.config.typed import options
@@ -50,8 +50,7 @@ def _schema():
 
 
 def _compose(*overrides: str) -> DictConfig:
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+    return composed(*overrides)
 
 
 def _values(path: Path) -> dict:
@@ -192,10 +191,7 @@ DATASET_NETWORK = {"peaks": "dense", "indian_pines": "dense_wide", "mnist": "con
 
 
 def _choice(cfg_overrides: list[str], group: str) -> str:
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=cfg_overrides,
-                      return_hydra_config=True)
-    return cfg.hydra.runtime.choices[group]
+    return composed(*cfg_overrides, hydra_node=True).hydra.runtime.choices[group]
 
 
 def test_every_dataset_brings_a_network():

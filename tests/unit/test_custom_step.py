@@ -6,11 +6,10 @@ line, and the whole application in process (modes, optimizers, resume, saved mod
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
+from helpers import composed
 
 from helpers import autograd_objective, batch, serial_objective_and_grad, StopAt
-from lptrain import app, config
-from lptrain.config.schema import register_configs
+from lptrain import app
 from lptrain.errors import ConfigError, Interrupted
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
@@ -110,9 +109,7 @@ TINY = ["network=custom", "network.step._target_=custom_step_pkg.DenseStep",
 
 
 def _cfg(*overrides, base=TINY):
-    register_configs()
-    with initialize_config_dir(config_dir=config.CONF_DIR, version_base="1.3"):
-        return compose(config_name="config", overrides=[*base, *overrides])
+    return composed(*base, *overrides)
 
 
 def _train(path, *overrides, base=TINY, **kw):

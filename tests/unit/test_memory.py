@@ -68,20 +68,14 @@ PEAK_CASES = {
 def test_the_estimate_is_the_measured_peak(case, tmp_path):
     # 32 layers of 16 x 4000 float64 states (512 KB each): tens of MB, far above the
     # heap's noise; a tiny run first, so that one-time allocations are not counted
-    from pathlib import Path
-
-    from hydra import compose, initialize_config_dir
-
-    from lptrain import app, config, preflight
-    from lptrain.config.schema import register_configs
+    from helpers import composed
+    from lptrain import app, preflight
     overrides, low, high = PEAK_CASES[case]
     common = ["network.layers=32", "network.width=16", "dataset.n_val=100",
               "eval_every=100", "mgrit.levels=3", "mgrit.cfactor0=2", *overrides]
-    register_configs()
-    with initialize_config_dir(config_dir=str(Path(config.CONF_DIR)), version_base="1.3"):
-        tiny, cfg = (compose(config_name="config", overrides=[*common, *more]) for more in
-                     (["dataset.n_train=500", "train.iterations=1"],
-                      ["dataset.n_train=4000", "train.iterations=3"]))
+    tiny, cfg = (composed(*common, *more) for more in
+                 (["dataset.n_train=500", "train.iterations=1"],
+                  ["dataset.n_train=4000", "train.iterations=3"]))
     for name in ("tiny", "run"):
         (tmp_path / name).mkdir()
     app.run(tiny, None, tmp_path / "tiny")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import config_of
 from lptrain import config
 from lptrain.config import meanings, reference as ref
 from lptrain.config.schema import Config, schema_nodes
@@ -31,9 +32,14 @@ def _schema_keys(cls=Config, prefix: str = "") -> set[str]:
     return keys
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", autouse=True)
 def built():
-    return ref.reference()
+    """The reference, built once for this module: `ref.text` and `ref.markdown` build
+    from it here (each build composes the config for every optimizer and dataset)."""
+    once = ref.reference()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ref, "reference", lambda: once)
+        yield once
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +65,7 @@ def test_every_key_appears_with_its_composed_default(built):
     for section in sections:
         choice = section.title.split("(")[1].split(";")[0].rstrip(")") \
             if section.title.startswith(("optimizer", "dataset")) else None
-        _, plain = config.compose([choice] if choice else [])
+        _, plain = config_of([choice] if choice else [])
         for key in section.keys:
             node = plain
             for part in key.key.split("."):

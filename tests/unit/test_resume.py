@@ -6,10 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
+from helpers import composed
 
-from lptrain import app, config
-from lptrain.config.schema import register_configs
+from lptrain import app
 from lptrain.errors import ConfigError, Interrupted, RunFileError
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
@@ -19,7 +18,6 @@ from lptrain.train.run_state import LoopState
 
 from helpers import StopAt
 
-CONF_DIR = Path(config.CONF_DIR)
 K = 12
 TINY = ["network.layers=8", "network.width=4", "dataset.n_train=200", "dataset.n_val=50",
         "seed=5", "eval_every=4", "mgrit.levels=2", "mgrit.cfactor0=2"]
@@ -34,9 +32,7 @@ CASES = {   # name: (overrides, bitwise)
 
 
 def _cfg(*overrides):
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=[*TINY, *overrides])
+    return composed(*TINY, *overrides)
 
 
 def _same(a, b, bitwise):

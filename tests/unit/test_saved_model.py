@@ -5,11 +5,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
+from helpers import composed
 
 import lptrain
-from lptrain import app, config, evaluate
-from lptrain.config.schema import register_configs
+from lptrain import app, evaluate
 from lptrain.data import load_dataset
 from lptrain.data import mnist
 from lptrain.errors import InputFileError, RunFileError
@@ -23,15 +22,12 @@ from lptrain.model.serial import propagate
 from lptrain.train.checkpoint import AUTO_FIRST
 from lptrain.train.oracles import Batch, SerialOracle
 
-CONF_DIR = Path(config.CONF_DIR)
 TINY = ["network.layers=6", "network.width=4", "dataset.n_train=200", "dataset.n_val=50",
         "train.iterations=12", "seed=4", "eval_every=5"]
 
 
 def run(tmp_path, *overrides):
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[*TINY, *overrides])
+    cfg = composed(*TINY, *overrides)
     tmp_path.mkdir(parents=True, exist_ok=True)
     app.run(cfg, None, tmp_path)
     return read_metrics(tmp_path / ms.FILE_NAME)

@@ -5,10 +5,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
+from helpers import composed
 
-from lptrain import app, cli
-from lptrain.config.schema import register_configs
+from lptrain import app
 from lptrain.errors import ConfigError, MissingPackageError
 from lptrain.metrics import schema as ms
 from lptrain.metrics import tensorboard
@@ -20,9 +19,7 @@ TINY = ["network.layers=4", "network.width=4", "dataset.n_train=100", "dataset.n
 
 
 def _cfg(*overrides):
-    register_configs()
-    with initialize_config_dir(config_dir=str(Path(cli.CONF_DIR)), version_base="1.3"):
-        return compose(config_name="config", overrides=[*TINY, *overrides])
+    return composed(*TINY, *overrides)
 
 
 def test_scalars_equal_the_metrics_file(tmp_path):
