@@ -18,7 +18,7 @@ from lptrain.metrics.timing import TallyingWriter, text_lines
 from lptrain.metrics.writer import open_writer
 from lptrain.model.dtypes import DTYPES
 from lptrain.model.network import ResNet
-from lptrain.modes import SERIAL, SIMULTANEOUS
+from lptrain.modes import LAYERED, SERIAL, SIMULTANEOUS
 from lptrain import preflight
 from lptrain.model.saved import MODEL_FILES, model_record, save_torch
 from lptrain.parallel.blocks import layout
@@ -125,13 +125,14 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     path = run_dir / ms.FILE_NAME
     title = (f"{opts.mode.name} {data.name} N={opts.network.layers} "
              f"P={grid.size} ({grid.layer} layer x {grid.data} data)")
+    notes = hierarchy_notes(opts, grid)
     saver = ModelSaver(run_dir, net, config_yaml, opts.dtype, data, rank0)
     checkpointer = Checkpointer(run_dir / CHECKPOINT_FILE, opts.checkpoint_every, ex, rank0,
                                 optimizer, oracle, progress, config_yaml, grid, saver)
     h5 = collectively(ex, lambda: open_writer(path, attrs, rank0, done))
     with h5, \
             with_logger(h5, opts.logger, run_dir, rank0, attrs, done) as logged, \
-            Console(rank0, opts.train.iterations, title) as console:
+            Console(rank0, opts.train.iterations, title, notes=notes) as console:
         writer = TallyingWriter(logged)
         try:
             _, outcome = train(theta, optimizer, oracle, data, opts, writer, console, ex,
@@ -161,6 +162,22 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     if outcome.stalled and opts.train.fail_on_stall:
         raise StalledError(_stall_message(opts, outcome))
     return outcome
+
+
+def hierarchy_notes(opts: Config, grid) -> list[str]:
+    """In the MGRIT modes, the lines under the run's title that say how many steps each
+    level of the hierarchy has: `mgrit.levels` and the coarsening factors are bounds, so
+    a short network gets fewer levels, and a factor beyond N none to coarsen to."""
+    if opts.mode.name not in LAYERED:
+        return []
+    N, m = opts.network.layers, opts.mgrit
+    levels = m.hierarchy(N, grid.layer).levels
+    if len(levels) > 1:
+        return ["MGRIT levels (steps): " + " / ".join(str(lv.n_points - 1) for lv in levels)]
+    why = "mgrit.levels=1" if m.levels == 1 else "a single layer" if N == 1 else \
+        f"mgrit.cfactor0={m.cfactor0} leaves fewer than mgrit.min_coarse={m.min_coarse} " \
+        "coarse steps"
+    return [f"MGRIT levels (steps): {N} only, so MGRIT steps serially", f"  ({why})"]
 
 
 def placement(opts: Config, grid, data, net) -> Placement:

@@ -3,10 +3,11 @@
 On an interactive terminal (as rich decides: a TTY, TERM not dumb) a live display redraws
 in place: the run's title, a bar, the finished/total iterations, the elapsed time and the
 estimated time left on one line (the title on a line of its own above when the terminal
-is too narrow for both), the latest values below. Through a pipe or into a file
-(CI, `| tee`, every rank under mpiexec) it prints plain lines instead, never escape codes,
-at a time-based cadence (`Cadence`): the title once, then per shown iteration its position
-and values broken between groups at the console's width (80 columns unless COLUMNS says
+is too narrow for both), the latest values below; the title's notes (e.g. the MGRIT
+levels) are printed once above it. Through a pipe or into a file (CI, `| tee`, every rank
+under mpiexec) it prints plain lines instead, never escape codes, at a time-based cadence
+(`Cadence`): the title and its notes once, then per shown iteration its position and
+values broken between groups at the console's width (80 columns unless COLUMNS says
 otherwise), so that a terminal behind a pipe never wraps them mid-value. With
 `enabled=False` (ranks other than 0) every method does nothing.
 
@@ -20,7 +21,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import IO, Callable
+from typing import IO, Callable, Sequence
 
 from rich.console import Console as RichConsole
 from rich.console import Group
@@ -113,10 +114,11 @@ class Console:
     """
 
     def __init__(self, enabled: bool, total: int, title: str = "training", *,
-                 file: IO[str] | None = None, err_file: IO[str] | None = None,
-                 cadence: Cadence = Cadence(), clock: Callable[[], float] = time.monotonic,
-                 width: int | None = None):
+                 notes: Sequence[str] = (), file: IO[str] | None = None,
+                 err_file: IO[str] | None = None, cadence: Cadence = Cadence(),
+                 clock: Callable[[], float] = time.monotonic, width: int | None = None):
         self.enabled, self.total, self.title = enabled, total, title
+        self.notes = tuple(notes)        # lines that go with the title, shown once
         self.cadence, self._clock = cadence, clock
         self._values: dict = {}
         self._step_times: list[float] = []
@@ -134,6 +136,8 @@ class Console:
             self._live = Live(console=self._out, get_renderable=self.display,
                               refresh_per_second=4)
             self._live.start()
+            for note in self.notes:      # above the bar, which shows the title
+                self._out.print(Text(note), soft_wrap=not self._out.is_terminal)
 
     def update(self, iteration: int, **fields) -> None:
         """Show iteration `iteration` (finished iterations, up to `total`) and its fields.
@@ -239,7 +243,7 @@ class Console:
     def _print_progress(self) -> None:
         lines = self.progress_lines()
         if self._shown is None:
-            lines.insert(0, self.title)
+            lines[:0] = [self.title, *self.notes]
         for line in lines:
             log.info(line)
             if not self.live:

@@ -81,3 +81,31 @@ def test_split_is_balanced():
     blocks = split_intervals(10, 3)
     sizes = [b - a for a, b in blocks]
     assert sum(sizes) == 10 and max(sizes) - min(sizes) <= 1
+
+
+@pytest.mark.parametrize("overrides, grid, want", [
+    (["mode=serial"], (1, 1), []),
+    (["mode=mgrit"], (1, 1), ["MGRIT levels (steps): 32 / 8 / 2"]),
+    (["mode=simultaneous"], (2, 1), ["MGRIT levels (steps): 32 / 8 / 2"]),
+    (["experiment=peaks_deep", "mode=simultaneous"], (1, 1), ["MGRIT levels (steps): 1024 / 256 / 64 / 16"]),
+    (["experiment=peaks_paper", "mode=mgrit"], (1, 1), ["MGRIT levels (steps): 30 / 15"]),
+    (["mode=mgrit", "mgrit.levels=10"], (1, 1), ["MGRIT levels (steps): 32 / 8 / 2"]),
+    (["mode=mgrit", "mgrit.cfactor0=64"], (1, 1),
+     ["MGRIT levels (steps): 32 only, so MGRIT steps serially",
+      "  (mgrit.cfactor0=64 leaves fewer than mgrit.min_coarse=2 coarse steps)"]),
+    (["mode=simultaneous", "mgrit.levels=1"], (1, 1),
+     ["MGRIT levels (steps): 32 only, so MGRIT steps serially", "  (mgrit.levels=1)"]),
+])
+def test_a_run_says_the_levels_its_options_give(overrides, grid, want):
+    """The lines under a run's title: the hierarchy the solver builds, not the options'
+    bounds (a factor beyond N leaves one level, which a sweep over cfactor0 must show)."""
+    from helpers import config_of
+    from lptrain.app import hierarchy_notes
+    from lptrain.parallel.grid import Grid
+    opts, _ = config_of(overrides)
+    notes = hierarchy_notes(opts, Grid(*grid))
+    assert notes == want and all(len(line) <= 80 for line in notes)
+    if len(want) == 1:
+        steps = [lv.n_points - 1 for lv in
+                 opts.mgrit.hierarchy(opts.network.layers, grid[0]).levels]
+        assert want[0].endswith(" / ".join(map(str, steps)))

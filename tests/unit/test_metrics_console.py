@@ -1,6 +1,7 @@
 """The console: formatting, silence when disabled, the plain lines' cadence, the live display
 at 80 and 160 columns, the summary's units."""
 import io
+import logging
 import math
 import os
 import re
@@ -312,3 +313,51 @@ def test_messages_wrap_between_words_on_a_terminal_only(tty_env, monkeypatch):
     out = io.StringIO()
     Console(True, 5, "peaks", file=out, width=40).message(text)
     assert out.getvalue() == text + "\n"
+
+
+class _Logged(logging.Handler):
+    """The messages of the "lptrain" logger (the run log's) while in use."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines, self.logger = [], logging.getLogger("lptrain")
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+    def __enter__(self):     # as a run sets it up, whatever other tests' logging did
+        self.was = self.logger.level, self.logger.disabled, logging.root.manager.disable
+        self.logger.setLevel(logging.INFO)
+        self.logger.disabled = False
+        logging.disable(logging.NOTSET)
+        self.logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        self.logger.removeHandler(self)
+        level, self.logger.disabled, disabled = self.was
+        self.logger.setLevel(level)
+        logging.disable(disabled)
+
+
+def test_the_title_s_notes_follow_it_once_in_lines_and_in_the_log(plain_env):
+    clock, out = Clock(), io.StringIO()
+    notes = ("MGRIT levels (steps): 32 / 8 / 2",)
+    with _Logged() as logged:
+        with Console(True, 3, "peaks", notes=notes, file=out, clock=clock) as c:
+            _iterate(c, clock, range(1, 4), 2.0, loss=0.5)
+    lines = out.getvalue().splitlines()
+    assert lines[:2] == ["peaks", notes[0]] and lines.count(notes[0]) == 1
+    assert logged.lines[:2] == ["peaks", notes[0]] and logged.lines.count(notes[0]) == 1
+
+
+def test_the_title_s_notes_stand_above_a_live_bar_once(tty_env):
+    out, note = io.StringIO(), "MGRIT levels (steps): 1024 / 256 / 64 / 16"
+    with _Logged() as logged:
+        c = Console(True, 5, "peaks", notes=[note], file=out)
+        for i in range(1, 6):
+            c.update(i, loss=0.5)
+        c.close()
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    assert plain.count(note) == 1 and plain.index(note) < plain.index("5/5")
+    assert logged.lines[:2] == ["peaks", note]
