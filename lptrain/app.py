@@ -121,7 +121,8 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     done = None if saved is None else saved.iteration
     attrs = {ms.MODE: opts.mode.name, ms.WORLD_SIZE: grid.size, ms.LAYER_RANKS: grid.layer,
              ms.DATA_RANKS: grid.data, ms.SEED: opts.seed,
-             ms.CONFIG: OmegaConf.to_yaml(cfg), ms.DATASET_SOURCE: data.source}
+             ms.CONFIG: OmegaConf.to_yaml(cfg), ms.DATASET_SOURCE: data.source,
+             ms.MGRIT_LEVELS: _joined(level_steps(opts, grid), "/")}
     path = run_dir / ms.FILE_NAME
     title = (f"{opts.mode.name} {data.name} N={opts.network.layers} "
              f"P={grid.size} ({grid.layer} layer x {grid.data} data)")
@@ -164,20 +165,33 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     return outcome
 
 
-def hierarchy_notes(opts: Config, grid) -> list[str]:
-    """In the MGRIT modes, the lines under the run's title that say how many steps each
-    level of the hierarchy has: `mgrit.levels` and the coarsening factors are bounds, so
-    a short network gets fewer levels, and a factor beyond N none to coarsen to."""
+def level_steps(opts: Config, grid) -> list[int] | None:
+    """In the MGRIT modes, the steps on each level of the hierarchy the solver builds for
+    these layers, finest first (`mgrit.levels` and the coarsening factors are bounds, so
+    a short network gets fewer levels, and a factor beyond N none to coarsen to)."""
     if opts.mode.name not in LAYERED:
+        return None
+    return [lv.n_points - 1 for lv in opts.mgrit.hierarchy(opts.network.layers,
+                                                          grid.layer).levels]
+
+
+def hierarchy_notes(opts: Config, grid) -> list[str]:
+    """The lines under the run's title that say what `level_steps` are, and why a run in
+    an MGRIT mode steps serially where it got one level."""
+    steps = level_steps(opts, grid)
+    if steps is None:
         return []
+    if len(steps) > 1:
+        return ["MGRIT levels (steps): " + _joined(steps, " / ")]
     N, m = opts.network.layers, opts.mgrit
-    levels = m.hierarchy(N, grid.layer).levels
-    if len(levels) > 1:
-        return ["MGRIT levels (steps): " + " / ".join(str(lv.n_points - 1) for lv in levels)]
     why = "mgrit.levels=1" if m.levels == 1 else "a single layer" if N == 1 else \
         f"mgrit.cfactor0={m.cfactor0} leaves fewer than mgrit.min_coarse={m.min_coarse} " \
         "coarse steps"
     return [f"MGRIT levels (steps): {N} only, so MGRIT steps serially", f"  ({why})"]
+
+
+def _joined(numbers, sep: str) -> str | None:
+    return None if numbers is None else sep.join(map(str, numbers))
 
 
 def placement(opts: Config, grid, data, net) -> Placement:

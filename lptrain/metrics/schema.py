@@ -24,6 +24,7 @@ SEED = "seed"
 CONFIG = "config"
 STATUS = "status"
 DATASET_SOURCE = "dataset_source"
+MGRIT_LEVELS = "mgrit_levels"
 ERROR = "error"
 STARTED_AT = "started_at"
 
@@ -124,6 +125,9 @@ FIELDS: dict[str, dict[str, Field]] = {
                       + "; `running` in a file whose writer was killed"),
         DATASET_SOURCE: Field(STR, "scalar", "",
                               "optional: file(s) the data came from, or `generated`"),
+        MGRIT_LEVELS: Field(STR, "scalar", "",
+                            "optional (mgrit and simultaneous): steps on each level of the "
+                            "MGRIT hierarchy, finest first, e.g. `32/8/2`"),
         ERROR: Field(STR, "scalar", "",
                      "optional: error message of a `failed` or `diverged` run, or why "
                      "a run `stalled` (no progress for train.patience iterations, or no "

@@ -19,6 +19,7 @@ from lptrain.metrics.timing import summarize as summarize_timing
 COLUMNS = {
     "label": ("run", "{}"),
     "mode": ("mode", "{}"),
+    "levels": ("MGRIT levels", "{}"),
     "ranks": ("ranks", "{}"),
     "status": ("status", "{}"),
     "iterations": ("iterations", "{}"),
@@ -34,7 +35,7 @@ COLUMNS = {
     "speedup": ("speedup vs serial", "{:.2f}"),
     "computing": ("computing [%]", "{:.1f}"),
 }
-_TEXT = ("label", "mode", "status")  # left-aligned; the other columns are numbers
+_TEXT = ("label", "mode", "levels", "status")  # left-aligned; the other columns are numbers
 MISSING = "-"
 # what the table's derived columns mean, written below it in summary.md
 NOTES = (f"{ITERATION_TIME}: the median duration of an optimizer iteration "
@@ -57,6 +58,7 @@ def summarize(label: str, run: RunMetrics) -> dict:
     return {
         "label": label,
         "mode": run.mode,
+        "levels": run.attrs.get(s.MGRIT_LEVELS),
         "ranks": run.attrs.get(s.WORLD_SIZE),
         "status": run.status,
         "iterations": n,

@@ -24,11 +24,12 @@ def fake_run(run_dir: Path, mode: str, step_time: float, n: int = 4, lr: float =
              ranks: int = 1, close: bool = True, timing: bool = False) -> Path:
     """A run directory whose metrics.h5 holds n iterations of known numbers (with
     `timing`, iteration i's timing/ row gives rank r i·(r+1) s computing, 0.1·i s
-    communicating, 0.2·r s waiting)."""
+    communicating, 0.2·r s waiting; MGRIT levels 16/4 outside serial mode)."""
     run_dir.mkdir(parents=True)
     path = run_dir / s.FILE_NAME
     w = MetricsWriter(path, {s.MODE: mode, s.WORLD_SIZE: ranks, s.SEED: 0,
-                             s.CONFIG: CONFIG.format(mode=mode, lr=lr)})
+                             s.CONFIG: CONFIG.format(mode=mode, lr=lr),
+                             s.MGRIT_LEVELS: None if mode == s.MODE_SERIAL else "16/4"})
     for i in range(1, n + 1):
         w.log_train(iteration=i, objective=1.0 / i, loss=0.5 / i, accuracy=0.2 * i,
                     step_time=step_time, wall_time=step_time * i + 0.5)
@@ -68,6 +69,7 @@ def test_summary_rows_hold_the_final_numbers(two_runs):
     assert serial["wall_time"] == pytest.approx(2.1)
     assert serial["iteration_time"] == pytest.approx(0.4)
     assert serial["fwd_iterations"] is None and serial["status"] == s.COMPLETED
+    assert serial["levels"] is None and simultaneous["levels"] == "16/4"
     # histories of length 2, 1, 2, 1 and 3, 3, 3, 3
     assert simultaneous["fwd_iterations"] == 1.5 and simultaneous["adj_iterations"] == 3
 
@@ -93,16 +95,17 @@ def test_speedup_of_a_scaling_study_is_against_serial_on_the_fewest_ranks():
 
 def test_markdown_table():
     row = {key: None for key in COLUMNS}
-    row.update(label="a|b", mode="mgrit", ranks=8, iterations=12, loss=0.0123456,
-               val_accuracy=0.5, speedup=2.345, objective=math.nan)
+    row.update(label="a|b", mode="mgrit", levels="32/8/2", ranks=8, iterations=12,
+               loss=0.0123456, val_accuracy=0.5, speedup=2.345, objective=math.nan)
     lines = to_markdown([row]).splitlines()
     assert len(lines) == 3
-    assert lines[0].startswith("| run | mode | ranks | status | iterations |")
-    assert lines[1].startswith("| :--- | :--- | ---: | :--- | ---: |")
+    assert lines[0].startswith("| run | mode | MGRIT levels | ranks | status | iterations |")
+    assert lines[1].startswith("| :--- | :--- | :--- | ---: | :--- | ---: |")
     cells = [c.strip() for c in lines[2].strip("|").split(" | ")]
     assert len(cells) == len(COLUMNS)
     got = dict(zip(COLUMNS, cells))
     assert got["label"] == "a\\|b" and got["ranks"] == "8" and got["loss"] == "0.01235"
+    assert got["levels"] == "32/8/2"
     assert got["val_accuracy"] == "0.500" and got["speedup"] == "2.35"
     assert got["objective"] == "-" and got["wall_time"] == "-"
 
@@ -138,7 +141,7 @@ def test_report_writes_plots_and_summary(two_runs, tmp_path, capsys):
     summary = (out / "summary.md").read_text().splitlines()
     assert len(summary) == 6 and summary[4] == ""
     assert summary[5].startswith("iteration time: the median duration of an optimizer")
-    assert summary[3].startswith("| simultaneous P=4 | simultaneous | 4 | completed | 4 |")
+    assert summary[3].startswith("| simultaneous P=4 | simultaneous | 16/4 | 4 | completed | 4 |")
     assert summary[3].endswith("| 1.50 | 3.00 | 4.00 | - |")
     assert str(out / "summary.md") in capsys.readouterr().out
 

@@ -56,6 +56,8 @@ def test_stopped_and_resumed_equals_uninterrupted(case, tmp_path):
     app.run(_cfg(*overrides, f"train.iterations={K}"), None, parts, resume=True)
     a, b = read_metrics(whole / ms.FILE_NAME), read_metrics(parts / ms.FILE_NAME)
     assert b.status == ms.COMPLETED
+    levels = None if "mode=serial" in overrides else "8/4"    # 8 layers, cfactor0 2
+    assert a.attrs.get(ms.MGRIT_LEVELS) == b.attrs.get(ms.MGRIT_LEVELS) == levels
     np.testing.assert_array_equal(b.train[ms.ITERATION], np.arange(1, K + 1))
     np.testing.assert_array_equal(b.validation[ms.ITERATION], a.validation[ms.ITERATION])
     for key in (ms.OBJECTIVE, ms.LOSS, "grad_norm", "step_size"):
