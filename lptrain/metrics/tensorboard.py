@@ -59,7 +59,8 @@ def check_available(logger: str) -> None:
 
 def hparams(attrs: dict) -> dict:
     """The HParams of a run with metrics.h5 root attributes `attrs`: every key of its
-    configuration ('optimizer.lr') and its grid, as numbers, booleans or strings."""
+    configuration ('optimizer.lr'), its grid and MGRIT levels, as numbers, booleans or
+    strings."""
     config = yaml.safe_load(attrs.get(s.CONFIG) or "") or {}
     flat = {}
 
@@ -75,6 +76,8 @@ def hparams(attrs: dict) -> dict:
     for name in (s.WORLD_SIZE, s.LAYER_RANKS, s.DATA_RANKS):
         if attrs.get(name) is not None:
             flat[name] = int(attrs[name])
+    if attrs.get(s.MGRIT_LEVELS) is not None:      # the hierarchy the options gave
+        flat[s.MGRIT_LEVELS] = str(attrs[s.MGRIT_LEVELS])
     return flat
 
 

@@ -77,6 +77,7 @@ def test_hparams_hold_the_config_and_the_final_metrics(tmp_path):
     hp = _hparams(events)
     assert hp["optimizer.name"] == "adam" and hp["mode.name"] == "simultaneous"
     assert hp["network.layers"] == 4 and hp["seed"] == 1 and hp["world_size"] == 1
+    assert hp["mgrit_levels"] == "4/2"              # 4 layers, cfactor0 2, 2 levels
     assert hp["train.batch_size"] == "null" and hp["mgrit.adj_tol"] == "null"
 
     def final(tag):
