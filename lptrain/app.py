@@ -119,14 +119,15 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
         state = read_oracle_state(ex, checkpoint, saved, here, oracle)
         theta = restore(saved, optimizer, oracle, progress, state)
     done = None if saved is None else saved.iteration
+    steps = level_steps(opts, grid)
     attrs = {ms.MODE: opts.mode.name, ms.WORLD_SIZE: grid.size, ms.LAYER_RANKS: grid.layer,
              ms.DATA_RANKS: grid.data, ms.SEED: opts.seed,
              ms.CONFIG: OmegaConf.to_yaml(cfg), ms.DATASET_SOURCE: data.source,
-             ms.MGRIT_LEVELS: _joined(level_steps(opts, grid), "/")}
+             ms.MGRIT_LEVELS: _joined(steps, "/")}
     path = run_dir / ms.FILE_NAME
     title = (f"{opts.mode.name} {data.name} N={opts.network.layers} "
              f"P={grid.size} ({grid.layer} layer x {grid.data} data)")
-    notes = hierarchy_notes(opts, grid)
+    notes = hierarchy_notes(opts, steps)
     saver = ModelSaver(run_dir, net, config_yaml, opts.dtype, data, rank0)
     checkpointer = Checkpointer(run_dir / CHECKPOINT_FILE, opts.checkpoint_every, ex, rank0,
                                 optimizer, oracle, progress, config_yaml, grid, saver)
@@ -175,10 +176,9 @@ def level_steps(opts: Config, grid) -> list[int] | None:
                                                           grid.layer).levels]
 
 
-def hierarchy_notes(opts: Config, grid) -> list[str]:
-    """The lines under the run's title that say what `level_steps` are, and why a run in
-    an MGRIT mode steps serially where it got one level."""
-    steps = level_steps(opts, grid)
+def hierarchy_notes(opts: Config, steps: list[int] | None) -> list[str]:
+    """The lines under the run's title that say what its `level_steps` are, and why a
+    run in an MGRIT mode steps serially where it got one level."""
     if steps is None:
         return []
     if len(steps) > 1:

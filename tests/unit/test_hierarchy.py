@@ -100,10 +100,10 @@ def test_a_run_says_the_levels_its_options_give(overrides, grid, want):
     """The lines under a run's title: the hierarchy the solver builds, not the options'
     bounds (a factor beyond N leaves one level, which a sweep over cfactor0 must show)."""
     from helpers import config_of
-    from lptrain.app import hierarchy_notes
+    from lptrain.app import hierarchy_notes, level_steps
     from lptrain.parallel.grid import Grid
     opts, _ = config_of(overrides)
-    notes = hierarchy_notes(opts, Grid(*grid))
+    notes = hierarchy_notes(opts, level_steps(opts, Grid(*grid)))
     assert notes == want and all(len(line) <= 80 for line in notes)
     if len(want) == 1:
         steps = [lv.n_points - 1 for lv in
