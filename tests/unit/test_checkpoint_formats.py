@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import composed
 
+from helpers import composed
 from lptrain import app
 from lptrain.errors import InputFileError
 from lptrain.metrics import schema as ms

@@ -3,10 +3,10 @@ objective, which is what sweeper plugins (e.g. Optuna) minimise."""
 import copy
 
 import pytest
-from helpers import composed
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict
 
+from helpers import composed
 from lptrain import cli
 from lptrain.errors import REFUSED
 from lptrain.metrics import schema as ms

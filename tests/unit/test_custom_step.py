@@ -6,9 +6,8 @@ line, and the whole application in process (modes, optimizers, resume, saved mod
 import numpy as np
 import pytest
 import torch
-from helpers import composed
 
-from helpers import autograd_objective, batch, serial_objective_and_grad, StopAt
+from helpers import autograd_objective, batch, composed, serial_objective_and_grad, StopAt
 from lptrain import app
 from lptrain.errors import ConfigError, Interrupted
 from lptrain.metrics import schema as ms

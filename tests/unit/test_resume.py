@@ -6,7 +6,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import composed
 
 from lptrain import app
 from lptrain.errors import ConfigError, Interrupted, RunFileError
@@ -16,7 +15,7 @@ from lptrain.model.saved import load_model
 from lptrain.train import checkpoint as ck
 from lptrain.train.run_state import LoopState
 
-from helpers import StopAt
+from helpers import StopAt, composed
 
 K = 12
 TINY = ["network.layers=8", "network.width=4", "dataset.n_train=200", "dataset.n_val=50",

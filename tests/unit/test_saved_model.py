@@ -5,9 +5,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import composed
 
 import lptrain
+from helpers import composed
 from lptrain import app, evaluate
 from lptrain.data import load_dataset
 from lptrain.data import mnist

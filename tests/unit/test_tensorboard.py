@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from helpers import composed
 
+from helpers import composed
 from lptrain import app
 from lptrain.errors import ConfigError, MissingPackageError
 from lptrain.metrics import schema as ms
