@@ -19,10 +19,11 @@ The estimate counts what grows with the run, per rank, in bytes:
 - simultaneous with calibration (mgrit.calibrate_every): a layer-serial
   evaluation of the rank's share of the batch, `STATE_COPIES["serial"]`
   states per layer of all N;
-- on more than one rank, rank 0's checkpoints: it receives the ranks' oracle
-  states one at a time, `CHECKPOINT_COPIES` copies of one rank's (its
-  pickled message and the tensors: 2 states per owned layer, or per owned
-  C-point and kept batch), counted on every rank alike.
+- checkpoints: a rank's oracle state holds 2 states per owned C-point and kept
+  batch (compact warm starts, train/warm.py), copied out of the solver's buffers
+  in a full-batch run; on more than one rank rank 0 also receives the ranks'
+  states one at a time, `CHECKPOINT_COPIES` copies of one rank's (its pickled
+  message and the tensors), counted on every rank alike.
 The coefficients are fitted to measured peaks (BENCHMARKS.md, "Memory per
 rank"), what the allocator keeps of freed memory included.
 """
@@ -86,9 +87,9 @@ def estimate(mode: str, n_layers: int, layer_ranks: int, batch: int, state_eleme
     if calibrated:      # all layers, the batch split over the layer ranks
         states += STATE_COPIES[SERIAL] * (n_layers + 1) * math.ceil(state / layer_ranks)
     warm = WARM_COPIES * own_c * state * warm_batches
-    kept = own_c * warm_batches if warm_batches else own    # mini-batches: compact
-    oracle_state = 0 if mode == SERIAL else 2 * kept * state
-    checkpoint = CHECKPOINT_COPIES * oracle_state if ranks > 1 else 0.0
+    oracle_state = 0 if mode == SERIAL else 2 * own_c * max(warm_batches, 1) * state
+    copied = 0 if warm_batches else oracle_state    # full batch: out of the buffers
+    checkpoint = copied + (CHECKPOINT_COPIES * oracle_state if ranks > 1 else 0.0)
     return Need(BASE, vectors * n_params * item_bytes, data_bytes, states, warm, checkpoint)
 
 

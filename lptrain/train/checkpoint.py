@@ -6,8 +6,8 @@ torch.optim state_dict of SGD and Adam), the order of the mini-batches (generato
 and the rest of the epoch), the torch RNG state, the divergence rule's reference, the
 best validated parameters so far (model.pt's), the
 loop's validation record and elapsed time, and every rank's oracle state (its block of the warm-start
-states: two state tensors per layer of its block in the MGRIT modes, per C-point of it and
-kept batch in simultaneous mode with mini-batches, none in serial mode). The
+states, compact: two state tensors per C-point of it and kept batch in the MGRIT modes,
+train/warm.py; none in serial mode). The
 world size and the layer × data grid that saved it are recorded.
 
 The file is an archive (model/saved.py AtomicArchive): the record as entry `record.pt`
@@ -28,7 +28,7 @@ When: every `checkpoint_every` iterations; when the ranks stop for a signal or b
 metrics.h5 can no longer be written (a full disk: the checkpoint may then use the space
 that file kept in reserve); at the end. When a checkpoint cannot be written (a full disk),
 rank 0 tries a lean one, the same record with every rank's warm starts left out (a few
-parameter-sized tensors instead of up to 2 × (N/P) × batch × width values per rank and batch):
+parameter-sized tensors instead of up to 2 × (N/(cP)) × batch × width values per rank and batch):
 the run still ends with the error, but its finished iterations can be resumed once the
 cause is fixed (the MGRIT solves then start cold). An earlier checkpoint is only replaced
 by a complete new file (write + rename).

@@ -125,4 +125,4 @@ class SimultaneousOracle(MGRITOracle):
                  mini_batches: bool = False, observer=None):
         super().__init__(net, exchange, mgrit_opts, Rungs(mgrit_opts, mini_batches),
                          observer=observer)
-        self.warm = WarmCache(warm_batches, self.lp if mini_batches else None)
+        self.warm = WarmCache(warm_batches, self.lp, keep_compact=mini_batches)

@@ -258,7 +258,7 @@ class MGRITOracle(ExactOracle):
         # exact, data-sharded sweeps
         self.validator = SerialOracle(net, exchange, observer)
         self.accuracy = accuracy or Converged(mgrit_opts)
-        self.warm = warm if warm is not None else LatestWarm()
+        self.warm = warm if warm is not None else LatestWarm(self.lp)
         self.stats = SolveStats()
         self._latest: Evaluated | None = None
         self._spent = [0, 0]

@@ -5,7 +5,9 @@ they are given, so the latest states can be kept by reference; states of other
 mini-batches need copies, and those are compact: only the C-point rows of the
 rank's blocks, all a warm solve reads (mgrit/solver.py).  Each store writes its
 own checkpoint state (`state_dict`), and reads it as train/protocol.py WarmStarts
-on the class, without an instance (train/regrid.py).
+on the class, without an instance (train/regrid.py).  Checkpoints hold compact
+blocks whatever the store keeps in memory (1 / c of the rows: c = mgrit.cfactor0),
+and either form loads: the solver takes both.
 """
 from __future__ import annotations
 
@@ -14,11 +16,28 @@ from collections import OrderedDict
 from lptrain.parallel.blocks import ALL_ROWS, C_POINTS
 
 
-class LatestWarm:
-    """The latest batch's forward and adjoint states, by reference."""
+def compact(solver, states):
+    """The C-point rows of a block (None stays None)."""
+    return None if states is None else solver.c_point_states(states)
 
-    def __init__(self):
+
+def _saved(solvers, fwd, adj) -> tuple:
+    """(forward, adjoint) as a checkpoint holds them: compact where `solvers` (the
+    LayerParallel whose .fwd and .adj solved them) are known and the blocks are not
+    compact already."""
+    if solvers is None:
+        return fwd, adj
+    return tuple(t if t is None or t.shape[0] == len(s.c_rows) else compact(s, t)
+                 for s, t in ((solvers.fwd, fwd), (solvers.adj, adj)))
+
+
+class LatestWarm:
+    """The latest batch's forward and adjoint states, by reference; saved compact when
+    the solvers (`lp`) are given."""
+
+    def __init__(self, lp=None):
         self.key = self.fwd = self.adj = None
+        self.lp = lp
 
     def holds(self, key: int) -> bool:
         return key == self.key
@@ -38,9 +57,12 @@ class LatestWarm:
             self.adj = adj
 
     def state_dict(self) -> dict:
-        return {"warm_fwd": self.fwd, "warm_adj": self.adj, "warm_key": self.key}
+        fwd, adj = _saved(self.lp, self.fwd, self.adj)
+        return {"warm_fwd": fwd, "warm_adj": adj, "warm_key": self.key,
+                "warm_rows": ALL_ROWS if self.lp is None else C_POINTS}
 
     def load_state_dict(self, state: dict) -> None:
+        """A checkpoint's warm starts, compact or all rows (older checkpoints)."""
         self.fwd, self.adj, self.key = state["warm_fwd"], state["warm_adj"], state["warm_key"]
 
     @staticmethod
@@ -55,20 +77,23 @@ class LatestWarm:
 
     @staticmethod
     def warm_rows(state: dict) -> str:
-        return ALL_ROWS
+        return state.get("warm_rows", ALL_ROWS)
 
 
 class WarmCache:
     """Warm starts of up to `capacity` batches, least recently used dropped.
 
-    With `lp` (a LayerParallel: mini-batches, whose other batches' solves reuse the
-    solver buffers) a batch's states are kept as compact copies of their C-point
-    rows; without, the solver buffers themselves (a full-batch run: they stay valid
-    until the next solve of the one batch).
+    With `keep_compact` (mini-batches, whose other batches' solves reuse the solver
+    buffers of `lp`, the LayerParallel) a batch's states are kept as compact copies of
+    their C-point rows; without, the solver buffers themselves (a full-batch run: they
+    stay valid until the next solve of the one batch), saved compact where `lp` is
+    given.
     """
 
-    def __init__(self, capacity: int, lp=None):
-        self.capacity, self.lp = max(capacity, 1), lp
+    def __init__(self, capacity: int, lp=None, keep_compact: bool = False):
+        if keep_compact and lp is None:
+            raise ValueError("WarmCache: keep_compact needs the solvers (lp)")
+        self.capacity, self.lp, self.keep_compact = max(capacity, 1), lp, keep_compact
         self.cache: OrderedDict = OrderedDict()
 
     def holds(self, key: int) -> bool:
@@ -78,29 +103,25 @@ class WarmCache:
         return self.cache.get(key, (None, None))
 
     def store(self, key: int, fwd=None, adj=None) -> None:
-        if self.lp is not None:
-            fwd, adj = self._compact(self.lp.fwd, fwd), self._compact(self.lp.adj, adj)
+        if self.keep_compact:
+            fwd, adj = compact(self.lp.fwd, fwd), compact(self.lp.adj, adj)
         old = self.cache.pop(key, (None, None))
         self.cache[key] = (fwd if fwd is not None else old[0],
                            adj if adj is not None else old[1])
         while len(self.cache) > self.capacity:
             self.cache.popitem(last=False)
 
-    @staticmethod
-    def _compact(solver, states):
-        """The C-point rows of a block (None stays None)."""
-        return None if states is None else solver.c_point_states(states)
-
     def state_dict(self) -> dict:
-        return {"cache": [[key, fwd, adj] for key, (fwd, adj) in self.cache.items()],
+        return {"cache": [[key, *_saved(self.lp, fwd, adj)]
+                          for key, (fwd, adj) in self.cache.items()],
                 "warm_rows": ALL_ROWS if self.lp is None else C_POINTS}
 
     def load_state_dict(self, state: dict) -> None:
         """The warm starts of a checkpoint; with mini-batches, blocks of all rows (a
         checkpoint written before warm starts were compact) are cut to their C-points."""
-        full = self.lp is not None and self.warm_rows(state) == ALL_ROWS
+        full = self.keep_compact and self.warm_rows(state) == ALL_ROWS
         self.cache = OrderedDict(
-            (key, (self._compact(self.lp.fwd, fwd), self._compact(self.lp.adj, adj))
+            (key, (compact(self.lp.fwd, fwd), compact(self.lp.adj, adj))
              if full else (fwd, adj)) for key, fwd, adj in state["cache"])
 
     @staticmethod

@@ -10,7 +10,7 @@ from lptrain.mgrit.options import MGRITOptions
 from lptrain.parallel.blocks import ALL_ROWS, C_POINTS
 from lptrain.parallel.layer_parallel import LayerParallel
 from lptrain.train.oneshot import SimultaneousOracle
-from lptrain.train.oracles import Batch
+from lptrain.train.oracles import Batch, MGRITOracle
 from lptrain.train.warm import WarmCache
 
 NETS = {"dense": dense_net, "conv": conv_net}
@@ -137,4 +137,36 @@ def test_a_checkpoint_of_full_blocks_loads_compact():
     assert torch.equal(fwd, old_fwd[0:17:4]) and torch.equal(adj, old_adj[0:17:4])
     assert new.state_dict()["warm_rows"] == C_POINTS
     full_batch = SimultaneousOracle(net, SerialExchange(), _oracle(net).mgrit)
-    assert full_batch.state_dict()["warm_rows"] == ALL_ROWS
+    assert full_batch.state_dict()["warm_rows"] == C_POINTS
+
+
+@pytest.mark.parametrize("cls", [MGRITOracle, SimultaneousOracle])
+def test_a_full_batch_checkpoint_is_compact_and_continues_the_run(cls):
+    """A full-batch oracle keeps the solvers' buffers (all rows) and saves only their
+    C-point rows, 1 / cfactor0 of them; one loaded from that state evaluates the next θ
+    as the saving one does, bitwise (a cold start would not)."""
+    net, theta = dense_net(layers=16)
+    x, y = batch(net, n=5)
+    saving = cls(net, SerialExchange(), OPTIONS)
+    saving.begin(Batch(x, y, 0))
+    saving.accept(ev := saving.value(theta))
+    saving.gradient(ev)
+    state = saving.state_dict()
+    assert cls.warm_rows(state) == C_POINTS
+    (key, fwd, adj), = cls.warm_entries(state)
+    kept = saving.warm.get(0)
+    assert key == 0 and kept[0].shape[0] == 17 and fwd.shape[0] == 5
+    assert torch.equal(fwd, kept[0][0:17:4]) and torch.equal(adj, kept[1][0:17:4])
+    loaded = cls(net, SerialExchange(), OPTIONS)
+    loaded.load_state_dict(state)
+    step = theta + 0.05 * torch.randn(theta.shape, dtype=theta.dtype,
+                                      generator=torch.Generator().manual_seed(8))
+    results = []
+    for oracle in (saving, loaded, cls(net, SerialExchange(), OPTIONS)):   # the last cold
+        oracle.begin(Batch(x, y, 0))
+        ev = oracle.value(step)
+        grad = oracle.gradient(ev)
+        oracle.accept(ev)
+        results.append((ev.point.objective, grad.tolist(),
+                        oracle.stats.fwd_history + oracle.stats.adj_history))
+    assert results[0] == results[1] and results[2][2] != results[0][2]

@@ -210,9 +210,9 @@ def test_a_group_without_samples_ages_its_cache_like_the_others():
 
 @pytest.mark.parametrize("kind", ["dense", "conv"])
 def test_a_solvers_states_go_to_other_grids_and_back(kind):
-    """Real warm starts (dense states hold samples at axis 1, conv states at 0): to every
-    grid and back gives them again; the forward blocks of layer rank j are rows
-    [lo, hi) of the one-rank states."""
+    """Real warm starts (dense states hold samples at axis 1, conv states at 0), saved
+    compact (the C-point rows): to every grid and back gives them again; the forward
+    blocks of layer rank j are its C-point rows [lo, hi) of the one-rank states."""
     from helpers import batch, conv_net, dense_net
     from lptrain.mgrit.exchange import SerialExchange
     from lptrain.train.oracles import Batch
@@ -224,6 +224,8 @@ def test_a_solvers_states_go_to_other_grids_and_back(kind):
     oracle.begin(Batch(x, y, 0))
     oracle.gradient(oracle.value(theta))
     state = oracle.state_dict()
+    assert state["warm_rows"] == C_POINTS
+    assert torch.equal(state["cache"][0][1], oracle.warm.cache[0][0][0:9:2])
     axis = 1 + net.batch_axis
     samples = (lambda key: torch.arange(6))
 
@@ -235,7 +237,7 @@ def test_a_solvers_states_go_to_other_grids_and_back(kind):
                  for r in range(grid.size)]
         for r, st in enumerate(moved):
             (_, fwd, _), = st["cache"]
-            lo, hi = lay(grid).rows("fwd", grid.coords(r)[0])
+            lo, hi = lay(grid).c_points().rows("fwd", grid.coords(r)[0])
             s_lo, s_hi = lay(grid).shards[grid.coords(r)[1]]
             want = state["cache"][0][1][lo:hi].narrow(axis, s_lo, s_hi - s_lo)
             assert torch.equal(fwd, want), (grid, r)
