@@ -102,6 +102,9 @@ def test_concurrent_runs_never_share_a_directory(tmp_path):
     same, defaults = None, []
     try:
         _wait_for_rows(first, run_dir / ms.FILE_NAME)
+        # stopped, it still holds the lock (a live process) but leaves the cores to the
+        # runs below and to the other tests
+        first.send_signal(signal.SIGSTOP)
         # a second run into the same directory while the first one lives, and two runs
         # with default directories started in the same second
         # (forked from the tests' fork server: they start at once)
@@ -115,6 +118,7 @@ def test_concurrent_runs_never_share_a_directory(tmp_path):
         for p in defaults:
             assert p.wait(timeout=TIMEOUT) == 0, p.output()[1]
         first.send_signal(signal.SIGTERM)
+        first.send_signal(signal.SIGCONT)
         assert first.wait(timeout=TIMEOUT) == 128 + signal.SIGTERM
     finally:
         for p in (first, same, *defaults):
