@@ -38,8 +38,13 @@ run: install ## train the default configuration (Peaks, serial, L-BFGS)
 # "The test suite's time").
 # One thread per process unless OMP_NUM_THREADS says otherwise: the tests' tensors are tiny,
 # and a second thread only spins (more CPU, no less time; the same section).
+# Bytecode is cached (__pycache__/, ignored by git) even where the shell sets
+# PYTHONDONTWRITEBYTECODE: else each of the suite's few hundred interpreters compiles
+# lptrain from source and pytest rewrites every test module again (BENCHMARKS.md
+# "The test suite's time").
 TEST_JOBS ?= 2
-TEST_ENV = OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} MPIR_CVAR_ENABLE_HEAVY_YIELD=1
+TEST_ENV = OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} MPIR_CVAR_ENABLE_HEAVY_YIELD=1 \
+	PYTHONDONTWRITEBYTECODE=
 XDIST = $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder,)
 test: install ## every tier: unit, numeric, training (in-process runs), cli (subprocess), mpi; slow included (CI)
 	$(TEST_ENV) $(VENV)/bin/pytest -q $(XDIST) $(PYTEST_ARGS)

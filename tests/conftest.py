@@ -3,6 +3,7 @@ another process: a test of another tier that does fails, naming the tier it belo
 Under pytest-xdist (`make test`) each file runs on one worker."""
 import platform
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,22 @@ def pytest_collection_modifyitems(items):
             tier = {"cli": "cli", "mpi": "mpi"}.get(path.parent.name)
         if tier is not None:
             item.add_marker(tier)
+    _longest_first(items)
+
+
+def _longest_first(items) -> None:
+    """The files in the order pytest-xdist hands them out (`make test`): tests/cli and
+    tests/mpi first, as collected (few long tests each: started last, one would end the
+    run alone), then the other files by their number of tests, most first, so that the
+    last files handed out are short ones and the two workers end together."""
+    counts = Counter(str(item.fspath) for item in items)
+
+    def key(item):
+        path = Path(str(item.fspath))
+        if path.parent.name in ("cli", "mpi"):
+            return (0, 0, "")
+        return (1, -counts[str(path)], str(path))
+    items.sort(key=key)         # stable: a file's tests keep their order
 
 
 @pytest.hookimpl(optionalhook=True)
