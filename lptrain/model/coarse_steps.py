@@ -21,7 +21,7 @@ from torch import nn
 from torch.func import functional_call
 
 from lptrain.errors import ConfigError
-from lptrain.model.module_steps import Linear, Params
+from lptrain.model.module_steps import Linear, Params, seeded
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,7 @@ class CoarseSteps:
         return g, tracked
 
     def _build(self, step: CoarseStep, P: Params):
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self._seed + 7919 * step.level + step.index)
+        with seeded(self._seed + 7919 * step.level + step.index):
             g = self.factory(step)
         if not isinstance(g, nn.Module):
             raise ConfigError(f"coarse_steps returned {type(g).__name__} for {step}, "

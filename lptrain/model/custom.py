@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from lptrain.errors import ConfigError
-from lptrain.model.module_steps import ModuleSteps
+from lptrain.model.module_steps import ModuleSteps, seeded
 
 TARGET = "_target_"
 TRIAL_BATCH = 2         # samples of the state the step is tried on when it is built
@@ -136,8 +136,7 @@ class CustomStep:
         """(N, p) float64: the parameters of N freshly built layers, drawn from torch's
         generator seeded with `seed` (the global generator is left as it was)."""
         rows = torch.empty(n_layers, self.size, dtype=torch.float64)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+        with seeded(seed):
             for n in range(n_layers):
                 rows[n] = self.flatten(dict(self.build().named_parameters())).detach()
         return rows

@@ -42,6 +42,7 @@ are the module's own and are not averaged.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -102,8 +103,7 @@ class ModuleSteps:
         return module
 
     def _build(self, n: int) -> nn.Module:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self._seed + n)
+        with seeded(self._seed + n):
             return self._factory(n)
 
     def module(self, n: int) -> nn.Module:
@@ -237,3 +237,18 @@ class Linear:
     def _by_name(self, names, grads) -> Params:
         return {k: torch.zeros_like(self.leaves[k]) if g is None else g
                 for k, g in zip(names, grads)}
+
+
+@contextmanager
+def seeded(seed: int):
+    """torch's CPU generator seeded with `seed` in the block and restored after (a layer
+    built alike on every rank, the caller's random stream untouched). Where CUDA is
+    available its generators are seeded too, by torch.manual_seed (not restored); else
+    the CPU generator alone: torch.manual_seed then queues the seed for each device
+    kind that could start later, and captures a stack trace for each (1.4 ms a call)."""
+    with torch.random.fork_rng(devices=[]):
+        if torch.cuda.is_available():
+            torch.manual_seed(seed)
+        else:
+            torch.default_generator.manual_seed(seed)
+        yield
