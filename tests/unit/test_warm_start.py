@@ -38,6 +38,28 @@ def exact(lp, theta, x, y):
     return res.states.clone(), ares.states.clone(), grad.clone()
 
 
+def problem():
+    """The network, θ, a batch, and the exact (layer-serial) states, adjoint states and
+    gradient at θ: every solver path's fixed point, computed once per process."""
+    if not _PROBLEM:
+        net, theta = dense_net(layers=32, width=4, T=4.0, scale=0.6)
+        x, y = batch(net, n=12)
+        serial = LayerParallel(net, MGRITOptions(levels=1), SerialExchange())
+        _PROBLEM.append((net, theta, x, y, exact(serial, theta, x, y)))
+    net, theta, x, y, (states, lam, grad) = _PROBLEM[0]
+    return net, theta, x, y, states.clone(), lam.clone(), grad.clone()
+
+
+_PROBLEM: list = []
+
+
+def other_solves(lp, theta, x, y):
+    """Two cold iterations at another θ: the solvers' buffers then hold other states."""
+    res = lp.forward(theta, x, max_iter=2, tol=0.0)
+    ev = lp.evaluate(theta, res.states, y, x.shape[0], True)
+    lp.backward(theta, x, res.states, ev, max_iter=2, tol=0.0)
+
+
 def warm_solves(lp, theta, x, y, fwd, adj, iters):
     """`iters` warm iterations forward from `fwd`, then adjoint from `adj`."""
     res = lp.forward(theta, x, warm=fwd, max_iter=iters, tol=0.0)
@@ -52,11 +74,9 @@ def _rel(a, b) -> float:
 
 @pytest.mark.parametrize("opts", PATHS)
 def test_the_exact_solution_is_a_fixed_point_of_warm_iterations(opts):
-    net, theta = dense_net(layers=32, width=4, T=4.0, scale=0.6)
-    x, y = batch(net, n=12)
+    net, theta, x, y, states, lam, grad = problem()
     lp = LayerParallel(net, MGRITOptions(**opts), SerialExchange())
-    states, lam, grad = exact(lp, theta, x, y)
-    exact(lp, 1.3 * theta, x, y)     # the solvers' buffers now hold another solution
+    other_solves(lp, 1.3 * theta, x, y)
     for iters in (1, 2):
         res, ares, g = warm_solves(lp, theta, x, y, states.clone(), lam.clone(), iters)
         assert _rel(res.states, states) <= 1e-12
@@ -71,10 +91,8 @@ def test_perturbed_warm_starts_converge_at_the_measured_rate(opts):
     # injection on 3 levels or more, 7.1 at most elsewhere), with ρ the
     # convergence factor metrics.h5 reports for a 6-iteration warm solve (geometric
     # mean of its residual ratios), forward and adjoint alike
-    net, theta = dense_net(layers=32, width=4, T=4.0, scale=0.6)
-    x, y = batch(net, n=12)
+    net, theta, x, y, states, lam, _ = problem()
     lp = LayerParallel(net, MGRITOptions(**opts), SerialExchange())
-    states, lam, _ = exact(lp, theta, x, y)
     gen = torch.Generator().manual_seed(3)
     noise = torch.randn(states.shape, generator=gen, dtype=torch.float64)
     fwd0, adj0 = states + 1e-3 * noise, lam + 1e-3 * float(lam.abs().max()) * noise
