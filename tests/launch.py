@@ -125,7 +125,15 @@ class ForkServer:
         return self._reply(None if block else STARTUP_TIMEOUT, "status")
 
     def close(self) -> None:
+        self.end_input()
+        self.finish()
+
+    def end_input(self) -> None:
+        """The server's end of input: it ends its interpreter(s), in the background."""
         self.proc.stdin.close()
+
+    def finish(self) -> None:
+        """Wait for the server to end (after `end_input`); its files removed."""
         self.proc.wait(timeout=STARTUP_TIMEOUT)
         shutil.rmtree(self.files, ignore_errors=True)
 
@@ -225,8 +233,8 @@ class RankServer(ForkServer):
         self.log.close()
         shutil.rmtree(self.files, ignore_errors=True)
 
-    def close(self) -> None:
-        super().close()
+    def finish(self) -> None:
+        super().finish()
         self.log.close()
 
 
@@ -240,9 +248,19 @@ def _server(env: dict, ranks: int = 1) -> ForkServer:
     key = (ranks, *sorted(env.items()))
     if key not in _servers:
         if not _servers:
-            atexit.register(lambda: [s.close() for s in list(_servers.values())])
+            atexit.register(_close_all)
         _servers[key] = ForkServer(env) if ranks == 1 else RankServer(env, ranks)
     return _servers[key]
+
+
+def _close_all() -> None:
+    """Every server ended at once (each tears down its interpreters, a second or more
+    for a rank server that ran many commands), not one after another."""
+    servers = list(_servers.values())
+    for server in servers:
+        server.end_input()
+    for server in servers:
+        server.finish()
 
 
 def _children(pid: int) -> list[int]:
