@@ -126,8 +126,8 @@ if __name__ == "__main__":
     if job is not None:
         become(job)
         leave(run_job(job))
-    # EOF: the server ends as its children do, without tearing down its heap (seconds
-    # on a loaded machine at the end of every test session)
+    # EOF: the server ends as its children do, without tearing down its heap (what
+    # the interpreter's exit would spend on it delays the end of every test session)
     sys.stdout.flush()
     sys.stderr.flush()
     leave(0)

@@ -133,8 +133,9 @@ def count_solves(solver, counts: dict, key: str) -> None:
 def composed(*overrides: str, hydra_node: bool = False):
     """Hydra's composition of lptrain's config with these overrides, as `hydra.compose`
     gives it (with its `hydra` node if asked): a copy of this process's first
-    composition of the same overrides. A composition costs ~0.15 CPU s and the tests
-    ask for many alike; a bad override raises each time (failures are not kept)."""
+    composition of the same overrides (a deep copy is far cheaper than a composition,
+    and the tests ask for many alike); a bad override raises each time (failures are
+    not kept)."""
     from omegaconf import open_dict
     cfg = copy.deepcopy(_composition(tuple(overrides)))
     if not hydra_node:              # as hydra.compose drops it

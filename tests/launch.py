@@ -124,10 +124,6 @@ class ForkServer:
         self.proc.stdin.flush()
         return self._reply(None if block else STARTUP_TIMEOUT, "status")
 
-    def close(self) -> None:
-        self.end_input()
-        self.finish()
-
     def end_input(self) -> None:
         """The server's end of input: it ends its interpreter(s), in the background."""
         self.proc.stdin.close()
@@ -254,8 +250,7 @@ def _server(env: dict, ranks: int = 1) -> ForkServer:
 
 
 def _close_all() -> None:
-    """Every server ended at once (each tears down its interpreters, a second or more
-    for a rank server that ran many commands), not one after another."""
+    """Every server ended at once, not one waited for before the next is told."""
     servers = list(_servers.values())
     for server in servers:
         server.end_input()

@@ -200,8 +200,8 @@ if __name__ == "__main__":
     if control.Get_rank() == 0:
         print(json.dumps({"ready": control.Get_size()}), flush=True)
     serve(control)
-    # EOF: MPI ended, then the process, without tearing down its heap (seconds on a
-    # loaded machine at the end of every test session)
+    # EOF: MPI ended, then the process, without tearing down its heap (what the
+    # interpreter's exit would spend on it delays the end of every test session)
     from mpi4py import MPI
     control.Free()
     MPI.Finalize()

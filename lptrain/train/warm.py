@@ -32,10 +32,10 @@ def _saved(solvers, fwd, adj) -> tuple:
 
 
 class LatestWarm:
-    """The latest batch's forward and adjoint states, by reference; saved compact when
-    the solvers (`lp`) are given."""
+    """The latest batch's forward and adjoint states, by reference; saved compact (the
+    C-point rows of the solvers `lp`, the LayerParallel that solved them)."""
 
-    def __init__(self, lp=None):
+    def __init__(self, lp):
         self.key = self.fwd = self.adj = None
         self.lp = lp
 
@@ -59,7 +59,7 @@ class LatestWarm:
     def state_dict(self) -> dict:
         fwd, adj = _saved(self.lp, self.fwd, self.adj)
         return {"warm_fwd": fwd, "warm_adj": adj, "warm_key": self.key,
-                "warm_rows": ALL_ROWS if self.lp is None else C_POINTS}
+                "warm_rows": C_POINTS}
 
     def load_state_dict(self, state: dict) -> None:
         """A checkpoint's warm starts, compact or all rows (older checkpoints)."""

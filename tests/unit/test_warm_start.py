@@ -1,5 +1,7 @@
 """Warm starts on every solver path: the exact solution is a fixed point of every
 warm-started iteration, forward and adjoint, and a perturbed warm start converges."""
+import functools
+
 import pytest
 import torch
 
@@ -39,25 +41,18 @@ def exact(lp, theta, x, y):
 
 
 def problem():
-    """The network, θ, a batch, and the exact (layer-serial) states, adjoint states and
-    gradient at θ: every solver path's fixed point, computed once per process."""
-    if not _PROBLEM:
-        net, theta = dense_net(layers=32, width=4, T=4.0, scale=0.6)
-        x, y = batch(net, n=12)
-        serial = LayerParallel(net, MGRITOptions(levels=1), SerialExchange())
-        _PROBLEM.append((net, theta, x, y, exact(serial, theta, x, y)))
-    net, theta, x, y, (states, lam, grad) = _PROBLEM[0]
+    """The network, θ, a batch, and copies of the exact (layer-serial) states, adjoint
+    states and gradient at θ: every solver path's fixed point."""
+    net, theta, x, y, (states, lam, grad) = _problem()
     return net, theta, x, y, states.clone(), lam.clone(), grad.clone()
 
 
-_PROBLEM: list = []
-
-
-def other_solves(lp, theta, x, y):
-    """Two cold iterations at another θ: the solvers' buffers then hold other states."""
-    res = lp.forward(theta, x, max_iter=2, tol=0.0)
-    ev = lp.evaluate(theta, res.states, y, x.shape[0], True)
-    lp.backward(theta, x, res.states, ev, max_iter=2, tol=0.0)
+@functools.cache
+def _problem():
+    net, theta = dense_net(layers=32, width=4, T=4.0, scale=0.6)
+    x, y = batch(net, n=12)
+    serial = LayerParallel(net, MGRITOptions(levels=1), SerialExchange())
+    return net, theta, x, y, exact(serial, theta, x, y)
 
 
 def warm_solves(lp, theta, x, y, fwd, adj, iters):
@@ -76,7 +71,7 @@ def _rel(a, b) -> float:
 def test_the_exact_solution_is_a_fixed_point_of_warm_iterations(opts):
     net, theta, x, y, states, lam, grad = problem()
     lp = LayerParallel(net, MGRITOptions(**opts), SerialExchange())
-    other_solves(lp, 1.3 * theta, x, y)
+    warm_solves(lp, 1.3 * theta, x, y, None, None, 2)   # the buffers: other states
     for iters in (1, 2):
         res, ares, g = warm_solves(lp, theta, x, y, states.clone(), lam.clone(), iters)
         assert _rel(res.states, states) <= 1e-12
