@@ -443,7 +443,7 @@ def test_one_layer_rank_grid_is_the_data_parallel_time_of_a_one_rank_solve():
 def test_per_call_costs_make_layer_ranks_pay_off_for_small_shards():
     from helpers import dense_net
     from lptrain.model_perf.grid import recommend
-    net, _ = dense_net(layers=128)
+    net, _ = dense_net(layers=64)
     opts = MGRITOptions(levels=3, cfactor0=4, cfactor=4)
     link = Link(7e-6, 5e9)
     model = Model(net, opts, batch=16)
