@@ -90,6 +90,12 @@ class CustomStep:
         if not named:
             raise ConfigError(f"network.step.{TARGET}={self.target!r}: the module has no "
                               f"parameters to train")
+        frozen = [name for name, p in named if not p.requires_grad]
+        if frozen:     # θ's rows are all trained: a frozen value would change silently
+            raise ConfigError(f"network.step.{TARGET}={self.target!r}: parameter "
+                              f"{frozen[0]!r} is frozen (requires_grad=False); every "
+                              f"parameter of a step is trained: keep a fixed tensor as a "
+                              f"buffer (register_buffer)")
         self.names = [name for name, _ in named]
         self.shapes = [tuple(p.shape) for _, p in named]
         self.size = sum(math.prod(s) for s in self.shapes)      # p: one row of θ

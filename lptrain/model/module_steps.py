@@ -189,12 +189,14 @@ class ModuleSteps:
 
         Without P the graph runs through f_n's own parameters (no functional_call);
         their products are only computed when asked for (`vjp_params`), never
-        accumulated into .grad."""
+        accumulated into .grad, and only for those that require grad: a parameter
+        the user froze is part of f, not of its gradient."""
         with torch.enable_grad():
             x = self._copy(u).requires_grad_()     # u's buffer may be overwritten
             if P is None:
                 y = self.module(n)(x)
-                leaves = dict(self.module(n).named_parameters())
+                leaves = {k: p for k, p in self.module(n).named_parameters()
+                          if p.requires_grad}
             else:
                 leaves = {k: v.detach().requires_grad_(params) for k, v in P.items()}
                 y = functional_call(self.module(n), leaves, (x,))
@@ -218,6 +220,8 @@ class Linear:
     def vjp_params(self, lam: torch.Tensor) -> Params:
         """(∂f/∂θ)ᵀ λ by parameter name (zeros for parameters f does not use)."""
         names = list(self.leaves)
+        if not names:                    # every parameter of f frozen
+            return {}
         grads = torch.autograd.grad(self.y, [self.leaves[k] for k in names], self.layout(lam),
                                     retain_graph=True, allow_unused=True)
         return self._by_name(names, grads)

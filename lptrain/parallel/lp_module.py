@@ -222,7 +222,8 @@ class _Solve(torch.autograd.Function):
         ctx.kept = None
         mod.solver.fwd.release(ctx.states)   # the next forward may write into it
         ctx.released = ctx.states._version
-        return (None, None, lam0, *[grads[n][k] for n, k in ctx.names])
+        # a frozen parameter (requires_grad False) has no product: None, as autograd's
+        return (None, None, lam0, *[grads[n].get(k) for n, k in ctx.names])
 
 
 class _Index(NamedTuple):

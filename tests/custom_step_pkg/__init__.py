@@ -31,6 +31,14 @@ class DenseStep(nn.Module):
         return self.outer(torch.tanh(self.inner(u)))
 
 
+class FrozenBias(DenseStep):
+    """DenseStep with its inner bias frozen (requires_grad False): refused."""
+
+    def __init__(self, width: int = 8):
+        super().__init__(width)
+        self.inner.bias.requires_grad_(False)
+
+
 class Widening(nn.Module):
     """A step that does not keep the state's shape (refused)."""
 

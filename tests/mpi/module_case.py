@@ -42,6 +42,13 @@ def dense(n):
     return _init(Dense(5).double(), 10 + n, 0.5)
 
 
+def frozen(n):
+    """dense with parameters the user froze: every bias, and all of layer 5."""
+    m = dense(n)
+    m.lin.bias.requires_grad_(False)
+    return m.requires_grad_(False) if n == 5 else m
+
+
 def conv(n):
     return _init(nn.Sequential(nn.Conv2d(2, 2, 3, padding=1), nn.Tanh()).double(), 40 + n, 0.4)
 
@@ -97,6 +104,7 @@ CASES = {
                                                 coarse_weights="inject", tol=0.0,
                                                 max_iter=30), False),
     "exact": (dense, (6, 5), dict(levels=3, cfactor0=2, cfactor=2), False),
+    "frozen": (frozen, (6, 5), dict(levels=3, cfactor0=2, cfactor=2), False),
     "cheap": (conv_gn_conv, (3, 2, 4, 4), dict(levels=3, cfactor0=2, cfactor=2,
                                                 coarse_weights="average"), False),
 }
@@ -127,8 +135,10 @@ def loss_of(out, seed):
 
 
 def _grads(name, mod: LayerParallel, u0, comm) -> dict:
-    """Every layer's parameter gradients, gathered by layer index."""
-    mine = {f"{name}-grad-{n}-{k}": p.grad.detach().clone()
+    """Every layer's parameter gradients, gathered by layer index (1 for a frozen
+    parameter left without one, as autograd leaves it)."""
+    mine = {f"{name}-grad-{n}-{k}": p.grad.detach().clone() if p.requires_grad
+            else torch.tensor(float(p.grad is None))
             for n in mod.owned for k, p in mod.steps.module(n).named_parameters()}
     out = {f"{name}-gu": u0.grad.detach().clone()}
     parts = [mine] if comm is None else comm.allgather(mine)

@@ -80,6 +80,8 @@ def test_initial_parameters_are_the_modules_own_and_seeded():
     ({"_target_": "custom_step_pkg.not_a_module"}, "dense", r"gave a int, not a torch"),
     ({"_target_": "custom_step_pkg.Widening", "width": 5}, "dense",
      r"maps a state of shape \(2, 5\) to \(2, 6\)"),
+    ({"_target_": "custom_step_pkg.FrozenBias", "width": 5}, "dense",
+     r"parameter 'inner.bias' is frozen \(requires_grad=False\)"),
     ({"_target_": "custom_step_pkg.DenseStep", "depth": 3}, "dense",
      r"DenseStep\(depth=3\) failed: TypeError"),
     ({"_target_": "custom_step_pkg.MyStep", "channels": 3}, "dense",

@@ -185,6 +185,35 @@ def test_a_fixed_adjoint_takes_parameter_products_in_its_last_sweep(iters, monke
     separate = grads(mod(u0).pow(2).sum(), mod, u0)
     assert len(calls) == 8 and all(torch.equal(a, b) for a, b in zip(fused, separate))
 
+def frozen(n):
+    """dense with its bias frozen, and layer 2 frozen whole (as in fine-tuning)."""
+    m = dense(n)
+    m[0].bias.requires_grad_(False)
+    return m.requires_grad_(False) if n == 2 else m
+
+
+@pytest.mark.parametrize("opts", [CONVERGED, dict(CONVERGED, tol=0.0, max_iter=30)],
+                         ids=["converged", "fixed"])
+def test_frozen_parameters_get_no_gradient_and_stay_put(opts):
+    # was: autograd's "One of the differentiated Tensors does not require grad"
+    mod = LayerParallel(frozen, T=2.0, n_layers=8, mgrit=MGRITOptions(**opts))
+    u0 = inputs(4, 3).requires_grad_()
+    mod(u0).pow(2).sum().backward()
+    got = [u0.grad, *(p.grad for p in mod.parameters())]
+    mod.zero_grad(set_to_none=True)
+    u0.grad = None
+    mod.serial(u0).pow(2).sum().backward()
+    want = [u0.grad, *(p.grad for p in mod.parameters())]
+    assert [g is None for g in got] == [g is None for g in want] == \
+        [False, *(not p.requires_grad for p in mod.parameters())]
+    assert sum(g is None for g in got) == 7 + 2
+    assert all(close(a, b) for a, b in zip(got, want) if b is not None)
+    before = [p.detach().clone() for p in mod.parameters()]
+    torch.optim.Adam(mod.parameters(), lr=0.1).step()
+    assert [torch.equal(a, p) for a, p in zip(before, mod.parameters())] == \
+        [not p.requires_grad for p in mod.parameters()]
+
+
 def test_serial_needs_every_layer(monkeypatch):
     mod = LayerParallel(dense, T=1.0, n_layers=4, mgrit=MGRITOptions(levels=2, cfactor0=2))
     monkeypatch.setattr(mod, "owned", range(0, 2))
