@@ -30,7 +30,8 @@ drives it):
         Linear.vjp_state(λ) = (∂f/∂u)ᵀλ, Linear.vjp_params(λ) = (∂f/∂θ)ᵀλ
         (a dict by parameter name; needs params=True), Linear.vjp_both(λ) both
         in one backward pass
-    steps.flat(n) / steps.load_flat(n, vec)   parameters of f_n as one vector
+    steps.flat(n) / steps.load_flat(n, vec)   parameters and buffers of f_n as one
+                             vector (a borrowed layer's copy on another rank)
 
 A step of size h from layer n uses f_n's parameters; coarse MGRIT steps use
 the fine f with the coarse step size and either the parameters of the layer
@@ -125,22 +126,43 @@ class ModuleSteps:
         ps = [self.params(n) for n in ns]
         return {k: torch.stack([p[k] for p in ps]).mean(0) for k in ps[0]}
 
+    def _state(self, n: int) -> list[torch.Tensor]:
+        """f_n's parameters, then its buffers (e.g. a BatchNorm's running statistics):
+        the tensors f_n computes with."""
+        module = self.module(n)
+        return [*module.parameters(), *module.buffers()]
+
     def flat(self, n: int) -> torch.Tensor:
-        ps = list(self.params(n).values())
-        return torch.cat([p.reshape(-1) for p in ps]) if ps else torch.zeros(0)
+        """f_n's parameters, buffers and each submodule's training flag (1 or 0) as one
+        vector in the parameters' dtype: what a copy of the layer on another rank needs
+        to compute what the owner's does (train() or eval() set per submodule too)."""
+        ts = [t.detach() for t in self._state(n)]
+        dtype = next((t.dtype for t in ts if t.is_floating_point()), torch.get_default_dtype())
+        modes = torch.tensor([float(m.training) for m in self.module(n).modules()],
+                             dtype=dtype, device=ts[0].device if ts else None)
+        return torch.cat([*(t.reshape(-1).to(dtype) for t in ts), modes])
 
     def load_flat(self, n: int, vec: torch.Tensor) -> None:
-        """Set f_n's parameters from one vector (as `flat` lays them out)."""
+        """Set f_n's parameters, buffers and training flags from one vector (as `flat`
+        lays them out)."""
+        if vec.numel() != self.numel(n):
+            raise ValueError(f"layer {n}: {vec.numel()} values for {self.numel(n)} "
+                             f"parameters, buffers and training flags")
         offset = 0
         with torch.no_grad():
-            for p in self.module(n).parameters():
-                p.copy_(vec[offset:offset + p.numel()].view_as(p))
-                offset += p.numel()
-        if offset != vec.numel():
-            raise ValueError(f"layer {n}: {vec.numel()} values for {offset} parameters")
+            for t in self._state(n):
+                t.copy_(vec[offset:offset + t.numel()].view_as(t))
+                offset += t.numel()
+        self._load_modes(n, vec[offset:])
+
+    def _load_modes(self, n: int, flags: torch.Tensor) -> None:
+        """Each submodule of f_n in training mode or not, as `flat`'s tail gives it."""
+        for m, mode in zip(self.module(n).modules(), flags.tolist()):
+            m.training = mode != 0.0
 
     def numel(self, n: int) -> int:
-        return sum(p.numel() for p in self.module(n).parameters())
+        """The length of `flat(n)`."""
+        return sum(t.numel() for t in self._state(n)) + len(list(self.module(n).modules()))
 
     # -- forward -------------------------------------------------------------------
     def layout(self, u: torch.Tensor) -> torch.Tensor:

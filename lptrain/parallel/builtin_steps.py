@@ -135,17 +135,19 @@ class BuiltinSteps(ModuleSteps):
             and v.Ks[0].device == K.device
 
     def load_flat(self, n: int, vec: torch.Tensor) -> None:
-        """A borrowed layer's K and b from one vector (ModuleSteps.flat's order), written
+        """A borrowed layer's K, b and training flag from one vector (ModuleSteps.flat's
+        order); K and b written
         through `.data`: every layer's parameters are rows of the stacks and share their
         version counters, so the write must not look like an in-place change of this
         rank's own parameters that an earlier forward saved for its backward."""
         m = self.module(n)
-        k = m.K.numel()
-        if vec.numel() != k + m.b.numel():
-            raise ValueError(f"layer {n}: {vec.numel()} values for {k + m.b.numel()} "
-                             "parameters")
+        k, kb = m.K.numel(), m.K.numel() + m.b.numel()
+        if vec.numel() != self.numel(n):
+            raise ValueError(f"layer {n}: {vec.numel()} values for {self.numel(n)} "
+                             "parameters and training flags")
         m.K.data.copy_(vec[:k].view_as(m.K))
-        m.b.data.copy_(vec[k:].view_as(m.b))
+        m.b.data.copy_(vec[k:kb].view_as(m.b))
+        self._load_modes(n, vec[kb:])
 
     def stepper(self):
         """The built-in stepper over the current parameters."""

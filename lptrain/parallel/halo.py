@@ -5,7 +5,7 @@ point n).  Its forward MGRIT steps into its own points, so the step into
 point lo uses layer lo−1 and coarse steps reach further left; its adjoint
 steps use layers lo+1..hi, linearised at states it holds (docs/method.md
 §4).  The index arithmetic here is pure; `share_params` sends the needed
-parameters from their owners once per solve (one vector per layer).
+parameters and buffers from their owners once per solve (one vector per layer).
 """
 from __future__ import annotations
 
@@ -65,8 +65,9 @@ def transfers(hier: Hierarchy, average: bool) -> list[tuple[int, int, int]]:
 
 
 def share_params(steps, plan: list[tuple[int, int, int]], exchange) -> None:
-    """Owners send, receivers load, the parameters of the layers in `plan` (every rank
-    calls this with the same plan; receivers' `steps` build those layers as halo)."""
+    """Owners send, receivers load, the parameters and buffers of the layers in `plan`
+    (every rank calls this with the same plan; receivers' `steps` build those layers as
+    halo)."""
     rank = exchange.rank
     for n, owner, dest in plan:
         if owner == rank:

@@ -49,6 +49,18 @@ def frozen(n):
     return m.requires_grad_(False) if n == 5 else m
 
 
+def normed(n):
+    """Linear, BatchNorm, tanh, with running statistics of its own per layer; the cases
+    run it in eval mode (set after building, as a user evaluates a trained network)."""
+    m = _init(nn.Sequential(nn.Linear(5, 5), nn.BatchNorm1d(5), nn.Tanh()).double(),
+              100 + n, 0.5)
+    gen = torch.Generator().manual_seed(130 + n)
+    with torch.no_grad():
+        m[1].running_mean.copy_(0.3 * torch.randn(5, generator=gen, dtype=torch.float64))
+        m[1].running_var.copy_(0.5 + torch.rand(5, generator=gen, dtype=torch.float64))
+    return m
+
+
 def conv(n):
     return _init(nn.Sequential(nn.Conv2d(2, 2, 3, padding=1), nn.Tanh()).double(), 40 + n, 0.4)
 
@@ -82,6 +94,8 @@ def cheap_coarse(c):
                          nn.Conv2d(4, 2, 3, padding=1)).double()
 
 
+EVAL = {"normed"}      # cases run in eval mode
+
 # the user's coarse steps of a case (default: the fine f with the coarse step size)
 COARSE = {"exact": ExactCoarse, "cheap": cheap_coarse}
 
@@ -105,6 +119,8 @@ CASES = {
                                                 max_iter=30), False),
     "exact": (dense, (6, 5), dict(levels=3, cfactor0=2, cfactor=2), False),
     "frozen": (frozen, (6, 5), dict(levels=3, cfactor0=2, cfactor=2), False),
+    # borrowed layers must compute with the owner's buffers and eval mode
+    "normed": (normed, (6, 5), dict(levels=3, cfactor0=2, cfactor=2), False),
     "cheap": (conv_gn_conv, (3, 2, 4, 4), dict(levels=3, cfactor0=2, cfactor=2,
                                                 coarse_weights="average"), False),
 }
@@ -154,6 +170,7 @@ def run(comm=None) -> dict:
         mod = LayerParallel(make, T=1.0, n_layers=N, comm=comm, stack=stack,
                             mgrit=MGRITOptions(**{**TOL, **opts}),
                             coarse_steps=COARSE.get(name))
+        mod.train(name not in EVAL)
         u0 = _input(shape, 1).requires_grad_()
         out = mod(u0)
         loss_of(out, 2).backward()
@@ -168,6 +185,7 @@ def run(comm=None) -> dict:
         other = LayerParallel(lambda n: make(n + 100), T=1.0, n_layers=N, comm=comm,
                               stack=stack, mgrit=MGRITOptions(**{**TOL, **opts}))
         other.load_state_dict(state)         # every layer given, each rank keeps its own
+        other.train(name not in EVAL)
         with torch.no_grad():
             results[f"{name}-loaded"] = other(u0)
         results[f"{name}-state"] = torch.cat([state[f"layers.{n}.{k}"].reshape(-1)
@@ -195,6 +213,7 @@ def reference() -> dict:
     results = {}
     for name, (make, shape, _, _) in CASES.items():
         mod = LayerParallel(make, T=1.0, n_layers=N)
+        mod.train(name not in EVAL)
         u0 = _input(shape, 1).requires_grad_()
         out = mod.serial(u0)
         loss_of(out, 2).backward()

@@ -94,6 +94,23 @@ def test_averaged_parameters_and_flat_round_trip():
     assert torch.equal(steps.flat(1), vec)
 
 
+def test_flat_carries_buffers_and_training_flags():
+    # a borrowed layer computes as its owner's: running statistics and eval mode too
+    steps = ModuleSteps([nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)).double()
+                         for _ in range(2)])
+    owner, copy = steps.module(0), steps.module(1)
+    with torch.no_grad():
+        owner[1].running_mean.fill_(0.5)
+    owner[1].eval()
+    steps.load_flat(1, steps.flat(0))
+    assert torch.equal(copy[1].running_mean, owner[1].running_mean)
+    assert [m.training for m in copy.modules()] == [True, True, False]
+    u = state(3, 2)
+    assert torch.equal(copy(u), owner(u))
+    with pytest.raises(ValueError, match="layer 1: 3 values for 18 parameters, buffers"):
+        steps.load_flat(1, torch.zeros(3))
+
+
 @pytest.mark.parametrize("make", [conv_gn, lambda n: nn.Linear(75, 75).double()])
 def test_stacked_steps_equal_one_layer_at_a_time(make):
     shape = (2, 3, 5, 5) if make is conv_gn else (2, 75)
