@@ -19,6 +19,7 @@ from lptrain.parallel.context import make_exchange
 from lptrain.parallel.ddp import check_ddp_group
 from lptrain.parallel.halo import owned_layers
 from lptrain.parallel.module_solver import ModuleSolver
+from lptrain.parallel.train_buffers import lend_copies, take_back, update_once
 
 
 class LayerParallel(nn.Module):
@@ -132,7 +133,14 @@ class LayerParallel(nn.Module):
         reuse = keep and warm is not None       # its warm start is replaced below
         if reuse:
             self._warm[0] = None                # (a failed solve leaves a cold start)
-        res = s.forward(x, x, warm, max_iter, tol, keep=kept, reuse_warm=reuse)
+        lent = lend_copies(self.steps, self.owned)
+        try:
+            res = s.forward(x, x, warm, max_iter, tol, keep=kept, reuse_warm=reuse)
+        finally:
+            changed = take_back(lent)
+        if changed:          # e.g. BatchNorm in training mode: once, at the solved states
+            update_once(self.steps, self.owned,
+                        lambda n: s.family.from_state(res.states[n - s.lo]))
         self.last_forward = res
         if keep and self.warm_start:
             # the C-points where they lie: the states are lent to the backward, then
@@ -150,8 +158,12 @@ class LayerParallel(nn.Module):
             warm = None
         if warm is not None:
             self._warm[1] = None                # (a failed solve leaves a cold start)
-        res, grads = s.backward(states, lamN, lamN, warm, kept=kept,
-                                reuse_warm=warm is not None)
+        lent = lend_copies(self.steps, self.owned)
+        try:        # the linearisations run f in its mode: they must not update buffers
+            res, grads = s.backward(states, lamN, lamN, warm, kept=kept,
+                                    reuse_warm=warm is not None)
+        finally:
+            take_back(lent)
         self.last_backward = res
         if self.warm_start:
             self._warm[1] = s.adj.c_point_rows(res.states)

@@ -61,6 +61,12 @@ def normed(n):
     return m
 
 
+def batchnormed(n):
+    """Linear (no bias: BatchNorm takes the mean), BatchNorm, tanh; run in training mode."""
+    return _init(nn.Sequential(nn.Linear(5, 5, bias=False), nn.BatchNorm1d(5),
+                               nn.Tanh()).double(), 160 + n, 0.5)
+
+
 def conv(n):
     return _init(nn.Sequential(nn.Conv2d(2, 2, 3, padding=1), nn.Tanh()).double(), 40 + n, 0.4)
 
@@ -96,6 +102,12 @@ def cheap_coarse(c):
 
 EVAL = {"normed"}      # cases run in eval mode
 
+
+def _statistics(state: dict) -> torch.Tensor:
+    """Every layer's BatchNorm buffers from a state dict, in one vector."""
+    return torch.cat([v.reshape(-1).double() for k, v in sorted(state.items())
+                      if "running" in k or "batches" in k])
+
 # the user's coarse steps of a case (default: the fine f with the coarse step size)
 COARSE = {"exact": ExactCoarse, "cheap": cheap_coarse}
 
@@ -121,6 +133,8 @@ CASES = {
     "frozen": (frozen, (6, 5), dict(levels=3, cfactor0=2, cfactor=2), False),
     # borrowed layers must compute with the owner's buffers and eval mode
     "normed": (normed, (6, 5), dict(levels=3, cfactor0=2, cfactor=2), False),
+    # running statistics updated once a forward, at the solved states, as serial's
+    "batchnorm": (batchnormed, (6, 5), dict(levels=3, cfactor0=2, cfactor=2), False),
     "cheap": (conv_gn_conv, (3, 2, 4, 4), dict(levels=3, cfactor0=2, cfactor=2,
                                                 coarse_weights="average"), False),
 }
@@ -174,6 +188,8 @@ def run(comm=None) -> dict:
         u0 = _input(shape, 1).requires_grad_()
         out = mod(u0)
         loss_of(out, 2).backward()
+        if name == "batchnorm":
+            results[f"{name}-statistics"] = _statistics(mod.state_dict())
         if name == "exact":
             results["exact-iters"] = torch.tensor([mod.last_forward.iterations,
                                                    mod.last_backward.iterations], dtype=float)
@@ -217,6 +233,8 @@ def reference() -> dict:
         u0 = _input(shape, 1).requires_grad_()
         out = mod.serial(u0)
         loss_of(out, 2).backward()
+        if name == "batchnorm":
+            results[f"{name}-statistics"] = _statistics(mod.state_dict())
         results[f"{name}-out"] = out.detach()
         results.update(_grads(name, mod, u0, None))
         results[f"{name}-nograd"] = results[f"{name}-loaded"] = out.detach()

@@ -214,6 +214,40 @@ def test_frozen_parameters_get_no_gradient_and_stay_put(opts):
         [not p.requires_grad for p in mod.parameters()]
 
 
+def batchnormed(n):
+    # no bias before the normalisation: its gradient would be round-off (BN takes the mean)
+    m = nn.Sequential(nn.Linear(3, 3, bias=False), nn.BatchNorm1d(3), nn.Tanh()).double()
+    gen = torch.Generator().manual_seed(n)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(0.6 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    return m
+
+
+@pytest.mark.parametrize("opts", [CONVERGED, dict(CONVERGED, tol=0.0, max_iter=30)],
+                         ids=["converged", "fixed"])
+def test_batchnorm_in_training_mode_updates_its_statistics_as_serial(opts):
+    # MGRIT runs each f many times per solve; the running statistics were updated at
+    # every evaluation (10 batches counted a forward, means 0.08 off serial's)
+    mods = [LayerParallel(batchnormed, T=2.0, n_layers=8, mgrit=MGRITOptions(**opts))
+            for _ in range(2)]
+    for step in range(2):
+        u0 = inputs(6, 3, seed=step).requires_grad_()
+        got = grads(mods[0](u0).pow(2).sum(), mods[0], u0)
+        want = grads(mods[1].serial(u0).pow(2).sum(), mods[1], u0)
+        assert all(close(a, b) for a, b in zip(got, want, strict=True))
+    stats = [{k: v for k, v in m.state_dict().items() if "running" in k or "batches" in k}
+             for m in mods]
+    assert len(stats[0]) == 3 * 8 and all(int(v) == 2 for k, v in stats[0].items()
+                                          if "batches" in k)
+    assert all(close(stats[0][k].double(), v.double()) for k, v in stats[1].items())
+    for m in mods:
+        m.eval()
+    u1 = inputs(6, 3, seed=5)
+    with torch.no_grad():
+        assert close(mods[0](u1), mods[1].serial(u1))
+
+
 def test_serial_needs_every_layer(monkeypatch):
     mod = LayerParallel(dense, T=1.0, n_layers=4, mgrit=MGRITOptions(levels=2, cfactor0=2))
     monkeypatch.setattr(mod, "owned", range(0, 2))
