@@ -30,6 +30,8 @@ drives it):
         Linear.vjp_state(λ) = (∂f/∂u)ᵀλ, Linear.vjp_params(λ) = (∂f/∂θ)ᵀλ
         (a dict by parameter name; needs params=True), Linear.vjp_both(λ) both
         in one backward pass
+    steps.draws = (key, layers)  dropout in those layers draws from a generator seeded
+                             by (key, n) at every call (the same mask all solve long)
     steps.flat(n) / steps.load_flat(n, vec)   parameters and buffers of f_n as one
                              vector (a borrowed layer's copy on another rank)
 
@@ -43,11 +45,12 @@ are the module's own and are not averaged.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
+from torch.nn.modules.dropout import _DropoutNd
 
 from lptrain.errors import ConfigError
 
@@ -77,6 +80,7 @@ class ModuleSteps:
                 raise ConfigError(f"n_layers={n_layers} but {len(layers)} modules given")
             self._given, self._factory, self.n_layers = layers, None, len(layers)
         self.stack, self.channels_last = stack, channels_last
+        self.draws: tuple[int, set[int]] | None = None   # (key, layers): see _keyed
         self.modules = nn.ModuleDict()
         self.halo: dict[int, nn.Module] = {}
         for n in range(self.n_layers) if build is None else sorted(set(build)):
@@ -178,12 +182,28 @@ class ModuleSteps:
         return u.detach().clone(memory_format=torch.channels_last if cl
                                 else torch.contiguous_format)
 
+    # -- random draws --------------------------------------------------------------
+    def draw_layers(self, layers) -> set[int]:
+        """Those of `layers` (built here) with a dropout module in training mode: f
+        draws a mask each time it runs."""
+        return {n for n in layers for m in self.module(n).modules()
+                if isinstance(m, _DropoutNd) and m.training and m.p > 0}
+
+    def _keyed(self, n: int):
+        """Layer n's draws from the generator seeded with the key `draws` gives it (the
+        same mask at every evaluation of f_n within one forward and its backward), or
+        torch's as they come where the layer draws nothing or no key is set."""
+        if self.draws is None or n not in self.draws[1]:
+            return nullcontext()
+        return seeded((self.draws[0] * self.n_layers + n) % 2 ** 63)
+
     def f(self, n: int, u: torch.Tensor, P: Params | None = None) -> torch.Tensor:
         """f_n(u), with parameters P in place of f_n's own if given."""
         module = self.module(n)
-        if P is None:
-            return module(u)
-        return functional_call(module, P, (u,))
+        with self._keyed(n):
+            if P is None:
+                return module(u)
+            return functional_call(module, P, (u,))
 
     def step(self, u, n: int, h: float, P: Params | None = None, out=None) -> torch.Tensor:
         """u + h·f_n(u) (a new tensor, or written into `out`)."""
@@ -196,7 +216,7 @@ class ModuleSteps:
     def step_many(self, U, ns, hs, Ps) -> torch.Tensor:
         """U[i] + hs[i]·f_{ns[i]}(U[i]) for states stacked on dim 0 (a new tensor);
         Ps[i] None: layer ns[i]'s own parameters."""
-        if self.stack and len(ns) > 1:
+        if self.stack and len(ns) > 1 and self.draws is None:   # vmap draws one key
             Ps = [self.params(n) if P is None else P for n, P in zip(ns, Ps)]
             P = {k: torch.stack([p[k] for p in Ps]) for k in Ps[0]}
             module = self.module(ns[0])
@@ -213,7 +233,7 @@ class ModuleSteps:
         their products are only computed when asked for (`vjp_params`), never
         accumulated into .grad, and only for those that require grad: a parameter
         the user froze is part of f, not of its gradient."""
-        with torch.enable_grad():
+        with torch.enable_grad(), self._keyed(n):
             x = self._copy(u).requires_grad_()     # u's buffer may be overwritten
             if P is None:
                 y = self.module(n)(x)

@@ -2,6 +2,7 @@
 and whose backward runs the adjoint MGRIT, each rank holding only its own layers."""
 from __future__ import annotations
 
+import warnings
 from itertools import chain
 from operator import attrgetter, is_
 from typing import NamedTuple
@@ -86,10 +87,16 @@ class LayerParallel(nn.Module):
         coarse = None if coarse_steps is None else CoarseSteps(coarse_steps)
         self.solver = ModuleSolver(self.steps, self.h, self.options, self.exchange, coarse)
         self.warm_start = warm_start
+        # the keys of dropout's masks, one per forward in training mode: every rank draws
+        # the same (seeded from the layers' base seed, else torch's initial seed)
+        base = getattr(self.steps, "_seed", None)
+        self.generator = torch.Generator().manual_seed(
+            (torch.initial_seed() if base is None else base + 0x5DEECE66D) % 2 ** 63)
         self._warm = [None, None]
         self._index: _Index | None = None     # _indexed_params' last answer
         self._ddp_checked: set = set()   # process groups of a DDP around this module, sound
         self.last_forward = self.last_backward = None    # SolveResult of the latest solves
+        self.draws = None                                # the latest forward's dropout keys
         self._register_load_state_dict_pre_hook(self._drop_other_layers)
 
     def _indexed_params(self) -> "_Index":
@@ -129,6 +136,7 @@ class LayerParallel(nn.Module):
         if warm is not None and (warm.shape[1:] != x.shape or warm.dtype != x.dtype):
             warm = None                      # another batch shape: a cold start
         s.share()
+        self.steps.draws = self._next_draws()      # after share: the copies' modes
         kept = {} if keep else None
         reuse = keep and warm is not None       # its warm start is replaced below
         if reuse:
@@ -142,6 +150,9 @@ class LayerParallel(nn.Module):
             update_once(self.steps, self.owned,
                         lambda n: s.family.from_state(res.states[n - s.lo]))
         self.last_forward = res
+        self.draws, self.steps.draws = self.steps.draws, None   # for this forward's backward
+        _warn_unconverged("forward", res, self.options.tol if tol is None else tol,
+                          self.options.rtol)
         if keep and self.warm_start:
             # the C-points where they lie: the states are lent to the backward, then
             # only the next forward with gradients writes there (MGRIT.c_point_rows)
@@ -165,6 +176,7 @@ class LayerParallel(nn.Module):
         finally:
             take_back(lent)
         self.last_backward = res
+        _warn_unconverged("adjoint", res, self.options.adjoint_tol, self.options.rtol)
         if self.warm_start:
             self._warm[1] = s.adj.c_point_rows(res.states)
         lam0 = None
@@ -174,16 +186,30 @@ class LayerParallel(nn.Module):
             lam0 = s.input_gradient(lam0)
         return lam0, grads
 
+    def _next_draws(self):
+        """(key, layers that draw) of a forward in training mode, None without dropout
+        in training mode; the key is the next of `generator` whatever the layers."""
+        if not self.training:
+            return None
+        key = int(torch.randint(2 ** 62, (1,), generator=self.generator))
+        layers = self.steps.draw_layers([*self.steps.built, *self.steps.halo])
+        return (key, layers) if layers else None
+
     def serial(self, u0: torch.Tensor) -> torch.Tensor:
         """The same layers stepped one after another with autograd (the reference);
-        needs every layer on this rank (comm of one rank)."""
+        needs every layer on this rank (comm of one rank). Dropout draws the masks a
+        forward would with the same state of `generator`."""
         if len(self.owned) != self.n_layers:
             raise ConfigError(f"serial(): this rank holds layers {self.owned.start}.."
                               f"{self.owned.stop - 1} of {self.n_layers}; build the module "
                               "with comm=None for the serial reference")
-        u = u0
-        for n in range(self.n_layers):
-            u = self.steps.step(u, n, self.h)
+        self.steps.draws = self._next_draws()
+        try:
+            u = u0
+            for n in range(self.n_layers):
+                u = self.steps.step(u, n, self.h)
+        finally:
+            self.steps.draws = None
         return u
 
     # -- state dict ------------------------------------------------------------------
@@ -208,6 +234,17 @@ class LayerParallel(nn.Module):
                 del state_dict[key]
 
 
+def _warn_unconverged(which: str, res, tol: float, rtol: float) -> None:
+    """A warning where a solve with a tolerance stopped at its iteration limit (a fixed
+    solve, tol = rtol = 0, stops there by design)."""
+    if (tol > 0 or rtol > 0) and not res.converged:
+        warnings.warn(f"LayerParallel: the {which} MGRIT solve stopped after "
+                      f"{res.iterations} iterations at residual {res.residual:.3g} "
+                      f"(tol={tol:g}, rtol={rtol:g}); raise max_iter, or check that each "
+                      f"layer computes the same f at every call", RuntimeWarning,
+                      stacklevel=4)
+
+
 class _Solve(torch.autograd.Function):
     """u_N(u_0, θ) by forward MGRIT; its vector-Jacobian product by adjoint MGRIT."""
 
@@ -218,6 +255,7 @@ class _Solve(torch.autograd.Function):
         ctx.mod, ctx.states = mod, mod.solver.fwd.take(res.states)   # lent until backward
         ctx.released = None                # the states' version when given back
         ctx.kept = kept                    # f's graphs at those states (fixed solves)
+        ctx.draws = mod.draws              # the forward's dropout keys, for the adjoint's f
         ctx.save_for_backward(*params)     # autograd then refuses in-place changes of θ
         return uN
 
@@ -229,8 +267,12 @@ class _Solve(torch.autograd.Function):
         if ctx.released is not None and ctx.states._version != ctx.released:
             raise RuntimeError("LayerParallel: a second backward through a forward after a "
                                "later forward reused its states; run the forward again")
-        lam0, grads = mod._backward_solve(ctx.states, grad_uN, ctx.needs_input_grad[2],
-                                          ctx.kept)
+        mod.steps.draws = ctx.draws
+        try:
+            lam0, grads = mod._backward_solve(ctx.states, grad_uN, ctx.needs_input_grad[2],
+                                              ctx.kept)
+        finally:
+            mod.steps.draws = None
         ctx.kept = None
         mod.solver.fwd.release(ctx.states)   # the next forward may write into it
         ctx.released = ctx.states._version

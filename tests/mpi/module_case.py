@@ -67,6 +67,12 @@ def batchnormed(n):
                                nn.Tanh()).double(), 160 + n, 0.5)
 
 
+def dropped(n):
+    """Dense with dropout after the activation: its masks are drawn per forward."""
+    m = dense(n)
+    return nn.Sequential(m, nn.Dropout(0.3))
+
+
 def conv(n):
     return _init(nn.Sequential(nn.Conv2d(2, 2, 3, padding=1), nn.Tanh()).double(), 40 + n, 0.4)
 
@@ -101,6 +107,7 @@ def cheap_coarse(c):
 
 
 EVAL = {"normed"}      # cases run in eval mode
+KEYS = 7               # the seed of every module's dropout keys before a forward
 
 
 def _statistics(state: dict) -> torch.Tensor:
@@ -135,6 +142,8 @@ CASES = {
     "normed": (normed, (6, 5), dict(levels=3, cfactor0=2, cfactor=2), False),
     # running statistics updated once a forward, at the solved states, as serial's
     "batchnorm": (batchnormed, (6, 5), dict(levels=3, cfactor0=2, cfactor=2), False),
+    # the same masks at every evaluation of a layer within a forward and its backward
+    "dropout": (dropped, (6, 5), dict(levels=3, cfactor0=2, cfactor=2), False),
     "cheap": (conv_gn_conv, (3, 2, 4, 4), dict(levels=3, cfactor0=2, cfactor=2,
                                                 coarse_weights="average"), False),
 }
@@ -186,6 +195,7 @@ def run(comm=None) -> dict:
                             coarse_steps=COARSE.get(name))
         mod.train(name not in EVAL)
         u0 = _input(shape, 1).requires_grad_()
+        mod.generator.manual_seed(KEYS)
         out = mod(u0)
         loss_of(out, 2).backward()
         if name == "batchnorm":
@@ -195,6 +205,7 @@ def run(comm=None) -> dict:
                                                    mod.last_backward.iterations], dtype=float)
         results[f"{name}-out"] = out.detach()
         results.update(_grads(name, mod, u0, comm))
+        mod.generator.manual_seed(KEYS)
         with torch.no_grad():
             results[f"{name}-nograd"] = mod(u0)
         state = mod.state_dict()
@@ -202,6 +213,7 @@ def run(comm=None) -> dict:
                               stack=stack, mgrit=MGRITOptions(**{**TOL, **opts}))
         other.load_state_dict(state)         # every layer given, each rank keeps its own
         other.train(name not in EVAL)
+        other.generator.manual_seed(KEYS)
         with torch.no_grad():
             results[f"{name}-loaded"] = other(u0)
         results[f"{name}-state"] = torch.cat([state[f"layers.{n}.{k}"].reshape(-1)
@@ -231,6 +243,7 @@ def reference() -> dict:
         mod = LayerParallel(make, T=1.0, n_layers=N)
         mod.train(name not in EVAL)
         u0 = _input(shape, 1).requires_grad_()
+        mod.generator.manual_seed(KEYS)
         out = mod.serial(u0)
         loss_of(out, 2).backward()
         if name == "batchnorm":

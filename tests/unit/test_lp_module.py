@@ -1,5 +1,7 @@
 """LayerParallel on one rank: gradcheck, several forwards, no_grad, state dicts, dtypes,
 one-shot training with warm starts; halo index arithmetic for many ranks."""
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -246,6 +248,49 @@ def test_batchnorm_in_training_mode_updates_its_statistics_as_serial(opts):
     u1 = inputs(6, 3, seed=5)
     with torch.no_grad():
         assert close(mods[0](u1), mods[1].serial(u1))
+
+
+def dropped(n):
+    return nn.Sequential(*dense(n), nn.Dropout(0.3))
+
+
+@pytest.mark.parametrize("opts, stack", [(CONVERGED, False), (CONVERGED, True),
+                                         (dict(CONVERGED, tol=0.0, max_iter=30), False)],
+                         ids=["converged", "stacked", "fixed"])
+def test_dropout_draws_one_mask_per_layer_and_forward(opts, stack):
+    # each evaluation of f drew a new mask: the forward solve did not converge (residual
+    # 1.5 after 20 iterations), silently
+    mod = LayerParallel(dropped, T=2.0, n_layers=8, mgrit=MGRITOptions(**opts), stack=stack)
+    u0 = inputs(6, 3).requires_grad_()
+    out = mod(u0)
+    assert mod.last_forward.residual <= 1e-12
+    mod.generator.manual_seed(3)
+    out = mod(u0)
+    got = grads(out.pow(2).sum(), mod, u0)
+    mod.generator.manual_seed(3)        # serial() then draws the forward's masks
+    ref = mod.serial(u0)
+    want = grads(ref.pow(2).sum(), mod, u0)
+    assert close(out, ref) and all(close(a, b) for a, b in zip(got, want, strict=True))
+    with torch.no_grad():
+        assert not close(mod(u0), out, 1e-3)             # the next forward: new masks
+        mod.eval()
+        assert torch.equal(mod(u0), mod(u0)) and close(mod(u0), mod.serial(u0))
+
+
+def test_a_solve_that_misses_its_tolerance_warns():
+    mod = LayerParallel(dense, T=2.0, n_layers=8,
+                        mgrit=MGRITOptions(**dict(CONVERGED, max_iter=2)))
+    u0 = inputs(4, 3).requires_grad_()
+    with pytest.warns(RuntimeWarning, match=r"the forward MGRIT solve stopped after 2 "
+                                            r"iterations at residual .* \(tol=1e-13"):
+        out = mod(u0)
+    with pytest.warns(RuntimeWarning, match="the adjoint MGRIT solve stopped after 2"):
+        out.sum().backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mod(u0, max_iter=60)                              # converged: silent
+        LayerParallel(dense, T=2.0, n_layers=8,           # fixed iterations: by design
+                      mgrit=MGRITOptions(**dict(CONVERGED, tol=0.0, max_iter=2)))(u0)
 
 
 def test_serial_needs_every_layer(monkeypatch):
