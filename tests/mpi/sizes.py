@@ -35,12 +35,21 @@ def on_each_size(run, comm, sizes) -> dict:
     results = {}
     for size in sizes:
         sub = comm.Split(0 if comm.Get_rank() < size else MPI.UNDEFINED, comm.Get_rank())
+        failed = None
         if sub != MPI.COMM_NULL:
-            got = run(sub)
-            if sub.Get_rank() == 0:
-                results[size] = got
+            try:
+                got = run(sub)
+            except Exception as exc:     # noqa: BLE001 - the waiting ranks must hear of it
+                failed = exc
+            else:
+                if sub.Get_rank() == 0:
+                    results[size] = got
             sub.Free()
         idle_barrier(comm)
+        # an error raised alike on the ranks of `sub` (a failing case) ends every rank
+        # now, instead of leaving the others waiting for them until the launch's timeout
+        if comm.allreduce(failed is not None, op=MPI.LOR):
+            raise failed or RuntimeError(f"on {size} ranks: a rank failed (see above)")
     return results
 
 
