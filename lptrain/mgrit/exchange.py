@@ -8,7 +8,9 @@ and waiting.
 """
 from __future__ import annotations
 
+import atexit
 import time
+import weakref
 
 import numpy as np
 import torch
@@ -65,6 +67,19 @@ class SerialExchange:
         return self
 
 
+_LIVE: "weakref.WeakSet[MPIExchange]" = weakref.WeakSet()
+_EXIT_HOOK: list = []
+
+
+def release_sent() -> None:
+    """Forget, on every live exchange, the sends that have gone. Run at exit, before MPI
+    finalises (registered after mpi4py's own exit handler, so it runs first): the last
+    sends of a solve arrive after the solver's last look, and their requests would
+    otherwise be references to the communicator that MPI_Finalize reports as pending."""
+    for exchange in list(_LIVE):
+        exchange.wait()
+
+
 class MPIExchange:
     """Point-to-point state messages and float allreduces on an mpi4py communicator.
 
@@ -84,6 +99,9 @@ class MPIExchange:
         self.rank = self._map(comm.Get_rank())
         self._pending: list = []
         self.clock = clock or Clock()
+        if not _EXIT_HOOK:        # now: mpi4py, imported for `comm`, registered its own
+            _EXIT_HOOK.append(atexit.register(release_sent))
+        _LIVE.add(self)
 
     def _map(self, r: int) -> int:
         return self.size - 1 - r if self.mirror else r

@@ -62,3 +62,19 @@ def test_wait_does_not_block_and_releases_only_what_has_gone():
     comm.deliver(1)
     ex.send(torch.zeros(4), dest=1)     # a send also releases what has gone
     assert len(ex._pending) == 1 and ex.clock.messages == 4 and ex.clock.wait == 0.0
+
+
+def test_sends_gone_after_the_last_look_are_released_at_exit():
+    # their requests were left to MPI_Finalize, which reported references to the
+    # communicator pending ("Builtin communicator ... has pending 2 references")
+    from lptrain.mgrit.exchange import release_sent
+    comm = Comm()
+    ex = MPIExchange(comm)
+    twin = ex.reversed()
+    ex.send(torch.ones(3), 1)
+    twin.send(torch.ones(2), 1)
+    comm.deliver(0)
+    comm.deliver(1)
+    assert len(ex._pending) == len(twin._pending) == 1     # the solver's last look
+    release_sent()
+    assert ex._pending == [] and twin._pending == []
