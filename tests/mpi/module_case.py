@@ -233,6 +233,7 @@ def run(comm=None) -> dict:
         with torch.no_grad():
             results[f"{name}-loaded"] = other(u0)
     results.update(data_parallel(comm))
+    results.update(clipped(comm))
     return results
 
 
@@ -261,7 +262,32 @@ def reference() -> dict:
         results[f"{name}-out"] = results[f"{name}-loaded"] = out.detach()
         results.update(_grads(name, mod, u0, None))
     results.update(data_parallel(None))
+    results.update(clipped(None))
     return results
+
+
+def clipped(comm) -> dict:
+    """A head after LayerParallel, gradients clipped to a norm below theirs by
+    lptrain's clip_grad_norm_ (the whole network's norm, over the layer ranks); with
+    comm None by serial autograd and torch's clip_grad_norm_, the reference."""
+    from lptrain.parallel.lp_module import clip_grad_norm_
+    torch.manual_seed(5)
+    body = LayerParallel(dense, T=1.0, n_layers=N, comm=comm,
+                         mgrit=MGRITOptions(levels=3, cfactor0=2, cfactor=2, **TOL))
+    head = _init(nn.Linear(5, 3).double(), 200, 0.5)
+    u0 = _input((6, 5), 4)
+    out = head(body.serial(u0) if comm is None else body(u0))
+    loss_of(out, 6).backward()
+    params = [*body.parameters(), *head.parameters()]
+    norm = torch.nn.utils.clip_grad_norm_(params, 0.3) if comm is None \
+        else clip_grad_norm_(params, 0.3, body)
+    got = {"clip-norm": torch.as_tensor(float(norm), dtype=torch.float64)}
+    got.update({f"clip-head-{k}": p.grad.clone() for k, p in head.named_parameters()})
+    mine = {f"clip-grad-{n}-{k}": p.grad.clone()
+            for n in body.owned for k, p in body.steps.module(n).named_parameters()}
+    for part in [mine] if comm is None else comm.allgather(mine):
+        got.update(part)
+    return got
 
 
 def data_parallel(comm) -> dict:

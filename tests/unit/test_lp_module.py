@@ -293,6 +293,24 @@ def test_a_solve_that_misses_its_tolerance_warns():
                       mgrit=MGRITOptions(**dict(CONVERGED, tol=0.0, max_iter=2)))(u0)
 
 
+@pytest.mark.parametrize("max_norm", [1e-3, 1e6])
+def test_clip_grad_norm_is_torchs_on_one_rank(max_norm):
+    # on several layer ranks the norm sums over them (tests/mpi/module_case.py: clipped)
+    from lptrain.parallel.lp_module import clip_grad_norm_
+    body = LayerParallel(dense, T=1.0, n_layers=4, mgrit=MGRITOptions(**CONVERGED))
+    net = nn.Sequential(body, nn.Linear(3, 2).double())
+    net(inputs(5, 3)).pow(2).sum().backward()
+    before = [p.grad.clone() for p in net.parameters()]
+    norm = clip_grad_norm_(net.parameters(), max_norm, body)
+    got = [p.grad.clone() for p in net.parameters()]
+    for p, g in zip(net.parameters(), before):
+        p.grad = g.clone()
+    want = torch.nn.utils.clip_grad_norm_(net.parameters(), max_norm)
+    assert norm.dtype == torch.float64 and close(norm, want)
+    assert all(close(a, p.grad) for a, p in zip(got, net.parameters()))
+    assert (max_norm > 1) == all(torch.equal(a, b) for a, b in zip(got, before))
+
+
 def test_serial_needs_every_layer(monkeypatch):
     mod = LayerParallel(dense, T=1.0, n_layers=4, mgrit=MGRITOptions(levels=2, cfactor0=2))
     monkeypatch.setattr(mod, "owned", range(0, 2))
