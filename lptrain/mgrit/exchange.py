@@ -67,6 +67,14 @@ class SerialExchange:
         return self
 
 
+def _buffer(t: torch.Tensor) -> np.ndarray:
+    """The bytes of CPU tensor `t` as a numpy array MPI can move: 16-bit floats as
+    16-bit integers (numpy has no bfloat16; MPI libraries may lack a half type)."""
+    if t.dtype in (torch.bfloat16, torch.float16):
+        return t.view(torch.int16).numpy()
+    return t.numpy()
+
+
 _LIVE: "weakref.WeakSet[MPIExchange]" = weakref.WeakSet()
 _EXIT_HOOK: list = []
 
@@ -114,7 +122,7 @@ class MPIExchange:
         buf = tensor.detach().to("cpu").contiguous()
         if buf.data_ptr() == tensor.data_ptr():
             buf = buf.clone()
-        req = self.comm.Isend(buf.numpy(), dest=self._map(dest), tag=self.TAG)
+        req = self.comm.Isend(_buffer(buf), dest=self._map(dest), tag=self.TAG)
         self._release()
         self._pending.append((req, buf))
         self.clock.messages += 1
@@ -123,7 +131,7 @@ class MPIExchange:
     def recv(self, template: torch.Tensor, source: int) -> torch.Tensor:
         t0 = time.perf_counter()
         buf = torch.empty(template.shape, dtype=template.dtype)
-        self.comm.Recv(buf.numpy(), source=self._map(source), tag=self.TAG)
+        self.comm.Recv(_buffer(buf), source=self._map(source), tag=self.TAG)
         self.clock.wait += time.perf_counter() - t0
         return buf.to(template.device)
 
@@ -161,9 +169,11 @@ class MPIExchange:
         t0 = time.perf_counter()
         from mpi4py import MPI
         buf = tensor.detach().to("cpu").contiguous()
+        if buf.dtype in (torch.bfloat16, torch.float16):    # summed in float32
+            buf = buf.float()
         self.comm.Allreduce(MPI.IN_PLACE, buf.numpy(), op=MPI.SUM)
         self.clock.comm += time.perf_counter() - t0
-        return buf.to(tensor.device)
+        return buf.to(device=tensor.device, dtype=tensor.dtype)
 
     def broadcast_tensor(self, tensor: torch.Tensor | None, root: int,
                          template: torch.Tensor) -> torch.Tensor:
@@ -173,7 +183,7 @@ class MPIExchange:
         t0 = time.perf_counter()
         buf = (tensor.detach().to("cpu").contiguous().clone() if self.rank == root
                else torch.empty(template.shape, dtype=template.dtype))
-        self.comm.Bcast(buf.numpy(), root=self._map(root))
+        self.comm.Bcast(_buffer(buf), root=self._map(root))
         self.clock.comm += time.perf_counter() - t0
         return buf.to(template.device)
 

@@ -234,6 +234,7 @@ def run(comm=None) -> dict:
             results[f"{name}-loaded"] = other(u0)
     results.update(data_parallel(comm))
     results.update(clipped(comm))
+    results.update(low_precision(comm))
     return results
 
 
@@ -263,6 +264,7 @@ def reference() -> dict:
         results.update(_grads(name, mod, u0, None))
     results.update(data_parallel(None))
     results.update(clipped(None))
+    results.update(low_precision(None))      # one rank's MGRIT: not serial's
     return results
 
 
@@ -288,6 +290,29 @@ def clipped(comm) -> dict:
     for part in [mine] if comm is None else comm.allgather(mine):
         got.update(part)
     return got
+
+
+def low_precision(comm) -> dict:
+    """bfloat16 and float16 layers, 2 fixed iterations each way: states, parameters and
+    gradients cross ranks as 16-bit floats (numpy has no bfloat16). Every rank count
+    computes what one rank computes."""
+    out = {}
+    for dtype in (torch.bfloat16, torch.float16):
+        torch.manual_seed(6)
+        mod = LayerParallel(dense, T=1.0, n_layers=N, comm=comm,
+                            mgrit=MGRITOptions(levels=3, cfactor0=2, cfactor=2, tol=0.0,
+                                               max_iter=2)).to(dtype)
+        u0 = _input((6, 5), 7).to(dtype).requires_grad_()
+        y = mod(u0)
+        loss_of(y.double(), 8).backward()
+        name = str(dtype).split(".")[-1]
+        out[f"{name}-out"] = y.detach().double()
+        out[f"{name}-gu"] = u0.grad.double()
+        mine = {f"{name}-grad-{n}-{k}": p.grad.double()
+                for n in mod.owned for k, p in mod.steps.module(n).named_parameters()}
+        for part in [mine] if comm is None else comm.allgather(mine):
+            out.update(part)
+    return out
 
 
 def data_parallel(comm) -> dict:
