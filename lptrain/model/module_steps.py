@@ -81,6 +81,7 @@ class ModuleSteps:
             self._given, self._factory, self.n_layers = layers, None, len(layers)
         self.stack, self.channels_last = stack, channels_last
         self.draws: tuple[int, set[int]] | None = None   # (key, layers): see _keyed
+        self.pinned: dict[int, list] = {}       # layer: its buffers' values for a solve
         self.modules = nn.ModuleDict()
         self.halo: dict[int, nn.Module] = {}
         for n in range(self.n_layers) if build is None else sorted(set(build)):
@@ -190,9 +191,13 @@ class ModuleSteps:
                 if isinstance(m, _DropoutNd) and m.training and m.p > 0}
 
     def _keyed(self, n: int):
-        """Layer n's draws from the generator seeded with the key `draws` gives it (the
-        same mask at every evaluation of f_n within one forward and its backward), or
-        torch's as they come where the layer draws nothing or no key is set."""
+        """Layer n as one function for a whole solve: its buffers pinned (fresh copies of
+        `pinned`'s values: parallel/train_buffers.py), its draws from the generator
+        seeded with the key `draws` gives it (the same mask at every evaluation of f_n
+        within one forward and its backward), or torch's as they come where the layer
+        draws nothing or no key is set."""
+        for buffers, name, value in self.pinned.get(n, ()):
+            buffers[name] = value.clone()
         if self.draws is None or n not in self.draws[1]:
             return nullcontext()
         return seeded((self.draws[0] * self.n_layers + n) % 2 ** 63)
@@ -216,7 +221,7 @@ class ModuleSteps:
     def step_many(self, U, ns, hs, Ps) -> torch.Tensor:
         """U[i] + hs[i]·f_{ns[i]}(U[i]) for states stacked on dim 0 (a new tensor);
         Ps[i] None: layer ns[i]'s own parameters."""
-        if self.stack and len(ns) > 1 and self.draws is None:   # vmap draws one key
+        if self.stack and len(ns) > 1 and self.draws is None and not self.pinned:
             Ps = [self.params(n) if P is None else P for n, P in zip(ns, Ps)]
             P = {k: torch.stack([p[k] for p in Ps]) for k in Ps[0]}
             module = self.module(ns[0])

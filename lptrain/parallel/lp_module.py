@@ -97,6 +97,7 @@ class LayerParallel(nn.Module):
         self._ddp_checked: set = set()   # process groups of a DDP around this module, sound
         self.last_forward = self.last_backward = None    # SolveResult of the latest solves
         self.draws = None                                # the latest forward's dropout keys
+        self.pins: dict = {}                             # ... and buffer values (pinned)
         self._register_load_state_dict_pre_hook(self._drop_other_layers)
 
     def _indexed_params(self) -> "_Index":
@@ -141,11 +142,12 @@ class LayerParallel(nn.Module):
         reuse = keep and warm is not None       # its warm start is replaced below
         if reuse:
             self._warm[0] = None                # (a failed solve leaves a cold start)
-        lent = lend_copies(self.steps, self.owned)
+        lent = lend_copies(self.steps, self._local())
+        self.pins = self.steps.pinned            # this forward's f, for its backward
         try:
             res = s.forward(x, x, warm, max_iter, tol, keep=kept, reuse_warm=reuse)
         finally:
-            changed = take_back(lent)
+            changed = take_back(lent, self.steps)
         if changed:          # e.g. BatchNorm in training mode: once, at the solved states
             update_once(self.steps, self.owned,
                         lambda n: s.family.from_state(res.states[n - s.lo]))
@@ -161,7 +163,7 @@ class LayerParallel(nn.Module):
                                             self.exchange.size - 1, x)
         return s.family.from_state(uN).clone(), res, kept
 
-    def _backward_solve(self, states, grad_uN, want_input: bool, kept=None):
+    def _backward_solve(self, states, grad_uN, want_input: bool, kept=None, pins=None):
         s = self.solver
         lamN = s.adjoint_state(grad_uN)
         warm = self._warm[1] if self.warm_start else None
@@ -169,12 +171,12 @@ class LayerParallel(nn.Module):
             warm = None
         if warm is not None:
             self._warm[1] = None                # (a failed solve leaves a cold start)
-        lent = lend_copies(self.steps, self.owned)
-        try:        # the linearisations run f in its mode: they must not update buffers
+        lent = lend_copies(self.steps, self._local(), pins)
+        try:        # the linearisations run the forward's f: they must not update buffers
             res, grads = s.backward(states, lamN, lamN, warm, kept=kept,
                                     reuse_warm=warm is not None)
         finally:
-            take_back(lent)
+            take_back(lent, self.steps)
         self.last_backward = res
         _warn_unconverged("adjoint", res, self.options.adjoint_tol, self.options.rtol)
         if self.warm_start:
@@ -186,13 +188,17 @@ class LayerParallel(nn.Module):
             lam0 = s.input_gradient(lam0)
         return lam0, grads
 
+    def _local(self) -> list[int]:
+        """The layers built on this rank: its own and the borrowed copies."""
+        return [*self.steps.built, *self.steps.halo]
+
     def _next_draws(self):
         """(key, layers that draw) of a forward in training mode, None without dropout
         in training mode; the key is the next of `generator` whatever the layers."""
         if not self.training:
             return None
         key = int(torch.randint(2 ** 62, (1,), generator=self.generator))
-        layers = self.steps.draw_layers([*self.steps.built, *self.steps.halo])
+        layers = self.steps.draw_layers(self._local())
         return (key, layers) if layers else None
 
     def serial(self, u0: torch.Tensor) -> torch.Tensor:
@@ -256,6 +262,7 @@ class _Solve(torch.autograd.Function):
         ctx.released = None                # the states' version when given back
         ctx.kept = kept                    # f's graphs at those states (fixed solves)
         ctx.draws = mod.draws              # the forward's dropout keys, for the adjoint's f
+        ctx.pins = mod.pins                # and its buffers' values
         ctx.save_for_backward(*params)     # autograd then refuses in-place changes of θ
         return uN
 
@@ -270,7 +277,7 @@ class _Solve(torch.autograd.Function):
         mod.steps.draws = ctx.draws
         try:
             lam0, grads = mod._backward_solve(ctx.states, grad_uN, ctx.needs_input_grad[2],
-                                              ctx.kept)
+                                              ctx.kept, ctx.pins)
         finally:
             mod.steps.draws = None
         ctx.kept = None

@@ -235,6 +235,7 @@ def run(comm=None) -> dict:
     results.update(data_parallel(comm))
     results.update(clipped(comm))
     results.update(low_precision(comm))
+    results.update(spectral_training(comm))
     return results
 
 
@@ -265,6 +266,7 @@ def reference() -> dict:
     results.update(data_parallel(None))
     results.update(clipped(None))
     results.update(low_precision(None))      # one rank's MGRIT: not serial's
+    results.update(spectral_training(None))
     return results
 
 
@@ -290,6 +292,43 @@ def clipped(comm) -> dict:
     for part in [mine] if comm is None else comm.allgather(mine):
         got.update(part)
     return got
+
+
+def spectral(n):
+    """dense with its weight spectrally normalised (power-iteration vectors set per layer)."""
+    from torch.nn.utils.parametrizations import spectral_norm
+    m = dense(n)
+    spectral_norm(m.lin)
+    sn, gen = m.lin.parametrizations.weight[0], torch.Generator().manual_seed(190 + n)
+    with torch.no_grad():
+        for buf in (sn._u, sn._v):
+            buf.copy_(nn.functional.normalize(torch.randn(5, generator=gen,
+                                                          dtype=torch.float64), dim=0))
+    return m
+
+
+def spectral_training(comm) -> dict:
+    """Spectral normalisation in training mode: one power iteration per forward, from
+    the same vectors in every evaluation of f (also the borrowed copies'), as serial's
+    (comm None: serial autograd, the reference). Outputs, gradients, vectors after."""
+    torch.manual_seed(8)
+    mod = LayerParallel(spectral, T=1.0, n_layers=N, comm=comm,
+                        mgrit=MGRITOptions(levels=3, cfactor0=2, cfactor=2, **TOL))
+    u0 = _input((6, 5), 9).requires_grad_()
+    out = mod.serial(u0) if comm is None else mod(u0)
+    loss_of(out, 10).backward()
+    got = {"sn-out": out.detach(), "sn-gu": u0.grad.clone(),
+           "sn-vectors": _statistics_of(mod.state_dict(), "._")}
+    mine = {f"sn-grad-{n}-{k}": p.grad.clone()
+            for n in mod.owned for k, p in mod.steps.module(n).named_parameters()}
+    for part in [mine] if comm is None else comm.allgather(mine):
+        got.update(part)
+    return got
+
+
+def _statistics_of(state: dict, marker: str) -> torch.Tensor:
+    return torch.cat([v.reshape(-1).double() for k, v in sorted(state.items())
+                      if marker in k])
 
 
 def low_precision(comm) -> dict:

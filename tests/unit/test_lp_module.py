@@ -250,6 +250,30 @@ def test_batchnorm_in_training_mode_updates_its_statistics_as_serial(opts):
         assert close(mods[0](u1), mods[1].serial(u1))
 
 
+def spectral(n):
+    from torch.nn.utils.parametrizations import spectral_norm
+    m = dense(n)
+    return nn.Sequential(spectral_norm(m[0]), m[1])
+
+
+@pytest.mark.parametrize("opts", [CONVERGED, dict(CONVERGED, tol=0.0, max_iter=30)],
+                         ids=["converged", "fixed"])
+def test_spectral_norm_takes_one_power_iteration_per_forward_as_serial(opts):
+    # each evaluation of f took a power iteration of its own: f changed from call to
+    # call (28 iterations to tol, outputs 0.04 off serial's)
+    import copy
+    mod = LayerParallel(spectral, T=2.0, n_layers=8, mgrit=MGRITOptions(**opts))
+    u0 = inputs(5, 3).requires_grad_()
+    start = copy.deepcopy(mod.state_dict())
+    got = grads(mod(u0).pow(2).sum(), mod, u0)
+    assert mod.last_forward.iterations <= (10 if opts["tol"] > 0 else 30)
+    after = copy.deepcopy(mod.state_dict())
+    mod.load_state_dict(start)
+    want = grads(mod.serial(u0).pow(2).sum(), mod, u0)
+    assert all(close(a, b) for a, b in zip(got, want, strict=True))
+    assert all(close(v, mod.state_dict()[k]) for k, v in after.items())
+
+
 def dropped(n):
     return nn.Sequential(*dense(n), nn.Dropout(0.3))
 
