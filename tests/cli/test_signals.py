@@ -32,7 +32,7 @@ TINY = ["network.layers=8", "network.width=4", "dataset.n_train=200", "dataset.n
         "train.iterations=1000000", "eval_every=1000000", "mgrit.levels=2",
         "mgrit.cfactor0=2"]
 INT, TERM = signal.SIGINT, signal.SIGTERM
-FORWARDING_ITERATIONS = 3   # see the bound on the iterations after a signal
+FORWARDING_ITERATIONS = 12  # see the bound on the iterations after a signal
 AGREEING = 1                # ... and the iteration a signal during the agreement adds
 # (who gets the signal, which signal, mode)
 TRIALS = [("mpiexec", INT, "serial"), ("mpiexec", TERM, "mgrit"),
@@ -114,8 +114,9 @@ def test_signals_stop_every_rank_cleanly(tmp_path):
         # sent, its iteration not yet in metrics.h5, which rank 0 writes when it gets
         # there): then the next one finishes too. A signal to mpiexec reaches the ranks
         # only once mpiexec has forwarded it, which on this oversubscribed machine can
-        # take a few of these millisecond iterations: there the count at the test's kill
-        # is a lower bound of the ranks' own.
+        # take several of these millisecond iterations (5 seen in CI, 60 rows in): there
+        # the count at the test's kill is a lower bound of the ranks' own, and the bound
+        # only says the run stops soon; the exact one holds for the other targets.
         late = {"mpiexec": FORWARDING_ITERATIONS, "solo": 0}.get(t.target, AGREEING)
         assert n <= t.rows_at_signal + 1 + late, \
             f"{what}: {n} iterations, {t.rows_at_signal} at the signal"
