@@ -67,10 +67,13 @@ class SerialExchange:
         return self
 
 
+HALF = (torch.bfloat16, torch.float16)     # 16-bit floats: numpy or MPI may lack them
+
+
 def _buffer(t: torch.Tensor) -> np.ndarray:
     """The bytes of CPU tensor `t` as a numpy array MPI can move: 16-bit floats as
     16-bit integers (numpy has no bfloat16; MPI libraries may lack a half type)."""
-    if t.dtype in (torch.bfloat16, torch.float16):
+    if t.dtype in HALF:
         return t.view(torch.int16).numpy()
     return t.numpy()
 
@@ -169,7 +172,7 @@ class MPIExchange:
         t0 = time.perf_counter()
         from mpi4py import MPI
         buf = tensor.detach().to("cpu").contiguous()
-        if buf.dtype in (torch.bfloat16, torch.float16):    # summed in float32
+        if buf.dtype in HALF:       # summed in float32
             buf = buf.float()
         self.comm.Allreduce(MPI.IN_PLACE, buf.numpy(), op=MPI.SUM)
         self.clock.comm += time.perf_counter() - t0

@@ -96,8 +96,6 @@ class LayerParallel(nn.Module):
         self._index: _Index | None = None     # _indexed_params' last answer
         self._ddp_checked: set = set()   # process groups of a DDP around this module, sound
         self.last_forward = self.last_backward = None    # SolveResult of the latest solves
-        self.draws = None                                # the latest forward's dropout keys
-        self.pins: dict = {}                             # ... and buffer values (pinned)
         self._register_load_state_dict_pre_hook(self._drop_other_layers)
 
     def _indexed_params(self) -> "_Index":
@@ -130,29 +128,33 @@ class LayerParallel(nn.Module):
             return self._forward_solve(u0, False, max_iter, tol)[0]
 
     def _forward_solve(self, u0, keep: bool, max_iter=None, tol=None):
-        """u_N on every rank and this rank's states (keep: they become the next warm start)."""
+        """u_N on every rank, this rank's states (keep: they become the next warm start),
+        the adjoint's `kept` and the f it solved with: (dropout keys, pinned buffers),
+        what its backward must evaluate."""
         s = self.solver
         x = s.family.to_state(u0.detach())
         warm = self._warm[0] if self.warm_start else None
         if warm is not None and (warm.shape[1:] != x.shape or warm.dtype != x.dtype):
             warm = None                      # another batch shape: a cold start
         s.share()
-        self.steps.draws = self._next_draws()      # after share: the copies' modes
         kept = {} if keep else None
         reuse = keep and warm is not None       # its warm start is replaced below
         if reuse:
             self._warm[0] = None                # (a failed solve leaves a cold start)
-        lent = lend_copies(self.steps, self._local())
-        self.pins = self.steps.pinned            # this forward's f, for its backward
+        self.steps.draws = draws = self._next_draws()    # after share: the copies' modes
         try:
-            res = s.forward(x, x, warm, max_iter, tol, keep=kept, reuse_warm=reuse)
+            lent = lend_copies(self.steps, self._local())
+            pins = self.steps.pinned
+            try:
+                res = s.forward(x, x, warm, max_iter, tol, keep=kept, reuse_warm=reuse)
+            finally:
+                changed = take_back(lent, self.steps)
+            if changed:      # e.g. BatchNorm in training mode: once, at the solved states
+                update_once(self.steps, self.owned,
+                            lambda n: s.family.from_state(res.states[n - s.lo]))
         finally:
-            changed = take_back(lent, self.steps)
-        if changed:          # e.g. BatchNorm in training mode: once, at the solved states
-            update_once(self.steps, self.owned,
-                        lambda n: s.family.from_state(res.states[n - s.lo]))
+            self.steps.draws = None
         self.last_forward = res
-        self.draws, self.steps.draws = self.steps.draws, None   # for this forward's backward
         _warn_unconverged("forward", res, self.options.tol if tol is None else tol,
                           self.options.rtol)
         if keep and self.warm_start:
@@ -161,9 +163,12 @@ class LayerParallel(nn.Module):
             self._warm[0] = s.fwd.c_point_rows(res.states)
         uN = self.exchange.broadcast_tensor(res.states[-1] if s.last else None,
                                             self.exchange.size - 1, x)
-        return s.family.from_state(uN).clone(), res, kept
+        return s.family.from_state(uN).clone(), res, kept, (draws, pins)
 
-    def _backward_solve(self, states, grad_uN, want_input: bool, kept=None, pins=None):
+    def _backward_solve(self, states, grad_uN, want_input: bool, kept=None,
+                        f=(None, None)):
+        """λ_0 (if wanted) and this rank's parameter gradients, solving with the forward's
+        f (`_forward_solve`'s: the same dropout masks and pinned buffers)."""
         s = self.solver
         lamN = s.adjoint_state(grad_uN)
         warm = self._warm[1] if self.warm_start else None
@@ -171,12 +176,15 @@ class LayerParallel(nn.Module):
             warm = None
         if warm is not None:
             self._warm[1] = None                # (a failed solve leaves a cold start)
+        draws, pins = f
+        self.steps.draws = draws
         lent = lend_copies(self.steps, self._local(), pins)
         try:        # the linearisations run the forward's f: they must not update buffers
             res, grads = s.backward(states, lamN, lamN, warm, kept=kept,
                                     reuse_warm=warm is not None)
         finally:
             take_back(lent, self.steps)
+            self.steps.draws = None
         self.last_backward = res
         _warn_unconverged("adjoint", res, self.options.adjoint_tol, self.options.rtol)
         if self.warm_start:
@@ -257,12 +265,10 @@ class _Solve(torch.autograd.Function):
     @staticmethod
     def forward(ctx, mod: LayerParallel, limits, u0, *params):
         max_iter, tol, ctx.names = limits       # names: (layer, name) of each parameter
-        uN, res, kept = mod._forward_solve(u0, True, max_iter, tol)
+        uN, res, kept, ctx.f = mod._forward_solve(u0, True, max_iter, tol)
         ctx.mod, ctx.states = mod, mod.solver.fwd.take(res.states)   # lent until backward
         ctx.released = None                # the states' version when given back
         ctx.kept = kept                    # f's graphs at those states (fixed solves)
-        ctx.draws = mod.draws              # the forward's dropout keys, for the adjoint's f
-        ctx.pins = mod.pins                # and its buffers' values
         ctx.save_for_backward(*params)     # autograd then refuses in-place changes of θ
         return uN
 
@@ -274,12 +280,8 @@ class _Solve(torch.autograd.Function):
         if ctx.released is not None and ctx.states._version != ctx.released:
             raise RuntimeError("LayerParallel: a second backward through a forward after a "
                                "later forward reused its states; run the forward again")
-        mod.steps.draws = ctx.draws
-        try:
-            lam0, grads = mod._backward_solve(ctx.states, grad_uN, ctx.needs_input_grad[2],
-                                              ctx.kept, ctx.pins)
-        finally:
-            mod.steps.draws = None
+        lam0, grads = mod._backward_solve(ctx.states, grad_uN, ctx.needs_input_grad[2],
+                                          ctx.kept, ctx.f)
         ctx.kept = None
         mod.solver.fwd.release(ctx.states)   # the next forward may write into it
         ctx.released = ctx.states._version

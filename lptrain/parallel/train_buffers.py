@@ -17,7 +17,8 @@ from __future__ import annotations
 import torch
 
 
-def lend_copies(steps, layers, pins: dict | None = None) -> list[tuple[dict, str, torch.Tensor]]:
+def lend_copies(steps, layers,
+                pins: dict | None = None) -> list[tuple[dict, str, torch.Tensor]]:
     """Pin the buffers of the submodules in training mode of these layers for a solve
     (none for layers in eval mode or without buffers): `steps.pinned` gives each
     evaluation of f_n fresh copies of their values now, or of `pins` (a forward's
