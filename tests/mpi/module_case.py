@@ -110,10 +110,10 @@ EVAL = {"normed"}      # cases run in eval mode
 KEYS = 7               # the seed of every module's dropout keys before a forward
 
 
-def _statistics(state: dict) -> torch.Tensor:
-    """Every layer's BatchNorm buffers from a state dict, in one vector."""
+def _buffers(state: dict, *markers: str) -> torch.Tensor:
+    """The entries of a state dict whose names hold one of `markers`, in one vector."""
     return torch.cat([v.reshape(-1).double() for k, v in sorted(state.items())
-                      if "running" in k or "batches" in k])
+                      if any(m in k for m in markers)])
 
 # the user's coarse steps of a case (default: the fine f with the coarse step size)
 COARSE = {"exact": ExactCoarse, "cheap": cheap_coarse}
@@ -173,17 +173,25 @@ def loss_of(out, seed):
     return (out * _input(out.shape, seed).to(out)).sum() + 0.5 * (out ** 2).sum()
 
 
-def _grads(name, mod: LayerParallel, u0, comm) -> dict:
-    """Every layer's parameter gradients, gathered by layer index (1 for a frozen
-    parameter left without one, as autograd leaves it)."""
-    mine = {f"{name}-grad-{n}-{k}": p.grad.detach().clone() if p.requires_grad
-            else torch.tensor(float(p.grad is None))
+def _by_layer(prefix: str, mod: LayerParallel, comm, value=lambda p: p.grad.clone()):
+    """{prefix-n-name: value(p)} for every parameter of every layer, gathered from the
+    ranks that own them."""
+    mine = {f"{prefix}-{n}-{k}": value(p)
             for n in mod.owned for k, p in mod.steps.module(n).named_parameters()}
-    out = {f"{name}-gu": u0.grad.detach().clone()}
-    parts = [mine] if comm is None else comm.allgather(mine)
-    for part in parts:
+    out = {}
+    for part in [mine] if comm is None else comm.allgather(mine):
         out.update(part)
     return out
+
+
+def _grads(name, mod: LayerParallel, u0, comm) -> dict:
+    """The input's and every layer's parameter gradients (1 for a frozen parameter left
+    without one, as autograd leaves it)."""
+    def grad(p):
+        return p.grad.detach().clone() if p.requires_grad else \
+            torch.tensor(float(p.grad is None))
+    return {f"{name}-gu": u0.grad.detach().clone(),
+            **_by_layer(f"{name}-grad", mod, comm, grad)}
 
 
 def run(comm=None) -> dict:
@@ -199,7 +207,7 @@ def run(comm=None) -> dict:
         out = mod(u0)
         loss_of(out, 2).backward()
         if name == "batchnorm":
-            results[f"{name}-statistics"] = _statistics(mod.state_dict())
+            results[f"{name}-statistics"] = _buffers(mod.state_dict(), "running", "batches")
         if name == "exact":
             results["exact-iters"] = torch.tensor([mod.last_forward.iterations,
                                                    mod.last_backward.iterations], dtype=float)
@@ -250,7 +258,7 @@ def reference() -> dict:
         out = mod.serial(u0)
         loss_of(out, 2).backward()
         if name == "batchnorm":
-            results[f"{name}-statistics"] = _statistics(mod.state_dict())
+            results[f"{name}-statistics"] = _buffers(mod.state_dict(), "running", "batches")
         results[f"{name}-out"] = out.detach()
         results.update(_grads(name, mod, u0, None))
         results[f"{name}-nograd"] = results[f"{name}-loaded"] = out.detach()
@@ -287,11 +295,7 @@ def clipped(comm) -> dict:
         else clip_grad_norm_(params, 0.3, body)
     got = {"clip-norm": torch.as_tensor(float(norm), dtype=torch.float64)}
     got.update({f"clip-head-{k}": p.grad.clone() for k, p in head.named_parameters()})
-    mine = {f"clip-grad-{n}-{k}": p.grad.clone()
-            for n in body.owned for k, p in body.steps.module(n).named_parameters()}
-    for part in [mine] if comm is None else comm.allgather(mine):
-        got.update(part)
-    return got
+    return {**got, **_by_layer("clip-grad", body, comm)}
 
 
 def spectral(n):
@@ -317,18 +321,8 @@ def spectral_training(comm) -> dict:
     u0 = _input((6, 5), 9).requires_grad_()
     out = mod.serial(u0) if comm is None else mod(u0)
     loss_of(out, 10).backward()
-    got = {"sn-out": out.detach(), "sn-gu": u0.grad.clone(),
-           "sn-vectors": _statistics_of(mod.state_dict(), "._")}
-    mine = {f"sn-grad-{n}-{k}": p.grad.clone()
-            for n in mod.owned for k, p in mod.steps.module(n).named_parameters()}
-    for part in [mine] if comm is None else comm.allgather(mine):
-        got.update(part)
-    return got
-
-
-def _statistics_of(state: dict, marker: str) -> torch.Tensor:
-    return torch.cat([v.reshape(-1).double() for k, v in sorted(state.items())
-                      if marker in k])
+    return {"sn-out": out.detach(), "sn-gu": u0.grad.clone(),
+            "sn-vectors": _buffers(mod.state_dict(), "._"), **_by_layer("sn-grad", mod, comm)}
 
 
 def low_precision(comm) -> dict:
@@ -347,10 +341,7 @@ def low_precision(comm) -> dict:
         name = str(dtype).split(".")[-1]
         out[f"{name}-out"] = y.detach().double()
         out[f"{name}-gu"] = u0.grad.double()
-        mine = {f"{name}-grad-{n}-{k}": p.grad.double()
-                for n in mod.owned for k, p in mod.steps.module(n).named_parameters()}
-        for part in [mine] if comm is None else comm.allgather(mine):
-            out.update(part)
+        out.update(_by_layer(f"{name}-grad", mod, comm, lambda p: p.grad.double()))
     return out
 
 
@@ -369,12 +360,7 @@ def data_parallel(comm) -> dict:
     shard = u0.view(grid.data, 12 // grid.data, 5)[group]
     (mod(shard) ** 2).sum().mul(grid.data / 12.0).backward()
     average_gradients(mod, exchanges.data)
-    mine = {f"data-grad-{n}-{k}": p.grad.clone()
-            for n in mod.owned for k, p in mod.steps.module(n).named_parameters()}
-    out = {}
-    for part in [mine] if comm is None else comm.allgather(mine):
-        out.update(part)
-    return out
+    return _by_layer("data-grad", mod, comm)
 
 
 if __name__ == "__main__":

@@ -13,13 +13,17 @@ from lptrain.parallel.halo import needed_layers, owned_layers, transfers
 CONVERGED = dict(levels=3, cfactor0=2, cfactor=2, tol=1e-13, max_iter=60)
 
 
-def dense(n, width=3, scale=0.6, dtype=torch.float64):
+def drawn(m, n, scale=0.6):
+    """m with its parameters drawn from a generator seeded with n."""
     gen = torch.Generator().manual_seed(n)
-    m = nn.Sequential(nn.Linear(width, width), nn.Tanh()).to(dtype)
     with torch.no_grad():
         for p in m.parameters():
-            p.copy_(scale * torch.randn(p.shape, generator=gen, dtype=dtype))
+            p.copy_(scale * torch.randn(p.shape, generator=gen, dtype=p.dtype))
     return m
+
+
+def dense(n, width=3, scale=0.6, dtype=torch.float64):
+    return drawn(nn.Sequential(nn.Linear(width, width), nn.Tanh()).to(dtype), n, scale)
 
 
 def inputs(*shape, seed=0, dtype=torch.float64):
@@ -218,12 +222,8 @@ def test_frozen_parameters_get_no_gradient_and_stay_put(opts):
 
 def batchnormed(n):
     # no bias before the normalisation: its gradient would be round-off (BN takes the mean)
-    m = nn.Sequential(nn.Linear(3, 3, bias=False), nn.BatchNorm1d(3), nn.Tanh()).double()
-    gen = torch.Generator().manual_seed(n)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.copy_(0.6 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
-    return m
+    return drawn(nn.Sequential(nn.Linear(3, 3, bias=False), nn.BatchNorm1d(3),
+                               nn.Tanh()).double(), n)
 
 
 @pytest.mark.parametrize("opts", [CONVERGED, dict(CONVERGED, tol=0.0, max_iter=30)],
