@@ -115,10 +115,15 @@ class LayerParallel(nn.Module):
         return self._index
 
     # -- forward ---------------------------------------------------------------------
+    @torch.compiler.disable
     def forward(self, u0: torch.Tensor, max_iter: int | None = None,
                 tol: float | None = None) -> torch.Tensor:
         """u_N.  max_iter / tol override mgrit's for this forward solve (e.g. an exact
-        evaluation in a one-shot training: max_iter=50, tol=1e-8)."""
+        evaluation in a one-shot training: max_iter=50, tol=1e-8).
+
+        Runs eagerly under torch.compile: a compiled network around it compiles the
+        rest, while Dynamo would otherwise trace the solver's Python, its messages and
+        norms (graph breaks at each, tens of seconds of compilation)."""
         check_ddp_group(self, self.owned, self._ddp_checked)
         index = self._indexed_params()
         if torch.is_grad_enabled() and (u0.requires_grad or any(map(_REQUIRES_GRAD,

@@ -1,0 +1,67 @@
+"""The example's network (bench/module_step.py) under torch.compile against eager.
+
+    .venv/bin/python bench/compiled_net.py [--steps 8]
+
+One process, one-shot LayerParallel (2 + 2 iterations, warm): the wall time of each
+Adam step, the first ones including the compilation, eager and compiled (inductor) in
+fresh networks; the median of the steps after the second, and how many lines the
+compilation wrote to stderr is for the reader to count (run with 2> file).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from common import save
+from lptrain import LayerParallel, MGRITOptions
+from module_step import SOLVERS, Net, block
+
+
+def timed_steps(step, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        step()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--layers", type=int, default=16)
+    a = p.parse_args()
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(100, 1, 28, 28, generator=gen)
+    y = torch.randint(10, (100,), generator=gen)
+    opts, warm = SOLVERS["one-shot"]
+    rows = {}
+    for name in ("eager", "compiled"):
+        net = Net(a.layers, LayerParallel(block, T=2.0, n_layers=a.layers, warm_start=warm,
+                                          mgrit=MGRITOptions(levels=2, cfactor0=4, **opts)))
+        run = torch.compile(net) if name == "compiled" else net
+        step = _step(run, net, x, y)
+        times = timed_steps(step, a.steps)
+        rows[name] = {"first_s": times[0], "second_s": times[1],
+                      "median_after_ms": 1e3 * statistics.median(times[2:])}
+        print(f"| {name:8s} | {times[0]:7.2f} | {times[1]:7.2f} | "
+              f"{rows[name]['median_after_ms']:7.1f} |")
+    save("compiled_net", {"args": vars(a), "rows": rows})
+
+
+def _step(run, net, x, y):
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad()
+        nn.functional.cross_entropy(run(x), y).backward()
+        opt.step()
+    return step
+
+
+if __name__ == "__main__":
+    main()

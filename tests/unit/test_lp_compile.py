@@ -1,0 +1,62 @@
+"""LayerParallel inside a network under torch.compile: the network around it is compiled,
+the MGRIT solves run eagerly (Dynamo traces none of lptrain's code), and the results are
+eager's."""
+import torch
+from torch import nn
+
+from lptrain import LayerParallel, MGRITOptions
+
+
+def block(n: int) -> nn.Module:
+    return nn.Sequential(nn.Conv2d(2, 2, 3, padding=1), nn.Tanh())
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.open = nn.Conv2d(1, 2, 3, padding=1).double()
+        self.body = LayerParallel(block, T=1.0, n_layers=4, warm_start=True,
+                                  mgrit=MGRITOptions(levels=2, cfactor0=2, tol=0.0,
+                                                     max_iter=2, adj_max_iter=2))
+        self.body.double()
+        self.head = nn.Linear(2 * 5 * 5, 3).double()
+
+    def forward(self, x):
+        return self.head(self.body(self.open(x)).flatten(1))
+
+
+def trained(net, step, x, y, steps=3):
+    """The loss of each SGD step on (x, y) and the parameters after them."""
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(step(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, [p.detach().clone() for p in net.parameters()]
+
+
+def test_a_compiled_network_runs_the_solves_eagerly_with_eagers_results():
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 1, 5, 5, generator=gen, dtype=torch.float64)
+    y = torch.randint(3, (4,), generator=gen)
+    graphs = []
+
+    def backend(gm, example_inputs):        # records what Dynamo captured, runs it as is
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    eager = Net()
+    compiled = Net()
+    want = trained(eager, eager, x, y)
+    got = trained(compiled, torch.compile(compiled, backend=backend), x, y)
+    torch._dynamo.reset()
+    assert got[0] == want[0]          # warm-started one-shot steps: bitwise eager's
+    assert all(torch.equal(a, b) for a, b in zip(got[1], want[1]))
+    traced = {str(node.meta.get("stack_trace", "")) for gm in graphs for node in gm.graph.nodes}
+    assert graphs and not any("lptrain" in t for t in traced), \
+        [t for t in traced if "lptrain" in t][:1]
