@@ -21,7 +21,7 @@ from torch import nn
 from torch.func import functional_call
 
 from lptrain.errors import ConfigError
-from lptrain.model.module_steps import Linear, Params, seeded
+from lptrain.model.module_steps import Linear, Params, seeded, with_params
 
 
 @dataclass(frozen=True)
@@ -94,5 +94,7 @@ class CoarseSteps:
         """g's autograd graph at u (state products only)."""
         with torch.enable_grad():
             x = layout(u.detach()).clone().requires_grad_()
-            y = self.f(step, x, {k: v.detach() for k, v in P.items()})
-        return Linear(y, x, None, layout)
+            P = {k: v.detach() for k, v in P.items()}
+            y = self.f(step, x, P)
+        g, tracked = self.module(step, u, P)
+        return Linear(y, x, None, layout, with_params(g, {k: P[k] for k in tracked}))

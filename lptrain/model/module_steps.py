@@ -50,6 +50,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
+from torch.nn.utils.stateless import _reparametrize_module
 from torch.nn.modules.dropout import _DropoutNd
 
 from lptrain.errors import ConfigError
@@ -247,21 +248,36 @@ class ModuleSteps:
             else:
                 leaves = {k: v.detach().requires_grad_(params) for k, v in P.items()}
                 y = functional_call(self.module(n), leaves, (x,))
+                return Linear(y, x, leaves if params else None, self.layout,
+                              with_params(self.module(n), leaves))
         return Linear(y, x, leaves if params else None, self.layout)
 
 
-class Linear:
-    """f at one state: the vector-Jacobian products of its graph (kept for reuse)."""
+def with_params(module: nn.Module, P: Params):
+    """A context in which `module` computes with P, as functional_call's f did: where f
+    recomputes in its backward (torch.utils.checkpoint inside f), the products run in
+    it, so the recomputation sees the parameters the graph was built with."""
+    return lambda: _reparametrize_module(module, P)
 
-    def __init__(self, y, x, leaves, layout=lambda t: t):
+
+class Linear:
+    """f at one state: the vector-Jacobian products of its graph (kept for reuse).
+    around: the context the products run in (`with_params`; none by default)."""
+
+    def __init__(self, y, x, leaves, layout=lambda t: t, around=nullcontext):
         self.y, self.x, self.leaves, self.layout = y, x, leaves, layout
+        self.around = around
+
+    def _grad(self, inputs, lam):
+        with self.around():
+            return torch.autograd.grad(self.y, inputs, self.layout(lam), retain_graph=True,
+                                       allow_unused=True)
 
     def vjp_state(self, lam: torch.Tensor) -> torch.Tensor:
         """(∂f/∂u)ᵀ λ (only the state's product: autograd skips the parameters')."""
         if not self.y.requires_grad:     # f does not depend on u
             return torch.zeros_like(lam)
-        (g,) = torch.autograd.grad(self.y, self.x, self.layout(lam), retain_graph=True,
-                                   allow_unused=True)
+        (g,) = self._grad(self.x, lam)
         return torch.zeros_like(lam) if g is None else g
 
     def vjp_params(self, lam: torch.Tensor) -> Params:
@@ -269,8 +285,7 @@ class Linear:
         names = list(self.leaves)
         if not names:                    # every parameter of f frozen
             return {}
-        grads = torch.autograd.grad(self.y, [self.leaves[k] for k in names], self.layout(lam),
-                                    retain_graph=True, allow_unused=True)
+        grads = self._grad([self.leaves[k] for k in names], lam)
         return self._by_name(names, grads)
 
     def vjp_both(self, lam: torch.Tensor) -> tuple[torch.Tensor, Params | None]:
@@ -280,9 +295,7 @@ class Linear:
         if not self.y.requires_grad:
             return self.vjp_state(lam), None
         names = list(self.leaves)
-        g, *grads = torch.autograd.grad(self.y, [self.x, *(self.leaves[k] for k in names)],
-                                        self.layout(lam), retain_graph=True,
-                                        allow_unused=True)
+        g, *grads = self._grad([self.x, *(self.leaves[k] for k in names)], lam)
         return torch.zeros_like(lam) if g is None else g, self._by_name(names, grads)
 
     def _by_name(self, names, grads) -> Params:

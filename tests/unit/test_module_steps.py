@@ -134,3 +134,30 @@ def test_a_factory_layer_starts_the_same_whichever_layers_were_built_before():
     assert torch.equal(torch.rand(1), after_all)        # one draw, whatever was built
     assert torch.equal(some.flat(3), all_layers.flat(3))
     assert not torch.equal(all_layers.flat(2), all_layers.flat(3))
+
+
+class Checkpointed(nn.Module):
+    """f_n with activation checkpointing: its backward recomputes f."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.f = conv_gn(n)
+
+    def forward(self, u):       # (use_reentrant=True: torch refuses autograd.grad)
+        return torch.utils.checkpoint.checkpoint(self.f, u, use_reentrant=False)
+
+
+def test_checkpointed_layers_linearise_at_averaged_parameters():
+    # a coarse step's mean parameters go in by functional_call; the products, where f's
+    # backward recomputes it, must see them again (not the layer's own)
+    plain = ModuleSteps([conv_gn(n) for n in range(2)])
+    ckpt = ModuleSteps([Checkpointed(n) for n in range(2)])
+    u, lam = state(2, 3, 5, 5), state(2, 3, 5, 5, seed=1)
+    P = plain.mean_params([0, 1])
+    Q = {"f." + k: v for k, v in P.items()}
+    want, got = plain.linearize(u, 0, P, params=True), ckpt.linearize(u, 0, Q, params=True)
+    assert torch.equal(got.y, want.y)
+    assert torch.allclose(got.vjp_state(lam), want.vjp_state(lam), rtol=0, atol=1e-14)
+    g_want, g_got = want.vjp_params(lam), got.vjp_params(lam)
+    assert all(torch.allclose(g_got["f." + k], g, rtol=0, atol=1e-14)
+               for k, g in g_want.items())
