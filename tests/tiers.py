@@ -75,6 +75,7 @@ FILES = {
     "test_run_state.py": "unit",
     "test_run_files.py": "unit",
     "test_saved_model.py": "training",
+    "test_same_input.py": "unit",
     "test_schedules.py": "unit",
     "test_simultaneous.py": "training",
     "test_speedup_model.py": "numeric",

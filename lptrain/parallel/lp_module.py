@@ -20,6 +20,7 @@ from lptrain.parallel.context import make_exchange
 from lptrain.parallel.ddp import check_ddp_group
 from lptrain.parallel.halo import owned_layers
 from lptrain.parallel.module_solver import ModuleSolver
+from lptrain.parallel.same_input import check_same
 from lptrain.parallel.train_buffers import lend_copies, take_back, update_once
 
 
@@ -95,6 +96,7 @@ class LayerParallel(nn.Module):
         self._warm = [None, None]
         self._index: _Index | None = None     # _indexed_params' last answer
         self._ddp_checked: set = set()   # process groups of a DDP around this module, sound
+        self._same_checked: set = set()  # inputs found alike on every rank (same_input.py)
         self.last_forward = self.last_backward = None    # SolveResult of the latest solves
         self._register_load_state_dict_pre_hook(self._drop_other_layers)
 
@@ -125,6 +127,7 @@ class LayerParallel(nn.Module):
         rest, while Dynamo would otherwise trace the solver's Python, its messages and
         norms (graph breaks at each, tens of seconds of compilation)."""
         check_ddp_group(self, self.owned, self._ddp_checked)
+        check_same(self.exchange, u0, "input", self._same_checked)
         index = self._indexed_params()
         if torch.is_grad_enabled() and (u0.requires_grad or any(map(_REQUIRES_GRAD,
                                                                     index.params))):
@@ -175,6 +178,7 @@ class LayerParallel(nn.Module):
         """λ_0 (if wanted) and this rank's parameter gradients, solving with the forward's
         f (`_forward_solve`'s: the same dropout masks and pinned buffers)."""
         s = self.solver
+        check_same(self.exchange, grad_uN, "gradient of the output", self._same_checked)
         lamN = s.adjoint_state(grad_uN)
         warm = self._warm[1] if self.warm_start else None
         if warm is not None and (warm.shape[1:] != lamN.shape or warm.dtype != lamN.dtype):

@@ -1,0 +1,52 @@
+"""Whether every rank called a collective module with the same tensor.
+
+LayerParallel reads u_0 on its first rank and λ_N on its last; the other ranks' are
+ignored. A rank fed other data (each rank loading its own shard, as data-parallel code
+does) would train on the first and last ranks' samples without a word. A fingerprint of
+the tensor (two sums, float64) is gathered once per kind, shape, dtype and device and
+compared with tolerance: a tensor computed alike on every rank (the same opening on the
+same input) may differ in its last bits across machines, other samples by far more.
+"""
+from __future__ import annotations
+
+import torch
+
+from lptrain.errors import ConfigError
+
+RTOL = 1e-4      # of Σ|x|: rounding across machines is ~1e-7 (float32), other data ~n^−½
+
+
+def fingerprint(t: torch.Tensor) -> tuple[tuple, str, float, float]:
+    """(shape, dtype, Σ|x|, Σ x·r) with r a fixed normal vector: two samples that agree in
+    both at RTOL hold the same values in the same places, up to rounding."""
+    x = t.detach().reshape(-1).double()
+    r = torch.randn(x.numel(), generator=torch.Generator().manual_seed(0),
+                    dtype=torch.float64).to(x.device)
+    return tuple(t.shape), str(t.dtype), float(x.abs().sum()), float(x @ r)
+
+
+def differing(prints: list) -> list[int]:
+    """The ranks whose fingerprint differs from rank 0's."""
+    shape, dtype, size, proj = prints[0]
+    tol = RTOL * size
+    return [r for r, (s, d, a, p) in enumerate(prints)
+            if (s, d) != (shape, dtype) or abs(a - size) > tol or abs(p - proj) > tol]
+
+
+def check_same(exchange, t: torch.Tensor, what: str, checked: set) -> None:
+    """ConfigError on every rank if the ranks' `t` differ; once per (what, shape, dtype,
+    device), remembered in `checked` (a collective call the first time)."""
+    if exchange.size == 1:
+        return
+    key = (what, tuple(t.shape), t.dtype, t.device)
+    if key in checked:
+        return
+    others = differing(exchange.allgather(fingerprint(t)))
+    if others:
+        ranks = ", ".join(map(str, others))
+        raise ConfigError(
+            f"LayerParallel: the {what} on rank(s) {ranks} differs from rank 0's: every "
+            f"rank of comm must call it with the same batch (it reads the first rank's); "
+            f"for other data per rank, split the ranks into layer and data groups "
+            f"(README: Data parallelism)")
+    checked.add(key)
