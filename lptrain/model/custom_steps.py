@@ -109,7 +109,8 @@ class ModuleThetaSteps:
         wrt = [lin.x, *(lin.leaves[k] for k in names)]
         grads = [None] * len(wrt)
         if lin.y.requires_grad:
-            grads = torch.autograd.grad(lin.y, wrt, lam, allow_unused=True)
+            with lin.around():           # f's parameters again, should f recompute
+                grads = torch.autograd.grad(lin.y, wrt, lam, allow_unused=True)
         grads = [torch.zeros_like(t) if g is None else g for g, t in zip(grads, wrt)]
         return [grads[0], self.spec.flatten(dict(zip(names, grads[1:])))]
 

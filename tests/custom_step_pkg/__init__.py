@@ -31,6 +31,13 @@ class DenseStep(nn.Module):
         return self.outer(torch.tanh(self.inner(u)))
 
 
+class Checkpointed(DenseStep):
+    """DenseStep under activation checkpointing: its backward recomputes f."""
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return torch.utils.checkpoint.checkpoint(super().forward, u, use_reentrant=False)
+
+
 class FrozenBias(DenseStep):
     """DenseStep with its inner bias frozen (requires_grad False): refused."""
 

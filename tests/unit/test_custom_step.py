@@ -20,6 +20,9 @@ from lptrain.parallel.layer_parallel import LayerParallel
 
 CONV = {"_target_": "custom_step_pkg.MyStep", "channels": 3, "hidden": 4, "groups": 2}
 DENSE = {"_target_": "custom_step_pkg.DenseStep", "width": 5, "hidden": 3}
+CHECKPOINTED = {**DENSE, "_target_": "custom_step_pkg.Checkpointed"}
+STEPS = dict(argnames="step", argvalues=[CONV, DENSE, CHECKPOINTED],
+             ids=["conv-groupnorm", "dense", "checkpointed"])
 
 
 def custom_net(step, layers=8, seed=1, **kw):
@@ -43,7 +46,19 @@ def test_serial_gradient_equals_autograd(step):
     assert float((t.grad - grad).norm() / grad.norm()) <= 1e-12
 
 
-@pytest.mark.parametrize("step", [CONV, DENSE], ids=["conv-groupnorm", "dense"])
+def test_a_checkpointed_step_has_the_plain_steps_gradient():
+    # activation checkpointing recomputes f in its backward, which must see the
+    # parameters of θ's row again (autograd through functional_call alone would not:
+    # autograd_objective is no oracle here); the same class without it is
+    net, theta = custom_net(DENSE)
+    plain = serial_objective_and_grad(net, theta, *batch(net, n=6))
+    net, theta2 = custom_net(CHECKPOINTED)
+    got = serial_objective_and_grad(net, theta2, *batch(net, n=6))
+    assert torch.equal(theta, theta2) and got[0] == pytest.approx(plain[0], rel=1e-14)
+    assert float((got[1] - plain[1]).norm() / plain[1].norm()) <= 1e-14
+
+
+@pytest.mark.parametrize(**STEPS)
 @pytest.mark.parametrize("coarse", ["inject", "average"])
 @pytest.mark.parametrize("tol", [0.0, 1e-13])   # 0: weight products in the last sweep
 def test_converged_mgrit_equals_serial(step, coarse, tol):
