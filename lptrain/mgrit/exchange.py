@@ -194,6 +194,10 @@ class MPIExchange:
         """Every rank's `obj` (small Python values), in rank order, on every rank."""
         return self.comm.allgather(obj)
 
+    def abort(self, code: int) -> None:
+        """End every rank of the communicator's job (MPI_Abort) with exit status `code`."""
+        self.comm.Abort(code)
+
     def gather(self, values: list) -> list | None:
         """Every rank's `values` on rank 0 (None elsewhere)."""
         return self.comm.gather(values, root=0)

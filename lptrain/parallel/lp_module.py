@@ -19,6 +19,7 @@ from lptrain.model.module_steps import ModuleSteps
 from lptrain.parallel.context import make_exchange
 from lptrain.parallel.ddp import check_ddp_group
 from lptrain.parallel.halo import owned_layers
+from lptrain.parallel.module_faults import agreed, ends_every_rank
 from lptrain.parallel.module_solver import ModuleSolver
 from lptrain.parallel.same_input import check_same
 from lptrain.parallel.train_buffers import lend_copies, take_back, update_once
@@ -78,11 +79,12 @@ class LayerParallel(nn.Module):
         hier = self.options.hierarchy(N, self.exchange.size)
         self.owned = owned_layers(hier, self.exchange.rank)
         if prebuilt:
-            for n in self.owned:
-                steps.ensure(n)
+            agreed(self.exchange, lambda: [steps.ensure(n) for n in self.owned],
+                   "building the layers")
             self.steps = steps
         else:
-            self.steps = ModuleSteps(steps, N, build=self.owned, stack=stack)
+            self.steps = agreed(self.exchange, lambda: ModuleSteps(
+                steps, N, build=self.owned, stack=stack), "building the layers")
         self.layers = self.steps.modules          # registered: this rank's parameters
         self.n_layers, self.T, self.h = N, T, T / N
         coarse = None if coarse_steps is None else CoarseSteps(coarse_steps)
@@ -144,11 +146,28 @@ class LayerParallel(nn.Module):
         warm = self._warm[0] if self.warm_start else None
         if warm is not None and (warm.shape[1:] != x.shape or warm.dtype != x.dtype):
             warm = None                      # another batch shape: a cold start
-        s.share()
         kept = {} if keep else None
         reuse = keep and warm is not None       # its warm start is replaced below
         if reuse:
             self._warm[0] = None                # (a failed solve leaves a cold start)
+        with ends_every_rank(self.exchange, "forward solve"):
+            res, pins, draws = self._solve_forward(x, warm, max_iter, tol, kept, reuse)
+        self.last_forward = res
+        _warn_unconverged("forward", res, self.options.tol if tol is None else tol,
+                          self.options.rtol)
+        if keep and self.warm_start:
+            # the C-points where they lie: the states are lent to the backward, then
+            # only the next forward with gradients writes there (MGRIT.c_point_rows)
+            self._warm[0] = s.fwd.c_point_rows(res.states)
+        uN = self.exchange.broadcast_tensor(res.states[-1] if s.last else None,
+                                            self.exchange.size - 1, x)
+        return s.family.from_state(uN).clone(), res, kept, (draws, pins)
+
+    def _solve_forward(self, x, warm, max_iter, tol, kept, reuse):
+        """The forward solve with this forward's f (dropout keys, buffers lent to the
+        solve; their update once after it): (solve, pinned buffers, keys)."""
+        s = self.solver
+        s.share()
         self.steps.draws = draws = self._next_draws()    # after share: the copies' modes
         try:
             lent = lend_copies(self.steps, self._local())
@@ -162,16 +181,7 @@ class LayerParallel(nn.Module):
                             lambda n: s.family.from_state(res.states[n - s.lo]))
         finally:
             self.steps.draws = None
-        self.last_forward = res
-        _warn_unconverged("forward", res, self.options.tol if tol is None else tol,
-                          self.options.rtol)
-        if keep and self.warm_start:
-            # the C-points where they lie: the states are lent to the backward, then
-            # only the next forward with gradients writes there (MGRIT.c_point_rows)
-            self._warm[0] = s.fwd.c_point_rows(res.states)
-        uN = self.exchange.broadcast_tensor(res.states[-1] if s.last else None,
-                                            self.exchange.size - 1, x)
-        return s.family.from_state(uN).clone(), res, kept, (draws, pins)
+        return res, pins, draws
 
     def _backward_solve(self, states, grad_uN, want_input: bool, kept=None,
                         f=(None, None)):
@@ -186,14 +196,15 @@ class LayerParallel(nn.Module):
         if warm is not None:
             self._warm[1] = None                # (a failed solve leaves a cold start)
         draws, pins = f
-        self.steps.draws = draws
-        lent = lend_copies(self.steps, self._local(), pins)
-        try:        # the linearisations run the forward's f: they must not update buffers
-            res, grads = s.backward(states, lamN, lamN, warm, kept=kept,
-                                    reuse_warm=warm is not None)
-        finally:
-            take_back(lent, self.steps)
-            self.steps.draws = None
+        with ends_every_rank(self.exchange, "adjoint solve"):
+            self.steps.draws = draws
+            lent = lend_copies(self.steps, self._local(), pins)
+            try:    # the linearisations run the forward's f: they must not update buffers
+                res, grads = s.backward(states, lamN, lamN, warm, kept=kept,
+                                        reuse_warm=warm is not None)
+            finally:
+                take_back(lent, self.steps)
+                self.steps.draws = None
         self.last_backward = res
         _warn_unconverged("adjoint", res, self.options.adjoint_tol, self.options.rtol)
         if self.warm_start:

@@ -1,0 +1,41 @@
+"""Run under `mpiexec -n 2`: a layer factory that fails on rank 1 only, then a layer
+whose f raises on rank 1 only in a forward solve (tests/mpi/test_module_faults.py)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
+
+from lptrain.errors import ConfigError  # noqa: E402
+from lptrain.parallel.context import world  # noqa: E402
+from lptrain.parallel.lp_module import LayerParallel  # noqa: E402
+
+
+class Step(nn.Module):
+    """tanh(Linear(u)); layer `broken` raises when built (`at == "build"`) or in f."""
+
+    def __init__(self, n: int, broken: int, at: str):
+        super().__init__()
+        if at == "build" and n == broken:
+            raise ValueError(f"no layer {n} here")
+        self.n, self.broken, self.lin = n, broken, nn.Linear(3, 3)
+
+    def forward(self, u):
+        if self.n == self.broken:
+            raise RuntimeError(f"f of layer {self.n} failed")
+        return torch.tanh(self.lin(u))
+
+
+comm = world()
+rank = comm.Get_rank()
+try:
+    LayerParallel(lambda n: Step(n, 12, "build"), n_layers=16, comm=comm)
+except ConfigError as exc:        # on every rank: the script may go on
+    print(f"rank {rank} caught: {exc}", flush=True)
+mod = LayerParallel(lambda n: Step(n, 12, "f"), n_layers=16, comm=comm)   # rank 1 owns 12
+mod(torch.ones(2, 3))
+print(f"rank {rank}: not reached", flush=True)

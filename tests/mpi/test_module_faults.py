@@ -1,0 +1,29 @@
+"""LayerParallel on 2 ranks whose layers fail on one rank only: refused on every rank
+where they are built, the job ended with the failing rank's error where f raises in a
+solve, never a hang (one launch, under `timeout`)."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launch import ENV, MPIEXEC
+
+pytestmark = pytest.mark.mpi
+CASE = Path(__file__).with_name("module_faults_case.py")
+TIMEOUT = 60
+
+
+def test_a_layer_failing_on_one_rank_ends_every_rank():
+    proc = subprocess.run(["timeout", str(TIMEOUT), MPIEXEC, "-n", "2",
+                           sys.executable, str(CASE)], env={**ENV, "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True, timeout=TIMEOUT + 30)
+    assert proc.returncode not in (0, 124), proc.stderr[-2000:]     # 124: timeout's
+    caught = sorted(ln for ln in proc.stdout.splitlines() if " caught: " in ln)
+    assert caught == [f"rank {r} caught: LayerParallel: building the layers failed on "
+                      f"rank 1: ValueError: no layer 12 here" for r in (0, 1)], proc.stdout
+    assert "not reached" not in proc.stdout
+    ours = [ln for ln in proc.stderr.splitlines() if ln.startswith("LayerParallel: ")]
+    assert ours == ["LayerParallel: rank 1: RuntimeError: f of layer 12 failed (in the "
+                    "forward solve); the other ranks wait for this one's messages: "
+                    "ending every rank (MPI_Abort)"], proc.stderr[-2000:]
