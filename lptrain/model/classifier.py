@@ -50,6 +50,17 @@ class Classifier(nn.Module):
         self.dataset_meta = record["dataset"]["meta"]
         self.preprocessing = self.dataset_meta.get("preprocessing")
 
+    def extra_repr(self) -> str:
+        """What print(model) says: network, data, and whose parameters these are."""
+        o = self.net.opts
+        step = o.step.get("_target_", o.name) if o.step else o.name
+        state = f"width {o.width}" if o.opening in ("dense", "pad") else f"{o.channels} channels"
+        seen = "" if self.validation is None else f", validation accuracy {self.validation[1]:.4g}"
+        return (f"{step}: {o.layers} layers, {state}, T={o.T:g}, {o.activation}; "
+                f"{self.dataset_name}, features {tuple(self.feature_shape)}, "
+                f"{self.n_classes} classes; {self.which} parameters after iteration "
+                f"{self.iteration}{seen}")
+
     @property
     def feature_shape(self) -> tuple[int, ...]:
         return self.net.in_shape

@@ -73,6 +73,10 @@ def test_the_default_model_is_the_best_validated_one(serial_run):
     # this run's best is not its last: the files hold different parameters
     assert best.iteration < last.iteration and not torch.equal(best.theta, last.theta)
     assert load_model(path / MODEL_FILES["last"]).which == "last"
+    assert repr(best) == (   # print(model): what it is, on what data, whose parameters
+        f"Classifier(dense: 6 layers, width 4, T=5, tanh; peaks, features (2,), 5 classes; "
+        f"best parameters after iteration {best.iteration}, validation accuracy "
+        f"{best.validation[1]:.4g})")
     with pytest.raises(InputFileError, match="holds the last parameters, not the best"):
         load_model(path / MODEL_FILES["last"], "best")
     with pytest.raises(ValueError, match="which='worst'"):
