@@ -122,6 +122,20 @@ def test_logits_are_the_training_codes_sweep(serial_run, which):
         model(torch.zeros(3, 5, dtype=torch.float64))
 
 
+def test_a_loaded_model_copies_pickles_and_exports_as_a_module(serial_run):
+    import copy
+    import io
+    model = load_model(serial_run[0])
+    x = torch.randn(7, 2, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    want = model(x).detach()
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    for other in (copy.deepcopy(model), torch.load(buf, weights_only=False),
+                  torch.export.export(model, (x,)).module()):
+        assert torch.equal(other(x).detach(), want)
+
+
 def test_a_loaded_model_is_an_ordinary_module_with_exact_gradients(serial_run):
     """parameters() are the layout's blocks; backward through forward equals the training
     code's hand-written adjoint gradient (without the regulariser, which is training's)."""
