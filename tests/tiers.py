@@ -50,7 +50,7 @@ FILES = {
     "test_indexing.py": "unit",
     "test_jobs.py": "unit",
     "test_level_ops.py": "numeric",
-    "test_lp_compile.py": "training",
+    "test_lp_torch_modes.py": "training",
     "test_lp_module.py": "numeric",
     "test_matfile.py": "unit",
     "test_memory.py": "unit",

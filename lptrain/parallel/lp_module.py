@@ -134,7 +134,9 @@ class LayerParallel(nn.Module):
         if torch.is_grad_enabled() and (u0.requires_grad or any(map(_REQUIRES_GRAD,
                                                                     index.params))):
             return _Solve.apply(self, (max_iter, tol, index.names), u0, *index.params)
-        with torch.no_grad():
+        # not in inference mode: the solver's buffers outlive this call, and as inference
+        # tensors no later training forward could write them
+        with torch.inference_mode(False), torch.no_grad():
             return self._forward_solve(u0, False, max_iter, tol)[0]
 
     def _forward_solve(self, u0, keep: bool, max_iter=None, tol=None):

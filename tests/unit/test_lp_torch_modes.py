@@ -1,6 +1,7 @@
-"""LayerParallel inside a network under torch.compile: the network around it is compiled,
-the MGRIT solves run eagerly (Dynamo traces none of lptrain's code), and the results are
-eager's."""
+"""LayerParallel under torch's modes: inside a network under torch.compile (the network
+around it is compiled, the MGRIT solves run eagerly: Dynamo traces none of lptrain's code,
+and the results are eager's), and evaluations under torch.inference_mode between
+training steps."""
 import torch
 from torch import nn
 
@@ -60,3 +61,28 @@ def test_a_compiled_network_runs_the_solves_eagerly_with_eagers_results():
     traced = {str(node.meta.get("stack_trace", "")) for gm in graphs for node in gm.graph.nodes}
     assert graphs and not any("lptrain" in t for t in traced), \
         [t for t in traced if "lptrain" in t][:1]
+
+
+def test_inference_mode_evaluations_between_training_steps():
+    # the solver keeps its buffers from call to call: made under inference mode, they were
+    # inference tensors, and the next training forward could not write them
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(4, 1, 5, 5, generator=gen, dtype=torch.float64)
+    y = torch.randint(3, (4,), generator=gen)
+    plain, evaluated = Net(), Net()
+    opt = torch.optim.SGD(evaluated.parameters(), lr=0.1)
+    want = trained(plain, plain, x, y)
+    with torch.no_grad():
+        scores = [plain(x)]
+    for _ in range(3):
+        with torch.inference_mode():
+            evaluated(x)
+        opt.zero_grad()
+        nn.functional.cross_entropy(evaluated(x), y).backward()
+        opt.step()
+    with torch.inference_mode():
+        scores.append(evaluated(x))
+    # one-shot warm starts are the training forwards' (no_grad and inference mode use
+    # them and leave them), so the trainings and their last scores are the same
+    assert all(torch.equal(a, b) for a, b in zip(want[1], evaluated.parameters()))
+    assert torch.equal(scores[0], scores[1])
