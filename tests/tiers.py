@@ -62,6 +62,7 @@ FILES = {
     "test_neighbours.py": "cli",
     "test_model_summary.py": "unit",
     "test_optimizer_cost.py": "unit",
+    "test_optimizer_state.py": "numeric",
     "test_model.py": "numeric",
     "test_module.py": "numeric",
     "test_module_copies.py": "numeric",

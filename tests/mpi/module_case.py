@@ -196,6 +196,7 @@ def _grads(name, mod: LayerParallel, u0, comm) -> dict:
 
 def run(comm=None) -> dict:
     """Converged layer-parallel solves: outputs and every gradient."""
+    import module_habits as habits
     results = {}
     for name, (make, shape, opts, stack) in CASES.items():
         mod = LayerParallel(make, T=1.0, n_layers=N, comm=comm, stack=stack,
@@ -241,7 +242,8 @@ def run(comm=None) -> dict:
         with torch.no_grad():
             results[f"{name}-loaded"] = other(u0)
     results.update(data_parallel(comm))
-    results.update(other_inputs(comm))
+    results.update(habits.other_inputs(comm))
+    results.update(habits.resumed(comm))
     results.update(clipped(comm))
     results.update(low_precision(comm))
     results.update(spectral_training(comm))
@@ -250,6 +252,7 @@ def run(comm=None) -> dict:
 
 def reference() -> dict:
     """The same quantities by serial autograd over all layers in one process."""
+    import module_habits as habits
     results = {}
     for name, (make, shape, _, _) in CASES.items():
         mod = LayerParallel(make, T=1.0, n_layers=N)
@@ -276,7 +279,8 @@ def reference() -> dict:
     results.update(clipped(None))
     results.update(low_precision(None))      # one rank's MGRIT: not serial's
     results.update(spectral_training(None))
-    results.update(other_inputs(None))
+    results.update(habits.other_inputs(None))
+    results.update(habits.resumed(None))
     return results
 
 
@@ -344,30 +348,6 @@ def low_precision(comm) -> dict:
         out[f"{name}-out"] = y.detach().double()
         out[f"{name}-gu"] = u0.grad.double()
         out.update(_by_layer(f"{name}-grad", mod, comm, lambda p: p.grad.double()))
-    return out
-
-
-def other_inputs(comm) -> dict:
-    """Ranks fed other inputs (each its own samples), or other output gradients (each
-    its own labels), are refused with a ConfigError on every rank; a difference of
-    rounding passes. One rank has nothing to compare: 1 there by definition."""
-    from lptrain.errors import ConfigError
-    if comm is None or comm.Get_size() == 1:
-        return {"refused-input": torch.ones(()), "refused-grad": torch.ones(()),
-                "rounding-passes": torch.ones(())}
-    rank, out = comm.Get_rank(), {}
-    mod = LayerParallel(dense, T=1.0, n_layers=N, comm=comm,
-                        mgrit=MGRITOptions(levels=3, cfactor0=2, cfactor=2, **TOL))
-    for key, call in (("refused-input", lambda: mod(_input((6, 5), 20 + rank))),
-                      ("refused-grad", lambda: loss_of(mod(_input((6, 5), 20)),
-                                                       30 + rank).backward())):
-        try:
-            call()
-            out[key] = torch.zeros(())
-        except ConfigError as e:
-            out[key] = torch.tensor(float("differs from rank 0" in str(e)))
-    mod(_input((6, 5), 21) * (1 + 1e-12 * rank))
-    out["rounding-passes"] = torch.ones(())
     return out
 
 
