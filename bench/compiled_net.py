@@ -14,11 +14,10 @@ import statistics
 import time
 
 import torch
-from torch import nn
 
 from common import save
 from lptrain import LayerParallel, MGRITOptions
-from module_step import SOLVERS, Net, block
+from module_step import SOLVERS, Net, block, stepper
 
 
 def timed_steps(step, n: int) -> list[float]:
@@ -44,23 +43,13 @@ def main():
         net = Net(a.layers, LayerParallel(block, T=2.0, n_layers=a.layers, warm_start=warm,
                                           mgrit=MGRITOptions(levels=2, cfactor0=4, **opts)))
         run = torch.compile(net) if name == "compiled" else net
-        step = _step(run, net, x, y)
+        step = stepper(net, x, y, run)
         times = timed_steps(step, a.steps)
         rows[name] = {"first_s": times[0], "second_s": times[1],
                       "median_after_ms": 1e3 * statistics.median(times[2:])}
         print(f"| {name:8s} | {times[0]:7.2f} | {times[1]:7.2f} | "
               f"{rows[name]['median_after_ms']:7.1f} |")
     save("compiled_net", {"args": vars(a), "rows": rows})
-
-
-def _step(run, net, x, y):
-    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
-
-    def step():
-        opt.zero_grad()
-        nn.functional.cross_entropy(run(x), y).backward()
-        opt.step()
-    return step
 
 
 if __name__ == "__main__":

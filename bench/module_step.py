@@ -86,12 +86,14 @@ def variants(layers: int, comm, size: int) -> dict:
     return out
 
 
-def stepper(net, x, y):
+def stepper(net, x, y, call=None):
+    """One Adam step of `net` on (x, y); call: what computes net(x) (e.g. a compiled net)."""
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    call = net if call is None else call
 
     def step():
         opt.zero_grad()
-        nn.functional.cross_entropy(net(x), y).backward()
+        nn.functional.cross_entropy(call(x), y).backward()
         opt.step()
     return step
 
