@@ -3,6 +3,7 @@ and whose backward runs the adjoint MGRIT, each rank holding only its own layers
 from __future__ import annotations
 
 import warnings
+from contextlib import ExitStack
 from itertools import chain
 from operator import attrgetter, is_
 from typing import NamedTuple
@@ -15,7 +16,7 @@ from lptrain.errors import ConfigError
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.mgrit.protocols import StepFamily
 from lptrain.model.coarse_steps import CoarseSteps
-from lptrain.model.module_steps import ModuleSteps
+from lptrain.model.module_steps import ModuleSteps, with_params
 from lptrain.parallel.context import make_exchange
 from lptrain.parallel.ddp import check_ddp_group
 from lptrain.parallel.halo import owned_layers
@@ -218,6 +219,20 @@ class LayerParallel(nn.Module):
             lam0 = s.input_gradient(lam0)
         return lam0, grads
 
+    def _as_in_forward(self, names, params):
+        """The layers computing with the parameters their forward had: where it ran inside
+        torch.func.functional_call (tensors other than the modules' own), the backward
+        linearises inside the same replacement, else nothing to do."""
+        stack = ExitStack()
+        if all(map(is_, self._indexed_params().params, params)):
+            return stack
+        by_layer: dict[int, dict] = {}
+        for (n, k), p in zip(names, params):
+            by_layer.setdefault(n, {})[k] = p
+        for n, P in by_layer.items():
+            stack.enter_context(with_params(self.steps.module(n), P)())
+        return stack
+
     def _local(self) -> list[int]:
         """The layers built on this rank: its own and the borrowed copies."""
         return [*self.steps.built, *self.steps.halo]
@@ -302,8 +317,9 @@ class _Solve(torch.autograd.Function):
         if ctx.released is not None and ctx.states._version != ctx.released:
             raise RuntimeError("LayerParallel: a second backward through a forward after a "
                                "later forward reused its states; run the forward again")
-        lam0, grads = mod._backward_solve(ctx.states, grad_uN, ctx.needs_input_grad[2],
-                                          ctx.kept, ctx.f)
+        with mod._as_in_forward(ctx.names, ctx.saved_tensors):
+            lam0, grads = mod._backward_solve(ctx.states, grad_uN, ctx.needs_input_grad[2],
+                                              ctx.kept, ctx.f)
         ctx.kept = None
         mod.solver.fwd.release(ctx.states)   # the next forward may write into it
         ctx.released = ctx.states._version

@@ -1,7 +1,8 @@
 """LayerParallel under torch's modes: inside a network under torch.compile (the network
 around it is compiled, the MGRIT solves run eagerly: Dynamo traces none of lptrain's code,
-and the results are eager's), and evaluations under torch.inference_mode between
-training steps."""
+and the results are eager's), evaluations under torch.inference_mode between
+training steps, and torch.func.functional_call with parameters of the caller's."""
+import pytest
 import torch
 from torch import nn
 
@@ -86,3 +87,30 @@ def test_inference_mode_evaluations_between_training_steps():
     # them and leave them), so the trainings and their last scores are the same
     assert all(torch.equal(a, b) for a, b in zip(want[1], evaluated.parameters()))
     assert torch.equal(scores[0], scores[1])
+
+
+def dense(n: int) -> nn.Module:
+    return nn.Sequential(nn.Linear(3, 3), nn.Tanh()).double()
+
+
+@pytest.mark.parametrize("solve", [dict(tol=1e-13, max_iter=60, adj_tol=1e-13,
+                                        adj_max_iter=60), dict(tol=0.0, max_iter=2,
+                                                                adj_max_iter=2)],
+                         ids=["converged", "fixed"])
+def test_functional_call_differentiates_the_parameters_it_was_given(solve):
+    # the backward linearises (converged: every layer; fixed: the coarse steps) after
+    # functional_call has put the module's own parameters back: it must use the given
+    def body():
+        torch.manual_seed(0)
+        return LayerParallel(dense, T=1.0, n_layers=8,
+                             mgrit=MGRITOptions(levels=2, cfactor0=2, **solve))
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    called, holding = body(), body()
+    P = {k: (1.1 * v.detach()).requires_grad_() for k, v in called.named_parameters()}
+    with torch.no_grad():
+        for k, p in holding.named_parameters():
+            p.copy_(P[k])
+    torch.func.functional_call(called, P, (x,)).square().sum().backward()
+    holding(x).square().sum().backward()
+    assert all(p.grad is None for p in called.parameters())
+    assert all(torch.equal(P[k].grad, p.grad) for k, p in holding.named_parameters())
