@@ -66,6 +66,7 @@ FILES = {
     "test_model.py": "numeric",
     "test_module.py": "numeric",
     "test_module_copies.py": "numeric",
+    "test_tied_layers.py": "unit",
     "test_module_steps.py": "numeric",
     "test_optimizers.py": "numeric",
     "test_readme.py": "unit",

@@ -20,7 +20,7 @@ from lptrain.model.module_steps import ModuleSteps, with_params
 from lptrain.parallel.context import make_exchange
 from lptrain.parallel.ddp import check_ddp_group
 from lptrain.parallel.halo import owned_layers
-from lptrain.parallel.module_faults import agreed, ends_every_rank
+from lptrain.parallel.module_faults import agreed, ends_every_rank, refuse_tied
 from lptrain.parallel.module_solver import ModuleSolver
 from lptrain.parallel.same_input import check_same
 from lptrain.parallel.train_buffers import lend_copies, take_back, update_once
@@ -79,13 +79,14 @@ class LayerParallel(nn.Module):
             raise ConfigError("n_layers=None: a layer factory needs the number of layers")
         hier = self.options.hierarchy(N, self.exchange.size)
         self.owned = owned_layers(hier, self.exchange.rank)
-        if prebuilt:
-            agreed(self.exchange, lambda: [steps.ensure(n) for n in self.owned],
-                   "building the layers")
-            self.steps = steps
-        else:
-            self.steps = agreed(self.exchange, lambda: ModuleSteps(
-                steps, N, build=self.owned, stack=stack), "building the layers")
+        def build():
+            built = steps if prebuilt else ModuleSteps(steps, N, build=self.owned,
+                                                       stack=stack)
+            layers = {n: built.ensure(n) for n in self.owned}
+            if self.exchange.size > 1:
+                refuse_tied(layers)
+            return built
+        self.steps = agreed(self.exchange, build, "building the layers")
         self.layers = self.steps.modules          # registered: this rank's parameters
         self.n_layers, self.T, self.h = N, T, T / N
         coarse = None if coarse_steps is None else CoarseSteps(coarse_steps)

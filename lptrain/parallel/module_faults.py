@@ -21,6 +21,23 @@ import torch
 from lptrain.errors import ConfigError
 
 
+def refuse_tied(layers: dict) -> None:
+    """ConfigError if two of `layers` ({n: module}, a rank's own) share a parameter (one
+    module for several layers, a time-invariant f): on several ranks each would hold a
+    part of its gradient and step its own copy of it."""
+    first: dict[int, tuple[int, str]] = {}
+    for n, module in sorted(layers.items()):
+        for name, p in module.named_parameters():
+            if id(p) in first and first[id(p)][0] != n:
+                m, other = first[id(p)]
+                raise ConfigError(
+                    f"layers {m} and {n} share a parameter ({other!r} of layer {m} is "
+                    f"{name!r} of layer {n}): on several ranks each would hold only part "
+                    f"of its gradient; give every layer a module of its own, or run on "
+                    f"one rank (comm=None)")
+            first.setdefault(id(p), (n, name))
+
+
 def agreed(exchange, build, what: str):
     """build() on every rank, or a ConfigError on every rank where it raised on any
     (naming the first such rank and its error); a collective call on several ranks."""
@@ -32,8 +49,9 @@ def agreed(exchange, build, what: str):
             raise
         error = exc
     if exchange.size > 1:
-        failed = [(r, e) for r, e in enumerate(exchange.allgather(
-            None if error is None else f"{type(error).__name__}: {error}")) if e]
+        said = None if error is None else str(error) if isinstance(error, ConfigError) \
+            else f"{type(error).__name__}: {error}"
+        failed = [(r, e) for r, e in enumerate(exchange.allgather(said)) if e]
         if failed:
             rank, message = failed[0]
             raise ConfigError(f"LayerParallel: {what} failed on rank {rank}: "

@@ -1,5 +1,6 @@
-"""Run under `mpiexec -n 2`: a layer factory that fails on rank 1 only, then a layer
-whose f raises on rank 1 only in a forward solve (tests/mpi/test_module_faults.py)."""
+"""Run under `mpiexec -n 2`: a layer factory that fails on rank 1 only, one module for
+every layer, then a layer whose f raises on rank 1 only in a forward solve
+(tests/mpi/test_module_faults.py)."""
 from __future__ import annotations
 
 import sys
@@ -35,6 +36,11 @@ rank = comm.Get_rank()
 try:
     LayerParallel(lambda n: Step(n, 12, "build"), n_layers=16, comm=comm)
 except ConfigError as exc:        # on every rank: the script may go on
+    print(f"rank {rank} caught: {exc}", flush=True)
+shared = Step(0, -1, "")
+try:                              # one module for every layer: refused on several ranks
+    LayerParallel([shared] * 16, comm=comm)
+except ConfigError as exc:
     print(f"rank {rank} caught: {exc}", flush=True)
 mod = LayerParallel(lambda n: Step(n, 12, "f"), n_layers=16, comm=comm)   # rank 1 owns 12
 mod(torch.ones(2, 3))
