@@ -23,3 +23,11 @@ def test_small_batches_and_zero_inputs():
     zeros = torch.zeros(2, 3)
     assert differing([fingerprint(t) for t in (x, x.clone(), y)]) == [2]
     assert differing([fingerprint(zeros), fingerprint(zeros.clone())]) == []
+
+
+def test_rows_as_long_as_a_period_swapped_and_low_precision():
+    x = sample(0, (4, 1021), torch.float64)
+    swapped = x[[1, 0, 2, 3]]
+    assert differing([fingerprint(x), fingerprint(swapped)]) == [1]
+    h = sample(4, (6, 50)).bfloat16()
+    assert differing([fingerprint(h), fingerprint(h.clone()), fingerprint(h.flip(1))]) == [2]
