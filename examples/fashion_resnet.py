@@ -14,7 +14,7 @@ from torch import nn
 
 from lptrain import LayerParallel, MGRITOptions
 from lptrain.data.mnist import FashionMnistOptions, load_fashion_mnist
-from lptrain.parallel.context import world
+from lptrain.parallel.context import limit_threads, node_of, world
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=300)
@@ -22,6 +22,7 @@ p.add_argument("--train", type=int, default=6000, help="training images")
 p.add_argument("--layers", type=int, default=16)
 args = p.parse_args()
 comm = world()
+limit_threads(node_of(comm))        # the node's cores shared by its ranks (as lptrain does)
 say = print if comm.Get_rank() == 0 else (lambda *a: None)
 torch.manual_seed(0)                # the same opening and classifier on every rank
 
