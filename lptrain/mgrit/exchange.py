@@ -194,6 +194,13 @@ class MPIExchange:
         """Every rank's `obj` (small Python values), in rank order, on every rank."""
         return self.comm.allgather(obj)
 
+    def iallgather_ints(self, values):
+        """Every rank's few integers, non-blocking: (request, table (size, len(values)))
+        whose rows are filled once the request's Test() is True."""
+        send = np.asarray(values, dtype=np.int64)
+        table = np.empty((self.size, send.size), dtype=np.int64)
+        return self.comm.Iallgather(send, table), table
+
     def abort(self, code: int) -> None:
         """End every rank of the communicator's job (MPI_Abort) with exit status `code`."""
         self.comm.Abort(code)

@@ -20,7 +20,7 @@ from lptrain.model.module_steps import ModuleSteps, with_params
 from lptrain.parallel.context import make_exchange
 from lptrain.parallel.ddp import check_ddp_group
 from lptrain.parallel.halo import owned_layers
-from lptrain.parallel.module_faults import agreed, ends_every_rank, refuse_tied
+from lptrain.parallel.module_faults import agreed, all_arrived, ends_every_rank, refuse_tied
 from lptrain.parallel.module_solver import ModuleSolver
 from lptrain.parallel.same_input import check_same
 from lptrain.parallel.train_buffers import lend_copies, take_back, update_once
@@ -130,6 +130,7 @@ class LayerParallel(nn.Module):
         Runs eagerly under torch.compile: a compiled network around it compiles the
         rest, while Dynamo would otherwise trace the solver's Python, its messages and
         norms (graph breaks at each, tens of seconds of compilation)."""
+        all_arrived(self.exchange, "forward")
         check_ddp_group(self, self.owned, self._ddp_checked)
         check_same(self.exchange, u0, "input", self._same_checked)
         index = self._indexed_params()
@@ -192,6 +193,7 @@ class LayerParallel(nn.Module):
         """λ_0 (if wanted) and this rank's parameter gradients, solving with the forward's
         f (`_forward_solve`'s: the same dropout masks and pinned buffers)."""
         s = self.solver
+        all_arrived(self.exchange, "backward")
         check_same(self.exchange, grad_uN, "gradient of the output", self._same_checked)
         lamN = s.adjoint_state(grad_uN)
         warm = self._warm[1] if self.warm_start else None
@@ -271,8 +273,10 @@ class LayerParallel(nn.Module):
                                  keep_vars=keep_vars)
         if self.exchange.size == 1:
             return out
-        mine = {k: v.detach().cpu() for k, v in out.items() if k.startswith(prefix + "layers.")}
-        device = next(iter(mine.values())).device if mine else None
+        all_arrived(self.exchange, "state_dict()")
+        own = {k: v for k, v in out.items() if k.startswith(prefix + "layers.")}
+        device = next(iter(own.values())).device if own else None
+        mine = {k: v.detach().cpu() for k, v in own.items()}
         for r, part in enumerate(self.exchange.allgather(mine)):
             if r != self.exchange.rank:
                 out.update({k: v.to(device) for k, v in part.items()})

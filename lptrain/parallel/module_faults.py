@@ -6,12 +6,15 @@ would then wait for that rank's messages forever. Building ends with an agreemen
 rank raises the same ConfigError, which the caller may catch. A failure inside a solve
 cannot be agreed on, the others being inside the solve already: the failing rank
 reports it and ends every rank (MPI_Abort), as `python -m mpi4py` does for any uncaught
-exception.
+exception. A collective call that only some ranks make (`if rank == 0:
+net.state_dict()`, an evaluation on rank 0 alone) waits for the others forever; each
+collective call starts with a barrier that says so after PATIENCE seconds.
 """
 from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +22,42 @@ from pathlib import Path
 import torch
 
 from lptrain.errors import ConfigError
+
+
+PATIENCE = 60.0     # seconds a rank waits in a collective call before it says so
+SPINS = 2000        # tests of the request before polling with sleeps (ranks in step)
+CALLS = ("forward", "backward", "state_dict()", "optimizer_state_dict()")
+
+
+def all_arrived(exchange, call: str) -> None:
+    """Wait until every rank has reached a collective call, and check that it is the same
+    `call` everywhere: ConfigError on every rank where not (`if rank == 0:
+    net.state_dict()` meets the others' next forward). After PATIENCE seconds say once on
+    stderr what this rank waits for, then wait on (the others may be slow, or outside
+    every collective call). Calls of different modules on one communicator are not told
+    apart."""
+    if exchange.size == 1:
+        return
+    request, table = exchange.iallgather_ints([CALLS.index(call)])
+    spins, start, said = 0, time.monotonic(), False
+    while not request.Test():
+        spins += 1
+        if spins < SPINS:
+            continue
+        time.sleep(0.001)
+        if not said and time.monotonic() - start > PATIENCE:
+            said = True
+            print(f"LayerParallel: rank {exchange.rank} has waited {PATIENCE:g} s in "
+                  f"{call} for the other ranks: every rank must make this call (it is "
+                  f"collective), e.g. state = net.state_dict() on every rank, then save it "
+                  f"on rank 0 alone", file=sys.stderr, flush=True)
+    calls = [CALLS[int(k)] for k in table[:, 0]]
+    if len(set(calls)) > 1:
+        where = "; ".join(f"rank {r}: {c}" for r, c in enumerate(calls))
+        raise ConfigError(f"LayerParallel: the ranks are in different collective calls "
+                          f"({where}); every rank must make the same calls in the same "
+                          f"order, e.g. state = net.state_dict() on every rank, then save "
+                          f"it on rank 0 alone")
 
 
 def refuse_tied(layers: dict) -> None:

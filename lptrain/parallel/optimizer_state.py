@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from lptrain.errors import ConfigError
+from lptrain.parallel.module_faults import all_arrived
 
 
 def optimizer_state_dict(optimizer: torch.optim.Optimizer, module: torch.nn.Module,
@@ -28,6 +29,7 @@ def optimizer_state_dict(optimizer: torch.optim.Optimizer, module: torch.nn.Modu
     groups = [{**{k: v for k, v in g.items() if k != "params"},
                "params": [names[id(order[i])] for i in g["params"]]}
               for g in raw["param_groups"]]
+    all_arrived(body.exchange, "optimizer_state_dict()")
     parts = body.exchange.allgather((state, groups))
     whole = {}          # rank 0's entries, then the others' layers (as state_dict())
     for part, _ in parts:

@@ -1,9 +1,10 @@
 """Run under `mpiexec -n 2`: a layer factory that fails on rank 1 only, one module for
-every layer, then a layer whose f raises on rank 1 only in a forward solve
-(tests/mpi/test_module_faults.py)."""
+every layer, state_dict() on rank 0 alone, a rank late to state_dict(), then a layer
+whose f raises on rank 1 only in a forward solve (tests/mpi/test_module_faults.py)."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -12,6 +13,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 
 from lptrain.errors import ConfigError  # noqa: E402
+from lptrain.parallel import module_faults  # noqa: E402
 from lptrain.parallel.context import world  # noqa: E402
 from lptrain.parallel.lp_module import LayerParallel  # noqa: E402
 
@@ -43,5 +45,16 @@ try:                              # one module for every layer: refused on sever
 except ConfigError as exc:
     print(f"rank {rank} caught: {exc}", flush=True)
 mod = LayerParallel(lambda n: Step(n, 12, "f"), n_layers=16, comm=comm)   # rank 1 owns 12
+try:                              # the data-parallel habit: state_dict() on rank 0 alone
+    if rank == 0:
+        mod.state_dict()
+    else:
+        mod(torch.ones(2, 3))
+except ConfigError as exc:
+    print(f"rank {rank} caught: {exc}", flush=True)
+module_faults.PATIENCE = 0.5      # a rank late to a collective call: said, then waited for
+if rank == 1:
+    time.sleep(1.5)
+print(f"rank {rank} gathered {len(mod.state_dict())} entries", flush=True)
 mod(torch.ones(2, 3))
 print(f"rank {rank}: not reached", flush=True)

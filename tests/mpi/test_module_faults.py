@@ -1,5 +1,6 @@
 """LayerParallel on 2 ranks whose layers fail on one rank only: refused on every rank
-where they are built (so is one module for several layers), the job ended with the failing rank's error where f raises in a
+where they are built (so is one module for several layers), told where the ranks are in
+different collective calls or one is late, the job ended with the failing rank's error where f raises in a
 solve, never a hang (one launch, under `timeout`)."""
 import subprocess
 import sys
@@ -23,11 +24,15 @@ def test_a_layer_failing_on_one_rank_ends_every_rank():
         "layer 12 here"
     tied = "caught: LayerParallel: building the layers failed on rank 0: layers 0 and 1 " \
         "share a parameter ('lin.weight' of layer 0 is 'lin.weight' of layer 1)"
-    for said in (built, tied):     # the ranks' lines may interleave, even within a line
+    apart = "caught: LayerParallel: the ranks are in different collective calls (rank 0: " \
+        "state_dict(); rank 1: forward)"
+    for said in (built, tied, apart, "gathered 32 entries"):   # lines may interleave
         assert all(f"rank {r} {said}" in proc.stdout for r in (0, 1)), proc.stdout
-    assert proc.stdout.count(" caught: ") == 4, proc.stdout
+    assert proc.stdout.count(" caught: ") == 6, proc.stdout
     assert "not reached" not in proc.stdout
     ours = [ln for ln in proc.stderr.splitlines() if ln.startswith("LayerParallel: ")]
-    assert ours == ["LayerParallel: rank 1: RuntimeError: f of layer 12 failed (in the "
+    assert ours[0].startswith("LayerParallel: rank 0 has waited 0.5 s in state_dict() for "
+                              "the other ranks: every rank must make this call")
+    assert ours[1:] == ["LayerParallel: rank 1: RuntimeError: f of layer 12 failed (in the "
                     "forward solve); the other ranks wait for this one's messages: "
                     "ending every rank (MPI_Abort)"], proc.stderr[-2000:]
