@@ -130,12 +130,14 @@ class LayerParallel(nn.Module):
         Runs eagerly under torch.compile: a compiled network around it compiles the
         rest, while Dynamo would otherwise trace the solver's Python, its messages and
         norms (graph breaks at each, tens of seconds of compilation)."""
-        all_arrived(self.exchange, "forward")
+        index = self._indexed_params()
+        grad = torch.is_grad_enabled() and (u0.requires_grad or any(map(_REQUIRES_GRAD,
+                                                                        index.params)))
+        all_arrived(self.exchange, "forward" if grad else "forward without gradients",
+                    u0.numel())
         check_ddp_group(self, self.owned, self._ddp_checked)
         check_same(self.exchange, u0, "input", self._same_checked)
-        index = self._indexed_params()
-        if torch.is_grad_enabled() and (u0.requires_grad or any(map(_REQUIRES_GRAD,
-                                                                    index.params))):
+        if grad:
             return _Solve.apply(self, (max_iter, tol, index.names), u0, *index.params)
         # not in inference mode: the solver's buffers outlive this call, and as inference
         # tensors no later training forward could write them
@@ -193,7 +195,7 @@ class LayerParallel(nn.Module):
         """λ_0 (if wanted) and this rank's parameter gradients, solving with the forward's
         f (`_forward_solve`'s: the same dropout masks and pinned buffers)."""
         s = self.solver
-        all_arrived(self.exchange, "backward")
+        all_arrived(self.exchange, "backward", grad_uN.numel())
         check_same(self.exchange, grad_uN, "gradient of the output", self._same_checked)
         lamN = s.adjoint_state(grad_uN)
         warm = self._warm[1] if self.warm_start else None

@@ -26,19 +26,20 @@ from lptrain.errors import ConfigError
 
 PATIENCE = 60.0     # seconds a rank waits in a collective call before it says so
 SPINS = 2000        # tests of the request before polling with sleeps (ranks in step)
-CALLS = ("forward", "backward", "state_dict()", "optimizer_state_dict()")
+CALLS = ("forward", "forward without gradients", "backward", "state_dict()",
+         "optimizer_state_dict()")
 
 
-def all_arrived(exchange, call: str) -> None:
+def all_arrived(exchange, call: str, numbers: int = 0) -> None:
     """Wait until every rank has reached a collective call, and check that it is the same
-    `call` everywhere: ConfigError on every rank where not (`if rank == 0:
-    net.state_dict()` meets the others' next forward). After PATIENCE seconds say once on
-    stderr what this rank waits for, then wait on (the others may be slow, or outside
-    every collective call). Calls of different modules on one communicator are not told
-    apart."""
+    `call` on a tensor of as many `numbers` everywhere: ConfigError on every rank where
+    not (`if rank == 0: net.state_dict()` meets the others' next forward; an evaluation
+    on rank 0 alone meets their training). After PATIENCE seconds say once on stderr
+    what this rank waits for, then wait on (the others may be slow, or outside every
+    collective call)."""
     if exchange.size == 1:
         return
-    request, table = exchange.iallgather_ints([CALLS.index(call)])
+    request, table = exchange.iallgather_ints([CALLS.index(call), numbers])
     spins, start, said = 0, time.monotonic(), False
     while not request.Test():
         spins += 1
@@ -51,13 +52,14 @@ def all_arrived(exchange, call: str) -> None:
                   f"{call} for the other ranks: every rank must make this call (it is "
                   f"collective), e.g. state = net.state_dict() on every rank, then save it "
                   f"on rank 0 alone", file=sys.stderr, flush=True)
-    calls = [CALLS[int(k)] for k in table[:, 0]]
+    calls = [(int(k), int(n)) for k, n in table]
     if len(set(calls)) > 1:
-        where = "; ".join(f"rank {r}: {c}" for r, c in enumerate(calls))
+        where = "; ".join(f"rank {r}: {CALLS[k]}" + (f" of {n} numbers" if n else "")
+                          for r, (k, n) in enumerate(calls))
         raise ConfigError(f"LayerParallel: the ranks are in different collective calls "
                           f"({where}); every rank must make the same calls in the same "
-                          f"order, e.g. state = net.state_dict() on every rank, then save "
-                          f"it on rank 0 alone")
+                          f"order with the same batch, e.g. state = net.state_dict() on "
+                          f"every rank, then save it on rank 0 alone")
 
 
 def refuse_tied(layers: dict) -> None:

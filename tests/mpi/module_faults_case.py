@@ -1,5 +1,6 @@
 """Run under `mpiexec -n 2`: a layer factory that fails on rank 1 only, one module for
-every layer, state_dict() on rank 0 alone, a rank late to state_dict(), then a layer
+every layer, state_dict() and an evaluation on rank 0 alone, a rank late to
+state_dict(), then a layer
 whose f raises on rank 1 only in a forward solve (tests/mpi/test_module_faults.py)."""
 from __future__ import annotations
 
@@ -50,6 +51,14 @@ try:                              # the data-parallel habit: state_dict() on ran
         mod.state_dict()
     else:
         mod(torch.ones(2, 3))
+except ConfigError as exc:
+    print(f"rank {rank} caught: {exc}", flush=True)
+try:                              # an evaluation on rank 0 alone, the others training
+    if rank == 0:
+        with torch.no_grad():
+            mod(torch.ones(5, 3))
+    else:
+        mod(torch.ones(2, 3)).sum().backward()
 except ConfigError as exc:
     print(f"rank {rank} caught: {exc}", flush=True)
 module_faults.PATIENCE = 0.5      # a rank late to a collective call: said, then waited for

@@ -25,10 +25,12 @@ def test_a_layer_failing_on_one_rank_ends_every_rank():
     tied = "caught: LayerParallel: building the layers failed on rank 0: layers 0 and 1 " \
         "share a parameter ('lin.weight' of layer 0 is 'lin.weight' of layer 1)"
     apart = "caught: LayerParallel: the ranks are in different collective calls (rank 0: " \
-        "state_dict(); rank 1: forward)"
-    for said in (built, tied, apart, "gathered 32 entries"):   # lines may interleave
+        "state_dict(); rank 1: forward of 6 numbers)"
+    alone = "caught: LayerParallel: the ranks are in different collective calls (rank 0: " \
+        "forward without gradients of 15 numbers; rank 1: forward of 6 numbers)"
+    for said in (built, tied, apart, alone, "gathered 32 entries"):   # lines interleave
         assert all(f"rank {r} {said}" in proc.stdout for r in (0, 1)), proc.stdout
-    assert proc.stdout.count(" caught: ") == 6, proc.stdout
+    assert proc.stdout.count(" caught: ") == 8, proc.stdout
     assert "not reached" not in proc.stdout
     ours = [ln for ln in proc.stderr.splitlines() if ln.startswith("LayerParallel: ")]
     assert ours[0].startswith("LayerParallel: rank 0 has waited 0.5 s in state_dict() for "
