@@ -16,10 +16,11 @@ from lptrain.errors import ConfigError
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.mgrit.protocols import StepFamily
 from lptrain.model.coarse_steps import CoarseSteps
-from lptrain.model.module_steps import ModuleSteps, with_params
+from lptrain.model.module_steps import ModuleSteps, seeded, with_params
 from lptrain.parallel.context import make_exchange
 from lptrain.parallel.ddp import check_ddp_group
 from lptrain.parallel.halo import owned_layers
+from lptrain.parallel.lp_grads import average_gradients, clip_grad_norm_  # noqa: F401 (here too)
 from lptrain.parallel.module_faults import agreed, all_arrived, ends_every_rank, refuse_tied
 from lptrain.parallel.module_solver import ModuleSolver
 from lptrain.parallel.same_input import check_same
@@ -238,6 +239,14 @@ class LayerParallel(nn.Module):
             stack.enter_context(with_params(self.steps.module(n), P)())
         return stack
 
+    def initialize(self, init, seed: int) -> None:
+        """init(layer) for each layer this rank owns, with torch's seed set to seed + n for
+        layer n: alike on any number of ranks (`net.apply(init)` draws from each rank's
+        own stream, so layer n would start differently on 1 and on 2 ranks)."""
+        for n in self.owned:
+            with seeded(seed + n):
+                init(self.steps.module(n))
+
     def _local(self) -> list[int]:
         """The layers built on this rank: its own and the borrowed copies."""
         return [*self.steps.built, *self.steps.halo]
@@ -366,37 +375,3 @@ def _named_params(module: nn.Module):
     if module._modules:
         return module.named_parameters()
     return [(k, p) for k, p in module._parameters.items() if p is not None]
-
-
-def average_gradients(module: nn.Module, data_exchange) -> None:
-    """Mean of every parameter's gradient over the data groups of a layer × data grid
-    (`data_exchange`: lptrain.parallel.context.grid_exchanges(...).data): the ranks
-    holding the same layers on other shards of the batch."""
-    size = data_exchange.size
-    if size == 1:
-        return
-    for p in module.parameters():
-        if p.grad is not None:
-            p.grad.copy_(data_exchange.allreduce_tensor(p.grad) / size)
-
-
-def clip_grad_norm_(parameters, max_norm: float, body: LayerParallel) -> torch.Tensor:
-    """torch.nn.utils.clip_grad_norm_ (2-norm) for a network whose LayerParallel `body`
-    spans several layer ranks: the norm is that of the whole network's gradient, each
-    rank's own layers summed over the layer ranks and every other parameter (alike on
-    every rank) counted once, so every rank scales by the same factor, as serial
-    training would. A collective over `body`'s ranks; returns the total norm."""
-    params = [p for p in parameters if p.grad is not None]
-    layers = set(map(id, body.parameters()))
-
-    def squares(ps) -> float:
-        zero = torch.zeros((), dtype=torch.float64)
-        return float(sum((p.grad.detach().double().pow(2).sum() for p in ps), zero))
-    own = squares(p for p in params if id(p) in layers)
-    rest = squares(p for p in params if id(p) not in layers)
-    total = (body.exchange.allreduce_sum(own) + rest) ** 0.5
-    coef = max_norm / (total + 1e-6)      # torch's clip coefficient
-    if coef < 1.0:
-        for p in params:
-            p.grad.detach().mul_(coef)
-    return torch.tensor(total, dtype=torch.float64)

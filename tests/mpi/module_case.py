@@ -244,6 +244,7 @@ def run(comm=None) -> dict:
     results.update(data_parallel(comm))
     results.update(habits.other_inputs(comm))
     results.update(habits.resumed(comm))
+    results.update(habits.initialized(comm))
     results.update(clipped(comm))
     results.update(low_precision(comm))
     results.update(spectral_training(comm))
@@ -281,6 +282,7 @@ def reference() -> dict:
     results.update(spectral_training(None))
     results.update(habits.other_inputs(None))
     results.update(habits.resumed(None))
+    results.update(habits.initialized(None))
     return results
 
 

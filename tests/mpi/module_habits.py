@@ -1,5 +1,6 @@
 """Cases of module_case.py for what users' training scripts do around the module: feed
-every rank the same batch (or not), stop and carry on with the optimizer's state."""
+every rank the same batch (or not), stop and carry on with the optimizer's state,
+initialise the layers after building them."""
 from __future__ import annotations
 
 import torch
@@ -70,3 +71,15 @@ def resumed(comm) -> dict:
         load_optimizer_state_dict(opt, again, state)
         out[key] = train(again, opt, 2)
     return out
+
+
+def initialized(comm) -> dict:
+    """Layers initialised after building with LayerParallel.initialize: the same values
+    on any number of ranks (comm None: one rank, the reference)."""
+    torch.manual_seed(14)
+    mod = LayerParallel(dense, T=1.0, n_layers=N, comm=comm)
+    torch.manual_seed(100 + (0 if comm is None else comm.Get_rank()))   # ranks' streams
+    mod.initialize(lambda m: nn.init.orthogonal_(m.lin.weight), seed=5)
+    state = mod.state_dict()
+    return {"initialized": torch.cat([state[f"layers.{n}.lin.weight"].reshape(-1)
+                                      for n in range(N)])}
