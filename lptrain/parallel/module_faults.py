@@ -7,8 +7,9 @@ rank raises the same ConfigError, which the caller may catch. A failure inside a
 cannot be agreed on, the others being inside the solve already: the failing rank
 reports it and ends every rank (MPI_Abort), as `python -m mpi4py` does for any uncaught
 exception. A collective call that only some ranks make (`if rank == 0:
-net.state_dict()`, an evaluation on rank 0 alone) waits for the others forever; each
-collective call starts with a barrier that says so after PATIENCE seconds.
+net.state_dict()`, an evaluation on rank 0 alone) would wait for the others forever;
+each collective call starts by gathering every rank's call: different calls are refused
+on every rank, and a rank that waits PATIENCE seconds says so.
 """
 from __future__ import annotations
 
@@ -103,8 +104,8 @@ def agreed(exchange, build, what: str):
 @contextmanager
 def ends_every_rank(exchange, what: str):
     """A part of a collective solve: where it raises on a rank of several, that rank prints
-    the traceback and a last line naming it, then ends every rank (the others wait for
-    its messages); on one rank the exception goes to the caller."""
+    the user's frames of the traceback and a last line naming it, then ends every rank
+    (the others wait for its messages); on one rank the exception goes to the caller."""
     try:
         yield
     except Exception as exc:
