@@ -328,12 +328,12 @@ class _Solve(torch.autograd.Function):
     @staticmethod
     @once_differentiable            # the adjoint solve is not itself differentiated
     def backward(ctx, grad_uN):
-        ctx.saved_tensors
+        params = ctx.saved_tensors      # once (checkpointing unpacks each only once)
         mod = ctx.mod
         if ctx.released is not None and ctx.states._version != ctx.released:
             raise RuntimeError("LayerParallel: a second backward through a forward after a "
                                "later forward reused its states; run the forward again")
-        with mod._as_in_forward(ctx.names, ctx.saved_tensors):
+        with mod._as_in_forward(ctx.names, params):
             lam0, grads = mod._backward_solve(ctx.states, grad_uN, ctx.needs_input_grad[2],
                                               ctx.kept, ctx.f)
         ctx.kept = None

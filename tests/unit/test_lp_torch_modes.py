@@ -114,3 +114,19 @@ def test_functional_call_differentiates_the_parameters_it_was_given(solve):
     holding(x).square().sum().backward()
     assert all(p.grad is None for p in called.parameters())
     assert all(torch.equal(P[k].grad, p.grad) for k, p in holding.named_parameters())
+
+
+def test_the_whole_body_under_activation_checkpointing():
+    # torch.utils.checkpoint around the module recomputes its forward in the backward and
+    # unpacks each saved tensor only once
+    def body():
+        torch.manual_seed(0)
+        return LayerParallel(dense, T=1.0, n_layers=8, mgrit=MGRITOptions(
+            levels=2, cfactor0=2, tol=1e-13, max_iter=60, adj_tol=1e-13, adj_max_iter=60))
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    wrapped, plain = body(), body()
+    u = x.clone().requires_grad_()
+    torch.utils.checkpoint.checkpoint(wrapped, u, use_reentrant=False).square().sum().backward()
+    plain(x).square().sum().backward()
+    assert all(torch.equal(p.grad, q.grad) for p, q in zip(wrapped.parameters(),
+                                                          plain.parameters()))
