@@ -38,8 +38,10 @@ class LayerParallel(nn.Module):
     Every rank of `comm` (mpi4py; None: one process) calls the module with the
     same input u_0 (any shape; f_n must keep it) and gets u_N back.  Parameters
     and gradients of layer n live on the rank that owns it (`owned`), so each
-    rank's optimizer steps its own layers.  Forward, backward and state_dict()
-    are collective: every rank calls them in the same order.
+    rank's optimizer steps its own layers (`initialize` sets them up alike on any
+    number of ranks; parallel/optimizer_state.py saves an optimizer's state by name).
+    Forward, backward and state_dict() are collective: every rank calls them in the
+    same order, with the same batch (checked: parallel/same_input.py, module_faults.py).
 
     mgrit.tol / max_iter drive the forward solve, adj_tol / adj_max_iter the
     adjoint; tol=0 gives fixed iterations (one-shot training), best with
