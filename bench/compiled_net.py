@@ -16,8 +16,7 @@ import time
 import torch
 
 from common import save
-from lptrain import LayerParallel, MGRITOptions
-from module_step import SOLVERS, Net, block, stepper
+from module_step import batch, lp_net, stepper
 
 
 def timed_steps(step, n: int) -> list[float]:
@@ -34,14 +33,10 @@ def main():
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--layers", type=int, default=16)
     a = p.parse_args()
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(100, 1, 28, 28, generator=gen)
-    y = torch.randint(10, (100,), generator=gen)
-    opts, warm = SOLVERS["one-shot"]
+    x, y = batch(100)
     rows = {}
     for name in ("eager", "compiled"):
-        net = Net(a.layers, LayerParallel(block, T=2.0, n_layers=a.layers, warm_start=warm,
-                                          mgrit=MGRITOptions(levels=2, cfactor0=4, **opts)))
+        net = lp_net(a.layers, "one-shot")
         run = torch.compile(net) if name == "compiled" else net
         step = stepper(net, x, y, run)
         times = timed_steps(step, a.steps)

@@ -70,6 +70,21 @@ class Net(nn.Module):
         return self.head(u)
 
 
+def lp_net(layers: int, solver: str, comm=None) -> Net:
+    """The network with a LayerParallel body solved as SOLVERS[solver] says."""
+    opts, warm = SOLVERS[solver]
+    return Net(layers, LayerParallel(block, T=2.0, n_layers=layers, comm=comm,
+                                     warm_start=warm,
+                                     mgrit=MGRITOptions(levels=2, cfactor0=4, **opts)))
+
+
+def batch(size: int):
+    """Random images and labels, the same in every run."""
+    gen = torch.Generator().manual_seed(0)
+    return (torch.randn(size, 1, 28, 28, generator=gen),
+            torch.randint(10, (size,), generator=gen))
+
+
 def variants(layers: int, comm, size: int) -> dict:
     out = {}
     if size == 1:
@@ -79,10 +94,8 @@ def variants(layers: int, comm, size: int) -> dict:
         serial = Net(layers, LayerParallel(block, T=2.0, n_layers=layers))
         serial.serial = True
         out["serial"] = serial
-    for name, (opts, warm) in SOLVERS.items():
-        mgrit = MGRITOptions(levels=2, cfactor0=4, **opts)
-        out[name] = Net(layers, LayerParallel(block, T=2.0, n_layers=layers, comm=comm,
-                                              mgrit=mgrit, warm_start=warm))
+    for name in SOLVERS:
+        out[name] = lp_net(layers, name, comm)
     return out
 
 
@@ -110,9 +123,7 @@ def main():
         return account(a)
     comm = world()
     size, rank = comm.Get_size(), comm.Get_rank()
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(a.batch, 1, 28, 28, generator=gen)
-    y = torch.randint(10, (a.batch,), generator=gen)
+    x, y = batch(a.batch)
     nets = variants(a.layers, comm if size > 1 else None, size)
     steps = {k: stepper(net, x, y) for k, net in nets.items()}
     for step in steps.values():
@@ -163,12 +174,8 @@ def account(a) -> None:
     for cls, name in CALLS:
         if hasattr(cls, name):
             setattr(cls, name, timed(name, getattr(cls, name)))
-    opts, warm = SOLVERS[a.account]
-    net = Net(a.layers, LayerParallel(block, T=2.0, n_layers=a.layers, warm_start=warm,
-                                      mgrit=MGRITOptions(levels=2, cfactor0=4, **opts)))
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(a.batch, 1, 28, 28, generator=gen)
-    y = torch.randint(10, (a.batch,), generator=gen)
+    net = lp_net(a.layers, a.account)
+    x, y = batch(a.batch)
     step, plain = stepper(net, x, y), stepper(Net(a.layers, None), x, y)
     step(), step(), plain()
     spent.clear(), count.clear()
