@@ -239,6 +239,7 @@ class ModuleSteps:
         their products are only computed when asked for (`vjp_params`), never
         accumulated into .grad, and only for those that require grad: a parameter
         the user froze is part of f, not of its gradient."""
+        around = nullcontext            # f's own parameters: nothing to re-enter
         with torch.enable_grad(), self._keyed(n):
             x = self._copy(u).requires_grad_()     # u's buffer may be overwritten
             if P is None:
@@ -248,9 +249,8 @@ class ModuleSteps:
             else:
                 leaves = {k: v.detach().requires_grad_(params) for k, v in P.items()}
                 y = functional_call(self.module(n), leaves, (x,))
-                return Linear(y, x, leaves if params else None, self.layout,
-                              with_params(self.module(n), leaves))
-        return Linear(y, x, leaves if params else None, self.layout)
+                around = with_params(self.module(n), leaves)
+        return Linear(y, x, leaves if params else None, self.layout, around)
 
 
 def with_params(module: nn.Module, P: Params):
