@@ -16,8 +16,9 @@ from pathlib import Path
 
 from lptrain.errors import FAILED, REFUSED, LptrainError, RunFileError, reason
 from lptrain.jobs import END, Job, JobChannel
-from lptrain.rundir import (RunLock, SavedFiles, claim_new, refuse_earlier_run,
-                            saved_overrides)
+from lptrain.rundir import (SWEEP_FILE, RunLock, SavedFiles, claim_new,
+                            refuse_earlier_run, saved_overrides)
+from lptrain.sweeps import SweepJobs, is_sweep, sweep_command
 
 from lptrain.config import CONF_DIR, CONF_MODULE
 PROG = "lptrain"
@@ -28,6 +29,7 @@ INFO_FLAGS = ("-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-s
 _failures: list[int] = []   # exit status of each failed job
 _stop: list = []          # the StopSignals main() installed (empty when called otherwise)
 _resuming: list = []      # the run directory given with resume=
+_sweep: list = []         # the SweepJobs of a sweep directory given with resume=
 _channel: list = []       # the JobChannel main() opened (empty when called otherwise)
 
 
@@ -91,7 +93,15 @@ def _resume_args(args: list[str]) -> list[str]:
         raise ConfigError(f"{bad[0]}: with resume= only {', '.join(RESUME_KEYS)} can be "
                           f"given (the run keeps its configuration)")
     run_dir = Path(given)
+    if is_sweep(run_dir):         # a multirun's directory: carry on the whole sweep
+        _sweep.append(SweepJobs(run_dir))
+        _resuming.append(run_dir)
+        return sweep_command(run_dir, rest)
     saved = run_dir / ".hydra" / "overrides.yaml"
+    if not saved.is_file() and any(run_dir.glob("*/.hydra/overrides.yaml")):
+        raise InputFileError(f"resume={given}: a sweep whose sweeper saved no "
+                             f"{SWEEP_FILE} (only the basic sweeper's can be resumed as a "
+                             f"whole); resume its jobs one by one (resume={run_dir / '0'} ...)")
     if not (run_dir / CHECKPOINT_FILE).is_file() or not saved.is_file():
         raise InputFileError(f"resume={given}: no {CHECKPOINT_FILE} (or .hydra/overrides.yaml) "
                              f"there; only runs of this lptrain version can be resumed")
@@ -117,7 +127,7 @@ def _prevalidate(args: list[str]) -> None:
     """Compose and type-check the overrides once, turning Hydra's report into one line."""
     from hydra import initialize_config_dir
 
-    from lptrain.config import compose_checked
+    from lptrain.config import compose_checked, sweep_samples
     from lptrain.config.schema import register_configs
     register_configs()
     from hydra.errors import HydraException
@@ -128,34 +138,10 @@ def _prevalidate(args: list[str]) -> None:
                  and not a.startswith("+hydra")]
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            for combination in _sweep_samples(overrides):
+            for combination in sweep_samples(overrides):
                 options(compose_checked(combination))
     except (HydraException, OmegaConfBaseException) as exc:
         raise _one_line(exc) from None
-
-
-def _sweep_samples(overrides: list[str]) -> list[list[str]]:
-    """Override lists that together try every value of every sweep (`a=1,2`, `range`,
-    `choice`) once, the other sweeps at their first value: one composition per value,
-    not the product. Without sweeps, the overrides themselves."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    values = []
-    for o in parsed:
-        try:
-            swept = list(o.sweep_string_iterator()) if o.is_sweep_override() else None
-        except HydraException:     # glob(): needs Hydra's config loader; Hydra checks it
-            continue
-        values.append([f"{o.get_key_element()}={v}" for v in swept] if swept
-                      else [o.input_line])
-    if not values:
-        return [[]]
-    first = [v[0] for v in values]
-    samples = [first]
-    for i, vs in enumerate(values):
-        samples += [first[:i] + [v] + first[i + 1:] for v in vs[1:]]
-    return samples
 
 
 def _one_line(exc: Exception):
@@ -282,19 +268,19 @@ def _lead(args: list[str], ranks: int) -> int:
     except LptrainError as exc:   # nothing ran: refused, or a fault such as a full disk
         _say(str(exc))
         return exc.exit_code
-    saved = SavedFiles(_resuming[0] / ".hydra") if _resuming else None
+    saved = SavedFiles(_resuming[0] / ".hydra") if _resuming and not _sweep else None
     sys.argv = [sys.argv[0], *args]
     try:
         _hydra_entry()
     finally:
         if saved and REFUSED in _failures:    # the run stays as it was
-            _put_back(saved)
+            _put_back(saved.restore)
     return max(_failures, default=0)
 
 
-def _put_back(saved) -> None:
+def _put_back(restore) -> None:
     try:
-        saved.restore()
+        restore()
     except LptrainError as exc:
         _say(str(exc))
         _failures.append(exc.exit_code)
@@ -333,15 +319,40 @@ def _task(cfg) -> float | None:
         _failures.append(exc.exit_code)
         _say(str(exc))
         return None
-    job = Job.of_hydra(cfg, HydraConfig.get(), resume=bool(_resuming))
+    resume = bool(_resuming)
+    if _sweep:         # a resumed sweep: each job as its directory calls for
+        plan = _planned(cfg, HydraConfig.get())
+        if plan is None or plan.action == "kept":
+            return None if plan is None else plan.objective
+        resume = plan.action == "resume"
+    job = Job.of_hydra(cfg, HydraConfig.get(), resume=resume)
     channel = _channel[0] if _channel else None
     if channel:
         channel.announce(job)
         channel.busy = True
+    failed = len(_failures)
     objective = _run_job(job)
     if channel:
         channel.busy = False
+    if _sweep and REFUSED in _failures[failed:]:     # the job stays as it was
+        _put_back(lambda: _sweep[0].put_back(Path(job.run_dir)))
     return objective
+
+
+def _planned(cfg, hydra_cfg):
+    """Rank 0, a job of a resumed sweep: its JobPlan, said where the job is kept; None
+    where its directory allows neither (said too)."""
+    try:
+        plan = _sweep[0].plan(Path(hydra_cfg.runtime.output_dir), cfg.train.iterations)
+    except LptrainError as exc:
+        _failures.append(exc.exit_code)
+        _say(str(exc))
+        return None
+    if plan.action == "kept":
+        line = f"{PROG}: " + plan.describe(hydra_cfg)
+        print(line, flush=True)
+        log.info(line)
+    return plan
 
 
 def _run_job(job: Job) -> float | None:
@@ -359,7 +370,8 @@ def _run_job(job: Job) -> float | None:
         return float(outcome.objective)
     except Interrupted as exc:       # every rank agreed on it after the same iteration
         if comm.Get_rank() == 0:
-            message = f"{exc} (status interrupted); resume with: {PROG} resume={run_dir}"
+            again = job.sweep_dir if job.sweep_dir and is_sweep(job.sweep_dir) else run_dir
+            message = f"{exc} (status interrupted); resume with: {PROG} resume={again}"
             print(f"{PROG}: {message}", file=sys.stderr, flush=True)
             log.warning(message)
         sys.exit(exc.exit_code)

@@ -30,15 +30,19 @@ class Job:
     cwd: str = ""              # rank 0's working directory in the job (hydra.job.chdir)
     env: dict = field(default_factory=dict)   # variables the job sets (hydra.job.env_set)
     resume: bool = False       # continue the checkpoint in run_dir (resume=)
+    sweep_dir: str = ""        # the multirun's directory ("" for a single run)
 
     @classmethod
     def of_hydra(cls, cfg, hydra_cfg, resume: bool = False) -> Job:
         """The job Hydra is running (rank 0, inside the task function)."""
+        from hydra.types import RunMode
         from omegaconf import OmegaConf
         resolved = copy.deepcopy(cfg)      # ${now:}, ${oc.env:} ... take rank 0's values
         OmegaConf.resolve(resolved)
+        sweep = str(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else ""
         return cls(resolved, str(hydra_cfg.runtime.output_dir), os.getcwd(),
-                   {str(k): str(v) for k, v in hydra_cfg.job.env_set.items()}, resume)
+                   {str(k): str(v) for k, v in hydra_cfg.job.env_set.items()}, resume,
+                   sweep)
 
     @contextmanager
     def entered(self):

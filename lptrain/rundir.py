@@ -16,6 +16,7 @@ from lptrain.errors import REFUSED, InputFileError, RunDirectoryBusy, RunFileErr
 from lptrain.metrics.schema import FILE_NAME
 
 LOCK_FILE = ".lptrain.lock"
+SWEEP_FILE = "multirun.yaml"   # what Hydra writes into a multirun's directory
 
 
 def claim_new(base: str | Path) -> Path:
@@ -39,9 +40,11 @@ def refuse_earlier_run(directory: str | Path, key: str) -> None:
     found = [p for p in (directory / FILE_NAME, *directory.glob(f"*/{FILE_NAME}"))
              if p.is_file()]
     if found:
+        sweep = key == "hydra.sweep.dir" and (directory / SWEEP_FILE).is_file()
+        earlier, what = (directory, "sweep") if sweep else (found[0].parent, "run")
         raise RunFileError(f"{key}={directory}: holds an earlier run ({found[0]}); choose "
-                           f"another directory, or continue that run with "
-                           f"`lptrain resume={found[0].parent}`", exit_code=REFUSED)
+                           f"another directory, or continue that {what} with "
+                           f"`lptrain resume={earlier}`", exit_code=REFUSED)
 
 
 def saved_overrides(path: Path) -> list[str]:
@@ -59,7 +62,7 @@ def saved_overrides(path: Path) -> list[str]:
     if not isinstance(saved, ListConfig) or not all(isinstance(a, str) for a in saved):
         raise InputFileError(f"{path}: not a list of overrides; only runs of this lptrain "
                              f"version can be resumed")
-    _check_parses(path, list(saved))
+    check_overrides(path, list(saved))
     return list(saved)
 
 
@@ -89,7 +92,7 @@ class SavedFiles:
                                f"saved configuration ({reason(exc)})") from None
 
 
-def _check_parses(path: Path, overrides: list[str]) -> None:
+def check_overrides(path: Path, overrides: list[str]) -> None:
     """InputFileError naming `path` and the item unless Hydra parses each override (a
     file cut inside an item leaves one such as `dataset`)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser

@@ -57,3 +57,27 @@ def compose(overrides: Sequence[str]):
         return options(cfg), OmegaConf.to_container(cfg, resolve=True)
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(str(exc).strip().splitlines()[0]) from None
+
+
+def sweep_samples(overrides: list[str]) -> list[list[str]]:
+    """Override lists that together try every value of every sweep (`a=1,2`, `range`,
+    `choice`) once, the other sweeps at their first value: one composition per value,
+    not the product. Without sweeps, the overrides themselves."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    values = []
+    for o in parsed:
+        try:
+            swept = list(o.sweep_string_iterator()) if o.is_sweep_override() else None
+        except HydraException:     # glob(): needs Hydra's config loader; Hydra checks it
+            continue
+        values.append([f"{o.get_key_element()}={v}" for v in swept] if swept
+                      else [o.input_line])
+    if not values:
+        return [[]]
+    first = [v[0] for v in values]
+    samples = [first]
+    for i, vs in enumerate(values):
+        samples += [first[:i] + [v] + first[i + 1:] for v in vs[1:]]
+    return samples

@@ -17,7 +17,8 @@ from lptrain.jobs import END, JOB, Job, JobChannel
 
 def _hydra_cfg(output_dir="out/0", env_set=None):
     return OmegaConf.create({"runtime": {"output_dir": output_dir},
-                             "job": {"env_set": env_set or {}}})
+                             "job": {"env_set": env_set or {}}, "mode": None,
+                             "sweep": {"dir": "sweep"}})
 
 
 def test_a_job_carries_rank_0s_resolved_values(monkeypatch, tmp_path):

@@ -1,0 +1,109 @@
+"""`lptrain resume=SWEEP_DIR`: carry on a multirun that was stopped.
+
+A sweep stopped by a signal (or a failure) has run some of its jobs to the end, stopped
+one, and not started the rest. Resuming it runs the sweep's own command again (the task
+and Hydra overrides Hydra saved in SWEEP_DIR/multirun.yaml, with the new values of the
+keys a resume may change) into the same directory, and each job does what its directory
+calls for (`JobPlan`): a job whose run ended is kept and reports its recorded objective,
+a stopped one is resumed from its checkpoint, one never started runs. A job whose
+directory holds a run of other overrides (a sweeper that samples differently this
+time) is refused by the resume's configuration check, and its files are put back.
+
+Rank 0 alone uses this module (cli.py); the other ranks run the jobs it hands them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lptrain.errors import InputFileError, RunFileError
+from lptrain.rundir import SWEEP_FILE, SavedFiles, check_overrides
+
+_SET_BY_RESUME = ("hydra.sweep.dir", "hydra.mode")   # given anew by the resumed command
+
+
+def is_sweep(directory: Path) -> bool:
+    """True for a multirun's directory (its multirun.yaml), not one job's."""
+    return (Path(directory) / SWEEP_FILE).is_file()
+
+
+def sweep_command(directory: Path, given: list[str]) -> list[str]:
+    """The command line that resumes the sweep in `directory`: multirun, its saved Hydra
+    and task overrides, `given` (already checked against app.RESUME_KEYS) in place of
+    the saved values of their keys, and the directory itself."""
+    import yaml
+    path = Path(directory) / SWEEP_FILE
+    try:
+        saved = yaml.safe_load(path.read_text())
+        task, hydra = saved["hydra"]["overrides"]["task"], saved["hydra"]["overrides"]["hydra"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
+        raise InputFileError(f"{path}: unreadable ({type(exc).__name__}: {exc}); only "
+                             f"sweeps of this lptrain version can be resumed") from None
+    for overrides in (task, hydra):
+        if not isinstance(overrides, list) or not all(isinstance(a, str) for a in overrides):
+            raise InputFileError(f"{path}: its overrides are not lists of strings; only "
+                                 f"sweeps of this lptrain version can be resumed")
+        check_overrides(path, overrides)
+    keys = {a.split("=", 1)[0] for a in given}
+    kept_hydra = [a for a in hydra if a.split("=", 1)[0] not in _SET_BY_RESUME]
+    kept_task = [a for a in task if a.split("=", 1)[0] not in keys]
+    return ["-m", *kept_hydra, *kept_task, *given, f"hydra.sweep.dir={directory}"]
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """What a job of a resumed sweep does: run ("fresh"), continue its checkpoint
+    ("resume"), or nothing ("kept": its run ended earlier; `objective` is its last)."""
+
+    action: str
+    iterations: int = 0              # done before
+    status: str = ""                 # the recorded run's status
+    objective: float | None = None   # a kept run's last objective (None: diverged)
+
+    def describe(self, hydra_cfg) -> str:
+        """What a kept job says (rank 0, once): which job, how its run ended."""
+        return (f"job {hydra_cfg.job.num} ({hydra_cfg.runtime.output_dir}) kept: "
+                f"{self.status} earlier after {self.iterations} iterations"
+                + (f", objective {self.objective:.6g}" if self.objective is not None else ""))
+
+
+class SweepJobs:
+    """The job directories of a sweep as they were before Hydra rewrites each job's
+    `.hydra/` (its saved configuration), to plan each job and to put those files back
+    where a job is refused."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+        self.saved = {p.parent: SavedFiles(p) for p in self.directory.glob("*/.hydra")
+                      if p.is_dir()}
+
+    def plan(self, run_dir: Path, iterations: int) -> JobPlan:
+        """The job in `run_dir`, asked for `iterations`; RunFileError where its files
+        allow neither a resume nor a fresh start."""
+        from lptrain.metrics import schema as ms
+        from lptrain.metrics.reader import read_metrics
+        from lptrain.train.checkpoint import CHECKPOINT_FILE
+        run_dir = Path(run_dir)
+        metrics, checkpoint = run_dir / ms.FILE_NAME, run_dir / CHECKPOINT_FILE
+        if not metrics.is_file():
+            return JobPlan("fresh")
+        if not checkpoint.is_file():
+            raise RunFileError(f"{run_dir}: this job of the sweep was stopped before its "
+                               f"first checkpoint, so it cannot be resumed; move its "
+                               f"{ms.FILE_NAME} away to run it again")
+        m = read_metrics(metrics)
+        done = m.n_iterations
+        ended = m.status in (ms.DIVERGED, ms.STALLED) or \
+            (m.status == ms.COMPLETED and done >= iterations)
+        if not ended:
+            return JobPlan("resume", done, m.status)
+        objective = None
+        if m.status != ms.DIVERGED and done:
+            objective = float(m.train[ms.OBJECTIVE][-1])
+        return JobPlan("kept", done, m.status, objective)
+
+    def put_back(self, run_dir: Path) -> None:
+        """The job's `.hydra/` files as they were (RunFileError if they cannot be)."""
+        saved = self.saved.get(Path(run_dir))
+        if saved is not None:
+            saved.restore()

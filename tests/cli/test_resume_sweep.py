@@ -1,0 +1,111 @@
+"""`lptrain resume=SWEEP_DIR`: a multirun stopped by Ctrl-C carries on as a whole. The
+stopped job continues from its checkpoint and equals an uninterrupted one, jobs never
+started run, jobs that ended are kept with their objective, and a job whose directory
+holds a run of other overrides is refused with its files left as they were."""
+from __future__ import annotations
+
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from launch import lptrain, start
+from lptrain.metrics import schema as ms
+from lptrain.metrics.reader import read_metrics
+
+pytestmark = [pytest.mark.cli]
+
+TINY = ["network.layers=4", "network.width=4", "dataset.n_train=200", "dataset.n_val=50",
+        "eval_every=2"]
+TIMEOUT = 120
+
+
+def _rows(path) -> int:
+    try:
+        return read_metrics(path).n_iterations
+    except (ms.MetricsFileError, OSError, KeyError):
+        return 0
+
+
+def _objective(job) -> np.ndarray:
+    return read_metrics(job / ms.FILE_NAME).train[ms.OBJECTIVE]
+
+
+def test_a_sweep_stopped_by_a_signal_carries_on_where_it_stopped(tmp_path):
+    sweep = tmp_path / "sweep"
+    # jobs 0 and 2 train the same configuration: job 2 is the uninterrupted run of job 0
+    proc = start(["-m", f"hydra.sweep.dir={sweep}", *TINY, "seed=1,2,1",
+                  "train.iterations=1000000"], tmp_path)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while _rows(sweep / "0" / ms.FILE_NAME) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=TIMEOUT) == 128 + signal.SIGINT
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = proc.output()[1].strip().splitlines()
+    assert err[-1].endswith(f"resume with: lptrain resume={sweep}"), err
+    assert not (sweep / "1").exists()          # the jobs after it never started
+    done = read_metrics(sweep / "0" / ms.FILE_NAME).n_iterations
+    total = done + 3
+    again = lptrain([f"resume={sweep}", f"train.iterations={total}"], tmp_path)
+    assert again.returncode == 0, again.stderr
+    for job in ("0", "1", "2"):
+        m = read_metrics(sweep / job / ms.FILE_NAME)
+        assert m.status == ms.COMPLETED, job
+        np.testing.assert_array_equal(m.train[ms.ITERATION], np.arange(1, total + 1))
+    np.testing.assert_array_equal(_objective(sweep / "0"), _objective(sweep / "2"))
+    assert not (_objective(sweep / "1") == _objective(sweep / "0")).all()    # seed 2
+
+
+def test_jobs_that_ended_are_kept_and_a_changed_job_is_refused_untouched(tmp_path):
+    sweep = tmp_path / "sweep"
+    first = lptrain(["-m", f"hydra.sweep.dir={sweep}", *TINY, "seed=1,2",
+                     "train.iterations=3"], tmp_path)
+    assert first.returncode == 0, first.stderr
+    before = {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()
+              and p.suffix != ".log"}
+    kept = lptrain([f"resume={sweep}"], tmp_path)
+    assert kept.returncode == 0, kept.stderr
+    for job in ("0", "1"):
+        objective = _objective(sweep / job)[-1]
+        assert (f"lptrain: job {job} ({sweep / job}) kept: completed earlier after 3 "
+                f"iterations, objective {objective:.6g}") in kept.stdout
+    assert {p: p.read_bytes() for p in before} == before     # nothing rewritten
+
+    # a sweep whose jobs come out otherwise than its directory's (here: edited)
+    saved = sweep / "multirun.yaml"
+    saved.write_text(saved.read_text().replace("- seed=1,2", "- seed=5,2"))
+    hydra0 = {p: p.read_bytes() for p in (sweep / "0" / ".hydra").iterdir()}
+    changed = lptrain([f"resume={sweep}", "train.iterations=5"], tmp_path)
+    assert changed.returncode == 2
+    assert [ln for ln in changed.stderr.splitlines() if "error" in ln] == [
+        "lptrain: error: resume: the configuration differs from the run's at seed: 1 in the "
+        "checkpoint, 5 now (only train.iterations, eval_every, checkpoint_every, "
+        "parallel.layer_ranks, parallel.data_ranks may change)"]
+    assert {p: p.read_bytes() for p in hydra0} == hydra0       # put back
+    assert read_metrics(sweep / "0" / ms.FILE_NAME).n_iterations == 3
+    assert read_metrics(sweep / "1" / ms.FILE_NAME).n_iterations == 5   # the sweep went on
+
+
+def test_a_sweep_directory_refuses_a_new_sweep_and_says_how_to_resume_it(tmp_path):
+    sweep = tmp_path / "sweep"
+    first = lptrain(["-m", f"hydra.sweep.dir={sweep}", *TINY, "seed=1",
+                     "train.iterations=2"], tmp_path)
+    assert first.returncode == 0, first.stderr
+    again = lptrain(["-m", f"hydra.sweep.dir={sweep}", *TINY, "seed=3",
+                     "train.iterations=2"], tmp_path)
+    assert again.returncode == 2
+    assert again.stderr.strip().splitlines()[-1].endswith(
+        f"continue that sweep with `lptrain resume={sweep}`")
+    # a sweeper that saves no multirun.yaml (Optuna's): its jobs resume one by one
+    (sweep / "multirun.yaml").unlink()
+    jobs = lptrain([f"resume={sweep}"], tmp_path)
+    assert jobs.returncode == 2
+    assert jobs.stderr.strip().splitlines() == [
+        f"lptrain: error: resume={sweep}: a sweep whose sweeper saved no multirun.yaml (only "
+        f"the basic sweeper's can be resumed as a whole); resume its jobs one by one "
+        f"(resume={sweep / '0'} ...)"]

@@ -1,0 +1,93 @@
+"""lptrain/sweeps.py: what each job of a resumed sweep does, from the files in its
+directory, and the command that resumes a sweep from its multirun.yaml."""
+import h5py
+import pytest
+
+from lptrain.errors import InputFileError, RunFileError
+from lptrain.metrics import schema as s
+from lptrain.metrics.writer import MetricsWriter
+from lptrain.sweeps import JobPlan, SweepJobs, is_sweep, sweep_command
+from lptrain.train.checkpoint import CHECKPOINT_FILE
+
+MULTIRUN = """hydra:
+  overrides:
+    hydra:
+    - hydra/sweeper=optuna
+    - hydra.sweeper.n_trials=4
+    - hydra.sweep.dir=/old/place
+    - hydra.mode=MULTIRUN
+    task:
+    - optimizer.lr=0.5,1.0
+    - train.iterations=400
+    - seed=3
+"""
+
+
+def _job(directory, status, rows, checkpoint=True):
+    directory.mkdir(parents=True)
+    (directory / ".hydra").mkdir()
+    (directory / ".hydra" / "overrides.yaml").write_text("- seed=3\n")
+    attrs = {s.MODE: "serial", s.WORLD_SIZE: 1, s.SEED: 3, s.CONFIG: "seed: 3\n"}
+    with MetricsWriter(directory / s.FILE_NAME, attrs) as w:
+        for i in range(1, rows + 1):
+            w.log_train(iteration=i, objective=1.0 / i, loss=0.5 / i)
+        w.close(s.INTERRUPTED if status == s.RUNNING else status)
+    if status == s.RUNNING:       # as a killed run leaves it
+        with h5py.File(directory / s.FILE_NAME, "r+") as f:
+            f.attrs[s.STATUS] = s.RUNNING
+    if checkpoint:
+        (directory / CHECKPOINT_FILE).write_bytes(b"")
+
+
+@pytest.mark.parametrize("status, rows, asked, plan", [
+    (s.COMPLETED, 4, 4, JobPlan("kept", 4, s.COMPLETED, 0.25)),
+    (s.COMPLETED, 4, 6, JobPlan("resume", 4, s.COMPLETED)),      # asked for more
+    (s.INTERRUPTED, 4, 6, JobPlan("resume", 4, s.INTERRUPTED)),
+    (s.RUNNING, 3, 6, JobPlan("resume", 3, s.RUNNING)),            # killed
+    (s.FAILED, 2, 6, JobPlan("resume", 2, s.FAILED)),              # e.g. a full disk
+    (s.STALLED, 2, 6, JobPlan("kept", 2, s.STALLED, 0.5)),         # ended by itself
+    (s.DIVERGED, 2, 6, JobPlan("kept", 2, s.DIVERGED, None)),
+])
+def test_each_job_does_what_its_directory_calls_for(tmp_path, status, rows, asked, plan):
+    _job(tmp_path / "sweep" / "0", status, rows)
+    jobs = SweepJobs(tmp_path / "sweep")
+    assert jobs.plan(tmp_path / "sweep" / "0", asked) == plan
+    assert jobs.plan(tmp_path / "sweep" / "1", asked) == JobPlan("fresh")   # not started
+
+
+def test_a_job_stopped_before_its_first_checkpoint_is_refused_not_truncated(tmp_path):
+    _job(tmp_path / "sweep" / "0", s.RUNNING, 3, checkpoint=False)
+    with pytest.raises(RunFileError, match=r"sweep/0: .* before its first checkpoint.* "
+                                           r"move its metrics.h5 away"):
+        SweepJobs(tmp_path / "sweep").plan(tmp_path / "sweep" / "0", 6)
+
+
+def test_put_back_restores_a_jobs_saved_configuration(tmp_path):
+    _job(tmp_path / "sweep" / "0", s.COMPLETED, 2)
+    jobs = SweepJobs(tmp_path / "sweep")
+    saved = tmp_path / "sweep" / "0" / ".hydra" / "overrides.yaml"
+    saved.write_text("- seed=4\n")
+    (saved.parent / "config.yaml").write_text("new: 1\n")
+    jobs.put_back(tmp_path / "sweep" / "0")
+    assert saved.read_text() == "- seed=3\n" and not (saved.parent / "config.yaml").exists()
+    jobs.put_back(tmp_path / "sweep" / "7")        # a job that had no files: nothing
+
+
+def test_the_sweeps_own_command_with_the_new_values(tmp_path):
+    (tmp_path / "multirun.yaml").write_text(MULTIRUN)
+    assert is_sweep(tmp_path) and not is_sweep(tmp_path / "0")
+    assert sweep_command(tmp_path, ["train.iterations=600"]) == [
+        "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=4", "optimizer.lr=0.5,1.0",
+        "seed=3", "train.iterations=600", f"hydra.sweep.dir={tmp_path}"]
+
+
+@pytest.mark.parametrize("text, says", [
+    ("hydra: {}\n", "unreadable"),
+    ("hydra: {overrides: {hydra: [], task: [1, 2]}}\n", "not lists of strings"),
+    ("hydra: {overrides: {hydra: [], task: ['dataset']}}\n", "'dataset' is not an override"),
+    ("hydra: [\n", "unreadable"),
+])
+def test_a_damaged_multirun_file_is_named(tmp_path, text, says):
+    (tmp_path / "multirun.yaml").write_text(text)
+    with pytest.raises(InputFileError, match=f"multirun.yaml: .*{says}"):
+        sweep_command(tmp_path, [])
