@@ -69,7 +69,7 @@ def build_report(runs: Sequence[RunMetrics], out: Path) -> list[Path]:
     rows = add_speedup([summarize(label, run) for label, run in zip(labels, runs)])
     summary = out / "summary.md"
     summary.write_text(to_markdown(rows) + "\n" + NOTES + time_per_rank(runs, labels))
-    return [*write_plots(list(zip(labels, runs)), out, report_context(runs)), summary]
+    return [*write_plots(list(zip(labels, runs)), out, report_context), summary]
 
 
 def time_per_rank(runs: Sequence[RunMetrics], labels: Sequence[str]) -> str:

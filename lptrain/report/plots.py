@@ -34,24 +34,26 @@ LEGEND_CHAR_PT, LEGEND_HANDLE_CHARS = 5.5, 6   # a label character's width at "s
 STYLE_KEY = "lines: training (every iteration)    hollow markers: validation"
 
 
-def write_plots(runs: Runs, out: Path, context: str = "") -> list[Path]:
+def write_plots(runs: Runs, out: Path, context=lambda runs: "") -> list[Path]:
     """Write every figure of `figures` into directory `out`; return the paths written."""
     return [_save(fig, out / f"{name}.png") for name, fig in figures(runs, context).items()]
 
 
-def figures(runs: Runs, context: str = "") -> dict[str, Figure]:
+def figures(runs: Runs, context=lambda runs: "") -> dict[str, Figure]:
     """name -> figure: loss and accuracy against iteration and against wall time always,
-    MGRIT residuals and convergence factors when some run has an mgrit/ group. `context`
-    (e.g. 'peaks, experiment=peaks_paper: serial, mgrit') ends every title."""
-    out = {}
+    MGRIT residuals and convergence factors when some run has an mgrit/ group.
+    `context(metrics)` of the runs a figure shows (e.g. 'peaks, experiment=peaks_paper:
+    serial, mgrit') ends its title: the MGRIT figures name only the runs with solves."""
+    out, every = {}, context([run for _, run in runs])
     for x in (s.ITERATION, s.WALL_TIME):
-        out[f"loss_vs_{x}"] = _curves(runs, x, s.LOSS, "loss", context, log=True)
-        out[f"accuracy_vs_{x}"] = _curves(runs, x, s.ACCURACY, "accuracy", context, log=False)
-    if any(run.mgrit for _, run in runs):
+        out[f"loss_vs_{x}"] = _curves(runs, x, s.LOSS, "loss", every, log=True)
+        out[f"accuracy_vs_{x}"] = _curves(runs, x, s.ACCURACY, "accuracy", every, log=False)
+    solved = [run for _, run in runs if run.mgrit]
+    if solved:
         out["mgrit_residuals"] = _mgrit_figure(runs, (s.FWD_RESIDUAL, s.ADJ_RESIDUAL), True,
-                                               "final residual", context)
+                                               "final residual", context(solved))
         out["mgrit_factors"] = _mgrit_figure(runs, (s.FWD_FACTOR, s.ADJ_FACTOR), False,
-                                             "convergence factor", context)
+                                             "convergence factor", context(solved))
     return out
 
 
