@@ -3,7 +3,7 @@ and whose backward runs the adjoint MGRIT, each rank holding only its own layers
 from __future__ import annotations
 
 import warnings
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from itertools import chain
 from operator import attrgetter, is_
 from typing import NamedTuple
@@ -321,6 +321,7 @@ class _Solve(torch.autograd.Function):
     def forward(ctx, mod: LayerParallel, limits, u0, *params):
         max_iter, tol, ctx.names = limits       # names: (layer, name) of each parameter
         uN, res, kept, ctx.f = mod._forward_solve(u0, True, max_iter, tol)
+        ctx.autocast = _autocast_state(u0.device.type)    # f's precision, for its VJPs
         ctx.mod, ctx.states = mod, mod.solver.fwd.take(res.states)   # lent until backward
         ctx.released = None                # the states' version when given back
         ctx.kept = kept                    # f's graphs at those states (fixed solves)
@@ -335,7 +336,7 @@ class _Solve(torch.autograd.Function):
         if ctx.released is not None and ctx.states._version != ctx.released:
             raise RuntimeError("LayerParallel: a second backward through a forward after a "
                                "later forward reused its states; run the forward again")
-        with mod._as_in_forward(ctx.names, params):
+        with mod._as_in_forward(ctx.names, params), _autocast(ctx.autocast):
             lam0, grads = mod._backward_solve(ctx.states, grad_uN, ctx.needs_input_grad[2],
                                               ctx.kept, ctx.f)
         ctx.kept = None
@@ -343,6 +344,25 @@ class _Solve(torch.autograd.Function):
         ctx.released = ctx.states._version
         # a frozen parameter (requires_grad False) has no product: None, as autograd's
         return (None, None, lam0, *[grads[n].get(k) for n, k in ctx.names])
+
+
+def _autocast_state(device_type: str) -> tuple | None:
+    """torch.autocast's state for this device where f ran (None: a device without one).
+    The backward solve linearises f again under it, as torch.utils.checkpoint recomputes:
+    otherwise a forward under autocast would get the VJPs of f in full precision."""
+    try:
+        return (device_type, torch.is_autocast_enabled(device_type),
+                torch.get_autocast_dtype(device_type), torch.is_autocast_cache_enabled())
+    except RuntimeError:
+        return None
+
+
+def _autocast(state: tuple | None):
+    """The context that re-enters an `_autocast_state`."""
+    if state is None:
+        return nullcontext()
+    device_type, enabled, dtype, cache = state
+    return torch.autocast(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache)
 
 
 class _Index(NamedTuple):

@@ -130,3 +130,43 @@ def test_the_whole_body_under_activation_checkpointing():
     plain(x).square().sum().backward()
     assert all(torch.equal(p.grad, q.grad) for p, q in zip(wrapped.parameters(),
                                                           plain.parameters()))
+
+
+class Recorded(nn.Module):
+    """A dense branch that records the autocast state of each call."""
+
+    calls: list = []
+
+    def __init__(self):
+        super().__init__()
+        self.f = nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 16))
+
+    def forward(self, u):
+        self.calls.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+        return self.f(u)
+
+
+@pytest.mark.parametrize("solve", [dict(tol=1e-13, max_iter=40),          # converged
+                                   dict(tol=0.0, max_iter=2, adj_max_iter=2)])  # one-shot
+def test_the_backward_runs_f_in_the_precision_autocast_gave_the_forward(solve):
+    """Under torch.autocast the forward evaluates f in bfloat16; the adjoint's
+    linearisations must too (as autograd's backward of the serial loop does), not in
+    float32 outside the autocast region where backward() is called."""
+    torch.manual_seed(0)
+    body = LayerParallel(lambda n: Recorded(), T=1.0, n_layers=8,
+                         mgrit=MGRITOptions(levels=2, cfactor0=2, **solve))
+    x = torch.randn(32, 16)
+
+    def grads(f, autocast):
+        body.zero_grad()
+        Recorded.calls.clear()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = f(x).float().square().mean()
+        loss.backward()           # outside the region, as training scripts do
+        return torch.cat([p.grad.reshape(-1) for p in body.parameters()])
+
+    got = grads(body, True)
+    assert set(Recorded.calls) == {(True, torch.bfloat16)}, set(Recorded.calls)
+    if solve["tol"]:       # converged: serial's bfloat16 gradient up to its rounding
+        serial, full = grads(body.serial, True), grads(body.serial, False)
+        assert (got - serial).norm() < 0.01 * (serial - full).norm()   # before: 0.99
