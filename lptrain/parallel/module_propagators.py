@@ -64,7 +64,12 @@ class AutogradFamily:
 
     @staticmethod
     def param_grads(adjoint, layers, lam) -> dict:
-        return {n: adjoint.param_grads(n, lam(n + 1)) for n in layers}
+        """The layers' gradients: the adjoint's last use, so its linearisations (f's
+        graphs, with every activation they saved) are let go here, not kept until the
+        next backward replaces the propagator."""
+        grads = {n: adjoint.param_grads(n, lam(n + 1)) for n in layers}
+        adjoint.release()
+        return grads
 
 
 class ModuleForward:
@@ -146,8 +151,17 @@ class ModuleAdjoint:
         self.average, self.owned, self.coarse = average, set(owned), coarse
         self.fixed, self.write_rows, self.lam_view = fixed, write_rows, lam_view
         # the forward's linearisations at these states (ModuleForward.keep)
+        self._kept = kept
         self._lin: dict[object, object] = {(n, 1): lin for n, lin in (kept or {}).items()}
         self._grads: dict[int, tuple] = {}    # layer -> (λ_{n+1}, its parameters' product)
+
+    def release(self) -> None:
+        """Let go of every linearisation, the forward's kept ones too (a second backward
+        through the same forward linearises again)."""
+        self._lin.clear()
+        self._grads.clear()
+        if self._kept is not None:
+            self._kept.clear()
 
     def linear(self, n: int, k: int = 1, level: int = 0):
         """f of the k layers from n (one, or their mean) linearised at u_n; on a coarse
