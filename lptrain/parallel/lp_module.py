@@ -124,7 +124,6 @@ class LayerParallel(nn.Module):
         return self._index
 
     # -- forward ---------------------------------------------------------------------
-    @torch.compiler.disable
     def forward(self, u0: torch.Tensor, max_iter: int | None = None,
                 tol: float | None = None) -> torch.Tensor:
         """u_N.  max_iter / tol override mgrit's for this forward solve (e.g. an exact
@@ -132,7 +131,13 @@ class LayerParallel(nn.Module):
 
         Runs eagerly under torch.compile: a compiled network around it compiles the
         rest, while Dynamo would otherwise trace the solver's Python, its messages and
-        norms (graph breaks at each, tens of seconds of compilation)."""
+        norms (graph breaks at each, tens of seconds of compilation). The escape is made
+        only while compiling: `torch.compiler.disable` imports Dynamo (1.5 s)."""
+        if torch.compiler.is_compiling():
+            return torch.compiler.disable(self._forward)(u0, max_iter, tol)
+        return self._forward(u0, max_iter, tol)
+
+    def _forward(self, u0, max_iter, tol):
         index = self._indexed_params()
         grad = torch.is_grad_enabled() and (u0.requires_grad or any(map(_REQUIRES_GRAD,
                                                                         index.params)))
