@@ -391,7 +391,8 @@ def _run_job(job: Job) -> float | None:
         _say(message)
         log.error(message)
         if comm.Get_size() > 1:
-            comm.Abort(1)
+            from lptrain.mgrit.exchange import abort
+            abort(comm, 1)
         sys.exit(1)
     return None
 

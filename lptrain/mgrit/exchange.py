@@ -9,6 +9,7 @@ and waiting.
 from __future__ import annotations
 
 import atexit
+import sys
 import time
 import weakref
 
@@ -80,6 +81,20 @@ def _buffer(t: torch.Tensor) -> np.ndarray:
 
 _LIVE: "weakref.WeakSet[MPIExchange]" = weakref.WeakSet()
 _EXIT_HOOK: list = []
+
+
+ABORT_GRACE = 0.5     # seconds for the launcher to forward a rank's last lines
+
+
+def abort(comm, code: int) -> None:
+    """End every rank of `comm`'s job (MPI_Abort) with exit status `code`, after this
+    rank's output is flushed and the launcher has had ABORT_GRACE to forward it: at
+    MPI_Abort the launcher ends the job at once, and a line written just before (the
+    one that says why) could be lost."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    time.sleep(ABORT_GRACE)
+    comm.Abort(code)
 
 
 def release_sent() -> None:
@@ -202,8 +217,8 @@ class MPIExchange:
         return self.comm.Iallgather(send, table), table
 
     def abort(self, code: int) -> None:
-        """End every rank of the communicator's job (MPI_Abort) with exit status `code`."""
-        self.comm.Abort(code)
+        """End every rank of the communicator's job with exit status `code` (`abort`)."""
+        abort(self.comm, code)
 
     def gather(self, values: list) -> list | None:
         """Every rank's `values` on rank 0 (None elsewhere)."""
