@@ -73,7 +73,8 @@ class SweepJobs:
     where a job is refused."""
 
     def __init__(self, directory: Path):
-        self.directory = Path(directory)
+        # absolute, as Hydra names a job's directory (the command may give it relative)
+        self.directory = Path(directory).resolve()
         self.saved = {p.parent: SavedFiles(p) for p in self.directory.glob("*/.hydra")
                       if p.is_dir()}
 
@@ -104,6 +105,6 @@ class SweepJobs:
 
     def put_back(self, run_dir: Path) -> None:
         """The job's `.hydra/` files as they were (RunFileError if they cannot be)."""
-        saved = self.saved.get(Path(run_dir))
+        saved = self.saved.get(Path(run_dir).resolve())
         if saved is not None:
             saved.restore()

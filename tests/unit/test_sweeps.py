@@ -73,6 +73,17 @@ def test_put_back_restores_a_jobs_saved_configuration(tmp_path):
     jobs.put_back(tmp_path / "sweep" / "7")        # a job that had no files: nothing
 
 
+def test_put_back_finds_the_job_of_a_sweep_given_by_a_relative_path(tmp_path, monkeypatch):
+    """`resume=sweep` from the sweep's parent: Hydra names the job by its absolute path."""
+    _job(tmp_path / "sweep" / "0", s.COMPLETED, 2)
+    monkeypatch.chdir(tmp_path)
+    jobs = SweepJobs("sweep")
+    saved = tmp_path / "sweep" / "0" / ".hydra" / "overrides.yaml"
+    saved.write_text("- seed=4\n")
+    jobs.put_back(tmp_path / "sweep" / "0")
+    assert saved.read_text() == "- seed=3\n"
+
+
 def test_the_sweeps_own_command_with_the_new_values(tmp_path):
     (tmp_path / "multirun.yaml").write_text(MULTIRUN)
     assert is_sweep(tmp_path) and not is_sweep(tmp_path / "0")
