@@ -16,9 +16,9 @@ from pathlib import Path
 
 from lptrain.errors import FAILED, REFUSED, LptrainError, RunFileError, reason
 from lptrain.jobs import END, Job, JobChannel
-from lptrain.rundir import (SWEEP_FILE, RunLock, SavedFiles, claim_new,
+from lptrain.rundir import (SWEEP_FILE, RunLock, SavedFiles, claim_new, is_sweep,
                             refuse_earlier_run, saved_overrides)
-from lptrain.sweeps import SweepJobs, is_sweep, sweep_command
+from lptrain.sweeps import SweepJobs, sweep_command
 
 from lptrain.config import CONF_DIR, CONF_MODULE
 PROG = "lptrain"

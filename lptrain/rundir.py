@@ -40,11 +40,16 @@ def refuse_earlier_run(directory: str | Path, key: str) -> None:
     found = [p for p in (directory / FILE_NAME, *directory.glob(f"*/{FILE_NAME}"))
              if p.is_file()]
     if found:
-        sweep = key == "hydra.sweep.dir" and (directory / SWEEP_FILE).is_file()
+        sweep = key == "hydra.sweep.dir" and is_sweep(directory)
         earlier, what = (directory, "sweep") if sweep else (found[0].parent, "run")
         raise RunFileError(f"{key}={directory}: holds an earlier run ({found[0]}); choose "
                            f"another directory, or continue that {what} with "
                            f"`lptrain resume={earlier}`", exit_code=REFUSED)
+
+
+def is_sweep(directory: str | Path) -> bool:
+    """True for a multirun's directory (its SWEEP_FILE), not one job's."""
+    return (Path(directory) / SWEEP_FILE).is_file()
 
 
 def saved_overrides(path: Path) -> list[str]:

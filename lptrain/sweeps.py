@@ -22,11 +22,6 @@ from lptrain.rundir import SWEEP_FILE, SavedFiles, check_overrides
 _SET_BY_RESUME = ("hydra.sweep.dir", "hydra.mode")   # given anew by the resumed command
 
 
-def is_sweep(directory: Path) -> bool:
-    """True for a multirun's directory (its multirun.yaml), not one job's."""
-    return (Path(directory) / SWEEP_FILE).is_file()
-
-
 def sweep_command(directory: Path, given: list[str]) -> list[str]:
     """The command line that resumes the sweep in `directory`: multirun, its saved Hydra
     and task overrides, `given` (already checked against app.RESUME_KEYS) in place of

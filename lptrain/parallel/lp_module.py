@@ -132,7 +132,8 @@ class LayerParallel(nn.Module):
         Runs eagerly under torch.compile: a compiled network around it compiles the
         rest, while Dynamo would otherwise trace the solver's Python, its messages and
         norms (graph breaks at each, tens of seconds of compilation). The escape is made
-        only while compiling: `torch.compiler.disable` imports Dynamo (1.5 s)."""
+        only while compiling: `torch.compiler.disable` imports Dynamo, which a process
+        that never compiles need not load."""
         if torch.compiler.is_compiling():
             return torch.compiler.disable(self._forward)(u0, max_iter, tol)
         return self._forward(u0, max_iter, tol)

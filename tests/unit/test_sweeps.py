@@ -6,7 +6,8 @@ import pytest
 from lptrain.errors import InputFileError, RunFileError
 from lptrain.metrics import schema as s
 from lptrain.metrics.writer import MetricsWriter
-from lptrain.sweeps import JobPlan, SweepJobs, is_sweep, sweep_command
+from lptrain.rundir import is_sweep
+from lptrain.sweeps import JobPlan, SweepJobs, sweep_command
 from lptrain.train.checkpoint import CHECKPOINT_FILE
 
 MULTIRUN = """hydra:
