@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import io
 import signal
 from collections import Counter
 
@@ -54,6 +55,16 @@ def batch(net, n=16, seed=0):
     x = torch.randn(n, *net.in_shape, generator=gen, dtype=torch.float64)
     y = torch.randint(net.n_classes, (n,), generator=gen)
     return x, y
+
+
+def copies_of(model, x):
+    """What users make of a loaded model: a deep copy, a torch.save/torch.load round trip
+    and a torch.export program, each as a module to call on x."""
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    return {"deepcopy": copy.deepcopy(model), "pickle": torch.load(buf, weights_only=False),
+            "export": torch.export.export(model, (x,)).module()}
 
 
 def serial_objective_and_grad(net, theta, x, y):

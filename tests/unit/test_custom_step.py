@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import autograd_objective, batch, composed, serial_objective_and_grad, StopAt
+from helpers import (autograd_objective, batch, composed, copies_of,
+                     serial_objective_and_grad, StopAt)
 from lptrain import app
 from lptrain.errors import ConfigError, Interrupted
 from lptrain.metrics import schema as ms
@@ -177,6 +178,11 @@ def test_saved_model_rebuilds_the_users_module_and_scores_like_the_run(tmp_path)
     from lptrain.evaluate import evaluate
     scores = evaluate(tmp_path, [], "val", "last")
     assert scores["loss"] == pytest.approx(float(m.validation[ms.LOSS][-1]), rel=1e-12)
+    x = torch.randn(3, 1, 28, 28, dtype=torch.float64,
+                    generator=torch.Generator().manual_seed(1))
+    want = model(x).detach()
+    for how, other in copies_of(model, x).items():     # as README "A trained model" says
+        assert torch.equal(other(x).detach(), want), how
 
 
 # -- the speedup model --------------------------------------------------------------------

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import lptrain
-from helpers import composed
+from helpers import composed, copies_of
 from lptrain import app, evaluate
 from lptrain.data import load_dataset
 from lptrain.data import mnist
@@ -123,17 +123,11 @@ def test_logits_are_the_training_codes_sweep(serial_run, which):
 
 
 def test_a_loaded_model_copies_pickles_and_exports_as_a_module(serial_run):
-    import copy
-    import io
     model = load_model(serial_run[0])
     x = torch.randn(7, 2, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     want = model(x).detach()
-    buf = io.BytesIO()
-    torch.save(model, buf)
-    buf.seek(0)
-    for other in (copy.deepcopy(model), torch.load(buf, weights_only=False),
-                  torch.export.export(model, (x,)).module()):
-        assert torch.equal(other(x).detach(), want)
+    for how, other in copies_of(model, x).items():
+        assert torch.equal(other(x).detach(), want), how
 
 
 def test_a_loaded_model_is_an_ordinary_module_with_exact_gradients(serial_run):
