@@ -19,7 +19,8 @@ from lptrain.metrics import schema as s
 from lptrain.metrics.reader import RunMetrics, find_metrics, read_metrics
 from lptrain.report.plots import write_plots
 from lptrain.metrics.timing import markdown as timing_markdown
-from lptrain.report.table import NOTES, add_speedup, rank_times, summarize, to_markdown
+from lptrain.report.table import (NOTES, add_speedup, flat_config, rank_times, summarize,
+                                  to_markdown)
 
 EXIT_INPUT = 2
 MAX_LABEL_KEYS = 4
@@ -32,7 +33,7 @@ def run_labels(runs: Sequence[RunMetrics]) -> list[str]:
     under the `mode` node (the mode is already in the label) nor paths (those differ in
     every multirun job). Duplicate labels get a '#k' suffix.
     """
-    configs = [_flat_config(run.attrs.get(s.CONFIG, "")) for run in runs]
+    configs = [flat_config(run.attrs.get(s.CONFIG, "")) for run in runs]
     keys = [k for k in configs[0] if all(k in c for c in configs)] if configs else []
     varying = [k for k in keys
                if len({repr(c[k]) for c in configs}) > 1 and k.split(".")[0] != s.MODE
@@ -52,7 +53,7 @@ def report_context(runs: Sequence[RunMetrics]) -> str:
     """What the runs are, for the figures' titles: their datasets, the experiment they
     ran (Hydra's record of the choice, `<run dir>/.hydra/hydra.yaml`) and their modes,
     e.g. 'peaks, experiment=peaks_paper: serial, mgrit, simultaneous'."""
-    configs = [_flat_config(run.attrs.get(s.CONFIG, "")) for run in runs]
+    configs = [flat_config(run.attrs.get(s.CONFIG, "")) for run in runs]
     datasets = _distinct(str(c["dataset.name"]) for c in configs if "dataset.name" in c)
     chosen = [_experiment(run) for run in runs]
     experiments = [f"experiment={e}" + ("" if n == len(runs) else f" ({n} of {len(runs)} runs)")
@@ -107,25 +108,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in written:
         print(path)
     return 0
-
-
-def _flat_config(text: str) -> dict:
-    """The YAML config as {'dotted.key': value}; unparsable text gives {}."""
-    try:
-        tree = yaml.safe_load(text) if text else {}
-    except yaml.YAMLError:
-        return {}
-    flat: dict = {}
-
-    def walk(node, prefix):
-        for key, value in node.items():
-            if isinstance(value, dict):
-                walk(value, f"{prefix}{key}.")
-            else:
-                flat[f"{prefix}{key}"] = value
-    if isinstance(tree, dict):
-        walk(tree, "")
-    return flat
 
 
 def _experiment(run: RunMetrics) -> str | None:

@@ -1,13 +1,14 @@
 """The summary table of a set of runs: one row of final numbers per run, as markdown.
 
-Pure functions: `summarize` turns a RunMetrics into a row dict, `add_speedup` compares the
-rows with the set's serial run, `to_markdown` renders them. Nothing here reads files.
+Pure functions: `summarize` turns a RunMetrics into a row dict, `add_speedup` compares each
+row with the serial run of its problem, `to_markdown` renders them. Nothing here reads files.
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
+import yaml
 
 from lptrain.metrics import schema as s
 from lptrain.metrics.quantities import ITERATION_TIME, iteration_time
@@ -37,12 +38,18 @@ COLUMNS = {
 }
 _TEXT = ("label", "mode", "levels", "status")  # left-aligned; the other columns are numbers
 MISSING = "-"
+# config nodes and keys that say what a run trains: runs that agree on them are the same
+# problem, whose speedup is measured against its serial run
+PROBLEM_NODES = ("dataset", "network", "optimizer")
+PROBLEM_KEYS = ("dtype", "train.batch_size")
 # what the table's derived columns mean, written below it in summary.md
 NOTES = (f"{ITERATION_TIME}: the median duration of an optimizer iteration "
          "(train/step_time: its objective and gradient evaluations with their MGRIT solves, "
          "no validation or checkpoints), the first iteration left out. wall time: from the "
          "start of training to the last iteration, all included. speedup vs serial: the "
-         f"serial run's {ITERATION_TIME} over this run's. computing: the share of the "
+         f"{ITERATION_TIME} of the serial run of the same problem (dataset, network, "
+         "optimizer, dtype, batch size; on the fewest ranks; of the same seed where "
+         "several are) over this run's, '-' where the set has no such run. computing: the share of the "
          "ranks' time (timing/) spent computing rather than communicating or waiting; "
          "each run's time per rank follows below the table.\n")
 
@@ -55,6 +62,7 @@ def summarize(label: str, run: RunMetrics) -> dict:
     """
     train, val, mgrit = run.train, run.validation, run.mgrit
     n, timing = run.n_iterations, rank_times(run)
+    config = flat_config(run.attrs.get(s.CONFIG, ""))
     return {
         "label": label,
         "mode": run.mode,
@@ -73,7 +81,35 @@ def summarize(label: str, run: RunMetrics) -> dict:
         "adj_iterations": _mean(_counts(mgrit.get(s.ADJ_ITERATIONS))),
         "speedup": None,
         "computing": None if timing is None else timing.compute_share,
+        "problem": problem_of(config),
+        "seed": config.get("seed"),
     }
+
+
+def flat_config(text: str) -> dict:
+    """The YAML config as {'dotted.key': value}; unparsable text gives {}."""
+    try:
+        tree = yaml.safe_load(text) if text else {}
+    except yaml.YAMLError:
+        return {}
+    flat: dict = {}
+
+    def walk(node, prefix):
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            else:
+                flat[f"{prefix}{key}"] = value
+    if isinstance(tree, dict):
+        walk(tree, "")
+    return flat
+
+
+def problem_of(config: dict) -> tuple:
+    """What the run of flat `config` trains: its dataset, network, optimizer, dtype and
+    batch size, as a comparable tuple (not the mode, MGRIT, ranks, seed or length)."""
+    return tuple(sorted((key, repr(value)) for key, value in config.items()
+                        if key.split(".")[0] in PROBLEM_NODES or key in PROBLEM_KEYS))
 
 
 def rank_times(run: RunMetrics) -> TimingSummary | None:
@@ -86,23 +122,32 @@ def rank_times(run: RunMetrics) -> TimingSummary | None:
 
 
 def add_speedup(rows: list[dict]) -> list[dict]:
-    """Copies of `rows` with speedup = the serial run's iteration time / this row's.
+    """Copies of `rows` with speedup = the baseline's iteration time / this row's.
 
-    The baseline is the serial run on the fewest ranks (a scaling study compares with
-    serial training on one rank); if several serial runs share that rank count (a seed
-    sweep, say) there is no single baseline and every speedup stays None, as it does
-    without a serial run.
+    A row's baseline is the serial run of its problem (`problem`: the same dataset,
+    network, optimizer, dtype and batch size; rows without the key share one) on the
+    fewest ranks, as a scaling study compares with serial training on one rank. Where
+    several share that rank count, the one of the row's seed (a sweep over modes and
+    seeds pairs them); where that leaves none or several, or the set holds no serial
+    run of the problem, the speedup stays None.
     """
-    serial = [r for r in rows if r["mode"] == s.MODE_SERIAL]
+    return [{**row, "speedup": _ratio(_baseline(row, rows), row)} for row in rows]
+
+
+def _baseline(row: dict, rows: list[dict]) -> dict | None:
+    serial = [r for r in rows if r["mode"] == s.MODE_SERIAL
+              and r.get("problem") == row.get("problem")]
     fewest = min((r.get("ranks") or 1 for r in serial), default=None)
     serial = [r for r in serial if (r.get("ranks") or 1) == fewest]
-    base = serial[0]["iteration_time"] if len(serial) == 1 else None
-    out = []
-    for row in rows:
-        t = row["iteration_time"]
-        ok = base is not None and t is not None and t > 0
-        out.append({**row, "speedup": base / t if ok else None})
-    return out
+    if len(serial) > 1:
+        serial = [r for r in serial if r.get("seed") == row.get("seed")]
+    return serial[0] if len(serial) == 1 else None
+
+
+def _ratio(base: dict | None, row: dict) -> float | None:
+    t = row["iteration_time"]
+    b = None if base is None else base["iteration_time"]
+    return b / t if b is not None and t is not None and t > 0 else None
 
 
 def to_markdown(rows: list[dict]) -> str:

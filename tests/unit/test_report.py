@@ -93,6 +93,22 @@ def test_speedup_of_a_scaling_study_is_against_serial_on_the_fewest_ranks():
     assert [r["speedup"] for r in add_speedup(rows)] == [4.0, 1.0, 2.0, 2.0]
 
 
+def test_speedup_is_against_the_serial_run_of_the_same_problem(tmp_path):
+    """A serial run of another problem (here another learning rate; in a report of
+    several experiments, another network) is no baseline; a mode × seed sweep pairs each
+    run with the serial run of its seed."""
+    for name, mode, t, lr in (("a", "serial", 0.4, 1.0), ("b", "mgrit", 0.1, 1.0),
+                              ("c", "mgrit", 0.1, 0.5)):
+        fake_run(tmp_path / name, mode, t, lr=lr)
+    assert [r["speedup"] for r in _rows(tmp_path)] == [pytest.approx(1.0),
+                                                      pytest.approx(4.0), None]
+    rows = [{"mode": m, "ranks": 1, "seed": seed, "iteration_time": t, "problem": ()}
+            for m, seed, t in (("serial", 0, 1.0), ("serial", 1, 2.0),
+                               ("simultaneous", 0, 0.5), ("simultaneous", 1, 0.5),
+                               ("simultaneous", 2, 0.5))]
+    assert [r["speedup"] for r in add_speedup(rows)] == [1.0, 1.0, 2.0, 4.0, None]
+
+
 def test_markdown_table():
     row = {key: None for key in COLUMNS}
     row.update(label="a|b", mode="mgrit", levels="32/8/2", ranks=8, iterations=12,
