@@ -53,22 +53,22 @@ def is_sweep(directory: str | Path) -> bool:
 
 
 def saved_overrides(path: Path) -> list[str]:
-    """The command-line overrides Hydra saved for a run (`.hydra/overrides.yaml`);
-    InputFileError naming the file unless it is a list of strings."""
+    """The command-line overrides Hydra saved for a run (`.hydra/overrides.yaml`), as
+    typed: an interpolation such as `+network.step.channels=${network.channels}` stays
+    text (read as plain YAML, not as an OmegaConf list that would resolve it against
+    itself); InputFileError naming the file unless it is a list of strings."""
     import yaml
-    from omegaconf import ListConfig, OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
     try:
-        saved = OmegaConf.load(path)
-    except (OSError, ValueError, yaml.YAMLError, OmegaConfBaseException) as exc:
+        saved = yaml.safe_load(path.read_text())
+    except (OSError, ValueError, yaml.YAMLError) as exc:
         first = str(exc).strip().splitlines()
         raise InputFileError(f"{path}: unreadable ({first[0] if first else type(exc).__name__})"
                              f"; only runs of this lptrain version can be resumed") from None
-    if not isinstance(saved, ListConfig) or not all(isinstance(a, str) for a in saved):
+    if not isinstance(saved, list) or not all(isinstance(a, str) for a in saved):
         raise InputFileError(f"{path}: not a list of overrides; only runs of this lptrain "
                              f"version can be resumed")
-    check_overrides(path, list(saved))
-    return list(saved)
+    check_overrides(path, saved)
+    return saved
 
 
 class SavedFiles:

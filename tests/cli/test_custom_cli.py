@@ -21,7 +21,7 @@ TESTS = Path(__file__).resolve().parents[1]
 PKG_ENV = {**ENV, "PYTHONPATH": os.pathsep.join(
     [str(TESTS), *filter(None, [ENV.get("PYTHONPATH")])])}
 STEP = ["network=custom", "network.step._target_=custom_step_pkg.DenseStep",
-        "+network.step.width=4", "+network.step.hidden=3", "network.width=4"]
+        "+network.step.width=${network.width}", "+network.step.hidden=3", "network.width=4"]
 TINY = ["network.layers=4", "dataset.n_train=100", "dataset.n_val=40", "train.iterations=3",
         "eval_every=3", "seed=2", "mgrit.levels=2", "mgrit.cfactor0=2"]
 
@@ -37,6 +37,11 @@ def test_a_custom_step_trains_and_its_model_evaluates(tmp_path):
                         timeout=120)
     assert ev.returncode == 0, ev.stderr
     assert f"loss {float(m.validation[ms.LOSS][-1]):.6g}," in ev.stdout, ev.stdout
+    # resume reads the saved overrides as typed, the README's interpolation included
+    # (was an OmegaConf traceback: the list resolved ${network.width} against itself)
+    proc = lptrain(["resume=run", "train.iterations=5"], cwd=tmp_path, env=PKG_ENV)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert read_metrics(tmp_path / "run" / ms.FILE_NAME).n_iterations == 5
 
 
 BAD = {   # name: (overrides, what the one line says)
