@@ -67,6 +67,13 @@ def copies_of(model, x):
             "export": torch.export.export(model, (x,)).module()}
 
 
+def title_inside(fig) -> bool:
+    """Whether the figure's title, drawn, lies within the figure's width."""
+    fig.canvas.draw()
+    box = fig._suptitle.get_window_extent(fig.canvas.get_renderer())
+    return box.x0 >= 0 and box.x1 <= fig.bbox.width
+
+
 def serial_objective_and_grad(net, theta, x, y):
     """J and ∇J by the hand-written serial adjoint."""
     st = net.stepper(theta)

@@ -6,6 +6,7 @@ without layer parallelism.
 """
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Sequence
 
@@ -19,6 +20,7 @@ from lptrain.model_perf.predict import Prediction
 # docs/method.md §7: the paper's strong-scaling results (dataset, cores, speedup)
 PAPER_POINTS = (("MNIST", 128, 8.5), ("Peaks", 256, 6.0), ("Indian Pines", 128, 4.4))
 MODES = (s.MODE_SERIAL, s.MODE_MGRIT, s.MODE_SIMULTANEOUS)
+TITLE_PT, CHAR_EM = 9, 0.6    # the title's font size, and a character's mean width in em
 _STYLE = {s.MODE_SERIAL: "C0", s.MODE_MGRIT: "C1", s.MODE_SIMULTANEOUS: "C2"}
 _LABEL = {s.MODE_SERIAL: "serial, data-parallel", s.MODE_MGRIT: "mgrit",
           s.MODE_SIMULTANEOUS: "simultaneous"}
@@ -79,7 +81,15 @@ def comparison_table(rows: Sequence[tuple]) -> str:
 
 def plot(preds: Sequence[Prediction], baseline: float, path: Path,
          measured: Measured | None = None, paper: bool = False, title: str = "") -> Path:
-    """Iteration time and speedup against P (log2 axes); measured runs as circles."""
+    """`figure(...)` written to `path`."""
+    figure(preds, baseline, measured, paper, title).savefig(path, dpi=120)
+    return path
+
+
+def figure(preds: Sequence[Prediction], baseline: float, measured: Measured | None = None,
+           paper: bool = False, title: str = "") -> Figure:
+    """Iteration time and speedup against P (log2 axes); measured runs as circles; the
+    title (the command) wrapped to the figure's width."""
     fig = Figure(figsize=(11, 4.5))
     FigureCanvasAgg(fig)
     ax_t, ax_s = fig.subplots(1, 2)
@@ -109,7 +119,7 @@ def plot(preds: Sequence[Prediction], baseline: float, path: Path,
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle(textwrap.fill(title, int(fig.get_figwidth() * 72 / (TITLE_PT * CHAR_EM))),
+                 fontsize=TITLE_PT)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return path
+    return fig

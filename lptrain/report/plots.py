@@ -31,6 +31,7 @@ LEGEND_COLUMNS = 4
 LEGEND_LINE_INCHES = 0.2
 LEGEND_CHAR_PT, LEGEND_HANDLE_CHARS = 5.5, 6   # a label character's width at "small" size
                                                # and the entry's handle and gap, in characters
+TITLE_CHAR_PT = 6.0     # a title character's width at "medium" size
 STYLE_KEY = "lines: training (every iteration)    hollow markers: validation"
 
 
@@ -148,7 +149,9 @@ def _legend(fig: Figure, handles: list, title: str | None = None) -> None:
 
 
 def _title(fig: Figure, what: str, context: str) -> None:
+    """'What' above the runs' context, the context wrapped to the figure's width."""
     what = what[:1].upper() + what[1:]
+    context = textwrap.fill(context, int(fig.get_figwidth() * 72 / TITLE_CHAR_PT))
     fig.suptitle(f"{what}\n{context}" if context else what, fontsize="medium")
 
 

@@ -238,6 +238,16 @@ def test_figures_are_titled_with_dataset_experiment_and_modes(figures_of):
                                          "experiment=peaks_paper: simultaneous")
 
 
+def test_a_long_context_wraps_inside_the_figure(two_runs):
+    from lptrain.report.plots import figures
+    from helpers import title_inside
+    runs = [read_metrics(p) for p in find_metrics([two_runs])]
+    context = ", ".join(f"experiment=my_own_experiment_{i}" for i in range(8)) + ": serial"
+    figs = figures(list(zip(run_labels(runs), runs)), lambda _: context)
+    assert figs and all(title_inside(fig) for fig in figs.values())
+    assert all(fig.get_suptitle().replace("\n", " ").endswith(context) for fig in figs.values())
+
+
 def _hydra_record(run_dir: Path, experiment: str) -> None:
     """The choices part of the .hydra/hydra.yaml the lptrain command writes."""
     hydra = run_dir / ".hydra"

@@ -618,3 +618,16 @@ def test_simultaneous_cycles_come_from_measured_runs_where_there_are_some():
         model.grid_time(Grid(2, 1), "simultaneous", m, Counts(), (3.0, 3.0))
     bare, _ = cli.counts(args, [])
     assert bare.simultaneous(OPTS) == (OPTS.fwd_iters, OPTS.adj_iters)
+
+
+def test_the_plots_title_wraps_a_long_command_inside_the_figure():
+    """The title is the command, which a custom step's overrides make long."""
+    from helpers import title_inside
+    from lptrain.model_perf.predict import Prediction
+    from lptrain.model_perf.report import figure
+    command = "lptrain-model " + " ".join(f"+network.step.option_{i}=${{network.width}}"
+                                          for i in range(8))
+    fig = figure([Prediction(1, 1.0, 2.0, 1.5), Prediction(2, 0.5, 1.0, 0.8)], 1.0,
+                 title=command)
+    assert title_inside(fig)
+    assert fig.get_suptitle().replace("\n", " ") == command
