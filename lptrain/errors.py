@@ -89,6 +89,51 @@ class Interrupted(LptrainError):
         super().__init__(f"interrupted by {self.signal_name} after iteration {iteration}")
 
 
+class Signalled(BaseException):
+    """SIGINT or SIGTERM while a short command runs (`stops_on_signals`); a BaseException,
+    as KeyboardInterrupt is, so that no `except Exception` takes it for a failure."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def stops_on_signals(prog: str, load) -> int:
+    """The exit status of the command `load()` imports and returns (a function of no
+    arguments); when SIGINT or SIGTERM arrives meanwhile, one line on stderr and 128 + the
+    signal, as `lptrain` gives, instead of a KeyboardInterrupt traceback (SIGINT) or a
+    silent end (SIGTERM). For the commands that keep no state to resume (lptrain-eval,
+    -report, -model): they stop where they are. A signal during the imports is only
+    noted, and acted on once they are done: raised inside an import, it can come out as
+    another exception (e.g. a RuntimeError from a class body)."""
+    import signal
+    import sys
+    received: list[int] = []
+
+    def note(signum, frame):
+        received.append(signum)
+
+    def stop(signum, frame):
+        raise Signalled(signum)
+
+    def handle(handler):
+        return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    before = handle(note)
+    try:
+        main = load()
+        handle(stop)
+        if received:
+            raise Signalled(received[0])
+        return main()
+    except Signalled as exc:
+        print(f"{prog}: interrupted by {signal.Signals(exc.signum).name}", file=sys.stderr,
+              flush=True)
+        return 128 + exc.signum
+    finally:
+        for sig, previous in before.items():
+            signal.signal(sig, previous)
+
+
 class StalledError(LptrainError):
     """Training stopped making progress and the user asked for a non-zero exit."""
 

@@ -71,7 +71,8 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val",
             "loss": loss, "accuracy": accuracy}
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `lptrain-eval`; returns the exit status."""
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("run", help="run directory holding model.pt (or a model file)")
     parser.add_argument("overrides", nargs="*", help="dataset=NAME, dataset.KEY=VALUE")
@@ -85,11 +86,13 @@ def main(argv: list[str] | None = None) -> None:
         r = evaluate(args.run, args.overrides, args.split, args.which)
     except LptrainError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        return 2
     print(f"model: {r['model']} ({r['which']} parameters, iteration {r['iteration']})")
     print(f"{r['dataset']} {r['split']}: {r['samples']} samples, loss {r['loss']:.6g}, "
           f"accuracy {r['accuracy']:.4f}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    from lptrain.errors import stops_on_signals
+    sys.exit(stops_on_signals(PROG, lambda: main))

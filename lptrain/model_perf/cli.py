@@ -78,8 +78,6 @@ def parser() -> argparse.ArgumentParser:
 
 def build_network(opts):
     """(net, θ, batch) of the configured dataset, network, dtype and device."""
-    import torch
-
     from lptrain.data import load_dataset
     from lptrain.model.network import ResNet
     data = load_dataset(opts.dataset, opts.seed)
@@ -391,4 +389,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from lptrain.errors import stops_on_signals
+    sys.exit(stops_on_signals(PROG, lambda: main))

@@ -151,14 +151,20 @@ def save(path: Path, costs: KernelCosts, config: dict) -> None:
 
 def keep_json(path: Path, payload: dict) -> None:
     """Write `payload` to a cache file whole, then rename it (readers never see a part);
-    a cache that cannot be written is skipped."""
+    a cache that cannot be written is skipped, and no part is left behind (a signal
+    part-way included)."""
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(payload, default=str))
         tmp.replace(path)
     except OSError:
         pass
+    finally:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def cost_config(net, batch: int, dtype: str, device: str, threads: int) -> dict:

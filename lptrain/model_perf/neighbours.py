@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import time
 from typing import Callable, Sequence
 
@@ -80,7 +81,10 @@ class Neighbours:
 
 def _loop(fns, playing, calls, k: int) -> None:
     """Child k: call what the parent plays, counting in calls[k], until it says stop (or
-    goes away)."""
+    goes away). SIGINT and SIGTERM are the parent's to handle (a terminal's Ctrl-C
+    reaches the whole process group): it stops the children on its way out."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     parent = os.getppid()
     while True:
         i = playing.value

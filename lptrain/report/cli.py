@@ -139,4 +139,5 @@ def _unique(labels: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from lptrain.errors import stops_on_signals
+    sys.exit(stops_on_signals("lptrain-report", lambda: main))

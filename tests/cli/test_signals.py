@@ -178,3 +178,33 @@ def test_a_signal_while_starting_stops_before_anything_is_written(tmp_path):
         assert ours[0] == (f"lptrain: interrupted by {signal.Signals(sig).name} while "
                            f"starting; nothing was run or written"), what
         assert not (tmp_path / f"run{i}").exists(), what
+
+
+def test_ctrl_c_ends_lptrain_model_and_its_forked_neighbours_in_one_line(tmp_path):
+    """Was a KeyboardInterrupt traceback from the command and from each forked child
+    that ran its kernels beside it (model_perf/neighbours.py); now one line and 130."""
+    cmd = [str(Path(LPTRAIN).parent / "lptrain-model"), "--fresh", "--host-ranks", "2",
+           "network.layers=8", "network.width=4", "dataset.n_train=200"]
+    proc = subprocess.Popen(cmd, env={**ENV, "LPTRAIN_CACHE": str(tmp_path)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not _children(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _children(proc.pid), "no neighbours were forked"
+        os.killpg(proc.pid, signal.SIGINT)          # a terminal's Ctrl-C: the whole group
+        err = proc.communicate(timeout=60)[1]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert err.splitlines() == ["lptrain-model: interrupted by SIGINT"], err
+    time.sleep(0.2)
+    assert not subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).stdout
+
+
+def _children(pid: int) -> list[str]:
+    return subprocess.run(["pgrep", "-P", str(pid)], capture_output=True,
+                          text=True).stdout.split()

@@ -109,3 +109,29 @@ def test_a_failed_writer_stops_every_rank_before_a_signal(signals):
     NoStop().check(SerialExchange(), 3, NullWriter())
     with pytest.raises(MetricsFileError):
         NoStop().check(SerialExchange(), 3, Broken())
+
+
+# -- the short commands (lptrain-eval, -report, -model): stop where they are -------------
+def test_a_short_command_stops_in_one_line_on_a_signal(capsys):
+    from lptrain.errors import stops_on_signals
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    ran = []
+
+    def load_signalled():           # Ctrl-C while the command imports: noted, then acted on
+        os.kill(os.getpid(), signal.SIGINT)
+        ran.append("load")
+        return lambda: ran.append("main") or 0
+
+    def main_signalled():           # SIGTERM while it runs: it stops there
+        os.kill(os.getpid(), signal.SIGTERM)
+        ran.append("after the signal")
+        return 0
+
+    assert stops_on_signals("lptrain-x", load_signalled) == 130
+    assert ran == ["load"]
+    assert stops_on_signals("lptrain-x", lambda: main_signalled) == 143
+    assert ran == ["load"]
+    assert capsys.readouterr().err.splitlines() == ["lptrain-x: interrupted by SIGINT",
+                                                    "lptrain-x: interrupted by SIGTERM"]
+    assert stops_on_signals("lptrain-x", lambda: lambda: 2) == 2
+    assert {sig: signal.getsignal(sig) for sig in handlers} == handlers
