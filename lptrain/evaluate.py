@@ -54,8 +54,14 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val",
     """Load the `which` model of `run` (default best), its dataset (with overrides), and
     score `split`."""
     from lptrain.data import load_dataset
-    from lptrain.errors import DataError
-    from lptrain.model.saved import load_model, model_path
+    from lptrain.errors import DataError, InputFileError
+    from lptrain.model.saved import MODEL_FILE, load_model, model_path
+    from lptrain.rundir import is_sweep
+    if is_sweep(run):
+        jobs = sorted(Path(run).glob(f"*/{MODEL_FILE}"), key=lambda p: p.parent.name)
+        example = f", e.g. {PROG} {jobs[0].parent}" if jobs else ""
+        raise InputFileError(f"{run}: a multirun's directory; evaluate one of its "
+                             f"jobs{example}")
     model = load_model(run, which)
     options, seed = dataset_for(model, overrides)
     data = load_dataset(options, seed)

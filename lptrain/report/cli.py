@@ -15,6 +15,7 @@ from typing import Sequence
 
 import yaml
 
+from lptrain.errors import reason
 from lptrain.metrics import schema as s
 from lptrain.metrics.reader import RunMetrics, find_metrics, read_metrics
 from lptrain.report.plots import write_plots
@@ -100,14 +101,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="directory for the PNG files and summary.md (default: report)")
     args = parser.parse_args(argv)
     try:
+        if args.out.exists() and not args.out.is_dir():
+            raise OSError(f"--out {args.out}: a file; name a directory for the report")
         runs = [read_metrics(path) for path in find_metrics(args.paths)]
         written = build_report(runs, args.out)
     except OSError as exc:  # MetricsFileError included
-        print(f"lptrain-report: error: {exc}", file=sys.stderr)
+        print(f"lptrain-report: error: {_message(exc)}", file=sys.stderr)
         return EXIT_INPUT
     for path in written:
         print(path)
     return 0
+
+
+def _message(exc: OSError) -> str:
+    """One line for an OSError: the path and the system's reason, without errno."""
+    if exc.errno is None:           # ours (and MetricsFileError): the message names the path
+        return str(exc)
+    return f"{exc.filename}: {reason(exc)}" if exc.filename else reason(exc)
 
 
 def _experiment(run: RunMetrics) -> str | None:

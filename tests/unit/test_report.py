@@ -185,6 +185,15 @@ def test_missing_path_exits_2_with_one_line(tmp_path, capsys):
     assert not (tmp_path / "r").exists()
 
 
+def test_an_out_that_is_a_file_exits_2_with_one_line(two_runs, tmp_path, capsys):
+    """Was '[Errno 17] File exists: ...'."""
+    (tmp_path / "notes.txt").write_text("mine")
+    assert main([str(two_runs), "--out", str(tmp_path / "notes.txt")]) == 2
+    assert capsys.readouterr().err == (f"lptrain-report: error: --out {tmp_path}/notes.txt: "
+                                       f"a file; name a directory for the report\n")
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
 def test_corrupt_file_exits_2_without_traceback(tmp_path):
     bad = tmp_path / "run" / s.FILE_NAME
     bad.parent.mkdir()

@@ -259,6 +259,19 @@ def test_lptrain_eval_errors_are_one_line(serial_run, capsys, args, fragment):
     assert len(err) == 1 and err[0].startswith("lptrain-eval: error: ") and fragment in err[0]
 
 
+def test_lptrain_eval_on_a_multirun_directory_names_a_job(serial_run, tmp_path, capsys):
+    """Was 'SWEEP/model.pt: no saved model there'."""
+    import shutil
+    from lptrain.rundir import SWEEP_FILE
+    (tmp_path / SWEEP_FILE).write_text("hydra: {}\n")
+    shutil.copytree(serial_run[0], tmp_path / "0")
+    assert evaluate.main([str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"lptrain-eval: error: {tmp_path}: a multirun's "
+                                       f"directory; evaluate one of its jobs, e.g. "
+                                       f"lptrain-eval {tmp_path / '0'}\n")
+    assert evaluate.main([str(tmp_path / "0")]) == 0
+
+
 def test_missing_or_foreign_model_file_is_named(tmp_path):
     with pytest.raises(RunFileError, match="no saved model"):
         load_model(tmp_path)
