@@ -352,6 +352,8 @@ def _planned(cfg, hydra_cfg):
         line = f"{PROG}: " + plan.describe(hydra_cfg)
         print(line, flush=True)
         log.info(line)
+    if plan.failed:
+        _failures.append(FAILED)
     return plan
 
 

@@ -55,6 +55,13 @@ class JobPlan:
     status: str = ""                 # the recorded run's status
     objective: float | None = None   # a kept run's last objective (None: diverged)
 
+    @property
+    def failed(self) -> bool:
+        """A kept job whose run failed for good (diverged): the resumed sweep exits as
+        the sweep did, with the failure's status."""
+        from lptrain.metrics import schema as ms
+        return self.action == "kept" and self.status == ms.DIVERGED
+
     def describe(self, hydra_cfg) -> str:
         """What a kept job says (rank 0, once): which job, how its run ended."""
         return (f"job {hydra_cfg.job.num} ({hydra_cfg.runtime.output_dir}) kept: "
@@ -83,14 +90,15 @@ class SweepJobs:
         metrics, checkpoint = run_dir / ms.FILE_NAME, run_dir / CHECKPOINT_FILE
         if not metrics.is_file():
             return JobPlan("fresh")
-        if not checkpoint.is_file():
-            raise RunFileError(f"{run_dir}: this job of the sweep was stopped before its "
-                               f"first checkpoint, so it cannot be resumed; move its "
-                               f"{ms.FILE_NAME} away to run it again")
         m = read_metrics(metrics)
         done = m.n_iterations
         ended = m.status in (ms.DIVERGED, ms.STALLED) or \
             (m.status == ms.COMPLETED and done >= iterations)
+        if not ended and not checkpoint.is_file():
+            raise RunFileError(f"{run_dir}: this job of the sweep stopped ({m.status}) after "
+                               f"{done} iterations, before its first checkpoint, so it "
+                               f"cannot be resumed; move its {ms.FILE_NAME} away to run it "
+                               f"again")
         if not ended:
             return JobPlan("resume", done, m.status)
         objective = None

@@ -63,6 +63,16 @@ def test_a_job_stopped_before_its_first_checkpoint_is_refused_not_truncated(tmp_
         SweepJobs(tmp_path / "sweep").plan(tmp_path / "sweep" / "0", 6)
 
 
+@pytest.mark.parametrize("status", [s.DIVERGED, s.STALLED])
+def test_a_job_that_ended_before_its_first_checkpoint_is_kept(tmp_path, status):
+    """Was refused as 'stopped before its first checkpoint': a run that diverged at
+    iteration 2 ended, and a resume would end it the same way."""
+    _job(tmp_path / "sweep" / "0", status, 2, checkpoint=False)
+    plan = SweepJobs(tmp_path / "sweep").plan(tmp_path / "sweep" / "0", 6)
+    assert (plan.action, plan.status, plan.iterations) == ("kept", status, 2)
+    assert plan.failed == (status == s.DIVERGED)     # the resumed sweep exits 1, as it did
+
+
 def test_put_back_restores_a_jobs_saved_configuration(tmp_path):
     _job(tmp_path / "sweep" / "0", s.COMPLETED, 2)
     jobs = SweepJobs(tmp_path / "sweep")
