@@ -17,7 +17,7 @@ from pathlib import Path
 from lptrain.errors import FAILED, REFUSED, LptrainError, RunFileError, reason
 from lptrain.jobs import END, Job, JobChannel
 from lptrain.rundir import (SWEEP_FILE, RunLock, SavedFiles, claim_new, is_sweep,
-                            refuse_earlier_run, saved_overrides)
+                            not_resumable, refuse_earlier_run, saved_overrides)
 from lptrain.sweeps import SweepJobs, sweep_command
 
 from lptrain.config import CONF_DIR, CONF_MODULE
@@ -103,8 +103,7 @@ def _resume_args(args: list[str]) -> list[str]:
                              f"{SWEEP_FILE} (only the basic sweeper's can be resumed as a "
                              f"whole); resume its jobs one by one (resume={run_dir / '0'} ...)")
     if not (run_dir / CHECKPOINT_FILE).is_file() or not saved.is_file():
-        raise InputFileError(f"resume={given}: no {CHECKPOINT_FILE} (or .hydra/overrides.yaml) "
-                             f"there; only runs of this lptrain version can be resumed")
+        raise InputFileError(f"resume={given}: {not_resumable(run_dir)}")
     given_keys = {a.split("=", 1)[0] for a in rest}
     kept = [a for a in saved_overrides(saved) if a.split("=", 1)[0] not in given_keys]
     _resuming.append(run_dir)

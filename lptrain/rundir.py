@@ -71,6 +71,25 @@ def saved_overrides(path: Path) -> list[str]:
     return saved
 
 
+def not_resumable(run_dir: Path) -> str:
+    """Why `run_dir` cannot be resumed, for a directory without a checkpoint or saved
+    overrides: a run that stopped before its first checkpoint says how it ended."""
+    from lptrain.metrics import schema as ms
+    from lptrain.metrics.reader import read_metrics
+    from lptrain.train.checkpoint import CHECKPOINT_FILE
+    if (run_dir / ".hydra" / "overrides.yaml").is_file() and (run_dir / ms.FILE_NAME).is_file():
+        try:
+            m = read_metrics(run_dir / ms.FILE_NAME)
+        except ms.MetricsFileError:
+            pass
+        else:
+            return (f"its run stopped ({m.status}) after {m.n_iterations} iterations, "
+                    f"before its first checkpoint: nothing to resume; run it again in "
+                    f"another directory")
+    return (f"no {CHECKPOINT_FILE} (or .hydra/overrides.yaml) there; only runs of this "
+            f"lptrain version can be resumed")
+
+
 class SavedFiles:
     """The files under a directory as they are now, to put back: Hydra rewrites a run's
     `.hydra/` before lptrain can check that the run can be resumed, and a refused resume

@@ -73,6 +73,17 @@ def test_a_job_that_ended_before_its_first_checkpoint_is_kept(tmp_path, status):
     assert plan.failed == (status == s.DIVERGED)     # the resumed sweep exits 1, as it did
 
 
+def test_a_single_run_without_a_checkpoint_says_how_it_ended(tmp_path):
+    """`lptrain resume=DIR` of such a run (rundir.not_resumable) said 'only runs of this
+    lptrain version can be resumed', which sent users looking for a version problem."""
+    from lptrain.rundir import not_resumable
+    _job(tmp_path / "run", s.DIVERGED, 2, checkpoint=False)
+    assert not_resumable(tmp_path / "run") == (
+        "its run stopped (diverged) after 2 iterations, before its first checkpoint: "
+        "nothing to resume; run it again in another directory")
+    assert "only runs of this lptrain version" in not_resumable(tmp_path / "elsewhere")
+
+
 def test_put_back_restores_a_jobs_saved_configuration(tmp_path):
     _job(tmp_path / "sweep" / "0", s.COMPLETED, 2)
     jobs = SweepJobs(tmp_path / "sweep")
