@@ -14,10 +14,11 @@ import traceback
 from datetime import datetime
 from pathlib import Path
 
-from lptrain.errors import FAILED, REFUSED, LptrainError, RunFileError, reason
+from lptrain.errors import FAILED, REFUSED, LptrainError, RunFileError, reason, resume_command
 from lptrain.jobs import END, Job, JobChannel
-from lptrain.rundir import (SWEEP_FILE, RunLock, SavedFiles, claim_new, is_sweep,
-                            not_resumable, refuse_earlier_run, saved_overrides)
+from lptrain.rundir import (SWEEP_FILE, RunLock, SavedFiles, claim_new, dir_override,
+                            dir_value, is_sweep, not_resumable, refuse_earlier_run,
+                            saved_overrides)
 from lptrain.sweeps import SweepJobs, sweep_command
 
 from lptrain.config import CONF_DIR, CONF_MODULE
@@ -57,15 +58,15 @@ def _directory_args(args: list[str]) -> tuple[list[str], str]:
     """Rank 0: add a fresh hydra.run.dir (or hydra.sweep.dir) unless one is given."""
     key = "hydra.sweep.dir" if _multirun(args) else "hydra.run.dir"
     chosen = _value(args, key)
-    if chosen is not None:
-        return args, chosen
+    if chosen is not None:          # as Hydra reads it: '/my runs/a' names /my runs/a
+        return args, dir_value(chosen)
     base = datetime.now().strftime(f"{'multirun' if _multirun(args) else 'outputs'}"
                                    f"/%Y-%m-%d/%H-%M-%S")
     try:      # a directory of its own even for runs started in the same second
         chosen = str(claim_new(base))
     except (OSError, LptrainError):
         chosen = base     # _check_writable reports it
-    return [*args, f"{key}={chosen}"], chosen
+    return [*args, dir_override(key, chosen)], chosen
 
 
 def _claim(directory: str, args: list[str]) -> None:
@@ -84,6 +85,7 @@ def _resume_args(args: list[str]) -> list[str]:
     given = _value(args, "resume")
     if given is None:
         return args
+    given = dir_value(given)
     from lptrain.app import RESUME_KEYS
     from lptrain.errors import ConfigError, InputFileError
     from lptrain.train.checkpoint import CHECKPOINT_FILE
@@ -107,7 +109,7 @@ def _resume_args(args: list[str]) -> list[str]:
     given_keys = {a.split("=", 1)[0] for a in rest}
     kept = [a for a in saved_overrides(saved) if a.split("=", 1)[0] not in given_keys]
     _resuming.append(run_dir)
-    return [*kept, *rest, f"hydra.run.dir={run_dir}"]
+    return [*kept, *rest, dir_override("hydra.run.dir", run_dir)]
 
 
 def _check_writable(directory: str) -> str | None:
@@ -372,7 +374,7 @@ def _run_job(job: Job) -> float | None:
     except Interrupted as exc:       # every rank agreed on it after the same iteration
         if comm.Get_rank() == 0:
             again = job.sweep_dir if job.sweep_dir and is_sweep(job.sweep_dir) else run_dir
-            message = f"{exc} (status interrupted); resume with: {PROG} resume={again}"
+            message = f"{exc} (status interrupted); resume with: {resume_command(again)}"
             print(f"{PROG}: {message}", file=sys.stderr, flush=True)
             log.warning(message)
         sys.exit(exc.exit_code)

@@ -138,6 +138,13 @@ class StalledError(LptrainError):
     """Training stopped making progress and the user asked for a non-zero exit."""
 
 
+def resume_command(path) -> str:
+    """The command that carries on the run or sweep in `path`, quoted for a shell where
+    the path needs it (a space, a quote), so that it can be pasted as printed."""
+    import shlex
+    return "lptrain " + shlex.quote(f"resume={path}")
+
+
 def reason(exc: OSError) -> str:
     """The system's reason for an OSError, without errno and file name."""
     return exc.strerror or str(exc)

@@ -8,11 +8,13 @@ from another host is honoured (its owner cannot be checked from here).
 from __future__ import annotations
 
 import os
+import re
 import socket
 import uuid
 from pathlib import Path
 
-from lptrain.errors import REFUSED, InputFileError, RunDirectoryBusy, RunFileError, reason
+from lptrain.errors import (REFUSED, InputFileError, RunDirectoryBusy, RunFileError, reason,
+                            resume_command)
 from lptrain.metrics.schema import FILE_NAME
 
 LOCK_FILE = ".lptrain.lock"
@@ -44,7 +46,30 @@ def refuse_earlier_run(directory: str | Path, key: str) -> None:
         earlier, what = (directory, "sweep") if sweep else (found[0].parent, "run")
         raise RunFileError(f"{key}={directory}: holds an earlier run ({found[0]}); choose "
                            f"another directory, or continue that {what} with "
-                           f"`lptrain resume={earlier}`", exit_code=REFUSED)
+                           f"`{resume_command(earlier)}`", exit_code=REFUSED)
+
+
+def dir_override(key: str, path: str | Path) -> str:
+    """`key=path` as a Hydra override: the path in quotes where the override grammar does
+    not take it bare (a space, a non-ASCII letter, '=', ',', a quote ...)."""
+    text = str(path)
+    if re.fullmatch(r"[A-Za-z0-9_./+@%:-]+", text):
+        return f"{key}={text}"
+    # inside quotes only a quote, and backslashes before one or at the end, are escaped
+    quoted = re.sub(r"(\\*)('|$)", lambda m: m[1] * 2 + ("\\'" if m[2] else ""), text)
+    return f"{key}='{quoted}'"
+
+
+def dir_value(value: str) -> str:
+    """A directory given on the command line as `key=value`, Hydra's quotes removed
+    (`resume='/my runs/a'` names /my runs/a, as `hydra.run.dir='/my runs/a'` does)."""
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+        try:
+            return str(OverridesParser.create().parse_override(f"k={value}").value())
+        except Exception:       # not a quoted value Hydra reads: the text as given
+            return value
+    return value
 
 
 def is_sweep(directory: str | Path) -> bool:

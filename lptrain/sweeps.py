@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lptrain.errors import InputFileError, RunFileError
-from lptrain.rundir import SWEEP_FILE, SavedFiles, check_overrides
+from lptrain.rundir import SWEEP_FILE, SavedFiles, check_overrides, dir_override
 
 _SET_BY_RESUME = ("hydra.sweep.dir", "hydra.mode")   # given anew by the resumed command
 
@@ -42,7 +42,7 @@ def sweep_command(directory: Path, given: list[str]) -> list[str]:
     keys = {a.split("=", 1)[0] for a in given}
     kept_hydra = [a for a in hydra if a.split("=", 1)[0] not in _SET_BY_RESUME]
     kept_task = [a for a in task if a.split("=", 1)[0] not in keys]
-    return ["-m", *kept_hydra, *kept_task, *given, f"hydra.sweep.dir={directory}"]
+    return ["-m", *kept_hydra, *kept_task, *given, dir_override("hydra.sweep.dir", directory)]
 
 
 @dataclass(frozen=True)

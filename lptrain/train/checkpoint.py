@@ -50,7 +50,7 @@ from typing import Callable
 
 import torch
 
-from lptrain.errors import InputFileError, LptrainError, RunFileError
+from lptrain.errors import InputFileError, LptrainError, RunFileError, resume_command
 from lptrain.model.saved import (AtomicArchive, archive_entries, check_record, load_entry,
                                  load_record)
 from lptrain.parallel.blocks import Layout, sources
@@ -122,7 +122,7 @@ class Checkpointer:
         """What a failed checkpoint leaves to resume from (rank 0)."""
         if lean:
             return (f"wrote {self.path.name} of iteration {k} without the warm starts "
-                    f"instead: once that is fixed, `lptrain resume={self.path.parent}` "
+                    f"instead: once that is fixed, `{resume_command(self.path.parent)}` "
                     f"continues the run (its MGRIT solves start cold)")
         if self.path.is_file():
             return f"the {self.path.name} written before is kept"

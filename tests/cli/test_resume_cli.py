@@ -44,3 +44,21 @@ def test_resume_on_another_rank_count_equals_the_uninterrupted_run(mode, stopped
     np.testing.assert_array_equal(b.validation[ms.ACCURACY], a.validation[ms.ACCURACY])
     np.testing.assert_array_equal(b.timing[ms.WORLD_SIZE], [2] * 4 + [1] * 4)
     assert b.timing[ms.COMPUTE].shape == (8, 2) and np.isnan(b.timing[ms.COMPUTE][4:, 1]).all()
+
+
+def test_a_run_in_a_directory_with_a_space_and_a_quote_resumes(tmp_path):
+    """Hydra takes such a directory quoted (hydra.run.dir='...'): the lock went to a
+    directory named with the quotes, and resume= handed Hydra the path bare (a lexer
+    error). The stop and refusal lines quote it for the shell."""
+    run = tmp_path / "my runs" / "it's ü"
+    quoted = "'" + str(run).replace("'", "\\'") + "'"
+    first = lptrain([f"hydra.run.dir={quoted}", *TINY, "train.iterations=2"], tmp_path)
+    assert first.returncode == 0, first.stderr
+    again = lptrain([f"hydra.run.dir={quoted}", *TINY], tmp_path)
+    assert again.returncode == 2 and f"""`lptrain 'resume={run}'`""".replace(
+        "'s", "'\"'\"'s") in again.stderr, again.stderr
+    resumed = lptrain([f"resume={run}", "train.iterations=3"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert read_metrics(run / ms.FILE_NAME).n_iterations == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["my runs"]
+

@@ -14,7 +14,8 @@ from lptrain.metrics import schema as s
 from lptrain.metrics import writer as w
 from lptrain.metrics.reader import read_metrics
 from lptrain.model.saved import write_atomically
-from lptrain.rundir import LOCK_FILE, RunLock, claim_new, refuse_earlier_run
+from lptrain.rundir import (LOCK_FILE, RunLock, claim_new, dir_override, dir_value,
+                            refuse_earlier_run)
 
 ATTRS = {s.MODE: "serial", s.WORLD_SIZE: 1, s.SEED: 0, s.CONFIG: "x: 1\n"}
 
@@ -175,3 +176,18 @@ def test_before_hydra_starts_each_error_exits_with_its_status(tmp_path, capsys, 
     assert cli._lead([f"hydra.run.dir={run}", "train.iterations=1"], 1) == status
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("lptrain: error: ") and message in lines[0]
+
+
+@pytest.mark.parametrize("path", ["/tmp/plain/run-1", "/tmp/my runs/ü 1", "/tmp/it's",
+                                  "/tmp/a\\b", "/tmp/end\\", "/tmp/a,b=c", "/tmp/q\"x",
+                                  "/tmp/x\\'y"])
+def test_a_directory_override_reads_back_as_the_path(path):
+    """The hydra.run.dir / hydra.sweep.dir a resume hands Hydra: quoted where the grammar
+    needs it (was bare: a space made Hydra's lexer fail), and a quoted value given on the
+    command line names the path inside the quotes."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    override = dir_override("hydra.run.dir", path)
+    assert OverridesParser.create().parse_override(override).value() == path
+    assert dir_value(override.split("=", 1)[1]) == path
+    assert (override == f"hydra.run.dir={path}") == (path == "/tmp/plain/run-1")
+
