@@ -19,7 +19,7 @@ from lptrain.jobs import END, Job, JobChannel
 from lptrain.rundir import (SWEEP_FILE, RunLock, SavedFiles, claim_new, dir_override,
                             dir_value, is_sweep, not_resumable, refuse_earlier_run,
                             saved_overrides)
-from lptrain.sweeps import SweepJobs, sweep_command
+from lptrain.sweeps import SweepJobs, install_job_dirs, sweep_command
 
 from lptrain.config import CONF_DIR, CONF_MODULE
 PROG = "lptrain"
@@ -98,6 +98,7 @@ def _resume_args(args: list[str]) -> list[str]:
     if is_sweep(run_dir):         # a multirun's directory: carry on the whole sweep
         _sweep.append(SweepJobs(run_dir))
         _resuming.append(run_dir)
+        install_job_dirs(run_dir)
         return sweep_command(run_dir, rest)
     saved = run_dir / ".hydra" / "overrides.yaml"
     if not saved.is_file() and any(run_dir.glob("*/.hydra/overrides.yaml")):

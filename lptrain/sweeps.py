@@ -13,6 +13,7 @@ Rank 0 alone uses this module (cli.py); the other ranks run the jobs it hands th
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from lptrain.errors import InputFileError, RunFileError
 from lptrain.rundir import SWEEP_FILE, SavedFiles, check_overrides, dir_override
 
 _SET_BY_RESUME = ("hydra.sweep.dir", "hydra.mode")   # given anew by the resumed command
+_SUBDIR = "hydra.sweep.subdir"
+RESOLVER = "lptrain_resumed_subdir"    # job number -> its directory (`install_job_dirs`)
 
 
 def sweep_command(directory: Path, given: list[str]) -> list[str]:
@@ -40,9 +43,49 @@ def sweep_command(directory: Path, given: list[str]) -> list[str]:
                                  f"sweeps of this lptrain version can be resumed")
         check_overrides(path, overrides)
     keys = {a.split("=", 1)[0] for a in given}
-    kept_hydra = [a for a in hydra if a.split("=", 1)[0] not in _SET_BY_RESUME]
+    kept_hydra = [_pinned(a) if a.startswith(_SUBDIR + "=") else a for a in hydra
+                  if a.split("=", 1)[0] not in _SET_BY_RESUME]
     kept_task = [a for a in task if a.split("=", 1)[0] not in keys]
     return ["-m", *kept_hydra, *kept_task, *given, dir_override("hydra.sweep.dir", directory)]
+
+
+def _pinned(override: str) -> str:
+    """`hydra.sweep.subdir=PATTERN` for the resumed sweep: a pattern that names job
+    directories by their overrides (`${hydra.job.override_dirname}`) would name them
+    anew once a resume changes train.iterations, and the jobs would start over beside
+    their earlier runs. Each job that started keeps its directory (by job number,
+    through the resolver `install_job_dirs` registers); one never started is named by
+    PATTERN. A pattern with quotes or backslashes is left as it is."""
+    pattern = override.split("=", 1)[1]
+    ours = re.fullmatch(r"\"?\$\{" + RESOLVER + r":\$\{hydra\.job\.num\},'(.*)'\}\"?", pattern)
+    if ours:                        # a sweep resumed before
+        pattern = ours[1]
+    if any(c in pattern for c in "'\"\\"):
+        return override
+    return f"{_SUBDIR}=\"${{{RESOLVER}:${{hydra.job.num}},'{pattern}'}}\""
+
+
+def job_dirs(directory: Path) -> dict[int, str]:
+    """Job number -> its directory, relative to the sweep's, for every job that started
+    (Hydra's record `.hydra/hydra.yaml`); where two claim a number, the later one."""
+    import yaml
+    found = {}
+    records = sorted(Path(directory).rglob(".hydra/hydra.yaml"), key=lambda p: p.stat().st_mtime)
+    for record in records:
+        try:
+            num = int(yaml.safe_load(record.read_text())["hydra"]["job"]["num"])
+        except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
+            continue
+        found[num] = str(record.parent.parent.relative_to(directory))
+    return found
+
+
+def install_job_dirs(directory: Path) -> None:
+    """Register the resolver `_pinned` names, with the sweep's job directories."""
+    from omegaconf import OmegaConf
+    dirs = job_dirs(directory)
+    OmegaConf.register_new_resolver(RESOLVER, lambda num, pattern: dirs.get(int(num), pattern),
+                                    replace=True)
 
 
 @dataclass(frozen=True)

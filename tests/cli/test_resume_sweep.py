@@ -109,3 +109,22 @@ def test_a_sweep_directory_refuses_a_new_sweep_and_says_how_to_resume_it(tmp_pat
         f"lptrain: error: resume={sweep}: a sweep whose sweeper saved no multirun.yaml (only "
         f"the basic sweeper's can be resumed as a whole); resume its jobs one by one "
         f"(resume={sweep / '0'} ...)"]
+
+
+def test_jobs_named_by_their_overrides_resume_in_their_directories(tmp_path):
+    """With hydra.sweep.subdir=${hydra.job.override_dirname}, a resume's new
+    train.iterations renamed every job: they started over in new directories beside
+    their earlier runs. Each job that started keeps its directory now."""
+    sweep = tmp_path / "sweep"
+    first = lptrain(["-m", f"hydra.sweep.dir={sweep}", *TINY, "seed=1,2",
+                     "hydra.sweep.subdir=${hydra.job.override_dirname}",
+                     "train.iterations=2"], tmp_path)
+    assert first.returncode == 0, first.stderr
+    jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
+    assert len(jobs) == 2 and all(j.endswith(",train.iterations=2") for j in jobs), jobs
+    again = lptrain([f"resume={sweep}", "train.iterations=3"], tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == jobs
+    for job in jobs:
+        np.testing.assert_array_equal(read_metrics(sweep / job / ms.FILE_NAME)
+                                      .train[ms.ITERATION], [1, 2, 3])

@@ -7,7 +7,7 @@ from lptrain.errors import InputFileError, RunFileError
 from lptrain.metrics import schema as s
 from lptrain.metrics.writer import MetricsWriter
 from lptrain.rundir import is_sweep
-from lptrain.sweeps import JobPlan, SweepJobs, sweep_command
+from lptrain.sweeps import RESOLVER, JobPlan, SweepJobs, job_dirs, sweep_command
 from lptrain.train.checkpoint import CHECKPOINT_FILE
 
 MULTIRUN = """hydra:
@@ -124,3 +124,32 @@ def test_a_damaged_multirun_file_is_named(tmp_path, text, says):
     (tmp_path / "multirun.yaml").write_text(text)
     with pytest.raises(InputFileError, match=f"multirun.yaml: .*{says}"):
         sweep_command(tmp_path, [])
+
+
+def test_a_sweep_naming_jobs_by_overrides_keeps_their_directories(tmp_path):
+    """A job that started keeps its directory however the resume's overrides would name
+    it (by job number, through the resolver); one never started is named by the pattern."""
+    from omegaconf import OmegaConf
+    from lptrain.sweeps import install_job_dirs
+    (tmp_path / "multirun.yaml").write_text(MULTIRUN.replace(
+        "    - hydra.mode=MULTIRUN\n",
+        "    - hydra.mode=MULTIRUN\n    - hydra.sweep.subdir=${hydra.job.override_dirname}\n"))
+    for num, name in ((0, "seed=1,x=3"), (1, "sub/seed=2,x=3")):
+        (tmp_path / name / ".hydra").mkdir(parents=True)
+        (tmp_path / name / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  job:\n    num: {num}\n")
+    assert job_dirs(tmp_path) == {0: "seed=1,x=3", 1: "sub/seed=2,x=3"}
+    command = sweep_command(tmp_path, ["train.iterations=600"])
+    pinned = (f"hydra.sweep.subdir=\"${{{RESOLVER}:${{hydra.job.num}},"
+              f"'${{hydra.job.override_dirname}}'}}\"")
+    assert pinned in command
+    install_job_dirs(tmp_path)
+    value = pinned.split("=", 1)[1].strip('"')
+    for num, want in ((0, "seed=1,x=3"), (1, "sub/seed=2,x=3"), (2, "seed=3,x=4")):
+        cfg = OmegaConf.create({"num": num, "dirname": "seed=3,x=4", "subdir": value.replace(
+            "hydra.job.num", "num").replace("hydra.job.override_dirname", "dirname")})
+        assert cfg.subdir == want
+    # resumed again: the saved override is the pinned one, pinned the same way
+    (tmp_path / "multirun.yaml").write_text(MULTIRUN.replace(
+        "    - hydra.mode=MULTIRUN\n", f"    - hydra.mode=MULTIRUN\n    - {pinned}\n"))
+    assert pinned in sweep_command(tmp_path, [])
+
