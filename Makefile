@@ -98,10 +98,10 @@ reproduce-mnist: install ## the paper's MNIST experiment in all three modes (NP=
 
 SCALING_RANKS ?= 1 2 4
 SCALING_ITERS ?= 5
-scaling: install ## deep Peaks (N=1024) on 1, 2, 4 ranks, serial and simultaneous; measured vs predicted
+scaling: install ## deep Peaks (N=1024) on 1, 2, 4 ranks (one thread each), serial and simultaneous; measured vs predicted
 	@mkdir -p $(OUT)/scaling
 	for p in $(SCALING_RANKS); do for m in serial simultaneous; do \
-	  rm -rf $(OUT)/scaling/$$m-P$$p; $(YIELD_SH) $(MPIEXEC) -n $$p $(LPTRAIN) experiment=peaks_deep mode=$$m \
+	  rm -rf $(OUT)/scaling/$$m-P$$p; OMP_NUM_THREADS=1 $(YIELD_SH) $(MPIEXEC) -n $$p $(LPTRAIN) experiment=peaks_deep mode=$$m \
 	    train.iterations=$(SCALING_ITERS) eval_every=1000 hydra.run.dir=$(OUT)/scaling/$$m-P$$p || exit 1; \
 	done; done
 	$(REPORT) $(OUT)/scaling --out $(OUT)/scaling/report

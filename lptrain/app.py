@@ -4,12 +4,13 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import torch
 from omegaconf import OmegaConf
 
 from lptrain.config.schema import Config, ModeOptions
 from lptrain.config.typed import options  # noqa: F401 (cli and tools call app.options)
 from lptrain.data import load_dataset
-from lptrain.errors import ConfigError, RunFileError, StalledError, require
+from lptrain.errors import ConfigError, StalledError, require
 from lptrain.metrics import schema as ms
 from lptrain.metrics.console import Console
 from lptrain.metrics.quantities import ITERATION_TIME
@@ -123,7 +124,7 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     attrs = {ms.MODE: opts.mode.name, ms.WORLD_SIZE: grid.size, ms.LAYER_RANKS: grid.layer,
              ms.DATA_RANKS: grid.data, ms.SEED: opts.seed,
              ms.CONFIG: OmegaConf.to_yaml(cfg), ms.DATASET_SOURCE: data.source,
-             ms.MGRIT_LEVELS: _joined(steps, "/")}
+             ms.MGRIT_LEVELS: _joined(steps, "/"), ms.THREADS: torch.get_num_threads()}
     path = run_dir / ms.FILE_NAME
     title = (f"{opts.mode.name} {data.name} N={opts.network.layers} "
              f"P={grid.size} ({grid.layer} layer x {grid.data} data)")

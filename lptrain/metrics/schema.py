@@ -27,6 +27,7 @@ DATASET_SOURCE = "dataset_source"
 MGRIT_LEVELS = "mgrit_levels"
 ERROR = "error"
 STARTED_AT = "started_at"
+THREADS = "threads"
 
 REQUIRED_ATTRS = (MODE, WORLD_SIZE, SEED, CONFIG)
 
@@ -72,6 +73,7 @@ WAITING = "waiting"
 HISTORIES = (FWD_HISTORY, ADJ_HISTORY)   # 2-D, NaN-padded, columns grow
 PER_RANK = (COMPUTE, COMMUNICATION, WAITING)  # 2-D, one column per rank, columns grow
 GRID_COLUMNS = (WORLD_SIZE, LAYER_RANKS, DATA_RANKS)   # timing/: the grid of each row
+START_ATTRS = (*GRID_COLUMNS, THREADS)    # root attributes of the latest start (resume)
 
 INT = "int64"
 FLOAT = "float64"
@@ -133,6 +135,9 @@ FIELDS: dict[str, dict[str, Field]] = {
                      "a run `stalled` (no progress for train.patience iterations, or no "
                      "step found with exact solves along steepest descent)"),
         STARTED_AT: Field(STR, "scalar", "", "ISO 8601 local time the file was created"),
+        THREADS: Field(INT, "scalar", "", "optional: torch's intra-op threads per rank at "
+                       "the latest start (rank 0's: `OMP_NUM_THREADS`, else the node's "
+                       "cores shared by its ranks)"),
     },
     TRAIN: {
         ITERATION: Field(INT, _ROWS, "", "optimizer iteration number"),

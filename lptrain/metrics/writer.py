@@ -109,7 +109,7 @@ class MetricsWriter:
             width = timing[s.COMPUTE].maxshape[1]
             self._skip_timing = width is not None and width < self._grid[s.WORLD_SIZE]
         for name, value in attrs.items():
-            if name in s.GRID_COLUMNS and value is not None:
+            if name in s.START_ATTRS and value is not None:
                 self._file.attrs[name] = _attr_value(name, value)
         if s.ERROR in self._file.attrs:
             del self._file.attrs[s.ERROR]

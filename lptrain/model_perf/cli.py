@@ -367,13 +367,15 @@ def grid_section(ranks, auto: dict, grids) -> str:
 
 
 def _compare(runs, model: Model, m: Machine, cfg):
+    import torch
+
     from lptrain.model_perf.runs import mismatch, predict_run
     measured: dict = {}
     rows = []
     for r in runs:
         measured.setdefault((r.mode, r.ranks), []).append(r.iteration_time)
         pred, note = predict_run(r, model, m)
-        rows.append((r, pred, note, mismatch(r, cfg)))
+        rows.append((r, pred, note, mismatch(r, cfg, torch.get_num_threads())))
     return measured, rows
 
 

@@ -59,6 +59,7 @@ class MeasuredRun:
     config: dict           # the run's resolved config (nested)
     layer: int | None = None   # ranks per layer group (None: not logged)
     work: tuple[Work, ...] = ()  # per iteration whose time the median takes, in order
+    threads: int | None = None   # torch threads per rank (None: not logged)
 
 
 def load_run(path: Path) -> MeasuredRun | None:
@@ -76,7 +77,8 @@ def load_run(path: Path) -> MeasuredRun | None:
                        float(trials.mean()) if len(trials) else 1.0,
                        _mean(m.mgrit.get(s.FWD_ITERATIONS)),
                        _mean(m.mgrit.get(s.ADJ_ITERATIONS)), cfg,
-                       _int(m.attrs.get(s.LAYER_RANKS)), _work(m, mine, _memory(cfg)))
+                       _int(m.attrs.get(s.LAYER_RANKS)), _work(m, mine, _memory(cfg)),
+                       _int(m.attrs.get(s.THREADS)))
 
 
 def _memory(cfg: dict) -> int | None:
@@ -162,10 +164,15 @@ def flat(cfg: dict, prefix: str = "") -> dict:
     return out
 
 
-def mismatch(run: MeasuredRun, model_cfg: dict) -> list[str]:
-    """COST_KEYS whose value in the run differs from the modelled config."""
+def mismatch(run: MeasuredRun, model_cfg: dict, threads: int) -> list[str]:
+    """COST_KEYS whose value in the run differs from the modelled config, and the run's
+    threads per rank where they are not the `threads` the kernels were timed with (one
+    rank of a 2-core machine takes both cores: its iterations run up to 2x faster)."""
     a, b = flat(run.config), flat(model_cfg)
-    return [f"{k}={a.get(k)!r}" for k in COST_KEYS if a.get(k) != b.get(k)]
+    out = [f"{k}={a.get(k)!r}" for k in COST_KEYS if a.get(k) != b.get(k)]
+    if run.threads is not None and run.threads != threads:
+        out.append(f"threads={run.threads} (model {threads})")
+    return out
 
 
 def run_model(run: MeasuredRun, model: Model) -> Model:

@@ -39,6 +39,12 @@ def serial_run(tmp_path_factory):
     return path, run(path)
 
 
+def test_a_run_records_its_threads_per_rank(serial_run):
+    """What lptrain-model compares a measured run's kernels with (its own are timed on
+    one thread unless told otherwise)."""
+    assert serial_run[1].attrs[ms.THREADS] == torch.get_num_threads()
+
+
 def _val_split(model):
     options, seed = evaluate.dataset_for(model, [])
     return load_dataset(options, seed)

@@ -402,19 +402,25 @@ def test_command_refuses_half_given_costs(capsys):
 def test_a_measured_run_resumed_on_another_rank_count_counts_its_latest_ranks(tmp_path):
     from lptrain.metrics import schema as ms
     from lptrain.metrics.writer import open_writer
-    from lptrain.model_perf.runs import load_run
+    from lptrain.model_perf.runs import load_run, mismatch
     path = tmp_path / ms.FILE_NAME
-    attrs = {ms.MODE: "mgrit", ms.WORLD_SIZE: 2, ms.SEED: 0, ms.CONFIG: "seed: 0\n"}
+    attrs = {ms.MODE: "mgrit", ms.WORLD_SIZE: 2, ms.SEED: 0, ms.CONFIG: "seed: 0\n",
+             ms.THREADS: 1}
     with open_writer(path, attrs, enabled=True) as writer:
         for k in (1, 2, 3):
             writer.log_train(iteration=k, step_time=1.0, ls_trials=1)
             writer.log_timing(k, [1.0] * 2, [0.0] * 2, [0.0] * 2)
-    with open_writer(path, {**attrs, ms.WORLD_SIZE: 1}, True, 3) as writer:
+    with open_writer(path, {**attrs, ms.WORLD_SIZE: 1, ms.THREADS: 2}, True, 3) as writer:
         for k in (4, 5, 6):      # on one rank: the first of these is left out too
             writer.log_train(iteration=k, step_time=0.5 if k == 4 else 2.0, ls_trials=1)
             writer.log_timing(k, [1.0], [0.0], [0.0])
     run = load_run(path)
-    assert (run.ranks, run.iteration_time) == (1, 2.0)
+    assert (run.ranks, run.iteration_time, run.threads) == (1, 2.0, 2)
+    # one rank on two cores runs two threads: not the one-thread ranks the model times
+    # (make scaling's P = 1 run measured 0.24 s against 0.43 predicted, before it set
+    # OMP_NUM_THREADS=1)
+    assert mismatch(run, {"seed": 0}, threads=1) == ["threads=2 (model 1)"]
+    assert mismatch(run, {"seed": 0}, threads=2) == []
 
 
 # -- the automatic grid ------------------------------------------------------------------------
