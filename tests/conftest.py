@@ -29,17 +29,24 @@ def pytest_collection_modifyitems(items):
     _longest_first(items)
 
 
+# files that start many processes at once: handed out last of tests/cli and tests/mpi, so
+# that the other worker runs in-process files beside them, not another such file (with
+# test_signals' 24 ranks beside it, a fresh `lptrain` in test_run_faults took 56 s to
+# log its first rows instead of 4)
+STORMS = {"test_signals.py"}
+
+
 def _longest_first(items) -> None:
     """The files in the order pytest-xdist hands them out (`make test`): tests/cli and
-    tests/mpi first, as collected (few long tests each: started last, one would end the
-    run alone), then the other files by their number of tests, most first, so that the
+    tests/mpi first, as collected but STORMS last (few long tests each: started last,
+    one would end the run alone), then the other files by their number of tests, most first, so that the
     last files handed out are short ones and the two workers end together."""
     counts = Counter(str(item.fspath) for item in items)
 
     def key(item):
         path = Path(str(item.fspath))
         if path.parent.name in ("cli", "mpi"):
-            return (0, 0, "")
+            return (0, path.name in STORMS, "")
         return (1, -counts[str(path)], str(path))
     items.sort(key=key)         # stable: a file's tests keep their order
 
