@@ -166,6 +166,16 @@ def load_torch(path: Path, what: str):
         raise InputFileError(f"{path}: unreadable {what} ({_first_line(exc)})") from None
 
 
+def _is_archive(path: Path) -> bool:
+    """Whether `path` is an AtomicArchive (a checkpoint): a zip whose entries sit at its
+    top level, where torch.save's zip keeps them in a folder."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            return any("/" not in name for name in z.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
 def _first_line(exc: Exception) -> str:
     """torch's load errors run to many lines of advice; say what is wrong in one."""
     if isinstance(exc, _UNPICKLING):
@@ -229,6 +239,9 @@ def load_model(run: str | Path, which: str | None = None, device: str = "cpu"):
     # the module (torch.nn, the data transforms) is needed only to load
     from lptrain.model.classifier import Classifier
     path = model_path(run, which)
+    if _is_archive(path):
+        raise InputFileError(f"{path}: a checkpoint (what `lptrain resume=` continues), not a "
+                             f"saved model; load {MODEL_FILE} or {MODEL_FILES['last']} of its run")
     record = load_record(path, "saved model", FORMAT, FORMAT_VERSION)
     held = record.get("which", "last")          # format 1 held the last parameters only
     if which is not None and held != which:

@@ -286,6 +286,19 @@ def test_missing_or_foreign_model_file_is_named(tmp_path):
         load_model(tmp_path)
 
 
+def test_a_checkpoint_given_as_a_model_is_named_for_what_it_is(serial_run, capsys):
+    """Was 'unreadable saved model ([enforce fail at inline_container.cc:180] . file in
+    archive is not in a subdirectory: record.pt)'."""
+    from lptrain.train.checkpoint import CHECKPOINT_FILE
+    checkpoint = serial_run[0] / CHECKPOINT_FILE
+    with pytest.raises(RunFileError, match=r"checkpoint.pt: a checkpoint \(what `lptrain "
+                                           r"resume=` continues\), not a saved model; load "
+                                           r"model.pt or model-last.pt of its run$"):
+        load_model(checkpoint)
+    assert evaluate.main([str(checkpoint)]) == 2
+    assert len(capsys.readouterr().err.splitlines()) == 1
+
+
 def test_unwritable_model_file_fails_the_run_and_keeps_its_iterations(tmp_path):
     (tmp_path / MODEL_FILE).mkdir()            # renaming onto a directory fails
     with pytest.raises(RunFileError, match=f"{MODEL_FILE}: cannot write"):
