@@ -82,6 +82,8 @@ def test_a_single_run_without_a_checkpoint_says_how_it_ended(tmp_path):
         "its run stopped (diverged) after 2 iterations, before its first checkpoint: "
         "nothing to resume; run it again in another directory")
     assert "only runs of this lptrain version" in not_resumable(tmp_path / "elsewhere")
+    assert not_resumable(tmp_path / "run" / s.FILE_NAME) == (
+        f"a file, not a run's directory; did you mean `lptrain resume={tmp_path / 'run'}`?")
 
 
 def test_put_back_restores_a_jobs_saved_configuration(tmp_path):
