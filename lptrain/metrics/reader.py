@@ -58,6 +58,9 @@ def read_metrics(path: str | Path) -> RunMetrics:
     path = Path(path)
     if not path.is_file():
         raise s.MetricsInputError(f"{path}: no such metrics file")
+    if not h5py.is_hdf5(path):       # a model.pt or checkpoint.pt given in its place, say
+        raise s.MetricsInputError(f"{path}: not a metrics file (not HDF5); give a run's "
+                                  f"directory or its {s.FILE_NAME}")
     try:
         with h5py.File(path, "r", locking=False) as f:
             attrs = {name: _plain(value) for name, value in f.attrs.items()}

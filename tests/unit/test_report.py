@@ -7,6 +7,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+import torch
 
 from lptrain.metrics import schema as s
 from lptrain.metrics.reader import read_metrics
@@ -204,6 +205,17 @@ def test_corrupt_file_exits_2_without_traceback(tmp_path):
     assert res.returncode == 2
     assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
     assert str(bad) in res.stderr
+
+
+def test_a_model_file_given_as_metrics_is_named_for_what_it_is(two_runs, tmp_path, capsys):
+    """Was 'unreadable metrics file (Unable to synchronously open file (file signature
+    not found))'."""
+    model = tmp_path / "model.pt"
+    torch.save({"x": 1}, model)
+    assert main([str(model), "--out", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err == (f"lptrain-report: error: {model}: not a metrics file "
+                                       f"(not HDF5); give a run's directory or its "
+                                       f"metrics.h5\n")
 
 
 def test_validation_rows_are_placed_at_their_wall_time(two_runs):
