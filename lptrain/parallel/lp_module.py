@@ -302,10 +302,13 @@ class LayerParallel(nn.Module):
         return out
 
     def _drop_other_layers(self, state_dict, prefix, *args):
-        """load_state_dict takes every layer's entries and keeps this rank's."""
+        """load_state_dict takes every layer's entries and keeps this rank's; entries of
+        layers the module does not have (a dict of a deeper network) stay, for
+        load_state_dict to refuse as unexpected keys."""
         head = prefix + "layers."
         for key in [k for k in state_dict if k.startswith(head)]:
-            if int(key[len(head):].split(".", 1)[0]) not in self.owned:
+            n = key[len(head):].split(".", 1)[0]
+            if n.isdigit() and int(n) < self.n_layers and int(n) not in self.owned:
                 del state_dict[key]
 
 

@@ -136,6 +136,18 @@ def test_state_dict_round_trip_and_loading_into_a_parent():
         assert close(other[1](u0), mod(u0))
 
 
+def test_a_deeper_networks_state_dict_is_refused():
+    """The hook that keeps a rank's own layers dropped every other layer's entries,
+    those of layers the module does not have too: 8 layers loaded into 4 without a
+    word. They stay now, for load_state_dict to refuse (strict=False takes the 4)."""
+    deeper = LayerParallel(dense, T=1.0, n_layers=8, mgrit=MGRITOptions(**CONVERGED))
+    mod = LayerParallel(dense, T=1.0, n_layers=4, mgrit=MGRITOptions(**CONVERGED))
+    with pytest.raises(RuntimeError, match=r'Unexpected key\(s\) in state_dict: "layers\.4\.'):
+        mod.load_state_dict(deeper.state_dict())
+    mod.load_state_dict(deeper.state_dict(), strict=False)
+    assert all(torch.equal(v, deeper.state_dict()[k]) for k, v in mod.state_dict().items())
+
+
 @pytest.mark.parametrize("dtype, rel", [(torch.float32, 1e-5), (torch.float64, 1e-10)])
 def test_float32_and_float64(dtype, rel):
     opts = dict(CONVERGED, tol=1e-6 if dtype == torch.float32 else 1e-13)
