@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import gc
 import logging
+import re
 import sys
 import traceback
 from datetime import datetime
@@ -138,10 +139,11 @@ def _prevalidate(args: list[str]) -> None:
     from lptrain.app import options
     overrides = [a for a in args if not a.startswith("-") and not a.startswith("hydra")
                  and not a.startswith("+hydra")]
+    groups = [a for a in args if a.startswith("hydra/")]  # launcher, sweeper: must exist
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             for combination in sweep_samples(overrides):
-                options(compose_checked(combination))
+                options(compose_checked([*combination, *groups]))
     except (HydraException, OmegaConfBaseException) as exc:
         raise _one_line(exc) from None
 
@@ -160,8 +162,8 @@ def _one_line(exc: Exception):
                 break
             if ln.startswith("\t") and not ln.strip().endswith("_schema"):
                 avail.append(ln.strip())
-        head = head.replace("In 'config': ", "") + (f"; available: {', '.join(avail)}"
-                                                     if avail else "")
+        head = re.sub(r"^In '[^']*': ", "", head) + (f"; available: {', '.join(avail)}"
+                                                      if avail else "")
     if key and key.startswith("network.step.") and "not in struct" in head:
         head += f"; add a keyword argument of the step with +{key}=VALUE"
     return ConfigError(f"{key}: {head}" if key else head)

@@ -110,6 +110,9 @@ MNIST = ["dataset=mnist", "dataset.path={data}", "recipe=default", "network.chan
 # (arguments, fragments the one error line must contain)
 BAD_INPUTS = {
     "unknown_option": (["dataset=nope"], ["dataset", "nope"]),
+    # Hydra's own groups: was Hydra's 10-line report and exit 1
+    "unknown_launcher": (["hydra/launcher=joblib"],
+                         ["Could not find 'hydra/launcher/joblib'; available: basic"]),
     "wrong_type": (["network.width=abc"], ["network.width", "abc"]),
     "misspelled_key": (["network.widht=3"], ["network.widht"]),
     "key_added_past_schema": (["+network.widht=3"], ["network.widht", "not an lptrain option"]),
