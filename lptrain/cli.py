@@ -9,7 +9,6 @@ from __future__ import annotations
 import atexit
 import gc
 import logging
-import re
 import sys
 import traceback
 from datetime import datetime
@@ -22,7 +21,7 @@ from lptrain.rundir import (SWEEP_FILE, RunLock, SavedFiles, claim_new, dir_over
                             saved_overrides)
 from lptrain.sweeps import SweepJobs, install_job_dirs, sweep_command
 
-from lptrain.config import CONF_DIR, CONF_MODULE
+from lptrain.config import CONF_MODULE, check_command
 PROG = "lptrain"
 log = logging.getLogger("lptrain")
 # Hydra's flags that print and exit without running the task: they get no run directory
@@ -126,49 +125,6 @@ def _check_writable(directory: str) -> str | None:
     return None
 
 
-def _prevalidate(args: list[str]) -> None:
-    """Compose and type-check the overrides once, turning Hydra's report into one line."""
-    from hydra import initialize_config_dir
-
-    from lptrain.config import compose_checked, sweep_samples
-    from lptrain.config.schema import register_configs
-    register_configs()
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from lptrain.app import options
-    overrides = [a for a in args if not a.startswith("-") and not a.startswith("hydra")
-                 and not a.startswith("+hydra")]
-    groups = [a for a in args if a.startswith("hydra/")]  # launcher, sweeper: must exist
-    try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            for combination in sweep_samples(overrides):
-                options(compose_checked([*combination, *groups]))
-    except (HydraException, OmegaConfBaseException) as exc:
-        raise _one_line(exc) from None
-
-
-def _one_line(exc: Exception):
-    from lptrain.errors import ConfigError
-    cause = exc.__cause__ or exc
-    key = getattr(cause, "full_key", None)
-    text = str(cause).strip().splitlines()
-    head = text[0] if text else type(cause).__name__
-    if "Could not find" in head:
-        # the option names, without the schema nodes and the search path after them
-        avail = []
-        for ln in text[1:]:
-            if ln.startswith("Config search path"):
-                break
-            if ln.startswith("\t") and not ln.strip().endswith("_schema"):
-                avail.append(ln.strip())
-        head = re.sub(r"^In '[^']*': ", "", head) + (f"; available: {', '.join(avail)}"
-                                                      if avail else "")
-    if key and key.startswith("network.step.") and "not in struct" in head:
-        head += f"; add a keyword argument of the step with +{key}=VALUE"
-    return ConfigError(f"{key}: {head}" if key else head)
-
-
 def _version() -> str:
     """`lptrain --version`: this package's version and the versions it runs on."""
     import platform
@@ -263,7 +219,7 @@ def _lead(args: list[str], ranks: int) -> int:
             _hydra_entry()
             return 0
         if checkable:
-            _prevalidate(args)
+            check_command(args)
         args, directory = _directory_args(args)
         problem = _check_writable(directory)
         if problem:
@@ -317,7 +273,7 @@ def _task(cfg) -> float | None:
 
     from lptrain.config import refuse_schema_nodes
     from lptrain.errors import ConfigError
-    try:     # a job a sweeper made up, or a command _prevalidate could not check
+    try:     # a job a sweeper made up, or a command check_command could not check
         refuse_schema_nodes(HydraConfig.get().runtime.choices)
     except ConfigError as exc:      # no rank runs it
         _failures.append(exc.exit_code)

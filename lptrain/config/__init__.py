@@ -1,6 +1,7 @@
 """The configuration: typed schema (schema.py), its validation (typed.py), the YAML defaults."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -81,3 +82,49 @@ def sweep_samples(overrides: list[str]) -> list[list[str]]:
     for i, vs in enumerate(values):
         samples += [first[:i] + [v] + first[i + 1:] for v in vs[1:]]
     return samples
+
+
+def check_command(args: list[str]) -> None:
+    """Compose and type-check a command's overrides once per swept value (the lptrain
+    command, rank 0, before anything is written), with Hydra's own group choices
+    (`hydra/launcher=`, `hydra/sweeper=`); Hydra's report becomes one ConfigError line."""
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from lptrain.config.schema import register_configs
+    from lptrain.config.typed import options
+    register_configs()
+    overrides = [a for a in args if not a.startswith("-") and not a.startswith("hydra")
+                 and not a.startswith("+hydra")]
+    groups = [a for a in args if a.startswith("hydra/")]  # launcher, sweeper: must exist
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            for combination in sweep_samples(overrides):
+                options(compose_checked([*combination, *groups]))
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise one_line_error(exc) from None
+
+
+def one_line_error(exc: Exception):
+    """The ConfigError of a Hydra or OmegaConf error: its key and first line, and for a
+    missing group option the options there are (schema nodes left out)."""
+    from lptrain.errors import ConfigError
+    cause = exc.__cause__ or exc
+    key = getattr(cause, "full_key", None)
+    text = str(cause).strip().splitlines()
+    head = text[0] if text else type(cause).__name__
+    if "Could not find" in head:
+        # the option names, without the schema nodes and the search path after them
+        avail = []
+        for ln in text[1:]:
+            if ln.startswith("Config search path"):
+                break
+            if ln.startswith("\t") and not ln.strip().endswith("_schema"):
+                avail.append(ln.strip())
+        head = re.sub(r"^In '[^']*': ", "", head) + (f"; available: {', '.join(avail)}"
+                                                      if avail else "")
+    if key and key.startswith("network.step.") and "not in struct" in head:
+        head += f"; add a keyword argument of the step with +{key}=VALUE"
+    return ConfigError(f"{key}: {head}" if key else head)
+
