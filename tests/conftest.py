@@ -39,8 +39,9 @@ STORMS = {"test_signals.py"}
 def _longest_first(items) -> None:
     """The files in the order pytest-xdist hands them out (`make test`): tests/cli and
     tests/mpi first, as collected but STORMS last (few long tests each: started last,
-    one would end the run alone), then the other files by their number of tests, most first, so that the
-    last files handed out are short ones and the two workers end together."""
+    one would end the run alone), then the other files by their number of tests, most
+    first, so that the last files handed out are short ones and the two workers end
+    together."""
     counts = Counter(str(item.fspath) for item in items)
 
     def key(item):

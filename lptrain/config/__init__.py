@@ -127,4 +127,3 @@ def one_line_error(exc: Exception):
     if key and key.startswith("network.step.") and "not in struct" in head:
         head += f"; add a keyword argument of the step with +{key}=VALUE"
     return ConfigError(f"{key}: {head}" if key else head)
-

@@ -239,10 +239,14 @@ def load_model(run: str | Path, which: str | None = None, device: str = "cpu"):
     # the module (torch.nn, the data transforms) is needed only to load
     from lptrain.model.classifier import Classifier
     path = model_path(run, which)
-    if _is_archive(path):
-        raise InputFileError(f"{path}: a checkpoint (what `lptrain resume=` continues), not a "
-                             f"saved model; load {MODEL_FILE} or {MODEL_FILES['last']} of its run")
-    record = load_record(path, "saved model", FORMAT, FORMAT_VERSION)
+    try:
+        record = load_record(path, "saved model", FORMAT, FORMAT_VERSION)
+    except InputFileError:
+        if _is_archive(path):       # what torch says of it is no help
+            raise InputFileError(f"{path}: a checkpoint (what `lptrain resume=` continues), "
+                                 f"not a saved model; load {MODEL_FILE} or "
+                                 f"{MODEL_FILES['last']} of its run") from None
+        raise
     held = record.get("which", "last")          # format 1 held the last parameters only
     if which is not None and held != which:
         raise InputFileError(f"{path}: holds the {held} parameters, not the {which} ones"

@@ -49,8 +49,9 @@ NOTES = (f"{ITERATION_TIME}: the median duration of an optimizer iteration "
          "start of training to the last iteration, all included. speedup vs serial: the "
          f"{ITERATION_TIME} of the serial run of the same problem (dataset, network, "
          "optimizer, dtype, batch size; on the fewest ranks; of the same seed where "
-         "several are) over this run's, '-' where the set has no such run. computing: the share of the "
-         "ranks' time (timing/) spent computing rather than communicating or waiting; "
+         "several are) over this run's, '-' where the set has no such run. computing: the "
+         "share of the ranks' time (timing/) spent computing rather than communicating or "
+         "waiting; "
          "each run's time per rank follows below the table.\n")
 
 
