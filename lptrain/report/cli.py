@@ -13,41 +13,16 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-import yaml
-
 from lptrain.errors import reason
 from lptrain.metrics import schema as s
 from lptrain.metrics.reader import RunMetrics, find_metrics, read_metrics
+from lptrain.report.labels import hydra_choices, run_labels
 from lptrain.report.plots import write_plots
 from lptrain.metrics.timing import markdown as timing_markdown
 from lptrain.report.table import (NOTES, add_speedup, flat_config, rank_times, summarize,
                                   to_markdown)
 
 EXIT_INPUT = 2
-MAX_LABEL_KEYS = 4
-
-
-def run_labels(runs: Sequence[RunMetrics]) -> list[str]:
-    """A label per run: its mode, P=ranks if ranks vary, and the config values that differ.
-
-    Config keys count when every run has them, their values differ, and they are neither
-    under the `mode` node (the mode is already in the label) nor paths (those differ in
-    every multirun job). Duplicate labels get a '#k' suffix.
-    """
-    configs = [flat_config(run.attrs.get(s.CONFIG, "")) for run in runs]
-    keys = [k for k in configs[0] if all(k in c for c in configs)] if configs else []
-    varying = [k for k in keys
-               if len({repr(c[k]) for c in configs}) > 1 and k.split(".")[0] != s.MODE
-               and not any("/" in str(c[k]) for c in configs)][:MAX_LABEL_KEYS]
-    ranks_vary = len({run.attrs.get(s.WORLD_SIZE) for run in runs}) > 1
-    labels = []
-    for run, config in zip(runs, configs):
-        parts = [run.mode]
-        if ranks_vary:
-            parts.append(f"P={run.attrs.get(s.WORLD_SIZE)}")
-        parts += [f"{k}={config[k]}" for k in varying]
-        labels.append(" ".join(parts))
-    return _unique(labels)
 
 
 def report_context(runs: Sequence[RunMetrics]) -> str:
@@ -122,30 +97,12 @@ def _message(exc: OSError) -> str:
 
 def _experiment(run: RunMetrics) -> str | None:
     """The `experiment=` choice of the run, from Hydra's files next to its metrics.h5."""
-    try:
-        hydra = yaml.safe_load((run.path.parent / ".hydra" / "hydra.yaml").read_text())
-        return hydra["hydra"]["runtime"]["choices"].get("experiment")
-    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
-        return None     # not run by the lptrain command, or Hydra wrote no files
+    return hydra_choices(run).get("experiment")
 
 
 def _distinct(values) -> list[str]:
     """`values` without repeats, in first-seen order."""
     return list(dict.fromkeys(values))
-
-
-def _unique(labels: list[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    for label in labels:
-        seen[label] = seen.get(label, 0) + 1
-    count: dict[str, int] = {}
-    out = []
-    for label in labels:
-        if seen[label] > 1:
-            count[label] = count.get(label, 0) + 1
-            label = f"{label} #{count[label]}"
-        out.append(label)
-    return out
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ from lptrain.metrics.reader import read_metrics
 from lptrain.metrics.timing import LISTED, TallyingWriter, TimingTally, text_lines
 from lptrain.metrics.timing import summarize as summarize_timing
 from lptrain.metrics.writer import MetricsWriter
-from lptrain.report.cli import find_metrics, main, run_labels
+from lptrain.report.cli import find_metrics, main
+from lptrain.report.labels import run_labels
 from lptrain.report.table import COLUMNS, add_speedup, rank_times, summarize, to_markdown
 
 REPO = Path(__file__).resolve().parents[2]
@@ -135,6 +136,38 @@ def test_labels_show_mode_ranks_and_differing_overrides(tmp_path):
     # mode.* and the run_dir path are left out; optimizer.maxiter is equal everywhere
     assert labels == ["serial P=1 optimizer.lr=1.0", "mgrit P=2 optimizer.lr=0.5 #1",
                       "mgrit P=2 optimizer.lr=0.5 #2"]
+
+
+def _typed(run_dir: Path, overrides: list[str], **choices: str) -> None:
+    """The .hydra files the lptrain command writes: the overrides as typed and the
+    groups Hydra chose."""
+    hydra = run_dir / ".hydra"
+    hydra.mkdir()
+    (hydra / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    (hydra / "hydra.yaml").write_text("hydra:\n  runtime:\n    choices:\n" + "".join(
+        f"      {k.replace('__', '/')}: {v}\n" for k, v in choices.items()))
+
+
+def test_labels_name_what_the_user_chose_before_what_it_implies(tmp_path):
+    """Were the first four config keys that differ: runs of the lptrain command with
+    another network were labelled by `network.init_hidden=...` and the like."""
+    config = ("mode:\n  name: serial\nnetwork:\n  name: {net}\n  init_hidden: {h}\n"
+              "  channels: 8\noptimizer:\n  lr: {lr}\nseed: 0\n")
+    runs = {"a": ("conv", 0.1, 1.0, ["mode=serial", "seed=0"]),
+            "b": ("custom", 0.5, 1.0, ["+network.step._target_=my.Step", "network=custom",
+                                       "hydra/launcher=basic"]),
+            "c": ("conv", 0.1, 0.5, ["optimizer.lr=0.5"])}
+    for name, (net, h, lr, typed) in runs.items():
+        path = fake_run(tmp_path / name, "serial", 0.4)
+        with h5py.File(path, "a", locking=False) as f:
+            f.attrs[s.CONFIG] = config.format(net=net, h=h, lr=lr)
+        _typed(tmp_path / name, typed, network=net, mode="serial", hydra__launcher="basic")
+    labels = run_labels([read_metrics(tmp_path / n / s.FILE_NAME) for n in "abc"])
+    # every typed difference, each run's value where it typed none; seed=0 typed in one
+    # run only is no difference; network.name/init_hidden are what network=custom sets
+    assert labels == ["serial network=conv optimizer.lr=1.0",
+                      "serial network.step._target_=my.Step network=custom optimizer.lr=1.0",
+                      "serial network=conv optimizer.lr=0.5"]
 
 
 def test_find_metrics_accepts_files_run_dirs_and_multirun_dirs(two_runs, tmp_path):

@@ -1,0 +1,116 @@
+"""Run labels for lptrain-report: each run's mode, its ranks, and what sets it apart.
+
+What sets runs apart is looked for where the user chose it first: the overrides typed
+on the command line (`.hydra/overrides.yaml` beside metrics.h5), then the config groups
+Hydra chose (`.hydra/hydra.yaml`, e.g. the `network` a dataset brings), then the
+flattened config stored in metrics.h5 (runs not started by the lptrain command have
+only that). Every differing typed override is shown; chosen groups and config values
+only until the labels tell the runs apart.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import yaml
+
+from lptrain.metrics import schema as s
+from lptrain.metrics.reader import RunMetrics
+from lptrain.report.table import flat_config
+
+MAX_LABEL_KEYS = 4
+_NOT_LABELS = ("hydra", "resume", s.MODE)   # the mode is a label's first word
+
+
+def run_labels(runs: Sequence[RunMetrics]) -> list[str]:
+    """A label per run: its mode, P=ranks if ranks vary, and the settings that differ
+    (at most MAX_LABEL_KEYS); duplicate labels get a '#k' suffix."""
+    sources = [[typed_overrides(run) for run in runs],
+               [hydra_choices(run) for run in runs],
+               [flat_config(run.attrs.get(s.CONFIG, "")) for run in runs]]
+    ranks_vary = len({run.attrs.get(s.WORLD_SIZE) for run in runs}) > 1
+    parts = [[run.mode] + ([f"P={run.attrs.get(s.WORLD_SIZE)}"] if ranks_vary else [])
+             for run in runs]
+    shown: set[str] = set()
+    for rank, values in enumerate(sources):
+        for key in differing(values, common_only=rank == 2):
+            if len(shown) >= MAX_LABEL_KEYS or rank > 0 and _distinct_labels(parts):
+                break
+            resolved = [_value(key, [source[i] for source in sources]) for i in range(len(runs))]
+            if _covered(key, shown) or len({str(v) for v in resolved}) == 1:
+                continue      # network.name beside a typed network=...; seed=0 typed or not
+            shown.add(key.replace("/", "."))
+            for part, value in zip(parts, resolved):
+                if value is not None:
+                    part.append(f"{key}={value}")
+    return _unique([" ".join(p) for p in parts])
+
+
+def differing(values: Sequence[dict], common_only: bool) -> list[str]:
+    """Keys whose values are not the same in all `values` (a key one run lacks differs
+    unless `common_only`), in first-seen order, leaving out the mode, Hydra's own
+    settings and paths (those differ in every multirun job)."""
+    keys = list(dict.fromkeys(k for v in values for k in v))
+    if common_only:
+        keys = [k for k in keys if all(k in v for v in values)]
+    return [k for k in keys
+            if len({repr(v.get(k)) for v in values}) > 1
+            and k.replace("/", ".").split(".")[0] not in _NOT_LABELS
+            and not any("/" in str(v.get(k, "")) for v in values)]
+
+
+def typed_overrides(run: RunMetrics) -> dict:
+    """{key: value as typed} of the run's command-line overrides; {} without the file."""
+    items = _hydra_file(run, "overrides.yaml")
+    if not isinstance(items, list):
+        return {}
+    pairs = (str(item).split("=", 1) for item in items)
+    return {key.lstrip("+~"): value for key, value, *_ in (p + [""] for p in pairs)}
+
+
+def hydra_choices(run: RunMetrics) -> dict:
+    """{group: option} Hydra chose for the run (`runtime.choices`); {} without the file."""
+    try:
+        choices = _hydra_file(run, "hydra.yaml")["hydra"]["runtime"]["choices"]
+    except (KeyError, TypeError):
+        return {}
+    return {k: v for k, v in choices.items() if v is not None} if isinstance(
+        choices, dict) else {}
+
+
+def _hydra_file(run: RunMetrics, name: str):
+    """A YAML file Hydra wrote beside the run's metrics.h5, parsed; None if unreadable."""
+    try:
+        return yaml.safe_load((Path(run.path).parent / ".hydra" / name).read_text())
+    except (OSError, yaml.YAMLError):
+        return None   # not run by the lptrain command, or Hydra wrote no files
+
+
+def _value(key: str, run_sources: list[dict]):
+    """The run's value of `key`, from the first source that has it (a group a run did
+    not type is shown as Hydra chose it); None if none has."""
+    return next((values[key] for values in run_sources if key in values), None)
+
+
+def _covered(key: str, shown: set[str]) -> bool:
+    """Whether a shown key sets `key` too: `network` (a group chosen) sets `network.name`."""
+    dotted = key.replace("/", ".")
+    return any(dotted == k or dotted.startswith(k + ".") for k in shown)
+
+
+def _distinct_labels(parts: list[list[str]]) -> bool:
+    return len({tuple(p) for p in parts}) == len(parts)
+
+
+def _unique(labels: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+    count: dict[str, int] = {}
+    out = []
+    for label in labels:
+        if seen[label] > 1:
+            count[label] = count.get(label, 0) + 1
+            label = f"{label} #{count[label]}"
+        out.append(label)
+    return out
