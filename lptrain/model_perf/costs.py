@@ -62,8 +62,9 @@ class KernelCosts:
             return self.alone()
         w = shared_weight(ranks, self.host_ranks)
 
-        def blend(alone: dict, shared: dict) -> dict:
-            return {key: t + w * (shared[key] - t) for key, t in alone.items()}
+        def blend(alone: dict, shared: dict) -> dict:   # a kept kernel that another
+            # question measured alone only (missing() measures those asked for) stays so
+            return {key: t + w * (shared.get(key, t) - t) for key, t in alone.items()}
         return replace(self.alone(), one=blend(self.one, self.shared_one),
                        full=blend(self.full, self.shared_full))
 

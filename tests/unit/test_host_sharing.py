@@ -97,5 +97,8 @@ def test_shared_costs_are_kept_beside_the_alone_ones(tmp_path, monkeypatch):
     assert kept["host_ranks"] == 2 and len(kept["kernels"]) == 3       # one file, shared kept
     c, _ = kc.measured(net, theta, 16, want, "cpu", 1, host_ranks=2)
     assert len(calls) == 3 and c.shared_full[("vjp_saved", 2)] == 0.032
+    # was a KeyError on linearize, kept alone only (lptrain-model after a run's auto split)
+    assert c.on_host(2).full[("vjp_saved", 2)] == 0.032
+    assert c.on_host(2).full[("linearize", 1)] == c.full[("linearize", 1)]
     c, _ = kc.measured(net, theta, 16, want, "cpu", 1, host_ranks=4)   # another count: anew
     assert calls[-1] == (want, 3)
