@@ -1,6 +1,7 @@
 """Load a metrics.h5 file, complete or not, into plain numpy arrays."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -99,14 +100,16 @@ def _plain(value):
 
 
 def find_metrics(paths: Sequence[Path]) -> list[Path]:
-    """Every metrics file named by `paths`, in order, without duplicates."""
+    """Every metrics file named by `paths`, in order, without duplicates; those found
+    below a directory in the order of their paths with numbers as numbers (a multirun's
+    job 2 before job 10)."""
     found: list[Path] = []
     seen: set[Path] = set()
     for path in paths:
         if path.is_file():
             hits = [path]
         elif path.is_dir():
-            hits = sorted(path.rglob(s.FILE_NAME))
+            hits = sorted(path.rglob(s.FILE_NAME), key=_natural)
             if not hits:
                 raise s.MetricsFileError(f"{path}: no {s.FILE_NAME} in this directory "
                                          "or below")
@@ -117,3 +120,9 @@ def find_metrics(paths: Sequence[Path]) -> list[Path]:
                 seen.add(hit.resolve())
                 found.append(hit)
     return found
+
+
+def _natural(path: Path) -> list:
+    """A sort key of `path` that orders the digit runs of its parts by value."""
+    return [(0, int(piece), "") if piece.isdigit() else (1, 0, piece)
+            for part in path.parts for piece in re.split(r"(\d+)", part) if piece]

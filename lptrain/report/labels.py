@@ -5,7 +5,7 @@ on the command line (`.hydra/overrides.yaml` beside metrics.h5), then the config
 Hydra chose (`.hydra/hydra.yaml`, e.g. the `network` a dataset brings), then the
 flattened config stored in metrics.h5 (runs not started by the lptrain command have
 only that). Every differing typed override is shown; chosen groups and config values
-only until the labels tell the runs apart.
+up to a total of MAX_LABEL_KEYS settings, those that tell most runs apart first.
 """
 from __future__ import annotations
 
@@ -23,27 +23,49 @@ _NOT_LABELS = ("hydra", "resume", s.MODE)   # the mode is a label's first word
 
 
 def run_labels(runs: Sequence[RunMetrics]) -> list[str]:
-    """A label per run: its mode, P=ranks if ranks vary, and the settings that differ
-    (at most MAX_LABEL_KEYS); duplicate labels get a '#k' suffix."""
+    """A label per run: its mode, P=ranks if ranks vary, every override typed differently,
+    then (up to MAX_LABEL_KEYS settings in all) the chosen groups and config values that
+    differ, those that tell most runs apart first; duplicates get a '#k' suffix."""
     sources = [[typed_overrides(run) for run in runs],
                [hydra_choices(run) for run in runs],
                [flat_config(run.attrs.get(s.CONFIG, "")) for run in runs]]
     ranks_vary = len({run.attrs.get(s.WORLD_SIZE) for run in runs}) > 1
     parts = [[run.mode] + ([f"P={run.attrs.get(s.WORLD_SIZE)}"] if ranks_vary else [])
              for run in runs]
-    shown: set[str] = set()
-    for rank, values in enumerate(sources):
-        for key in differing(values, common_only=rank == 2):
-            if len(shown) >= MAX_LABEL_KEYS or rank > 0 and _distinct_labels(parts):
-                break
-            resolved = [_value(key, [source[i] for source in sources]) for i in range(len(runs))]
-            if _covered(key, shown) or len({str(v) for v in resolved}) == 1:
-                continue      # network.name beside a typed network=...; seed=0 typed or not
-            shown.add(key.replace("/", "."))
-            for part, value in zip(parts, resolved):
-                if value is not None:
-                    part.append(f"{key}={value}")
+    shown: list[str] = []
+    for key in differing(sources[0], common_only=False):
+        _show(key, _parts(key, runs, sources), parts, shown)
+    rest = [(key, _parts(key, runs, sources))
+            for rank in (1, 2) for key in differing(sources[rank], common_only=rank == 2)]
+    while len(shown) < MAX_LABEL_KEYS:
+        scored = [(_distinct([p + n for p, n in zip(parts, new)]), -i, key, new)
+                  for i, (key, new) in enumerate(rest) if new and not _covered(key, shown)]
+        if not scored:
+            break
+        _, _, key, new = max(scored)
+        _show(key, new, parts, shown)
     return _unique([" ".join(p) for p in parts])
+
+
+def _parts(key: str, runs: Sequence[RunMetrics], sources: list[list[dict]]):
+    """The label part of each run for `key`, or None where the runs show the same value.
+    A run shows the value it typed, else the group Hydra chose, else its config's; a
+    serial run shows no mgrit setting (it runs no MGRIT)."""
+    values = [None if run.mode == s.MODE_SERIAL and key.startswith("mgrit")
+              else _value(key, [source[i] for source in sources])
+              for i, run in enumerate(runs)]
+    if len({str(v) for v in values}) == 1:
+        return None       # seed=0 typed in one run and the default in the others
+    return [[] if v is None else [f"{key}={v}"] for v in values]
+
+
+def _show(key: str, new, parts: list[list[str]], shown: list[str]) -> None:
+    """Add `new` (from _parts) to the labels' parts unless it is None or a shown setting
+    sets `key` (network.name beside a typed network=...)."""
+    if new and not _covered(key, shown):
+        shown.append(key.replace("/", "."))
+        for part, more in zip(parts, new):
+            part += more
 
 
 def differing(values: Sequence[dict], common_only: bool) -> list[str]:
@@ -92,14 +114,15 @@ def _value(key: str, run_sources: list[dict]):
     return next((values[key] for values in run_sources if key in values), None)
 
 
-def _covered(key: str, shown: set[str]) -> bool:
+def _covered(key: str, shown: list[str]) -> bool:
     """Whether a shown key sets `key` too: `network` (a group chosen) sets `network.name`."""
     dotted = key.replace("/", ".")
     return any(dotted == k or dotted.startswith(k + ".") for k in shown)
 
 
-def _distinct_labels(parts: list[list[str]]) -> bool:
-    return len({tuple(p) for p in parts}) == len(parts)
+def _distinct(parts: list[list[str]]) -> int:
+    """How many different labels `parts` make."""
+    return len({tuple(p) for p in parts})
 
 
 def _unique(labels: list[str]) -> list[str]:

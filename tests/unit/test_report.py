@@ -170,6 +170,41 @@ def test_labels_name_what_the_user_chose_before_what_it_implies(tmp_path):
                       "serial network=conv optimizer.lr=0.5"]
 
 
+def test_labels_show_every_typed_difference_then_what_tells_runs_apart(tmp_path):
+    """Were the first four differing keys: a fifth swept key (the seed) became '#1'/'#2',
+    and in a folder of unrelated runs the keys that differ in one run only took the
+    places of the one that differs in all."""
+    jobs = [["mgrit.cfactor0=2", "mgrit.levels=2", "network.width=4",
+             "network.activation=tanh", "seed=0"],
+            ["mgrit.cfactor0=4", "mgrit.levels=3", "network.width=8",
+             "network.activation=relu", "seed=1"]]
+    for job, typed in enumerate(jobs):
+        fake_run(tmp_path / "sweep" / str(job), "mgrit", 0.1)
+        _typed(tmp_path / "sweep" / str(job), typed)
+    runs = [read_metrics(p) for p in find_metrics([tmp_path / "sweep"])]
+    assert run_labels(runs) == [f"mgrit {' '.join(typed)}" for typed in jobs]
+    for i, layers in enumerate((4, 3, 2, 33)):     # config only: not the lptrain command's
+        path = fake_run(tmp_path / "mixed" / f"r{i}", "mgrit", 0.1)
+        with h5py.File(path, "a", locking=False) as f:
+            f.attrs[s.CONFIG] = "".join(f"{k}: {1 if i == 0 else 2}\n" for k in "abcde") + \
+                f"layers: {layers}\n"
+    labels = run_labels([read_metrics(p) for p in find_metrics([tmp_path / "mixed"])])
+    assert labels[1] == "mgrit layers=3 a=2 b=2 c=2"
+    for mode, levels in (("serial", 3), ("mgrit", 2)):
+        fake_run(tmp_path / "modes" / mode, mode, 0.1)
+        _typed(tmp_path / "modes" / mode, [f"mgrit.levels={levels}", "seed=4"])
+    runs = [read_metrics(p) for p in find_metrics([tmp_path / "modes"])]
+    assert run_labels(runs) == ["mgrit mgrit.levels=2", "serial"]   # serial runs no MGRIT
+
+
+def test_a_multiruns_jobs_are_found_in_job_order(tmp_path):
+    """Were 0, 1, 10, 11, 2, ...: the report's rows and legend out of job order."""
+    for job in (0, 1, 2, 10, 11):
+        fake_run(tmp_path / "multirun" / str(job), "serial", 0.1)
+    assert [p.parent.name for p in find_metrics([tmp_path / "multirun"])] == \
+        ["0", "1", "2", "10", "11"]
+
+
 def test_find_metrics_accepts_files_run_dirs_and_multirun_dirs(two_runs, tmp_path):
     file0 = two_runs / "0" / s.FILE_NAME
     found = find_metrics([file0, two_runs / "1", two_runs])
