@@ -15,7 +15,9 @@ drives it):
               one structure (the same module class and hyper-parameters, differing
               only in parameter values); False: one layer at a time (any modules).
     channels_last  linearisations (`linearize`) see 4-d states in channels_last
-              memory format (same values, a faster convolution backward on CPUs).
+              memory format (same values, a faster convolution backward on CPUs),
+              except in layers that draw (dropout): a mask is drawn in memory order,
+              so f and its linearisations see their states contiguous there.
 
     steps.modules            nn.ModuleDict 'n' -> f_n of the layers built here
     steps.ensure(n, halo=False)  build layer n (the factory) if it is not here yet;
@@ -199,13 +201,18 @@ class ModuleSteps:
         draws nothing or no key is set."""
         for buffers, name, value in self.pinned.get(n, ()):
             buffers[name] = value.clone()
-        if self.draws is None or n not in self.draws[1]:
+        if not self._draws(n):
             return nullcontext()
         return seeded((self.draws[0] * self.n_layers + n) % 2 ** 63)
+
+    def _draws(self, n: int) -> bool:
+        return self.draws is not None and n in self.draws[1]
 
     def f(self, n: int, u: torch.Tensor, P: Params | None = None) -> torch.Tensor:
         """f_n(u), with parameters P in place of f_n's own if given."""
         module = self.module(n)
+        if self._draws(n):
+            u = u.contiguous()      # a mask is drawn in memory order: one order for all
         with self._keyed(n):
             if P is None:
                 return module(u)
@@ -240,8 +247,12 @@ class ModuleSteps:
         accumulated into .grad, and only for those that require grad: a parameter
         the user froze is part of f, not of its gradient."""
         around = nullcontext            # f's own parameters: nothing to re-enter
+        drawn = self._draws(n)          # the forward's masks: f's memory order (f above)
+        layout = (lambda t: t) if drawn else self.layout
         with torch.enable_grad(), self._keyed(n):
-            x = self._copy(u).requires_grad_()     # u's buffer may be overwritten
+            # a copy: u's buffer may be overwritten
+            x = (u.detach().clone(memory_format=torch.contiguous_format) if drawn
+                 else self._copy(u)).requires_grad_()
             if P is None:
                 y = self.module(n)(x)
                 leaves = {k: p for k, p in self.module(n).named_parameters()
@@ -250,7 +261,7 @@ class ModuleSteps:
                 leaves = {k: v.detach().requires_grad_(params) for k, v in P.items()}
                 y = functional_call(self.module(n), leaves, (x,))
                 around = with_params(self.module(n), leaves)
-        return Linear(y, x, leaves if params else None, self.layout, around)
+        return Linear(y, x, leaves if params else None, layout, around)
 
 
 def with_params(module: nn.Module, P: Params):
