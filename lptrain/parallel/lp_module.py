@@ -106,6 +106,8 @@ class LayerParallel(nn.Module):
         self._same_checked: set = set()  # inputs found alike on every rank (same_input.py)
         self.last_forward = self.last_backward = None    # SolveResult of the latest solves
         self._register_load_state_dict_pre_hook(self._drop_other_layers)
+        self.register_load_state_dict_post_hook(self._agree_on_loading)
+        self._loading = None      # (prefix, error_msgs, its length) while loading
 
     def _indexed_params(self) -> "_Index":
         """This rank's layers' parameters in the autograd inputs' order and their (layer,
@@ -301,15 +303,41 @@ class LayerParallel(nn.Module):
                 out.update({k: v.to(device) for k, v in part.items()})
         return out
 
-    def _drop_other_layers(self, state_dict, prefix, *args):
+    def _drop_other_layers(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                           unexpected_keys, error_msgs):
         """load_state_dict takes every layer's entries and keeps this rank's; entries of
         layers the module does not have (a dict of a deeper network) stay, for
         load_state_dict to refuse as unexpected keys."""
+        self._loading = (prefix, error_msgs, len(error_msgs))
         head = prefix + "layers."
         for key in [k for k in state_dict if k.startswith(head)]:
             n = key[len(head):].split(".", 1)[0]
             if n.isdigit() and int(n) < self.n_layers and int(n) not in self.owned:
                 del state_dict[key]
+
+
+    def _agree_on_loading(self, module, incompatible) -> None:
+        """Every rank's missing and unexpected keys and wrong shapes in this module, on
+        every rank: load_state_dict then refuses (or, not strict, reports) alike on all
+        of them. A rank lacks only its own layers' entries, and one that loaded while
+        another refused would wait for it in the next collective call forever."""
+        prefix, errors, start = self._loading
+        self._loading = None
+        if self.exchange.size == 1:
+            return
+        lists = (incompatible.missing_keys, incompatible.unexpected_keys)
+        at = [next((i for i, k in enumerate(keys) if k.startswith(prefix)), len(keys))
+              for keys in lists]          # this module's keys come last, after others'
+        parts = self.exchange.allgather(([keys[i:] for keys, i in zip(lists, at)],
+                                         errors[start:]))
+        for keys, i, j in zip(lists, at, range(2)):
+            keys[i:] = _union(part[0][j] for part in parts)
+        errors[start:] = _union(part[1] for part in parts)
+
+
+def _union(lists) -> list:
+    """The items of `lists` in order, each once."""
+    return list(dict.fromkeys(item for items in lists for item in items))
 
 
 def _warn_unconverged(which: str, res, tol: float, rtol: float) -> None:

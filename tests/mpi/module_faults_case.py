@@ -1,6 +1,6 @@
 """Run under `mpiexec -n 2`: a layer factory that fails on rank 1 only, one module for
-every layer, state_dict() and an evaluation on rank 0 alone, a rank late to
-state_dict(), then a layer
+every layer, state_dict() and an evaluation on rank 0 alone, a shallower network's
+state_dict loaded, a rank late to state_dict(), then a layer
 whose f raises on rank 1 only in a forward solve (tests/mpi/test_module_faults.py)."""
 from __future__ import annotations
 
@@ -61,6 +61,15 @@ try:                              # an evaluation on rank 0 alone, the others tr
         mod(torch.ones(2, 3)).sum().backward()
 except ConfigError as exc:
     print(f"rank {rank} caught: {exc}", flush=True)
+shallow = LayerParallel(lambda n: Step(n, -1, ""), n_layers=8, comm=None).state_dict()
+try:                              # a dict of 8 layers: rank 0's are all there, rank 1's not
+    mod.load_state_dict(shallow)
+except RuntimeError as exc:       # torch's, listing every rank's missing keys
+    text = str(exc)
+    print(f"rank {rank} refused: {text.count('layers.')} keys missing, from "
+          f"{text[text.index('layers.'):].split(',')[0]}", flush=True)
+kept = mod.load_state_dict(shallow, strict=False)      # what there is, on every rank
+print(f"rank {rank} not strict: {len(kept.missing_keys)} keys missing", flush=True)
 module_faults.PATIENCE = 0.5      # a rank late to a collective call: said, then waited for
 if rank == 1:
     time.sleep(1.5)
