@@ -2,8 +2,10 @@
 and whose backward runs the adjoint MGRIT, each rank holding only its own layers."""
 from __future__ import annotations
 
+import math
 import warnings
 from contextlib import ExitStack, nullcontext
+from dataclasses import fields
 from itertools import chain
 from operator import attrgetter, is_
 from typing import NamedTuple
@@ -64,8 +66,15 @@ class LayerParallel(nn.Module):
                  mgrit: MGRITOptions | None = None, comm=None, warm_start: bool = False,
                  stack: bool = False, coarse_steps=None):
         super().__init__()
-        if not T > 0:
-            raise ConfigError(f"T={T!r}: the final time must be positive")
+        if isinstance(T, bool) or not isinstance(T, (int, float)) or not 0 < T < math.inf:
+            raise ConfigError(f"T={T!r}: the final time must be a positive finite number")
+        if n_layers is not None and (isinstance(n_layers, bool)
+                                     or not isinstance(n_layers, int) or n_layers < 1):
+            raise ConfigError(f"n_layers={n_layers!r}: the number of layers must be a "
+                              f"positive int")
+        if mgrit is not None and not isinstance(mgrit, MGRITOptions):
+            raise ConfigError(f"mgrit={mgrit!r}: give an lptrain.MGRITOptions, e.g. "
+                              f"MGRITOptions(levels=3, max_iter=10)")
         self.options = mgrit or MGRITOptions()
         self.exchange = make_exchange(comm)
         prebuilt = isinstance(steps, ModuleSteps)         # e.g. BuiltinSteps.dense(K, b)
@@ -136,6 +145,7 @@ class LayerParallel(nn.Module):
         norms (graph breaks at each, tens of seconds of compilation). The escape is made
         only while compiling: `torch.compiler.disable` imports Dynamo, which a process
         that never compiles need not load."""
+        _check_limits(max_iter, tol)
         if torch.compiler.is_compiling():
             return torch.compiler.disable(self._forward)(u0, max_iter, tol)
         return self._forward(u0, max_iter, tol)
@@ -145,7 +155,8 @@ class LayerParallel(nn.Module):
         grad = torch.is_grad_enabled() and (u0.requires_grad or any(map(_REQUIRES_GRAD,
                                                                         index.params)))
         all_arrived(self.exchange, "forward" if grad else "forward without gradients",
-                    u0.numel())
+                    u0.numel(), self._settings(u0, max_iter, tol) if self.exchange.size > 1
+                    else None)
         check_ddp_group(self, self.owned, self._ddp_checked)
         check_same(self.exchange, u0, "input", self._same_checked)
         if grad:
@@ -154,6 +165,13 @@ class LayerParallel(nn.Module):
         # tensors no later training forward could write them
         with torch.inference_mode(False), torch.no_grad():
             return self._forward_solve(u0, False, max_iter, tol)[0]
+
+    def _settings(self, u0, max_iter, tol) -> dict:
+        """What a forward solve depends on besides the data: every rank must agree."""
+        o = self.options
+        return {"n_layers": self.n_layers, "T": self.T, "max_iter": max_iter, "tol": tol,
+                "dtype": u0.dtype, "training": self.training, "warm_start": self.warm_start,
+                **{f"mgrit.{f.name}": getattr(o, f.name) for f in fields(o)}}
 
     def _forward_solve(self, u0, keep: bool, max_iter=None, tol=None):
         """u_N on every rank, this rank's states (keep: they become the next warm start),
@@ -333,6 +351,18 @@ class LayerParallel(nn.Module):
         for keys, i, j in zip(lists, at, range(2)):
             keys[i:] = _union(part[0][j] for part in parts)
         errors[start:] = _union(part[1] for part in parts)
+
+
+def _check_limits(max_iter, tol) -> None:
+    """ConfigError naming a forward's max_iter / tol override that no solve can use."""
+    if max_iter is not None and (isinstance(max_iter, bool) or not isinstance(max_iter, int)
+                                 or max_iter < 1):
+        raise ConfigError(f"max_iter={max_iter!r}: a positive int (iterations of the "
+                          f"forward solve), or None for mgrit's")
+    if tol is not None and (isinstance(tol, bool) or not isinstance(tol, (int, float))
+                            or not 0 <= tol < math.inf):
+        raise ConfigError(f"tol={tol!r}: a finite number >= 0 (the forward solve's "
+                          f"residual tolerance; 0: max_iter iterations), or None for mgrit's")
 
 
 def _union(lists) -> list:

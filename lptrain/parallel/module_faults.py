@@ -17,6 +17,7 @@ import os
 import sys
 import time
 import traceback
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,16 +32,19 @@ CALLS = ("forward", "forward without gradients", "backward", "state_dict()",
          "optimizer_state_dict()")
 
 
-def all_arrived(exchange, call: str, numbers: int = 0) -> None:
+def all_arrived(exchange, call: str, numbers: int = 0, settings: dict | None = None) -> None:
     """Wait until every rank has reached a collective call, and check that it is the same
-    `call` on a tensor of as many `numbers` everywhere: ConfigError on every rank where
-    not (`if rank == 0: net.state_dict()` meets the others' next forward; an evaluation
-    on rank 0 alone meets their training). After PATIENCE seconds say once on stderr
-    what this rank waits for, then wait on (the others may be slow, or outside every
-    collective call)."""
+    `call` on a tensor of as many `numbers`, with the same `settings` (what the solve
+    depends on besides the data: iteration limits, dtype, training mode), everywhere:
+    ConfigError on every rank where not (`if rank == 0: net.state_dict()` meets the
+    others' next forward; an evaluation on rank 0 alone meets their training; one rank's
+    max_iter=1 would stop its part of the solve while the others wait for its messages).
+    After PATIENCE seconds say once on stderr what this rank waits for, then wait on
+    (the others may be slow, or outside every collective call)."""
     if exchange.size == 1:
         return
-    request, table = exchange.iallgather_ints([CALLS.index(call), numbers])
+    digest = zlib.crc32(repr(settings).encode())    # the same text, the same number
+    request, table = exchange.iallgather_ints([CALLS.index(call), numbers, digest])
     spins, start, said = 0, time.monotonic(), False
     while not request.Test():
         spins += 1
@@ -53,7 +57,7 @@ def all_arrived(exchange, call: str, numbers: int = 0) -> None:
                   f"{call} for the other ranks: every rank must make this call (it is "
                   f"collective), e.g. state = net.state_dict() on every rank, then save it "
                   f"on rank 0 alone", file=sys.stderr, flush=True)
-    calls = [(int(k), int(n)) for k, n in table]
+    calls = [(int(k), int(n)) for k, n, _ in table]
     if len(set(calls)) > 1:
         where = "; ".join(f"rank {r}: {CALLS[k]}" + (f" of {n} numbers" if n else "")
                           for r, (k, n) in enumerate(calls))
@@ -61,6 +65,19 @@ def all_arrived(exchange, call: str, numbers: int = 0) -> None:
                           f"({where}); every rank must make the same calls in the same "
                           f"order with the same batch, e.g. state = net.state_dict() on "
                           f"every rank, then save it on rank 0 alone")
+    if len({int(d) for d in table[:, 2]}) > 1:      # every rank sees it: one more gather
+        raise ConfigError(f"LayerParallel: the ranks call {call} with different settings "
+                          f"({differences(exchange.allgather(settings))}); every rank "
+                          f"must build the module and call it alike")
+
+
+def differences(settings: list[dict | None]) -> str:
+    """'key: rank 0 a, rank 1 b' for each key whose value differs between the ranks'
+    `settings` (one dict per rank)."""
+    keys = dict.fromkeys(k for s in settings for k in (s or {}))
+    return "; ".join(f"{k}: " + ", ".join(f"rank {r} {(s or {}).get(k)!r}"
+                                          for r, s in enumerate(settings))
+                     for k in keys if len({repr((s or {}).get(k)) for s in settings}) > 1)
 
 
 def refuse_tied(layers: dict) -> None:

@@ -1,5 +1,6 @@
 """Run under `mpiexec -n 2`: a layer factory that fails on rank 1 only, one module for
-every layer, state_dict() and an evaluation on rank 0 alone, a shallower network's
+every layer, state_dict() and an evaluation on rank 0 alone, ranks that call with other
+limits or modes, a shallower network's
 state_dict loaded, a rank late to state_dict(), then a layer
 whose f raises on rank 1 only in a forward solve (tests/mpi/test_module_faults.py)."""
 from __future__ import annotations
@@ -61,6 +62,16 @@ try:                              # an evaluation on rank 0 alone, the others tr
         mod(torch.ones(2, 3)).sum().backward()
 except ConfigError as exc:
     print(f"rank {rank} caught: {exc}", flush=True)
+try:                              # one rank's per-call limit: its solve would stop early
+    mod(torch.ones(2, 3), max_iter=1 if rank == 0 else None)
+except ConfigError as exc:
+    print(f"rank {rank} caught: {exc}", flush=True)
+mod.train(rank == 1)
+try:                              # eval() on rank 0 alone
+    mod(torch.ones(2, 3))
+except ConfigError as exc:
+    print(f"rank {rank} caught: {exc}", flush=True)
+mod.train()
 shallow = LayerParallel(lambda n: Step(n, -1, ""), n_layers=8, comm=None).state_dict()
 try:                              # a dict of 8 layers: rank 0's are all there, rank 1's not
     mod.load_state_dict(shallow)

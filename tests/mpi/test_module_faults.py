@@ -31,9 +31,15 @@ def test_a_layer_failing_on_one_rank_ends_every_rank():
     # was: rank 0 loaded and went on into the next forward, waiting for rank 1 forever
     shallow = ('refused: 16 keys missing, from layers.8.lin.weight"',
                "not strict: 16 keys missing")
-    for said in (built, tied, apart, alone, *shallow, "gathered 32 entries"):
+    # were: rank 0's solve stopped after 1 iteration while rank 1 waited for its
+    # messages; eval() on one rank solved with two different networks
+    other = "caught: LayerParallel: the ranks call forward with different settings " \
+        "({}); every rank must build the module and call it alike"
+    limits = other.format("max_iter: rank 0 1, rank 1 None")
+    modes = other.format("training: rank 0 False, rank 1 True")
+    for said in (built, tied, apart, alone, limits, modes, *shallow, "gathered 32 entries"):
         assert all(f"rank {r} {said}" in proc.stdout for r in (0, 1)), proc.stdout
-    assert proc.stdout.count(" caught: ") == 8, proc.stdout
+    assert proc.stdout.count(" caught: ") == 12, proc.stdout
     assert "not reached" not in proc.stdout
     ours = [ln for ln in proc.stderr.splitlines() if ln.startswith("LayerParallel: ")]
     assert ours[0].startswith("LayerParallel: rank 0 has waited 0.5 s in state_dict() for "

@@ -1,5 +1,6 @@
 """LayerParallel on one rank: gradcheck, several forwards, no_grad, state dicts, dtypes,
 one-shot training with warm starts; halo index arithmetic for many ranks."""
+import re
 import warnings
 
 import pytest
@@ -134,6 +135,31 @@ def test_state_dict_round_trip_and_loading_into_a_parent():
     u0 = inputs(3, 3)
     with torch.no_grad():
         assert close(other[1](u0), mod(u0))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(T=float("inf")), "T=inf: the final time must be a positive finite number"),
+    (dict(T=True), "T=True: the final time"),
+    (dict(n_layers=8.0), "n_layers=8.0: the number of layers must be a positive int"),
+    (dict(n_layers=True), "n_layers=True: the number"),
+    (dict(mgrit={"levels": 2}), "mgrit={'levels': 2}: give an lptrain.MGRITOptions")])
+def test_bad_arguments_are_named(kwargs, message):
+    """Were NaN outputs (T=inf), a TypeError or AttributeError naming no argument, or
+    n_layers=True taken as 1."""
+    from lptrain.errors import ConfigError
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        LayerParallel(dense, **{"T": 1.0, "n_layers": 4, **kwargs})
+
+
+@pytest.mark.parametrize("limits, message", [
+    (dict(max_iter=0), "max_iter=0: a positive int"), (dict(max_iter=2.5), "max_iter=2.5"),
+    (dict(tol=-1.0), "tol=-1.0: a finite number >= 0"), (dict(tol=float("nan")), "tol=nan")])
+def test_a_forwards_limits_are_checked(limits, message):
+    """Were accepted: max_iter=-1 warned 'stopped after -1 iterations'."""
+    from lptrain.errors import ConfigError
+    mod = LayerParallel(dense, T=1.0, n_layers=4, mgrit=MGRITOptions(**CONVERGED))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        mod(inputs(2, 3), **limits)
 
 
 def test_a_deeper_networks_state_dict_is_refused():
