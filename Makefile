@@ -53,7 +53,8 @@ test-fast: install ## tiers unit (pure code, files, config) + numeric (float64 r
 	$(TEST_ENV) $(VENV)/bin/pytest -q -m "(unit or numeric) and not slow" tests/unit $(PYTEST_ARGS)
 
 clean: ## remove caches (keeps .venv, outputs/)
-	rm -rf .pytest_cache **/__pycache__
+	rm -rf .pytest_cache
+	find . -path ./.venv -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # ---- experiments ---------------------------------------------------------------------
 LPTRAIN := $(VENV)/bin/lptrain

@@ -154,3 +154,8 @@ def require(ok: bool, key: str, value, what: str) -> None:
     """Raise ConfigError naming `key` and `value` unless `ok`."""
     if not ok:
         raise ConfigError(f"{key}={value!r}: {what}")
+
+
+def counted(n: int, noun: str) -> str:
+    """'1 C-interval', '4 C-intervals': a count and its noun, for messages."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
-from lptrain.errors import SolverError
+from lptrain.errors import SolverError, counted
 
 
 @dataclass(frozen=True)
@@ -138,9 +138,9 @@ def _coarse_ranges(levels, fine_ranges):
 def split_intervals(n_intervals: int, size: int) -> list[tuple[int, int]]:
     """Contiguous, balanced blocks [j0, j1) of C-intervals for each rank."""
     if size > n_intervals:
-        raise SolverError(f"{size} ranks but only {n_intervals} C-intervals on the finest "
-                          f"level: use at most {n_intervals} ranks, more layers or a "
-                          f"smaller mgrit.cfactor0")
+        raise SolverError(f"{size} ranks but only {counted(n_intervals, 'C-interval')} on "
+                          f"the finest level: use at most {counted(n_intervals, 'rank')}, "
+                          f"more layers or a smaller mgrit.cfactor0 (2 at least)")
     return [(r * n_intervals // size, (r + 1) * n_intervals // size) for r in range(size)]
 
 

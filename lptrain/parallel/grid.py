@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from lptrain.errors import ConfigError
+from lptrain.errors import ConfigError, counted
 
 AUTO = "auto"
 TIE = 0.05      # auto: a grid within 5 % of the fastest counts as fast, the most layer ranks win
@@ -96,9 +96,10 @@ def candidates(size: int, layer_ranks, data_ranks: int | None, max_layer: int,
         raise ConfigError(f"parallel.layer_ranks={layer}: mode=serial distributes only the "
                           f"batch; use 1 (or auto) or a layer-parallel mode")
     if layer > max_layer:
-        raise ConfigError(f"parallel.layer_ranks={layer}: only {max_layer} C-intervals on the "
-                          f"finest level; use at most {max_layer} layer ranks, more layers or "
-                          f"a smaller mgrit.cfactor0")
+        raise ConfigError(f"parallel.layer_ranks={layer}: only "
+                          f"{counted(max_layer, 'C-interval')} on the finest level; use at "
+                          f"most {counted(max_layer, 'layer rank')}, more layers or a smaller "
+                          f"mgrit.cfactor0 (2 at least)")
     return [Grid(layer, size // layer)]
 
 
