@@ -166,8 +166,13 @@ class Console:
                 or now - self._shown >= self.cadence.gap(self._run_seconds())):
             self._print_progress()
 
+    def carry_on(self, step_times) -> None:
+        """A resumed run: its earlier iterations' durations count in the iteration time
+        (as lptrain-report counts them), before this start's."""
+        self._step_times[:0] = [float(t) for t in step_times]
+
     def iteration_time(self) -> float | None:
-        """The iteration time [s] of the iterations shown so far (metrics/quantities.py)."""
+        """The iteration time [s] of the run's iterations so far (metrics/quantities.py)."""
         return iteration_time(self._step_times)
 
     def progress_lines(self) -> list[str]:

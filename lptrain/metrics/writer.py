@@ -57,6 +57,7 @@ class MetricsWriter:
         Attributes given as None are left out; schema.REQUIRED_ATTRS must be present.
         """
         self.path = Path(path)
+        self.earlier_step_times: list[float] = []     # a new run has none
         attrs = {s.VERSION: __version__,
                  s.STARTED_AT: datetime.now().isoformat(timespec="seconds"),
                  **{name: value for name, value in attrs.items() if value is not None}}
@@ -101,6 +102,10 @@ class MetricsWriter:
         for group in s.GROUPS:
             if group in self._file:
                 _truncate(self._file[group], iteration)
+        train = self._file.get(s.TRAIN)
+        # the iterations before: the console's iteration time is the whole run's
+        self.earlier_step_times = [float(t) for t in train[s.STEP_TIME][:]] \
+            if train is not None and s.STEP_TIME in train else []
         self._grid = _grid_of(attrs)
         timing = self._file.get(s.TIMING)
         self._skip_timing = False
@@ -270,6 +275,7 @@ class NullWriter:
 
     path = None
     failure = None
+    earlier_step_times: list[float] = []
 
     def log_train(self, **fields) -> None:
         pass

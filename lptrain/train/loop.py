@@ -132,7 +132,7 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
             stall.load_state_dict(resume.loop.stall)
         start = time.perf_counter() - resume.loop.wall_time
         val, best, k0 = resume.loop.val, resume.loop.best, resume.iteration
-    info, k = None, k0
+    info, k, wall = None, k0, time.perf_counter() - start
 
     def save(k, force=False):
         if checkpoint is not None:
@@ -146,10 +146,11 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
         t0, c0, w0 = time.perf_counter(), exchange.clock.comm, exchange.clock.wait
         theta, info = optimizer.step(theta, oracle)
         dt = time.perf_counter() - t0
+        wall = time.perf_counter() - start   # the run's wall time: to its last iteration
         writer.log_train(iteration=k, objective=info.objective, loss=info.loss,
                          accuracy=info.accuracy, grad_norm=info.grad_norm,
                          step_size=info.step_size, step_time=dt,
-                         wall_time=time.perf_counter() - start, ls_trials=info.ls_trials,
+                         wall_time=wall, ls_trials=info.ls_trials,
                          lbfgs_skipped=info.lbfgs_skipped, lbfgs_reset=info.lbfgs_reset,
                          ls_failed=info.ls_failed)
         stats = oracle.record()
@@ -175,7 +176,6 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
         if stalled:
             break
     save(k, force=True)
-    wall = time.perf_counter() - start
     if info is None:     # resumed at its last iteration: nothing left to do
         return theta, Outcome(iterations=k, objective=math.nan, loss=math.nan,
                               accuracy=math.nan, val_loss=val[0], val_accuracy=val[1],

@@ -69,6 +69,26 @@ def test_stopped_and_resumed_equals_uninterrupted(case, tmp_path):
         _same(resumed.theta, straight.theta, bitwise)
 
 
+def test_a_resumed_runs_summary_shows_the_whole_runs_times(tmp_path, caplog):
+    """The console's iteration time was the median of this start's iterations only (the
+    report's: of the whole run), and its wall time counted the final validation and
+    saves after the last iteration (the report's: to the last iteration)."""
+    import h5py
+    import logging
+    from lptrain.metrics.quantities import iteration_time
+    cfg = _cfg("mode=serial", f"train.iterations={K}")
+    with pytest.raises(Interrupted):
+        app.run(cfg, None, tmp_path, StopAt(8))
+    with h5py.File(tmp_path / ms.FILE_NAME, "a", locking=False) as f:
+        f[ms.TRAIN][ms.STEP_TIME][:] = 100.0         # slow earlier iterations: known
+    with caplog.at_level(logging.INFO, logger="lptrain"):
+        outcome = app.run(cfg, None, tmp_path, resume=True)
+    m = read_metrics(tmp_path / ms.FILE_NAME)
+    assert iteration_time(m.train[ms.STEP_TIME]) == 100.0       # 7 of the 11 counted
+    assert "iteration time: 100 s (0:01:40)" in caplog.messages
+    assert outcome.wall_time == m.train[ms.WALL_TIME][-1]
+
+
 def test_resume_keeps_the_best_parameters_from_before_the_stop(tmp_path):
     """SGD with a large step: the best validation (iteration 4) comes before the stop at 5,
     so a resume that lost the best parameters would save a later, worse model."""
