@@ -159,7 +159,8 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
                 console.message(line)
         # lines of their own: a table cell would fold a long path
         console.message(f"metrics: {path}")
-        console.message(saver.describe(progress))
+        for line in saver.describe(progress):
+            console.message(line)
         if outcome.stalled:
             writer.close(ms.STALLED, error=outcome.stalled)
             console.message(_stall_message(opts, outcome))
@@ -313,9 +314,12 @@ class ModelSaver:
             except Exception:  # noqa: BLE001 - the run's own error is already propagating
                 pass
 
-    def describe(self, progress) -> str:
-        """The console's line naming both files (one line: a table cell would fold it)."""
-        best, text = progress.best, f"model: {self.paths['best']}"
+    def describe(self, progress) -> list[str]:
+        """The console's lines naming both files: the path alone on the first (lines of
+        their own: a table cell would fold a long path), what each holds below it, in
+        80 columns."""
+        best, what = progress.best, f"{self.paths['last'].name}: iteration {progress.iteration}"
         if best is not None:
-            text += f" (best validation accuracy {best.accuracy:.4g}, iteration {best.iteration})"
-        return text + f"; last: {self.paths['last'].name} (iteration {progress.iteration})"
+            what = (f"best validation accuracy {best.accuracy:.4g} at iteration "
+                    f"{best.iteration}; {what}")
+        return [f"model: {self.paths['best']}", f"  {what}"]

@@ -1,6 +1,7 @@
 """Checkpoints and resume in one process: a stopped and resumed run equals an
 uninterrupted one (bitwise in the serial and simultaneous modes, to the MGRIT tolerance
 in mgrit mode), the metrics file is continued, and bad resumes are refused."""
+import re
 from pathlib import Path
 
 import numpy as np
@@ -87,6 +88,11 @@ def test_a_resumed_runs_summary_shows_the_whole_runs_times(tmp_path, caplog):
     assert iteration_time(m.train[ms.STEP_TIME]) == 100.0       # 7 of the 11 counted
     assert "iteration time: 100 s (0:01:40)" in caplog.messages
     assert outcome.wall_time == m.train[ms.WALL_TIME][-1]
+    # the models' line was 120 columns: the path, then what each file holds, in 80
+    at = caplog.messages.index(f"model: {tmp_path / 'model.pt'}")
+    held = caplog.messages[at + 1]
+    assert re.fullmatch(r"  best validation accuracy [\d.]+ at iteration \d+; "
+                        rf"model-last.pt: iteration {K}", held) and len(held) <= 80
 
 
 def test_resume_keeps_the_best_parameters_from_before_the_stop(tmp_path):
