@@ -14,6 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
+from lptrain.errors import counted
 from lptrain.metrics import schema as s
 
 KINDS = (s.COMPUTE, s.COMMUNICATION, s.WAITING)
@@ -132,13 +133,14 @@ def text_lines(t: TimingSummary) -> list[str]:
     """The summary as plain lines of at most 80 columns, e.g.
 
         time per rank over 130 iterations: 93.2 % computing, imbalance 1.01
-        rank              compute [s]    communication [s]    waiting [s]      total [s]
+        rank                  compute [s] communication [s]       waiting [s]  total [s]
         0                 26.510 ( 94.1%)    0.420 (  1.5%)    1.240 (  4.4%)     28.170
     """
-    lines = [f"time per rank over {t.iterations} iterations: {t.compute_share:.1f} % "
+    lines = [f"time per rank over {counted(t.iterations, 'iteration')}: "
+             f"{t.compute_share:.1f} % "
              f"computing, imbalance {t.imbalance:.2f}",
-             f"{'rank':<15s}{'compute [s]':^18s}{'communication [s]':^18s}"
-             f"{'waiting [s]':^18s}{'total [s]':>11s}"]
+             f"{'rank':<15s}" + "".join(f"{h:>{_CELL}s}" for h in (
+                 "compute [s]", "communication [s]", "waiting [s]")) + f"{'total [s]':>11s}"]
     for label, r in t.shown():
         cells = "".join(f"{_seconds(v):>9s} ({r.share(v):5.1f}%)" for v in
                         (r.compute, r.communication, r.waiting))
@@ -158,6 +160,10 @@ def markdown(t: TimingSummary) -> str:
                            for v in (r.compute, r.communication, r.waiting))
         lines.append(f"| {r.rank} | {cells} | {_seconds(r.total)} |")
     return "\n".join(lines) + "\n"
+
+
+_CELL = 18      # a cell of text_lines: seconds in 9 columns, the share in 9; its
+                # header ends where the cell does, as the numbers below it do
 
 
 def _seconds(value: float) -> str:

@@ -1,5 +1,6 @@
 """lptrain-report: the summary table, run labels, file discovery, plots and error exits."""
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -411,6 +412,11 @@ def test_time_per_rank_fits_80_columns_and_names_the_extremes(ranks):
     lines = text_lines(t)
     assert all(len(line) <= 80 for line in lines), max(lines, key=len)
     assert lines[0].startswith(f"time per rank over 3 iterations: {t.compute_share:.1f} %")
+    # each heading ends where its column's cells do (was centred: 'compute [s]' ended
+    # 4 columns before its numbers' cells)
+    heads = ("compute [s]", "communication [s]", "waiting [s]", "total [s]")
+    assert [lines[1].index(h) + len(h) for h in heads] == \
+        [m.end() for m in re.finditer(r"%\)|\S+$", lines[2])]
     rows = [line.split()[0] for line in lines[2:]]
     if ranks <= LISTED:
         assert rows == [str(r) for r in range(ranks)]
