@@ -302,8 +302,9 @@ def run(args) -> list[Path]:
     args.out.mkdir(parents=True, exist_ok=True)
     md = args.out / "speedup_model.md"
     md.write_text(text)
-    png = plot(preds, baseline, args.out / "speedup_model.png", measured, args.paper, title)
     setup = terminal_setup(opts, model, cnt, cost_note, the_link) + [optimizer_note]
+    png = plot(preds, baseline, args.out / "speedup_model.png", measured, args.paper,
+               f"{title}\n{opts.dataset.name}: {setup[0]}")    # what is modelled
     print(summary(title, setup, preds, baseline, model.max_layer, auto, compared, (md, png)),
           end="")
     return [md, png]

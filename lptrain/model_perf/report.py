@@ -119,7 +119,8 @@ def figure(preds: Sequence[Prediction], baseline: float, measured: Measured | No
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(textwrap.fill(title, int(fig.get_figwidth() * 72 / (TITLE_PT * CHAR_EM))),
+    width = int(fig.get_figwidth() * 72 / (TITLE_PT * CHAR_EM))
+    fig.suptitle("\n".join(textwrap.fill(line, width) for line in title.splitlines()),
                  fontsize=TITLE_PT)
     fig.tight_layout()
     return fig

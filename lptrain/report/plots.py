@@ -32,6 +32,8 @@ LEGEND_LINE_INCHES = 0.2
 LEGEND_CHAR_PT, LEGEND_HANDLE_CHARS = 5.5, 6   # a label character's width at "small" size
                                                # and the entry's handle and gap, in characters
 TITLE_CHAR_PT = 6.0     # a title character's width at "medium" size
+MGRIT_MARKS = 30       # at most about this many markers on an MGRIT curve
+LOG_SPAN = 10.0         # a log axis where the largest value is this many times the least
 STYLE_KEY = "lines: training (every iteration)    hollow markers: validation"
 
 
@@ -82,8 +84,11 @@ def _mgrit_figure(runs: Runs, names: tuple[str, str], log: bool, what: str,
     for ax, name, solve in zip(axes, names, ("forward", "adjoint")):
         for i, (label, run) in enumerate(runs):
             if run.mgrit:
-                line, = ax.plot(run.mgrit[s.ITERATION], run.mgrit.get(name, []), f"C{i}.-",
-                                label=label)
+                iterations = run.mgrit[s.ITERATION]
+                line, = ax.plot(iterations, run.mgrit.get(name, []), color=f"C{i}",
+                                marker=_marker(i), markerfacecolor="none", markersize=5,
+                                markevery=max(1, len(iterations) // MGRIT_MARKS),
+                                label=label)   # hollow shapes: coinciding runs show
                 if solve == "forward":
                     handles.append(line)
         _finish(ax, s.ITERATION, f"{solve} MGRIT {what}", log=log)
@@ -118,11 +123,16 @@ def _figure(panels: int) -> tuple[Figure, list]:
 
 
 def _finish(ax, x: str, ylabel: str, log: bool) -> None:
+    """Labels and grid; with `log` a log y axis where the positive values span a decade
+    or more (within one, a log axis labels two or three ticks: linear reads better),
+    values <= 0 (an exact residual of 0) left out rather than pulling it down to 1e-300."""
     ax.set_xlabel(_X_LABELS[x])
     ax.set_ylabel(ylabel)
-    # a log axis needs a positive value to show (NaN compares False)
-    if log and any(np.any(np.asarray(line.get_ydata(), float) > 0) for line in ax.lines):
-        ax.set_yscale("log")
+    ys = np.concatenate([np.asarray(line.get_ydata(), float).ravel() for line in ax.lines]
+                        or [np.empty(0)])
+    ys = ys[ys > 0]                       # NaN compares False
+    if log and ys.size and ys.max() >= LOG_SPAN * ys.min():
+        ax.set_yscale("log", nonpositive="mask")
     ax.grid(True, alpha=0.3)
 
 

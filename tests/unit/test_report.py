@@ -357,6 +357,20 @@ def test_report_context_names_datasets_and_a_partial_experiment(tmp_path):
         "indian_pines, experiment=indian_pines_paper (1 of 2 runs): mgrit, serial"
 
 
+def test_log_axes_where_values_span_decades_and_zeros_left_out(tmp_path):
+    """A loss from 1.4 to 0.8 on a log axis showed three tick labels, none above 1; an
+    exact adjoint residual of 0 pulled the log axis down to 1e-32."""
+    from lptrain.report.plots import figures
+    path = fake_run(tmp_path / "run", s.MODE_MGRIT, 0.1)        # losses 0.5 .. 0.125
+    with h5py.File(path, "a", locking=False) as f:
+        f[s.MGRIT][s.ADJ_RESIDUAL][:] = [1e-3, 0.0, 1e-9, 1e-10]
+    run = read_metrics(path)
+    figs = figures([("a", run)])
+    assert figs["loss_vs_iteration"].axes[0].get_yscale() == "linear"   # within a decade
+    residuals = figs["mgrit_residuals"].axes[1]
+    assert residuals.get_yscale() == "log" and residuals.get_ylim()[0] > 1e-12
+
+
 def test_validation_is_markers_training_is_lines(figures_of):
     _, figs = figures_of
     ax = figs["loss_vs_iteration"].axes[0]
