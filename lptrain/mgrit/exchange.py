@@ -135,6 +135,20 @@ class MPIExchange:
     def reversed(self) -> "MPIExchange":
         return MPIExchange(self.comm, not self.mirror, self.clock)
 
+    def __deepcopy__(self, memo) -> "MPIExchange":
+        """An exchange over the same communicator (a copy of a module on several ranks,
+        e.g. an average of its weights, talks to the same ranks), with its own sends
+        and clock: a communicator made by Split or Dup cannot be copied itself."""
+        return MPIExchange(self.comm, self.mirror)
+
+    def __reduce_ex__(self, protocol):
+        """Refused: what holds an exchange of several ranks holds only this rank's part
+        (a LayerParallel its own layers), and no other process has its communicator."""
+        raise TypeError(f"an object on {self.size} MPI ranks cannot be pickled (e.g. by "
+                        f"torch.save(module)): each rank holds only its part, e.g. a "
+                        f"LayerParallel its own layers; save state = net.state_dict() "
+                        f"(gathered, on every rank) with torch.save on rank 0 instead")
+
     def send(self, tensor: torch.Tensor, dest: int) -> None:
         t0 = time.perf_counter()
         buf = tensor.detach().to("cpu").contiguous()

@@ -159,6 +159,7 @@ class LayerParallel(nn.Module):
                     else None)
         check_ddp_group(self, self.owned, self._ddp_checked)
         check_same(self.exchange, u0, "input", self._same_checked)
+        _check_dtype(u0, index.params)
         if grad:
             return _Solve.apply(self, (max_iter, tol, index.names), u0, *index.params)
         # not in inference mode: the solver's buffers outlive this call, and as inference
@@ -171,6 +172,8 @@ class LayerParallel(nn.Module):
         o = self.options
         return {"n_layers": self.n_layers, "T": self.T, "max_iter": max_iter, "tol": tol,
                 "dtype": u0.dtype, "training": self.training, "warm_start": self.warm_start,
+                "layer dtypes": sorted(map(str, set(map(attrgetter("dtype"),
+                                                         self._indexed_params().params)))),
                 **{f"mgrit.{f.name}": getattr(o, f.name) for f in fields(o)}}
 
     def _forward_solve(self, u0, keep: bool, max_iter=None, tol=None):
@@ -351,6 +354,22 @@ class LayerParallel(nn.Module):
         for keys, i, j in zip(lists, at, range(2)):
             keys[i:] = _union(part[0][j] for part in parts)
         errors[start:] = _union(part[1] for part in parts)
+
+
+def _check_dtype(u0: torch.Tensor, params: list) -> None:
+    """ConfigError before the solve where the input's dtype is not the one of the layers'
+    parameters (without autocast): inside the solve on several ranks the failure would
+    end every rank (module_faults.py). The ranks agree on both (all_arrived's settings
+    and the same input), so each raises alike."""
+    dtypes = set(map(attrgetter("dtype"), params))
+    if len(dtypes) != 1 or not u0.is_floating_point() or u0.dtype in dtypes:
+        return
+    (dtype,) = dtypes
+    state = _autocast_state(u0.device.type)
+    if dtype.is_floating_point and not (state is not None and state[1]):
+        raise ConfigError(f"LayerParallel: the input is {u0.dtype} but the layers' "
+                          f"parameters are {dtype}; convert one, e.g. x.to({dtype}) or "
+                          f"net.to({u0.dtype}) (or compute under torch.autocast)")
 
 
 def _check_limits(max_iter, tol) -> None:

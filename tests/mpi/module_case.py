@@ -5,6 +5,7 @@ them with `reference()`, the same layers stepped serially with autograd.
 """
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -302,6 +303,10 @@ def clipped(comm) -> dict:
     norm = torch.nn.utils.clip_grad_norm_(params, 0.3) if comm is None \
         else clip_grad_norm_(params, 0.3, body)
     got = {"clip-norm": torch.as_tensor(float(norm), dtype=torch.float64)}
+    for p_norm in (1.0, math.inf):            # the clipped gradients' other norms
+        other = torch.nn.utils.clip_grad_norm_(params, 1e30, p_norm) if comm is None \
+            else clip_grad_norm_(params, 1e30, body, norm_type=p_norm)
+        got[f"clip-norm-{p_norm:g}"] = torch.as_tensor(float(other), dtype=torch.float64)
     got.update({f"clip-head-{k}": p.grad.clone() for k, p in head.named_parameters()})
     return {**got, **_by_layer("clip-grad", body, comm)}
 

@@ -5,6 +5,8 @@ state_dict loaded, a rank late to state_dict(), then a layer
 whose f raises on rank 1 only in a forward solve (tests/mpi/test_module_faults.py)."""
 from __future__ import annotations
 
+import copy
+import io
 import sys
 import time
 from pathlib import Path
@@ -81,6 +83,15 @@ except RuntimeError as exc:       # torch's, listing every rank's missing keys
           f"{text[text.index('layers.'):].split(',')[0]}", flush=True)
 kept = mod.load_state_dict(shallow, strict=False)      # what there is, on every rank
 print(f"rank {rank} not strict: {len(kept.missing_keys)} keys missing", flush=True)
+halves = comm.Split(0, rank)      # a communicator of its own: deepcopy failed on it
+twin = LayerParallel(lambda n: Step(n, -1, ""), n_layers=16, comm=halves)
+copied = copy.deepcopy(twin)      # e.g. the start of an average of the weights
+same = torch.equal(copied(torch.ones(2, 3)), twin(torch.ones(2, 3)))
+print(f"rank {rank} copied: equal {same}", flush=True)
+try:                              # a pickle would hold this rank's layers only
+    torch.save(twin, io.BytesIO())
+except TypeError as exc:
+    print(f"rank {rank} caught: {exc}", flush=True)
 module_faults.PATIENCE = 0.5      # a rank late to a collective call: said, then waited for
 if rank == 1:
     time.sleep(1.5)

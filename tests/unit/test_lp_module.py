@@ -151,6 +151,19 @@ def test_bad_arguments_are_named(kwargs, message):
         LayerParallel(dense, **{"T": 1.0, "n_layers": 4, **kwargs})
 
 
+def test_an_input_of_another_dtype_than_the_layers_is_refused_before_the_solve():
+    """Was torch's error from inside the solve: on several ranks it ended every rank."""
+    from lptrain.errors import ConfigError
+    mod = LayerParallel(dense, T=1.0, n_layers=4, mgrit=MGRITOptions(**CONVERGED))
+    with pytest.raises(ConfigError, match=re.escape(
+            "the input is torch.float32 but the layers' parameters are torch.float64")):
+        mod(inputs(2, 3).float())
+    mod = LayerParallel(lambda n: dense(n, dtype=torch.float32), T=1.0, n_layers=4,
+                        mgrit=MGRITOptions(**CONVERGED))
+    with torch.autocast("cpu", dtype=torch.bfloat16):     # autocast casts: allowed
+        assert mod(inputs(2, 3).bfloat16()).shape == (2, 3)
+
+
 @pytest.mark.parametrize("limits, message", [
     (dict(max_iter=0), "max_iter=0: a positive int"), (dict(max_iter=2.5), "max_iter=2.5"),
     (dict(tol=-1.0), "tol=-1.0: a finite number >= 0"), (dict(tol=float("nan")), "tol=nan")])
@@ -377,6 +390,36 @@ def test_a_solve_that_misses_its_tolerance_warns():
         mod(u0, max_iter=60)                              # converged: silent
         LayerParallel(dense, T=2.0, n_layers=8,           # fixed iterations: by design
                       mgrit=MGRITOptions(**dict(CONVERGED, tol=0.0, max_iter=2)))(u0)
+
+
+@pytest.mark.parametrize("norm_type", [1.0, 3.0, float("inf")])
+def test_clip_grad_norm_takes_torchs_arguments(norm_type):
+    """norm_type, error_if_nonfinite and foreach were TypeErrors; one tensor clipped
+    nothing and returned 0."""
+    from lptrain.parallel.lp_module import clip_grad_norm_
+    body = LayerParallel(dense, T=1.0, n_layers=4, mgrit=MGRITOptions(**CONVERGED))
+    net = nn.Sequential(body, nn.Linear(3, 2).double())
+    net(inputs(5, 3)).pow(2).sum().backward()
+    before = [p.grad.clone() for p in net.parameters()]
+    norm = clip_grad_norm_(net.parameters(), 1e-2, body, norm_type=norm_type, foreach=True)
+    got = [p.grad.clone() for p in net.parameters()]
+    for p, g in zip(net.parameters(), before):
+        p.grad = g.clone()
+    want = torch.nn.utils.clip_grad_norm_(net.parameters(), 1e-2, norm_type=norm_type)
+    assert close(norm, want) and all(close(a, b) for a, b in zip(got, net_grads(net)))
+    one = body.layers["0"][0].weight
+    one.grad = torch.full_like(one, 2.0)
+    assert close(clip_grad_norm_(one, 1.0, body), torch.tensor(6.0, dtype=torch.float64))
+    assert close(one.grad.norm(), torch.tensor(1.0, dtype=torch.float64), 1e-5)
+    one.grad[0, 0] = float("nan")
+    with pytest.raises(RuntimeError, match="nan, so it cannot be clipped"):
+        clip_grad_norm_([one], 1.0, body, error_if_nonfinite=True)
+    with pytest.raises(TypeError, match="body=2.0: the network's LayerParallel module"):
+        clip_grad_norm_([one], 1.0, 2.0)          # torch's positional norm_type
+
+
+def net_grads(net):
+    return [p.grad for p in net.parameters()]
 
 
 @pytest.mark.parametrize("max_norm", [1e-3, 1e6])
