@@ -2,7 +2,6 @@
 and whose backward runs the adjoint MGRIT, each rank holding only its own layers."""
 from __future__ import annotations
 
-import math
 import warnings
 from contextlib import ExitStack, nullcontext
 from dataclasses import fields
@@ -22,6 +21,8 @@ from lptrain.model.module_steps import ModuleSteps, seeded, with_params
 from lptrain.parallel.context import make_exchange
 from lptrain.parallel.ddp import check_ddp_group
 from lptrain.parallel.halo import owned_layers
+from lptrain.parallel.lp_checks import (agree_on_loading, check_arguments, check_dtype,
+                                        check_limits)
 from lptrain.parallel.lp_grads import average_gradients, clip_grad_norm_  # noqa: F401 (here too)
 from lptrain.parallel.module_faults import agreed, all_arrived, ends_every_rank, refuse_tied
 from lptrain.parallel.module_solver import ModuleSolver
@@ -66,15 +67,7 @@ class LayerParallel(nn.Module):
                  mgrit: MGRITOptions | None = None, comm=None, warm_start: bool = False,
                  stack: bool = False, coarse_steps=None):
         super().__init__()
-        if isinstance(T, bool) or not isinstance(T, (int, float)) or not 0 < T < math.inf:
-            raise ConfigError(f"T={T!r}: the final time must be a positive finite number")
-        if n_layers is not None and (isinstance(n_layers, bool)
-                                     or not isinstance(n_layers, int) or n_layers < 1):
-            raise ConfigError(f"n_layers={n_layers!r}: the number of layers must be a "
-                              f"positive int")
-        if mgrit is not None and not isinstance(mgrit, MGRITOptions):
-            raise ConfigError(f"mgrit={mgrit!r}: give an lptrain.MGRITOptions, e.g. "
-                              f"MGRITOptions(levels=3, max_iter=10)")
+        check_arguments(T, n_layers, mgrit)
         self.options = mgrit or MGRITOptions()
         self.exchange = make_exchange(comm)
         prebuilt = isinstance(steps, ModuleSteps)         # e.g. BuiltinSteps.dense(K, b)
@@ -145,7 +138,7 @@ class LayerParallel(nn.Module):
         norms (graph breaks at each, tens of seconds of compilation). The escape is made
         only while compiling: `torch.compiler.disable` imports Dynamo, which a process
         that never compiles need not load."""
-        _check_limits(max_iter, tol)
+        check_limits(max_iter, tol)
         if torch.compiler.is_compiling():
             return torch.compiler.disable(self._forward)(u0, max_iter, tol)
         return self._forward(u0, max_iter, tol)
@@ -159,7 +152,7 @@ class LayerParallel(nn.Module):
                     else None)
         check_ddp_group(self, self.owned, self._ddp_checked)
         check_same(self.exchange, u0, "input", self._same_checked)
-        _check_dtype(u0, index.params)
+        check_dtype(u0, index.params)
         if grad:
             return _Solve.apply(self, (max_iter, tol, index.names), u0, *index.params)
         # not in inference mode: the solver's buffers outlive this call, and as inference
@@ -338,55 +331,11 @@ class LayerParallel(nn.Module):
 
 
     def _agree_on_loading(self, module, incompatible) -> None:
-        """Every rank's missing and unexpected keys and wrong shapes in this module, on
-        every rank: load_state_dict then refuses (or, not strict, reports) alike on all
-        of them. A rank lacks only its own layers' entries, and one that loaded while
-        another refused would wait for it in the next collective call forever."""
+        """What any rank refuses in this module's dict, refused (or, not strict,
+        reported) alike on every rank (lp_checks.agree_on_loading)."""
         prefix, errors, start = self._loading
         self._loading = None
-        if self.exchange.size == 1:
-            return
-        lists = (incompatible.missing_keys, incompatible.unexpected_keys)
-        at = [next((i for i, k in enumerate(keys) if k.startswith(prefix)), len(keys))
-              for keys in lists]          # this module's keys come last, after others'
-        parts = self.exchange.allgather(([keys[i:] for keys, i in zip(lists, at)],
-                                         errors[start:]))
-        for keys, i, j in zip(lists, at, range(2)):
-            keys[i:] = _union(part[0][j] for part in parts)
-        errors[start:] = _union(part[1] for part in parts)
-
-
-def _check_dtype(u0: torch.Tensor, params: list) -> None:
-    """ConfigError before the solve where the input's dtype is not the one of the layers'
-    parameters (without autocast): inside the solve on several ranks the failure would
-    end every rank (module_faults.py). The ranks agree on both (all_arrived's settings
-    and the same input), so each raises alike."""
-    dtypes = set(map(attrgetter("dtype"), params))
-    if len(dtypes) != 1 or not u0.is_floating_point() or u0.dtype in dtypes:
-        return
-    (dtype,) = dtypes
-    state = _autocast_state(u0.device.type)
-    if dtype.is_floating_point and not (state is not None and state[1]):
-        raise ConfigError(f"LayerParallel: the input is {u0.dtype} but the layers' "
-                          f"parameters are {dtype}; convert one, e.g. x.to({dtype}) or "
-                          f"net.to({u0.dtype}) (or compute under torch.autocast)")
-
-
-def _check_limits(max_iter, tol) -> None:
-    """ConfigError naming a forward's max_iter / tol override that no solve can use."""
-    if max_iter is not None and (isinstance(max_iter, bool) or not isinstance(max_iter, int)
-                                 or max_iter < 1):
-        raise ConfigError(f"max_iter={max_iter!r}: a positive int (iterations of the "
-                          f"forward solve), or None for mgrit's")
-    if tol is not None and (isinstance(tol, bool) or not isinstance(tol, (int, float))
-                            or not 0 <= tol < math.inf):
-        raise ConfigError(f"tol={tol!r}: a finite number >= 0 (the forward solve's "
-                          f"residual tolerance; 0: max_iter iterations), or None for mgrit's")
-
-
-def _union(lists) -> list:
-    """The items of `lists` in order, each once."""
-    return list(dict.fromkeys(item for items in lists for item in items))
+        agree_on_loading(self.exchange, prefix, incompatible, errors, start)
 
 
 def _warn_unconverged(which: str, res, tol: float, rtol: float) -> None:

@@ -1,0 +1,81 @@
+"""LayerParallel's checks of what it is given: its arguments, a forward's limits and
+input, and a state dict loaded on several ranks (refused alike on every rank).
+
+Each raises ConfigError (or leaves torch's load error to be raised everywhere) before
+anything is solved: inside a solve on several ranks a failure would end every rank
+(module_faults.py).
+"""
+from __future__ import annotations
+
+import math
+from operator import attrgetter
+
+import torch
+
+from lptrain.errors import ConfigError
+from lptrain.mgrit.options import MGRITOptions
+
+
+def check_arguments(T, n_layers, mgrit) -> None:
+    """ConfigError naming a constructor argument no module can use."""
+    if isinstance(T, bool) or not isinstance(T, (int, float)) or not 0 < T < math.inf:
+        raise ConfigError(f"T={T!r}: the final time must be a positive finite number")
+    if n_layers is not None and (isinstance(n_layers, bool) or not isinstance(n_layers, int)
+                                 or n_layers < 1):
+        raise ConfigError(f"n_layers={n_layers!r}: the number of layers must be a "
+                          f"positive int")
+    if mgrit is not None and not isinstance(mgrit, MGRITOptions):
+        raise ConfigError(f"mgrit={mgrit!r}: give an lptrain.MGRITOptions, e.g. "
+                          f"MGRITOptions(levels=3, max_iter=10)")
+
+
+def check_limits(max_iter, tol) -> None:
+    """ConfigError naming a forward's max_iter / tol override that no solve can use."""
+    if max_iter is not None and (isinstance(max_iter, bool) or not isinstance(max_iter, int)
+                                 or max_iter < 1):
+        raise ConfigError(f"max_iter={max_iter!r}: a positive int (iterations of the "
+                          f"forward solve), or None for mgrit's")
+    if tol is not None and (isinstance(tol, bool) or not isinstance(tol, (int, float))
+                            or not 0 <= tol < math.inf):
+        raise ConfigError(f"tol={tol!r}: a finite number >= 0 (the forward solve's "
+                          f"residual tolerance; 0: max_iter iterations), or None for mgrit's")
+
+
+def check_dtype(u0: torch.Tensor, params: list) -> None:
+    """ConfigError where the input's dtype is not the one of the layers' parameters and
+    autocast is off. The ranks agree on both (the forward's settings and the same
+    input), so each raises alike."""
+    dtypes = set(map(attrgetter("dtype"), params))
+    if len(dtypes) != 1 or not u0.is_floating_point() or u0.dtype in dtypes:
+        return
+    (dtype,) = dtypes
+    try:
+        autocast = torch.is_autocast_enabled(u0.device.type)
+    except RuntimeError:        # a device without autocast
+        autocast = False
+    if dtype.is_floating_point and not autocast:
+        raise ConfigError(f"LayerParallel: the input is {u0.dtype} but the layers' "
+                          f"parameters are {dtype}; convert one, e.g. x.to({dtype}) or "
+                          f"net.to({u0.dtype}) (or compute under torch.autocast)")
+
+
+def agree_on_loading(exchange, prefix: str, incompatible, errors: list, start: int) -> None:
+    """Every rank's missing and unexpected keys under `prefix` and its load errors from
+    errors[start:] (a module's part of one load_state_dict), on every rank: torch then
+    refuses (or, not strict, reports) alike on all of them. A rank lacks only its own
+    layers' entries, and one that loaded while another refused would wait for it in the
+    next collective call forever. A collective call on several ranks."""
+    if exchange.size == 1:
+        return
+    lists = (incompatible.missing_keys, incompatible.unexpected_keys)
+    at = [next((i for i, k in enumerate(keys) if k.startswith(prefix)), len(keys))
+          for keys in lists]              # this module's keys come last, after others'
+    parts = exchange.allgather(([keys[i:] for keys, i in zip(lists, at)], errors[start:]))
+    for keys, i, j in zip(lists, at, range(2)):
+        keys[i:] = _union(part[0][j] for part in parts)
+    errors[start:] = _union(part[1] for part in parts)
+
+
+def _union(lists) -> list:
+    """The items of `lists` in order, each once."""
+    return list(dict.fromkeys(item for items in lists for item in items))
