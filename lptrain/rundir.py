@@ -104,6 +104,8 @@ def not_resumable(run_dir: Path) -> str:
     from lptrain.train.checkpoint import CHECKPOINT_FILE
     if run_dir.is_file():
         return f"a file, not a run's directory; did you mean `{resume_command(run_dir.parent)}`?"
+    if not run_dir.exists():
+        return "no such directory; give the run directory lptrain printed when it stopped"
     if (run_dir / ".hydra" / "overrides.yaml").is_file() and (run_dir / ms.FILE_NAME).is_file():
         try:
             m = read_metrics(run_dir / ms.FILE_NAME)

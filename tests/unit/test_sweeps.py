@@ -81,7 +81,10 @@ def test_a_single_run_without_a_checkpoint_says_how_it_ended(tmp_path):
     assert not_resumable(tmp_path / "run") == (
         "its run stopped (diverged) after 2 iterations, before its first checkpoint: "
         "nothing to resume; run it again in another directory")
+    (tmp_path / "elsewhere").mkdir()
     assert "only runs of this lptrain version" in not_resumable(tmp_path / "elsewhere")
+    assert not_resumable(tmp_path / "nowhere") == (    # was the 'no checkpoint.pt' line
+        "no such directory; give the run directory lptrain printed when it stopped")
     assert not_resumable(tmp_path / "run" / s.FILE_NAME) == (
         f"a file, not a run's directory; did you mean `lptrain resume={tmp_path / 'run'}`?")
 
