@@ -124,9 +124,15 @@ class Scalars:
         purge = None if resume_after is None else resume_after + 1
         self.tb = SummaryWriter(log_dir=str(self.directory), flush_secs=10, purge_step=purge)
         self.attrs = attrs or {}
-        self._last: dict = {}            # tag of FINAL -> value
-        self._step_times: list[float] = []
-        self._solves: dict[str, list[int]] = {s.FWD_ITERATIONS: [], s.ADJ_ITERATIONS: []}
+        # the final numbers are the whole run's: a resumed one's begin with its rows
+        # before the stop (metrics.h5's, up to resume_after)
+        earlier = getattr(inner, "earlier", lambda group, name: [])
+        self._step_times: list[float] = earlier(s.TRAIN, s.STEP_TIME)
+        self._solves: dict[str, list[int]] = {
+            name: [int(c) for c in earlier(s.MGRIT, name) if c >= 0]
+            for name in (s.FWD_ITERATIONS, s.ADJ_ITERATIONS)}
+        best = [a for a in earlier(s.VALIDATION, s.ACCURACY) if math.isfinite(a)]
+        self._last: dict = {"final/best_val_accuracy": max(best)} if best else {}
 
     def __getattr__(self, name):
         return getattr(self.inner, name)

@@ -57,7 +57,7 @@ class MetricsWriter:
         Attributes given as None are left out; schema.REQUIRED_ATTRS must be present.
         """
         self.path = Path(path)
-        self.earlier_step_times: list[float] = []     # a new run has none
+        self._earlier: dict = {}        # a new run has no rows before this start
         attrs = {s.VERSION: __version__,
                  s.STARTED_AT: datetime.now().isoformat(timespec="seconds"),
                  **{name: value for name, value in attrs.items() if value is not None}}
@@ -75,6 +75,11 @@ class MetricsWriter:
             self._file.attrs[name] = value
         self._file.attrs[s.STATUS] = s.RUNNING
         self._file.flush()
+
+    def earlier(self, group: str, name: str) -> list:
+        """Column `name` of `group` as the earlier starts of a resumed run left it (up to
+        the iteration it resumes after); [] for a new run."""
+        return list(self._earlier.get((group, name), []))
 
     @classmethod
     def reopen(cls, path: str | Path, iteration: int, attrs: dict) -> MetricsWriter:
@@ -102,10 +107,11 @@ class MetricsWriter:
         for group in s.GROUPS:
             if group in self._file:
                 _truncate(self._file[group], iteration)
-        train = self._file.get(s.TRAIN)
-        # the iterations before: the console's iteration time is the whole run's
-        self.earlier_step_times = [float(t) for t in train[s.STEP_TIME][:]] \
-            if train is not None and s.STEP_TIME in train else []
+        # the rows before this start: the console's and TensorBoard's final numbers
+        # are the whole run's
+        self._earlier = {(group, name): column[:].tolist() for group in s.GROUPS
+                         if group in self._file for name, column in self._file[group].items()
+                         if column.ndim == 1}
         self._grid = _grid_of(attrs)
         timing = self._file.get(s.TIMING)
         self._skip_timing = False
@@ -275,7 +281,9 @@ class NullWriter:
 
     path = None
     failure = None
-    earlier_step_times: list[float] = []
+
+    def earlier(self, group: str, name: str) -> list:
+        return []
 
     def log_train(self, **fields) -> None:
         pass

@@ -80,19 +80,45 @@ def test_hparams_hold_the_config_and_the_final_metrics(tmp_path):
     assert hp["mgrit_levels"] == "4/2"              # 4 layers, cfactor0 2, 2 levels
     assert hp["train.batch_size"] == "null" and hp["mgrit.adj_tol"] == "null"
 
-    def final(tag):
-        (event,) = events.Scalars(f"final/{tag}")
-        return event.value
+    _finals_are_the_files(events, m)
+
+
+def _finals_are_the_files(events, m) -> None:
+    """The HParams' final numbers are those of metrics.h5 (`m`), the whole run's."""
+    def final(tag):          # a resumed run's: the last start's (its file sorts last)
+        return events.Scalars(f"final/{tag}")[-1].value
     expected = {"objective": m.train[ms.OBJECTIVE][-1], "loss": m.train[ms.LOSS][-1],
                 "val_accuracy": m.validation[ms.ACCURACY][-1],
                 "best_val_accuracy": m.validation[ms.ACCURACY].max(),
-                "iterations": 4, "wall_time": m.train[ms.WALL_TIME][-1],
+                "iterations": m.n_iterations, "wall_time": m.train[ms.WALL_TIME][-1],
                 "iteration_time": iteration_time(m.train[ms.STEP_TIME]),
-                "fwd_iterations": m.mgrit[ms.FWD_ITERATIONS].mean()}
+                "fwd_iterations": m.mgrit[ms.FWD_ITERATIONS].mean(),
+                "adj_iterations": m.mgrit[ms.ADJ_ITERATIONS].mean()}
     for tag, value in expected.items():
         assert final(tag) == pytest.approx(value, rel=1e-6), tag   # float32 in the file
     assert {t for t in events.Tags()["scalars"] if t.startswith("final/")} <= \
         set(tensorboard.FINAL)
+
+
+def test_a_resumed_runs_final_numbers_are_the_whole_runs(tmp_path):
+    """Were this start's: the iteration time, the mean MGRIT iterations and the best
+    validation accuracy of the iterations after the resume only."""
+    pytest.importorskip("tensorboard")
+    import h5py
+    from helpers import StopAt
+    from lptrain.errors import Interrupted
+    cfg = _cfg("logger=tensorboard", "mode=simultaneous", "train.iterations=8")
+    with pytest.raises(Interrupted):
+        app.run(cfg, None, tmp_path, StopAt(4))
+    with h5py.File(tmp_path / ms.FILE_NAME, "a", locking=False) as f:   # known, earlier
+        f[ms.TRAIN][ms.STEP_TIME][:] = 100.0
+        f[ms.MGRIT][ms.FWD_ITERATIONS][:] = 9
+        f[ms.VALIDATION][ms.ACCURACY][-1] = 1.0
+    app.run(cfg, None, tmp_path, resume=True)
+    m = read_metrics(tmp_path / ms.FILE_NAME)
+    assert m.n_iterations == 8 and m.validation[ms.ACCURACY].max() == 1.0
+    events = _events(tmp_path / tensorboard.DIR_NAME)
+    _finals_are_the_files(events, m)
 
 
 def _sweep(root: Path, jobs: dict[str, list[str]], task: list[str]) -> None:
