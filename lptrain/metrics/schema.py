@@ -181,7 +181,8 @@ FIELDS: dict[str, dict[str, Field]] = {
                       "rung solved to mgrit.tol; raised after a failed line search"),
         "fwd_total": Field(INT, _ROWS, "",
                            "forward MGRIT iterations of every solve of this optimizer "
-                           "iteration (line-search trials and re-evaluations included)"),
+                           "iteration (line-search trials and re-evaluations included; "
+                           "iteration 1's also the evaluation at the initial θ)"),
         "adj_total": Field(INT, _ROWS, "", "adjoint MGRIT iterations, as fwd_total"),
         "grad_error": Field(FLOAT, _ROWS, "",
                             "estimated error of the gradient relative to its norm at the "
@@ -206,8 +207,9 @@ FIELDS: dict[str, dict[str, Field]] = {
                             "measured against an exact layer-serial gradient every "
                             "mgrit.calibrate_every evaluations; NaN in between"),
         FWD_HISTORY: Field(FLOAT, "(n, k)", "",
-                           "forward residual after each MGRIT iteration; NaN-padded to "
-                           "the longest solve so far (k grows)"),
+                           "forward residual before each MGRIT iteration and after the "
+                           "last (iterations + 1 values); NaN-padded to the longest "
+                           "solve so far (k grows)"),
         ADJ_HISTORY: Field(FLOAT, "(n, k)", "", "adjoint residual history, as fwd_history"),
     },
     TIMING: {
@@ -245,8 +247,8 @@ resizable and the file is flushed after each logged row, so a killed run keeps e
 finished iteration (its `status` then stays `running`). A field that a log call leaves out
 is stored as NaN (floats) or -1 (integers). Groups that a mode does not use are absent.
 
-Shapes: n = optimizer iterations logged, v = validation evaluations, k = the most MGRIT
-iterations of any solve so far, P = the most ranks any iteration ran on (`world_size`,
+Shapes: n = optimizer iterations logged, v = validation evaluations, k = one more than
+the most MGRIT iterations of any solve so far, P = the most ranks any iteration ran on (`world_size`,
 unless the run was resumed on another rank count).
 
 Read a file with `lptrain.metrics.reader.read_metrics(path)` (also while the run is still
