@@ -60,11 +60,15 @@ def compose(overrides: Sequence[str]):
         raise ConfigError(str(exc).strip().splitlines()[0]) from None
 
 
+SWEPT_PARAMS = "hydra.sweeper.params."
+
+
 def sweep_samples(overrides: list[str]) -> list[list[str]]:
     """Override lists that together try every value of every sweep (`a=1,2`, `range`,
-    `choice`) once, the other sweeps at their first value: one composition per value,
+    `choice`; both ends of an `interval`) once, the other sweeps at their first value: one composition per value,
     not the product. Without sweeps, the overrides themselves."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import IntervalSweep
     from hydra.errors import HydraException
     parsed = OverridesParser.create().parse_overrides(overrides)
     values = []
@@ -72,7 +76,11 @@ def sweep_samples(overrides: list[str]) -> list[list[str]]:
         try:
             swept = list(o.sweep_string_iterator()) if o.is_sweep_override() else None
         except HydraException:     # glob(): needs Hydra's config loader; Hydra checks it
-            continue
+            if not isinstance(o.value(), IntervalSweep):
+                continue
+            # a sampler's interval (hydra/sweeper=optuna): both ends, of the type it
+            # samples (float, unless cast: int(interval(2, 8)))
+            swept = [str(v) for v in (o.value().start, o.value().end)]
         values.append([f"{o.get_key_element()}={v}" for v in swept] if swept
                       else [o.input_line])
     if not values:
@@ -97,6 +105,8 @@ def check_command(args: list[str]) -> None:
     register_configs()
     overrides = [a for a in args if not a.startswith("-") and not a.startswith("hydra")
                  and not a.startswith("+hydra")]
+    # a sampler's search space given to it (hydra.sweeper.params.KEY=SPEC) names lptrain keys
+    overrides += [a.split(".", 3)[3] for a in args if a.lstrip("+").startswith(SWEPT_PARAMS)]
     groups = [a for a in args if a.startswith("hydra/")]  # launcher, sweeper: must exist
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
