@@ -8,8 +8,10 @@ block K (N, p) of θ (model/network.py), in the order of `named_parameters()`, s
 optimizers, the regulariser, checkpoints and saved models treat them like the built-in
 steps' weights; the module itself keeps only its structure and buffers. Its initial
 parameters are those its constructor draws, from torch's generator seeded with the
-run's seed (identical on every rank). The module runs in eval mode: a step is a
-deterministic function of the state, as MGRIT needs.
+run's seed (identical on every rank). Its buffers are the constructor's with torch's
+seed set to TEMPLATE_SEED, so that a random fixed tensor is the same on every rank, in
+every run, resume and loaded model (only θ is saved). The module runs in eval mode: a
+step is a deterministic function of the state, as MGRIT needs.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from lptrain.model.module_steps import ModuleSteps, seeded
 
 TARGET = "_target_"
 TRIAL_BATCH = 2         # samples of the state the step is tried on when it is built
+TEMPLATE_SEED = 0       # torch's seed while the module whose buffers every layer uses is built
 
 
 def resolve(path: str):
@@ -85,7 +88,8 @@ class CustomStep:
         if not callable(self._cls):
             raise ConfigError(f"network.step.{TARGET}={self.target!r}: not a class or "
                               f"function that builds a torch module")
-        self.template = self.build()
+        with seeded(TEMPLATE_SEED):     # its buffers: the same in every process
+            self.template = self.build()
         named = list(self.template.named_parameters())
         if not named:
             raise ConfigError(f"network.step.{TARGET}={self.target!r}: the module has no "

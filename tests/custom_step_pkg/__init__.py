@@ -59,3 +59,15 @@ class Widening(nn.Module):
 
 def not_a_module(width: int = 8):
     return width
+
+
+class RandomMixing(DenseStep):
+    """DenseStep whose output is mixed by a fixed random matrix, a buffer (README: "keep a
+    fixed tensor as a buffer"), drawn by the constructor."""
+
+    def __init__(self, width: int = 8, hidden: int = 6):
+        super().__init__(width, hidden)
+        self.register_buffer("mix", torch.randn(width, width))
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return super().forward(u) @ self.mix
