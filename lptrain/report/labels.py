@@ -33,8 +33,8 @@ def run_labels(runs: Sequence[RunMetrics]) -> list[str]:
     parts = [[run.mode] + ([f"P={run.attrs.get(s.WORLD_SIZE)}"] if ranks_vary else [])
              for run in runs]
     shown: list[str] = []
-    for key in differing(sources[0], common_only=False):
-        _show(key, _parts(key, runs, sources), parts, shown)
+    for key in differing(sources[0], common_only=False):    # typed: all, even under a
+        _show(key, _parts(key, runs, sources), parts, shown, typed=True)   # typed group
     rest = [(key, _parts(key, runs, sources))
             for rank in (1, 2) for key in differing(sources[rank], common_only=rank == 2)]
     while len(shown) < MAX_LABEL_KEYS:
@@ -59,10 +59,11 @@ def _parts(key: str, runs: Sequence[RunMetrics], sources: list[list[dict]]):
     return [[] if v is None else [f"{key}={v}"] for v in values]
 
 
-def _show(key: str, new, parts: list[list[str]], shown: list[str]) -> None:
-    """Add `new` (from _parts) to the labels' parts unless it is None or a shown setting
-    sets `key` (network.name beside a typed network=...)."""
-    if new and not _covered(key, shown):
+def _show(key: str, new, parts: list[list[str]], shown: list[str], typed: bool = False
+          ) -> None:
+    """Add `new` (from _parts) to the labels' parts unless it is None or, for a setting
+    not typed, a shown one sets `key` (network.name beside a typed network=...)."""
+    if new and (typed or not _covered(key, shown)):
         shown.append(key.replace("/", "."))
         for part, more in zip(parts, new):
             part += more

@@ -155,7 +155,7 @@ def test_labels_name_what_the_user_chose_before_what_it_implies(tmp_path):
     config = ("mode:\n  name: serial\nnetwork:\n  name: {net}\n  init_hidden: {h}\n"
               "  channels: 8\noptimizer:\n  lr: {lr}\nseed: 0\n")
     runs = {"a": ("conv", 0.1, 1.0, ["mode=serial", "seed=0"]),
-            "b": ("custom", 0.5, 1.0, ["+network.step._target_=my.Step", "network=custom",
+            "b": ("custom", 0.5, 1.0, ["network=custom", "+network.step._target_=my.Step",
                                        "hydra/launcher=basic"]),
             "c": ("conv", 0.1, 0.5, ["optimizer.lr=0.5"])}
     for name, (net, h, lr, typed) in runs.items():
@@ -166,8 +166,9 @@ def test_labels_name_what_the_user_chose_before_what_it_implies(tmp_path):
     labels = run_labels([read_metrics(tmp_path / n / s.FILE_NAME) for n in "abc"])
     # every typed difference, each run's value where it typed none; seed=0 typed in one
     # run only is no difference; network.name/init_hidden are what network=custom sets
+    # (the step typed after network=custom: it was hidden as something the group sets)
     assert labels == ["serial network=conv optimizer.lr=1.0",
-                      "serial network.step._target_=my.Step network=custom optimizer.lr=1.0",
+                      "serial network=custom network.step._target_=my.Step optimizer.lr=1.0",
                       "serial network=conv optimizer.lr=0.5"]
 
 
