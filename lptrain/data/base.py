@@ -191,9 +191,23 @@ def packaged_remedy(package: str, root: Path | None, relative: Path) -> str:
 
 def data_dirs(options) -> list[Path]:
     """search_dirs of options.path; a path the user chose (not the dataset's default)
-    must exist, so that a typo is an error rather than a silent fallback copy."""
+    must be a directory, so that a typo is an error rather than a silent fallback copy."""
     dirs = search_dirs(options.path)
-    if options.path != type(options)().path and not any(d.is_dir() for d in dirs):
-        raise DataError(f"dataset.path={options.path!r}: no such directory "
+    if chosen(options) and not any(d.is_dir() for d in dirs):
+        what = "not a directory" if any(d.exists() for d in dirs) else "no such directory"
+        raise DataError(f"dataset.path={options.path!r}: {what} "
                         f"(looked for {' and '.join(map(str, dirs))})")
     return dirs
+
+
+def chosen(options) -> bool:
+    """Whether the user set dataset.path: then its files are the data, and a loader uses
+    no packaged fallback copy where they are missing."""
+    return options.path != type(options)().path
+
+
+def not_there(options, dirs: list[Path], expected: str) -> DataError:
+    """The error for a path the user chose that holds no data files."""
+    return DataError(f"dataset.path={options.path!r}: no {expected} in "
+                     f"{' or '.join(map(str, dirs))} (the packaged copies are used only "
+                     f"when dataset.path is left at its default)")

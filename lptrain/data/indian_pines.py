@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lptrain.data.base import (Dataset, Sizes, data_dirs, package_dir, packaged_remedy,
-                                register, register_sizes, stratified_split)
+from lptrain.data.base import (Dataset, Sizes, chosen, data_dirs, package_dir,
+                               packaged_remedy, register, register_sizes, stratified_split)
 from lptrain.data.matfile import MatFileError, read_variables
 from lptrain.data.preprocessing import standardise
 from lptrain.errors import DataError, require
@@ -78,11 +78,13 @@ def tensorly_files() -> tuple[Path, Path] | None:
     return (cube, gt) if cube.is_file() and gt.is_file() else None
 
 
-def find_scene(dirs: list[Path], variant: str) -> tuple[list[Path], str]:
+def find_scene(dirs: list[Path], variant: str, fallback: bool = True
+               ) -> tuple[list[Path], str]:
     """Files to read (cube, ground truth) and the variant they hold.
 
     Directories are tried in order; within one, `auto` prefers the 220-band
-    file. Only the 200-band variant falls back to the tensorly copy.
+    file. Only the 200-band variant falls back to the tensorly copy, and only with
+    `fallback` (dataset.path left at its default).
     """
     wanted = ["full", "corrected"] if variant == "auto" else [variant]
     for directory in dirs:
@@ -96,6 +98,10 @@ def find_scene(dirs: list[Path], variant: str) -> tuple[list[Path], str]:
     if "corrected" not in wanted:
         raise DataError(missing_message(dirs, wanted, "the 220-band cube is not packaged "
                                                       "anywhere, only the user can supply it"))
+    if not fallback:
+        raise DataError(missing_message(dirs, wanted, "the packaged 200-band copy is used "
+                                                      "only when dataset.path is left at "
+                                                      "its default"))
     packaged = tensorly_files()
     if packaged:
         return list(packaged), "corrected"
@@ -157,7 +163,7 @@ def indian_pines_sizes(options: IndianPinesOptions) -> Sizes:
 @register("indian_pines")
 def load_indian_pines(options: IndianPinesOptions, seed: int) -> Dataset:
     """Labelled pixels (gt > 0) as spectra, labels gt − 1, seeded stratified split."""
-    files, variant = find_scene(data_dirs(options), options.variant)
+    files, variant = find_scene(data_dirs(options), options.variant, not chosen(options))
     cube, gt = read_scene(files, variant)
     mask = gt > 0
     x = torch.from_numpy(cube[mask].astype(np.float64))

