@@ -137,7 +137,8 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
             with_logger(h5, opts.logger, run_dir, rank0, attrs, done) as logged, \
             Console(rank0, opts.train.iterations, title, notes=notes) as console:
         writer = TallyingWriter(logged)
-        console.carry_on(h5.earlier(ms.TRAIN, ms.STEP_TIME))
+        console.carry_on(h5.earlier(ms.TRAIN, ms.STEP_TIME),
+                         0.0 if saved is None else saved.loop.wall_time)  # as the loop counts
         try:
             _, outcome = train(theta, optimizer, oracle, data, opts, writer, console, ex,
                                progress, stop, checkpointer, saved)

@@ -54,7 +54,7 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val",
     """Load the `which` model of `run` (default best), its dataset (with overrides), and
     score `split`."""
     from lptrain.data import load_dataset
-    from lptrain.errors import DataError, InputFileError
+    from lptrain.errors import DataError, InputFileError, LptrainError
     from lptrain.model.saved import MODEL_FILE, load_model, model_path
     from lptrain.rundir import is_sweep
     if is_sweep(run):
@@ -70,7 +70,13 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val",
                         f"{data.n_classes} classes, the model takes {model.feature_shape} in "
                         f"{model.n_classes}")
     x, y = (data.x_val, data.y_val) if split == "val" else (data.x_train, data.y_train)
-    loss, accuracy = model.evaluate(x, y)
+    try:
+        loss, accuracy = model.evaluate(x, y)
+    except Exception as exc:     # e.g. a user's step that raises: one line, as lptrain's
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        raise LptrainError(f"{model_path(run, which)}: the model failed on {data.name} "
+                           f"{split}: {type(exc).__name__}: "
+                           f"{lines[0] if lines else ''}".rstrip(": ")) from None
     return {"model": str(model_path(run, which)), "which": model.which,
             "iteration": model.iteration,
             "dataset": data.name, "split": split, "samples": int(x.shape[0]),
@@ -90,9 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     from lptrain.errors import LptrainError
     try:
         r = evaluate(args.run, args.overrides, args.split, args.which)
-    except LptrainError as exc:
+    except LptrainError as exc:     # 2: the input (REFUSED); 1: the model failed (FAILED)
         print(f"{PROG}: error: {exc}", file=sys.stderr, flush=True)
-        return 2
+        return exc.exit_code
     print(f"model: {r['model']} ({r['which']} parameters, iteration {r['iteration']})")
     print(f"{r['dataset']} {r['split']}: {r['samples']} samples, loss {r['loss']:.6g}, "
           f"accuracy {r['accuracy']:.4f}")

@@ -134,6 +134,8 @@ def one_line_error(exc: Exception):
                 avail.append(ln.strip())
         head = re.sub(r"^In '[^']*': ", "", head) + (f"; available: {', '.join(avail)}"
                                                       if avail else "")
-    if key and key.startswith("network.step.") and "not in struct" in head:
+    if key == "network.step._target_" and "not in struct" in head:
+        head += "; only network=custom takes a step: network=custom network.step._target_=..."
+    elif key and key.startswith("network.step.") and "not in struct" in head:
         head += f"; add a keyword argument of the step with +{key}=VALUE"
     return ConfigError(f"{key}: {head}" if key else head)

@@ -127,7 +127,7 @@ class Console:
         self._live, self.live = None, False
         if not enabled:
             return
-        self._start = clock()
+        self._start, self._before = clock(), 0.0     # _before: a resumed run's earlier time
         self._out = RichConsole(file=file, highlight=False, width=width)
         # stderr=True resolves sys.stderr at print time, so it lands above a live display
         self._err = RichConsole(file=err_file, stderr=err_file is None, highlight=False)
@@ -166,10 +166,12 @@ class Console:
                 or now - self._shown >= self.cadence.gap(self._run_seconds())):
             self._print_progress()
 
-    def carry_on(self, step_times) -> None:
+    def carry_on(self, step_times, seconds: float = 0.0) -> None:
         """A resumed run: its earlier iterations' durations count in the iteration time
-        (as lptrain-report counts them), before this start's."""
+        (as lptrain-report counts them), before this start's, and the `seconds` it had
+        run in the elapsed time (as in its wall time)."""
         self._step_times[:0] = [float(t) for t in step_times]
+        self._before = float(seconds)
 
     def iteration_time(self) -> float | None:
         """The iteration time [s] of the run's iterations so far (metrics/quantities.py)."""
@@ -188,7 +190,8 @@ class Console:
         width = self._out.width
         now = self._clock()
         right = Text(self._position(now) if self._iteration is not None else
-                     f"0/{self.total}  {format_duration(now - self._start)} elapsed  eta "
+                     f"0/{self.total}  {format_duration(now - self._start + self._before)} "
+                     f"elapsed  eta "
                      f"{format_duration(float('nan'))}")
         parts = stat_parts(self._values, self.iteration_time())
         return Group(*_bar_lines(self.title, self._iteration or 0, self.total, right, width),
@@ -272,7 +275,7 @@ class Console:
 
     def _position(self, now: float | None = None) -> str:
         """'12/300  0:00:28 elapsed  eta 0:00:42' (elapsed at `now`, else at the update)."""
-        elapsed = (self._updated if now is None else now) - self._start
+        elapsed = (self._updated if now is None else now) - self._start + self._before
         return (f"{self._iteration}/{self.total}  {format_duration(elapsed)} elapsed  "
                 f"eta {format_duration(self._eta())}")
 

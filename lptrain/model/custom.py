@@ -127,7 +127,7 @@ class CustomStep:
         return module.double().eval()
 
     def _try(self) -> None:
-        """Run the step once on a small state: it must keep the state's shape."""
+        """Run the step once on a small state: it must keep the state's shape and dtype."""
         u = torch.zeros(TRIAL_BATCH, *self.state_shape, dtype=torch.float64)
         try:
             with torch.no_grad():
@@ -140,6 +140,9 @@ class CustomStep:
             got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
             raise ConfigError(f"network.step: {self._call()} maps a state of shape "
                               f"{tuple(u.shape)} to {got}; a residual step must keep it")
+        if y.dtype != u.dtype:     # the run's precision would change inside f, silently
+            raise ConfigError(f"network.step: {self._call()} maps a {u.dtype} state to "
+                              f"{y.dtype}; a residual step must keep the state's dtype")
 
     # -- parameters ------------------------------------------------------------------
     def initial(self, n_layers: int, seed: int) -> torch.Tensor:

@@ -71,3 +71,10 @@ class RandomMixing(DenseStep):
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         return super().forward(u) @ self.mix
+
+
+class Single(DenseStep):
+    """DenseStep that returns float32 whatever the state's dtype."""
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return super().forward(u).float()

@@ -362,3 +362,12 @@ def test_a_samplers_intervals_are_checked_before_any_job():
         check_command(["train.iterations=interval(2,4)"])       # optuna samples floats
     check_command(["optimizer=adam", "optimizer.lr=tag(log, interval(0.001, 0.1))",
                    "train.iterations=int(interval(2, 4))"])
+
+
+def test_a_step_given_to_a_built_in_network_says_which_network_takes_one():
+    """Was 'add a keyword argument of the step with +network.step._target_=VALUE', whose
+    advice led to a second error."""
+    from lptrain.config import check_command
+    with pytest.raises(ConfigError, match=r"^network.step._target_: .*; only network=custom "
+                                          r"takes a step"):
+        check_command(["network=dense", "network.step._target_=mypkg.Step"])

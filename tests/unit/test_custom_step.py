@@ -102,6 +102,8 @@ def test_initial_parameters_are_the_modules_own_and_seeded():
      r"DenseStep\(depth=3\) failed: TypeError"),
     ({"_target_": "custom_step_pkg.MyStep", "channels": 3}, "dense",
      r"fails on a state of shape \(2, 5\)"),
+    ({"_target_": "custom_step_pkg.Single", "width": 5}, "dense",     # was accepted
+     r"maps a torch.float64 state to torch.float32; a residual step must keep"),
     ({"_target_": "custom_step_pkg.DenseStep", "width": 5}, "conv",
      r"network.opening='conv': choose \('dense', 'pad'\)"),
 ])
@@ -244,3 +246,22 @@ def test_a_steps_random_buffer_is_the_same_in_every_process(tmp_path):
     at = list(runs[0].validation[ms.ITERATION]).index(scored["iteration"])
     assert scored["loss"] == pytest.approx(runs[0].validation[ms.LOSS][at], rel=1e-12)
     assert scored["accuracy"] == runs[0].validation[ms.ACCURACY][at]
+
+
+def test_lptrain_eval_of_a_step_that_fails_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    """Was a traceback and exit 1 (every other failure of the tool is one line)."""
+    import custom_step_pkg
+    from lptrain.evaluate import main
+    _train(tmp_path, "mode=serial", "train.iterations=2")
+
+    forward = custom_step_pkg.DenseStep.forward
+
+    def broken(self, u):          # builds (tried on 2 samples), fails on the data
+        if u.shape[0] > 2:
+            raise RuntimeError("no GPU here\nsecond line")
+        return forward(self, u)
+    monkeypatch.setattr(custom_step_pkg.DenseStep, "forward", broken)
+    assert main([str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err == (f"lptrain-eval: error: {tmp_path / 'model.pt'}: the model failed on peaks "
+                   f"val: RuntimeError: no GPU here\n")

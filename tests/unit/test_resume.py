@@ -70,24 +70,36 @@ def test_stopped_and_resumed_equals_uninterrupted(case, tmp_path):
         _same(resumed.theta, straight.theta, bitwise)
 
 
-def test_a_resumed_runs_summary_shows_the_whole_runs_times(tmp_path, caplog):
+def test_a_resumed_runs_summary_shows_the_whole_runs_times(tmp_path, caplog, monkeypatch):
     """The console's iteration time was the median of this start's iterations only (the
     report's: of the whole run), and its wall time counted the final validation and
     saves after the last iteration (the report's: to the last iteration)."""
     import h5py
     import logging
-    from lptrain.metrics.quantities import iteration_time
+    from lptrain.metrics.quantities import format_duration, iteration_time
     cfg = _cfg("mode=serial", f"train.iterations={K}")
     with pytest.raises(Interrupted):
         app.run(cfg, None, tmp_path, StopAt(8))
     with h5py.File(tmp_path / ms.FILE_NAME, "a", locking=False) as f:
         f[ms.TRAIN][ms.STEP_TIME][:] = 100.0         # slow earlier iterations: known
+    from dataclasses import replace
+    read = app.read_run_state                         # an hour before the stop: known
+
+    def an_hour_in(path):
+        state = read(path)
+        return replace(state, loop=replace(state.loop, wall_time=3600.0))
+    monkeypatch.setattr(app, "read_run_state", an_hour_in)
     with caplog.at_level(logging.INFO, logger="lptrain"):
         outcome = app.run(cfg, None, tmp_path, resume=True)
     m = read_metrics(tmp_path / ms.FILE_NAME)
     assert iteration_time(m.train[ms.STEP_TIME]) == 100.0       # 7 of the 11 counted
     assert "iteration time: 100 s (0:01:40)" in caplog.messages
     assert outcome.wall_time == m.train[ms.WALL_TIME][-1]
+    # the progress lines' elapsed time counted from the resume (was '0:00:00 elapsed'),
+    # the loop's: the last one is the wall time
+    last = [line for line in caplog.messages if line.startswith(f"{K}/{K}  ")][-1]
+    assert last.split()[1] == format_duration(outcome.wall_time)
+    assert outcome.wall_time > 3600
     # the models' line was 120 columns: the path, then what each file holds, in 80
     at = caplog.messages.index(f"model: {tmp_path / 'model.pt'}")
     held = caplog.messages[at + 1]
