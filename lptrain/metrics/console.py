@@ -31,7 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lptrain.metrics import schema as s
-from lptrain.metrics.quantities import ITERATION_TIME, format_duration, iteration_time
+from lptrain.metrics.quantities import format_duration, iteration_time
 
 VAL_ACCURACY = "val_accuracy"  # validation accuracy (validation/accuracy in the file)
 GRAD_ERROR = "grad_error"      # the one-shot gradient's estimated relative error
