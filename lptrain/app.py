@@ -128,7 +128,7 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     path = run_dir / ms.FILE_NAME
     title = (f"{opts.mode.name} {data.name} N={opts.network.layers} "
              f"P={grid.size} ({grid.layer} layer x {grid.data} data)")
-    notes = hierarchy_notes(opts, steps)
+    notes = hierarchy_notes(opts, steps) + step_notes(net)
     saver = ModelSaver(run_dir, net, config_yaml, opts.dtype, data, rank0)
     checkpointer = Checkpointer(run_dir / CHECKPOINT_FILE, opts.checkpoint_every, ex, rank0,
                                 optimizer, oracle, progress, config_yaml, grid, saver)
@@ -192,6 +192,13 @@ def hierarchy_notes(opts: Config, steps: list[int] | None) -> list[str]:
         f"mgrit.cfactor0={m.cfactor0} leaves fewer than mgrit.min_coarse={m.min_coarse} " \
         "coarse steps"
     return [f"MGRIT levels (steps): {N} only, so MGRIT steps serially", f"  ({why})"]
+
+
+def step_notes(net) -> list[str]:
+    """A line under the title where a command-line step holds modules that do nothing in
+    the eval mode it runs in (dropout, batch normalisation with its initial statistics)."""
+    inert = net.custom.inert if net.custom is not None else []
+    return [f"network.step: its {', '.join(inert)} run in eval mode"] if inert else []
 
 
 def _joined(numbers, sep: str) -> str | None:

@@ -27,6 +27,7 @@ from lptrain.model.module_steps import ModuleSteps, seeded
 
 TARGET = "_target_"
 TRIAL_BATCH = 2         # samples of the state the step is tried on when it is built
+INERT = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
 TEMPLATE_SEED = 0       # torch's seed while the module whose buffers every layer uses is built
 
 
@@ -100,6 +101,9 @@ class CustomStep:
                               f"{frozen[0]!r} is frozen (requires_grad=False); every "
                               f"parameter of a step is trained: keep a fixed tensor as a "
                               f"buffer (register_buffer)")
+        # modules whose training behaviour a step run in eval mode does not have
+        self.inert = sorted({type(m).__name__ for m in self.template.modules()
+                             if isinstance(m, INERT)})
         self.names = [name for name, _ in named]
         self.shapes = [tuple(p.shape) for _, p in named]
         self.size = sum(math.prod(s) for s in self.shapes)      # p: one row of θ

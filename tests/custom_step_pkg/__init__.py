@@ -78,3 +78,15 @@ class Single(DenseStep):
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         return super().forward(u).float()
+
+
+class Regularised(DenseStep):
+    """DenseStep with dropout and batch normalisation, modules that a step run in eval
+    mode keeps inert."""
+
+    def __init__(self, width: int = 8, hidden: int = 6):
+        super().__init__(width, hidden)
+        self.drop, self.norm = nn.Dropout(0.2), nn.BatchNorm1d(hidden)
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return self.outer(self.drop(torch.tanh(self.norm(self.inner(u)))))

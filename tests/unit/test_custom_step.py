@@ -265,3 +265,14 @@ def test_lptrain_eval_of_a_step_that_fails_says_so_in_one_line(tmp_path, monkeyp
     err = capsys.readouterr().err
     assert err == (f"lptrain-eval: error: {tmp_path / 'model.pt'}: the model failed on peaks "
                    f"val: RuntimeError: no GPU here\n")
+
+
+def test_a_step_with_dropout_or_batchnorm_is_told_they_run_in_eval_mode(tmp_path, caplog):
+    """Was silence: the modules did nothing and nothing said so."""
+    import logging
+    with caplog.at_level(logging.INFO, logger="lptrain"):
+        _train(tmp_path / "r", "network.step._target_=custom_step_pkg.Regularised",
+               "mode=serial", "train.iterations=1")
+        _train(tmp_path / "plain", "mode=serial", "train.iterations=1")
+    notes = [m for m in caplog.messages if m.startswith("network.step: ")]
+    assert notes == ["network.step: its BatchNorm1d, Dropout run in eval mode"]
