@@ -8,7 +8,6 @@ anything is solved: inside a solve on several ranks a failure would end every ra
 from __future__ import annotations
 
 import math
-from operator import attrgetter
 
 import torch
 
@@ -41,11 +40,10 @@ def check_limits(max_iter, tol) -> None:
                           f"residual tolerance; 0: max_iter iterations), or None for mgrit's")
 
 
-def check_dtype(u0: torch.Tensor, params: list) -> None:
-    """ConfigError where the input's dtype is not the one of the layers' parameters and
-    autocast is off. The ranks agree on both (the forward's settings and the same
-    input), so each raises alike."""
-    dtypes = set(map(attrgetter("dtype"), params))
+def check_dtype(u0: torch.Tensor, dtypes: set) -> None:
+    """ConfigError where the input's dtype is not the one (`dtypes`) of the layers'
+    parameters and autocast is off. The ranks agree on both (the forward's settings and
+    the same input), so each raises alike."""
     if len(dtypes) != 1 or not u0.is_floating_point() or u0.dtype in dtypes:
         return
     (dtype,) = dtypes

@@ -147,12 +147,13 @@ class LayerParallel(nn.Module):
         index = self._indexed_params()
         grad = torch.is_grad_enabled() and (u0.requires_grad or any(map(_REQUIRES_GRAD,
                                                                         index.params)))
+        dtypes = set(map(_DTYPE, index.params))
         all_arrived(self.exchange, "forward" if grad else "forward without gradients",
-                    u0.numel(), self._settings(u0, max_iter, tol) if self.exchange.size > 1
-                    else None)
+                    u0.numel(), self._settings(u0, max_iter, tol, dtypes)
+                    if self.exchange.size > 1 else None)
         check_ddp_group(self, self.owned, self._ddp_checked)
         check_same(self.exchange, u0, "input", self._same_checked)
-        check_dtype(u0, index.params)
+        check_dtype(u0, dtypes)
         if grad:
             return _Solve.apply(self, (max_iter, tol, index.names), u0, *index.params)
         # not in inference mode: the solver's buffers outlive this call, and as inference
@@ -160,13 +161,13 @@ class LayerParallel(nn.Module):
         with torch.inference_mode(False), torch.no_grad():
             return self._forward_solve(u0, False, max_iter, tol)[0]
 
-    def _settings(self, u0, max_iter, tol) -> dict:
-        """What a forward solve depends on besides the data: every rank must agree."""
+    def _settings(self, u0, max_iter, tol, dtypes: set) -> dict:
+        """What a forward solve depends on besides the data (`dtypes`: this rank's
+        parameters'): every rank must agree."""
         o = self.options
         return {"n_layers": self.n_layers, "T": self.T, "max_iter": max_iter, "tol": tol,
                 "dtype": u0.dtype, "training": self.training, "warm_start": self.warm_start,
-                "layer dtypes": sorted(map(str, set(map(attrgetter("dtype"),
-                                                         self._indexed_params().params)))),
+                "layer dtypes": sorted(map(str, dtypes)),
                 **{f"mgrit.{f.name}": getattr(o, f.name) for f in fields(o)}}
 
     def _forward_solve(self, u0, keep: bool, max_iter=None, tol=None):
@@ -414,6 +415,7 @@ class _Index(NamedTuple):
 
 
 _REQUIRES_GRAD = attrgetter("requires_grad")
+_DTYPE = attrgetter("dtype")
 
 
 def _values(modules, attr: str):
