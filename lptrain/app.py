@@ -180,6 +180,9 @@ def level_steps(opts: Config, grid) -> list[int] | None:
                                                           grid.layer).levels]
 
 
+CONSOLE_COLUMNS = 80     # the summary's own lines fit a terminal this wide
+
+
 def hierarchy_notes(opts: Config, steps: list[int] | None) -> list[str]:
     """The lines under the run's title that say what its `level_steps` are, and why a
     run in an MGRIT mode steps serially where it got one level."""
@@ -326,8 +329,9 @@ class ModelSaver:
         """The console's lines naming both files: the path alone on the first (lines of
         their own: a table cell would fold a long path), what each holds below it, in
         80 columns."""
-        best, what = progress.best, f"{self.paths['last'].name}: iteration {progress.iteration}"
-        if best is not None:
-            what = (f"best validation accuracy {best.accuracy:.4g} at iteration "
-                    f"{best.iteration}; {what}")
-        return [f"model: {self.paths['best']}", f"  {what}"]
+        best, last = progress.best, f"{self.paths['last'].name}: iteration {progress.iteration}"
+        held = [last] if best is None else [
+            f"best validation accuracy {best.accuracy:.4g} at iteration {best.iteration}", last]
+        one = "  " + "; ".join(held)
+        return [f"model: {self.paths['best']}",
+                *([one] if len(one) <= CONSOLE_COLUMNS else ["  " + h for h in held])]

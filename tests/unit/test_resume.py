@@ -377,3 +377,18 @@ def test_models_are_written_before_their_checkpoint(tmp_path, fail):
             saver.save(k, torch.arange(3.0), _Batches(), LoopState(wall_time=1.0))
         assert ck.load_checkpoint(path)["iteration"] == k
     assert models.seen == [None, 1]
+
+
+def test_the_models_lines_stay_within_80_columns_for_long_runs():
+    """At 3000 iterations the one line under the model's path was 81 columns, wrapped
+    by the terminal mid-number: what each file holds then gets a line of its own."""
+    from types import SimpleNamespace
+    saver = SimpleNamespace(paths={"best": Path("/r/model.pt"), "last": Path("/r/model-last.pt")})
+    progress = SimpleNamespace(best=SimpleNamespace(accuracy=0.995, iteration=3000),
+                               iteration=3000)
+    assert app.ModelSaver.describe(saver, progress) == [
+        "model: /r/model.pt", "  best validation accuracy 0.995 at iteration 3000",
+        "  model-last.pt: iteration 3000"]
+    progress.best.iteration = progress.iteration = 12
+    lines = app.ModelSaver.describe(saver, progress)
+    assert len(lines) == 2 and all(len(line) <= 80 for line in lines)
