@@ -65,8 +65,8 @@ SWEPT_PARAMS = "hydra.sweeper.params."
 
 def sweep_samples(overrides: list[str]) -> list[list[str]]:
     """Override lists that together try every value of every sweep (`a=1,2`, `range`,
-    `choice`; both ends of an `interval`) once, the other sweeps at their first value: one composition per value,
-    not the product. Without sweeps, the overrides themselves."""
+    `choice`; both ends of an `interval`) once, the other sweeps at their first value:
+    one composition per value, not the product. Without sweeps, the overrides themselves."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import IntervalSweep
     from hydra.errors import HydraException

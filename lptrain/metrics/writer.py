@@ -57,7 +57,7 @@ class MetricsWriter:
         Attributes given as None are left out; schema.REQUIRED_ATTRS must be present.
         """
         self.path = Path(path)
-        self._earlier: dict = {}        # a new run has no rows before this start
+        self._earlier_rows: dict = {}   # group -> rows before this start: none here
         attrs = {s.VERSION: __version__,
                  s.STARTED_AT: datetime.now().isoformat(timespec="seconds"),
                  **{name: value for name, value in attrs.items() if value is not None}}
@@ -78,8 +78,10 @@ class MetricsWriter:
 
     def earlier(self, group: str, name: str) -> list:
         """Column `name` of `group` as the earlier starts of a resumed run left it (up to
-        the iteration it resumes after); [] for a new run."""
-        return list(self._earlier.get((group, name), []))
+        the iteration it resumes after); [] for a new run or a column it has not."""
+        rows = self._earlier_rows.get(group)
+        column = self._file[group].get(name) if rows else None
+        return column[:rows].tolist() if column is not None and column.ndim == 1 else []
 
     @classmethod
     def reopen(cls, path: str | Path, iteration: int, attrs: dict) -> MetricsWriter:
@@ -107,11 +109,11 @@ class MetricsWriter:
         for group in s.GROUPS:
             if group in self._file:
                 _truncate(self._file[group], iteration)
-        # the rows before this start: the console's and TensorBoard's final numbers
-        # are the whole run's
-        self._earlier = {(group, name): column[:].tolist() for group in s.GROUPS
-                         if group in self._file for name, column in self._file[group].items()
-                         if column.ndim == 1}
+        # the rows before this start (`earlier`): the console's and TensorBoard's final
+        # numbers are the whole run's
+        self._earlier_rows = {group: self._file[group][s.ITERATION].shape[0]
+                              for group in s.GROUPS if group in self._file
+                              and s.ITERATION in self._file[group]}
         self._grid = _grid_of(attrs)
         timing = self._file.get(s.TIMING)
         self._skip_timing = False

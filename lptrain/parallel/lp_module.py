@@ -330,7 +330,6 @@ class LayerParallel(nn.Module):
             if n.isdigit() and int(n) < self.n_layers and int(n) not in self.owned:
                 del state_dict[key]
 
-
     def _agree_on_loading(self, module, incompatible) -> None:
         """What any rank refuses in this module's dict, refused (or, not strict,
         reported) alike on every rank (lp_checks.agree_on_loading)."""
