@@ -17,6 +17,7 @@ import io
 import os
 import pickle
 import struct
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -151,7 +152,7 @@ def load_entry(path: Path, name: str, what: str):
     except _DAMAGED as exc:
         raise InputFileError(f"{path}: unreadable {what} ({_first_line(exc)})") from None
     try:
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        return _torch_load(io.BytesIO(data))
     except _DAMAGED as exc:
         raise InputFileError(f"{path}: unreadable {what} ({_first_line(exc)})") from None
 
@@ -159,11 +160,21 @@ def load_entry(path: Path, name: str, what: str):
 def load_torch(path: Path, what: str):
     """torch.load (tensors and plain Python values only), errors naming `path`."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return _torch_load(path)
     except FileNotFoundError:
         raise InputFileError(f"{path}: no {what} there") from None
     except _DAMAGED as exc:
         raise InputFileError(f"{path}: unreadable {what} ({_first_line(exc)})") from None
+
+
+def _torch_load(source):
+    """torch.load of plain values and tensors, without the warning its unpickler gives
+    for damaged bytes that read as an unknown pickle protocol: what is wrong is then said
+    once, by the caller's error (a warning would make it several lines)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Detected pickle protocol",
+                                category=UserWarning)
+        return torch.load(source, map_location="cpu", weights_only=True)
 
 
 def _is_archive(path: Path) -> bool:

@@ -307,3 +307,17 @@ def test_unwritable_model_file_fails_the_run_and_keeps_its_iterations(tmp_path):
     assert m.status == ms.FAILED and MODEL_FILE in m.attrs[ms.ERROR]
     # model.pt is written with every checkpoint: the first one (AUTO_FIRST) fails the run
     assert m.n_iterations == AUTO_FIRST < 12
+
+
+def test_damaged_bytes_that_read_as_a_pickle_protocol_give_one_error_no_warning(tmp_path):
+    """Random damage starting 0x80 0x9a made torch warn 'Detected pickle protocol 154'
+    beside lptrain's one line (seen once in CI: test_rank_faults' random checkpoint)."""
+    import warnings
+    from lptrain.errors import InputFileError
+    from lptrain.model.saved import load_torch
+    path = tmp_path / "checkpoint.pt"
+    path.write_bytes(b"\x80\x9a" + bytes(range(256)) * 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # any warning fails the test
+        with pytest.raises(InputFileError, match="unreadable checkpoint"):
+            load_torch(path, "checkpoint")
