@@ -12,7 +12,7 @@ from lptrain.config.typed import options  # noqa: F401 (cli and tools call app.o
 from lptrain.data import load_dataset
 from lptrain.errors import ConfigError, StalledError, require
 from lptrain.metrics import schema as ms
-from lptrain.metrics.console import Console
+from lptrain.metrics.console import FRACTION, Console
 from lptrain.metrics.quantities import ITERATION_TIME
 from lptrain.metrics.tensorboard import check_available, with_logger
 from lptrain.metrics.timing import TallyingWriter, text_lines
@@ -149,9 +149,9 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
         console.close()
         console.summary({"iterations": outcome.iterations, "objective": outcome.objective,
                          "training loss": outcome.loss,
-                         "training accuracy": outcome.accuracy,
-                         "validation accuracy": outcome.val_accuracy,
-                         "best validation accuracy": outcome.best_val_accuracy,
+                         "training accuracy": (outcome.accuracy, FRACTION),
+                         "validation accuracy": (outcome.val_accuracy, FRACTION),
+                         "best validation accuracy": (outcome.best_val_accuracy, FRACTION),
                          "wall time": (outcome.wall_time, "s"),
                          ITERATION_TIME: (console.iteration_time(), "s")})
         timing = writer.tally.summary()

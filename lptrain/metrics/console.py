@@ -35,6 +35,8 @@ from lptrain.metrics.quantities import format_duration, iteration_time
 
 VAL_ACCURACY = "val_accuracy"  # validation accuracy (validation/accuracy in the file)
 GRAD_ERROR = "grad_error"      # the one-shot gradient's estimated relative error
+FRACTION = "fraction"          # summary unit of accuracies: four decimals, no suffix
+VAL_ITERATION = "val_iteration"  # the iteration the shown validation accuracy is from
 
 # field -> (label, format); the order here is the order on screen
 _SHOWN = {
@@ -46,18 +48,22 @@ _SHOWN = {
 # MGRIT solves are shown as "fwd <iterations> it <residual>"
 _SOLVES = {"fwd": (s.FWD_ITERATIONS, s.FWD_RESIDUAL), "adj": (s.ADJ_ITERATIONS, s.ADJ_RESIDUAL)}
 FIELDS = (*_SHOWN, s.STEP_TIME, s.FWD_ITERATIONS, s.FWD_RESIDUAL, s.ADJ_ITERATIONS,
-          s.ADJ_RESIDUAL, GRAD_ERROR)
+          s.ADJ_RESIDUAL, GRAD_ERROR, VAL_ITERATION)
 SEPARATOR = "  "
 INDENT = "  "                   # plain progress lines after an iteration's first
 MIN_BAR = 10                    # the bar's least width (or a fifth of the terminal)
 log = logging.getLogger("lptrain")
 
 
-def stat_parts(values: dict, seconds_per_iteration: float | None = None) -> list[str]:
+def stat_parts(values: dict, seconds_per_iteration: float | None = None,
+               iteration: int | None = None) -> list[str]:
     """The fields present in `values` and the iteration time so far, as groups that stay
     on one line, e.g. ['loss 0.2', 'acc 0.910', '0.042 s/it', 'fwd 2 it 3.0e-06'] (gerr:
-    the estimated relative error of the gradient, docs/method.md §6)."""
-    parts = [f"{label} {fmt.format(values[name])}"
+    the estimated relative error of the gradient, docs/method.md §6). A validation
+    accuracy from an earlier iteration than `iteration` names it: 'val 0.835 (it 10)'."""
+    at = values.get(VAL_ITERATION)
+    stale = f" (it {at})" if at is not None and at != iteration else ""
+    parts = [f"{label} {fmt.format(values[name])}{stale if name == VAL_ACCURACY else ''}"
              for name, (label, fmt) in _SHOWN.items() if values.get(name) is not None]
     if seconds_per_iteration is not None:
         parts.append(f"{seconds_per_iteration:.3g} s/it")
@@ -181,7 +187,8 @@ class Console:
         """The plain lines of the latest iteration: i/total, elapsed, ETA and the values,
         broken between groups to fit the console's width (the run's title is printed once,
         above the first); lines after the first are indented."""
-        parts = [self._position(), *stat_parts(self._values, self.iteration_time())]
+        parts = [self._position(),
+                 *stat_parts(self._values, self.iteration_time(), self._iteration)]
         lines = wrap_parts(parts, max(self._out.width - len(INDENT), 20))
         return [lines[0], *(INDENT + line for line in lines[1:])]
 
@@ -193,7 +200,7 @@ class Console:
                      f"0/{self.total}  {format_duration(now - self._start + self._before)} "
                      f"elapsed  eta "
                      f"{format_duration(float('nan'))}")
-        parts = stat_parts(self._values, self.iteration_time())
+        parts = stat_parts(self._values, self.iteration_time(), self._iteration)
         return Group(*_bar_lines(self.title, self._iteration or 0, self.total, right, width),
                      *(Text(line) for line in wrap_parts(parts, width)))
 
@@ -314,9 +321,12 @@ def _row(cells: list, bar_width: int, completed: int, total: int, right: Text) -
 
 
 def _format_value(value, unit: str = "") -> str:
-    """'0.123457', '12', '29.13 s', '3725 s (1:02:05)'; '-' for None."""
+    """'0.123457', '12', '29.13 s', '3725 s (1:02:05)', an accuracy (unit 'fraction')
+    '0.7400'; '-' for None."""
     if value is None:
         return "-"
+    if unit == FRACTION:
+        return f"{value:.4f}"
     if unit == "s" and isinstance(value, (int, float)):
         text = f"{value:.4g} s"
         return f"{text} ({format_duration(value)})" if value >= 60 else text

@@ -124,7 +124,7 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
     if resume is None:
         start = time.perf_counter()
         val = _validate(0, theta, oracle, data, writer, chunk)
-        best, k0 = val[1], 0
+        best, k0, val_at = val[1], 0, 0
         progress.validated(0, *val, theta)
     else:
         batches.load_state_dict(resume.batches)
@@ -132,11 +132,13 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
             stall.load_state_dict(resume.loop.stall)
         start = time.perf_counter() - resume.loop.wall_time
         val, best, k0 = resume.loop.val, resume.loop.best, resume.iteration
+        val_at = resume.loop.val_iteration
     info, k, wall = None, k0, time.perf_counter() - start
 
     def save(k, force=False):
         if checkpoint is not None:
-            loop = LoopState(val=val, best=best, stall=stall.state_dict(),
+            loop = LoopState(val=val, val_iteration=val_at, best=best,
+                             stall=stall.state_dict(),
                              wall_time=time.perf_counter() - start)
             checkpoint.save(k, theta, batches, loop, force)
 
@@ -162,9 +164,10 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
         validate = k % opts.eval_every == 0 or last
         if validate:
             val = _validate(k, theta, oracle, data, writer, chunk)
-            best = max(best, val[1])
+            best, val_at = max(best, val[1]), k
         console.update(k, objective=info.objective, loss=info.loss, accuracy=info.accuracy,
-                       val_accuracy=val[1], step_time=dt, **_console_mgrit(stats))
+                       val_accuracy=val[1], val_iteration=val_at, step_time=dt,
+                       **_console_mgrit(stats))
         progress.check(k, info.objective, theta)
         if validate:                 # a candidate for the best once k passed the check
             progress.validated(k, *val, theta)

@@ -24,21 +24,25 @@ FORMAT_VERSION = 3     # 1: one torch file with every rank's oracle state; 2: no
 
 @dataclass(kw_only=True)
 class LoopState:
-    """The loop's part (train/loop.py): the latest validation (loss, accuracy), the best
-    validation accuracy so far, the stall rule's state and the run's elapsed seconds."""
+    """The loop's part (train/loop.py): the latest validation (loss, accuracy) and its
+    iteration, the best validation accuracy so far, the stall rule's state and the run's
+    elapsed seconds."""
 
     val: tuple[float, float] = (math.nan, math.nan)
+    val_iteration: int | None = None   # None: a checkpoint written before it was kept
     best: float = -math.inf
     wall_time: float = 0.0
     stall: dict | None = None         # None: a checkpoint written before the stall rule
 
     def to_record(self, iteration: int) -> dict:
-        return {"val": list(self.val), "best": self.best, "stall": self.stall,
+        return {"val": list(self.val), "val_iteration": self.val_iteration,
+                "best": self.best, "stall": self.stall,
                 "wall_time": self.wall_time, "iteration": iteration}
 
     @classmethod
     def from_record(cls, record: dict) -> "LoopState":
         return cls(val=tuple(record.get("val", (math.nan, math.nan))),
+                   val_iteration=record.get("val_iteration"),
                    best=record.get("best", -math.inf), wall_time=record["wall_time"],
                    stall=record.get("stall"))
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console as RichConsole
 
-from lptrain.metrics.console import SEPARATOR, Cadence, Console, stat_parts, wrap_parts
+from lptrain.metrics.console import (FRACTION, SEPARATOR, Cadence, Console, stat_parts,
+                                     wrap_parts)
 from lptrain.metrics.quantities import format_duration, iteration_time
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,6 +70,25 @@ def test_format_stats_shows_only_given_fields():
                          "adj_residual": 1e-3}, 0.0421)
     assert line == "val 0.875  0.0421 s/it  fwd 2 it 3.2e-06  adj 1.0e-03"
     assert format_stats({"fwd_iterations": 3, "grad_error": 0.0041}) == "fwd 3 it  gerr 4.1e-03"
+
+
+def test_a_validation_from_an_earlier_iteration_names_it():
+    """'acc 0.605  val 0.035' at iteration 5 read as one model scored twice: the
+    validation was iteration 0's (eval_every=10)."""
+    values = {"accuracy": 0.605, "val_accuracy": 0.035, "val_iteration": 0}
+    assert stat_parts(values, None, 5) == ["acc 0.605", "val 0.035 (it 0)"]
+    assert stat_parts(values, None, 0) == ["acc 0.605", "val 0.035"]
+    assert stat_parts({"val_accuracy": 0.5}, None, 5) == ["val 0.500"]   # unknown: unmarked
+    assert stat_parts({"val_iteration": 3}, None, 5) == []
+
+
+def test_summary_prints_accuracies_with_four_decimals(plain_env):
+    out = io.StringIO()
+    Console(True, 3, "run", file=out).summary(
+        {"accuracy": (1.0, FRACTION), "val": (0.74, FRACTION), "none": (None, FRACTION)})
+    cells = [line.split("│")[2].strip() for line in out.getvalue().splitlines()
+             if line.startswith("│")]
+    assert cells == ["1.0000", "0.7400", "-"]
 
 
 def test_wrap_parts_breaks_between_groups_only():

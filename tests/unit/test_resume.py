@@ -100,6 +100,11 @@ def test_a_resumed_runs_summary_shows_the_whole_runs_times(tmp_path, caplog, mon
     last = [line for line in caplog.messages if line.startswith(f"{K}/{K}  ")][-1]
     assert last.split()[1] == format_duration(outcome.wall_time)
     assert outcome.wall_time > 3600
+    # the first line after the resume showed iteration 8's validation as if it were 9's
+    first = next(i for i, line in enumerate(caplog.messages) if line.startswith("9/12  "))
+    assert re.search(r"val [\d.]+ \(it 8\)  ", " ".join(caplog.messages[first:first + 2]))
+    at = max(i for i, line in enumerate(caplog.messages) if line.startswith(f"{K}/{K}  "))
+    assert re.search(r"val [\d.]+  [\d.]+ s/it", " ".join(caplog.messages[at:at + 2]))
     # the models' line was 120 columns: the path, then what each file holds, in 80
     at = caplog.messages.index(f"model: {tmp_path / 'model.pt'}")
     held = caplog.messages[at + 1]
