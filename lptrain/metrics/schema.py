@@ -208,8 +208,9 @@ FIELDS: dict[str, dict[str, Field]] = {
                             "mgrit.calibrate_every evaluations; NaN in between"),
         FWD_HISTORY: Field(FLOAT, "(n, k)", "",
                            "forward residual before each MGRIT iteration and after the "
-                           "last (iterations + 1 values); NaN-padded to the longest "
-                           "solve so far (k grows)"),
+                           "last (iterations + 1 values; a cold solve, without a warm "
+                           "start, is not measured before its first: iterations values); "
+                           "NaN-padded to the longest solve so far (k grows)"),
         ADJ_HISTORY: Field(FLOAT, "(n, k)", "", "adjoint residual history, as fwd_history"),
     },
     TIMING: {
@@ -250,6 +251,12 @@ is stored as NaN (floats) or -1 (integers). Groups that a mode does not use are 
 Shapes: n = optimizer iterations logged, v = validation evaluations, k = one more than
 the most MGRIT iterations of any solve so far, P = the most ranks any iteration ran on
 (`world_size`, unless the run was resumed on another rank count).
+
+On a layer × data grid each data group solves its shard of the batch; `mgrit/` is the
+whole batch's: iterations the most of any group (they solve side by side), residuals
+√Σ r² over the groups at each iteration (the adjoint's weighted by each shard's share of
+the batch; a group that stopped keeps its last), so a run on a 1 × D grid records what
+the same run on one rank does.
 
 Read a file with `lptrain.metrics.reader.read_metrics(path)` (also while the run is still
 writing it); compare runs with `lptrain-report PATH ... --out DIR`. This page is generated

@@ -13,10 +13,12 @@ it takes part in the error estimate's sums, so every group plans alike.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from lptrain.parallel.layer_parallel import observed_sum, observed_sum_tensor
-from lptrain.train.control import Measured
+from lptrain.train.control import Measured, convergence_factor
 from lptrain.train.protocol import Batch, DataTerms, Evaluated, Point
 
 
@@ -33,8 +35,13 @@ class DataParallelOracle:
         self.empty = False
 
     def record(self) -> dict | None:
-        """The inner oracle's MGRIT record (an empty one where this group had no samples)."""
-        return self.inner.record()
+        """The MGRIT record of the whole batch's solves on data rank 0 (every group's,
+        `combined_record`), this group's elsewhere; None where the mode solves nothing."""
+        if not self.measures:
+            return self.inner.record()
+        row = None if self.empty else self.inner.record()
+        parts = self.data.gather([row, self.local / self.total])
+        return row if parts is None else combined_record(parts)
 
     def state_dict(self) -> dict:
         """The inner oracle's (this rank's warm starts: its layers, its shard)."""
@@ -124,3 +131,38 @@ class DataParallelOracle:
 
     def _sum_tensor(self, t: torch.Tensor) -> torch.Tensor:
         return observed_sum_tensor(self.data, self.observer, t)
+
+
+# record fields where the groups' solves side by side count as their slowest
+_MOST = ("fwd_iterations", "adj_iterations", "fwd_total", "adj_total", "adaptive_extra",
+         "rung")
+
+
+def combined_record(parts: list) -> dict | None:
+    """The MGRIT record of a batch solved in shards, from each data group's [record (None:
+    no samples), share of the batch]: the most iterations of any group, and residual
+    histories of the whole batch, √Σ r² over the groups at each iteration (a group that
+    stopped keeps its last residual; the adjoint's, of a shard's mean loss, weighted by
+    the share); the error estimates and plans are the groups' alike (train/control.py
+    plans from sums over all groups)."""
+    given = [(row, share) for row, share in parts if row is not None]
+    if not given:
+        return None
+    out = dict(given[0][0])
+    for key in _MOST:
+        out[key] = max(row[key] for row, _ in given)
+    for kind, weighted in (("fwd", False), ("adj", True)):
+        history = whole_history([(row[f"{kind}_history"], share if weighted else 1.0)
+                                 for row, share in given])
+        out[f"{kind}_history"] = history
+        out[f"{kind}_residual"] = history[-1] if history else math.nan
+        out[f"{kind}_factor"] = convergence_factor(history)
+    return out
+
+
+def whole_history(histories: list) -> list[float]:
+    """√Σ (w·r)² over [(residuals of a shard's solve, w)] at each iteration, a shorter
+    history held at its last value; [] if every history is empty."""
+    length = max(len(h) for h, _ in histories)
+    return [math.sqrt(sum((w * h[min(k, len(h) - 1)]) ** 2 for h, w in histories if h))
+            for k in range(length)]

@@ -33,11 +33,15 @@ CASES = {
 }
 
 
+MGRIT_KEPT = ("fwd_iterations", "adj_iterations", "fwd_total", "adj_total", "fwd_history",
+              "adj_history", "fwd_residual", "adj_residual", "grad_error", "fwd_plan")
+
+
 class Rows:
     """A writer that keeps the rows it is given."""
 
     def __init__(self):
-        self.train, self.val = [], []
+        self.train, self.val, self.mgrit = [], [], []
 
     def log_train(self, **f):
         self.train.append([f["objective"], f["loss"], f["accuracy"], f["grad_norm"]])
@@ -46,7 +50,7 @@ class Rows:
         self.val.append([f["loss"], f["accuracy"]])
 
     def log_mgrit(self, **f):
-        pass
+        self.mgrit.append({k: f[k] for k in MGRIT_KEPT})
 
     def log_timing(self, **f):
         pass
@@ -62,7 +66,8 @@ def run_case(overrides: list[str], comm, layer_ranks: int) -> dict:
     rows = Rows()
     theta, _ = train(theta, opt, oracle, data, opts, rows, Console(False, 1), ex)
     return {"train": torch.tensor(rows.train, dtype=torch.float64),
-            "val": torch.tensor(rows.val, dtype=torch.float64), "theta": theta}
+            "val": torch.tensor(rows.val, dtype=torch.float64), "theta": theta,
+            "mgrit": rows.mgrit}
 
 
 def grids(size: int, mode_overrides: list[str]) -> list[int]:

@@ -49,6 +49,27 @@ def test_grids_equal_one_rank(case, one_rank, on_four):
             assert _rel(got[part], ref[part]) <= 1e-10, (key, part)
 
 
+@pytest.mark.parametrize("case", ["lbfgs-simultaneous", "sgd-simultaneous"])
+def test_the_mgrit_record_is_the_whole_batch_s_on_every_grid(case, one_rank, on_four):
+    """metrics.h5's mgrit/ rows were data group 0's: its shard's residuals (NaN and 0
+    iterations where it had no samples). Every grid records the one-rank run's."""
+    ref = one_rank[f"{case}/1x1"]["mgrit"]
+    for key, got in on_four.items():
+        if key.split("/")[0] != case:
+            continue
+        assert len(got["mgrit"]) == len(ref) == 4, key
+        for k, (a, b) in enumerate(zip(got["mgrit"], ref)):
+            for name in ("fwd_iterations", "adj_iterations", "fwd_total", "adj_total",
+                         "fwd_plan"):
+                assert a[name] == b[name], (key, k, name)
+            for name in ("fwd_history", "adj_history"):
+                assert len(a[name]) == len(b[name]) > 0, (key, k, name)
+                assert torch.allclose(torch.tensor(a[name]), torch.tensor(b[name]),
+                                      rtol=1e-6, atol=0), (key, k, name)
+            for name in ("fwd_residual", "adj_residual", "grad_error"):
+                assert a[name] == pytest.approx(b[name], rel=1e-6), (key, k, name)
+
+
 def test_mgrit_on_every_grid_equals_serial(one_rank, on_four):
     serial = one_rank["lbfgs-serial/1x1"]
     for key, got in on_four.items():
