@@ -24,7 +24,7 @@ def dataset_for(model, overrides: list[str]):
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from lptrain.config.schema import dataset_options
+    from lptrain.config.schema import check_chosen, dataset_options
     from lptrain.errors import ConfigError
     saved = OmegaConf.create(model.config_yaml)
     node = OmegaConf.to_container(saved.dataset, resolve=True)
@@ -42,11 +42,13 @@ def dataset_for(model, overrides: list[str]):
         merged = OmegaConf.merge(OmegaConf.structured(kinds[node["name"]](**node)),
                                  OmegaConf.from_dotlist([o[len("dataset."):] for o in overrides
                                                          if o.startswith("dataset.")]))
-        return OmegaConf.to_object(merged), int(saved.seed)
+        options = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         raise ConfigError(f"dataset.{exc.full_key}: {str(exc).splitlines()[0]}") from None
     except TypeError as exc:
         raise ConfigError(f"dataset: {exc}") from None
+    check_chosen("dataset", options, kinds)
+    return options, int(saved.seed)
 
 
 def evaluate(run: str | Path, overrides: list[str], split: str = "val",

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from lptrain.errors import require
+from lptrain.errors import ConfigError, require
 from lptrain.metrics.tensorboard import LOGGERS
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.model.dtypes import DTYPES as _TORCH_DTYPES
@@ -155,6 +155,17 @@ def dataset_options() -> dict[str, type]:
     """Options dataclass of every registered dataset, from its loader's signature."""
     from lptrain.data import LOADERS
     return {name: typing.get_type_hints(fn)["options"] for name, fn in LOADERS.items()}
+
+
+def check_chosen(group: str, chosen, kinds: dict[str, type]) -> None:
+    """`chosen.name` must name the kind whose options `chosen` holds: `dataset.name=mnist`
+    alone renames Peaks' options instead of choosing MNIST (ConfigError)."""
+    if kinds.get(chosen.name) is not type(chosen):
+        own = next((name for name, cls in kinds.items() if cls is type(chosen)), "?")
+        other = chosen.name if chosen.name in kinds else "NAME"
+        raise ConfigError(f"{group}.name={chosen.name!r}: the {group} chosen is {own}; "
+                          f"choose another with {group}={other} (`lptrain --help` lists "
+                          f"them)")
 
 
 def schema_nodes() -> dict[str, dict[str, type]]:

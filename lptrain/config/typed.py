@@ -6,7 +6,7 @@ import math
 
 from omegaconf import OmegaConf
 
-from lptrain.config.schema import Config
+from lptrain.config.schema import OPTIMIZER_OPTIONS, Config, check_chosen, dataset_options
 from lptrain.errors import ConfigError
 
 
@@ -23,6 +23,8 @@ def options(cfg) -> Config:
     opts = OmegaConf.to_object(cfg)
     if not isinstance(opts, Config):
         raise ConfigError(f"config: expected the lptrain schema, got {type(opts).__name__}")
+    check_chosen("dataset", opts.dataset, dataset_options())
+    check_chosen("optimizer", opts.optimizer, OPTIMIZER_OPTIONS)
     return opts
 
 

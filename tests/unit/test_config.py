@@ -185,6 +185,21 @@ def test_keys_added_past_the_schema_are_rejected(override, key):
         options(_compose(override))
 
 
+@pytest.mark.parametrize("override, message", [
+    ("dataset.name=mnist", "dataset.name='mnist': the dataset chosen is peaks; choose "
+                           "another with dataset=mnist"),
+    ("dataset.name=cifar", "dataset.name='cifar': the dataset chosen is peaks; choose "
+                           "another with dataset=NAME"),
+    ("optimizer.name=adam", "optimizer.name='adam': the optimizer chosen is lbfgs; choose "
+                            "another with optimizer=adam"),
+])
+def test_a_name_alone_does_not_choose_another_kind(override, message):
+    # it renamed the chosen kind's options: a traceback from the loader (AttributeError)
+    with pytest.raises(ConfigError) as err:
+        options(_compose(override))
+    assert str(err.value).startswith(message)
+
+
 # Each dataset brings the network that suits its inputs (lptrain/conf/dataset/*.yaml defaults lists).
 DATASET_NETWORK = {"peaks": "dense", "indian_pines": "dense_wide", "mnist": "conv_pooled",
                    "fashion_mnist": "conv_pooled"}

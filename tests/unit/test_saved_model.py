@@ -257,6 +257,7 @@ def test_lptrain_eval_reports_the_run_split(serial_run, capsys):
     (["dataset.nval=3"], "nval"),
     (["dataset.n_val=7"], "dataset.n_val=7"),
     (["dataset=mnist"], "the model takes (2,)"),
+    (["dataset.name=mnist"], "the dataset chosen is peaks; choose another with dataset=mnist"),
 ])
 def test_lptrain_eval_errors_are_one_line(serial_run, capsys, args, fragment):
     path, _ = serial_run
