@@ -113,6 +113,24 @@ def _resume_args(args: list[str]) -> list[str]:
     return [*kept, *rest, dir_override("hydra.run.dir", run_dir)]
 
 
+def _check_hydra_keys(args: list[str]) -> None:
+    """Hydra's own keys (hydra.run.dir=...) parse as overrides: Hydra would report a bad
+    one after lptrain made the directory, in three lines (ConfigError)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    from lptrain.errors import ConfigError
+    parser = OverridesParser.create()
+    for arg in args:
+        try:
+            parser.parse_override(arg)
+        except HydraException as exc:
+            key, _, value = arg.partition("=")
+            raise ConfigError(f"{arg}: {str(exc).splitlines()[0]}; a value with '=', ',', "
+                              f"spaces or brackets goes in quotes: "
+                              f"{dir_override(key, value)}") from None
+
+
 def _check_writable(directory: str) -> str | None:
     try:
         path = Path(directory)
@@ -218,6 +236,7 @@ def _lead(args: list[str], ranks: int) -> int:
             sys.argv = [sys.argv[0], *args]
             _hydra_entry()
             return 0
+        _check_hydra_keys([a for a in args if a.lstrip("+").startswith("hydra.")])
         if checkable:
             check_command(args)
         args, directory = _directory_args(args)

@@ -178,6 +178,20 @@ def test_before_hydra_starts_each_error_exits_with_its_status(tmp_path, capsys, 
     assert len(lines) == 1 and lines[0].startswith("lptrain: error: ") and message in lines[0]
 
 
+@pytest.mark.parametrize("key", ["hydra.run.dir", "hydra.sweep.dir"])
+def test_a_directory_hydra_cannot_parse_is_refused_before_it_is_made(tmp_path, capsys, key):
+    """hydra.run.dir=.../a=b: lptrain made the directory, then Hydra printed its three
+    lines and exited 1; now one line with the quoted form, exit 2, nothing made."""
+    from lptrain import cli
+    run = tmp_path / "a=b'c"
+    args = [f"{key}={run}", "train.iterations=1", *(["-m"] if "sweep" in key else [])]
+    assert cli._lead(args, 1) == REFUSED
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"lptrain: error: {key}={run}: ")
+    quoted = lines[0].rsplit("goes in quotes: ", 1)[1]
+    assert quoted == dir_override(key, run) and not run.exists()
+
+
 @pytest.mark.parametrize("path", ["/tmp/plain/run-1", "/tmp/my runs/ü 1", "/tmp/it's",
                                   "/tmp/a\\b", "/tmp/end\\", "/tmp/a,b=c", "/tmp/q\"x",
                                   "/tmp/x\\'y"])
