@@ -179,8 +179,9 @@ INTRO = ("Defaults are those of `lptrain` without arguments; the keys of another
 
 
 def text(width: int | None = None) -> str:
-    """The help page for a terminal `width` columns wide (default: the terminal's)."""
-    width = max(60, width or shutil.get_terminal_size((100, 24)).columns)
+    """The help page for a terminal `width` columns wide (default: the terminal's, 80
+    through a pipe, as the progress lines)."""
+    width = max(60, width or shutil.get_terminal_size((80, 24)).columns)
     groups, sections = reference()
     out = [f"{PROG}: layer-parallel training of deep residual networks with MGRIT", "",
            USAGE, "", *textwrap.wrap(INTRO, width), "",

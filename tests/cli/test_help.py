@@ -2,6 +2,8 @@
 choices, in subprocesses: exit statuses, one line, no run directory."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from launch import lptrain
@@ -24,6 +26,9 @@ def test_help_is_the_configuration_reference(tmp_path):
             "dataset.variant"} <= words
     assert "_schema" not in proc.stdout
     assert list(tmp_path.iterdir()) == []          # nothing written
+    # through a pipe (as here, COLUMNS unset) 80 columns, as the progress lines: was 100
+    if "COLUMNS" not in os.environ:
+        assert max(map(len, proc.stdout.splitlines())) <= 80
 
 
 @pytest.mark.parametrize("args", [["mode=mode_schema"], ["-m", "dataset=peaks,peaks_schema"]])
