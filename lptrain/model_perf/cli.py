@@ -72,8 +72,31 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--measured", nargs="+", type=Path, default=[], metavar="PATH",
                    help="metrics.h5 files or run directories to compare with")
     p.add_argument("--paper", action="store_true", help="mark the paper's speedups")
-    p.add_argument("--out", type=Path, default=Path("speedup_model"), metavar="DIR")
+    p.add_argument("--out", type=Path, default=Path("speedup_model"), metavar="DIR",
+                   help="where speedup_model.md and .png go (default speedup_model/)")
     return p
+
+
+# option: (least value, whether the least is allowed); every value must be finite
+_BOUNDS = {"step_time": (0.0, False), "adjoint_time": (0.0, False),
+           "weight_time": (0.0, True), "overhead": (0.0, True), "latency": (0.0, True),
+           "bandwidth": (0.0, False), "trials": (1.0, True), "threads": (1, True),
+           "host_ranks": (1, True)}
+
+
+def check_args(args) -> None:
+    """The numeric options in their ranges (ConfigError naming the option and value)."""
+    for name, (least, allowed) in _BOUNDS.items():
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if not (math.isfinite(value) and (value >= least if allowed else value > least)):
+            need = f"{'at least' if allowed else 'above'} {least:g}"
+            raise ConfigError(f"--{name.replace('_', '-')} {value!r}: need a finite "
+                              f"number {need}")
+    if (args.latency is None) != (args.bandwidth is None):
+        raise ConfigError("--latency and --bandwidth go together: give both or neither "
+                          "(neither: measured by a ping-pong under mpiexec, else defaults)")
 
 
 def build_network(opts):
@@ -136,9 +159,7 @@ def link(args) -> tuple[Link, str, bool]:
     else:
         found = measure.DEFAULT_LINK
         note = "defaults: not under mpiexec with 2 ranks, no ping-pong"
-    chosen = Link(found.latency if args.latency is None else args.latency,
-                  found.bandwidth if args.bandwidth is None else args.bandwidth)
-    return chosen, note, go_on
+    return found, note, go_on
 
 
 def counts(args, runs) -> tuple[Counts, str]:
@@ -153,6 +174,9 @@ def counts(args, runs) -> tuple[Counts, str]:
     mg = _mean_cycles(runs, MGRIT)
     if args.mgrit_iters:
         fwd, adj = _numbers(args.mgrit_iters, "--mgrit-iters", 2)
+        if min(fwd, adj) < 1:
+            raise ConfigError(f"--mgrit-iters {args.mgrit_iters!r}: need at least 1 cycle "
+                              f"per solve")
     elif mg:
         fwd, adj = mg
         notes.append("mgrit cycles: mean of measured mgrit runs")
@@ -182,7 +206,8 @@ def _numbers(text: str, option: str, count: int | None = None) -> list[float]:
         values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
         values = []
-    if not values or (count is not None and len(values) != count):
+    if not values or (count is not None and len(values) != count) or not all(
+            math.isfinite(v) for v in values):
         want = f"{count} comma-separated numbers" if count else "comma-separated numbers"
         raise ConfigError(f"{option} {text!r}: need {want}")
     return values
@@ -198,8 +223,15 @@ def _ranks(text: str) -> list[int]:
 def load_runs(paths: Sequence[Path]):
     from lptrain.model_perf.runs import load_run
     from lptrain.metrics.reader import find_metrics
-    runs = [load_run(p) for p in find_metrics(paths)] if paths else []
-    return [r for r in runs if r is not None]
+    runs = []
+    for path in find_metrics(paths) if paths else []:
+        run = load_run(path)
+        if run is None:
+            print(f"{PROG}: {path}: fewer than 2 iterations (the first is not timed); "
+                  f"left out", file=sys.stderr)
+        else:
+            runs.append(run)
+    return runs
 
 
 def machine(args, model: Model, theta, device: str, the_link: Link, predictions
@@ -267,6 +299,7 @@ def _kernel_list(costs: KernelCosts) -> str:
 
 def run(args) -> list[Path]:
     """Everything after argument parsing; returns the files written ([] on ranks > 0)."""
+    check_args(args)
     the_link, link_note, go_on = link(args)
     if not go_on:
         return []
@@ -382,7 +415,7 @@ def _compare(runs, model: Model, m: Machine, cfg):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `lptrain-model`; returns the exit status."""
-    args = parser().parse_args(argv)
+    args = parser().parse_intermixed_args(argv)   # overrides before, between, after
     try:
         run(args)       # prints the summary, with the files it wrote
     except (LptrainError, OSError, ValueError) as exc:

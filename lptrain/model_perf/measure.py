@@ -51,12 +51,21 @@ def seconds_alone_and_shared(fns: dict, copies: int, budget: float = 0.02, round
     return alone, shared
 
 
+def cost_clock(device: str = "cpu"):
+    """The clock costs are timed with: this thread's CPU time, which other processes on
+    the host do not inflate; wall time on a GPU, and with several torch threads (the
+    calling thread's CPU time misses the others' work and counts its own spinning)."""
+    if str(device).startswith("cuda") or torch.get_num_threads() > 1:
+        return time.perf_counter
+    return time.thread_time
+
+
 def _timed(fns: dict, device: str, budget: float, rounds: int, nb) -> tuple[dict, dict]:
     """seconds_per_call's medians alone, and beside the neighbours `nb` (when given:
     each visit times the fn alone, then with the neighbours playing it)."""
     gpu = str(device).startswith("cuda")
     sync = torch.cuda.synchronize if gpu else (lambda: None)
-    clock = time.perf_counter if gpu else time.thread_time
+    clock = cost_clock(device)
     reps, longest = {}, 0.0
     for key, fn in fns.items():
         fn()

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
 from dataclasses import asdict, dataclass
 
 import torch
 
+from lptrain.model_perf.measure import cost_clock
 from lptrain.train.optimizers import OPTIMIZERS
 from lptrain.train.protocol import Evaluated, Point
 
@@ -43,20 +43,20 @@ class FreeOracle:
         gen = torch.Generator().manual_seed(0)
         self.diag = torch.logspace(-3, 0, theta.numel(), dtype=theta.dtype) \
             [torch.randperm(theta.numel(), generator=gen)].to(theta.device)
-        self.j, self.spent = 0.0, 0.0
+        self.j, self.spent, self.clock = 0.0, 0.0, cost_clock(theta.device)
 
     def value(self, theta: torch.Tensor) -> Evaluated:
-        t0 = time.thread_time()
+        t0 = self.clock()
         self.j -= 1e100
         ev = Evaluated(point=Point(objective=self.j, loss=0.0, accuracy=0.0), theta=theta,
                        tape=True)
-        self.spent += time.thread_time() - t0
+        self.spent += self.clock() - t0
         return ev
 
     def gradient(self, ev: Evaluated) -> torch.Tensor:
-        t0 = time.thread_time()
+        t0 = self.clock()
         g = self.diag * ev.theta
-        self.spent += time.thread_time() - t0
+        self.spent += self.clock() - t0
         return g
 
     def accept(self, ev: Evaluated) -> None:
@@ -99,9 +99,9 @@ def seconds_per_iteration(opts, theta: torch.Tensor, kept: int = KEPT, host_rank
     at = [theta.detach().clone()]
 
     def iteration() -> float:
-        spent, t0 = oracle.spent, time.thread_time()
+        spent, t0 = oracle.spent, oracle.clock()
         at[0], _ = optimizer.step(at[0], oracle)
-        return time.thread_time() - t0 - (oracle.spent - spent)
+        return oracle.clock() - t0 - (oracle.spent - spent)
     for _ in range(warm_iterations(opts)):
         iteration()
     full = max(statistics.median(iteration() for _ in range(kept)), 0.0)
@@ -122,15 +122,15 @@ def per_pair(optimizer, g: torch.Tensor, reps: int = KEPT) -> float:
     mem = getattr(optimizer, "mem", None)
     if not mem:
         return 0.0
-    pairs, times = list(mem), {True: [], False: []}
+    pairs, times, clock = list(mem), {True: [], False: []}, cost_clock(g.device)
     try:
         for _ in range(reps):
             for full in (True, False):
                 optimizer.mem.clear()
                 optimizer.mem.extend(pairs if full else ())
-                t0 = time.thread_time()
+                t0 = clock()
                 optimizer.direction(g)
-                times[full].append(time.thread_time() - t0)
+                times[full].append(clock() - t0)
     finally:
         optimizer.mem.clear()
         optimizer.mem.extend(pairs)

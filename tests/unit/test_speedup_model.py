@@ -403,6 +403,55 @@ def test_command_refuses_half_given_costs(capsys):
     assert "--adjoint-time" in capsys.readouterr().err
 
 
+GIVEN = ["--step-time", "1e-3", "--adjoint-time", "1e-3", "--ranks", "1"]
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--step-time", "-1", "--adjoint-time", "1e-4"], "--step-time -1.0: need a finite "
+                                                      "number above 0"),
+    (["--step-time", "nan", "--adjoint-time", "1e-4"], "--step-time nan"),
+    (["--step-time", "0", "--adjoint-time", "0"], "--step-time 0.0"),
+    ([*GIVEN, "--latency", "1e-6", "--bandwidth", "0"], "--bandwidth 0.0"),
+    ([*GIVEN, "--latency", "-1", "--bandwidth", "1e9"], "--latency -1.0"),
+    ([*GIVEN, "--latency", "1e-6"], "--latency and --bandwidth go together"),
+    ([*GIVEN, "--trials", "0"], "--trials 0.0: need a finite number at least 1"),
+    ([*GIVEN, "--threads", "0"], "--threads 0"),
+    ([*GIVEN, "--mgrit-iters", "0,0"], "--mgrit-iters '0,0': need at least 1 cycle"),
+    ([*GIVEN, "--weight-time", "-1"], "--weight-time -1.0"),
+])
+def test_command_refuses_numbers_no_machine_has_in_one_line(capsys, args, fragment):
+    """They gave 'max() arg is an empty sequence', a ZeroDivisionError traceback, or a
+    prediction without its forward sweep (--trials 0)."""
+    from lptrain.model_perf import cli
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and fragment in err[0], err
+
+
+def test_overrides_may_follow_the_options(tmp_path, monkeypatch, capsys):
+    from lptrain.model_perf import cli
+    _no_measuring(monkeypatch, tmp_path)
+    monkeypatch.setattr(cli, "plot", lambda *a: a[2])
+    args = ["network.layers=32", *GIVEN, "--latency", "0", "--bandwidth", "1e30",
+            "--out", str(tmp_path / "m"), "mgrit.levels=2"]
+    assert cli.main(args) == 0
+    assert "MGRIT: 2 levels with 32 / 8 steps" in (tmp_path / "m" / "speedup_model.md").read_text()
+
+
+def test_a_run_too_short_to_time_is_named_not_dropped(tmp_path, capsys):
+    import yaml
+    from lptrain.metrics import schema as ms
+    from lptrain.metrics.writer import open_writer
+    from lptrain.model_perf import cli
+    run = tmp_path / "short" / ms.FILE_NAME
+    run.parent.mkdir()
+    attrs = {ms.MODE: "serial", ms.WORLD_SIZE: 1, ms.SEED: 0, ms.CONFIG: yaml.safe_dump({})}
+    with open_writer(run, attrs, enabled=True) as writer:
+        writer.log_train(iteration=1, step_time=0.5, ls_trials=1)
+    assert cli.load_runs([run.parent]) == []
+    assert f"{run}: fewer than 2 iterations" in capsys.readouterr().err
+
+
 def test_a_measured_run_resumed_on_another_rank_count_counts_its_latest_ranks(tmp_path):
     from lptrain.metrics import schema as ms
     from lptrain.metrics.writer import open_writer
