@@ -15,7 +15,7 @@ from lptrain.model.dtypes import DTYPES
 from lptrain.model.network import ResNet
 from lptrain.modes import LAYERED, SIMULTANEOUS
 from lptrain.parallel import memory
-from lptrain.parallel.auto import agreed_grid, timer_for
+from lptrain.parallel.auto import Recorded, agreed_grid, timer_for
 from lptrain.parallel.context import Node, node_of
 from lptrain.parallel.grid import Grid, c_intervals, candidates
 
@@ -29,6 +29,8 @@ class Plan:
     device: str            # cpu or cuda:<local rank>
     need: memory.Need      # this rank's estimate on the grid
     limit: float           # bytes a rank may use (smallest over the ranks)
+    auto: bool = False     # the grid was chosen among several (parallel.layer_ranks=auto)
+    note: str | None = None    # rank 0: how it was chosen
 
 
 def device_for(kind: str, node: Node) -> str:
@@ -97,8 +99,11 @@ def plan(opts, comm) -> Plan:
                           f"need about {needs[g]} per rank, more than the "
                           f"{memory.gb(limit)} available to each; "
                           f"{_memory_advice(opts, sizes, net, g, needs[g], limit)}")
-    grid = agreed_grid(fits, lambda: timer_for(opts, net, opts.mode.name), comm)
-    return Plan(grid, sizes, node, device, needs[grid], limit)
+    made = []
+    grid = agreed_grid(fits, lambda: made.append(Recorded(timer_for(opts, net, opts.mode.name)))
+                       or made[-1], comm)
+    return Plan(grid, sizes, node, device, needs[grid], limit, len(fits) > 1,
+                made[0].note(grid) if made else None)
 
 
 def auto_grid(opts, sizes: Sizes, net: ResNet, size: int, mode: str | None = None) -> Grid:

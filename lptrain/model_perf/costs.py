@@ -18,6 +18,7 @@ import socket
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from lptrain.errors import reason
 from lptrain.model_perf.record import Glue
 
 # kernel families of the costs one can give `lptrain-model` instead of measuring
@@ -140,27 +141,27 @@ def load(path: Path, batch: int) -> KernelCosts:
     return costs
 
 
-def save(path: Path, costs: KernelCosts, config: dict) -> None:
-    """Keep `costs` in `path` (see keep_json)."""
+def save(path: Path, costs: KernelCosts, config: dict) -> str | None:
+    """Keep `costs` in `path` (see keep_json: why not, else None)."""
     rows = [[name, states, costs.one[(name, states)], t,
              *([costs.shared_one[(name, states)], costs.shared_full[(name, states)]]
                if (name, states) in costs.shared_full else [])]
             for (name, states), t in sorted(costs.full.items())]
-    keep_json(path, {"config": config, "batch": costs.batch, "host_ranks": costs.host_ranks,
-                     "kernels": rows})
+    return keep_json(path, {"config": config, "batch": costs.batch,
+                            "host_ranks": costs.host_ranks, "kernels": rows})
 
 
-def keep_json(path: Path, payload: dict) -> None:
+def keep_json(path: Path, payload: dict) -> str | None:
     """Write `payload` to a cache file whole, then rename it (readers never see a part);
-    a cache that cannot be written is skipped, and no part is left behind (a signal
-    part-way included)."""
+    a cache that cannot be written is skipped (returns why, else None), and no part is
+    left behind (a signal part-way included)."""
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(json.dumps(payload, default=str))
         tmp.replace(path)
-    except OSError:
-        pass
+    except OSError as exc:
+        return f"{cache_dir()} cannot be written: {reason(exc)}"
     finally:
         try:
             tmp.unlink(missing_ok=True)
@@ -199,10 +200,12 @@ def measured(net, theta, batch: int, kernels, device: str, threads: int, fresh: 
             if shared:
                 costs.shared_one[(name, states)] = shared[(name, states, 1)]
                 costs.shared_full[(name, states)] = shared[(name, states, batch)]
-        save(path, costs, config)
+        unkept = save(path, costs, config)
     beside = f", alone and {host_ranks} at once" if host_ranks > 1 else ""
     note = f"measured now on {socket.gethostname()}{beside}" if todo else \
         f"measured earlier on {socket.gethostname()}{beside} ({path})"
+    if todo and unkept:
+        note += f" (not kept: {unkept})"
     if host_ranks == 1:
         costs = costs.alone()
     return costs, note

@@ -53,6 +53,7 @@ class MeasuredTimer:
                  model: Model | None = None):
         self.opts, self.net, self.mode, self.counts = opts, net, mode, counts
         self.model = model     # a Model of this configuration whose records to reuse
+        self.note = None       # after times(): where they came from
 
     def times(self, grids: Sequence[Grid]) -> dict[Grid, float]:
         import torch
@@ -70,6 +71,7 @@ class MeasuredTimer:
                "mini_batches": mini_batches, "grids": sorted([g.layer, g.data] for g in grids)}
         kept = kept_times(key)
         if kept is not None:
+            self.note = "times kept on this host"
             return kept
         model = self.model
         if model is None or (model.batch, model.mini_batches, model.dtype, model.mgrit) != \
@@ -81,7 +83,10 @@ class MeasuredTimer:
             return {g: model.grid_time(g, self.mode, m, self.counts) for g in grids}
         m, _ = measured_machine(model, theta, times, o.device, threads)
         found = times(m)
-        keep_times(key, found)
+        unkept = keep_times(key, found)
+        self.note = "this host's kernels timed now, kept for the next start" if not unkept \
+            else (f"this host's kernels timed now, not kept ({unkept}): each start times "
+                  f"them again and may choose another split")
         return found
 
 
@@ -99,10 +104,10 @@ def kept_times(key: dict) -> dict[Grid, float] | None:
         return None
 
 
-def keep_times(key: dict, times: dict[Grid, float]) -> None:
-    """Keep `times` for `key` (costs.keep_json)."""
+def keep_times(key: dict, times: dict[Grid, float]) -> str | None:
+    """Keep `times` for `key` (costs.keep_json: why not, else None)."""
     from lptrain.model_perf.costs import keep_json
-    keep_json(_times_file(key), {"key": key,
+    return keep_json(_times_file(key), {"key": key,
                                  "times": [[g.layer, g.data, t] for g, t in times.items()]})
 
 

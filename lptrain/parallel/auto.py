@@ -25,8 +25,35 @@ class GridTimer(Protocol):
 class DataParallelFirst:
     """The timer without a model: fewer layer ranks are faster."""
 
+    note = "no speedup model installed: the data-parallel split"
+
     def times(self, grids: Sequence[Grid]) -> dict[Grid, float]:
         return {g: float(g.layer) for g in grids}
+
+
+class Recorded:
+    """A GridTimer that keeps what `timer` answered, for the line saying how the split
+    was chosen (`note`; a timer may add its own `note`: where its costs came from)."""
+
+    def __init__(self, timer: GridTimer):
+        self.timer, self.found = timer, {}
+
+    def times(self, grids: Sequence[Grid]) -> dict[Grid, float]:
+        self.found = dict(self.timer.times(grids))
+        return self.found
+
+    def note(self, chosen: Grid) -> str:
+        own = getattr(self.timer, "note", None)
+        if isinstance(self.timer, DataParallelFirst) or chosen not in self.found:
+            return f"parallel.layer_ranks=auto: {chosen.layer} x {chosen.data}" + \
+                (f" ({own})" if own else "")
+        others = sorted((t, g.layer, g.data) for g, t in self.found.items() if g != chosen)
+        text = (f"parallel.layer_ranks=auto: {chosen.layer} x {chosen.data}, predicted "
+                f"{self.found[chosen]:.3g} s/it")
+        if others:
+            t, layer, data = others[0]
+            text += f" (next best {layer} x {data}: {t:.3g} s/it)"
+        return text + (f"; {own}" if own else "")
 
 
 _factory: Callable | None = None     # the installed (opts, net, mode) -> GridTimer

@@ -587,6 +587,52 @@ def test_an_explicit_grid_starts_without_the_speedup_model(monkeypatch):
         preflight.plan(opts, _Comm())
 
 
+def test_the_plan_says_how_auto_chose_the_grid(monkeypatch):
+    """The run's title and notes did not say that the split was chosen, nor from what:
+    two launches could differ without a word (an unwritable cache, below)."""
+    from lptrain import preflight
+    from lptrain.config import compose
+    from lptrain.parallel import auto
+    from lptrain.parallel.context import Node
+    monkeypatch.setattr(preflight, "node_of", lambda comm: Node(0, 4, 4))
+    timer = _Timer({Grid(1, 4): 1.0, Grid(2, 2): 0.5, Grid(4, 1): 0.7})
+    timer.note = "times kept on this host"
+    monkeypatch.setattr(auto, "_factory", lambda *a: timer)
+    plan = preflight.plan(compose(["mode=simultaneous"])[0], _Comm())
+    assert plan.grid == Grid(2, 2) and plan.auto
+    assert plan.note == ("parallel.layer_ranks=auto: 2 x 2, predicted 0.5 s/it (next best "
+                         "4 x 1: 0.7 s/it); times kept on this host")
+    plan = preflight.plan(compose(["mode=simultaneous", "parallel.layer_ranks=4"])[0],
+                          _Comm())
+    assert (plan.grid, plan.auto, plan.note) == (Grid(4, 1), False, None)
+
+
+def test_a_cache_that_cannot_be_written_is_said(tmp_path, monkeypatch):
+    from lptrain.config import compose
+    from lptrain.model.network import ResNet
+    from lptrain.data.base import dataset_sizes
+    from lptrain.model_perf.grid import MeasuredTimer
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path / "file" / "cache"))
+    monkeypatch.setattr("lptrain.model_perf.measure.measure_kernels",
+                        lambda net, theta, batch, kernels, device, neighbours=0: (
+                            {(n, m, b): 1e-4 * m * b for n, m in kernels for b in (1, batch)},
+                            {}))
+    opts, _ = compose(["mode=simultaneous", "network.layers=8", "dataset.n_train=100"])
+    sizes = dataset_sizes(opts.dataset)
+    timer = MeasuredTimer(opts, ResNet(opts.network, sizes.feature_shape, sizes.n_classes),
+                          "simultaneous")
+    timer.times([Grid(1, 2), Grid(2, 1)])
+    assert timer.note.startswith(f"this host's kernels timed now, not kept ("
+                                 f"{tmp_path / 'file' / 'cache'} cannot be written: ")
+    assert timer.note.endswith("each start times them again and may choose another split")
+    monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path / "cache"))
+    timer.times([Grid(1, 2), Grid(2, 1)])
+    assert timer.note == "this host's kernels timed now, kept for the next start"
+    timer.times([Grid(1, 2), Grid(2, 1)])
+    assert timer.note == "times kept on this host"
+
+
 def test_lptrain_model_prints_the_split_auto_takes(tmp_path, monkeypatch):
     # both from this host's kept costs (here made up, and kept under tmp_path)
     from lptrain.data.base import dataset_sizes
