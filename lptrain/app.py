@@ -129,7 +129,7 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     title = (f"{opts.mode.name} {data.name} N={opts.network.layers} "
              f"P={grid.size} ({grid.layer} layer x {grid.data} data"
              f"{', auto' if plan.auto else ''})")
-    notes = hierarchy_notes(opts, steps) + step_notes(net) + ([plan.note] if plan.note else [])
+    notes = hierarchy_notes(opts, steps) + step_notes(net) + plan.notes
     saver = ModelSaver(run_dir, net, config_yaml, opts.dtype, data, rank0)
     checkpointer = Checkpointer(run_dir / CHECKPOINT_FILE, opts.checkpoint_every, ex, rank0,
                                 optimizer, oracle, progress, config_yaml, grid, saver)

@@ -7,7 +7,7 @@ ConfigError before any data is read or any large tensor allocated.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lptrain.data.base import Sizes, dataset_sizes
 from lptrain.errors import ConfigError
@@ -30,7 +30,7 @@ class Plan:
     need: memory.Need      # this rank's estimate on the grid
     limit: float           # bytes a rank may use (smallest over the ranks)
     auto: bool = False     # the grid was chosen among several (parallel.layer_ranks=auto)
-    note: str | None = None    # rank 0: how it was chosen
+    notes: list = field(default_factory=list)    # rank 0: how it was chosen
 
 
 def device_for(kind: str, node: Node) -> str:
@@ -103,7 +103,7 @@ def plan(opts, comm) -> Plan:
     grid = agreed_grid(fits, lambda: made.append(Recorded(timer_for(opts, net, opts.mode.name)))
                        or made[-1], comm)
     return Plan(grid, sizes, node, device, needs[grid], limit, len(fits) > 1,
-                made[0].note(grid) if made else None)
+                made[0].notes(grid) if made else [])
 
 
 def auto_grid(opts, sizes: Sizes, net: ResNet, size: int, mode: str | None = None) -> Grid:

@@ -42,18 +42,19 @@ class Recorded:
         self.found = dict(self.timer.times(grids))
         return self.found
 
-    def note(self, chosen: Grid) -> str:
+    def notes(self, chosen: Grid) -> list[str]:
+        """Lines of at most ~75 columns: the split and its predicted time beside the
+        next best, then the timer's own note, indented."""
         own = getattr(self.timer, "note", None)
-        if isinstance(self.timer, DataParallelFirst) or chosen not in self.found:
-            return f"parallel.layer_ranks=auto: {chosen.layer} x {chosen.data}" + \
-                (f" ({own})" if own else "")
-        others = sorted((t, g.layer, g.data) for g, t in self.found.items() if g != chosen)
-        text = (f"parallel.layer_ranks=auto: {chosen.layer} x {chosen.data}, predicted "
-                f"{self.found[chosen]:.3g} s/it")
-        if others:
-            t, layer, data = others[0]
-            text += f" (next best {layer} x {data}: {t:.3g} s/it)"
-        return text + (f"; {own}" if own else "")
+        text = f"auto split {chosen.layer} x {chosen.data}"
+        if not isinstance(self.timer, DataParallelFirst) and chosen in self.found:
+            text += f": predicted {self.found[chosen]:.3g} s/it"
+            others = sorted((t, g.layer, g.data) for g, t in self.found.items()
+                            if g != chosen)
+            if others:
+                t, layer, data = others[0]
+                text += f"; next best {layer} x {data}: {t:.3g} s/it"
+        return [text, *([f"  {own}"] if own else [])]
 
 
 _factory: Callable | None = None     # the installed (opts, net, mode) -> GridTimer

@@ -600,11 +600,11 @@ def test_the_plan_says_how_auto_chose_the_grid(monkeypatch):
     monkeypatch.setattr(auto, "_factory", lambda *a: timer)
     plan = preflight.plan(compose(["mode=simultaneous"])[0], _Comm())
     assert plan.grid == Grid(2, 2) and plan.auto
-    assert plan.note == ("parallel.layer_ranks=auto: 2 x 2, predicted 0.5 s/it (next best "
-                         "4 x 1: 0.7 s/it); times kept on this host")
+    assert plan.notes == ["auto split 2 x 2: predicted 0.5 s/it; next best 4 x 1: 0.7 s/it",
+                          "  times kept on this host"]
     plan = preflight.plan(compose(["mode=simultaneous", "parallel.layer_ranks=4"])[0],
                           _Comm())
-    assert (plan.grid, plan.auto, plan.note) == (Grid(4, 1), False, None)
+    assert (plan.grid, plan.auto, plan.notes) == (Grid(4, 1), False, [])
 
 
 def test_a_cache_that_cannot_be_written_is_said(tmp_path, monkeypatch):
