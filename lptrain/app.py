@@ -148,9 +148,12 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
             raise
         saver.save(progress, ex)
         console.close()
-        console.summary({"iterations": outcome.iterations, "objective": outcome.objective,
-                         "training loss": outcome.loss,
-                         "training accuracy": (outcome.accuracy, FRACTION),
+        # with mini-batches the objective, loss and accuracy are those of the last batch
+        batch = "" if opts.train.batch_size is None else " (last batch)"
+        console.summary({"iterations": outcome.iterations,
+                         f"objective{batch}": outcome.objective,
+                         f"training loss{batch}": outcome.loss,
+                         f"training accuracy{batch}": (outcome.accuracy, FRACTION),
                          "validation accuracy": (outcome.val_accuracy, FRACTION),
                          "best validation accuracy": (outcome.best_val_accuracy, FRACTION),
                          "wall time": (outcome.wall_time, "s"),

@@ -39,6 +39,7 @@ FILES = {
     "test_data_mnist.py": "unit",
     "test_data_split.py": "unit",
     "test_data_record.py": "unit",
+    "test_mgrit_shortfall.py": "training",
     "test_ddp_groups.py": "unit",
     "test_exchange.py": "unit",
     "test_fault_matrix.py": "unit",

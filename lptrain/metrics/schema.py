@@ -173,6 +173,11 @@ FIELDS: dict[str, dict[str, Field]] = {
                           "forward convergence factor: geometric mean of successive "
                           "residual ratios, NaN with fewer than 2 residuals"),
         ADJ_FACTOR: Field(FLOAT, _ROWS, "", "adjoint convergence factor, as fwd_factor"),
+        "unconverged": Field(INT, _ROWS, "",
+                             "mode=mgrit: solves of the accepted point (forward, adjoint) "
+                             "that stopped at mgrit.max_iter above their tolerance, so its "
+                             "gradient is not exact (the console says so at the first); 0 "
+                             "in the other modes"),
         "adaptive_extra": Field(INT, _ROWS, "",
                                 "extra MGRIT iterations added by the adaptive guard"),
         "rung": Field(INT, _ROWS, "",
@@ -256,7 +261,8 @@ On a layer × data grid each data group solves its shard of the batch; `mgrit/` 
 whole batch's: iterations the most of any group (they solve side by side), residuals
 √Σ r² over the groups at each iteration (the adjoint's weighted by each shard's share of
 the batch; a group that stopped keeps its last), so a run on a 1 × D grid records what
-the same run on one rank does.
+the same run on one rank does where the groups take the same iterations (fixed and
+one-shot solves, and solves to a tolerance near round-off).
 
 Read a file with `lptrain.metrics.reader.read_metrics(path)` (also while the run is still
 writing it); compare runs with `lptrain-report PATH ... --out DIR`. This page is generated

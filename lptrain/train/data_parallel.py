@@ -135,7 +135,7 @@ class DataParallelOracle:
 
 # record fields where the groups' solves side by side count as their slowest
 _MOST = ("fwd_iterations", "adj_iterations", "fwd_total", "adj_total", "adaptive_extra",
-         "rung")
+         "rung", "unconverged")
 
 
 def combined_record(parts: list) -> dict | None:

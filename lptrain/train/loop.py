@@ -133,7 +133,7 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
         start = time.perf_counter() - resume.loop.wall_time
         val, best, k0 = resume.loop.val, resume.loop.best, resume.iteration
         val_at = resume.loop.val_iteration
-    info, k, wall = None, k0, time.perf_counter() - start
+    info, k, wall, said = None, k0, time.perf_counter() - start, False
 
     def save(k, force=False):
         if checkpoint is not None:
@@ -168,6 +168,7 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
         console.update(k, objective=info.objective, loss=info.loss, accuracy=info.accuracy,
                        val_accuracy=val[1], val_iteration=val_at, step_time=dt,
                        **_console_mgrit(stats))
+        said = said or (stats is not None and _shortfall(k, stats, console))
         progress.check(k, info.objective, theta)
         if validate:                 # a candidate for the best once k passed the check
             progress.validated(k, *val, theta)
@@ -205,6 +206,19 @@ def _checked(stop, exchange, k, writer, save):
         except LptrainError:
             pass
         raise failure
+
+
+def _shortfall(k: int, stats: dict, console) -> bool:
+    """Say, once, that a mode=mgrit solve stopped at max_iter above its tolerance: the
+    run goes on with inexact gradients. Whether it said so."""
+    short = stats.get("unconverged", 0)
+    if short > 0:
+        console.message(f"iteration {k}: {short} MGRIT solve(s) stopped at mgrit.max_iter "
+                        f"above their tolerance (residuals {stats['fwd_residual']:.1e} "
+                        f"forward, {stats['adj_residual']:.1e} adjoint), so the gradient "
+                        f"is not exact; raise mgrit.max_iter (mgrit/unconverged in "
+                        f"metrics.h5 counts them)")
+    return short > 0
 
 
 def _validate(k, theta, oracle, data, writer, chunk):

@@ -43,6 +43,7 @@ class SolveStats:
     adj_plan: int = -1      # evaluation of this batch
     error_scale: float = 1.0      # calibration factor in the estimates (train/control.py)
     true_error: float = math.nan  # the exact relative gradient error, where calibrated
+    unconverged: int = 0    # mode=mgrit: solves that stopped at max_iter above tolerance
 
     def row(self) -> dict:
         return dict(fwd_iterations=self.fwd_iterations,
@@ -57,6 +58,7 @@ class SolveStats:
                     fwd_error=self.fwd_error, adj_error=self.adj_error,
                     fwd_plan=self.fwd_plan, adj_plan=self.adj_plan,
                     error_scale=self.error_scale, true_error=self.true_error,
+                    unconverged=self.unconverged,
                     fwd_history=list(self.fwd_history), adj_history=list(self.adj_history))
 
 
@@ -202,6 +204,7 @@ class Converged:
 
     rung = 0
     last_gnorm = math.inf     # the adaptive guard's reference (Rungs keeps the last one)
+    exact = True              # a solve that ends above its tolerance is a shortfall
 
     def __init__(self, mgrit_opts):
         self.mgrit = mgrit_opts
@@ -309,7 +312,8 @@ class MGRITOracle(ExactOracle):
         self.warm.store(b.key, fwd=res.states)
         cls = self.lp.evaluate(theta, res.states, b.y, b.x.shape[0], True)
         stats = SolveStats(fwd_iterations=res.iterations, fwd_history=list(res.history),
-                           adaptive_extra=extra, rung=self.accuracy.rung)
+                           adaptive_extra=extra, rung=self.accuracy.rung,
+                           unconverged=self._short(res))
         point = Point(objective=cls.loss, loss=cls.loss, accuracy=cls.correct / b.x.shape[0])
         self._latest = Evaluated(point, theta, b, tape=_MGRITTape(res, cls), stats=stats)
         return self._latest
@@ -326,7 +330,12 @@ class MGRITOracle(ExactOracle):
         self.warm.store(b.key, adj=res.states)
         ev.stats.adj_iterations, ev.stats.adj_history = res.iterations, list(res.history)
         ev.stats.adaptive_extra += extra
+        ev.stats.unconverged += self._short(res)
         return grad
+
+    def _short(self, res) -> int:
+        """1 where an exact policy's solve stopped at its max_iter above its tolerance."""
+        return int(getattr(self.accuracy, "exact", False) and not res.converged)
 
     def measure(self, ev: Evaluated, weight: float = 1.0) -> Measured:
         tape = ev.held()

@@ -10,7 +10,8 @@ def _row(fwd, adj, iterations=2, **more):
     return {"fwd_iterations": iterations, "adj_iterations": iterations, "fwd_total": 3,
             "adj_total": 3, "adaptive_extra": 0, "rung": 0, "fwd_history": fwd,
             "adj_history": adj, "fwd_residual": fwd[-1], "adj_residual": adj[-1],
-            "fwd_factor": 0.0, "adj_factor": 0.0, "grad_error": 1e-3, "fwd_plan": 2, **more}
+            "fwd_factor": 0.0, "adj_factor": 0.0, "grad_error": 1e-3, "fwd_plan": 2,
+            "unconverged": 0, **more}
 
 
 def test_residuals_of_the_whole_batch_are_the_root_sum_of_squares():
