@@ -13,6 +13,7 @@ from lptrain.data import load_dataset
 from lptrain.errors import ConfigError, StalledError, require
 from lptrain.metrics import schema as ms
 from lptrain.metrics.console import FRACTION, Console
+from lptrain.metrics.reader import run_status
 from lptrain.metrics.quantities import ITERATION_TIME
 from lptrain.metrics.tensorboard import check_available, with_logger
 from lptrain.metrics.timing import TallyingWriter, text_lines
@@ -130,6 +131,8 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
              f"P={grid.size} ({grid.layer} layer x {grid.data} data"
              f"{', auto' if plan.auto else ''})")
     notes = hierarchy_notes(opts, steps) + step_notes(net) + plan.notes
+    if saved is not None and rank0:
+        notes += resume_notes(saved, opts, run_status(path))
     saver = ModelSaver(run_dir, net, config_yaml, opts.dtype, data, rank0)
     checkpointer = Checkpointer(run_dir / CHECKPOINT_FILE, opts.checkpoint_every, ex, rank0,
                                 optimizer, oracle, progress, config_yaml, grid, saver)
@@ -221,6 +224,22 @@ def placement(opts: Config, grid, data, net) -> Placement:
         return layout(g, opts.mgrit.hierarchy(opts.network.layers, g.layer), n)
     return Placement(grid, layout_of, batch_samples(n, opts.train.batch_size, opts.seed),
                      1 + net.batch_axis)
+
+
+def resume_notes(saved: RunState, opts: Config, status: tuple[str, str]) -> list[str]:
+    """What a resume changes beyond more iterations: a stalled run trains on, and a
+    learning-rate schedule over train.iterations is stretched to the new length."""
+    notes = []
+    if status[0] == ms.STALLED:
+        notes.append(f"the run had stalled ({status[1]}); resumed, it trains on to "
+                     f"iteration {opts.train.iterations}")
+    before = OmegaConf.create(saved.config).train.iterations
+    schedule = getattr(opts.optimizer, "schedule", "constant")
+    if before != opts.train.iterations and schedule != "constant":
+        notes.append(f"optimizer.schedule={schedule} runs over train.iterations, now "
+                     f"{opts.train.iterations} (was {before}): from iteration "
+                     f"{saved.iteration + 1} the rate follows the longer schedule")
+    return notes
 
 
 def _stall_message(opts: Config, outcome) -> str:

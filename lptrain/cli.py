@@ -352,7 +352,8 @@ def _run_job(job: Job) -> float | None:
     except Interrupted as exc:       # every rank agreed on it after the same iteration
         if comm.Get_rank() == 0:
             again = job.sweep_dir if job.sweep_dir and is_sweep(job.sweep_dir) else run_dir
-            message = f"{exc} (status interrupted); resume with: {resume_command(again)}"
+            message = (f"{exc} (status interrupted); resume with: "
+                       f"{resume_command(again, comm.Get_size())}")
             print(f"{PROG}: {message}", file=sys.stderr, flush=True)
             log.warning(message)
         sys.exit(exc.exit_code)

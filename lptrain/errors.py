@@ -138,11 +138,13 @@ class StalledError(LptrainError):
     """Training stopped making progress and the user asked for a non-zero exit."""
 
 
-def resume_command(path) -> str:
-    """The command that carries on the run or sweep in `path`, quoted for a shell where
-    the path needs it (a space, a quote), so that it can be pasted as printed."""
+def resume_command(path, ranks: int = 1) -> str:
+    """The command that carries on the run or sweep in `path` on `ranks` ranks (as it
+    ran: an explicit split holds only there), quoted for a shell where the path needs it
+    (a space, a quote), so that it can be pasted as printed."""
     import shlex
-    return "lptrain " + shlex.quote(f"resume={path}")
+    launch = f"mpiexec -n {ranks} " if ranks > 1 else ""
+    return f"{launch}lptrain " + shlex.quote(f"resume={path}")
 
 
 def reason(exc: OSError) -> str:

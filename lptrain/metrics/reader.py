@@ -75,6 +75,17 @@ def read_metrics(path: str | Path) -> RunMetrics:
     return RunMetrics(path=path, attrs=attrs, **groups)
 
 
+def run_status(path: str | Path) -> tuple[str, str]:
+    """(status, error) of the metrics file `path`, without reading its rows ('' for
+    what is absent or unreadable)."""
+    try:
+        with h5py.File(path, "r", locking=False) as f:
+            return (str(_plain(f.attrs.get(s.STATUS, ""))),
+                    str(_plain(f.attrs.get(s.ERROR, ""))))
+    except (OSError, RuntimeError, ValueError):
+        return "", ""
+
+
 def _read_group(f: h5py.File, name: str) -> dict[str, np.ndarray]:
     g = f.get(name)
     if not isinstance(g, h5py.Group):

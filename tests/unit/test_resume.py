@@ -397,3 +397,23 @@ def test_the_models_lines_stay_within_80_columns_for_long_runs():
     progress.best.iteration = progress.iteration = 12
     lines = app.ModelSaver.describe(saver, progress)
     assert len(lines) == 2 and all(len(line) <= 80 for line in lines)
+
+
+def test_a_resume_says_what_it_changes_beyond_more_iterations():
+    """A resumed stalled run trained on without a word (a sweep's resume keeps stalled
+    jobs), and a cosine schedule stretched to the new train.iterations (the rate jumped
+    15x at the resume) without a word."""
+    from types import SimpleNamespace
+    cfg = _cfg("optimizer=adam_cosine", "train.batch_size=50", "train.iterations=7")
+    from omegaconf import OmegaConf
+    saved = SimpleNamespace(config=OmegaConf.to_yaml(cfg), iteration=7)
+    longer = app.options(_cfg("optimizer=adam_cosine", "train.batch_size=50",
+                              "train.iterations=20"))
+    notes = app.resume_notes(saved, longer, ("stalled", "no progress for 20 epochs"))
+    assert notes == ["the run had stalled (no progress for 20 epochs); resumed, it trains "
+                     "on to iteration 20",
+                     "optimizer.schedule=cosine runs over train.iterations, now 20 (was 7): "
+                     "from iteration 8 the rate follows the longer schedule"]
+    constant = app.options(_cfg("optimizer=adam", "train.batch_size=50",
+                                "train.iterations=20"))
+    assert app.resume_notes(saved, constant, ("interrupted", "")) == []
