@@ -28,7 +28,7 @@ from lptrain.model_perf.costs import KernelCosts, given_costs
 from lptrain.model_perf.predict import Collecting, Counts, Machine, Model
 from lptrain.model_perf.report import comparison_table, plot, scaling_table
 from lptrain.model_perf.simulate import Link
-from lptrain.model_perf.summary import summary
+from lptrain.model_perf.summary import split_of, summary
 from lptrain.modes import LAYERED, MGRIT, SERIAL, SIMULTANEOUS
 from lptrain.parallel.grid import Grid
 
@@ -337,7 +337,8 @@ def run(args) -> list[Path]:
     md.write_text(text)
     setup = terminal_setup(opts, model, cnt, cost_note, the_link) + [optimizer_note]
     png = plot(preds, baseline, args.out / "speedup_model.png", measured, args.paper,
-               f"{title}\n{opts.dataset.name}: {setup[0]}")    # what is modelled
+               f"{title}\n{opts.dataset.name}: {setup[0]}",     # what is modelled
+               opts.dataset.name)
     print(summary(title, setup, preds, baseline, model.max_layer, auto, compared, (md, png)),
           end="")
     return [md, png]
@@ -407,9 +408,11 @@ def _compare(runs, model: Model, m: Machine, cfg):
     measured: dict = {}
     rows = []
     for r in runs:
-        measured.setdefault((r.mode, r.ranks), []).append(r.iteration_time)
         pred, note = predict_run(r, model, m)
-        rows.append((r, pred, note, mismatch(r, cfg, torch.get_num_threads())))
+        differs = mismatch(r, cfg, torch.get_num_threads())
+        rows.append((r, pred, note, differs))
+        if not differs:      # beside the model's lines: its configuration only
+            measured.setdefault((r.mode, r.ranks, split_of(r)), []).append(r.iteration_time)
     return measured, rows
 
 

@@ -12,6 +12,7 @@ from typing import Sequence
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from lptrain.metrics import schema as s
 from lptrain.metrics.quantities import ITERATION_TIME
@@ -19,13 +20,24 @@ from lptrain.model_perf.predict import Prediction
 
 # docs/method.md §7: the paper's strong-scaling results (dataset, cores, speedup)
 PAPER_POINTS = (("MNIST", 128, 8.5), ("Peaks", 256, 6.0), ("Indian Pines", 128, 4.4))
+PAPER_NAMES = {"mnist": "MNIST", "peaks": "Peaks", "indian_pines": "Indian Pines"}
+_PLAIN = FuncFormatter(lambda value, _: f"{value:g}")
 MODES = (s.MODE_SERIAL, s.MODE_MGRIT, s.MODE_SIMULTANEOUS)
 TITLE_PT, CHAR_EM = 9, 0.6    # the title's font size, and a character's mean width in em
 _STYLE = {s.MODE_SERIAL: "C0", s.MODE_MGRIT: "C1", s.MODE_SIMULTANEOUS: "C2"}
 _LABEL = {s.MODE_SERIAL: "serial, data-parallel", s.MODE_MGRIT: "mgrit",
           s.MODE_SIMULTANEOUS: "simultaneous"}
 
-Measured = dict  # (mode, P) -> list of measured seconds per iteration
+Measured = dict  # (mode, P, split 'LxD') -> measured seconds per iteration of those runs
+
+
+def on_line(mode: str, p: int, split: str) -> bool:
+    """Whether a run's split is the one the model's line of `mode` predicts at P."""
+    return split == (f"1x{p}" if mode == s.MODE_SERIAL else f"{p}x1")
+
+
+def _mean(values) -> float:
+    return sum(values) / len(values)
 
 
 def _t(x: float | None) -> str:
@@ -50,8 +62,9 @@ def scaling_table(preds: Sequence[Prediction], baseline: float, max_p: int,
             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
     rows = []
     for p in preds:
-        seen = ", ".join(f"{mode} {_t(sum(v) / len(v))}" for mode in MODES
-                         for v in [measured.get((mode, p.ranks))] if v) or "-"
+        seen = ", ".join(f"{mode} {split} {_t(_mean(v))}" for mode in MODES
+                         for (m, q, split), v in sorted(measured.items())
+                         if (m, q) == (mode, p.ranks)) or "-"
         if not p.possible:
             no = f"not possible (P > {max_p} C-intervals)"
             rows.append(f"| {p.ranks} | {_t(p.serial)} | {no} | {no} | - | - "
@@ -80,34 +93,47 @@ def comparison_table(rows: Sequence[tuple]) -> str:
 
 
 def plot(preds: Sequence[Prediction], baseline: float, path: Path,
-         measured: Measured | None = None, paper: bool = False, title: str = "") -> Path:
+         measured: Measured | None = None, paper: bool = False, title: str = "",
+         dataset: str = "") -> Path:
     """`figure(...)` written to `path`."""
-    figure(preds, baseline, measured, paper, title).savefig(path, dpi=120)
+    figure(preds, baseline, measured, paper, title, dataset).savefig(path, dpi=120)
     return path
 
 
 def figure(preds: Sequence[Prediction], baseline: float, measured: Measured | None = None,
-           paper: bool = False, title: str = "") -> Figure:
-    """Iteration time and speedup against P (log2 axes); measured runs as circles; the
-    title (the command) wrapped to the figure's width."""
+           paper: bool = False, title: str = "", dataset: str = "") -> Figure:
+    """Iteration time and speedup against P (log2 axes, ticks as plain numbers); the
+    model's lines with a dot at each P predicted; measured runs of the modelled
+    configuration as filled circles on the line's split (serial 1 x P, the others P x 1),
+    hollow on another split; measured speedups over the measured serial run on one rank
+    where there is one; the paper's speedups of `dataset` (all three where it has none);
+    the title (the command) wrapped to the figure's width."""
     fig = Figure(figsize=(11, 4.5))
     FigureCanvasAgg(fig)
     ax_t, ax_s = fig.subplots(1, 2)
+    measured = measured or {}
+    own = measured.get((s.MODE_SERIAL, 1, "1x1"))
+    base_seen = _mean(own) if own else baseline
     for mode in MODES:
         pts = [(p.ranks, getattr(p, mode)) for p in preds if getattr(p, mode) is not None]
         if pts:
             ps, ts = zip(*pts)
-            ax_t.plot(ps, ts, "-", color=_STYLE[mode], label=f"{_LABEL[mode]} (model)")
-            ax_s.plot(ps, [baseline / t for t in ts], "-", color=_STYLE[mode],
+            ax_t.plot(ps, ts, ".-", color=_STYLE[mode], label=f"{_LABEL[mode]} (model)")
+            ax_s.plot(ps, [baseline / t for t in ts], ".-", color=_STYLE[mode],
                       label=f"{_LABEL[mode]} (model)")
-        seen = sorted((p, sum(v) / len(v)) for (m, p), v in (measured or {}).items()
-                      if m == mode)
-        if seen:
-            ps, ts = zip(*seen)
-            ax_t.plot(ps, ts, "o", color=_STYLE[mode], label=f"{mode} (measured)")
-            ax_s.plot(ps, [baseline / t for t in ts], "o", color=_STYLE[mode])
+        for line, face, what in ((True, _STYLE[mode], "measured"),
+                                 (False, "none", "measured, other split")):
+            seen = sorted((p, _mean(v)) for (m, p, split), v in measured.items()
+                          if m == mode and on_line(m, p, split) == line)
+            if seen:
+                ps, ts = zip(*seen)
+                ax_t.plot(ps, ts, "o", color=_STYLE[mode], markerfacecolor=face,
+                          label=f"{mode} ({what})")
+                ax_s.plot(ps, [base_seen / t for t in ts], "o", color=_STYLE[mode],
+                          markerfacecolor=face)
     if paper:
-        for i, (name, cores, speedup) in enumerate(PAPER_POINTS):
+        points = [pt for pt in PAPER_POINTS if pt[0] == PAPER_NAMES.get(dataset)]
+        for i, (name, cores, speedup) in enumerate(points or PAPER_POINTS):
             ax_s.plot([cores], [speedup], "*", ms=12, color=f"C{4 + i}",
                       label=f"paper: {name} {speedup}× on {cores} cores")
     ax_s.axhline(1.0, color="grey", lw=0.8, ls=":")
@@ -115,6 +141,9 @@ def figure(preds: Sequence[Prediction], baseline: float, measured: Measured | No
                       (ax_s, "speedup over serial on 1 rank")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):     # 0.4, 6, 128 rather than 4×10⁻¹, 2⁷
+            axis.set_major_formatter(_PLAIN)
+            axis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("ranks P")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)

@@ -52,10 +52,18 @@ def measured_lines(rows: Sequence[tuple]) -> list[str]:
     for run, pred, _, differs in rows:
         ratio = "-" if pred is None else f"{pred / run.iteration_time:.2f}"
         shown = "-" if pred is None else f"{pred:.4g} s"
-        line = (f"{run.mode} on {run.ranks}: measured {run.iteration_time:.4g} s, predicted "
-                f"{shown}, ratio {ratio}" + (" (other config)" if differs else ""))
+        line = (f"{run.mode} {split_of(run)}: {run.iteration_time:.4g} s measured, {shown} "
+                f"predicted ({ratio})" + (", other config" if differs else ""))
         out.append(line)
+    if out:
+        out.append("(L x D: the run's split; predicted / measured in brackets)")
     return out
+
+
+def split_of(run) -> str:
+    """'LxD' of a measured run (serial: 1 x P; '?xP' where its file does not say)."""
+    layer = 1 if run.mode == SERIAL else run.layer
+    return f"{layer}x{run.ranks // layer}" if layer else f"?x{run.ranks}"
 
 
 def summary(title: str, setup: Sequence[str], preds: Sequence[Prediction], baseline: float,

@@ -18,6 +18,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
 from lptrain.metrics import schema as s
 from lptrain.metrics.reader import RunMetrics
@@ -128,6 +129,8 @@ def _finish(ax, x: str, ylabel: str, log: bool) -> None:
     values <= 0 (an exact residual of 0) left out rather than pulling it down to 1e-300."""
     ax.set_xlabel(_X_LABELS[x])
     ax.set_ylabel(ylabel)
+    if x == s.ITERATION:       # a short run's axis ticked 0.5, 1.25, ...: iterations count
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ys = np.concatenate([np.asarray(line.get_ydata(), float).ravel() for line in ax.lines]
                         or [np.empty(0)])
     ys = ys[ys > 0]                       # NaN compares False

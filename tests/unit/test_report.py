@@ -383,6 +383,15 @@ def test_validation_is_markers_training_is_lines(figures_of):
     np.testing.assert_array_equal(train.get_xdata(), [1, 2, 3, 4])
 
 
+def test_iteration_axes_tick_whole_iterations(figures_of):
+    """A 4-iteration run's axis was ticked 0.5, 1.0, 1.5, ... (reproduce-mnist QUICK=1)."""
+    _, figs = figures_of
+    for name in ("loss_vs_iteration", "mgrit_residuals", "mgrit_factors"):
+        for ax in figs[name].axes:
+            ticks = ax.get_xticks()
+            assert len(ticks) >= 2 and np.all(ticks == np.round(ticks)), (name, ticks)
+
+
 def test_legends_sit_below_the_axes_covering_no_curve(figures_of):
     _, figs = figures_of
     for name, fig in figs.items():

@@ -368,7 +368,7 @@ def test_command_writes_table_plot_and_compares_a_measured_run(tmp_path, monkeyp
             writer.log_train(iteration=k, step_time=0.5 if k == 1 else 0.18, ls_trials=1)
     out = tmp_path / "model"
     titles = []
-    monkeypatch.setattr(cli, "plot", lambda *a: titles.append(a[-1]) or a[2])
+    monkeypatch.setattr(cli, "plot", lambda *a: titles.append(a[5]) or a[2])
     args = ["experiment=peaks_paper", "dataset.grid=32", "--step-time", "1e-3",
             "--adjoint-time", "1e-3", "--latency", "0", "--bandwidth", "1e30", "--ranks",
             "1,2,16", "--measured", str(run.parent), "--paper", "--out", str(out)]
@@ -382,11 +382,11 @@ def test_command_writes_table_plot_and_compares_a_measured_run(tmp_path, monkeyp
     # serial on one rank: 30 forward steps, 30 adjoint steps and 30 weight products of 1 ms
     assert "speedups over serial on 1 rank (0.09 s)" in text
     assert "| serial | 1 | 0.18 | 0.09 | 0.50 |" in text
-    assert "| serial 0.18 |" in text     # the measured column of the P = 1 row
+    assert "| serial 1x1 0.18 |" in text     # the measured column of the P = 1 row
     # the terminal: the same numbers in 80 columns, and where the files are
     shown = capsys.readouterr().out
     assert "speedup over serial on 1 rank (0.09 s)" in shown
-    assert "serial on 1: measured 0.18 s, predicted 0.09 s, ratio 0.50" in shown
+    assert "serial 1x1: 0.18 s measured, 0.09 s predicted (0.50)" in shown
     assert f"full report: {out / 'speedup_model.md'}" in shown
     assert all(len(line) <= 80 for line in shown.splitlines() if str(tmp_path) not in line)
 
@@ -738,3 +738,30 @@ def test_the_plots_title_wraps_a_long_command_inside_the_figure():
     assert fig.get_suptitle().replace("\n", " ") == command
     fig = figure([Prediction(1, 1.0, 2.0, 1.5)], 1.0, title="a\nb")    # lines kept
     assert fig.get_suptitle() == "a\nb"
+
+
+def test_the_plot_keeps_measured_runs_apart_by_split_and_baseline():
+    """Runs of 1 x 2 and 2 x 1 were averaged into one circle on the P x 1 line; measured
+    speedups were over the predicted serial time (a measured serial run on one rank sat
+    at 0.43 over itself); --paper starred all three datasets; log ticks read 4×10⁻¹."""
+    from lptrain.model_perf.predict import Prediction
+    from lptrain.model_perf.report import figure
+    preds = [Prediction(1, 1.0, 2.0, 1.5), Prediction(2, 0.5, 1.0, 0.8)]
+    measured = {("serial", 1, "1x1"): [2.0], ("simultaneous", 2, "2x1"): [1.0],
+                ("simultaneous", 2, "1x2"): [4.0]}
+    fig = figure(preds, 1.0, measured, paper=True, dataset="peaks")
+    ax_t, ax_s = fig.axes
+    points = {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata()),
+                               ln.get_markerfacecolor()) for ln in ax_t.lines}
+    assert points["simultaneous (measured)"][:2] == ([2], [1.0])
+    simul = points["simultaneous (measured, other split)"]
+    assert simul[:2] == ([2], [4.0]) and simul[2] == "none"
+    speedups = sorted((float(x), float(y)) for ln in ax_s.lines if ln.get_marker() == "o"
+                      for x, y in zip(ln.get_xdata(), ln.get_ydata()))
+    # over the measured serial run (2 s): itself 1, the 2 x 1 run 2, the 1 x 2 run 0.5
+    assert speedups == [(1.0, 1.0), (2.0, 0.5), (2.0, 2.0)]
+    stars = [ln.get_label() for ln in ax_s.lines if ln.get_marker() == "*"]
+    assert stars == ["paper: Peaks 6.0× on 256 cores"]
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax_t.get_xticklabels() + ax_s.get_yticklabels()]
+    assert "×10" not in "".join(labels) and "^" not in "".join(labels), labels
