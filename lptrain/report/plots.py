@@ -130,7 +130,7 @@ def _finish(ax, x: str, ylabel: str, log: bool) -> None:
     ax.set_xlabel(_X_LABELS[x])
     ax.set_ylabel(ylabel)
     if x == s.ITERATION:       # a short run's axis ticked 0.5, 1.25, ...: iterations count
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
     ys = np.concatenate([np.asarray(line.get_ydata(), float).ravel() for line in ax.lines]
                         or [np.empty(0)])
     ys = ys[ys > 0]                       # NaN compares False
