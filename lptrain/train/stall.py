@@ -41,9 +41,10 @@ class StallRule:
         else:
             self.since += 1
         if self.patience and self.since >= self.patience:
-            unit = "iterations" if self.per_epoch == 1 else "epochs"
+            unit, best = ("iterations", "best") if self.per_epoch == 1 else \
+                ("epochs", "best epoch mean")
             self.stalled = f"the objective has not decreased for {self.since} {unit} " \
-                           f"(best {self.best:.6g})"
+                           f"({best} {self.best:.6g})"
         return self.stalled
 
     def state_dict(self) -> dict:
