@@ -18,8 +18,8 @@ import numpy as np
 from lptrain import __version__
 from lptrain.errors import DivergedError, Interrupted
 from lptrain.metrics import schema as s
-from lptrain.metrics.columns import (CHUNK_ROWS, Columns, append_history,
-                                     append_per_rank)
+from lptrain.metrics.columns import (CHUNK_ROWS, Columns, append_history, append_per_rank,
+                                     create_scalar)
 from lptrain.train.control import convergence_factor
 
 RESERVE_BYTES = 4 * 2 ** 20   # free space kept on the file's file system (see MetricsWriter)
@@ -109,6 +109,7 @@ class MetricsWriter:
         for group in s.GROUPS:
             if group in self._file:
                 _truncate(self._file[group], iteration)
+                _add_missing_columns(self._file[group], group)
         # the rows before this start (`earlier`): the console's and TensorBoard's final
         # numbers are the whole run's
         self._earlier_rows = {group: self._file[group][s.ITERATION].shape[0]
@@ -326,6 +327,20 @@ def open_writer(path: str | Path, attrs: dict, enabled: bool,
 def _grid_of(attrs: dict) -> dict:
     """The timing/ grid columns of a run started with root attributes `attrs`."""
     return {name: attrs.get(name) for name in s.GRID_COLUMNS}
+
+
+def _add_missing_columns(g: h5py.Group, group: str) -> None:
+    """Scalar columns a file written by an earlier version lacks (mgrit/unconverged, say),
+    as long as its rows and holding the fill value there (unknown): appended alone, a
+    new column would pair the earlier rows with this start's values, and the reader,
+    which cuts every column to the shortest, would drop this start's rows."""
+    if s.ITERATION not in g:
+        return
+    rows = g[s.ITERATION].shape[0]
+    for name, field in s.FIELDS[group].items():
+        if name not in g and name not in s.HISTORIES and name not in s.PER_RANK \
+                and group != s.TIMING:
+            create_scalar(g, name, field.dtype, s.FILL[field.dtype]).resize((rows,))
 
 
 def _add_grid_columns(timing: h5py.Group, root) -> None:

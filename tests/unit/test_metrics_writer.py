@@ -326,3 +326,22 @@ def test_a_file_without_grid_columns_gets_them_from_its_root_attributes(tmp_path
     np.testing.assert_array_equal(m.timing[s.LAYER_RANKS], [-1, -1, -1])
     np.testing.assert_array_equal(m.timing[s.COMPUTE], [[1, 1], [1, 1], [3, np.nan]])
     assert m.attrs[s.WORLD_SIZE] == 3 and m.n_iterations == 2    # train/: iterations 3, 4
+
+
+def test_a_file_of_an_earlier_version_gets_its_missing_columns_on_resume(tmp_path):
+    """mgrit/unconverged is newer than some runs' files: reopened, the column was made
+    empty and took this start's rows, so the reader (every column cut to the shortest)
+    dropped this start's mgrit rows and paired the earlier ones with its values."""
+    path = tmp_path / s.FILE_NAME
+    with open_writer(path, ATTRS, True) as w:
+        for k in (1, 2, 3):
+            w.log_mgrit(iteration=k, fwd_iterations=2, unconverged=0)
+    with h5py.File(path, "a") as f:
+        del f[s.MGRIT]["unconverged"]                     # as an older version wrote it
+    with open_writer(path, ATTRS, True, resume_after=2) as w:
+        for k in (3, 4):
+            w.log_mgrit(iteration=k, fwd_iterations=3, unconverged=1)
+    m = read_metrics(path).mgrit
+    np.testing.assert_array_equal(m[s.ITERATION], [1, 2, 3, 4])
+    np.testing.assert_array_equal(m["unconverged"], [-1, -1, 1, 1])    # -1: not recorded
+    np.testing.assert_array_equal(m[s.FWD_ITERATIONS], [2, 2, 3, 3])
