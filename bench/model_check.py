@@ -62,8 +62,8 @@ def step_quantile(path: Path, q: float) -> float:
 def _problem(overrides, flags):
     """The model's CLI arguments, options, network, θ, the first batch and the model."""
     from lptrain.data import load_dataset
-    from lptrain.model_perf import cli
-    args = cli.parser().parse_args([*overrides, *flags])
+    from lptrain.model_perf import cli, options
+    args = options.parser().parse_args([*overrides, *flags])
     opts, _ = cli.compose(overrides)
     net, theta, batch = cli.build_network(opts)
     data = load_dataset(opts.dataset, opts.seed)
@@ -214,9 +214,9 @@ def predictions(overrides, dirs) -> tuple[dict, str]:
     """{run dir: (measured iteration time, predicted, predicted with every cost measured
     alone)} and the model's cost note (costs measured now, alone and beside as many
     neighbours as this host has cores, as lptrain-model measures them)."""
-    from lptrain.model_perf import cli
+    from lptrain.model_perf import cli, options
     from lptrain.model_perf.runs import load_run, predict_run
-    args = cli.parser().parse_args([*overrides, "--fresh"])
+    args = options.parser().parse_args([*overrides, "--fresh"])
     link, _, _ = cli.link(args)
     opts, _ = cli.compose(overrides)
     net, theta, batch = cli.build_network(opts)

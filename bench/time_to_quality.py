@@ -26,6 +26,7 @@ from common import yield_env
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
 from lptrain.model_perf import cli as model_cli
+from lptrain.model_perf import options as model_options
 from lptrain.modes import MODES
 
 BIN = Path(sys.executable).parent
@@ -64,7 +65,7 @@ def reach(m, j_target: float, a_target: float) -> dict:
 
 def predictions(overrides: list[str], dirs: list[Path]) -> dict:
     """mode -> {P: predicted seconds per optimizer iteration} from lptrain-model."""
-    args = model_cli.parser().parse_args([*overrides, "--measured", *map(str, dirs)])
+    args = model_options.parser().parse_args([*overrides, "--measured", *map(str, dirs)])
     the_link, _, _ = model_cli.link(args)
     opts, _ = model_cli.compose(args.overrides)
     net, theta, batch = model_cli.build_network(opts)

@@ -231,14 +231,15 @@ def resume_notes(saved: RunState, opts: Config, status: tuple[str, str]) -> list
     learning-rate schedule over train.iterations is stretched to the new length."""
     notes = []
     if status[0] == ms.STALLED:
-        notes.append(f"the run had stalled ({status[1]}); resumed, it trains on to "
-                     f"iteration {opts.train.iterations}")
+        notes += [f"the run had stalled; resumed, it trains on with train.patience="
+                  f"{opts.train.patience} afresh", f"  ({status[1]})"]
     before = OmegaConf.create(saved.config).train.iterations
     schedule = getattr(opts.optimizer, "schedule", "constant")
     if before != opts.train.iterations and schedule != "constant":
-        notes.append(f"optimizer.schedule={schedule} runs over train.iterations, now "
-                     f"{opts.train.iterations} (was {before}): from iteration "
-                     f"{saved.iteration + 1} the rate follows the longer schedule")
+        notes += [f"optimizer.schedule={schedule} stretched to train.iterations="
+                  f"{opts.train.iterations} (was {before}):",
+                  f"  from iteration {saved.iteration + 1} the rate follows the longer "
+                  f"schedule"]
     return notes
 
 

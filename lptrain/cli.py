@@ -69,14 +69,14 @@ def _directory_args(args: list[str]) -> tuple[list[str], str]:
     return [*args, dir_override(key, chosen)], chosen
 
 
-def _claim(directory: str, args: list[str]) -> None:
+def _claim(directory: str, args: list[str], ranks: int) -> None:
     """Rank 0: lock the run (or sweep) directory for this process, refuse an earlier
     run's files unless resuming it (RunDirectoryBusy, RunFileError)."""
     key = "hydra.sweep.dir" if _multirun(args) else "hydra.run.dir"
     lock = RunLock(directory, key).acquire()
     atexit.register(lock.release)
     if not _resuming:
-        refuse_earlier_run(directory, key)
+        refuse_earlier_run(directory, key, ranks)
 
 
 def _resume_args(args: list[str]) -> list[str]:
@@ -125,10 +125,10 @@ def _check_hydra_keys(args: list[str]) -> None:
         try:
             parser.parse_override(arg)
         except HydraException as exc:
-            key, _, value = arg.partition("=")
-            raise ConfigError(f"{arg}: {str(exc).splitlines()[0]}; a value with '=', ',', "
-                              f"spaces or brackets goes in quotes: "
-                              f"{dir_override(key, value)}") from None
+            key, given, value = arg.partition("=")
+            hint = (f"; a value with '=', ',', quotes, brackets or non-ASCII letters goes "
+                    f"in quotes: {dir_override(key, value)}" if given and value else "")
+            raise ConfigError(f"{arg}: {str(exc).splitlines()[0]}{hint}") from None
 
 
 def _check_writable(directory: str) -> str | None:
@@ -243,7 +243,7 @@ def _lead(args: list[str], ranks: int) -> int:
         problem = _check_writable(directory)
         if problem:
             raise RunFileError(problem, exit_code=REFUSED)
-        _claim(directory, args)
+        _claim(directory, args, ranks)
     except LptrainError as exc:   # nothing ran: refused, or a fault such as a full disk
         _say(str(exc))
         return exc.exit_code

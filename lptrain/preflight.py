@@ -99,9 +99,12 @@ def plan(opts, comm) -> Plan:
                           f"need about {needs[g]} per rank, more than the "
                           f"{memory.gb(limit)} available to each; "
                           f"{_memory_advice(opts, sizes, net, g, needs[g], limit)}")
-    made = []
-    grid = agreed_grid(fits, lambda: made.append(Recorded(timer_for(opts, net, opts.mode.name)))
-                       or made[-1], comm)
+    made = []               # rank 0's timer, where there was a choice
+
+    def timer() -> Recorded:
+        made.append(Recorded(timer_for(opts, net, opts.mode.name)))
+        return made[-1]
+    grid = agreed_grid(fits, timer, comm)
     return Plan(grid, sizes, node, device, needs[grid], limit, len(fits) > 1,
                 made[0].notes(grid) if made else [])
 

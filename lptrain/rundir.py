@@ -35,7 +35,7 @@ def claim_new(base: str | Path) -> Path:
     raise RunFileError(f"{base}: no free directory name (tried {base.name}-1 to -9999)")
 
 
-def refuse_earlier_run(directory: str | Path, key: str) -> None:
+def refuse_earlier_run(directory: str | Path, key: str, ranks: int = 1) -> None:
     """RunFileError (exit status REFUSED) if `directory` (or a sweep job below it) holds
     a metrics file."""
     directory = Path(directory)
@@ -46,7 +46,7 @@ def refuse_earlier_run(directory: str | Path, key: str) -> None:
         earlier, what = (directory, "sweep") if sweep else (found[0].parent, "run")
         raise RunFileError(f"{key}={directory}: holds an earlier run ({found[0]}); choose "
                            f"another directory, or continue that {what} with "
-                           f"`{resume_command(earlier)}`", exit_code=REFUSED)
+                           f"`{resume_command(earlier, ranks)}`", exit_code=REFUSED)
 
 
 def dir_override(key: str, path: str | Path) -> str:

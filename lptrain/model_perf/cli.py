@@ -12,7 +12,6 @@ not given come from a ping-pong under `mpiexec -n 2`, else from defaults.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from dataclasses import replace
@@ -25,6 +24,7 @@ from lptrain.metrics.quantities import ITERATION_TIME
 from lptrain.model.dtypes import DTYPES
 from lptrain.model_perf import measure
 from lptrain.model_perf.costs import KernelCosts, given_costs
+from lptrain.model_perf.options import PROG, check_args, numbers, parse, ranks_of
 from lptrain.model_perf.predict import Collecting, Counts, Machine, Model
 from lptrain.model_perf.report import comparison_table, plot, scaling_table
 from lptrain.model_perf.simulate import Link
@@ -32,71 +32,7 @@ from lptrain.model_perf.summary import split_of, summary
 from lptrain.modes import LAYERED, MGRIT, SERIAL, SIMULTANEOUS
 from lptrain.parallel.grid import Grid
 
-PROG = "lptrain-model"
-DEFAULT_RANKS = ",".join(str(2 ** k) for k in range(11))
 EXIT_ERROR = 2
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="Predict time per optimizer "
-                                "iteration and speedup over serial for P ranks.")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                   help="lptrain config overrides, e.g. experiment=peaks_paper")
-    p.add_argument("--step-time", type=float, metavar="S",
-                   help="forward step of the full batch [s] (with --adjoint-time: these "
-                        "costs instead of measured ones)")
-    p.add_argument("--adjoint-time", type=float, metavar="S",
-                   help="adjoint step of the full batch [s]")
-    p.add_argument("--weight-time", type=float, metavar="S",
-                   help="weight-gradient product of one layer [s] (default: the adjoint "
-                        "time)")
-    p.add_argument("--overhead", type=float, metavar="S",
-                   help="batch-independent part of one given kernel call [s] (default 0)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads while measuring kernels (default 1: one rank per core)")
-    p.add_argument("--host-ranks", type=int, metavar="K",
-                   help="ranks that share one host in the runs predicted: costs are also "
-                        "measured with K copies at once, and P ranks pay those of min(P, K) "
-                        "(default: this host's cores with --threads 1; 1: alone only)")
-    p.add_argument("--fresh", action="store_true",
-                   help="measure the kernels now even if this host has kept costs, and "
-                        "forget the splits parallel.layer_ranks=auto kept")
-    p.add_argument("--latency", type=float, metavar="S", help="message latency α [s]")
-    p.add_argument("--bandwidth", type=float, metavar="B", help="bandwidth β [bytes/s]")
-    p.add_argument("--ranks", default=DEFAULT_RANKS, help=f"P values (default {DEFAULT_RANKS})")
-    p.add_argument("--trials", type=float,
-                   help="objective evaluations per iteration (default: measured runs, else 1)")
-    p.add_argument("--mgrit-iters", metavar="F,A",
-                   help="mode=mgrit cycles per forward,adjoint solve (default: measured "
-                        "mgrit runs, else 5,5)")
-    p.add_argument("--measured", nargs="+", type=Path, default=[], metavar="PATH",
-                   help="metrics.h5 files or run directories to compare with")
-    p.add_argument("--paper", action="store_true", help="mark the paper's speedups")
-    p.add_argument("--out", type=Path, default=Path("speedup_model"), metavar="DIR",
-                   help="where speedup_model.md and .png go (default speedup_model/)")
-    return p
-
-
-# option: (least value, whether the least is allowed); every value must be finite
-_BOUNDS = {"step_time": (0.0, False), "adjoint_time": (0.0, False),
-           "weight_time": (0.0, True), "overhead": (0.0, True), "latency": (0.0, True),
-           "bandwidth": (0.0, False), "trials": (1.0, True), "threads": (1, True),
-           "host_ranks": (1, True)}
-
-
-def check_args(args) -> None:
-    """The numeric options in their ranges (ConfigError naming the option and value)."""
-    for name, (least, allowed) in _BOUNDS.items():
-        value = getattr(args, name)
-        if value is None:
-            continue
-        if not (math.isfinite(value) and (value >= least if allowed else value > least)):
-            need = f"{'at least' if allowed else 'above'} {least:g}"
-            raise ConfigError(f"--{name.replace('_', '-')} {value!r}: need a finite "
-                              f"number {need}")
-    if (args.latency is None) != (args.bandwidth is None):
-        raise ConfigError("--latency and --bandwidth go together: give both or neither "
-                          "(neither: measured by a ping-pong under mpiexec, else defaults)")
 
 
 def build_network(opts):
@@ -173,7 +109,7 @@ def counts(args, runs) -> tuple[Counts, str]:
                      f"({'mean of measured runs' if runs else 'assumed'})")
     mg = _mean_cycles(runs, MGRIT)
     if args.mgrit_iters:
-        fwd, adj = _numbers(args.mgrit_iters, "--mgrit-iters", 2)
+        fwd, adj = numbers(args.mgrit_iters, "--mgrit-iters", 2)
         if min(fwd, adj) < 1:
             raise ConfigError(f"--mgrit-iters {args.mgrit_iters!r}: need at least 1 cycle "
                               f"per solve")
@@ -198,26 +134,6 @@ def _mean_cycles(runs, mode: str) -> tuple[float, float] | None:
         return None
     return (sum(r.fwd for r in logged) / len(logged),
             sum(r.adj or 0.0 for r in logged) / len(logged))
-
-
-def _numbers(text: str, option: str, count: int | None = None) -> list[float]:
-    """Comma-separated numbers of an option (ConfigError naming it otherwise)."""
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values or (count is not None and len(values) != count) or not all(
-            math.isfinite(v) for v in values):
-        want = f"{count} comma-separated numbers" if count else "comma-separated numbers"
-        raise ConfigError(f"{option} {text!r}: need {want}")
-    return values
-
-
-def _ranks(text: str) -> list[int]:
-    values = _numbers(text, "--ranks")
-    if any(p < 1 or p != int(p) for p in values):
-        raise ConfigError(f"--ranks {text!r}: need positive integers")
-    return sorted({int(p) for p in values})
 
 
 def load_runs(paths: Sequence[Path]):
@@ -313,7 +229,7 @@ def run(args) -> list[Path]:
         forget_kept_times()
     runs = load_runs(args.measured)
     cnt, count_note = counts(args, runs)
-    ranks = _ranks(args.ranks)
+    ranks = ranks_of(args.ranks)
     m, cost_note = machine(args, model, theta, opts.device, the_link,
                            lambda probe: _predictions(ranks, model, probe, cnt, runs, cfg))
     m, optimizer_note = with_optimizer(args, opts, m, theta)
@@ -418,7 +334,7 @@ def _compare(runs, model: Model, m: Machine, cfg):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `lptrain-model`; returns the exit status."""
-    args = parser().parse_intermixed_args(argv)   # overrides before, between, after
+    args = parse(argv)
     try:
         run(args)       # prints the summary, with the files it wrote
     except (LptrainError, OSError, ValueError) as exc:

@@ -12,7 +12,7 @@ from typing import Sequence
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from lptrain.metrics import schema as s
 from lptrain.metrics.quantities import ITERATION_TIME
@@ -141,7 +141,10 @@ def figure(preds: Sequence[Prediction], baseline: float, measured: Measured | No
                       (ax_s, "speedup over serial on 1 rank")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        for axis in (ax.xaxis, ax.yaxis):     # 0.4, 6, 128 rather than 4×10⁻¹, 2⁷
+        # ticks at 1, 2, 5 × 10^k on y (a span under a decade keeps labels), powers of 2
+        # on x, labelled 0.2, 5, 128 rather than 2×10⁻¹, 2⁷
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        for axis in (ax.xaxis, ax.yaxis):
             axis.set_major_formatter(_PLAIN)
             axis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("ranks P")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Callable, Protocol, Sequence
 
 from lptrain.errors import ConfigError
-from lptrain.parallel.grid import Grid, choose
+from lptrain.parallel.grid import TIE, Grid, choose
 
 
 class GridTimer(Protocol):
@@ -47,14 +47,19 @@ class Recorded:
         next best, then the timer's own note, indented."""
         own = getattr(self.timer, "note", None)
         text = f"auto split {chosen.layer} x {chosen.data}"
+        lines = []
         if not isinstance(self.timer, DataParallelFirst) and chosen in self.found:
             text += f": predicted {self.found[chosen]:.3g} s/it"
             others = sorted((t, g.layer, g.data) for g, t in self.found.items()
                             if g != chosen)
-            if others:
+            if others and others[0][0] < self.found[chosen]:   # within TIE: more layers
+                t, layer, data = others[0]
+                lines = [f"  ({layer} x {data}: {t:.3g} s/it; within {TIE:.0%} of the "
+                         f"fastest, the most layer ranks win)"]
+            elif others:
                 t, layer, data = others[0]
                 text += f"; next best {layer} x {data}: {t:.3g} s/it"
-        return [text, *([f"  {own}"] if own else [])]
+        return [text, *lines, *([f"  {own}"] if own else [])]
 
 
 _factory: Callable | None = None     # the installed (opts, net, mode) -> GridTimer

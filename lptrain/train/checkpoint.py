@@ -122,7 +122,8 @@ class Checkpointer:
         """What a failed checkpoint leaves to resume from (rank 0)."""
         if lean:
             return (f"wrote {self.path.name} of iteration {k} without the warm starts "
-                    f"instead: once that is fixed, `{resume_command(self.path.parent)}` "
+                    f"instead: once that is fixed, "
+                    f"`{resume_command(self.path.parent, self.exchange.size)}` "
                     f"continues the run (its MGRIT solves start cold)")
         if self.path.is_file():
             return f"the {self.path.name} written before is kept"

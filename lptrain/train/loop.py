@@ -213,11 +213,12 @@ def _shortfall(k: int, stats: dict, console) -> bool:
     run goes on with inexact gradients. Whether it said so."""
     short = stats.get("unconverged", 0)
     if short > 0:
-        console.message(f"iteration {k}: {short} MGRIT solve(s) stopped at mgrit.max_iter "
-                        f"above their tolerance (residuals {stats['fwd_residual']:.1e} "
-                        f"forward, {stats['adj_residual']:.1e} adjoint), so the gradient "
-                        f"is not exact; raise mgrit.max_iter (mgrit/unconverged in "
-                        f"metrics.h5 counts them)")
+        for line in (f"iteration {k}: {short} MGRIT solve(s) stopped at mgrit.max_iter "
+                     f"above tolerance",
+                     f"  (residuals {stats['fwd_residual']:.1e} forward, "
+                     f"{stats['adj_residual']:.1e} adjoint): the gradient is not exact;",
+                     "  raise mgrit.max_iter (mgrit/unconverged in metrics.h5 counts them)"):
+            console.message(line)
     return short > 0
 
 

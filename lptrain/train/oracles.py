@@ -313,7 +313,7 @@ class MGRITOracle(ExactOracle):
         cls = self.lp.evaluate(theta, res.states, b.y, b.x.shape[0], True)
         stats = SolveStats(fwd_iterations=res.iterations, fwd_history=list(res.history),
                            adaptive_extra=extra, rung=self.accuracy.rung,
-                           unconverged=self._short(res))
+                           unconverged=self._short(res, tol))
         point = Point(objective=cls.loss, loss=cls.loss, accuracy=cls.correct / b.x.shape[0])
         self._latest = Evaluated(point, theta, b, tape=_MGRITTape(res, cls), stats=stats)
         return self._latest
@@ -330,12 +330,14 @@ class MGRITOracle(ExactOracle):
         self.warm.store(b.key, adj=res.states)
         ev.stats.adj_iterations, ev.stats.adj_history = res.iterations, list(res.history)
         ev.stats.adaptive_extra += extra
-        ev.stats.unconverged += self._short(res)
+        ev.stats.unconverged += self._short(res, tol)
         return grad
 
-    def _short(self, res) -> int:
-        """1 where an exact policy's solve stopped at its max_iter above its tolerance."""
-        return int(getattr(self.accuracy, "exact", False) and not res.converged)
+    def _short(self, res, tol: float) -> int:
+        """1 where an exact policy's solve to a tolerance (`tol`, mgrit.rtol) stopped at
+        its max_iter above it (tol = rtol = 0 asks for max_iter iterations: never)."""
+        wanted = tol > 0 or self.mgrit.rtol > 0
+        return int(getattr(self.accuracy, "exact", False) and wanted and not res.converged)
 
     def measure(self, ev: Evaluated, weight: float = 1.0) -> Measured:
         tape = ev.held()

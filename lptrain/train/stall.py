@@ -51,4 +51,8 @@ class StallRule:
         return {"best": self.best, "since": self.since, "epoch": list(self._epoch)}
 
     def load_state_dict(self, state: dict) -> None:
+        """Continue from `state`; a run that had stalled and is resumed gets its patience
+        afresh (else the first iteration without progress would stall it again)."""
         self.best, self.since, self._epoch = state["best"], state["since"], list(state["epoch"])
+        if self.patience and self.since >= self.patience:
+            self.since = 0

@@ -33,3 +33,9 @@ def test_converged_solves_count_none(tmp_path, caplog):
 def test_one_shot_solves_are_inexact_by_design(tmp_path, caplog):
     counts, said = _run(tmp_path, caplog, "mode=simultaneous")
     assert list(counts) == [0, 0, 0] and said == []
+
+
+def test_solves_without_a_tolerance_are_never_short(tmp_path, caplog):
+    """tol = rtol = 0 asks for exactly max_iter iterations: every solve was counted."""
+    counts, said = _run(tmp_path, caplog, "mgrit.tol=0", "mgrit.rtol=0", "mgrit.max_iter=2")
+    assert list(counts) == [0, 0, 0] and said == []

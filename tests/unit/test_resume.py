@@ -410,10 +410,11 @@ def test_a_resume_says_what_it_changes_beyond_more_iterations():
     longer = app.options(_cfg("optimizer=adam_cosine", "train.batch_size=50",
                               "train.iterations=20"))
     notes = app.resume_notes(saved, longer, ("stalled", "no progress for 20 epochs"))
-    assert notes == ["the run had stalled (no progress for 20 epochs); resumed, it trains "
-                     "on to iteration 20",
-                     "optimizer.schedule=cosine runs over train.iterations, now 20 (was 7): "
-                     "from iteration 8 the rate follows the longer schedule"]
+    assert notes == ["the run had stalled; resumed, it trains on with train.patience=20 "
+                     "afresh", "  (no progress for 20 epochs)",
+                     "optimizer.schedule=cosine stretched to train.iterations=20 (was 7):",
+                     "  from iteration 8 the rate follows the longer schedule"]
+    assert all(len(line) <= 80 for line in notes)
     constant = app.options(_cfg("optimizer=adam", "train.batch_size=50",
                                 "train.iterations=20"))
     assert app.resume_notes(saved, constant, ("interrupted", "")) == []

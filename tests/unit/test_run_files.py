@@ -86,8 +86,10 @@ def test_an_earlier_metrics_file_is_never_truncated(tmp_path):
     with pytest.raises(s.MetricsFileError, match="exists"):
         w.MetricsWriter(path, ATTRS)
     assert read_metrics(path).n_iterations == 4
-    with pytest.raises(RunFileError, match=r"resume="):
+    with pytest.raises(RunFileError, match=r"`lptrain resume="):
         refuse_earlier_run(tmp_path, "hydra.run.dir")
+    with pytest.raises(RunFileError, match=r"`mpiexec -n 2 lptrain resume="):   # as launched
+        refuse_earlier_run(tmp_path, "hydra.run.dir", 2)
     refuse_earlier_run(tmp_path / "empty", "hydra.run.dir")   # nothing there: fine
 
 

@@ -432,8 +432,18 @@ def test_overrides_may_follow_the_options(tmp_path, monkeypatch, capsys):
     from lptrain.model_perf import cli
     _no_measuring(monkeypatch, tmp_path)
     monkeypatch.setattr(cli, "plot", lambda *a: a[2])
+    import yaml
+    from lptrain.metrics import schema as ms
+    from lptrain.metrics.writer import open_writer
+    run = tmp_path / "run" / ms.FILE_NAME
+    run.parent.mkdir()
+    attrs = {ms.MODE: "serial", ms.WORLD_SIZE: 1, ms.SEED: 0, ms.CONFIG: yaml.safe_dump({})}
+    with open_writer(run, attrs, enabled=True) as writer:
+        for k in (1, 2, 3):
+            writer.log_train(iteration=k, step_time=0.1, ls_trials=1)
+    # after --measured (nargs="+") too: it took mgrit.levels=2 for a path
     args = ["network.layers=32", *GIVEN, "--latency", "0", "--bandwidth", "1e30",
-            "--out", str(tmp_path / "m"), "mgrit.levels=2"]
+            "--out", str(tmp_path / "m"), "--measured", str(run.parent), "mgrit.levels=2"]
     assert cli.main(args) == 0
     assert "MGRIT: 2 levels with 32 / 8 steps" in (tmp_path / "m" / "speedup_model.md").read_text()
 
@@ -607,6 +617,17 @@ def test_the_plan_says_how_auto_chose_the_grid(monkeypatch):
     assert (plan.grid, plan.auto, plan.notes) == (Grid(4, 1), False, [])
 
 
+def test_a_split_chosen_within_the_tie_says_it_is_not_the_fastest():
+    """The note called the faster split 'next best' when the tie rule chose the other."""
+    from lptrain.parallel.auto import Recorded, auto_grid
+    timer = Recorded(_Timer({Grid(1, 2): 0.030, Grid(2, 1): 0.031}))
+    chosen = auto_grid([Grid(1, 2), Grid(2, 1)], timer)
+    assert chosen == Grid(2, 1)
+    assert timer.notes(chosen) == ["auto split 2 x 1: predicted 0.031 s/it",
+                                   "  (1 x 2: 0.03 s/it; within 5% of the fastest, the most "
+                                   "layer ranks win)"]
+
+
 def test_a_cache_that_cannot_be_written_is_said(tmp_path, monkeypatch):
     from lptrain.config import compose
     from lptrain.model.network import ResNet
@@ -765,3 +786,10 @@ def test_the_plot_keeps_measured_runs_apart_by_split_and_baseline():
     fig.canvas.draw()
     labels = [t.get_text() for t in ax_t.get_xticklabels() + ax_s.get_yticklabels()]
     assert "×10" not in "".join(labels) and "^" not in "".join(labels), labels
+    # within a decade the y axes keep labels (0.035-0.08 s had none)
+    narrow = figure([Prediction(1, 0.08, 0.07, 0.06), Prediction(2, 0.05, 0.04, 0.035)], 0.08)
+    narrow.canvas.draw()
+    for ax in narrow.axes:
+        lo, hi = ax.get_ylim()
+        shown = [t for t, v in zip(ax.get_yticklabels(), ax.get_yticks()) if lo <= v <= hi]
+        assert len([t for t in shown if t.get_text()]) >= 2, [t.get_text() for t in shown]

@@ -33,3 +33,16 @@ def test_mini_batches_compare_epoch_means():
     # the best is an epoch's mean, not an objective the run reached (read as one, it
     # contradicted a final objective below it)
     assert p.update(5.0).endswith("for 2 epochs (best epoch mean 1.25)")
+
+
+def test_a_stalled_run_resumed_gets_its_patience_afresh():
+    """Resumed, a stalled run stopped again after one iteration while its note said it
+    trains on."""
+    p = StallRule(patience=2)
+    for j in (1.0, 2.0, 2.0):
+        stalled = p.update(j)
+    assert stalled
+    q = StallRule(patience=2)
+    q.load_state_dict(p.state_dict())
+    assert q.update(2.0) is None and q.best == 1.0
+    assert q.update(2.0)
