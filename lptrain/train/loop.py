@@ -149,15 +149,7 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
         theta, info = optimizer.step(theta, oracle)
         dt = time.perf_counter() - t0
         wall = time.perf_counter() - start   # the run's wall time: to its last iteration
-        writer.log_train(iteration=k, objective=info.objective, loss=info.loss,
-                         accuracy=info.accuracy, grad_norm=info.grad_norm,
-                         step_size=info.step_size, step_time=dt,
-                         wall_time=wall, ls_trials=info.ls_trials,
-                         lbfgs_skipped=info.lbfgs_skipped, lbfgs_reset=info.lbfgs_reset,
-                         ls_failed=info.ls_failed)
-        stats = oracle.record()
-        if stats is not None:
-            writer.log_mgrit(iteration=k, **stats)
+        stats = _log_step(k, info, dt, wall, oracle, writer)
         _log_timing(k, dt, exchange, c0, w0, writer)
         stalled = stall.update(info.objective, info.exhausted)
         last = k == opts.train.iterations or info.converged or stalled
@@ -180,14 +172,32 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
         if stalled:
             break
     save(k, force=True)
-    if info is None:     # resumed at its last iteration: nothing left to do
-        return theta, Outcome(iterations=k, objective=math.nan, loss=math.nan,
-                              accuracy=math.nan, val_loss=val[0], val_accuracy=val[1],
-                              best_val_accuracy=best, wall_time=wall, converged=False)
-    return theta, Outcome(iterations=k, objective=info.objective, loss=info.loss,
-                          accuracy=info.accuracy, val_loss=val[0], val_accuracy=val[1],
-                          best_val_accuracy=best, wall_time=wall,
-                          converged=bool(info.converged), stalled=stall.stalled)
+    return theta, _outcome(k, info, val, best, wall, stall.stalled)
+
+
+def _outcome(k: int, info, val, best: float, wall: float, stalled) -> Outcome:
+    """How the run ended (`info` None: resumed at its last iteration, nothing done)."""
+    if info is None:
+        return Outcome(iterations=k, objective=math.nan, loss=math.nan, accuracy=math.nan,
+                       val_loss=val[0], val_accuracy=val[1], best_val_accuracy=best,
+                       wall_time=wall, converged=False)
+    return Outcome(iterations=k, objective=info.objective, loss=info.loss,
+                   accuracy=info.accuracy, val_loss=val[0], val_accuracy=val[1],
+                   best_val_accuracy=best, wall_time=wall,
+                   converged=bool(info.converged), stalled=stalled)
+
+
+def _log_step(k: int, info, dt: float, wall: float, oracle, writer) -> dict | None:
+    """Iteration k's train/ row and the oracle's MGRIT record (returned; None: none)."""
+    writer.log_train(iteration=k, objective=info.objective, loss=info.loss,
+                     accuracy=info.accuracy, grad_norm=info.grad_norm,
+                     step_size=info.step_size, step_time=dt, wall_time=wall,
+                     ls_trials=info.ls_trials, lbfgs_skipped=info.lbfgs_skipped,
+                     lbfgs_reset=info.lbfgs_reset, ls_failed=info.ls_failed)
+    stats = oracle.record()          # collective on a data grid: every rank, every time
+    if stats is not None:
+        writer.log_mgrit(iteration=k, **stats)
+    return stats
 
 
 def _checked(stop, exchange, k, writer, save):
