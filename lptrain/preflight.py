@@ -17,7 +17,7 @@ from lptrain.modes import LAYERED, SIMULTANEOUS
 from lptrain.parallel import memory
 from lptrain.parallel.auto import Recorded, agreed_grid, timer_for
 from lptrain.parallel.context import Node, node_of
-from lptrain.parallel.grid import Grid, c_intervals, candidates
+from lptrain.parallel.grid import Grid, c_intervals, candidates, coarse_steps
 
 
 
@@ -67,7 +67,9 @@ def need(opts, sizes: Sizes, net: ResNet, grid: Grid,
                            vectors, warm, val_chunk, grid.size,
                            opts.mode.name == SIMULTANEOUS and mo.calibrate_every > 0,
                            c_intervals(opts.network.layers, mo.cfactor0, mo.levels,
-                                       mo.min_coarse))
+                                       mo.min_coarse),
+                           coarse_steps(opts.network.layers, mo.cfactor0, mo.cfactor,
+                                        mo.levels, mo.min_coarse))
 
 
 def _kept_warm_starts(opts, sizes: Sizes) -> int:

@@ -50,6 +50,18 @@ def c_intervals(n_layers: int, cf0: int, levels: int, min_coarse: int) -> int:
     return coarse
 
 
+def coarse_steps(n_layers: int, cf0: int, cf: int, levels: int, min_coarse: int) -> int:
+    """Steps on all coarse levels of the hierarchy mgrit.hierarchy.build_levels makes for
+    N layers (0 with one level), by the same arithmetic, without building the levels."""
+    total, fine = 0, n_layers
+    for level in range(1, levels):
+        coarse = math.ceil(fine / (cf0 if level == 1 else cf))
+        if coarse < max(min_coarse, 1) or coarse >= fine:
+            break
+        total, fine = total + coarse, coarse
+    return total
+
+
 def divisors(p: int) -> list[int]:
     return [d for d in range(1, p + 1) if p % d == 0]
 

@@ -8,8 +8,11 @@ The estimate counts what grows with the run, per rank, in bytes:
   loader reads it before the shard is cut (float64, twice);
 - the states of the batch shard b on the rank's layers: `STATE_COPIES`
   state tensors per owned layer (MGRIT's two forward and two adjoint
-  buffers, saved activations, coarse levels; serial: states, activations,
-  adjoint) plus `STATE_EXTRA` per sample for step temporaries;
+  buffers, saved activations; serial: states, activations, adjoint),
+  `COARSE_COPIES` per owned step of the coarse levels (their buffers, FAS
+  right-hand sides and linearisations: a hierarchy coarsened by 2 holds about
+  N coarse steps, by 4 about N/3) plus `STATE_EXTRA` per sample for step
+  temporaries;
 - the validation pass, in chunks of at most the batch shard: every mode sweeps
   all N layers serially over its layer rank's share of a chunk and keeps the
   sweep's states, `VAL_COPIES` per layer;
@@ -36,7 +39,8 @@ from pathlib import Path
 from lptrain.modes import MGRIT, SERIAL, SIMULTANEOUS
 
 BASE = 400e6            # bytes: peak of an lptrain rank on a tiny problem
-STATE_COPIES = {SERIAL: 4.0, MGRIT: 7.1, SIMULTANEOUS: 7.1}
+STATE_COPIES = {SERIAL: 4.0, MGRIT: 5.15, SIMULTANEOUS: 5.15}
+COARSE_COPIES = 6.2     # per owned coarse step (MGRIT modes)
 STATE_EXTRA = 42.0      # state-sized temporaries per sample, whatever the layers
 VAL_COPIES = 1.0       # per layer and sample of a validation sweep
 WARM_COPIES = 2.0       # per owned C-point and kept batch (measured; 2 are the states)
@@ -71,19 +75,23 @@ def gb(nbytes: float) -> str:
 def estimate(mode: str, n_layers: int, layer_ranks: int, batch: int, state_elements: int,
              n_params: int, item_bytes: int, data_bytes: float, vectors: int,
              warm_batches: int = 0, val_chunk: int = 0, ranks: int = 1,
-             calibrated: bool = False, intervals: int | None = None) -> Need:
+             calibrated: bool = False, intervals: int | None = None,
+             coarse: int = 0) -> Need:
     """Bytes one rank needs: batch = its samples per evaluation (its shard of the batch),
     vectors = θ-sized vectors the optimizer keeps, warm_batches = mini-batches whose
     states are kept (simultaneous), val_chunk = validation samples per pass, ranks =
     all ranks of the run, calibrated = simultaneous also evaluates layer-serially on
     its share of the batch (mgrit.calibrate_every, train/calibrate.py), intervals =
-    C-intervals of MGRIT's finest level (parallel.grid.c_intervals; None: n_layers)."""
+    C-intervals of MGRIT's finest level (parallel.grid.c_intervals; None: n_layers),
+    coarse = steps of MGRIT's coarse levels (parallel.grid.coarse_steps)."""
     own = math.ceil(n_layers / layer_ranks) + 1 if mode != SERIAL else n_layers + 1
     own_c = math.ceil((intervals or n_layers) / layer_ranks) + 1
     state = batch * state_elements * item_bytes
     val = math.ceil(val_chunk / layer_ranks) * state_elements * item_bytes * VAL_COPIES \
         * (n_layers + 1)
-    states = state * (STATE_COPIES[mode] * own + STATE_EXTRA) + val
+    own_coarse = 0 if mode == SERIAL else math.ceil(coarse / layer_ranks)
+    states = state * (STATE_COPIES[mode] * own + COARSE_COPIES * own_coarse + STATE_EXTRA) \
+        + val
     if calibrated:      # all layers, the batch split over the layer ranks
         states += STATE_COPIES[SERIAL] * (n_layers + 1) * math.ceil(state / layer_ranks)
     warm = WARM_COPIES * own_c * state * warm_batches

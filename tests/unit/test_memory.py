@@ -179,3 +179,22 @@ def test_calibration_adds_a_serial_evaluation_of_the_layer_groups_share():
     state = 600 * 4 * 28 * 28 * 8          # one float64 state of the batch
     assert extra[0] == pytest.approx(memory.STATE_COPIES["serial"] * 33 * state)
     assert extra[1] == pytest.approx(extra[0] / 4)      # the batch split over 4 layer ranks
+
+
+@pytest.mark.parametrize("n, cf0, cf, levels, min_coarse", [
+    (32, 4, 4, 3, 2), (256, 2, 2, 10, 2), (30, 2, 2, 2, 2), (31, 3, 5, 6, 1),
+    (1024, 4, 4, 4, 2), (7, 8, 2, 3, 2), (64, 2, 4, 1, 2), (33, 2, 2, 6, 0)])
+def test_coarse_steps_are_the_hierarchy_s(n, cf0, cf, levels, min_coarse):
+    from lptrain.mgrit.hierarchy import build_levels
+    from lptrain.parallel.grid import coarse_steps
+    built = [len(lv.points) - 1 for lv in build_levels(n, cf0, cf, levels, min_coarse)]
+    assert coarse_steps(n, cf0, cf, levels, min_coarse) == sum(built[1:])
+
+
+def test_a_hierarchy_coarsened_by_two_needs_more():
+    """indian_pines_deep (cfactor 2, 10 levels: 254 coarse steps for 256 layers) was
+    estimated as if coarsened by 4 and killed by the OOM killer at 7.3 GB against 5.4."""
+    by = {c: memory.estimate("mgrit", 256, 1, 1000, 235, 10_000, 8, 0.0, 4,
+                             coarse=coarse) for c, coarse in ((2, 254), (4, 84))}
+    state = 1000 * 235 * 8
+    assert by[2].states - by[4].states == pytest.approx(memory.COARSE_COPIES * 170 * state)

@@ -72,15 +72,17 @@ def test_fail_fast_memory_example_is_the_estimate():
 def test_memory_coefficients_are_the_estimates():
     from lptrain.parallel import memory
     m = _one(r"the process itself \(([\d.]+) GB\), .*? and ([\d.]+) state tensors per owned "
-             r"layer in the MGRIT modes \(([\d.]+) in serial\) plus (\d+) per sample .*? "
+             r"layer in the MGRIT modes \(([\d.]+) in serial\) and ([\d.]+) per owned step of "
+             r"MGRIT's coarse levels .*? plus (\d+) per sample .*? "
              r"(\d+) per layer \(all N\) and sample of the rank's share of a validation chunk "
              r".*? and ([\d.]+) per owned C-point and sample of each kept warm start")
     assert float(m[1]) * 1e9 == memory.BASE
     assert float(m[2]) == memory.STATE_COPIES["mgrit"] == memory.STATE_COPIES["simultaneous"]
     assert float(m[3]) == memory.STATE_COPIES["serial"]
-    assert float(m[4]) == memory.STATE_EXTRA
-    assert float(m[5]) == memory.VAL_COPIES
-    assert float(m[6]) == memory.WARM_COPIES
+    assert float(m[4]) == memory.COARSE_COPIES
+    assert float(m[5]) == memory.STATE_EXTRA
+    assert float(m[6]) == memory.VAL_COPIES
+    assert float(m[7]) == memory.WARM_COPIES
 
 
 def test_warm_start_example_is_its_formula():
