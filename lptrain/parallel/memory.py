@@ -101,15 +101,50 @@ def estimate(mode: str, n_layers: int, layer_ranks: int, batch: int, state_eleme
     return Need(BASE, vectors * n_params * item_bytes, data_bytes, states, warm, checkpoint)
 
 
+UNLIMITED = 2 ** 60      # cgroup v1 writes "no limit" as a number near 2**63
+# cgroup version -> (controller directory under the mount, limit file, usage file)
+_CGROUP_FILES = {1: ("memory", "memory.limit_in_bytes", "memory.usage_in_bytes"),
+                 2: ("", "memory.max", "memory.current")}
+
+
 def available(local_size: int, meminfo: Path = Path("/proc/meminfo"),
-              cgroup: Path = Path("/sys/fs/cgroup")) -> float:
-    """Bytes this rank may still use: the node's available memory (and the cgroup's
-    room, if limited) shared by its `local_size` ranks, plus what it already holds."""
-    free = _meminfo(meminfo).get("MemAvailable", math.inf)
-    limit, used = _read_int(cgroup / "memory.max"), _read_int(cgroup / "memory.current")
-    if limit is not None and used is not None:
-        free = min(free, limit - used)
+              cgroup: Path = Path("/sys/fs/cgroup"),
+              own: Path = Path("/proc/self/cgroup")) -> float:
+    """Bytes this rank may still use: the node's available memory, and the room its
+    memory cgroup and their ancestors leave (v1 or v2; a batch system's job limit),
+    shared by its `local_size` ranks, plus what it already holds."""
+    free = min(_meminfo(meminfo).get("MemAvailable", math.inf), cgroup_room(cgroup, own))
     return free / max(local_size, 1) + resident()
+
+
+def cgroup_room(mount: Path, own: Path) -> float:
+    """The least room (limit − usage) of this process's memory cgroups and their
+    ancestors, as `own` (/proc/self/cgroup) names them under `mount`; inf where none
+    is limited. Without `own` (no /proc): the mount's own files, as cgroup v2 at /."""
+    try:
+        lines = own.read_text().splitlines()
+    except OSError:
+        lines = ["0::/"]
+    rooms = [math.inf]
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        version = 2 if controllers == "" else 1 if "memory" in controllers.split(",") \
+            else None
+        if version is None:
+            continue
+        sub, limit_file, usage_file = _CGROUP_FILES[version]
+        top = mount / sub
+        if version == 2 and not (top / "cgroup.controllers").exists() and \
+                (mount / "unified").is_dir():
+            top = mount / "unified"          # a hybrid host mounts v2 there
+        here = top / path.strip("/")
+        for d in (here, *here.parents):
+            limit, used = _read_int(d / limit_file), _read_int(d / usage_file)
+            if limit is not None and used is not None and limit < UNLIMITED:
+                rooms.append(limit - used)
+            if d == top:
+                break
+    return min(rooms)
 
 
 def resident(status: Path = Path("/proc/self/status")) -> float:

@@ -91,15 +91,42 @@ def test_meminfo_and_cgroup_limits(tmp_path):
     info.write_text("MemTotal:       8000000 kB\nMemAvailable:   4000000 kB\n")
     cg = tmp_path / "cg"
     cg.mkdir()
-    got = memory.available(4, info, cg) - memory.resident()
+    own = tmp_path / "no-proc"           # no /proc/self/cgroup: the mount's own files
+    got = memory.available(4, info, cg, own) - memory.resident()
     assert got == pytest.approx(4000000 * 1024 / 4, rel=1e-3)
     (cg / "memory.max").write_text("2048000000\n")
     (cg / "memory.current").write_text("48000000\n")
-    got = memory.available(4, info, cg) - memory.resident()
+    got = memory.available(4, info, cg, own) - memory.resident()
     assert got == pytest.approx(2000000000 / 4, rel=1e-3)
     (cg / "memory.max").write_text("max\n")       # no cgroup limit
-    got = memory.available(2, info, cg) - memory.resident()
+    got = memory.available(2, info, cg, own) - memory.resident()
     assert got == pytest.approx(4000000 * 1024 / 2, rel=1e-3)
+
+
+def _limits(d, limit, used, v1=False):
+    d.mkdir(parents=True, exist_ok=True)
+    names = ("memory.limit_in_bytes", "memory.usage_in_bytes") if v1 else \
+        ("memory.max", "memory.current")
+    for name, value in zip(names, (limit, used)):
+        (d / name).write_text(f"{value}\n")
+
+
+def test_a_job_s_own_cgroup_limits_the_room(tmp_path):
+    """Only the mount's top memory.max was read: a batch system's job cgroup (v2 below
+    the root, or v1's memory controller) let runs start that its OOM killer ended."""
+    mount, own = tmp_path / "cg", tmp_path / "self_cgroup"
+    # v1: the job's cgroup under memory/, 1.5 GB; its parent unlimited
+    _limits(mount / "memory" / "slurm" / "job_7", 1_500_000_000, 500_000_000, v1=True)
+    _limits(mount / "memory" / "slurm", 2 ** 63 - 4096, 0, v1=True)
+    own.write_text("4:memory:/slurm/job_7\n3:cpu:/slurm/job_7\n0::/\n")
+    assert memory.cgroup_room(mount, own) == 1_000_000_000
+    # v2 on a hybrid host (mounted at unified/): a parent's limit holds for its children
+    _limits(mount / "unified" / "user.slice", 3_000_000_000, 2_900_000_000)
+    (mount / "unified" / "user.slice" / "run-1").mkdir()
+    own.write_text("0::/user.slice/run-1\n")
+    assert memory.cgroup_room(mount, own) == 100_000_000
+    own.write_text("1:cpu:/\n")                    # no memory controller named: no limit
+    assert memory.cgroup_room(mount, own) == math.inf
 
 
 def test_a_rank_of_a_bigger_grid_needs_less():
