@@ -204,7 +204,7 @@ def _checked(stop, exchange, k, writer, save):
     """stop.check; a stop for a signal is checkpointed first, and so is one because rank
     0's metrics file failed (a full disk: metrics.h5 is closed now, so the checkpoint may
     use the space it kept in reserve) if the checkpoint can be written; that failure is
-    the one reported."""
+    the one reported, with what became of the checkpoint (resume needs one)."""
     try:
         stop.check(exchange, k, writer)
     except Interrupted:
@@ -213,8 +213,8 @@ def _checked(stop, exchange, k, writer, save):
     except LptrainError as failure:     # raised alike on every rank: save collectively
         try:
             save(k, force=True)
-        except LptrainError:
-            pass
+        except LptrainError as also:
+            failure.args = (f"{failure}; {also}",)
         raise failure
 
 

@@ -207,3 +207,24 @@ def test_a_directory_override_reads_back_as_the_path(path):
     assert dir_value(override.split("=", 1)[1]) == path
     assert (override == f"hydra.run.dir={path}") == (path == "/tmp/plain/run-1")
 
+
+def test_a_failed_file_names_what_became_of_the_checkpoint():
+    """A full disk ended the run with metrics.h5's line only; the checkpoint that failed
+    after it (larger than the reserve) was not mentioned, and the resume then found
+    nothing to resume."""
+    from lptrain.train.loop import _checked
+
+    class Full:
+        def check(self, exchange, k, writer):
+            raise RunFileError("metrics.h5: cannot write (only 3 MB left free)")
+
+    def save(k, force=False):
+        raise RunFileError("checkpoint.pt: cannot write (No space left on device); no "
+                           "checkpoint was written")
+    with pytest.raises(RunFileError) as err:
+        _checked(Full(), None, 8, None, save)
+    assert str(err.value) == ("metrics.h5: cannot write (only 3 MB left free); "
+                              "checkpoint.pt: cannot write (No space left on device); no "
+                              "checkpoint was written")
+    with pytest.raises(RunFileError, match=r"free\)$"):
+        _checked(Full(), None, 8, None, lambda k, force=False: None)
