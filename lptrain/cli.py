@@ -14,7 +14,8 @@ import traceback
 from datetime import datetime
 from pathlib import Path
 
-from lptrain.errors import FAILED, REFUSED, LptrainError, RunFileError, reason, resume_command
+from lptrain.errors import (FAILED, REFUSED, LptrainError, RunFileError, one_line, reason,
+                            resume_command)
 from lptrain.jobs import END, Job, JobChannel
 from lptrain.rundir import (SWEEP_FILE, RunLock, SavedFiles, claim_new, dir_override,
                             dir_value, is_sweep, not_resumable, refuse_earlier_run,
@@ -368,7 +369,7 @@ def _run_job(job: Job) -> float | None:
             trace.write_text(traceback.format_exc())
         except OSError:
             trace = None
-        message = (f"rank {comm.Get_rank()}: {type(exc).__name__}: {exc}"
+        message = (f"rank {comm.Get_rank()}: {type(exc).__name__}: {one_line(exc)}"
                    + (f" (traceback in {trace})" if trace else ""))
         _say(message)
         log.error(message)

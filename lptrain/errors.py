@@ -147,6 +147,15 @@ def resume_command(path, ranks: int = 1) -> str:
     return f"{launch}lptrain " + shlex.quote(f"resume={path}")
 
 
+def one_line(exc: BaseException) -> str:
+    """An exception's text in one line: its first line and, where it has more (an MPI
+    error stack), its last, which says what failed."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if len(lines) < 2:
+        return lines[0] if lines else ""
+    return f"{lines[0]} ... {lines[-1]}"
+
+
 def reason(exc: OSError) -> str:
     """The system's reason for an OSError, without errno and file name."""
     return exc.strerror or str(exc)

@@ -228,3 +228,13 @@ def test_a_failed_file_names_what_became_of_the_checkpoint():
                               "checkpoint was written")
     with pytest.raises(RunFileError, match=r"free\)$"):
         _checked(Full(), None, 8, None, lambda k, force=False: None)
+
+
+def test_an_unexpected_error_of_many_lines_is_said_in_one():
+    """An MPI error stack (a neighbour rank killed) printed six lines after 'error:'."""
+    from lptrain.errors import one_line
+    stack = ("Other MPI error, error stack:\ninternal_Recv_c(339)........: fail\n"
+             "MPIR_Wait(745)..............: \nprocess_vm_readv failed (errno 3)\n")
+    assert one_line(RuntimeError(stack)) == ("Other MPI error, error stack: ... "
+                                             "process_vm_readv failed (errno 3)")
+    assert one_line(ValueError("bad")) == "bad" and one_line(KeyError()) == ""
