@@ -22,7 +22,7 @@ from lptrain.model.dtypes import DTYPES
 from lptrain.model.network import ResNet
 from lptrain.modes import LAYERED, SERIAL, SIMULTANEOUS
 from lptrain import preflight
-from lptrain.model.saved import MODEL_FILES, model_record, save_torch
+from lptrain.model.saved import MODEL_FILES, model_record, remove_leftovers, save_torch
 from lptrain.parallel.blocks import layout
 from lptrain.parallel.context import grid_exchanges, make_exchange
 from lptrain.parallel.grid import shard
@@ -120,6 +120,8 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
         here = placement(opts, grid, data, net)
         state = read_oracle_state(ex, checkpoint, saved, here, oracle)
         theta = restore(saved, optimizer, oracle, progress, state)
+        if rank0:        # what a kill mid-write left: the run's own files are whole
+            remove_leftovers(run_dir, (CHECKPOINT_FILE, *MODEL_FILES.values()))
     done = None if saved is None else saved.iteration
     steps = level_steps(opts, grid)
     attrs = {ms.MODE: opts.mode.name, ms.WORLD_SIZE: grid.size, ms.LAYER_RANKS: grid.layer,

@@ -35,6 +35,21 @@ def _temporary(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
+def remove_leftovers(directory: Path, names) -> list[Path]:
+    """Delete the temporary files of atomic writes of `names` in `directory` that a killed
+    process left (a deep run's checkpoint: gigabytes); the ones removed. Only for a
+    directory no other process writes (a run's, which its lock holds)."""
+    gone = []
+    for name in names:
+        for tmp in Path(directory).glob(f".{name}.*.tmp"):
+            try:
+                tmp.unlink()
+                gone.append(tmp)
+            except OSError:
+                pass
+    return gone
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     """Write `data` to a temporary file next to `path`, sync it, rename it over `path`.
 

@@ -418,3 +418,18 @@ def test_a_resume_says_what_it_changes_beyond_more_iterations():
     constant = app.options(_cfg("optimizer=adam", "train.batch_size=50",
                                 "train.iterations=20"))
     assert app.resume_notes(saved, constant, ("interrupted", "")) == []
+
+
+def test_a_resume_removes_what_a_killed_write_left(tmp_path):
+    """A kill mid-checkpoint left .checkpoint.pt.<pid>.tmp (33 MB of a deep run, GBs of a
+    deeper one) in the run's directory for good."""
+    cfg = _cfg("mode=serial", f"train.iterations={K}")
+    with pytest.raises(Interrupted):
+        app.run(cfg, None, tmp_path, StopAt(4))
+    left = [tmp_path / ".checkpoint.pt.4242.tmp", tmp_path / ".model.pt.4242.tmp"]
+    for path in left:
+        path.write_bytes(b"\0" * 1000)
+    keep = tmp_path / ".notes.tmp"
+    keep.write_text("the user's")
+    app.run(cfg, None, tmp_path, resume=True)
+    assert not any(p.exists() for p in left) and keep.exists()
