@@ -112,9 +112,10 @@ def not_resumable(run_dir: Path) -> str:
         except ms.MetricsFileError:
             pass
         else:
-            return (f"its run stopped ({m.status}) after {m.n_iterations} iterations, "
-                    f"before its first checkpoint: nothing to resume; run it again in "
-                    f"another directory")
+            how = ("was killed (its status is still running)" if m.status == ms.RUNNING
+                   else f"stopped ({m.status})")
+            return (f"its run {how} after {m.n_iterations} iterations, before its first "
+                    f"checkpoint: nothing to resume; run it again in another directory")
     return (f"no {CHECKPOINT_FILE} (or .hydra/overrides.yaml) there; only runs of this "
             f"lptrain version can be resumed")
 

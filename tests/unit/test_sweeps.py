@@ -81,6 +81,10 @@ def test_a_single_run_without_a_checkpoint_says_how_it_ended(tmp_path):
     assert not_resumable(tmp_path / "run") == (
         "its run stopped (diverged) after 2 iterations, before its first checkpoint: "
         "nothing to resume; run it again in another directory")
+    _job(tmp_path / "killed", s.RUNNING, 3, checkpoint=False)     # a SIGKILL's file
+    assert not_resumable(tmp_path / "killed").startswith(
+        "its run was killed (its status is still running) after 3 iterations, before its "
+        "first checkpoint")
     (tmp_path / "elsewhere").mkdir()
     assert "only runs of this lptrain version" in not_resumable(tmp_path / "elsewhere")
     assert not_resumable(tmp_path / "nowhere") == (    # was the 'no checkpoint.pt' line
