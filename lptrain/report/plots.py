@@ -25,7 +25,9 @@ from lptrain.metrics.reader import RunMetrics
 
 Runs = Sequence[tuple[str, RunMetrics]]  # (label, metrics) per run
 _X_LABELS = {s.ITERATION: "optimizer iteration", s.WALL_TIME: "wall time [s]"}
-TRAINING = {"linestyle": "-", "marker": "None"}
+TRAINING = {"marker": "None"}
+DASHES = ("-", "--", "-.", ":")   # training lines, one style per run: a run that follows
+                                 # another exactly shows through its gaps
 VALIDATION = {"linestyle": "None", "markersize": 6, "markerfacecolor": "none"}
 MARKERS = "osD^vPX"     # validation markers, one shape per run: coinciding ones stay visible
 LEGEND_COLUMNS = 4
@@ -66,10 +68,12 @@ def _curves(runs: Runs, x: str, field: str, what: str, context: str, log: bool) 
     fig, (ax,) = _figure(1)
     handles = []
     for i, (label, run) in enumerate(runs):
-        ax.plot(_x(run, s.TRAIN, x), run.train.get(field, []), color=f"C{i}", **TRAINING)
+        dash = DASHES[i % len(DASHES)]
+        ax.plot(_x(run, s.TRAIN, x), run.train.get(field, []), color=f"C{i}",
+                linestyle=dash, **TRAINING)
         ax.plot(_x(run, s.VALIDATION, x), run.validation.get(field, []), color=f"C{i}",
                 marker=_marker(i), **VALIDATION)
-        handles.append(Line2D([], [], color=f"C{i}", linestyle="-", marker=_marker(i),
+        handles.append(Line2D([], [], color=f"C{i}", linestyle=dash, marker=_marker(i),
                               markerfacecolor="none", label=label))
     _finish(ax, x, what, log=log)
     _legend(fig, handles, STYLE_KEY)

@@ -379,6 +379,8 @@ def test_validation_is_markers_training_is_lines(figures_of):
     assert train.get_linestyle() == "-" and train.get_marker() in ("None", None, "")
     assert val.get_linestyle() == "None" and val.get_marker() == "o"
     assert ax.lines[3].get_marker() == "s"              # the other run's shape
+    # and its own dashes: a run that follows another exactly hid behind it
+    assert ax.lines[2].get_linestyle() == "--"
     np.testing.assert_array_equal(val.get_xdata(), [2, 4])
     np.testing.assert_array_equal(train.get_xdata(), [1, 2, 3, 4])
 
