@@ -1,7 +1,8 @@
 """Draw the report's PNG figures: loss, accuracy and MGRIT convergence of several runs.
 
 Each figure is titled with what it shows and the runs' context (dataset, experiment,
-modes). Training quantities, logged every iteration, are lines; validation, evaluated
+modes). Training quantities, logged every iteration, are lines (a dash pattern per run);
+validation, evaluated
 every few iterations, is hollow markers only (a shape per run), so that two evaluations do
 not read as a measured straight line. The legend sits below the axes, covering no curve.
 
