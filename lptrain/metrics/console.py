@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass
 from typing import IO, Callable, Sequence
@@ -53,6 +54,22 @@ SEPARATOR = "  "
 INDENT = "  "                   # plain progress lines after an iteration's first
 MIN_BAR = 10                    # the bar's least width (or a fifth of the terminal)
 log = logging.getLogger("lptrain")
+
+
+class _Terminal(RichConsole):
+    """rich's console, going on quietly once its reader has gone (`| head`, a pager or
+    terminal closed): rich ends the process there (SystemExit 1), which failed the run
+    mid-training with no checkpoint. The run goes on; lptrain.log keeps every line."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.file.fileno())   # the stream's later flushes go nowhere
+        except (OSError, ValueError, AttributeError):
+            pass
+        log.warning("the console's output was closed; the run goes on (this log keeps "
+                    "every line)")
 
 
 def stat_parts(values: dict, seconds_per_iteration: float | None = None,
@@ -134,9 +151,9 @@ class Console:
         if not enabled:
             return
         self._start, self._before = clock(), 0.0     # _before: a resumed run's earlier time
-        self._out = RichConsole(file=file, highlight=False, width=width)
+        self._out = _Terminal(file=file, highlight=False, width=width)
         # stderr=True resolves sys.stderr at print time, so it lands above a live display
-        self._err = RichConsole(file=err_file, stderr=err_file is None, highlight=False)
+        self._err = _Terminal(file=err_file, stderr=err_file is None, highlight=False)
         self.live = self._out.is_interactive
         if self.live:
             self._live = Live(console=self._out, get_renderable=self.display,

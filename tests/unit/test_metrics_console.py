@@ -381,3 +381,23 @@ def test_the_title_s_notes_stand_above_a_live_bar_once(tty_env):
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
     assert plain.count(note) == 1 and plain.index(note) < plain.index("5/5")
     assert logged.lines[:2] == ["peaks", note]
+
+
+class _ClosedPipe(io.StringIO):
+    """A reader that has gone: every write raises, as `| head` leaves stdout."""
+
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_closed_output_lets_the_run_go_on(plain_env, caplog):
+    """rich raised SystemExit(1) there: `lptrain | head -2` failed the run at iteration
+    1, status failed, no checkpoint."""
+    c = Console(True, 10, TITLE, file=_ClosedPipe())
+    with caplog.at_level(logging.WARNING, logger="lptrain"):
+        for k in range(1, 4):
+            c.update(k, objective=1.0 / k, step_time=0.1)
+        c.summary({"iterations": 3})
+        c.message("still here")
+    assert c._out.quiet
+    assert "the console's output was closed; the run goes on" in caplog.text
