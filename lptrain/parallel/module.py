@@ -14,8 +14,9 @@ class LayerParallelResNet(LayerParallel):
     """N dense residual steps u ← u + h·σ(K_n u + b_n), h = T/N, solved by MGRIT.
 
     A `LayerParallel` of `BuiltinSteps.dense(K, b, activation)` whose K (N, w, w) and
-    b (N, w), or (N, 1) for bias="scalar", are drawn as `lptrain network=dense` draws
-    them (normal, times init_scale, from `seed`; identical on every rank).  Layer n is
+    b (N, w), or (N, 1) for bias="scalar", are drawn as `lptrain network=dense
+    network.opening=pad` draws them (normal, times init_scale, from `seed`; identical on
+    every rank; the dense opening would draw its own weights first).  Layer n is
     `layers[str(n)]` with parameters K and b, held, trained and saved by the rank that
     owns it (`owned`); state_dict() gathers every layer.  Every rank of `comm` calls
     the module with the same input u_0 of shape (batch, width) and gets u_N back.

@@ -85,3 +85,20 @@ def test_state_dict_round_trip_gives_the_same_network():
         assert not torch.allclose(mod(x), other(x))
         other.load_state_dict(mod.state_dict())
         assert torch.equal(mod(x), other(x))
+
+
+def test_initial_weights_are_the_commands_with_the_pad_opening():
+    """The README said 'the initial weights of `lptrain network=dense`': the command's
+    dense opening draws its own weights first, so only `network.opening=pad` starts the
+    same (and the docs now say so)."""
+    from helpers import composed
+    from lptrain.app import options
+    from lptrain.model.network import ResNet
+    K, b = initial_weights(4, 20, 2.0, "tanh", "vector", 0.5, 3, torch.float64)
+    for opening, same in (("pad", True), ("dense", False)):
+        opts = options(composed("network=dense", f"network.opening={opening}", "seed=3",
+                                "network.width=4", "network.layers=20", "network.T=2.0",
+                                "network.init_hidden=0.5"))
+        net = ResNet(opts.network, (2,), 5)
+        K_cli, b_cli = net.hidden_views(net.init_params(opts.seed, torch.float64))
+        assert (torch.equal(K_cli, K) and torch.equal(b_cli, b)) == same, opening
