@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from lptrain.errors import MissingPackageError, install_hint
+from lptrain.errors import DivergedError, MissingPackageError, install_hint
 from lptrain.metrics import schema as s
 from lptrain.metrics.quantities import iteration_time
 
@@ -137,6 +137,7 @@ class Scalars:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
+
     def _scalars(self, group: str, fields: dict) -> None:
         step = int(fields[s.ITERATION])
         for name, value in fields.items():
@@ -182,11 +183,13 @@ class Scalars:
                 out[f"final/{name}"] = float(np.mean(counts))
         return out
 
-    def close_scalars(self) -> None:
-        """Write the HParams with the final numbers, then close the event file."""
+    def close_scalars(self, ended: bool = True) -> None:
+        """Write the HParams with the final numbers where the run `ended` (not stopped to
+        be carried on: TensorBoard keeps a run's first HParams record, so a resumed run's
+        would never show), then close the event file."""
         try:
             metrics = self.final()
-            if self.attrs or metrics:
+            if ended and (self.attrs or metrics):
                 # run_name '.': the run's own directory, not a timestamped one below it
                 self.tb.add_hparams(hparams(self.attrs), metrics, run_name=".",
                                     global_step=metrics.get("final/iterations"))
@@ -202,10 +205,15 @@ def with_logger(writer, logger: str, run_dir: Path, enabled: bool, attrs: dict |
         yield writer
         return
     scalars = Scalars(writer, log_dir(run_dir), attrs, resume_after, run_dir)
+    ended = False
     try:
         yield scalars
+        ended = True
+    except DivergedError:                # an end; a stop or a failure is carried on
+        ended = True
+        raise
     finally:
-        scalars.close_scalars()
+        scalars.close_scalars(ended)
 
 
 def _read_yaml(path: Path):

@@ -121,6 +121,21 @@ def test_a_resumed_runs_final_numbers_are_the_whole_runs(tmp_path):
     _finals_are_the_files(events, m)
 
 
+def test_a_stopped_run_leaves_its_hparams_to_the_run_that_carries_it_on(tmp_path):
+    """TensorBoard keeps a run's first HParams record: a stopped start's (its grid, its
+    train.iterations) hid the resumed run's, and its final/* points stayed beside the
+    resumed run's."""
+    pytest.importorskip("tensorboard")
+    from helpers import StopAt
+    from lptrain.errors import Interrupted
+    with pytest.raises(Interrupted):
+        app.run(_cfg("logger=tensorboard", "train.iterations=8"), None, tmp_path, StopAt(4))
+    app.run(_cfg("logger=tensorboard", "train.iterations=10"), None, tmp_path, resume=True)
+    events = _events(tmp_path / tensorboard.DIR_NAME)
+    assert _hparams(events)["train.iterations"] == 10
+    assert [e.step for e in events.Scalars("final/objective")] == [10]
+
+
 def _sweep(root: Path, jobs: dict[str, list[str]], task: list[str]) -> None:
     """The files Hydra writes for a multirun: multirun.yaml and each job's overrides."""
     root.mkdir()
