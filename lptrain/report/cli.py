@@ -19,8 +19,8 @@ from lptrain.metrics.reader import RunMetrics, find_metrics, read_metrics
 from lptrain.report.labels import hydra_choices, run_labels
 from lptrain.report.plots import write_plots
 from lptrain.metrics.timing import markdown as timing_markdown
-from lptrain.report.table import (NOTES, add_speedup, flat_config, rank_times, summarize,
-                                  to_markdown)
+from lptrain.report.table import (NOTES, PER_RANK_NOTE, add_speedup, flat_config, rank_times,
+                                  summarize, to_markdown)
 
 EXIT_INPUT = 2
 
@@ -45,7 +45,9 @@ def build_report(runs: Sequence[RunMetrics], out: Path) -> list[Path]:
     labels = run_labels(runs)
     rows = add_speedup([summarize(label, run) for label, run in zip(labels, runs)])
     summary = out / "summary.md"
-    summary.write_text(to_markdown(rows) + "\n" + NOTES + time_per_rank(runs, labels))
+    ranks = time_per_rank(runs, labels)
+    summary.write_text(to_markdown(rows) + "\n" + NOTES + (PER_RANK_NOTE if ranks else "")
+                       + ranks)
     return [*write_plots(list(zip(labels, runs)), out, report_context), summary]
 
 

@@ -27,8 +27,10 @@ from lptrain.metrics.reader import RunMetrics
 Runs = Sequence[tuple[str, RunMetrics]]  # (label, metrics) per run
 _X_LABELS = {s.ITERATION: "optimizer iteration", s.WALL_TIME: "wall time [s]"}
 TRAINING = {"marker": "None"}
-DASHES = ("-", "--", "-.", ":")   # training lines, one style per run: a run that follows
-                                 # another exactly shows through its gaps
+# training lines, one dash pattern per run (on, off lengths in points; solid first) and,
+# past the patterns, offset by a cycle: a run that follows another exactly shows
+# through the other's gaps whatever the number of runs
+DASHES = (None, (4.0, 2.0), (6.0, 2.0, 1.0, 2.0), (1.0, 1.5), (8.0, 3.0))
 VALIDATION = {"linestyle": "None", "markersize": 6, "markerfacecolor": "none"}
 MARKERS = "osD^vPX"     # validation markers, one shape per run: coinciding ones stay visible
 LEGEND_COLUMNS = 4
@@ -69,7 +71,7 @@ def _curves(runs: Runs, x: str, field: str, what: str, context: str, log: bool) 
     fig, (ax,) = _figure(1)
     handles = []
     for i, (label, run) in enumerate(runs):
-        dash = DASHES[i % len(DASHES)]
+        dash = dashes(i)
         ax.plot(_x(run, s.TRAIN, x), run.train.get(field, []), color=f"C{i}",
                 linestyle=dash, **TRAINING)
         ax.plot(_x(run, s.VALIDATION, x), run.validation.get(field, []), color=f"C{i}",
@@ -142,6 +144,15 @@ def _finish(ax, x: str, ylabel: str, log: bool) -> None:
     if log and ys.size and ys.max() >= LOG_SPAN * ys.min():
         ax.set_yscale("log", nonpositive="mask")
     ax.grid(True, alpha=0.3)
+
+
+def dashes(i: int):
+    """Run i's line style: '-' for the first, else (offset, pattern) distinct from every
+    other run's."""
+    cycle, k = divmod(i, len(DASHES))
+    if DASHES[k] is None:
+        return "-" if cycle == 0 else (0.0, (10.0 + cycle, 2.0))
+    return (1.5 * cycle, DASHES[k])
 
 
 def _marker(i: int) -> str:

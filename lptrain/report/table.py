@@ -51,8 +51,8 @@ NOTES = (f"{ITERATION_TIME}: the median duration of an optimizer iteration "
          "optimizer, dtype, batch size; on the fewest ranks; of the same seed where "
          "several are) over this run's, '-' where the set has no such run. computing: the "
          "share of the ranks' time (timing/) spent computing rather than communicating or "
-         "waiting; "
-         "each run's time per rank follows below the table.\n")
+         "waiting.\n")
+PER_RANK_NOTE = "Each run's time per rank, where it ran on several, follows below.\n"
 
 
 def summarize(label: str, run: RunMetrics) -> dict:

@@ -228,6 +228,8 @@ def test_report_writes_plots_and_summary(two_runs, tmp_path, capsys):
     summary = (out / "summary.md").read_text().splitlines()
     assert len(summary) == 6 and summary[4] == ""
     assert summary[5].startswith("iteration time: the median duration of an optimizer")
+    # no run has per-rank times here: the notes promised a section that never came
+    assert "per rank" not in summary[5] and "follows below" not in summary[5]
     assert summary[3].startswith("| simultaneous P=4 | simultaneous | 16/4 | 4 | completed | 4 |")
     assert summary[3].endswith("| 1.50 | 3.00 | 4.00 | - |")
     assert str(out / "summary.md") in capsys.readouterr().out
@@ -381,6 +383,9 @@ def test_validation_is_markers_training_is_lines(figures_of):
     assert ax.lines[3].get_marker() == "s"              # the other run's shape
     # and its own dashes: a run that follows another exactly hid behind it
     assert ax.lines[2].get_linestyle() == "--"
+    from lptrain.report.plots import dashes
+    styles = [dashes(i) for i in range(12)]      # runs i and i + 4 were alike
+    assert styles[0] == "-" and len({str(x) for x in styles}) == 12
     np.testing.assert_array_equal(val.get_xdata(), [2, 4])
     np.testing.assert_array_equal(train.get_xdata(), [1, 2, 3, 4])
 
@@ -474,6 +479,8 @@ def test_report_shows_time_per_rank_of_runs_on_several_ranks(tmp_path):
     assert main([str(tmp_path / "runs"), "--out", str(out)]) == 0
     text = (out / "summary.md").read_text()
     table, _, per_rank = text.partition("## Time per rank")
+    assert table.rstrip().endswith("Each run's time per rank, where it ran on several, "
+                                   "follows below.")
     # 4 iterations: rank r computes 10 (r + 1) s, communicates 1 s, waits 0.8 r s
     share = 100 * 60 / (60 + 3 + 2.4)
     assert table.splitlines()[3].endswith(f"| {share:.1f} |")      # the mgrit run
