@@ -187,6 +187,10 @@ def main() -> None:
         return
     from lptrain.train.stop import StopSignals      # torch-free: before the heavy imports
     _stop.append(StopSignals().install())   # first: a signal from here on stops cleanly
+    import os
+
+    from lptrain.metrics.console import no_color_in_pipes
+    no_color_in_pipes(sys.stderr, os.environ)       # before Hydra imports a sweeper
     from lptrain.parallel.context import keep_freed_memory, limit_threads, node_of
     # runs after every later exit handler: by then each file is closed, so the cyclic
     # garbage collector's passes over the interpreter's teardown (a few hundred thousand

@@ -56,6 +56,17 @@ MIN_BAR = 10                    # the bar's least width (or a fifth of the termi
 log = logging.getLogger("lptrain")
 
 
+def no_color_in_pipes(stream, environ) -> None:
+    """NO_COLOR where `stream` is no terminal: Optuna's log lines (colorlog, which cannot
+    tell) reached files and pipes with escape codes."""
+    try:
+        terminal = stream.isatty()
+    except (AttributeError, ValueError):
+        terminal = False
+    if not terminal:
+        environ.setdefault("NO_COLOR", "1")
+
+
 class _Terminal(RichConsole):
     """rich's console, going on quietly once its reader has gone (`| head`, a pager or
     terminal closed): rich ends the process there (SystemExit 1), which failed the run

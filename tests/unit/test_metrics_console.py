@@ -401,3 +401,22 @@ def test_a_closed_output_lets_the_run_go_on(plain_env, caplog):
         c.message("still here")
     assert c._out.quiet
     assert "the console's output was closed; the run goes on" in caplog.text
+
+
+def test_no_colour_codes_where_the_output_is_no_terminal():
+    """Optuna's log lines (colorlog cannot tell a pipe from its formatter) reached files
+    and pipes with escape codes."""
+    from lptrain.metrics.console import no_color_in_pipes
+    env = {}
+    no_color_in_pipes(io.StringIO(), env)
+    assert env == {"NO_COLOR": "1"}
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    env = {}
+    no_color_in_pipes(Tty(), env)
+    assert env == {}
+    env = {"NO_COLOR": ""}                     # the user's own setting stays
+    no_color_in_pipes(io.StringIO(), env)
+    assert env == {"NO_COLOR": ""}
