@@ -1,6 +1,7 @@
 """Load a metrics.h5 file, complete or not, into plain numpy arrays."""
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,7 +121,7 @@ def find_metrics(paths: Sequence[Path]) -> list[Path]:
         if path.is_file():
             hits = [path]
         elif path.is_dir():
-            hits = sorted(path.rglob(s.FILE_NAME), key=_natural)
+            hits = sorted(_below(path), key=_natural)
             if not hits:
                 raise s.MetricsFileError(f"{path}: no {s.FILE_NAME} in this directory "
                                          "or below")
@@ -131,6 +132,21 @@ def find_metrics(paths: Sequence[Path]) -> list[Path]:
                 seen.add(hit.resolve())
                 found.append(hit)
     return found
+
+
+def _below(root: Path) -> list[Path]:
+    """The metrics files in `root` and below, through symbolic links to directories too
+    (runs gathered for a comparison as links), each directory once (no link cycles)."""
+    hits, visited = [], set()
+    for directory, subdirs, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(directory)
+        if real in visited:
+            subdirs[:] = []
+            continue
+        visited.add(real)
+        if s.FILE_NAME in files:
+            hits.append(Path(directory) / s.FILE_NAME)
+    return hits
 
 
 def _natural(path: Path) -> list:

@@ -214,6 +214,11 @@ def test_find_metrics_accepts_files_run_dirs_and_multirun_dirs(two_runs, tmp_pat
     (tmp_path / "empty").mkdir()
     with pytest.raises(s.MetricsFileError, match="no metrics.h5"):
         find_metrics([tmp_path / "empty"])
+    # runs gathered as links for a comparison were not found; a link cycle ends
+    (tmp_path / "links").mkdir()
+    (tmp_path / "links" / "a").symlink_to(two_runs / "1")
+    (tmp_path / "links" / "loop").symlink_to(tmp_path / "links")
+    assert find_metrics([tmp_path / "links"]) == [tmp_path / "links" / "a" / s.FILE_NAME]
 
 
 def test_report_writes_plots_and_summary(two_runs, tmp_path, capsys):
