@@ -20,7 +20,7 @@ from typing import Sequence
 
 from lptrain.model_perf.measure import DEFAULT_LINK
 from lptrain.model_perf.predict import Collecting, Counts, Machine, Model
-from lptrain.modes import LAYERED
+from lptrain.modes import LAYERED, MGRIT
 from lptrain.parallel.grid import Grid, candidates, choose
 
 
@@ -88,6 +88,15 @@ class MeasuredTimer:
             else (f"this host's kernels timed now, not kept ({unkept}): each start times "
                   f"them again and may choose another split")
         return found
+
+    @property
+    def assumed(self) -> str:
+        """What the times assume that no run has told yet: the cycles of a solve."""
+        c = self.counts
+        if self.mode == MGRIT:
+            return f"{c.mgrit_fwd:g} + {c.mgrit_adj:g} cycles a solve assumed (to tolerance)"
+        fwd, adj = c.simultaneous(self.opts.mgrit)
+        return f"{fwd:g} + {adj:g} cycles a solve (mgrit.fwd_iters + adj_iters)"
 
 
 def _times_file(key: dict):

@@ -44,7 +44,8 @@ class Recorded:
 
     def notes(self, chosen: Grid) -> list[str]:
         """Lines of at most ~75 columns: the split and its predicted time beside the
-        next best, then the timer's own note, indented."""
+        next best, then the timer's own notes (`note`: where its times came from,
+        `assumed`: what they assume), indented."""
         own = getattr(self.timer, "note", None)
         text = f"auto split {chosen.layer} x {chosen.data}"
         lines = []
@@ -59,7 +60,8 @@ class Recorded:
             elif others:
                 t, layer, data = others[0]
                 text += f"; next best {layer} x {data}: {t:.3g} s/it"
-        return [text, *lines, *([f"  {own}"] if own else [])]
+        assumed = getattr(self.timer, "assumed", None)
+        return [text, *lines, *(f"  {n}" for n in (own, assumed) if n)]
 
 
 _factory: Callable | None = None     # the installed (opts, net, mode) -> GridTimer

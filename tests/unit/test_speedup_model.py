@@ -652,6 +652,10 @@ def test_a_cache_that_cannot_be_written_is_said(tmp_path, monkeypatch):
     assert timer.note == "this host's kernels timed now, kept for the next start"
     timer.times([Grid(1, 2), Grid(2, 1)])
     assert timer.note == "times kept on this host"
+    # the cycles the times assume: mgrit's were nowhere (2-3x the measured time)
+    assert timer.assumed == "2 + 2 cycles a solve (mgrit.fwd_iters + adj_iters)"
+    timer.mode = "mgrit"
+    assert timer.assumed == "5 + 5 cycles a solve assumed (to tolerance)"
 
 
 def test_lptrain_model_prints_the_split_auto_takes(tmp_path, monkeypatch):
