@@ -56,15 +56,26 @@ MIN_BAR = 10                    # the bar's least width (or a fifth of the termi
 log = logging.getLogger("lptrain")
 
 
+_COLOUR = {"ours": False}   # NO_COLOR set by no_color_in_pipes, not by the user
+
+
 def no_color_in_pipes(stream, environ) -> None:
-    """NO_COLOR where `stream` is no terminal: Optuna's log lines (colorlog, which cannot
-    tell) reached files and pipes with escape codes."""
+    """NO_COLOR where `stream` (stderr) is no terminal: Optuna's log lines (colorlog,
+    which cannot tell) reached files and pipes with escape codes. The console keeps its
+    own terminal's colours (`colour_off`), and a NO_COLOR the user set is theirs."""
     try:
         terminal = stream.isatty()
     except (AttributeError, ValueError):
         terminal = False
-    if not terminal:
-        environ.setdefault("NO_COLOR", "1")
+    if not terminal and "NO_COLOR" not in environ:
+        environ["NO_COLOR"] = "1"
+        _COLOUR["ours"] = True
+
+
+def colour_off() -> bool | None:
+    """rich's no_color for the console: None (its own rule, NO_COLOR included) unless
+    NO_COLOR is only no_color_in_pipes'."""
+    return False if _COLOUR["ours"] else None
 
 
 class _Terminal(RichConsole):
@@ -162,9 +173,10 @@ class Console:
         if not enabled:
             return
         self._start, self._before = clock(), 0.0     # _before: a resumed run's earlier time
-        self._out = _Terminal(file=file, highlight=False, width=width)
+        self._out = _Terminal(file=file, highlight=False, width=width, no_color=colour_off())
         # stderr=True resolves sys.stderr at print time, so it lands above a live display
-        self._err = _Terminal(file=err_file, stderr=err_file is None, highlight=False)
+        self._err = _Terminal(file=err_file, stderr=err_file is None, highlight=False,
+                              no_color=colour_off())
         self.live = self._out.is_interactive
         if self.live:
             self._live = Live(console=self._out, get_renderable=self.display,

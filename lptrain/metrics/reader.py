@@ -136,7 +136,8 @@ def find_metrics(paths: Sequence[Path]) -> list[Path]:
 
 def _below(root: Path) -> list[Path]:
     """The metrics files in `root` and below, through symbolic links to directories too
-    (runs gathered for a comparison as links), each directory once (no link cycles)."""
+    (runs gathered for a comparison as links), each directory once (no link cycles),
+    under its real path where the walk meets one (directories before links)."""
     hits, visited = [], set()
     for directory, subdirs, files in os.walk(root, followlinks=True):
         real = os.path.realpath(directory)
@@ -144,6 +145,7 @@ def _below(root: Path) -> list[Path]:
             subdirs[:] = []
             continue
         visited.add(real)
+        subdirs.sort(key=lambda d: (os.path.islink(os.path.join(directory, d)), d))
         if s.FILE_NAME in files:
             hits.append(Path(directory) / s.FILE_NAME)
     return hits

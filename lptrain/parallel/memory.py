@@ -102,9 +102,11 @@ def estimate(mode: str, n_layers: int, layer_ranks: int, batch: int, state_eleme
 
 
 UNLIMITED = 2 ** 60      # cgroup v1 writes "no limit" as a number near 2**63
-# cgroup version -> (controller directory under the mount, limit file, usage file)
-_CGROUP_FILES = {1: ("memory", "memory.limit_in_bytes", "memory.usage_in_bytes"),
-                 2: ("", "memory.max", "memory.current")}
+# cgroup version -> (controller directory under the mount, limit file, usage file, the
+# memory.stat key of the file pages the kernel reclaims before the limit bites)
+_CGROUP_FILES = {1: ("memory", "memory.limit_in_bytes", "memory.usage_in_bytes",
+                     "total_inactive_file"),
+                 2: ("", "memory.max", "memory.current", "inactive_file")}
 
 
 def available(local_size: int, meminfo: Path = Path("/proc/meminfo"),
@@ -118,9 +120,11 @@ def available(local_size: int, meminfo: Path = Path("/proc/meminfo"),
 
 
 def cgroup_room(mount: Path, own: Path) -> float:
-    """The least room (limit − usage) of this process's memory cgroups and their
-    ancestors, as `own` (/proc/self/cgroup) names them under `mount`; inf where none
-    is limited. Without `own` (no /proc): the mount's own files, as cgroup v2 at /."""
+    """The least room (limit − usage, less the inactive file pages in the usage, which
+    the kernel reclaims first: a job that read its data sits near its limit in page
+    cache) of this process's memory cgroups and their ancestors, as `own`
+    (/proc/self/cgroup) names them under `mount`; inf where none is limited. Without
+    `own` (no /proc): the mount's own files, as cgroup v2 at /."""
     try:
         lines = own.read_text().splitlines()
     except OSError:
@@ -132,7 +136,7 @@ def cgroup_room(mount: Path, own: Path) -> float:
             else None
         if version is None:
             continue
-        sub, limit_file, usage_file = _CGROUP_FILES[version]
+        sub, limit_file, usage_file, reclaimable = _CGROUP_FILES[version]
         top = mount / sub
         if version == 2 and not (top / "cgroup.controllers").exists() and \
                 (mount / "unified").is_dir():
@@ -141,7 +145,8 @@ def cgroup_room(mount: Path, own: Path) -> float:
         for d in (here, *here.parents):
             limit, used = _read_int(d / limit_file), _read_int(d / usage_file)
             if limit is not None and used is not None and limit < UNLIMITED:
-                rooms.append(limit - used)
+                cache = _meminfo(d / "memory.stat", sep=" ").get(reclaimable, 0.0)
+                rooms.append(limit - used + min(cache, used))
             if d == top:
                 break
     return min(rooms)
@@ -152,15 +157,15 @@ def resident(status: Path = Path("/proc/self/status")) -> float:
     return _meminfo(status).get("VmRSS", 0.0)
 
 
-def _meminfo(path: Path) -> dict[str, float]:
-    """`Key: value kB` lines as bytes."""
+def _meminfo(path: Path, sep: str = ":") -> dict[str, float]:
+    """`Key: value kB` lines (or, with sep " ", memory.stat's `key value`) as bytes."""
     out = {}
     try:
         lines = path.read_text().splitlines()
     except OSError:
         return out
     for line in lines:
-        key, _, rest = line.partition(":")
+        key, _, rest = line.partition(sep)
         parts = rest.split()
         if parts and parts[0].isdigit():
             out[key] = float(parts[0]) * (1024 if parts[1:2] == ["kB"] else 1)

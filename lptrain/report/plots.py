@@ -28,8 +28,8 @@ Runs = Sequence[tuple[str, RunMetrics]]  # (label, metrics) per run
 _X_LABELS = {s.ITERATION: "optimizer iteration", s.WALL_TIME: "wall time [s]"}
 TRAINING = {"marker": "None"}
 # training lines, one dash pattern per run (on, off lengths in points; solid first) and,
-# past the patterns, offset by a cycle: a run that follows another exactly shows
-# through the other's gaps whatever the number of runs
+# past the patterns, with longer gaps each cycle: a run that follows another exactly
+# shows through the other's gaps whatever the number of runs
 DASHES = (None, (4.0, 2.0), (6.0, 2.0, 1.0, 2.0), (1.0, 1.5), (8.0, 3.0))
 VALIDATION = {"linestyle": "None", "markersize": 6, "markerfacecolor": "none"}
 MARKERS = "osD^vPX"     # validation markers, one shape per run: coinciding ones stay visible
@@ -147,12 +147,12 @@ def _finish(ax, x: str, ylabel: str, log: bool) -> None:
 
 
 def dashes(i: int):
-    """Run i's line style: '-' for the first, else (offset, pattern) distinct from every
-    other run's."""
+    """Run i's line style: '-' for the first, else (0, pattern) with a pattern no other
+    run has (past the first cycle each gap is longer by the cycle's number)."""
     cycle, k = divmod(i, len(DASHES))
     if DASHES[k] is None:
-        return "-" if cycle == 0 else (0.0, (10.0 + cycle, 2.0))
-    return (1.5 * cycle, DASHES[k])
+        return "-" if cycle == 0 else (0.0, (10.0, 2.0 + cycle))
+    return (0.0, tuple(x + cycle * (j % 2) for j, x in enumerate(DASHES[k])))
 
 
 def _marker(i: int) -> str:

@@ -125,6 +125,11 @@ def test_a_job_s_own_cgroup_limits_the_room(tmp_path):
     (mount / "unified" / "user.slice" / "run-1").mkdir()
     own.write_text("0::/user.slice/run-1\n")
     assert memory.cgroup_room(mount, own) == 100_000_000
+    # page cache the kernel reclaims first is room: a job that read its data sat at its
+    # limit in cache, and runs that fit were refused
+    (mount / "unified" / "user.slice" / "memory.stat").write_text(
+        "anon 100000000\ninactive_file 2500000000\nactive_file 300000000\n")
+    assert memory.cgroup_room(mount, own) == 2_600_000_000
     own.write_text("1:cpu:/\n")                    # no memory controller named: no limit
     assert memory.cgroup_room(mount, own) == math.inf
 

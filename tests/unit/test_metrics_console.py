@@ -403,10 +403,12 @@ def test_a_closed_output_lets_the_run_go_on(plain_env, caplog):
     assert "the console's output was closed; the run goes on" in caplog.text
 
 
-def test_no_colour_codes_where_the_output_is_no_terminal():
+def test_no_colour_codes_where_the_output_is_no_terminal(monkeypatch):
     """Optuna's log lines (colorlog cannot tell a pipe from its formatter) reached files
     and pipes with escape codes."""
+    from lptrain.metrics import console
     from lptrain.metrics.console import no_color_in_pipes
+    monkeypatch.setitem(console._COLOUR, "ours", False)     # restored after the test
     env = {}
     no_color_in_pipes(io.StringIO(), env)
     assert env == {"NO_COLOR": "1"}
@@ -420,3 +422,14 @@ def test_no_colour_codes_where_the_output_is_no_terminal():
     env = {"NO_COLOR": ""}                     # the user's own setting stays
     no_color_in_pipes(io.StringIO(), env)
     assert env == {"NO_COLOR": ""}
+
+
+def test_lptrain_s_own_no_color_leaves_the_console_its_terminal_colours(monkeypatch):
+    """`lptrain 2>err.log` on a terminal lost the console's colours to the NO_COLOR set
+    for Optuna's lines; a user's NO_COLOR still holds."""
+    from lptrain.metrics import console
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setitem(console._COLOUR, "ours", True)
+    assert Console(True, 3, "run", file=io.StringIO())._out.no_color is False
+    monkeypatch.setitem(console._COLOUR, "ours", False)
+    assert Console(True, 3, "run", file=io.StringIO())._out.no_color is True

@@ -219,6 +219,12 @@ def test_find_metrics_accepts_files_run_dirs_and_multirun_dirs(two_runs, tmp_pat
     (tmp_path / "links" / "a").symlink_to(two_runs / "1")
     (tmp_path / "links" / "loop").symlink_to(tmp_path / "links")
     assert find_metrics([tmp_path / "links"]) == [tmp_path / "links" / "a" / s.FILE_NAME]
+    # a run reachable as itself and through a link is named by its real path
+    (two_runs / "alias").symlink_to(two_runs / "1")
+    try:
+        assert find_metrics([two_runs]) == [two_runs / j / s.FILE_NAME for j in ("0", "1")]
+    finally:
+        (two_runs / "alias").unlink()
 
 
 def test_report_writes_plots_and_summary(two_runs, tmp_path, capsys):
@@ -389,8 +395,9 @@ def test_validation_is_markers_training_is_lines(figures_of):
     # and its own dashes: a run that follows another exactly hid behind it
     assert ax.lines[2].get_linestyle() == "--"
     from lptrain.report.plots import dashes
-    styles = [dashes(i) for i in range(12)]      # runs i and i + 4 were alike
-    assert styles[0] == "-" and len({str(x) for x in styles}) == 12
+    styles = [dashes(i) for i in range(80)]      # runs i and i + 4 were alike
+    assert styles[0] == "-" and all(offset == 0 for offset, _ in styles[1:])
+    assert len({pattern for _, pattern in styles[1:]}) == 79     # no two drawn alike
     np.testing.assert_array_equal(val.get_xdata(), [2, 4])
     np.testing.assert_array_equal(train.get_xdata(), [1, 2, 3, 4])
 
