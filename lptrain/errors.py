@@ -147,10 +147,22 @@ def resume_command(path, ranks: int = 1) -> str:
     return f"{launch}lptrain " + shlex.quote(f"resume={path}")
 
 
+def text_lines(exc: BaseException) -> list[str]:
+    """The non-blank lines of an exception's text, stripped."""
+    return [line.strip() for line in str(exc).splitlines() if line.strip()]
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first line (libraries' errors run to lines of advice), its type's
+    name where it has no text."""
+    lines = text_lines(exc)
+    return lines[0] if lines else type(exc).__name__
+
+
 def one_line(exc: BaseException) -> str:
     """An exception's text in one line: its first line and, where it has more (an MPI
     error stack), its last, which says what failed."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    lines = text_lines(exc)
     if len(lines) < 2:
         return lines[0] if lines else ""
     return f"{lines[0]} ... {lines[-1]}"

@@ -56,7 +56,7 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val",
     """Load the `which` model of `run` (default best), its dataset (with overrides), and
     score `split`."""
     from lptrain.data import load_dataset
-    from lptrain.errors import DataError, InputFileError, LptrainError
+    from lptrain.errors import DataError, InputFileError, LptrainError, text_lines
     from lptrain.model.saved import MODEL_FILE, load_model, model_path
     from lptrain.rundir import is_sweep
     if is_sweep(run):
@@ -75,7 +75,7 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val",
     try:
         loss, accuracy = model.evaluate(x, y)
     except Exception as exc:     # e.g. a user's step that raises: one line, as lptrain's
-        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        lines = text_lines(exc)
         raise LptrainError(f"{model_path(run, which)}: the model failed on {data.name} "
                            f"{split}: {type(exc).__name__}: "
                            f"{lines[0] if lines else ''}".rstrip(": ")) from None

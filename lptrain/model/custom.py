@@ -22,7 +22,7 @@ import math
 import torch
 from torch import nn
 
-from lptrain.errors import ConfigError
+from lptrain.errors import ConfigError, first_line
 from lptrain.model.module_steps import ModuleSteps, seeded
 
 TARGET = "_target_"
@@ -49,7 +49,7 @@ def resolve(path: str):
             continue
         except Exception as exc:        # the user's module fails to import
             raise ConfigError(f"{key}: importing {name} failed: "
-                              f"{type(exc).__name__}: {_first_line(exc)}") from None
+                              f"{type(exc).__name__}: {first_line(exc)}") from None
         for attr in parts[cut:]:
             if not hasattr(obj, attr):
                 raise ConfigError(f"{key}: {name} has no attribute {attr!r}")
@@ -124,7 +124,7 @@ class CustomStep:
             module = self._cls(**self.kwargs)
         except Exception as exc:
             raise ConfigError(f"network.step: {self._call()} failed: {type(exc).__name__}: "
-                              f"{_first_line(exc)}") from None
+                              f"{first_line(exc)}") from None
         if not isinstance(module, nn.Module):
             raise ConfigError(f"network.step: {self._call()} gave a "
                               f"{type(module).__name__}, not a torch.nn.Module")
@@ -139,7 +139,7 @@ class CustomStep:
         except Exception as exc:
             raise ConfigError(f"network.step: {self._call()} fails on a state of shape "
                               f"{tuple(u.shape)} (batch, *state): {type(exc).__name__}: "
-                              f"{_first_line(exc)}") from None
+                              f"{first_line(exc)}") from None
         if not isinstance(y, torch.Tensor) or y.shape != u.shape:
             got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
             raise ConfigError(f"network.step: {self._call()} maps a state of shape "
@@ -177,8 +177,3 @@ class CustomStep:
             module = copy.deepcopy(self.template).to(dtype=dtype, device=device)
             self._copies[key] = ModuleSteps([module])
         return self._copies[key]
-
-
-def _first_line(exc: Exception) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__

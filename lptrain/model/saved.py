@@ -22,7 +22,7 @@ import zipfile
 from pathlib import Path
 
 import torch
-from lptrain.errors import InputFileError, RunFileError, reason
+from lptrain.errors import InputFileError, RunFileError, first_line, reason
 from lptrain.model.network import ResNet
 
 MODEL_FILE = "model.pt"
@@ -206,8 +206,7 @@ def _first_line(exc: Exception) -> str:
     """torch's load errors run to many lines of advice; say what is wrong in one."""
     if isinstance(exc, _UNPICKLING):
         return "not a torch file of tensors and plain values"
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
+    return first_line(exc)
 
 
 def load_record(path: Path, what: str, fmt: str, version: int) -> dict:
