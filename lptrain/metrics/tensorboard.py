@@ -137,7 +137,6 @@ class Scalars:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-
     def _scalars(self, group: str, fields: dict) -> None:
         step = int(fields[s.ITERATION])
         for name, value in fields.items():

@@ -53,13 +53,13 @@ class Recorded:
             text += f": predicted {self.found[chosen]:.3g} s/it"
             others = sorted((t, g.layer, g.data) for g, t in self.found.items()
                             if g != chosen)
-            if others and others[0][0] < self.found[chosen]:   # within TIE: more layers
+            if others:
                 t, layer, data = others[0]
-                lines = [f"  ({layer} x {data}: {t:.3g} s/it; within {TIE:.0%} of the "
-                         f"fastest, the most layer ranks win)"]
-            elif others:
-                t, layer, data = others[0]
-                text += f"; next best {layer} x {data}: {t:.3g} s/it"
+                if t < self.found[chosen]:          # within TIE: more layer ranks won
+                    lines = [f"  ({layer} x {data}: {t:.3g} s/it; within {TIE:.0%} of the "
+                             f"fastest, the most layer ranks win)"]
+                else:
+                    text += f"; next best {layer} x {data}: {t:.3g} s/it"
         assumed = getattr(self.timer, "assumed", None)
         return [text, *lines, *(f"  {n}" for n in (own, assumed) if n)]
 

@@ -38,28 +38,28 @@ class Grid:
         return f"{self.layer}x{self.data}"
 
 
-def c_intervals(n_layers: int, cf0: int, levels: int, min_coarse: int) -> int:
-    """Intervals of the finest level that ranks can own (steps if MGRIT has one level).
+def hierarchy_steps(n_layers: int, cf0: int, cf: int, levels: int,
+                    min_coarse: int) -> list[int]:
+    """Steps on each level of the hierarchy mgrit.hierarchy.build_levels makes for N
+    layers, finest first: its arithmetic, without building the levels (N may be huge
+    before the memory check refuses it)."""
+    steps = [n_layers]
+    while len(steps) < levels:
+        coarse = math.ceil(steps[-1] / (cf0 if len(steps) == 1 else cf))
+        if coarse < max(min_coarse, 1) or coarse >= steps[-1]:
+            break
+        steps.append(coarse)
+    return steps
 
-    The arithmetic of mgrit.hierarchy.build_levels' first coarsening, without
-    building the levels (N may be huge before the memory check refuses it).
-    """
-    coarse = math.ceil(n_layers / cf0)
-    if levels < 2 or coarse < max(min_coarse, 1) or coarse >= n_layers:
-        return n_layers
-    return coarse
+
+def c_intervals(n_layers: int, cf0: int, levels: int, min_coarse: int) -> int:
+    """Intervals of the finest level that ranks can own (steps if MGRIT has one level)."""
+    return hierarchy_steps(n_layers, cf0, cf0, min(levels, 2), min_coarse)[-1]
 
 
 def coarse_steps(n_layers: int, cf0: int, cf: int, levels: int, min_coarse: int) -> int:
-    """Steps on all coarse levels of the hierarchy mgrit.hierarchy.build_levels makes for
-    N layers (0 with one level), by the same arithmetic, without building the levels."""
-    total, fine = 0, n_layers
-    for level in range(1, levels):
-        coarse = math.ceil(fine / (cf0 if level == 1 else cf))
-        if coarse < max(min_coarse, 1) or coarse >= fine:
-            break
-        total, fine = total + coarse, coarse
-    return total
+    """Steps on all coarse levels of the hierarchy (0 with one level)."""
+    return sum(hierarchy_steps(n_layers, cf0, cf, levels, min_coarse)[1:])
 
 
 def divisors(p: int) -> list[int]:

@@ -22,6 +22,7 @@ class Rungs:
     """
 
     RUNG_FACTOR = 4
+    exact = False        # inexact by design: a solve that stops short is no shortfall
     # plan keys of mini-batch runs: every batch with kept states shares one plan, every
     # batch without one (cold) another; a full-batch run plans for its one batch (key 0)
     WARM_PLAN, COLD_PLAN = -1, -2

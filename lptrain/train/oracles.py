@@ -337,7 +337,7 @@ class MGRITOracle(ExactOracle):
         """1 where an exact policy's solve to a tolerance (`tol`, mgrit.rtol) stopped at
         its max_iter above it (tol = rtol = 0 asks for max_iter iterations: never)."""
         wanted = tol > 0 or self.mgrit.rtol > 0
-        return int(getattr(self.accuracy, "exact", False) and wanted and not res.converged)
+        return int(self.accuracy.exact and wanted and not res.converged)
 
     def measure(self, ev: Evaluated, weight: float = 1.0) -> Measured:
         tape = ev.held()

@@ -218,9 +218,11 @@ def test_calibration_adds_a_serial_evaluation_of_the_layer_groups_share():
     (1024, 4, 4, 4, 2), (7, 8, 2, 3, 2), (64, 2, 4, 1, 2), (33, 2, 2, 6, 0)])
 def test_coarse_steps_are_the_hierarchy_s(n, cf0, cf, levels, min_coarse):
     from lptrain.mgrit.hierarchy import build_levels
-    from lptrain.parallel.grid import coarse_steps
+    from lptrain.parallel.grid import c_intervals, coarse_steps, hierarchy_steps
     built = [len(lv.points) - 1 for lv in build_levels(n, cf0, cf, levels, min_coarse)]
+    assert hierarchy_steps(n, cf0, cf, levels, min_coarse) == built
     assert coarse_steps(n, cf0, cf, levels, min_coarse) == sum(built[1:])
+    assert c_intervals(n, cf0, levels, min_coarse) == (built[1] if len(built) > 1 else n)
 
 
 def test_a_hierarchy_coarsened_by_two_needs_more():
