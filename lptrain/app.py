@@ -109,35 +109,17 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     check_available(opts.logger)
     plan = preflight.plan(opts, comm)
     ex, data, net, theta, oracle, optimizer = build(opts, comm, plan)
-    rank0 = ex.rank == 0
-    grid = plan.grid
-    run_dir = Path(run_dir)
+    rank0, run_dir = ex.rank == 0, Path(run_dir)
     progress, saved = Progress(theta), None
     if resume:
-        checkpoint = run_dir / CHECKPOINT_FILE
-        saved = collectively(ex, lambda: read_run_state(checkpoint))
-        check_resumable(saved, config_yaml, opts)
-        here = placement(opts, grid, data, net)
-        state = read_oracle_state(ex, checkpoint, saved, here, oracle)
-        theta = restore(saved, optimizer, oracle, progress, state)
-        if rank0:        # what a kill mid-write left: the run's own files are whole
-            remove_leftovers(run_dir, (CHECKPOINT_FILE, *MODEL_FILES.values()))
+        saved, theta = _resumed(run_dir, config_yaml, opts, plan.grid, ex, data, net,
+                                optimizer, oracle, progress)
     done = None if saved is None else saved.iteration
-    steps = level_steps(opts, grid)
-    attrs = {ms.MODE: opts.mode.name, ms.WORLD_SIZE: grid.size, ms.LAYER_RANKS: grid.layer,
-             ms.DATA_RANKS: grid.data, ms.SEED: opts.seed,
-             ms.CONFIG: OmegaConf.to_yaml(cfg), ms.DATASET_SOURCE: data.source,
-             ms.MGRIT_LEVELS: _joined(steps, "/"), ms.THREADS: torch.get_num_threads()}
     path = run_dir / ms.FILE_NAME
-    title = (f"{opts.mode.name} {data.name} N={opts.network.layers} "
-             f"P={grid.size} ({grid.layer} layer x {grid.data} data"
-             f"{', auto' if plan.auto else ''})")
-    notes = hierarchy_notes(opts, steps) + step_notes(net) + plan.notes
-    if saved is not None and rank0:
-        notes += resume_notes(saved, opts, run_status(path))
+    attrs, title, notes = _heading(cfg, opts, plan, data, net, saved, path, rank0)
     saver = ModelSaver(run_dir, net, config_yaml, opts.dtype, data, rank0)
     checkpointer = Checkpointer(run_dir / CHECKPOINT_FILE, opts.checkpoint_every, ex, rank0,
-                                optimizer, oracle, progress, config_yaml, grid, saver)
+                                optimizer, oracle, progress, config_yaml, plan.grid, saver)
     h5 = collectively(ex, lambda: open_writer(path, attrs, rank0, done))
     with h5, \
             with_logger(h5, opts.logger, run_dir, rank0, attrs, done) as logged, \
@@ -152,31 +134,67 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
             saver.save_quietly(progress)
             raise
         saver.save(progress, ex)
-        console.close()
-        # with mini-batches the objective, loss and accuracy are those of the last batch
-        batch = "" if opts.train.batch_size is None else " (last batch)"
-        console.summary({"iterations": outcome.iterations,
-                         f"objective{batch}": outcome.objective,
-                         f"training loss{batch}": outcome.loss,
-                         f"training accuracy{batch}": (outcome.accuracy, FRACTION),
-                         "validation accuracy": (outcome.val_accuracy, FRACTION),
-                         "best validation accuracy": (outcome.best_val_accuracy, FRACTION),
-                         "wall time": (outcome.wall_time, "s"),
-                         ITERATION_TIME: (console.iteration_time(), "s")})
-        timing = writer.tally.summary()
-        if timing is not None and timing.size > 1:
-            for line in text_lines(timing):
-                console.message(line)
-        # lines of their own: a table cell would fold a long path
-        console.message(f"metrics: {path}")
-        for line in saver.describe(progress):
-            console.message(line)
-        if outcome.stalled:
-            writer.close(ms.STALLED, error=outcome.stalled)
-            console.message(_stall_message(opts, outcome))
+        _summary(console, writer, outcome, opts, path, saver.describe(progress))
     if outcome.stalled and opts.train.fail_on_stall:
         raise StalledError(_stall_message(opts, outcome))
     return outcome
+
+
+def _resumed(run_dir: Path, config_yaml: str, opts: Config, grid, ex, data, net, optimizer,
+             oracle, progress) -> tuple:
+    """(the checkpoint's run state, θ) after restoring the optimizer, oracle and progress
+    from run_dir's checkpoint; rank 0 removes what a kill mid-write left."""
+    checkpoint = run_dir / CHECKPOINT_FILE
+    saved = collectively(ex, lambda: read_run_state(checkpoint))
+    check_resumable(saved, config_yaml, opts)
+    here = placement(opts, grid, data, net)
+    state = read_oracle_state(ex, checkpoint, saved, here, oracle)
+    theta = restore(saved, optimizer, oracle, progress, state)
+    if ex.rank == 0:        # what a kill mid-write left: the run's own files are whole
+        remove_leftovers(run_dir, (CHECKPOINT_FILE, *MODEL_FILES.values()))
+    return saved, theta
+
+
+def _heading(cfg, opts: Config, plan, data, net, saved, path: Path, rank0: bool) -> tuple:
+    """(metrics.h5's attributes, the console's title, its notes) of this run."""
+    grid, steps = plan.grid, level_steps(opts, plan.grid)
+    attrs = {ms.MODE: opts.mode.name, ms.WORLD_SIZE: grid.size, ms.LAYER_RANKS: grid.layer,
+             ms.DATA_RANKS: grid.data, ms.SEED: opts.seed,
+             ms.CONFIG: OmegaConf.to_yaml(cfg), ms.DATASET_SOURCE: data.source,
+             ms.MGRIT_LEVELS: _joined(steps, "/"), ms.THREADS: torch.get_num_threads()}
+    title = (f"{opts.mode.name} {data.name} N={opts.network.layers} "
+             f"P={grid.size} ({grid.layer} layer x {grid.data} data"
+             f"{', auto' if plan.auto else ''})")
+    notes = hierarchy_notes(opts, steps) + step_notes(net) + plan.notes
+    if saved is not None and rank0:
+        notes += resume_notes(saved, opts, run_status(path))
+    return attrs, title, notes
+
+
+def _summary(console, writer, outcome, opts: Config, path: Path, saved_lines) -> None:
+    """The console's closing table and lines; a stalled run's status in metrics.h5."""
+    console.close()
+    # with mini-batches the objective, loss and accuracy are those of the last batch
+    batch = "" if opts.train.batch_size is None else " (last batch)"
+    console.summary({"iterations": outcome.iterations,
+                     f"objective{batch}": outcome.objective,
+                     f"training loss{batch}": outcome.loss,
+                     f"training accuracy{batch}": (outcome.accuracy, FRACTION),
+                     "validation accuracy": (outcome.val_accuracy, FRACTION),
+                     "best validation accuracy": (outcome.best_val_accuracy, FRACTION),
+                     "wall time": (outcome.wall_time, "s"),
+                     ITERATION_TIME: (console.iteration_time(), "s")})
+    timing = writer.tally.summary()
+    if timing is not None and timing.size > 1:
+        for line in text_lines(timing):
+            console.message(line)
+    # lines of their own: a table cell would fold a long path
+    console.message(f"metrics: {path}")
+    for line in saved_lines:
+        console.message(line)
+    if outcome.stalled:
+        writer.close(ms.STALLED, error=outcome.stalled)
+        console.message(_stall_message(opts, outcome))
 
 
 def level_steps(opts: Config, grid) -> list[int] | None:
