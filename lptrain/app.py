@@ -265,10 +265,14 @@ def resume_notes(saved: RunState, opts: Config, status: tuple[str, str]) -> list
 
 def _stall_message(opts: Config, outcome) -> str:
     """One line: that the run stalled, why, and what to try."""
-    hint = ("try mode=mgrit, more mgrit.fwd_iters/adj_iters or mgrit.adaptive=true"
-            if opts.mode.name == SIMULTANEOUS else
-            "the optimum may be reached (lower optimizer.gtol), or try another optimizer, "
-            "learning rate or network.init")
+    if opts.mode.name == SIMULTANEOUS:
+        hint = "try mode=mgrit, more mgrit.fwd_iters/adj_iters or mgrit.adaptive=true"
+    elif hasattr(opts.optimizer, "gtol"):     # L-BFGS: its stopping test may come first
+        hint = "the optimum may be reached (lower optimizer.gtol), or try another " \
+               "optimizer, learning rate or network.init"
+    else:                                     # a learning rate and its schedule
+        hint = "the optimum may be reached, or try another optimizer.lr, " \
+               "optimizer.schedule or network.init"
     return f"stalled after {outcome.iterations} iterations: {outcome.stalled}; {hint} " \
            f"(train.patience={opts.train.patience})"
 

@@ -5,7 +5,8 @@ along −g with the most accurate gradient the mode has), or when the objective
 has not improved on its best value for `patience` iterations.  With
 mini-batches each iteration sees another batch, so epochs are compared: the
 mean objective of an epoch against the best earlier epoch mean, with the
-patience rounded up to whole epochs (at least two).
+patience rounded up to whole epochs (at least two).  Patience 0 turns the rule
+off; a failed line search still ends the run.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ class StallRule:
     def __init__(self, patience: int, batches_per_epoch: int = 1):
         self.per_epoch = max(batches_per_epoch, 1)
         epochs = math.ceil(patience / self.per_epoch)
-        self.patience = patience if self.per_epoch == 1 else max(epochs, 2)
+        self.patience = patience if self.per_epoch == 1 or patience == 0 else max(epochs, 2)
         self.best = math.inf
         self.since = 0               # iterations (epochs with mini-batches) without progress
         self._epoch: list[float] = []

@@ -1,4 +1,6 @@
 """The stall rule: patience in iterations (full batch) or epochs (mini-batches)."""
+import pytest
+
 from lptrain.train.stall import StallRule
 
 
@@ -17,6 +19,13 @@ def test_exhausted_line_search_stalls_at_once():
 
 def test_zero_patience_never_stalls_on_a_flat_objective():
     p = StallRule(patience=0)
+    assert all(p.update(1.0) is None for _ in range(50))
+
+
+def test_zero_patience_never_stalls_with_mini_batches():
+    """train.patience=0 turns the rule off with mini-batches too (it had become two
+    epochs)."""
+    p = StallRule(patience=0, batches_per_epoch=4)
     assert all(p.update(1.0) is None for _ in range(50))
 
 
@@ -46,3 +55,20 @@ def test_a_stalled_run_resumed_gets_its_patience_afresh():
     q.load_state_dict(p.state_dict())
     assert q.update(2.0) is None and q.best == 1.0
     assert q.update(2.0)
+
+
+@pytest.mark.parametrize("optimizer", ["lbfgs", "sgd", "adam"])
+def test_the_stall_hint_names_options_the_optimizer_has(optimizer):
+    """The hint of a serial run's stall message named optimizer.gtol for SGD and Adam,
+    which refuse that key."""
+    import re
+
+    from lptrain.app import _stall_message
+    from lptrain.config import compose
+    from lptrain.train.loop import Outcome
+    opts, _ = compose([f"optimizer={optimizer}"])
+    outcome = Outcome(iterations=9, objective=1.0, loss=1.0, accuracy=0.5, val_loss=1.0,
+                      val_accuracy=0.5, best_val_accuracy=0.5, wall_time=1.0,
+                      converged=False, stalled="flat")
+    named = re.findall(r"optimizer\.(\w+)", _stall_message(opts, outcome))
+    assert named and all(hasattr(opts.optimizer, key) for key in named), named
