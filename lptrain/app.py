@@ -13,7 +13,7 @@ from lptrain.data import load_dataset
 from lptrain.errors import ConfigError, StalledError, require
 from lptrain.metrics import schema as ms
 from lptrain.metrics.console import FRACTION, Console
-from lptrain.metrics.reader import run_status
+from lptrain.metrics.reader import last_iteration, run_status
 from lptrain.metrics.quantities import ITERATION_TIME
 from lptrain.metrics.tensorboard import check_available, with_logger
 from lptrain.metrics.timing import TallyingWriter, text_lines
@@ -167,7 +167,7 @@ def _heading(cfg, opts: Config, plan, data, net, saved, path: Path, rank0: bool)
              f"{', auto' if plan.auto else ''})")
     notes = hierarchy_notes(opts, steps) + step_notes(net) + plan.notes
     if saved is not None and rank0:
-        notes += resume_notes(saved, opts, run_status(path))
+        notes += resume_notes(saved, opts, run_status(path), grid, last_iteration(path))
     return attrs, title, notes
 
 
@@ -246,10 +246,21 @@ def placement(opts: Config, grid, data, net) -> Placement:
                      1 + net.batch_axis)
 
 
-def resume_notes(saved: RunState, opts: Config, status: tuple[str, str]) -> list[str]:
-    """What a resume changes beyond more iterations: a stalled run trains on, and a
-    learning-rate schedule over train.iterations is stretched to the new length."""
-    notes = []
+def resume_notes(saved: RunState, opts: Config, status: tuple[str, str], grid=None,
+                 recorded: int = 0) -> list[str]:
+    """Where a resume starts and what it changes beyond more iterations: the iterations
+    the earlier start `recorded` after its checkpoint are run again, the grid may differ
+    from the checkpoint's, a stalled run trains on, and a learning-rate schedule over
+    train.iterations is stretched to the new length."""
+    notes = [f"resumed from the checkpoint of iteration {saved.iteration}"]
+    if recorded > saved.iteration:
+        notes += [f"  iterations {saved.iteration + 1}-{recorded} of the earlier start "
+                  f"are run again"]
+    was = getattr(saved, "grid", None)
+    if grid is not None and was is not None and (was.layer, was.data) != (grid.layer,
+                                                                           grid.data):
+        notes += [f"  on {grid.layer} layer x {grid.data} data ranks (it ran on "
+                  f"{was.layer} x {was.data})"]
     if status[0] == ms.STALLED:
         notes += [f"the run had stalled; resumed, it trains on with train.patience="
                   f"{opts.train.patience} afresh", f"  ({status[1]})"]

@@ -87,6 +87,17 @@ def run_status(path: str | Path) -> tuple[str, str]:
         return "", ""
 
 
+def last_iteration(path: str | Path) -> int:
+    """The iteration of the last training row of the metrics file `path` (0 for none, or
+    what is absent or unreadable), without reading the other rows."""
+    try:
+        with h5py.File(path, "r", locking=False) as f:
+            column = f.get(f"{s.TRAIN}/{s.ITERATION}")
+            return int(column[-1]) if isinstance(column, h5py.Dataset) and len(column) else 0
+    except (OSError, RuntimeError, ValueError):
+        return 0
+
+
 def _read_group(f: h5py.File, name: str) -> dict[str, np.ndarray]:
     g = f.get(name)
     if not isinstance(g, h5py.Group):

@@ -410,14 +410,48 @@ def test_a_resume_says_what_it_changes_beyond_more_iterations():
     longer = app.options(_cfg("optimizer=adam_cosine", "train.batch_size=50",
                               "train.iterations=20"))
     notes = app.resume_notes(saved, longer, ("stalled", "no progress for 20 epochs"))
-    assert notes == ["the run had stalled; resumed, it trains on with train.patience=20 "
+    assert notes == ["resumed from the checkpoint of iteration 7",
+                     "the run had stalled; resumed, it trains on with train.patience=20 "
                      "afresh", "  (no progress for 20 epochs)",
                      "optimizer.schedule=cosine stretched to train.iterations=20 (was 7):",
                      "  from iteration 8 the rate follows the longer schedule"]
     assert all(len(line) <= 80 for line in notes)
     constant = app.options(_cfg("optimizer=adam", "train.batch_size=50",
                                 "train.iterations=20"))
-    assert app.resume_notes(saved, constant, ("interrupted", "")) == []
+    assert app.resume_notes(saved, constant, ("interrupted", "")) == [
+        "resumed from the checkpoint of iteration 7"]
+
+
+def test_a_resume_says_where_it_starts_and_on_which_grid():
+    """A resumed run's console began as a fresh run's: nothing said that it resumed,
+    that the iterations a killed start recorded after its checkpoint are run again, or
+    that it now runs on another grid."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from lptrain.parallel.grid import Grid
+    cfg = _cfg("train.iterations=20")
+    saved = SimpleNamespace(config=OmegaConf.to_yaml(cfg), iteration=10, grid=Grid(1, 1))
+    notes = app.resume_notes(saved, app.options(cfg), ("interrupted", ""), Grid(2, 1), 13)
+    assert notes == ["resumed from the checkpoint of iteration 10",
+                     "  iterations 11-13 of the earlier start are run again",
+                     "  on 2 layer x 1 data ranks (it ran on 1 x 1)"]
+    assert app.resume_notes(saved, app.options(cfg), ("interrupted", ""), Grid(1, 1),
+                            10) == ["resumed from the checkpoint of iteration 10"]
+
+
+def test_the_last_recorded_iteration_is_read_from_the_metrics_file(tmp_path):
+    from lptrain.metrics import schema as s
+    from lptrain.metrics.reader import last_iteration
+    from lptrain.metrics.writer import MetricsWriter
+    path = tmp_path / s.FILE_NAME
+    assert last_iteration(path) == 0                      # absent
+    with MetricsWriter(path, {s.MODE: "serial", s.WORLD_SIZE: 1, s.SEED: 0,
+                              s.CONFIG: "x: 1\n"}) as w:
+        for i in (1, 2, 3):
+            w.log_train(iteration=i, objective=1.0, loss=1.0)
+    assert last_iteration(path) == 3
 
 
 def test_a_resume_removes_what_a_killed_write_left(tmp_path):
