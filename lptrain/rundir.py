@@ -96,6 +96,17 @@ def saved_overrides(path: Path) -> list[str]:
     return saved
 
 
+# how a run ends that writes its checkpoint as it stops (train/loop.py)
+WRITES_AT_THE_END = ("completed", "stalled", "interrupted")
+
+
+def checkpoint_gone(status: str, iterations: int) -> str:
+    """Why a run that ended with `status` (one of WRITES_AT_THE_END) cannot be resumed."""
+    from lptrain.train.checkpoint import CHECKPOINT_FILE
+    return (f"no {CHECKPOINT_FILE} there, though its run stopped ({status}) after "
+            f"{iterations} iterations and wrote one then (moved or deleted?)")
+
+
 def not_resumable(run_dir: Path) -> str:
     """Why `run_dir` cannot be resumed, for a directory without a checkpoint or saved
     overrides: a run that stopped before its first checkpoint says how it ended."""
@@ -112,6 +123,8 @@ def not_resumable(run_dir: Path) -> str:
         except ms.MetricsFileError:
             pass
         else:
+            if m.status in WRITES_AT_THE_END:
+                return f"{checkpoint_gone(m.status, m.n_iterations)}: nothing to resume"
             how = ("was killed (its status is still running)" if m.status == ms.RUNNING
                    else f"stopped ({m.status})")
             return (f"its run {how} after {m.n_iterations} iterations, before its first "

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lptrain.errors import InputFileError, RunFileError
-from lptrain.rundir import SWEEP_FILE, SavedFiles, check_overrides, dir_override
+from lptrain.rundir import (SWEEP_FILE, WRITES_AT_THE_END, SavedFiles, check_overrides,
+                            checkpoint_gone, dir_override)
 
 _SET_BY_RESUME = ("hydra.sweep.dir", "hydra.mode")   # given anew by the resumed command
 _SUBDIR = "hydra.sweep.subdir"
@@ -137,6 +138,10 @@ class SweepJobs:
         done = m.n_iterations
         ended = m.status in (ms.DIVERGED, ms.STALLED) or \
             (m.status == ms.COMPLETED and done >= iterations)
+        if not ended and not checkpoint.is_file() and m.status in WRITES_AT_THE_END:
+            raise RunFileError(f"{run_dir}: {checkpoint_gone(m.status, done)}, so this job "
+                               f"of the sweep cannot be resumed; move its {ms.FILE_NAME} "
+                               f"away to run it again")
         if not ended and not checkpoint.is_file():
             raise RunFileError(f"{run_dir}: this job of the sweep stopped ({m.status}) after "
                                f"{done} iterations, before its first checkpoint, so it "

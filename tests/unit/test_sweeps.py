@@ -63,6 +63,21 @@ def test_a_job_stopped_before_its_first_checkpoint_is_refused_not_truncated(tmp_
         SweepJobs(tmp_path / "sweep").plan(tmp_path / "sweep" / "0", 6)
 
 
+@pytest.mark.parametrize("status", [s.COMPLETED, s.INTERRUPTED])
+def test_a_job_whose_checkpoint_is_gone_says_so(tmp_path, status):
+    """Was refused as 'stopped before its first checkpoint': a completed or interrupted
+    run wrote one as it stopped, so it was moved or deleted."""
+    from lptrain.rundir import not_resumable
+    _job(tmp_path / "sweep" / "0", status, 4, checkpoint=False)
+    with pytest.raises(RunFileError, match=rf"no checkpoint.pt there, though its run "
+                                           rf"stopped \({status}\) after 4 iterations and "
+                                           rf"wrote one then \(moved or deleted\?\)"):
+        SweepJobs(tmp_path / "sweep").plan(tmp_path / "sweep" / "0", 6)
+    assert not_resumable(tmp_path / "sweep" / "0") == (
+        f"no checkpoint.pt there, though its run stopped ({status}) after 4 iterations "
+        f"and wrote one then (moved or deleted?): nothing to resume")
+
+
 @pytest.mark.parametrize("status", [s.DIVERGED, s.STALLED])
 def test_a_job_that_ended_before_its_first_checkpoint_is_kept(tmp_path, status):
     """Was refused as 'stopped before its first checkpoint': a run that diverged at
