@@ -238,6 +238,10 @@ def _lead(args: list[str], ranks: int) -> int:
         _check_launcher(args, ranks)
         args = _resume_args(args)
         if _informational(args):      # --help, --cfg job, --info ...: nothing to write
+            # its overrides (key=value; a flag's own value has no '=') are checked first:
+            # Hydra reports a bad one in five lines with a pointer to HYDRA_FULL_ERROR
+            check_command([a for a in args if a in ("-m", "--multirun")
+                           or ("=" in a and not a.startswith("-"))])
             sys.argv = [sys.argv[0], *args]
             _hydra_entry()
             return 0

@@ -194,6 +194,17 @@ def test_a_directory_hydra_cannot_parse_is_refused_before_it_is_made(tmp_path, c
     assert quoted == dir_override(key, run) and not run.exists()
 
 
+@pytest.mark.parametrize("args", [["dataset=mnist", "optimizer.gtol=1e-9", "--cfg", "job"],
+                                  ["--cfg", "job", "-m", "optimizer.lr=0.1,0.2"]])
+def test_a_bad_override_beside_an_informational_flag_is_refused_in_one_line(capsys, args):
+    """`lptrain ... --cfg job` with a key the optimizer lacks printed Hydra's five lines
+    (ending in HYDRA_FULL_ERROR) and exited 1; a run's command says it in one, exit 2."""
+    from lptrain import cli
+    assert cli._lead(args, 1) == REFUSED
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lptrain: error: optimizer."), lines
+
+
 @pytest.mark.parametrize("path", ["/tmp/plain/run-1", "/tmp/my runs/ü 1", "/tmp/it's",
                                   "/tmp/a\\b", "/tmp/end\\", "/tmp/a,b=c", "/tmp/q\"x",
                                   "/tmp/x\\'y"])
