@@ -203,7 +203,9 @@ def main() -> None:
     _channel.append(channel)
     _stop_if_signalled(comm)
     if comm.Get_rank() != 0:
-        sys.exit(_follow(channel))
+        status = _follow(channel)
+        _quiet_teardown()
+        sys.exit(status)
     status = FAILED
     try:
         status = _lead(sys.argv[1:], comm.Get_size())
@@ -213,7 +215,17 @@ def main() -> None:
     finally:
         if not channel.busy:        # else every rank left that job together
             channel.finish(status)
+    _quiet_teardown()
     sys.exit(status)
+
+
+def _quiet_teardown() -> None:
+    """Ignore SIGINT and SIGTERM once the command's work is done: the interpreter's
+    teardown puts back the default handlers, and a signal then ended a completed run
+    with 130 or 143 and no word."""
+    import signal
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def _stop_if_signalled(comm) -> None:
@@ -357,12 +369,12 @@ def _run_job(job: Job) -> float | None:
     try:
         outcome = app.run(job.cfg, comm, run_dir, _stop[0] if _stop else None,
                           resume=job.resume)
+        _signal_at_the_end(job, comm)
         return float(outcome.objective)
     except Interrupted as exc:       # every rank agreed on it after the same iteration
         if comm.Get_rank() == 0:
-            again = job.sweep_dir if job.sweep_dir and is_sweep(job.sweep_dir) else run_dir
             message = (f"{exc} (status interrupted); resume with: "
-                       f"{resume_command(again, comm.Get_size())}")
+                       f"{resume_command(_again(job), comm.Get_size())}")
             print(f"{PROG}: {message}", file=sys.stderr, flush=True)
             log.warning(message)
         sys.exit(exc.exit_code)
@@ -386,6 +398,38 @@ def _run_job(job: Job) -> float | None:
             abort(comm, 1)
         sys.exit(1)
     return None
+
+
+def _again(job: Job) -> Path:
+    """The directory whose resume carries on this job: its sweep's, else its own."""
+    return Path(job.sweep_dir) if job.sweep_dir and is_sweep(job.sweep_dir) else \
+        Path(job.run_dir)
+
+
+def _signal_at_the_end(job: Job, comm) -> None:
+    """Collective, after a run that ended by itself: a signal received in its last
+    iteration or its closing lines stopped nothing; say so.  A single run exits as it
+    ended; a sweep stops before its next job (128 + the signal), to be resumed."""
+    if not _stop:
+        return
+    import signal
+
+    from lptrain.parallel.context import make_exchange
+    signum, _ = _stop[0].agreed(make_exchange(comm))
+    if signum is None:
+        return
+    name = signal.Signals(signum).name
+    sweep = bool(job.sweep_dir and is_sweep(job.sweep_dir))
+    if comm.Get_rank() == 0:
+        message = f"{name} came after the run's last iteration: {job.run_dir} ended as " \
+                  "metrics.h5 says"
+        if sweep:
+            message += f"; the sweep stops here, resume with: " \
+                       f"{resume_command(_again(job), comm.Get_size())}"
+        print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+        log.warning(message)
+    if sweep:
+        sys.exit(128 + signum)
 
 
 def _model_timer(opts, net, mode: str):

@@ -111,10 +111,10 @@ class StopAt(StopSignals):
         super().__init__()
         self.at = at
 
-    def check(self, exchange, iteration, writer=None):
+    def check(self, exchange, iteration, writer=None, signals=True):
         if iteration == self.at:
             self.received = signal.SIGINT
-        super().check(exchange, iteration, writer)
+        super().check(exchange, iteration, writer, signals)
 
 
 class Counting:

@@ -164,7 +164,9 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
         progress.check(k, info.objective, theta)
         if validate:                 # a candidate for the best once k passed the check
             progress.validated(k, *val, theta)
-        _checked(stop, exchange, k, writer, save)
+        # a signal in the run's last iteration stops nothing: the run ends anyway, and
+        # the command says so (cli.py); only a failed metrics file still raises here
+        _checked(stop, exchange, k, writer, save, signals=not last)
         save(k)
         if info.converged:
             console.message(f"gradient norm {info.grad_norm:.3e} below gtol: stopping")
@@ -200,13 +202,13 @@ def _log_step(k: int, info, dt: float, wall: float, oracle, writer) -> dict | No
     return stats
 
 
-def _checked(stop, exchange, k, writer, save):
+def _checked(stop, exchange, k, writer, save, signals: bool = True):
     """stop.check; a stop for a signal is checkpointed first, and so is one because rank
     0's metrics file failed (a full disk: metrics.h5 is closed now, so the checkpoint may
     use the space it kept in reserve) if the checkpoint can be written; that failure is
     the one reported, with what became of the checkpoint (resume needs one)."""
     try:
-        stop.check(exchange, k, writer)
+        stop.check(exchange, k, writer, signals)
     except Interrupted:
         save(k, force=True)
         raise

@@ -46,14 +46,15 @@ class StopSignals:
         sig = signal.SIGTERM if total >= _WEIGHT[signal.SIGTERM] else signal.SIGINT
         return sig, failed_somewhere
 
-    def check(self, exchange, iteration: int, writer=None) -> None:
+    def check(self, exchange, iteration: int, writer=None, signals: bool = True) -> None:
         """Raise on every rank alike: the writer's failure (rank 0 holds the message),
-        else Interrupted once any rank received a signal."""
+        else (where `signals`) Interrupted once any rank received a signal; without
+        `signals` a received one stays pending for `agreed`."""
         failure = getattr(writer, "failure", None)
         signum, failed = self.agreed(exchange, failure is not None)
         if failed:
             raise failure or RunFileError("rank 0 could not write its metrics file")
-        if signum is not None:
+        if signum is not None and signals:
             raise Interrupted(int(signum), iteration)
 
 

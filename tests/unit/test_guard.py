@@ -135,3 +135,50 @@ def test_a_short_command_stops_in_one_line_on_a_signal(capsys):
                                                     "lptrain-x: interrupted by SIGTERM"]
     assert stops_on_signals("lptrain-x", lambda: lambda: 2) == 2
     assert {sig: signal.getsignal(sig) for sig in handlers} == handlers
+
+
+class _OneRank:
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return 1
+
+
+@pytest.mark.parametrize("sweep", [False, True])
+def test_a_signal_after_the_last_iteration_is_said_and_ends_only_a_sweep(
+        tmp_path, capsys, monkeypatch, sweep):
+    """A signal in a run's last iteration stops nothing (train/loop.py): the command
+    says so; a sweep stops before its next job with 128 + the signal and its resume."""
+    from lptrain import cli
+    from lptrain.jobs import Job
+    sweep_dir = tmp_path / "sweep"
+    job = Job(cfg=None, run_dir=str(sweep_dir / "0"),
+              sweep_dir=str(sweep_dir) if sweep else "")
+    monkeypatch.setattr(cli, "is_sweep", lambda d: True)
+    stop = StopSignals()
+    monkeypatch.setattr(cli, "_stop", [stop])
+    cli._signal_at_the_end(job, _OneRank())           # no signal: nothing
+    assert capsys.readouterr().err == ""
+    stop.received = signal.SIGTERM
+    if sweep:
+        with pytest.raises(SystemExit) as exc:
+            cli._signal_at_the_end(job, _OneRank())
+        assert exc.value.code == 143
+    else:
+        cli._signal_at_the_end(job, _OneRank())
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"lptrain: SIGTERM came after the run's last iteration: {sweep_dir / '0'} ended")
+    assert ("resume with: lptrain resume=" in lines[0]) == sweep
+
+
+def test_the_command_ignores_signals_once_its_work_is_done(signals):
+    """A SIGINT in the interpreter's teardown (default handlers put back) ended a
+    completed run with 130 and no word."""
+    from lptrain import cli
+    cli._quiet_teardown()
+    assert signal.getsignal(signal.SIGINT) == signal.getsignal(signal.SIGTERM) == \
+        signal.SIG_IGN
+    os.kill(os.getpid(), signal.SIGINT)          # nothing happens
+    assert signals.received is None

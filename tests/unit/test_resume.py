@@ -2,6 +2,7 @@
 uninterrupted one (bitwise in the serial and simultaneous modes, to the MGRIT tolerance
 in mgrit mode), the metrics file is continued, and bad resumes are refused."""
 import re
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -452,6 +453,22 @@ def test_the_last_recorded_iteration_is_read_from_the_metrics_file(tmp_path):
         for i in (1, 2, 3):
             w.log_train(iteration=i, objective=1.0, loss=1.0)
     assert last_iteration(path) == 3
+
+
+def test_a_signal_in_the_last_iteration_lets_the_run_complete(tmp_path):
+    """A stop in the last iteration left the run `interrupted` for good: its printed
+    resume was refused ('ask for more'). The run now ends as it would have, and the
+    signal stays pending for the command to report."""
+    stop = StopAt(K)
+    outcome = app.run(_cfg("mode=serial", f"train.iterations={K}"), None, tmp_path, stop)
+    m = read_metrics(tmp_path / ms.FILE_NAME)
+    assert m.status == ms.COMPLETED and m.n_iterations == K == outcome.iterations
+    assert ck.load_checkpoint(tmp_path / ck.CHECKPOINT_FILE)["iteration"] == K
+    assert stop.received == signal.SIGINT
+    (tmp_path / "b").mkdir()
+    with pytest.raises(Interrupted):          # one iteration earlier it still stops
+        app.run(_cfg("mode=serial", f"train.iterations={K}"), None, tmp_path / "b",
+                StopAt(K - 1))
 
 
 def test_a_resume_removes_what_a_killed_write_left(tmp_path):
