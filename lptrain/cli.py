@@ -198,6 +198,7 @@ def main() -> None:
     atexit.register(gc.freeze)
     keep_freed_memory()
     comm = _world()
+    _stop[0].install()       # again: MPI's libraries (UCX) take SIGHUP for their debugging
     limit_threads(node_of(comm))
     channel = JobChannel(comm)
     _channel.append(channel)
@@ -220,11 +221,11 @@ def main() -> None:
 
 
 def _quiet_teardown() -> None:
-    """Ignore SIGINT and SIGTERM once the command's work is done: the interpreter's
-    teardown puts back the default handlers, and a signal then ended a completed run
-    with 130 or 143 and no word."""
+    """Ignore SIGINT, SIGHUP and SIGTERM once the command's work is done: the
+    interpreter's teardown puts back the default handlers, and a signal then ended a
+    completed run with 130 or 143 and no word."""
     import signal
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
 
 

@@ -75,7 +75,7 @@ class RunDirectoryBusy(LptrainError):
 
 
 class Interrupted(LptrainError):
-    """The ranks agreed to stop after a signal (SIGINT or SIGTERM).
+    """The ranks agreed to stop after a signal (SIGINT, SIGHUP or SIGTERM).
 
     `exit_code` is 128 + the signal number, as a shell reports a process the
     signal ended; `iteration` is the last finished optimizer iteration.

@@ -1,4 +1,4 @@
-"""Stop requests: SIGINT and SIGTERM only set a flag, which the ranks agree on.
+"""Stop requests: SIGINT, SIGHUP and SIGTERM only set a flag, which the ranks agree on.
 
 Torch-free, so that the `lptrain` command installs these handlers before its heavy
 imports: a signal from the first moment on stops the run cleanly (train/guard.py says
@@ -10,14 +10,15 @@ import signal
 
 from lptrain.errors import Interrupted, RunFileError
 
-# signal -> the value a rank contributes to the agreement sum; SIGTERM (a scheduler's
-# cancel) dominates any number of SIGINTs among the ranks
-_WEIGHT = {signal.SIGINT: 1.0, signal.SIGTERM: 4096.0}
-_FAILED = 2.0 ** 24     # a rank's metrics writer failed: larger than any sum of the above
+# signal -> the value a rank contributes to the agreement sum, weakest first: SIGHUP (a
+# closed terminal) dominates SIGINTs, SIGTERM (a scheduler's cancel) both, for up to
+# 2^14 - 1 ranks receiving each (sums of float64 are exact far beyond)
+_WEIGHT = {signal.SIGINT: 1.0, signal.SIGHUP: 2.0 ** 14, signal.SIGTERM: 2.0 ** 28}
+_FAILED = 2.0 ** 42     # a rank's metrics writer failed: larger than any sum of the above
 
 
 class StopSignals:
-    """SIGINT/SIGTERM handlers that record the signal instead of raising."""
+    """SIGINT/SIGHUP/SIGTERM handlers that record the signal instead of raising."""
 
     def __init__(self):
         self.received: int | None = None
@@ -28,8 +29,8 @@ class StopSignals:
         return self
 
     def _handle(self, signum, frame) -> None:
-        if self.received != signal.SIGTERM:   # keep the stronger request
-            self.received = signum
+        if self.received is None or _WEIGHT[signum] > _WEIGHT[self.received]:
+            self.received = signum            # keep the stronger request
 
     def agreed(self, exchange, failed: bool = False) -> tuple[int | None, bool]:
         """(the signal every rank stops for or None, whether a rank's writer failed).
@@ -43,7 +44,7 @@ class StopSignals:
         total %= _FAILED
         if total <= 0:
             return None, failed_somewhere
-        sig = signal.SIGTERM if total >= _WEIGHT[signal.SIGTERM] else signal.SIGINT
+        sig = max((s for s, w in _WEIGHT.items() if total >= w), key=_WEIGHT.get)
         return sig, failed_somewhere
 
     def check(self, exchange, iteration: int, writer=None, signals: bool = True) -> None:

@@ -11,6 +11,8 @@ from lptrain.metrics.schema import MetricsFileError
 from lptrain.metrics.writer import NullWriter
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.train.guard import DIVERGENCE_FACTOR, NoStop, Progress, StopSignals
+from lptrain.train.stop import _FAILED as FAILED
+from lptrain.train.stop import _WEIGHT as W
 
 
 def test_divergence_rule_keeps_the_last_good_parameters():
@@ -65,7 +67,7 @@ class Sum:
 
 @pytest.fixture
 def signals():
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     yield StopSignals().install()
     for s, h in saved.items():
         signal.signal(s, h)
@@ -84,14 +86,30 @@ def test_a_signal_is_recorded_not_raised(signals):
     assert signals.agreed(SerialExchange())[0] == signal.SIGTERM
 
 
+def test_a_closed_terminal_stops_the_run_as_sigterm_does(signals):
+    """SIGHUP (a terminal or tmux window closed) was left to MPI's debug handler: the
+    run went on and printed 240 lines of UCX debug output at its end."""
+    os.kill(os.getpid(), signal.SIGHUP)
+    with pytest.raises(Interrupted) as exc:
+        signals.check(SerialExchange(), 4)
+    assert (exc.value.exit_code, str(exc.value)) == (
+        129, "interrupted by SIGHUP after iteration 4")
+    os.kill(os.getpid(), signal.SIGINT)       # weaker: kept SIGHUP
+    os.kill(os.getpid(), signal.SIGTERM)      # stronger
+    assert signals.received == signal.SIGTERM
+
+
 def test_ranks_agree_whichever_rank_got_the_signal(signals):
     assert signals.agreed(Sum(0.0))[0] is None
     # only the other rank got SIGINT / SIGTERM; several SIGINTs never read as SIGTERM
     assert signals.agreed(Sum(1.0))[0] == signal.SIGINT
-    assert signals.agreed(Sum(4096.0))[0] == signal.SIGTERM
+    assert signals.agreed(Sum(W[signal.SIGTERM]))[0] == signal.SIGTERM
     os.kill(os.getpid(), signal.SIGINT)
     assert signals.agreed(Sum(1.0))[0] == signal.SIGINT
-    assert signals.agreed(Sum(4096.0))[0] == signal.SIGTERM
+    assert signals.agreed(Sum(W[signal.SIGTERM]))[0] == signal.SIGTERM
+    # a closed terminal's SIGHUP on one rank beats SIGINTs on (nearly) any number
+    assert signals.agreed(Sum(W[signal.SIGHUP] + 2.0 ** 14 - 2))[0] == signal.SIGHUP
+    assert signals.agreed(Sum(2.0 ** 14 - 2))[0] == signal.SIGINT
 
 
 class Broken:
@@ -104,8 +122,8 @@ def test_a_failed_writer_stops_every_rank_before_a_signal(signals):
         signals.check(SerialExchange(), 3, Broken())
     # the other rank (rank 0) failed: this one stops with a quiet error of its own
     with pytest.raises(RunFileError, match="rank 0"):
-        signals.check(Sum(2.0 ** 24), 3, NullWriter())
-    assert signals.agreed(Sum(2.0 ** 24 + 4096.0)) == (signal.SIGTERM, True)
+        signals.check(Sum(FAILED), 3, NullWriter())
+    assert signals.agreed(Sum(FAILED + W[signal.SIGTERM])) == (signal.SIGTERM, True)
     NoStop().check(SerialExchange(), 3, NullWriter())
     with pytest.raises(MetricsFileError):
         NoStop().check(SerialExchange(), 3, Broken())
