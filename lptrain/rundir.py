@@ -44,6 +44,12 @@ def refuse_earlier_run(directory: str | Path, key: str, ranks: int = 1) -> None:
     if found:
         sweep = key == "hydra.sweep.dir" and is_sweep(directory)
         earlier, what = (directory, "sweep") if sweep else (found[0].parent, "run")
+        from lptrain.train.checkpoint import CHECKPOINT_FILE
+        if not sweep and not (earlier / CHECKPOINT_FILE).is_file():
+            raise RunFileError(f"{key}={directory}: holds an earlier run ({found[0]}) that "
+                               f"cannot be resumed ({not_resumable(earlier)}); choose "
+                               f"another directory, or move its {FILE_NAME} away to run "
+                               f"there again", exit_code=REFUSED)
         raise RunFileError(f"{key}={directory}: holds an earlier run ({found[0]}); choose "
                            f"another directory, or continue that {what} with "
                            f"`{resume_command(earlier, ranks)}`", exit_code=REFUSED)

@@ -86,11 +86,26 @@ def test_an_earlier_metrics_file_is_never_truncated(tmp_path):
     with pytest.raises(s.MetricsFileError, match="exists"):
         w.MetricsWriter(path, ATTRS)
     assert read_metrics(path).n_iterations == 4
+    (tmp_path / "checkpoint.pt").write_bytes(b"")
     with pytest.raises(RunFileError, match=r"`lptrain resume="):
         refuse_earlier_run(tmp_path, "hydra.run.dir")
     with pytest.raises(RunFileError, match=r"`mpiexec -n 2 lptrain resume="):   # as launched
         refuse_earlier_run(tmp_path, "hydra.run.dir", 2)
     refuse_earlier_run(tmp_path / "empty", "hydra.run.dir")   # nothing there: fine
+
+
+def test_an_earlier_run_without_a_checkpoint_is_not_offered_a_resume(tmp_path):
+    """A run killed before its first checkpoint: its resume says there is nothing to
+    resume, and a fresh run in its directory said to resume it instead."""
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "overrides.yaml").write_text("[]\n")
+    with w.MetricsWriter(tmp_path / s.FILE_NAME, ATTRS) as first:
+        _rows(first, 1, 4)
+    with pytest.raises(RunFileError) as err:
+        refuse_earlier_run(tmp_path, "hydra.run.dir")
+    text = str(err.value)
+    assert "resume=" not in text and "cannot be resumed" in text, text
+    assert "move its metrics.h5 away to run there again" in text
 
 
 def test_sweep_with_an_earlier_job_is_refused(tmp_path):
@@ -226,7 +241,7 @@ def test_a_failed_file_names_what_became_of_the_checkpoint():
     from lptrain.train.loop import _checked
 
     class Full:
-        def check(self, exchange, k, writer):
+        def check(self, exchange, k, writer, signals=True):
             raise RunFileError("metrics.h5: cannot write (only 3 MB left free)")
 
     def save(k, force=False):
