@@ -437,7 +437,13 @@ def _model_timer(opts, net, mode: str):
     """parallel.layer_ranks=auto's timer: the speedup model, imported only when a run
     has a choice of grids."""
     from lptrain.model_perf.grid import model_timer
-    return model_timer(opts, net, mode)
+    return model_timer(opts, net, mode, _say_plainly)
+
+
+def _say_plainly(text: str) -> None:
+    """One line of progress on stderr (rank 0) and in the log."""
+    print(f"{PROG}: {text}", file=sys.stderr, flush=True)
+    log.info(text)
 
 
 def _hydra_entry():

@@ -50,10 +50,11 @@ class MeasuredTimer:
     """GridTimer of a configuration in one mode with this host's measured costs."""
 
     def __init__(self, opts, net, mode: str, counts: Counts = Counts(),
-                 model: Model | None = None):
+                 model: Model | None = None, announce=None):
         self.opts, self.net, self.mode, self.counts = opts, net, mode, counts
         self.model = model     # a Model of this configuration whose records to reuse
         self.note = None       # after times(): where they came from
+        self.announce = announce   # called with a line before kernels are timed
 
     def times(self, grids: Sequence[Grid]) -> dict[Grid, float]:
         import torch
@@ -73,6 +74,8 @@ class MeasuredTimer:
         if kept is not None:
             self.note = "times kept on this host"
             return kept
+        if self.announce is not None:
+            self.announce("timing this host's kernels for parallel.layer_ranks=auto (once)")
         model = self.model
         if model is None or (model.batch, model.mini_batches, model.dtype, model.mgrit) != \
                 (batch, mini_batches, dtype, o.mgrit):
@@ -126,9 +129,10 @@ def forget_kept_times() -> None:
     shutil.rmtree(cache_dir() / "grid_times", ignore_errors=True)
 
 
-def model_timer(opts, net, mode: str) -> MeasuredTimer:
-    """The factory `parallel.auto.install` takes (the `lptrain` command installs it)."""
-    return MeasuredTimer(opts, net, mode)
+def model_timer(opts, net, mode: str, announce=None) -> MeasuredTimer:
+    """The factory `parallel.auto.install` takes (the `lptrain` command installs it, with
+    `announce` saying on its console that kernels are timed: that takes 10-40 s)."""
+    return MeasuredTimer(opts, net, mode, announce=announce)
 
 
 def timers_reusing(model: Model):

@@ -31,6 +31,17 @@ def test_auto_keeps_the_grid_times_of_a_configuration(tmp_path, monkeypatch):
     assert _timer([], monkeypatch, seconds).times(GRIDS) == seconds
 
 
+def test_the_command_is_told_before_kernels_are_timed_not_when_kept(tmp_path, monkeypatch):
+    """The first start with layer_ranks=auto timed kernels for 20-35 s without a word."""
+    monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path))
+    seconds, said = {Grid(1, 2): 1.0, Grid(2, 1): 2.0}, []
+    for _ in range(2):
+        timer = _timer([], monkeypatch, seconds)
+        timer.announce = said.append
+        timer.times(GRIDS)
+    assert said == ["timing this host's kernels for parallel.layer_ranks=auto (once)"]
+
+
 def test_an_unreadable_kept_file_is_predicted_anew(tmp_path, monkeypatch):
     monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path))
     seconds = {Grid(1, 2): 1.0, Grid(2, 1): 2.0}
