@@ -77,6 +77,13 @@ def gradient_error(m: Measured, T: float, n_c: int, grad_norm: float) -> tuple[f
             scale * math.sqrt(m.adj_last_sq * m.fwd_state_sq))
 
 
+def stagnated(residuals: Sequence[float], last: int = 3, above: float = 0.9) -> bool:
+    """Whether a solve's residuals stopped falling: each of its `last` ratios r[k+1]/r[k]
+    above `above` (round-off, not too few iterations: more would not help)."""
+    r = [float(x) for x in residuals][-(last + 1):]
+    return len(r) == last + 1 and all(b > above * a for a, b in zip(r, r[1:]))
+
+
 def convergence_factor(residuals: Sequence[float]) -> float:
     """Geometric mean of the ratios r[k+1]/r[k] of one solve's residuals; NaN with fewer
     than 2 residuals or a non-positive or non-finite first one.

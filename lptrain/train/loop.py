@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from lptrain.errors import Interrupted, LptrainError
+from lptrain.train.control import stagnated
 from lptrain.train.guard import Progress
 from lptrain.train.protocol import Batch
 from lptrain.train.run_state import LoopState, RunState
@@ -225,11 +226,16 @@ def _shortfall(k: int, stats: dict, console) -> bool:
     run goes on with inexact gradients. Whether it said so."""
     short = stats.get("unconverged", 0)
     if short > 0:
+        counted = "(mgrit/unconverged in metrics.h5 counts them)"
+        # residuals that stopped falling are at round-off: more iterations do not help
+        flat = any(stagnated(stats.get(h) or []) for h in ("fwd_history", "adj_history"))
+        advice = ["  they stagnated at round-off: raise mgrit.tol or use dtype=float64",
+                  f"  {counted}"] if flat else [f"  raise mgrit.max_iter {counted}"]
         for line in (f"iteration {k}: {short} MGRIT solve(s) stopped at mgrit.max_iter "
                      f"above tolerance",
                      f"  (residuals {stats['fwd_residual']:.1e} forward, "
                      f"{stats['adj_residual']:.1e} adjoint): the gradient is not exact;",
-                     "  raise mgrit.max_iter (mgrit/unconverged in metrics.h5 counts them)"):
+                     *advice):
             console.message(line)
     return short > 0
 

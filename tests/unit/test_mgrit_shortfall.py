@@ -39,3 +39,22 @@ def test_solves_without_a_tolerance_are_never_short(tmp_path, caplog):
     """tol = rtol = 0 asks for exactly max_iter iterations: every solve was counted."""
     counts, said = _run(tmp_path, caplog, "mgrit.tol=0", "mgrit.rtol=0", "mgrit.max_iter=2")
     assert list(counts) == [0, 0, 0] and said == []
+
+
+def test_solves_stagnated_at_round_off_are_not_told_to_iterate_more(tmp_path, caplog):
+    """float32 with a large T: the forward residual sits at round-off above mgrit.tol,
+    and the advice was 'raise mgrit.max_iter', which only cost time."""
+    counts, _ = _run(tmp_path, caplog, "network.layers=32", "network.width=8",
+                     "mgrit.levels=3", "mgrit.cfactor0=4", "dtype=float32", "network.T=100",
+                     "mgrit.max_iter=20")
+    assert counts[0] >= 1
+    text = "\n".join(caplog.messages)
+    assert "stagnated at round-off: raise mgrit.tol or use dtype=float64" in text
+    assert "raise mgrit.max_iter" not in text
+
+
+def test_stagnation_is_the_last_ratios_near_one():
+    from lptrain.train.control import stagnated
+    assert stagnated([1.0, 1e-2, 1e-3, 0.99e-3, 0.98e-3, 0.98e-3])
+    assert not stagnated([1.0, 0.5, 0.25, 0.125])         # slow, but still falling
+    assert not stagnated([1.0, 1.0, 1.0])                 # too few ratios to tell
