@@ -37,6 +37,7 @@ from lptrain.train.loop import batch_samples, train
 from lptrain.train.objective import Objective
 from lptrain.train.optimizers import OPTIMIZERS
 from lptrain.train.run_state import RunState
+from lptrain.train.stall import NO_STEP
 from lptrain.train.terms import make_oracle
 
 def _cast(data, dtype, device):
@@ -276,7 +277,10 @@ def resume_notes(saved: RunState, opts: Config, status: tuple[str, str], grid=No
 
 def _stall_message(opts: Config, outcome) -> str:
     """One line: that the run stalled, why, and what to try."""
-    if opts.mode.name == SIMULTANEOUS:
+    if outcome.stalled == NO_STEP:            # the line search gave up, exact solves too
+        hint = "the optimum may be reached, or the line search gives up too soon: raise " \
+               "optimizer.max_ls or lower optimizer.step0"
+    elif opts.mode.name == SIMULTANEOUS:
         hint = "try mode=mgrit, more mgrit.fwd_iters/adj_iters or mgrit.adaptive=true"
     elif hasattr(opts.optimizer, "gtol"):     # L-BFGS: its stopping test may come first
         hint = "the optimum may be reached (lower optimizer.gtol), or try another " \

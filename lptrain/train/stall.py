@@ -13,6 +13,11 @@ from __future__ import annotations
 import math
 
 
+# why a run stalled whose line search found no step (its hint differs: train/loop.py)
+NO_STEP = "no step decreases the objective, even along the steepest descent with exact " \
+          "solves"
+
+
 class StallRule:
     """Feed it one optimizer iteration at a time; `stalled` says why it stalled."""
 
@@ -28,8 +33,7 @@ class StallRule:
     def update(self, objective: float, exhausted: bool = False) -> str | None:
         """Record one iteration; returns the reason once the run has stalled, else None."""
         if exhausted:
-            self.stalled = "no step decreases the objective, even along the steepest " \
-                           "descent with exact solves"
+            self.stalled = NO_STEP
             return self.stalled
         if self.per_epoch > 1:
             self._epoch.append(objective)

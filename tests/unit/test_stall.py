@@ -1,7 +1,7 @@
 """The stall rule: patience in iterations (full batch) or epochs (mini-batches)."""
 import pytest
 
-from lptrain.train.stall import StallRule
+from lptrain.train.stall import NO_STEP, StallRule
 
 
 def test_patience_counts_iterations_without_a_new_best():
@@ -57,18 +57,25 @@ def test_a_stalled_run_resumed_gets_its_patience_afresh():
     assert q.update(2.0)
 
 
-@pytest.mark.parametrize("optimizer", ["lbfgs", "sgd", "adam"])
-def test_the_stall_hint_names_options_the_optimizer_has(optimizer):
+@pytest.mark.parametrize("optimizer, mode, why", [
+    ("lbfgs", "serial", "flat"), ("sgd", "serial", "flat"), ("adam", "serial", "flat"),
+    ("lbfgs", "serial", NO_STEP), ("lbfgs", "simultaneous", NO_STEP)])
+def test_the_stall_hint_names_options_the_optimizer_has(optimizer, mode, why):
     """The hint of a serial run's stall message named optimizer.gtol for SGD and Adam,
-    which refuse that key."""
+    which refuse that key; a line search that found no step at iteration 1 (a large
+    gradient) was told the optimum may be reached, or (simultaneous, exact solves
+    already tried) to try mode=mgrit, where raising optimizer.max_ls lets it train."""
     import re
 
     from lptrain.app import _stall_message
     from lptrain.config import compose
     from lptrain.train.loop import Outcome
-    opts, _ = compose([f"optimizer={optimizer}"])
+    opts, _ = compose([f"optimizer={optimizer}", f"mode={mode}"])
     outcome = Outcome(iterations=9, objective=1.0, loss=1.0, accuracy=0.5, val_loss=1.0,
                       val_accuracy=0.5, best_val_accuracy=0.5, wall_time=1.0,
-                      converged=False, stalled="flat")
+                      converged=False, stalled=why)
+    message = _stall_message(opts, outcome)
+    assert ("optimizer.max_ls" in message) == (why == NO_STEP)
+    assert ("mode=mgrit" in message) == (why != NO_STEP and mode == "simultaneous")
     named = re.findall(r"optimizer\.(\w+)", _stall_message(opts, outcome))
     assert named and all(hasattr(opts.optimizer, key) for key in named), named
