@@ -134,7 +134,8 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
         start = time.perf_counter() - resume.loop.wall_time
         val, best, k0 = resume.loop.val, resume.loop.best, resume.iteration
         val_at = resume.loop.val_iteration
-    info, k, wall, said = None, k0, time.perf_counter() - start, False
+    info, k, wall = None, k0, time.perf_counter() - start
+    notes = _Notes(console, opts.mgrit)
 
     def save(k, force=False):
         if checkpoint is not None:
@@ -161,7 +162,7 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
         console.update(k, objective=info.objective, loss=info.loss, accuracy=info.accuracy,
                        val_accuracy=val[1], val_iteration=val_at, step_time=dt,
                        **_console_mgrit(stats))
-        said = said or (stats is not None and _shortfall(k, stats, console))
+        notes.after(k, stats)
         progress.check(k, info.objective, theta)
         if validate:                 # a candidate for the best once k passed the check
             progress.validated(k, *val, theta)
@@ -221,7 +222,43 @@ def _checked(stop, exchange, k, writer, save, signals: bool = True):
         raise failure
 
 
-def _shortfall(k: int, stats: dict, console) -> bool:
+class _Notes:
+    """What the console says once in a run about its solves: mode=mgrit's solves cut
+    short at max_iter, one-shot solves whose error stays far above mgrit.grad_tol."""
+
+    def __init__(self, console, mgrit):
+        self.console, self.mgrit, self.said = console, mgrit, set()
+
+    def after(self, k: int, stats: dict | None) -> None:
+        if stats is None:
+            return
+        for name, say in (("short", _shortfall), ("reach", _out_of_reach)):
+            if name not in self.said and say(k, stats, self.console, self.mgrit):
+                self.said.add(name)
+
+
+# estimated gradient errors this many times mgrit.grad_tol with the solves at their most
+# are out of the controller's reach: said once
+OUT_OF_REACH = 10.0
+
+
+def _out_of_reach(k: int, stats: dict, console, mgrit) -> bool:
+    """Say, once, that the one-shot controller plans its most iterations and still
+    estimates the gradient error far above mgrit.grad_tol. Whether it said so."""
+    most = mgrit.control_max_iters
+    at_most = max(stats.get("fwd_plan", -1), stats.get("adj_plan", -1)) >= most
+    error = stats.get("grad_error", math.nan)
+    if not (at_most and error > OUT_OF_REACH * mgrit.grad_tol):
+        return False
+    for line in (f"iteration {k}: with {most} iterations a solve (mgrit.control_max_iters) "
+                 f"the", f"  estimated gradient error {error:.1e} stays far above "
+                 f"mgrit.grad_tol {mgrit.grad_tol:g};",
+                 "  try mode=mgrit, a larger control_max_iters, or a smaller network.T"):
+        console.message(line)
+    return True
+
+
+def _shortfall(k: int, stats: dict, console, mgrit=None) -> bool:
     """Say, once, that a mode=mgrit solve stopped at max_iter above its tolerance: the
     run goes on with inexact gradients. Whether it said so."""
     short = stats.get("unconverged", 0)

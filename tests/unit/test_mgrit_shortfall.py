@@ -10,6 +10,8 @@ from lptrain.metrics.reader import read_metrics
 
 TINY = ["mode=mgrit", "network.layers=8", "network.width=4", "dataset.n_train=100",
         "dataset.n_val=20", "mgrit.levels=2", "mgrit.cfactor0=2", "train.iterations=3"]
+# the default network's shape and hierarchy
+DEFAULT_NET = ["network.layers=32", "network.width=8", "mgrit.levels=3", "mgrit.cfactor0=4"]
 
 
 def _run(tmp_path, caplog, *overrides):
@@ -44,8 +46,7 @@ def test_solves_without_a_tolerance_are_never_short(tmp_path, caplog):
 def test_solves_stagnated_at_round_off_are_not_told_to_iterate_more(tmp_path, caplog):
     """float32 with a large T: the forward residual sits at round-off above mgrit.tol,
     and the advice was 'raise mgrit.max_iter', which only cost time."""
-    counts, _ = _run(tmp_path, caplog, "network.layers=32", "network.width=8",
-                     "mgrit.levels=3", "mgrit.cfactor0=4", "dtype=float32", "network.T=100",
+    counts, _ = _run(tmp_path, caplog, *DEFAULT_NET, "dtype=float32", "network.T=100",
                      "mgrit.max_iter=20")
     assert counts[0] >= 1
     text = "\n".join(caplog.messages)
@@ -58,3 +59,18 @@ def test_stagnation_is_the_last_ratios_near_one():
     assert stagnated([1.0, 1e-2, 1e-3, 0.99e-3, 0.98e-3, 0.98e-3])
     assert not stagnated([1.0, 0.5, 0.25, 0.125])         # slow, but still falling
     assert not stagnated([1.0, 1.0, 1.0])                 # too few ratios to tell
+
+
+def test_one_shot_errors_out_of_the_controllers_reach_are_said_once(tmp_path, caplog):
+    """network.T=100: the controller planned its most iterations every step and the
+    estimated gradient error stayed 4 orders above mgrit.grad_tol, without a word."""
+    with caplog.at_level(logging.INFO, logger="lptrain"):
+        app.run(composed(*TINY, *DEFAULT_NET, "mode=simultaneous", "network.T=100"), None,
+                tmp_path)
+    said = [m for m in caplog.messages if "stays far above mgrit.grad_tol" in m]
+    assert len(said) == 1 and all(len(m) <= 80 for m in caplog.messages if "mgrit" in m)
+    (tmp_path / "b").mkdir()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="lptrain"):      # the default network: none
+        app.run(composed(*TINY, *DEFAULT_NET, "mode=simultaneous"), None, tmp_path / "b")
+    assert not [m for m in caplog.messages if "stays far above" in m]
