@@ -88,8 +88,9 @@ def _mgrit_figure(runs: Runs, names: tuple[str, str], log: bool, what: str,
                   context: str) -> Figure:
     """One panel per solve (forward, adjoint): `names` against optimizer iteration."""
     fig, axes = _figure(2)
-    handles = []
+    handles, lines = [], []
     for ax, name, solve in zip(axes, names, ("forward", "adjoint")):
+        lines.append([])
         for i, (label, run) in enumerate(runs):
             if run.mgrit:
                 iterations = run.mgrit[s.ITERATION]
@@ -97,12 +98,23 @@ def _mgrit_figure(runs: Runs, names: tuple[str, str], log: bool, what: str,
                                 marker=_marker(i), markerfacecolor="none", markersize=5,
                                 markevery=max(1, len(iterations) // MGRIT_MARKS),
                                 label=label)   # hollow shapes: coinciding runs show
+                lines[-1].append(line)
                 if solve == "forward":
                     handles.append(line)
         _finish(ax, s.ITERATION, f"{solve} MGRIT {what}", log=log)
+    for handle, *drawn in zip(handles, *lines):   # a run no panel shows (N = 1: exact)
+        if not any(_drawable(line) for line in drawn):
+            handle.set_label(f"{handle.get_label()} (none drawn: 0 or NaN)")
     _legend(fig, handles)
     _title(fig, f"MGRIT {what} per solve", context)
     return fig
+
+
+def _drawable(line) -> bool:
+    """Whether any point of `line` shows on its axis (a log one: only positive values)."""
+    v = np.asarray(line.get_ydata(), float)
+    log = line.axes.get_yscale() == "log"
+    return bool(np.any(v > 0) if log else np.any(np.isfinite(v)))
 
 
 def _x(run: RunMetrics, group: str, x: str) -> np.ndarray:

@@ -385,6 +385,24 @@ def test_log_axes_where_values_span_decades_and_zeros_left_out(tmp_path):
     assert residuals.get_yscale() == "log" and residuals.get_ylim()[0] > 1e-12
 
 
+def test_a_run_no_panel_can_draw_says_so_in_the_legend(tmp_path):
+    """mode=mgrit with one layer: its residuals are exactly 0 (not on a log axis) and its
+    factors NaN, and the legend listed it beside no line at all."""
+    from lptrain.report.plots import figures
+    exact, other = (fake_run(tmp_path / name, s.MODE_MGRIT, 0.1) for name in "ab")
+    with h5py.File(exact, "a", locking=False) as f:
+        for name in (s.FWD_RESIDUAL, s.ADJ_RESIDUAL):
+            f[s.MGRIT][name][:] = 0.0
+        for name in (s.FWD_FACTOR, s.ADJ_FACTOR):
+            f[s.MGRIT][name][:] = np.nan
+    with h5py.File(other, "a", locking=False) as f:   # decades apart: log axes
+        f[s.MGRIT][s.ADJ_RESIDUAL][:] = [1e-3, 1e-5, 1e-7, 1e-9]
+    figs = figures([("exact", read_metrics(exact)), ("other", read_metrics(other))])
+    for name in ("mgrit_residuals", "mgrit_factors"):
+        labels = [t.get_text() for t in figs[name].legends[0].get_texts()]
+        assert labels == ["exact (none drawn: 0 or NaN)", "other"], (name, labels)
+
+
 def test_validation_is_markers_training_is_lines(figures_of):
     _, figs = figures_of
     ax = figs["loss_vs_iteration"].axes[0]
