@@ -134,6 +134,12 @@ def one_line_error(exc: Exception):
                 avail.append(ln.strip())
         head = re.sub(r"^In '[^']*': ", "", head) + (f"; available: {', '.join(avail)}"
                                                       if avail else "")
+    origin = re.match(r"In '([^']*)': \w+ raised while composing config:$", head)
+    if origin and len(text) > 1:     # the reason is on the lines below: a key a config sets
+        head = f"{text[1].strip()} (set by {origin[1]})"
+        named = [ln.split(":", 1)[1].strip() for ln in text[2:]
+                 if ln.strip().startswith("full_key:")]
+        key = key or (named[0] if named else None)
     if key == "network.step._target_" and "not in struct" in head:
         head += "; only network=custom takes a step: network=custom network.step._target_=..."
     elif key and key.startswith("network.step.") and "not in struct" in head:

@@ -124,6 +124,32 @@ def test_peaks_paper_has_the_authors_values():
     assert opts.train.batch_size is None
 
 
+@pytest.mark.parametrize("name", EXPERIMENTS)
+@pytest.mark.parametrize("optimizer", ["adam", "sgd", "lbfgs_m20"])
+def test_an_experiment_takes_the_optimizer_the_command_chooses(name, optimizer):
+    """experiment=mnist_paper optimizer=adam was refused with a line ending in a colon
+    (the overlay set optimizer.memory, which Adam lacks), and experiment=peaks_deep
+    optimizer=lbfgs_m20 trained with memory 10: the overlays now choose an optimizer
+    config, which the command line replaces."""
+    chosen = options(_compose(f"experiment={name}", f"optimizer={optimizer}")).optimizer
+    expected = OmegaConf.load(CONF / "optimizer" / f"{optimizer}.yaml")
+    assert chosen.name == expected.name
+    assert getattr(chosen, "memory", None) == expected.get("memory",
+                                                           getattr(chosen, "memory", None))
+
+
+def test_a_key_a_config_sets_is_said_with_its_reason_and_origin():
+    from hydra.errors import ConfigCompositionException
+
+    from lptrain.config import one_line_error
+    exc = ConfigCompositionException(
+        "In 'experiment/mine': ConfigKeyError raised while composing config:\n"
+        "Key 'memory' not in 'AdamOptions'\n    full_key: optimizer.memory\n"
+        "    object_type=AdamOptions")
+    assert str(one_line_error(exc)) == ("optimizer.memory: Key 'memory' not in "
+                                        "'AdamOptions' (set by experiment/mine)")
+
+
 def test_experiment_values_can_still_be_overridden():
     opts = options(_compose("experiment=peaks_paper", "train.iterations=7",
                             "network.layers=6"))
