@@ -163,7 +163,8 @@ KEYS = {
     "optimizer.beta2": "decay of the squared-gradient average",
     "optimizer.eps": "added to the denominator",
     "dataset.name": "the dataset; set by the dataset choice",
-    "dataset.n_train": "training samples (null: all images; k: a seeded stratified subset)",
+    "dataset.n_train": "training samples: a seeded stratified subset (peaks: k/5 points "
+                       "of each class, drawn with replacement; null, image datasets: all)",
     "dataset.n_val": "validation samples (as n_train)",
     "dataset.path": "directory holding the data files (docs/datasets.md)",
     "dataset.variant": "the 220-band file (full), the 200-band one (corrected), or auto: "

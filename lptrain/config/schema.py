@@ -93,8 +93,9 @@ class ModeOptions:
 
     def __post_init__(self):
         require(self.name in MODES, "mode", self.name, f"choose one of {MODES}")
-        require(self.warm_batches >= 0, "mode.warm_batches", self.warm_batches,
-                "must be >= 0")
+        require(self.warm_batches >= 1, "mode.warm_batches", self.warm_batches,
+                "must be >= 1 (the batch being trained keeps its states between its "
+                "solves)")
 
 
 @dataclass

@@ -20,9 +20,10 @@ an order of magnitude from one evaluation to the next where the estimate follows
 the error loosely, and the largest would over-solve by that spread.  The controller keeps ε_u and ε_λ each below half of
 `mgrit.grad_tol` by planning the next evaluation's iterations from the
 measured convergence factor ρ: too large by a factor q → ⌈log q / log(1/ρ)⌉
-more; met even with one iteration fewer → one fewer.  Plans are kept per
-mini-batch, so a batch whose warm start is an epoch old gets what its own
-last visit needed.  Everything here is arithmetic on a few numbers: pure.
+more; met even with one iteration fewer → one fewer.  With mini-batches the
+batches with kept warm starts (all about an epoch old) share one plan and those
+without share another (train/oneshot.py).  Everything here is arithmetic on a few
+numbers: pure.
 """
 from __future__ import annotations
 

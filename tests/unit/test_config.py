@@ -193,6 +193,7 @@ def test_wrong_type_fails(override):
     ("network.width", "0", 0), ("network.width", "-1", -1),
     ("network.T", "0", 0.0), ("network.T", "-0.5", -0.5),
     ("train.iterations", "0", 0), ("train.iterations", "-2", -2),
+    ("mode.warm_batches", "0", 0),      # was taken, and kept one batch's states anyway
 ])
 def test_non_positive_value_raises_config_error(key, raw, typed):
     cfg = _compose(f"{key}={raw}")   # the type is right, so composing succeeds
