@@ -87,14 +87,22 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val",
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `lptrain-eval`; returns the exit status."""
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("run", help="run directory holding model.pt (or a model file)")
-    parser.add_argument("overrides", nargs="*", help="dataset=NAME, dataset.KEY=VALUE")
-    parser.add_argument("--split", choices=SPLITS, default="val")
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Loss and accuracy of a run's saved model on a dataset split.",
+        usage="%(prog)s [-h] [--split {val,train}] [--which {best,last}] run [overrides ...]")
+    # optional to argparse, which would name the optional overrides as required too
+    parser.add_argument("run", nargs="?", help="run directory holding model.pt (or a model "
+                        "file)")
+    parser.add_argument("overrides", nargs="*", help="dataset=NAME, dataset.KEY=VALUE "
+                        "(optional; default: the run's own dataset)")
+    parser.add_argument("--split", choices=SPLITS, default="val",
+                        help="the validation split (default) or the training split")
     parser.add_argument("--which", choices=WHICH, default=None,
                         help="the best validated parameters (model.pt, the default for a "
                              "run directory) or the last good ones (model-last.pt)")
     args = parser.parse_args(argv)
+    if args.run is None:
+        parser.error("the following argument is required: run")
     from lptrain.errors import LptrainError
     try:
         r = evaluate(args.run, args.overrides, args.split, args.which)

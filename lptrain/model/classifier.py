@@ -131,7 +131,16 @@ class Classifier(nn.Module):
                  chunk: int = EVAL_CHUNK) -> tuple[float, float]:
         """Mean cross-entropy loss and accuracy (0..1) on the features x with labels y,
         stepped `chunk` samples at a time (memory; the numbers are those of one pass
-        to rounding, and bitwise where the run validated in the same chunks)."""
+        to rounding, and bitwise where the run validated in the same chunks). numpy or
+        torch input; labels of any integer type."""
+        x, y = torch.as_tensor(x), torch.as_tensor(y)
+        if x.shape[0] == 0 or y.shape != (x.shape[0],):
+            raise ValueError(f"evaluate: {x.shape[0]} samples with labels of shape "
+                             f"{tuple(y.shape)}; give one label for each of at least one "
+                             f"sample")
+        if y.dtype.is_floating_point or y.dtype == torch.bool:
+            raise ValueError(f"evaluate: labels of dtype {y.dtype}; give class indices")
+        y = y.long()
         n, loss, correct, theta = x.shape[0], 0.0, 0, self._flat()
         for part in chunks(n, chunk):
             l, c, *_ = self.net.classify(theta, self._final_states(x[part], theta),

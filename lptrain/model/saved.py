@@ -264,6 +264,11 @@ def load_model(run: str | Path, which: str | None = None, device: str = "cpu"):
     # the module (torch.nn, the data transforms) is needed only to load
     from lptrain.model.classifier import Classifier
     path = model_path(run, which)
+    last = path.parent / MODEL_FILES["last"]
+    if which is None and not path.exists() and Path(run).is_dir() and last.is_file():
+        raise InputFileError(f"{path}: no saved model there: the run ended before its first "
+                             f"validation; which='last' (lptrain-eval --which last) loads "
+                             f"{last.name}")
     try:
         record = load_record(path, "saved model", FORMAT, FORMAT_VERSION)
     except InputFileError:

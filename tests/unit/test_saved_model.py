@@ -266,6 +266,39 @@ def test_lptrain_eval_errors_are_one_line(serial_run, capsys, args, fragment):
     assert len(err) == 1 and err[0].startswith("lptrain-eval: error: ") and fragment in err[0]
 
 
+def test_evaluate_takes_numpy_and_any_integer_labels_and_refuses_nothing(serial_run):
+    """evaluate on numpy input raised AttributeError (predict takes numpy), int32 labels
+    torch's dtype error, an empty batch ZeroDivisionError."""
+    import numpy as np
+    model = load_model(serial_run[0])
+    x, y = torch.randn(7, 2, dtype=torch.float64), torch.arange(7) % 5
+    expected = model.evaluate(x, y)
+    assert model.evaluate(x.numpy(), y.numpy()) == expected
+    assert model.evaluate(x, y.to(torch.int32)) == expected
+    with pytest.raises(ValueError, match="0 samples"):
+        model.evaluate(x[:0], y[:0])
+    with pytest.raises(ValueError, match="labels of shape"):
+        model.evaluate(x, y[:3])
+    with pytest.raises(ValueError, match="dtype torch.float32"):
+        model.evaluate(x, np.zeros(7, np.float32))
+
+
+def test_lptrain_eval_says_the_required_run_and_points_to_the_last_model(
+        serial_run, tmp_path, capsys):
+    """Without arguments it said the optional overrides were required; a run that ended
+    before its first validation (model-last.pt only) was 'no saved model there'."""
+    import shutil
+    with pytest.raises(SystemExit) as exc:
+        evaluate.main([])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "lptrain-eval: error: the following argument is required: run")
+    shutil.copy(serial_run[0] / MODEL_FILES["last"], tmp_path / MODEL_FILES["last"])
+    assert evaluate.main([str(tmp_path)]) == 2
+    assert "lptrain-eval --which last" in capsys.readouterr().err
+    assert evaluate.main([str(tmp_path), "--which", "last"]) == 0
+
+
 def test_lptrain_eval_on_a_multirun_directory_names_a_job(serial_run, tmp_path, capsys):
     """Was 'SWEEP/model.pt: no saved model there'."""
     import shutil
