@@ -382,8 +382,9 @@ def _run_job(job: Job) -> float | None:
     except LptrainError as exc:      # raised identically on every rank
         _failures.append(exc.exit_code)
         if comm.Get_rank() == 0:
-            _say(str(exc))
-            log.error(str(exc))
+            message = str(exc) + _resume_hint(exc, job, comm.Get_size())
+            _say(message)
+            log.error(message)
     except Exception as exc:         # unexpected: log, say it once, end every rank
         trace = run_dir / f"error-rank{comm.Get_rank()}.log"
         try:
@@ -399,6 +400,17 @@ def _run_job(job: Job) -> float | None:
             abort(comm, 1)
         sys.exit(1)
     return None
+
+
+def _resume_hint(exc, job: Job, ranks: int) -> str:
+    """For a fault of the machine (a full disk, an unwritable file) that left a
+    checkpoint to carry the run on from: how to, once fixed."""
+    from lptrain.errors import FAILED, DivergedError, StalledError
+    from lptrain.train.checkpoint import CHECKPOINT_FILE
+    if exc.exit_code != FAILED or isinstance(exc, (DivergedError, StalledError)) or \
+            not (Path(job.run_dir) / CHECKPOINT_FILE).is_file():
+        return ""
+    return f"; once fixed, resume with: {resume_command(_again(job), ranks)}"
 
 
 def _again(job: Job) -> Path:
