@@ -114,6 +114,7 @@ def stops_on_signals(prog: str, load) -> int:
         received.append(signum)
 
     def stop(signum, frame):
+        received.append(signum)     # where Python swallows the raise (an at-fork hook)
         raise Signalled(signum)
 
     def handle(handler):
@@ -124,7 +125,10 @@ def stops_on_signals(prog: str, load) -> int:
         handle(stop)
         if received:
             raise Signalled(received[0])
-        return main()
+        status = main()
+        if received:                # raised where Python only reported it: stop now
+            raise Signalled(received[0])
+        return status
     except Signalled as exc:
         print(f"{prog}: interrupted by {signal.Signals(exc.signum).name}", file=sys.stderr,
               flush=True)

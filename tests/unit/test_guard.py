@@ -155,6 +155,22 @@ def test_a_short_command_stops_in_one_line_on_a_signal(capsys):
     assert {sig: signal.getsignal(sig) for sig in handlers} == handlers
 
 
+def test_a_short_command_stops_where_python_swallowed_the_signals_raise(capsys):
+    """lptrain-model's Ctrl-C landed in an at-fork hook, where Python only prints an
+    exception ('Exception ignored in ...'), and the command ran on and exited 0."""
+    from lptrain.errors import stops_on_signals
+
+    def main_swallowing():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+        except BaseException:       # as Python does for a hook it calls
+            pass
+        return 0
+
+    assert stops_on_signals("lptrain-x", lambda: main_swallowing) == 130
+    assert capsys.readouterr().err.splitlines() == ["lptrain-x: interrupted by SIGINT"]
+
+
 class _OneRank:
     def Get_rank(self):
         return 0
