@@ -76,6 +76,8 @@ def _curves(runs: Runs, x: str, field: str, what: str, context: str, log: bool) 
                 linestyle=dash, **TRAINING)
         ax.plot(_x(run, s.VALIDATION, x), run.validation.get(field, []), color=f"C{i}",
                 marker=_marker(i), **VALIDATION)
+        if not len(run.train.get(s.ITERATION, [])):    # stopped before its first iteration
+            label += " (no iterations yet)"
         handles.append(Line2D([], [], color=f"C{i}", linestyle=dash, marker=_marker(i),
                               markerfacecolor="none", label=label))
     _finish(ax, x, what, log=log)

@@ -403,6 +403,17 @@ def test_a_run_no_panel_can_draw_says_so_in_the_legend(tmp_path):
         assert labels == ["exact (none drawn: 0 or NaN)", "other"], (name, labels)
 
 
+def test_a_run_stopped_before_its_first_iteration_says_so(tmp_path):
+    """A run interrupted after iteration 0 drew empty axes and a legend entry with
+    nothing to match it."""
+    from lptrain.report.plots import figures
+    empty = fake_run(tmp_path / "a", s.MODE_SERIAL, 0.1, n=0)
+    figs = figures([("stopped", read_metrics(empty))])
+    for name in ("loss_vs_iteration", "accuracy_vs_wall_time"):
+        labels = [t.get_text() for t in figs[name].legends[0].get_texts()]
+        assert labels == ["stopped (no iterations yet)"], (name, labels)
+
+
 def test_validation_is_markers_training_is_lines(figures_of):
     _, figs = figures_of
     ax = figs["loss_vs_iteration"].axes[0]
