@@ -224,36 +224,59 @@ def _checked(stop, exchange, k, writer, save, signals: bool = True):
 
 class _Notes:
     """What the console says once in a run about its solves: mode=mgrit's solves cut
-    short at max_iter, one-shot solves whose error stays far above mgrit.grad_tol."""
+    short at max_iter; one-shot solves run at their most whose estimated error stays
+    far above mgrit.grad_tol; a calibration that finds the true error above it."""
 
     def __init__(self, console, mgrit):
         self.console, self.mgrit, self.said = console, mgrit, set()
+        self.beyond = 0      # iterations in a row out of the controller's reach
 
     def after(self, k: int, stats: dict | None) -> None:
         if stats is None:
             return
-        for name, say in (("short", _shortfall), ("reach", _out_of_reach)):
+        for name, say in (("short", _shortfall), ("reach", self._out_of_reach),
+                          ("calibrated", _calibrated_above)):
             if name not in self.said and say(k, stats, self.console, self.mgrit):
                 self.said.add(name)
 
+    def _out_of_reach(self, k: int, stats: dict, console, mgrit) -> bool:
+        """Say, once, that solves run at control_max_iters left the estimated gradient
+        error far above mgrit.grad_tol REACH_ITERATIONS iterations in a row (the plans
+        are for the next evaluation: a spike of one is planned away). Whether it did."""
+        most = mgrit.control_max_iters
+        ran = min(stats.get("fwd_iterations", 0), stats.get("adj_iterations", 0))
+        error = stats.get("grad_error", math.nan)
+        far = stats.get("fwd_plan", -1) >= 0 and ran >= most and \
+            error > OUT_OF_REACH * mgrit.grad_tol
+        self.beyond = self.beyond + 1 if far else 0
+        if self.beyond < REACH_ITERATIONS:
+            return False
+        for line in (f"iteration {k}: with {most} iterations a solve (mgrit.control_max_iters) "
+                     f"the", f"  estimated gradient error {error:.1e} stays far above "
+                     f"mgrit.grad_tol {mgrit.grad_tol:g};",
+                     "  try mode=mgrit, a larger control_max_iters, or a smaller network.T"):
+            console.message(line)
+        return True
 
-# estimated gradient errors this many times mgrit.grad_tol with the solves at their most
-# are out of the controller's reach: said once
-OUT_OF_REACH = 10.0
+
+# estimated gradient errors this many times mgrit.grad_tol, with both solves run at
+# control_max_iters for this many iterations in a row, are out of the controller's reach
+OUT_OF_REACH, REACH_ITERATIONS = 10.0, 3
+# a calibration (mgrit.calibrate_every) that measures the true gradient error this many
+# times mgrit.grad_tol is said once
+CALIBRATED_ABOVE = 2.0
 
 
-def _out_of_reach(k: int, stats: dict, console, mgrit) -> bool:
-    """Say, once, that the one-shot controller plans its most iterations and still
-    estimates the gradient error far above mgrit.grad_tol. Whether it said so."""
-    most = mgrit.control_max_iters
-    at_most = max(stats.get("fwd_plan", -1), stats.get("adj_plan", -1)) >= most
-    error = stats.get("grad_error", math.nan)
-    if not (at_most and error > OUT_OF_REACH * mgrit.grad_tol):
+def _calibrated_above(k: int, stats: dict, console, mgrit) -> bool:
+    """Say, once, that a calibration measured the true gradient error well above
+    mgrit.grad_tol (the scaled estimates lag behind it). Whether it did."""
+    true = stats.get("true_error", math.nan)
+    if not true > CALIBRATED_ABOVE * mgrit.grad_tol:
         return False
-    for line in (f"iteration {k}: with {most} iterations a solve (mgrit.control_max_iters) "
-                 f"the", f"  estimated gradient error {error:.1e} stays far above "
-                 f"mgrit.grad_tol {mgrit.grad_tol:g};",
-                 "  try mode=mgrit, a larger control_max_iters, or a smaller network.T"):
+    for line in (f"iteration {k}: a calibration (mgrit.calibrate_every) measured the "
+                 f"one-shot", f"  gradient {true:.1e} off, above mgrit.grad_tol "
+                 f"{mgrit.grad_tol:g} (mgrit/true_error);",
+                 "  a smaller mgrit.grad_tol or mode=mgrit keeps nearer serial training"):
         console.message(line)
     return True
 

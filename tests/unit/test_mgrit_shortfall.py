@@ -74,3 +74,49 @@ def test_one_shot_errors_out_of_the_controllers_reach_are_said_once(tmp_path, ca
     with caplog.at_level(logging.INFO, logger="lptrain"):      # the default network: none
         app.run(composed(*TINY, *DEFAULT_NET, "mode=simultaneous"), None, tmp_path / "b")
     assert not [m for m in caplog.messages if "stays far above" in m]
+
+
+class _Lines:
+    def __init__(self):
+        self.lines = []
+
+    def message(self, line):
+        self.lines.append(line)
+
+
+def _notes():
+    from types import SimpleNamespace
+
+    from lptrain.train.loop import _Notes
+    console = _Lines()
+    return _Notes(console, SimpleNamespace(control_max_iters=6, grad_tol=0.005)), console
+
+
+def test_out_of_reach_needs_solves_run_at_their_most_three_times_in_a_row():
+    """The note fired on a one-off spike of a 3-iteration adjoint whose next plan was 6
+    (network.layers=16, iteration 66), although every 6-iteration solve met grad_tol."""
+    notes, console = _notes()
+    spike = dict(fwd_iterations=3, adj_iterations=3, fwd_plan=4, adj_plan=6, grad_error=0.09)
+    at_most = dict(spike, fwd_iterations=6, adj_iterations=6)
+    met = dict(at_most, grad_error=0.004)
+    for k, stats in enumerate([spike, spike, spike, at_most, at_most, met, at_most, at_most]):
+        notes.after(k + 1, stats)
+    assert console.lines == []
+    notes.after(9, at_most)
+    assert console.lines[0].startswith("iteration 9: with 6 iterations a solve")
+    notes.after(10, at_most)
+    assert len(console.lines) == 3 and all(len(line) <= 80 for line in console.lines)
+
+
+def test_a_calibration_far_off_the_target_is_said_once():
+    """seed=14 with mgrit.calibrate_every=5: calibrations measured true errors 2-3.5x
+    grad_tol while the lagging scale kept the estimates below it, and nothing said so."""
+    notes, console = _notes()
+    notes.after(5, dict(true_error=float("nan"), grad_error=1e-3))
+    notes.after(10, dict(true_error=0.009, grad_error=1e-3))           # within 2x
+    assert console.lines == []
+    notes.after(40, dict(true_error=0.011, grad_error=1e-3))
+    notes.after(50, dict(true_error=0.0175, grad_error=1e-3))
+    assert len(console.lines) == 3 and console.lines[0].startswith("iteration 40: a calib")
+    assert "1.1e-02 off, above mgrit.grad_tol 0.005" in console.lines[1]
+    assert all(len(line) <= 80 for line in console.lines)
