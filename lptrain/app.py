@@ -101,7 +101,7 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     validated parameters), model-last.pt and checkpoint.pt.
 
     `stop` (a train.guard.StopSignals) ends the run after the iteration at which any
-    rank received SIGINT/SIGTERM (Interrupted). With `resume` the run continues from
+    rank received SIGINT/SIGHUP/SIGTERM (Interrupted). With `resume` the run continues from
     run_dir/checkpoint.pt, appending to its metrics.h5. Returns the Outcome.
     """
     opts = options(cfg)

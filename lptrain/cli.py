@@ -230,8 +230,8 @@ def _quiet_teardown() -> None:
 
 
 def _stop_if_signalled(comm) -> None:
-    """Collective: exit 128 + the signal on every rank when any rank received SIGINT or
-    SIGTERM while lptrain started (imports, MPI), before anything was written; rank 0
+    """Collective: exit 128 + the signal on every rank when any rank received SIGINT,
+    SIGHUP or SIGTERM while lptrain started (imports, MPI), before anything was written; rank 0
     says so in one line. A later signal stops the run after an iteration."""
     from lptrain.parallel.context import make_exchange
     signum, _ = _stop[0].agreed(make_exchange(comm))
@@ -422,7 +422,7 @@ def _again(job: Job) -> Path:
 def _signal_at_the_end(job: Job, comm) -> None:
     """Collective, after a run that ended by itself: a signal received in its last
     iteration or its closing lines stopped nothing; say so.  A single run exits as it
-    ended; a sweep stops before its next job (128 + the signal), to be resumed."""
+    ended; a sweep (any sweeper) stops before its next job (128 + the signal)."""
     if not _stop:
         return
     import signal
@@ -432,13 +432,13 @@ def _signal_at_the_end(job: Job, comm) -> None:
     if signum is None:
         return
     name = signal.Signals(signum).name
-    sweep = bool(job.sweep_dir and is_sweep(job.sweep_dir))
+    sweep = bool(job.sweep_dir)      # the same on every rank (any sweeper)
     if comm.Get_rank() == 0:
-        message = f"{name} came after the run's last iteration: {job.run_dir} ended as " \
+        message = f"{name} in the run's last iteration: {job.run_dir} ended as " \
                   "metrics.h5 says"
         if sweep:
-            message += f"; the sweep stops here, resume with: " \
-                       f"{resume_command(_again(job), comm.Get_size())}"
+            message += f"; the sweep stops here ({resume_command(_again(job), comm.Get_size())}" \
+                       f" carries on the jobs left)"
         print(f"{PROG}: {message}", file=sys.stderr, flush=True)
         log.warning(message)
     if sweep:

@@ -4,8 +4,8 @@ Divergence rule: iteration k diverged when its objective J_k is not finite, or w
 J_k > DIVERGENCE_FACTOR · max(J_1, tiny), J_1 being the objective recorded at the first
 iteration of the run. Every rank holds the same J_k, so every rank decides alike.
 
-Stops: SIGINT and SIGTERM only set a flag (`StopSignals`, train/stop.py); the ranks agree
-at the end of each optimizer iteration with one small allreduce whether any of them got one,
+Stops: SIGINT, SIGHUP and SIGTERM only set a flag (`StopSignals`, train/stop.py); the ranks
+agree at the end of each optimizer iteration with one small allreduce whether any got one,
 so they all leave the loop after the same iteration, whichever rank the signal reached and
 whatever collective it was in. The same allreduce carries whether rank 0's metrics writer failed
 (full disk, write error), so that every rank stops then too.

@@ -189,7 +189,9 @@ def test_a_signal_after_the_last_iteration_is_said_and_ends_only_a_sweep(
     sweep_dir = tmp_path / "sweep"
     job = Job(cfg=None, run_dir=str(sweep_dir / "0"),
               sweep_dir=str(sweep_dir) if sweep else "")
-    monkeypatch.setattr(cli, "is_sweep", lambda d: True)
+    # an Optuna sweep writes no multirun.yaml: whether it is a sweep was read from the
+    # directory, and such a sweep started its next job, interrupted at iteration 0
+    monkeypatch.setattr(cli, "is_sweep", lambda d: False)
     stop = StopSignals()
     monkeypatch.setattr(cli, "_stop", [stop])
     cli._signal_at_the_end(job, _OneRank())           # no signal: nothing
@@ -203,8 +205,8 @@ def test_a_signal_after_the_last_iteration_is_said_and_ends_only_a_sweep(
         cli._signal_at_the_end(job, _OneRank())
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
-        f"lptrain: SIGTERM came after the run's last iteration: {sweep_dir / '0'} ended")
-    assert ("resume with: lptrain resume=" in lines[0]) == sweep
+        f"lptrain: SIGTERM in the run's last iteration: {sweep_dir / '0'} ended")
+    assert ("the sweep stops here (lptrain resume=" in lines[0]) == sweep
 
 
 def test_the_command_ignores_signals_once_its_work_is_done(signals):
