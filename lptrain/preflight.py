@@ -142,7 +142,7 @@ def _warm_hint(opts, sizes: Sizes, need_g: memory.Need, limit: float) -> str:
     kept = _kept_warm_starts(opts, sizes)
     per_batch = (need_g.warm + need_g.checkpoint) / kept     # both grow with kept batches
     k = math.floor((limit - (need_g.total - need_g.warm - need_g.checkpoint)) / per_batch)
-    return f", fewer kept warm starts (mode.warm_batches={k})" if k >= 0 else ""
+    return f", fewer kept warm starts (mode.warm_batches={k})" if k >= 1 else ""
 
 
 def _batch_hint(opts, sizes: Sizes, net: ResNet, grid: Grid, limit: float) -> str:

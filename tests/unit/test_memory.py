@@ -198,6 +198,8 @@ def test_refusal_names_the_warm_starts_that_fit():
     assert _warm_hint(opts, sizes, full, limit) == \
         ", fewer kept warm starts (mode.warm_batches=23)"
     assert _warm_hint(opts, sizes, need(*_mnist_setup(600, 10), g), limit) == ""
+    # where no kept batch fits, none is named (it offered mode.warm_batches=0, refused)
+    assert _warm_hint(opts, sizes, full, full.total - full.warm + 0.5 * per_batch) == ""
 
 
 def test_calibration_adds_a_serial_evaluation_of_the_layer_groups_share():
