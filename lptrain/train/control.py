@@ -79,10 +79,17 @@ def gradient_error(m: Measured, T: float, n_c: int, grad_norm: float) -> tuple[f
 
 
 def stagnated(residuals: Sequence[float], last: int = 3, above: float = 0.9) -> bool:
-    """Whether a solve's residuals stopped falling: each of its `last` ratios r[k+1]/r[k]
-    above `above` (round-off, not too few iterations: more would not help)."""
+    """Whether a solve's residuals stopped falling but do not grow: each of its `last`
+    ratios r[k+1]/r[k] within (above, 1/above) (round-off, not too few iterations:
+    more would not help)."""
     r = [float(x) for x in residuals][-(last + 1):]
-    return len(r) == last + 1 and all(b > above * a for a, b in zip(r, r[1:]))
+    return len(r) == last + 1 and all(above * a < b < a / above for a, b in zip(r, r[1:]))
+
+
+def grew(residuals: Sequence[float]) -> bool:
+    """Whether a solve ended with a larger residual than it started with (diverged)."""
+    r = [float(x) for x in residuals]
+    return len(r) >= 2 and r[-1] > r[0]
 
 
 def convergence_factor(residuals: Sequence[float]) -> float:

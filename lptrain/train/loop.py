@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from lptrain.errors import Interrupted, LptrainError
-from lptrain.train.control import stagnated
+from lptrain.train.control import grew, stagnated
 from lptrain.train.guard import Progress
 from lptrain.train.protocol import Batch
 from lptrain.train.run_state import LoopState, RunState
@@ -287,10 +287,15 @@ def _shortfall(k: int, stats: dict, console, mgrit=None) -> bool:
     short = stats.get("unconverged", 0)
     if short > 0:
         counted = "(mgrit/unconverged in metrics.h5 counts them)"
-        # residuals that stopped falling are at round-off: more iterations do not help
-        flat = any(stagnated(stats.get(h) or []) for h in ("fwd_history", "adj_history"))
-        advice = ["  they stagnated at round-off: raise mgrit.tol or use dtype=float64",
-                  f"  {counted}"] if flat else [f"  raise mgrit.max_iter {counted}"]
+        histories = [stats.get(h) or [] for h in ("fwd_history", "adj_history")]
+        if any(grew(h) for h in histories):        # MGRIT diverges at this layer step
+            advice = ["  they diverged: MGRIT does not converge at this step network.T / N;",
+                      f"  use more layers or mode=serial {counted}"]
+        elif any(stagnated(h) for h in histories):  # flat at round-off: more do not help
+            advice = ["  they stagnated at round-off: raise mgrit.tol or use dtype=float64",
+                      f"  {counted}"]
+        else:
+            advice = [f"  raise mgrit.max_iter {counted}"]
         for line in (f"iteration {k}: {short} MGRIT solve(s) stopped at mgrit.max_iter "
                      f"above tolerance",
                      f"  (residuals {stats['fwd_residual']:.1e} forward, "

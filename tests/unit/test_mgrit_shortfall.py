@@ -120,3 +120,20 @@ def test_a_calibration_far_off_the_target_is_said_once():
     assert len(console.lines) == 3 and console.lines[0].startswith("iteration 40: a calib")
     assert "1.1e-02 off, above mgrit.grad_tol 0.005" in console.lines[1]
     assert all(len(line) <= 80 for line in console.lines)
+
+
+def test_diverging_solves_are_not_told_round_off(tmp_path, caplog):
+    """network.T=300 over 128 layers: MGRIT's residuals grow (100 -> 925), and the
+    advice was the round-off one ('raise mgrit.tol or use dtype=float64') in float64."""
+    _run(tmp_path, caplog, "network.layers=128", "network.T=300", "mgrit.levels=3",
+         "mgrit.cfactor0=4", "mgrit.max_iter=6", "train.iterations=1")
+    text = [m for m in caplog.messages if "mgrit" in m or "MGRIT" in m]
+    assert any("they diverged: MGRIT does not converge" in m for m in text), text
+    assert not any("round-off" in m for m in text) and all(len(m) <= 80 for m in text)
+
+
+def test_growing_residuals_are_divergence_not_stagnation():
+    from lptrain.train.control import grew, stagnated
+    rising = [100.0, 114.0, 83.0, 61.0, 212.0, 541.0, 925.0]
+    assert grew(rising) and not stagnated(rising)
+    assert not grew([1.0, 1e-3, 1e-3, 1e-3])
