@@ -251,6 +251,11 @@ def _lead(args: list[str], ranks: int) -> int:
         _check_launcher(args, ranks)
         args = _resume_args(args)
         if _informational(args):      # --help, --cfg job, --info ...: nothing to write
+            if _multirun(args):       # Hydra's answer is a 20-line traceback
+                from lptrain.errors import ConfigError
+                raise ConfigError("-m: --cfg, --info and --hydra-help show one "
+                                  "configuration, not a sweep's; drop -m (and give one "
+                                  "value per key)")
             # its overrides (key=value; a flag's own value has no '=') are checked first:
             # Hydra reports a bad one in five lines with a pointer to HYDRA_FULL_ERROR
             check_command([a for a in args if a in ("-m", "--multirun")

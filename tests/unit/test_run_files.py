@@ -210,7 +210,7 @@ def test_a_directory_hydra_cannot_parse_is_refused_before_it_is_made(tmp_path, c
 
 
 @pytest.mark.parametrize("args", [["dataset=mnist", "optimizer.gtol=1e-9", "--cfg", "job"],
-                                  ["--cfg", "job", "-m", "optimizer.lr=0.1,0.2"]])
+                                  ["--cfg", "job", "optimizer.lr=0.1"]])
 def test_a_bad_override_beside_an_informational_flag_is_refused_in_one_line(capsys, args):
     """`lptrain ... --cfg job` with a key the optimizer lacks printed Hydra's five lines
     (ending in HYDRA_FULL_ERROR) and exited 1; a run's command says it in one, exit 2."""
@@ -218,6 +218,17 @@ def test_a_bad_override_beside_an_informational_flag_is_refused_in_one_line(caps
     assert cli._lead(args, 1) == REFUSED
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("lptrain: error: optimizer."), lines
+
+
+@pytest.mark.parametrize("args", [["--cfg", "job", "-m", "seed=1,2"], ["--info", "-m"]])
+def test_an_informational_flag_with_a_sweep_is_refused_in_one_line(capsys, args):
+    """`lptrain --cfg job -m seed=1,2` ended in Hydra's 20-line traceback (only one of
+    --run, --multirun, --cfg, --info ...), exit 1."""
+    from lptrain import cli
+    assert cli._lead(args, 1) == REFUSED
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == ["lptrain: error: -m: --cfg, --info and --hydra-help show one "
+                     "configuration, not a sweep's; drop -m (and give one value per key)"]
 
 
 @pytest.mark.parametrize("path", ["/tmp/plain/run-1", "/tmp/my runs/ü 1", "/tmp/it's",
