@@ -254,9 +254,11 @@ def resume_notes(saved: RunState, opts: Config, status: tuple[str, str], grid=No
     from the checkpoint's, a stalled run trains on, and a learning-rate schedule over
     train.iterations is stretched to the new length."""
     notes = [f"resumed from the checkpoint of iteration {saved.iteration}"]
-    if recorded > saved.iteration:
-        notes += [f"  iterations {saved.iteration + 1}-{recorded} of the earlier start "
-                  f"are run again"]
+    first, last = saved.iteration + 1, min(recorded, opts.train.iterations)
+    if last > first:
+        notes += [f"  iterations {first}-{last} of the earlier start are run again"]
+    elif last == first:
+        notes += [f"  iteration {first} of the earlier start is run again"]
     was = getattr(saved, "grid", None)
     if grid is not None and was is not None and (was.layer, was.data) != (grid.layer,
                                                                            grid.data):
@@ -288,8 +290,11 @@ def _stall_message(opts: Config, outcome) -> str:
     else:                                     # a learning rate and its schedule
         hint = "the optimum may be reached, or try another optimizer.lr, " \
                "optimizer.schedule or network.init"
-    return f"stalled after {outcome.iterations} iterations: {outcome.stalled}; {hint} " \
-           f"(train.patience={opts.train.patience})"
+    n = outcome.iterations
+    patience = "" if outcome.stalled == NO_STEP else \
+        f" (train.patience={opts.train.patience})"
+    return f"stalled after {n} iteration{'' if n == 1 else 's'}: {outcome.stalled}; " \
+           f"{hint}{patience}"
 
 
 # what a resume may change: the run's length and records, and the grid (the warm starts

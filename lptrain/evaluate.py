@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of `lptrain-eval`; returns the exit status."""
     parser = argparse.ArgumentParser(
         prog=PROG, description="Loss and accuracy of a run's saved model on a dataset split.",
-        usage="%(prog)s [-h] [--split {val,train}] [--which {best,last}] run [overrides ...]")
+        usage="%(prog)s [-h] [--split {val,train}] [--which {best,last}]\n"
+              "                    run [overrides ...]")
     # optional to argparse, which would name the optional overrides as required too
     parser.add_argument("run", nargs="?", help="run directory holding model.pt (or a model "
                         "file)")
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--which", choices=WHICH, default=None,
                         help="the best validated parameters (model.pt, the default for a "
                              "run directory) or the last good ones (model-last.pt)")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)     # flags between the overrides too
     if args.run is None:
         parser.error("the following argument is required: run")
     from lptrain.errors import LptrainError

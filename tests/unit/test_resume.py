@@ -440,6 +440,10 @@ def test_a_resume_says_where_it_starts_and_on_which_grid():
                      "  on 2 layer x 1 data ranks (it ran on 1 x 1)"]
     assert app.resume_notes(saved, app.options(cfg), ("interrupted", ""), Grid(1, 1),
                             10) == ["resumed from the checkpoint of iteration 10"]
+    # a resume to fewer iterations than the earlier start recorded runs only those again
+    shorter = app.options(_cfg("train.iterations=11"))
+    assert app.resume_notes(saved, shorter, ("interrupted", ""), Grid(1, 1), 13)[1] == \
+        "  iteration 11 of the earlier start is run again"
 
 
 def test_the_last_recorded_iteration_is_read_from_the_metrics_file(tmp_path):

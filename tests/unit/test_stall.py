@@ -76,6 +76,8 @@ def test_the_stall_hint_names_options_the_optimizer_has(optimizer, mode, why):
                       converged=False, stalled=why)
     message = _stall_message(opts, outcome)
     assert ("optimizer.max_ls" in message) == (why == NO_STEP)
+    # the patience has nothing to do with a line search that found no step
+    assert ("train.patience" in message) == (why != NO_STEP)
     assert ("mode=mgrit" in message) == (why != NO_STEP and mode == "simultaneous")
     named = re.findall(r"optimizer\.(\w+)", _stall_message(opts, outcome))
     assert named and all(hasattr(opts.optimizer, key) for key in named), named
