@@ -119,7 +119,12 @@ def stops_on_signals(prog: str, load) -> int:
 
     def handle(handler):
         return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    before = handle(note)
+
+    def unraisable(hook_args, report=sys.unraisablehook):
+        if not isinstance(hook_args.exc_value, Signalled):   # noted: acted on later
+            report(hook_args)
+    before, unraisable_before = handle(note), sys.unraisablehook
+    sys.unraisablehook = unraisable
     try:
         main = load()
         handle(stop)
@@ -136,6 +141,7 @@ def stops_on_signals(prog: str, load) -> int:
     finally:
         for sig, previous in before.items():
             signal.signal(sig, previous)
+        sys.unraisablehook = unraisable_before
 
 
 class StalledError(LptrainError):
