@@ -251,12 +251,10 @@ class _Notes:
         self.beyond = self.beyond + 1 if far else 0
         if self.beyond < REACH_ITERATIONS:
             return False
-        for line in (f"iteration {k}: with {most} iterations a solve (mgrit.control_max_iters) "
-                     f"the", f"  estimated gradient error {error:.1e} stays far above "
-                     f"mgrit.grad_tol {mgrit.grad_tol:g};",
-                     "  try mode=mgrit, a larger control_max_iters, or a smaller network.T"):
-            console.message(line)
-        return True
+        return _said(console, f"iteration {k}: with {most} iterations a solve "
+                     f"(mgrit.control_max_iters) the", f"  estimated gradient error "
+                     f"{error:.1e} stays far above mgrit.grad_tol {mgrit.grad_tol:g};",
+                     "  try mode=mgrit, a larger control_max_iters, or a smaller network.T")
 
 
 # estimated gradient errors this many times mgrit.grad_tol, with both solves run at
@@ -273,10 +271,15 @@ def _calibrated_above(k: int, stats: dict, console, mgrit) -> bool:
     true = stats.get("true_error", math.nan)
     if not true > CALIBRATED_ABOVE * mgrit.grad_tol:
         return False
-    for line in (f"iteration {k}: a calibration (mgrit.calibrate_every) measured the "
-                 f"one-shot", f"  gradient {true:.1e} off, above mgrit.grad_tol "
-                 f"{mgrit.grad_tol:g} (mgrit/true_error);",
-                 "  a smaller mgrit.grad_tol or mode=mgrit keeps nearer serial training"):
+    return _said(console, f"iteration {k}: a calibration (mgrit.calibrate_every) "
+                 f"measured the one-shot", f"  gradient {true:.1e} off, above "
+                 f"mgrit.grad_tol {mgrit.grad_tol:g} (mgrit/true_error);",
+                 "  a smaller mgrit.grad_tol or mode=mgrit keeps nearer serial training")
+
+
+def _said(console, *lines: str) -> bool:
+    """The console says `lines`, each a line of its own; True (it was said)."""
+    for line in lines:
         console.message(line)
     return True
 
