@@ -11,23 +11,20 @@ import gc
 import logging
 import sys
 import traceback
-from datetime import datetime
 from pathlib import Path
 
-from lptrain.errors import (FAILED, REFUSED, LptrainError, RunFileError, one_line, reason,
+from lptrain.errors import (FAILED, REFUSED, LptrainError, RunFileError, one_line,
                             resume_command)
+from lptrain.command_args import (check_hydra_keys, check_writable, directory_args,
+                                  informational, multirun, value)
 from lptrain.jobs import END, Job, JobChannel
-from lptrain.rundir import (SWEEP_FILE, RunLock, SavedFiles, claim_new, dir_override,
-                            dir_value, is_sweep, not_resumable, refuse_earlier_run,
-                            saved_overrides)
+from lptrain.rundir import (SWEEP_FILE, RunLock, SavedFiles, dir_override, dir_value,
+                            is_sweep, not_resumable, refuse_earlier_run, saved_overrides)
 from lptrain.sweeps import SweepJobs, install_job_dirs, sweep_command
 
 from lptrain.config import CONF_MODULE, check_command
 PROG = "lptrain"
 log = logging.getLogger("lptrain")
-# Hydra's flags that print and exit without running the task: they get no run directory
-INFO_FLAGS = ("-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-sc",
-              "--shell-completion", "--version")
 _failures: list[int] = []   # exit status of each failed job
 _stop: list = []          # the StopSignals main() installed (empty when called otherwise)
 _resuming: list = []      # the run directory given with resume=
@@ -39,41 +36,10 @@ def _say(msg: str) -> None:
     print(f"{PROG}: error: {msg}", file=sys.stderr, flush=True)
 
 
-def _value(args: list[str], key: str) -> str | None:
-    for a in args:
-        if a.startswith(key + "="):
-            return a.split("=", 1)[1]
-    return None
-
-
-def _informational(args: list[str]) -> bool:
-    return any(a.split("=", 1)[0] in INFO_FLAGS for a in args)
-
-
-def _multirun(args: list[str]) -> bool:
-    return any(a in ("-m", "--multirun") or a.replace(" ", "") == "hydra.mode=MULTIRUN"
-               for a in args)
-
-
-def _directory_args(args: list[str]) -> tuple[list[str], str]:
-    """Rank 0: add a fresh hydra.run.dir (or hydra.sweep.dir) unless one is given."""
-    key = "hydra.sweep.dir" if _multirun(args) else "hydra.run.dir"
-    chosen = _value(args, key)
-    if chosen is not None:          # as Hydra reads it: '/my runs/a' names /my runs/a
-        return args, dir_value(chosen)
-    base = datetime.now().strftime(f"{'multirun' if _multirun(args) else 'outputs'}"
-                                   f"/%Y-%m-%d/%H-%M-%S")
-    try:      # a directory of its own even for runs started in the same second
-        chosen = str(claim_new(base))
-    except (OSError, LptrainError):
-        chosen = base     # _check_writable reports it
-    return [*args, dir_override(key, chosen)], chosen
-
-
 def _claim(directory: str, args: list[str], ranks: int) -> None:
     """Rank 0: lock the run (or sweep) directory for this process, refuse an earlier
     run's files unless resuming it (RunDirectoryBusy, RunFileError)."""
-    key = "hydra.sweep.dir" if _multirun(args) else "hydra.run.dir"
+    key = "hydra.sweep.dir" if multirun(args) else "hydra.run.dir"
     lock = RunLock(directory, key).acquire()
     atexit.register(lock.release)
     if not _resuming:
@@ -83,7 +49,7 @@ def _claim(directory: str, args: list[str], ranks: int) -> None:
 def _resume_args(args: list[str]) -> list[str]:
     """`resume=DIR [key=value ...]`: the run's saved overrides, the allowed new ones
     (app.RESUME_KEYS), and DIR as the run directory."""
-    given = _value(args, "resume")
+    given = value(args, "resume")
     if given is None:
         return args
     given = dir_value(given)
@@ -112,36 +78,6 @@ def _resume_args(args: list[str]) -> list[str]:
     kept = [a for a in saved_overrides(saved) if a.split("=", 1)[0] not in given_keys]
     _resuming.append(run_dir)
     return [*kept, *rest, dir_override("hydra.run.dir", run_dir)]
-
-
-def _check_hydra_keys(args: list[str]) -> None:
-    """Hydra's own keys (hydra.run.dir=...) parse as overrides: Hydra would report a bad
-    one after lptrain made the directory, in three lines (ConfigError)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    from lptrain.errors import ConfigError
-    parser = OverridesParser.create()
-    for arg in args:
-        try:
-            parser.parse_override(arg)
-        except HydraException as exc:
-            key, given, value = arg.partition("=")
-            hint = (f"; a value with '=', ',', quotes, brackets or non-ASCII letters goes "
-                    f"in quotes: {dir_override(key, value)}" if given and value else "")
-            raise ConfigError(f"{arg}: {str(exc).splitlines()[0]}{hint}") from None
-
-
-def _check_writable(directory: str) -> str | None:
-    try:
-        path = Path(directory)
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".lptrain-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        return f"hydra.run.dir={directory!r}: cannot write there ({reason(exc)})"
-    return None
 
 
 def _version() -> str:
@@ -250,8 +186,8 @@ def _lead(args: list[str], ranks: int) -> int:
     try:
         _check_launcher(args, ranks)
         args = _resume_args(args)
-        if _informational(args):      # --help, --cfg job, --info ...: nothing to write
-            if _multirun(args):       # Hydra's answer is a 20-line traceback
+        if informational(args):      # --help, --cfg job, --info ...: nothing to write
+            if multirun(args):       # Hydra's answer is a 20-line traceback
                 from lptrain.errors import ConfigError
                 raise ConfigError("-m: --cfg, --info and --hydra-help show one "
                                   "configuration, not a sweep's; drop -m (and give one "
@@ -263,11 +199,11 @@ def _lead(args: list[str], ranks: int) -> int:
             sys.argv = [sys.argv[0], *args]
             _hydra_entry()
             return 0
-        _check_hydra_keys([a for a in args if a.lstrip("+").startswith("hydra.")])
+        check_hydra_keys([a for a in args if a.lstrip("+").startswith("hydra.")])
         if checkable:
             check_command(args)
-        args, directory = _directory_args(args)
-        problem = _check_writable(directory)
+        args, directory = directory_args(args)
+        problem = check_writable(directory)
         if problem:
             raise RunFileError(problem, exit_code=REFUSED)
         _claim(directory, args, ranks)
@@ -294,7 +230,7 @@ def _put_back(restore) -> None:
 
 def _check_launcher(args: list[str], ranks: int) -> None:
     """Under mpiexec jobs run in rank 0's process, which the other ranks follow."""
-    chosen = _value(args, "hydra/launcher")
+    chosen = value(args, "hydra/launcher")
     if ranks > 1 and chosen not in (None, "basic"):
         from lptrain.errors import ConfigError
         raise ConfigError(f"hydra/launcher={chosen}: under mpiexec each job runs in the "
@@ -442,8 +378,8 @@ def _signal_at_the_end(job: Job, comm) -> None:
         message = f"{name} in the run's last iteration: {job.run_dir} ended as " \
                   "metrics.h5 says"
         if sweep:
-            message += f"; the sweep stops here ({resume_command(_again(job), comm.Get_size())}" \
-                       f" carries on the jobs left)"
+            again = resume_command(_again(job), comm.Get_size())
+            message += f"; the sweep stops here ({again} carries on the jobs left)"
         print(f"{PROG}: {message}", file=sys.stderr, flush=True)
         log.warning(message)
     if sweep:
