@@ -279,9 +279,11 @@ def resume_notes(saved: RunState, opts: Config, status: tuple[str, str], grid=No
 
 def _stall_message(opts: Config, outcome) -> str:
     """One line: that the run stalled, why, and what to try."""
+    patience = f" (train.patience={opts.train.patience})"
     if outcome.stalled == NO_STEP:            # the line search gave up, exact solves too
         hint = "the optimum may be reached, or the line search gives up too soon: raise " \
                "optimizer.max_ls or lower optimizer.step0"
+        patience = ""                         # no part in this stop
     elif opts.mode.name == SIMULTANEOUS:
         hint = "try mode=mgrit, more mgrit.fwd_iters/adj_iters or mgrit.adaptive=true"
     elif hasattr(opts.optimizer, "gtol"):     # L-BFGS: its stopping test may come first
@@ -291,8 +293,6 @@ def _stall_message(opts: Config, outcome) -> str:
         hint = "the optimum may be reached, or try another optimizer.lr, " \
                "optimizer.schedule or network.init"
     n = outcome.iterations
-    patience = "" if outcome.stalled == NO_STEP else \
-        f" (train.patience={opts.train.patience})"
     return f"stalled after {n} iteration{'' if n == 1 else 's'}: {outcome.stalled}; " \
            f"{hint}{patience}"
 

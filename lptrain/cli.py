@@ -160,9 +160,8 @@ def _quiet_teardown() -> None:
     """Ignore SIGINT, SIGHUP and SIGTERM once the command's work is done: the
     interpreter's teardown puts back the default handlers, and a signal then ended a
     completed run with 130 or 143 and no word."""
-    import signal
-    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
+    from lptrain.train.stop import StopSignals
+    StopSignals.ignore()
 
 
 def _stop_if_signalled(comm) -> None:

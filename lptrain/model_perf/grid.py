@@ -131,7 +131,7 @@ def forget_kept_times() -> None:
 
 def model_timer(opts, net, mode: str, announce=None) -> MeasuredTimer:
     """The factory `parallel.auto.install` takes (the `lptrain` command installs it, with
-    `announce` saying on its console that kernels are timed: that takes 10-40 s)."""
+    `announce` saying on its console that kernels are being timed: the run waits)."""
     return MeasuredTimer(opts, net, mode, announce=announce)
 
 

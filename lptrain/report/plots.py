@@ -2,9 +2,8 @@
 
 Each figure is titled with what it shows and the runs' context (dataset, experiment,
 modes). Training quantities, logged every iteration, are lines (a dash pattern per run);
-validation, evaluated
-every few iterations, is hollow markers only (a shape per run), so that two evaluations do
-not read as a measured straight line. The legend sits below the axes, covering no curve.
+validation, evaluated every few iterations, is hollow markers only (a shape per run), so
+that two evaluations do not read as a measured straight line. The legend sits below the axes, covering no curve.
 
 Uses matplotlib's object API with the Agg canvas (no pyplot, no global backend), so it
 runs headless and does not disturb other matplotlib users in the same process.

@@ -28,6 +28,12 @@ class StopSignals:
             signal.signal(sig, self._handle)
         return self
 
+    @staticmethod
+    def ignore() -> None:
+        """Ignore the stop signals from here on (a command whose work is done)."""
+        for sig in _WEIGHT:
+            signal.signal(sig, signal.SIG_IGN)
+
     def _handle(self, signum, frame) -> None:
         if self.received is None or _WEIGHT[signum] > _WEIGHT[self.received]:
             self.received = signum            # keep the stronger request
