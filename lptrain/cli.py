@@ -15,8 +15,9 @@ from pathlib import Path
 
 from lptrain.errors import (FAILED, REFUSED, LptrainError, RunFileError, one_line,
                             resume_command)
-from lptrain.command_args import (check_hydra_keys, check_writable, directory_args,
-                                  informational, multirun, value)
+from lptrain.command_args import (check_hydra_keys, check_launcher, check_writable,
+                                  directory_args, hydra_failure, hydra_raising,
+                                  informational, multirun, value, version_line)
 from lptrain.jobs import END, Job, JobChannel
 from lptrain.rundir import (SWEEP_FILE, RunLock, SavedFiles, dir_override, dir_value,
                             is_sweep, not_resumable, refuse_earlier_run, saved_overrides)
@@ -26,6 +27,7 @@ from lptrain.config import CONF_MODULE, check_command
 PROG = "lptrain"
 log = logging.getLogger("lptrain")
 _failures: list[int] = []   # exit status of each failed job
+_jobs: list[int] = [0]      # jobs Hydra handed to the task
 _stop: list = []          # the StopSignals main() installed (empty when called otherwise)
 _resuming: list = []      # the run directory given with resume=
 _sweep: list = []         # the SweepJobs of a sweep directory given with resume=
@@ -80,21 +82,6 @@ def _resume_args(args: list[str]) -> list[str]:
     return [*kept, *rest, dir_override("hydra.run.dir", run_dir)]
 
 
-def _version() -> str:
-    """`lptrain --version`: this package's version and the versions it runs on."""
-    import platform
-    from importlib.metadata import PackageNotFoundError, version
-
-    from lptrain import __version__
-    parts = []
-    for dist in ("torch", "mpi4py", "hydra-core"):
-        try:
-            parts.append(f"{dist} {version(dist)}")
-        except PackageNotFoundError:
-            parts.append(f"{dist} not installed")
-    return f"{PROG} {__version__} ({', '.join(parts)}, Python {platform.python_version()})"
-
-
 def _world():
     """MPI.COMM_WORLD; exits REFUSED with one line when MPI cannot start here (another MPI's
     launcher, or no MPI library for mpi4py)."""
@@ -115,7 +102,7 @@ def _world():
 
 def main() -> None:
     if "--version" in sys.argv[1:]:      # before MPI and Hydra: Hydra's flag prints its own
-        print(_version())
+        print(version_line())
         return
     if any(a in ("-h", "--help") for a in sys.argv[1:]):    # instead of Hydra's stock page
         from lptrain.config.reference import text
@@ -183,7 +170,7 @@ def _lead(args: list[str], ranks: int) -> int:
     """Rank 0: check the command, claim its directory, run Hydra; the exit status."""
     checkable = all(a in ("-m", "--multirun") or not a.startswith("-") for a in args)
     try:
-        _check_launcher(args, ranks)
+        check_launcher(args, ranks)
         args = _resume_args(args)
         if informational(args):      # --help, --cfg job, --info ...: nothing to write
             if multirun(args):       # Hydra's answer is a 20-line traceback
@@ -212,7 +199,14 @@ def _lead(args: list[str], ranks: int) -> int:
     saved = SavedFiles(_resuming[0] / ".hydra") if _resuming and not _sweep else None
     sys.argv = [sys.argv[0], *args]
     try:
-        _hydra_entry()
+        with hydra_raising() as ours:
+            _hydra_entry()
+    except Exception as exc:      # Hydra's own error or a sweeper plugin's
+        if not ours:
+            raise
+        line, status = hydra_failure(exc, directory, _failures, _jobs[0])
+        _say(line)
+        _failures.append(status)
     finally:
         if saved and REFUSED in _failures:    # the run stays as it was
             _put_back(saved.restore)
@@ -225,15 +219,6 @@ def _put_back(restore) -> None:
     except LptrainError as exc:
         _say(str(exc))
         _failures.append(exc.exit_code)
-
-
-def _check_launcher(args: list[str], ranks: int) -> None:
-    """Under mpiexec jobs run in rank 0's process, which the other ranks follow."""
-    chosen = value(args, "hydra/launcher")
-    if ranks > 1 and chosen not in (None, "basic"):
-        from lptrain.errors import ConfigError
-        raise ConfigError(f"hydra/launcher={chosen}: under mpiexec each job runs in the "
-                          f"ranks' own processes; keep the basic launcher")
 
 
 def _follow(channel) -> int:
@@ -254,6 +239,7 @@ def _task(cfg) -> float | None:
 
     from lptrain.config import refuse_schema_nodes
     from lptrain.errors import ConfigError
+    _jobs[0] += 1
     try:     # a job a sweeper made up, or a command check_command could not check
         refuse_schema_nodes(HydraConfig.get().runtime.choices)
     except ConfigError as exc:      # no rank runs it

@@ -3,10 +3,13 @@ of command it is, its run (or sweep) directory, Hydra's own keys checked, the di
 tried for writing."""
 from __future__ import annotations
 
+import os
+import traceback
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from lptrain.errors import LptrainError, reason
+from lptrain.errors import FAILED, REFUSED, LptrainError, one_line, reason
 from lptrain.rundir import claim_new, dir_override, dir_value
 
 # Hydra's flags that print and exit without running the task: they get no run directory
@@ -29,6 +32,15 @@ def informational(args: list[str]) -> bool:
 def multirun(args: list[str]) -> bool:
     return any(a in ("-m", "--multirun") or a.replace(" ", "") == "hydra.mode=MULTIRUN"
                for a in args)
+
+
+def check_launcher(args: list[str], ranks: int) -> None:
+    """Under mpiexec jobs run in rank 0's process, which the other ranks follow."""
+    chosen = value(args, "hydra/launcher")
+    if ranks > 1 and chosen not in (None, "basic"):
+        from lptrain.errors import ConfigError
+        raise ConfigError(f"hydra/launcher={chosen}: under mpiexec each job runs in the "
+                          f"ranks' own processes; keep the basic launcher")
 
 
 def directory_args(args: list[str]) -> tuple[list[str], str]:
@@ -75,3 +87,60 @@ def check_writable(directory: str) -> str | None:
     except OSError as exc:
         return f"hydra.run.dir={directory!r}: cannot write there ({reason(exc)})"
     return None
+
+
+FULL_ERROR = "HYDRA_FULL_ERROR"
+SWEEPER_TRACE = "error-sweeper.log"
+
+
+@contextmanager
+def hydra_raising(environ=os.environ):
+    """Hydra raises its errors to the caller instead of reporting them (a sweeper
+    plugin's error as a traceback); yields whether the caller is to say them, i.e.
+    unless the user set HYDRA_FULL_ERROR to see the traceback."""
+    if environ.get(FULL_ERROR):
+        yield False
+        return
+    environ[FULL_ERROR] = "1"
+    try:
+        yield True
+    finally:
+        environ.pop(FULL_ERROR, None)
+
+
+def hydra_failure(exc: Exception, directory: str, failures: list[int],
+                  jobs: int) -> tuple[str, int]:
+    """(one line, exit status) for an error that ended Hydra: its own (a bad override,
+    a configuration it could not compose: refused) or a sweeper plugin's, whose traceback
+    goes to the sweep directory; `failures` are the exit statuses of the failed jobs."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from lptrain.config import one_line_error
+    if isinstance(exc, (HydraException, OmegaConfBaseException)):
+        return str(one_line_error(exc)), REFUSED
+    line = f"the sweeper ended the sweep: {type(exc).__name__}: {one_line(exc)}"
+    if failures:
+        line += f" ({len(failures)} of its {jobs} jobs failed: their lines above)"
+    trace = Path(directory) / SWEEPER_TRACE
+    try:
+        trace.write_text("".join(traceback.format_exception(exc)))
+        line += f"; traceback in {trace}"
+    except OSError:
+        pass
+    return line, max([*failures, FAILED])
+
+
+def version_line() -> str:
+    """`lptrain --version`: this package's version and the versions it runs on."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    from lptrain import __version__
+    parts = []
+    for dist in ("torch", "mpi4py", "hydra-core"):
+        try:
+            parts.append(f"{dist} {version(dist)}")
+        except PackageNotFoundError:
+            parts.append(f"{dist} not installed")
+    return f"lptrain {__version__} ({', '.join(parts)}, Python {platform.python_version()})"

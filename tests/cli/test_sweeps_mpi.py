@@ -87,6 +87,25 @@ def test_an_error_of_rank_0s_hydra_ends_every_rank_once(tmp_path):
     sweep = tmp_path / "sweep"
     proc = lptrain(["-m", f"hydra.sweep.dir={sweep}", *TINY, "hydra.sweeper.foo=1",
                     "seed=1,2"], ranks=2, timeout=TIMEOUT)
-    assert proc.returncode == 1, proc.stderr
-    assert proc.stderr.count("Could not override 'hydra.sweeper.foo'") == 1, proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("lptrain: error: hydra.sweeper.foo: Key 'foo' not in") == 1, \
+        proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
     assert not list(sweep.glob(f"*/{ms.FILE_NAME}"))
+
+
+def test_an_optuna_sweep_whose_every_job_is_refused_ends_in_one_line(tmp_path):
+    """The sweeper goes on past lptrain's failed jobs and, with none completed, has no
+    best trial to name: its error is one line after the jobs' own, with their status."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    sweep = tmp_path / "sweep"
+    proc = lptrain(["-m", f"hydra.sweep.dir={sweep}", *TINY, "hydra/sweeper=optuna",
+                    "hydra.sweeper.n_trials=2", "network.width=choice(90000,100000)"],
+                   ranks=2, timeout=TIMEOUT)
+    out = proc.stderr + proc.stdout
+    assert proc.returncode == 2, out
+    assert out.count("lptrain: error: memory: ") == 2, out
+    assert out.count("lptrain: error: the sweeper ended the sweep: ValueError: No trials "
+                     "are completed yet. (2 of its 2 jobs failed") == 1, out
+    assert "Traceback" not in out
+    assert "get_best_trial" in (sweep / "error-sweeper.log").read_text()

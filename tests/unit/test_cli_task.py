@@ -57,3 +57,45 @@ def test_task_refuses_a_schema_node_a_sweeper_chose(tmp_path, capsys):
     assert value is None and refused == [REFUSED]
     assert capsys.readouterr().err.startswith("lptrain: error: mode=mode_schema: the schema")
     assert not (tmp_path / ms.FILE_NAME).exists()
+
+
+def test_hydra_raises_to_lptrain_unless_the_user_asked_for_its_traceback():
+    from lptrain.command_args import FULL_ERROR, hydra_raising
+    environ = {}
+    with hydra_raising(environ) as ours:
+        assert ours and environ[FULL_ERROR] == "1"
+    assert environ == {}
+    environ = {FULL_ERROR: "1"}
+    with hydra_raising(environ) as ours:
+        assert not ours
+    assert environ == {FULL_ERROR: "1"}
+
+
+def test_a_sweeper_that_gives_up_is_one_line_with_the_jobs_statuses(tmp_path):
+    """Optuna's sweeper names a best trial after its last job; where every job failed it
+    raises, and Hydra printed that traceback (exit 1) after the jobs' own lines."""
+    from lptrain.command_args import SWEEPER_TRACE, hydra_failure
+    try:
+        raise ValueError("No trials are completed yet.")
+    except ValueError as exc:
+        line, status = hydra_failure(exc, str(tmp_path), [REFUSED, REFUSED], 2)
+    assert line == ("the sweeper ended the sweep: ValueError: No trials are completed yet. "
+                    f"(2 of its 2 jobs failed: their lines above); traceback in "
+                    f"{tmp_path / SWEEPER_TRACE}")
+    assert status == REFUSED
+    assert "raise ValueError" in (tmp_path / SWEEPER_TRACE).read_text()
+    line, status = hydra_failure(RuntimeError("plugin bug"), str(tmp_path / "gone"), [], 0)
+    assert line == "the sweeper ended the sweep: RuntimeError: plugin bug" and status == 1
+
+
+def test_hydras_own_error_is_a_refusal_in_one_line(tmp_path):
+    from hydra.errors import ConfigCompositionException
+    from omegaconf.errors import ConfigKeyError
+
+    from lptrain.command_args import hydra_failure
+    cause = ConfigKeyError("Key 'foo' not in 'BasicSweeperConf'")
+    cause.full_key = "hydra.sweeper.foo"
+    exc = ConfigCompositionException("Could not override 'hydra.sweeper.foo'.\nTo append")
+    exc.__cause__ = cause
+    assert hydra_failure(exc, str(tmp_path), [], 0) == (
+        "hydra.sweeper.foo: Key 'foo' not in 'BasicSweeperConf'", REFUSED)

@@ -125,12 +125,12 @@ def test_a_rank_with_another_configuration_is_named_with_the_key():
     (["-m", "hydra/launcher=joblib", "seed=1,2"], 2, True),
 ])
 def test_under_mpiexec_jobs_stay_in_the_ranks_processes(args, ranks, refused):
-    from lptrain.cli import _check_launcher
+    from lptrain.command_args import check_launcher
     if refused:
         with pytest.raises(ConfigError, match="hydra/launcher=joblib: under mpiexec"):
-            _check_launcher(args, ranks)
+            check_launcher(args, ranks)
     else:
-        _check_launcher(args, ranks)
+        check_launcher(args, ranks)
 
 
 def test_a_rank_that_cannot_enter_rank_0s_directory_stays_in_its_own(tmp_path):
