@@ -14,25 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
 import simultaneous_quality as q
-
-
-class Noisy:
-    """An oracle whose gradients carry a relative error of size eps in a random direction."""
-
-    def __init__(self, inner, eps: float, seed: int):
-        self.inner, self.eps = inner, eps
-        self.gen = torch.Generator().manual_seed(seed)
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def gradient(self, evaluation):
-        g = self.inner.gradient(evaluation)
-        z = torch.randn(g.shape, generator=self.gen, dtype=g.dtype)
-        return g + self.eps * g.norm() * z / z.norm()
 
 
 def main() -> None:
@@ -43,17 +25,10 @@ def main() -> None:
     p.add_argument("--target", type=float, help="objective to reach (e.g. serial's final)")
     p.add_argument("overrides", nargs="*")
     a = p.parse_intermixed_args()
-    if a.eps > 0:
-        if a.mode != "serial":
-            p.error(f"--eps={a.eps}: gradient noise is for serial runs")
-        build = q.build
-
-        def noisy_build(opts, comm):
-            parts = list(build(opts, comm))
-            parts[4] = Noisy(parts[4], a.eps, a.noise_seed)
-            return tuple(parts)
-        q.build = noisy_build
-    r = q.run(a.mode, a.overrides, 1.2 if a.mode == "simultaneous" else 1.0)
+    if a.eps > 0 and a.mode != "serial":
+        p.error(f"--eps={a.eps}: gradient noise is for serial runs")
+    r = q.run(a.mode, a.overrides, 1.2 if a.mode == "simultaneous" else 1.0,
+              noise=(a.eps, a.noise_seed) if a.eps > 0 else None)
     reach = next((k + 1 for k, v in enumerate(r["trajectory"]) if a.target is not None
                   and v <= a.target), None)
     print(f"{a.mode} eps={a.eps} J={r['objective']:.6g} val={r['val']:.3f} "

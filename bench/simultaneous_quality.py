@@ -28,9 +28,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
+
+import torch
 
 import common  # noqa: F401  (one thread, the allocator setting)
 from common import MemoryWriter
@@ -104,15 +105,36 @@ class ExactTrajectory(Progress):
             self.kept = theta.clone()
 
 
-def run(mode: str, overrides: list[str], longer: float = 1.0) -> dict:
+class Noisy:
+    """An oracle whose gradients carry a relative error of size eps in a random direction:
+    g + eps·‖g‖·z/‖z‖, z Gaussian from a generator seeded `seed`."""
+
+    def __init__(self, inner, eps: float, seed: int):
+        self.inner, self.eps = inner, eps
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def gradient(self, evaluation):
+        g = self.inner.gradient(evaluation)
+        z = torch.randn(g.shape, generator=self.gen, dtype=g.dtype)
+        return g + self.eps * g.norm() * z / z.norm()
+
+
+def run(mode: str, overrides: list[str], longer: float = 1.0,
+        noise: tuple[float, int] | None = None) -> dict:
     """Train; the objective and validation accuracy at the configured iteration count,
     evaluated exactly.  `longer` runs that many times the iterations beyond it (the
-    trajectory shows when serial's objective is reached)."""
+    trajectory shows when serial's objective is reached); `noise` = (eps, seed) gives
+    every gradient a random relative error eps (Noisy)."""
     opts, _ = compose([f"mode={mode}", *overrides])
     its = opts.train.iterations
     if longer != 1.0:
         opts.train.iterations = int(round(longer * its))
     ex, data, net, theta, oracle, opt = build(opts, None)
+    if noise:
+        oracle = Noisy(oracle, *noise)
     exact = Objective(SerialOracle(net, ex), net)     # the exact objective of an iterate
     exact.begin(Batch(data.x_train, data.y_train))
     rows = MemoryWriter()
@@ -173,13 +195,17 @@ def predicted_times(ser: dict, sim: dict, its: int | None) -> str:
     return " | ".join(cells)
 
 
-HEADER = ("| configuration | its | serial J | simult. J | ratio | serial val | simult. val "
-          "| Δval | Δval, last fifth | MGRIT it/iter (accepted / all) | median grad_error "
-          "| median fwd factor "
-          "| failed LS | max rung "
-          "| serial s | simult. s | to serial J (its) | "
-          + " | ".join(f"P={p}: s to serial J (ser. / sim.)" for p in RANKS)
-          + " | pass |\n|" + "---|" * (19 + len(RANKS)))
+COLUMNS = (["configuration", "its", "serial J", "simult. J", "ratio", "serial val",
+            "simult. val", "Δval", "Δval, last fifth", "MGRIT it/iter (accepted / all)",
+            "median grad_error", "median fwd factor", "failed LS", "max rung", "serial s",
+            "simult. s", "to serial J (its)"]
+           + [f"P={p}: s to serial J (ser. / sim.)" for p in RANKS] + ["pass"])
+SPREAD_COLUMNS = ["serial J under gradient noise / exact serial's (runs at ε)",
+                  "simult. within"]
+
+
+def header(columns: list[str]) -> str:
+    return "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns)
 
 
 def passes(ratio: float, dval: float, stalled: bool) -> bool:
@@ -189,7 +215,18 @@ def passes(ratio: float, dval: float, stalled: bool) -> bool:
     return ratio <= 1.15 and dval >= -0.03 - 1e-9 and not stalled
 
 
-def row(name: str, ser: dict, sim: dict) -> str:
+def spread(ser: dict, sim: dict, noisy: list[dict], eps: float) -> str:
+    """' | ratios of serial runs with gradient error eps to exact serial's J, min–max |
+    whether simultaneous's ratio is within them' (nothing without noisy runs)."""
+    if not noisy:
+        return ""
+    ratios = [r["objective"] / ser["objective"] for r in noisy]
+    ratio = sim["objective"] / ser["objective"]
+    inside = "yes" if ratio <= max(ratios) else "NO"
+    return f" {min(ratios):.3f}–{max(ratios):.3f} ({len(ratios)} at {eps:g}) | {inside} |"
+
+
+def row(name: str, ser: dict, sim: dict, noisy: tuple[list[dict], float] = ([], 0.0)) -> str:
     ratio = sim["objective"] / ser["objective"]
     dval = sim["val"] - ser["val"]
     dwindow = sim["val_window"] - ser["val_window"]
@@ -202,20 +239,29 @@ def row(name: str, ser: dict, sim: dict) -> str:
             f"| {sim['factor']:.2f} "
             f"| {sim['failed']} | {sim['rung']} "
             f"| {ser['wall']:.1f} | {sim['wall']:.1f} | {reach} "
-            f"| {predicted_times(ser, sim, its)} | {'yes' if ok else 'NO'} |")
+            f"| {predicted_times(ser, sim, its)} | {'yes' if ok else 'NO'} |"
+            + spread(ser, sim, *noisy))
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--only", nargs="*", help="configuration names (default: all)")
     p.add_argument("--out", type=Path, help="also write the table here")
+    p.add_argument("--spread", type=int, default=0, metavar="K",
+                   help="also K serial runs whose gradients carry a random relative error "
+                        "(--spread-eps): the range of their J / exact serial's J, and "
+                        "whether simultaneous's ratio is within it")
+    p.add_argument("--spread-eps", type=float, default=1e-4)
     a = p.parse_args()
     names = a.only or list(MATRIX)
-    lines = [HEADER]
-    print(HEADER, flush=True)
+    header_ = header(COLUMNS + (SPREAD_COLUMNS if a.spread else []))
+    lines = [header_]
+    print(header_, flush=True)
     for name in names:
         over = MATRIX[name]
-        line = row(name, run("serial", over), run("simultaneous", over, LONGER))
+        noisy = [run("serial", over, noise=(a.spread_eps, k)) for k in range(a.spread)]
+        line = row(name, run("serial", over), run("simultaneous", over, LONGER),
+                   (noisy, a.spread_eps))
         lines.append(line)
         print(line, flush=True)
     if a.out:
