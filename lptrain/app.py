@@ -175,8 +175,10 @@ def _heading(cfg, opts: Config, plan, data, net, saved, path: Path, rank0: bool)
 def _summary(console, writer, outcome, opts: Config, path: Path, saved_lines) -> None:
     """The console's closing table and lines; a stalled run's status in metrics.h5."""
     console.close()
-    # with mini-batches the objective, loss and accuracy are those of the last batch
-    batch = "" if opts.train.batch_size is None else " (last batch)"
+    # with mini-batches the objective, loss and accuracy are those of the last batch; of
+    # the parameters the last step started from where the optimizer evaluates only there
+    batch = " (last batch)" if opts.train.batch_size is not None else \
+        " (before the last step)" if outcome.at_start else ""
     console.summary({"iterations": outcome.iterations,
                      f"objective{batch}": outcome.objective,
                      f"training loss{batch}": outcome.loss,

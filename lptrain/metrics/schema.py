@@ -141,7 +141,10 @@ FIELDS: dict[str, dict[str, Field]] = {
     },
     TRAIN: {
         ITERATION: Field(INT, _ROWS, "", "optimizer iteration number"),
-        OBJECTIVE: Field(FLOAT, _ROWS, "", "objective J: loss plus regularisation"),
+        OBJECTIVE: Field(FLOAT, _ROWS, "", "objective J: loss plus regularisation, at the "
+                         "parameters after this iteration (L-BFGS) or, with SGD and Adam, "
+                         "at those it started from, where its gradient was taken (on its "
+                         "mini-batch); so are `loss` and `accuracy`"),
         LOSS: Field(FLOAT, _ROWS, "", "training cross-entropy loss"),
         ACCURACY: Field(FLOAT, _ROWS, "fraction", "training accuracy, 0..1"),
         "grad_norm": Field(FLOAT, _ROWS, "", "norm of the gradient of J"),

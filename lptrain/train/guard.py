@@ -47,17 +47,25 @@ class Validated:
 @dataclass
 class Progress:
     """The last good state of a run: parameters after `iteration` (0 = initial), and the
-    best validated parameters among the good ones (`best`)."""
+    best validated parameters among the good ones (`best`).
+
+    An optimizer whose step reports the objective of the parameters it started from (SGD
+    and Adam: one evaluation per step, its gradient's point) leaves the new parameters
+    `pending`: they pass with the next step's objective, or at the run's end (`finish`)."""
 
     theta: torch.Tensor
     iteration: int = 0
     first_objective: float | None = None   # J_1, the divergence rule's reference
     best: Validated | None = None
     validation: tuple[int, float, float] | None = None   # the latest (k, loss, accuracy)
+    pending: Validated | None = None    # parameters after an iteration, not yet checked
 
     def validated(self, k: int, loss: float, accuracy: float, theta: torch.Tensor) -> None:
-        """Record the validation of θ after iteration k (once k passed `check`); keep a
-        copy of θ if it is the best so far."""
+        """Record the validation of θ after iteration k; keep a copy of θ if it is the
+        best so far once k passed `check` (pending parameters: once they pass)."""
+        if self.pending is not None and self.pending.iteration == k:
+            self.pending = Validated(k, loss, accuracy, theta)
+            return
         self.validation = (k, loss, accuracy)
         candidate = Validated(k, loss, accuracy, theta)
         if candidate.beats(self.best):
@@ -70,9 +78,13 @@ class Progress:
         return None if v is None or v[0] != k else (v[1], v[2])
 
     def best_state(self) -> dict | None:
-        """What a checkpoint keeps of the best (None before the first validation)."""
-        return None if self.best is None else {**self.best.state_dict(),
-                                               "validation": self.validation}
+        """What a checkpoint keeps of the best (None before the first validation); pending
+        parameters count as passed: a resumed run starts from them."""
+        best, validation, p = self.best, self.validation, self.pending
+        if p is not None and not math.isnan(p.accuracy):
+            validation = (p.iteration, p.loss, p.accuracy)
+            best = p if p.beats(best) else best
+        return None if best is None else {**best.state_dict(), "validation": validation}
 
     def load_best(self, state: dict | None) -> None:
         """Restore best_state() (None: a checkpoint of a run before best was kept)."""
@@ -84,8 +96,11 @@ class Progress:
         self.best = Validated(**state)
         self.validation = None if validation is None else tuple(validation)
 
-    def check(self, k: int, objective: float, theta: torch.Tensor) -> None:
-        """Apply the divergence rule to iteration k; keep θ if it passes."""
+    def check(self, k: int, objective: float, theta: torch.Tensor,
+              at_start: bool = False) -> None:
+        """Apply the divergence rule to iteration k's objective; keep θ (after k) if it
+        passes. `at_start`: the objective is that of the parameters iteration k started
+        from, which pass; θ waits for the next check (`pending`)."""
         if self.first_objective is None and math.isfinite(objective):
             self.first_objective = objective
         ref = max(self.first_objective or 0.0, _TINY)
@@ -94,4 +109,22 @@ class Progress:
         if objective > DIVERGENCE_FACTOR * ref:
             raise DivergedError(f"diverged: objective {objective:.3e} at iteration {k} exceeds "
                                 f"{DIVERGENCE_FACTOR:g} x the first iteration's {ref:.3e}")
-        self.theta, self.iteration = theta, k
+        if not at_start:
+            self.theta, self.iteration = theta, k
+            return
+        self._passed()
+        self.pending = Validated(k, math.nan, math.nan, theta)
+
+    def finish(self) -> None:
+        """The run ended by itself: pending parameters are its last ones."""
+        self._passed()
+
+    def _passed(self) -> None:
+        """The pending parameters passed: the last good ones, with their validation a
+        candidate for the best."""
+        p, self.pending = self.pending, None
+        if p is None:
+            return
+        self.theta, self.iteration = p.theta, p.iteration
+        if not math.isnan(p.accuracy):
+            self.validated(p.iteration, p.loss, p.accuracy, p.theta)

@@ -100,6 +100,7 @@ class Outcome:
     wall_time: float
     converged: bool
     stalled: str | None = None    # why the run stopped making progress (train/stall.py)
+    at_start: bool = False        # objective, loss, accuracy: of the last step's start
 
 
 def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
@@ -163,7 +164,7 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
                        val_accuracy=val[1], val_iteration=val_at, step_time=dt,
                        **_console_mgrit(stats))
         notes.after(k, stats)
-        progress.check(k, info.objective, theta)
+        progress.check(k, info.objective, theta, info.at_start)
         if validate:                 # a candidate for the best once k passed the check
             progress.validated(k, *val, theta)
         # a signal in the run's last iteration stops nothing: the run ends anyway, and
@@ -175,6 +176,7 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
             break
         if stalled:
             break
+    progress.finish()
     save(k, force=True)
     return theta, _outcome(k, info, val, best, wall, stall.stalled)
 
@@ -188,7 +190,8 @@ def _outcome(k: int, info, val, best: float, wall: float, stalled) -> Outcome:
     return Outcome(iterations=k, objective=info.objective, loss=info.loss,
                    accuracy=info.accuracy, val_loss=val[0], val_accuracy=val[1],
                    best_val_accuracy=best, wall_time=wall,
-                   converged=bool(info.converged), stalled=stalled)
+                   converged=bool(info.converged), stalled=stalled,
+                   at_start=info.at_start)
 
 
 def _log_step(k: int, info, dt: float, wall: float, oracle, writer) -> dict | None:

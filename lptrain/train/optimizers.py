@@ -21,7 +21,8 @@ from lptrain.train.schedules import SCHEDULES
 
 @dataclass(kw_only=True)
 class StepInfo:
-    """What one optimizer iteration did (the values are at the new iterate)."""
+    """What one optimizer iteration did: objective, loss and accuracy at the new iterate,
+    or `at_start` at the iterate the step started from (where its gradient was taken)."""
 
     objective: float
     loss: float
@@ -34,6 +35,7 @@ class StepInfo:
     converged: bool = False
     ls_failed: int = 0        # failed line searches (each followed by tighter solves)
     exhausted: bool = False   # no step found even with exact solves and steepest descent
+    at_start: bool = False
 
 
 def _finite(point) -> None:
@@ -219,7 +221,8 @@ class _TorchOptimizer:
         oracle.accept(ev)
         new, lr = self.update(theta, g)
         return new, StepInfo(objective=point.objective, loss=point.loss,
-                             accuracy=point.accuracy, grad_norm=float(g.norm()), step_size=lr)
+                             accuracy=point.accuracy, grad_norm=float(g.norm()), step_size=lr,
+                             at_start=True)
 
 
 class SGD(_TorchOptimizer):

@@ -29,6 +29,49 @@ def test_divergence_rule_keeps_the_last_good_parameters():
     assert p.iteration == 2
 
 
+def test_parameters_whose_objective_comes_with_the_next_step_wait_for_it():
+    """SGD and Adam report the objective of the parameters a step started from: the new
+    ones are last good, and a candidate for the best, only once the next step's objective
+    passes or the run ends; a checkpoint, which a resumed run starts from, counts them."""
+    p = Progress(torch.zeros(1))
+    p.check(1, 2.0, torch.ones(1), at_start=True)            # J(θ_0); θ_1 pending
+    p.validated(1, 0.5, 0.9, torch.ones(1))
+    assert (p.iteration, p.best, p.validation) == (0, None, None)
+    assert p.best_state()["iteration"] == 1 and p.best_state()["validation"] == (1, 0.5, 0.9)
+    with pytest.raises(DivergedError, match="iteration 2"):
+        p.check(2, math.nan, torch.full((1,), 2.0), at_start=True)     # J(θ_1) bad
+    assert p.iteration == 0 and p.theta.item() == 0 and p.best is None
+    q = Progress(torch.zeros(1))
+    q.check(1, 2.0, torch.ones(1), at_start=True)
+    q.validated(1, 0.5, 0.9, torch.ones(1))
+    q.check(2, 1.0, torch.full((1,), 2.0), at_start=True)    # J(θ_1) fine: θ_1 passed
+    assert (q.iteration, q.theta.item(), q.best.iteration, q.validation_of(1)) == \
+        (1, 1.0, 1, (0.5, 0.9))
+    q.validated(2, 0.4, 0.95, torch.full((1,), 2.0))
+    q.finish()                                                # the run ended after 2
+    assert (q.iteration, q.theta.item(), q.best.iteration, q.pending) == (2, 2.0, 2, None)
+
+
+def test_a_diverging_sgd_run_keeps_the_parameters_before_the_bad_step():
+    """The objective SGD reports at iteration k is that of θ_{k-1}: where it diverges,
+    θ_{k-1} is the bad one (model-last.pt had held it)."""
+    from helpers import MemoryWriter
+    from lptrain.app import build
+    from lptrain.config import compose
+    from lptrain.metrics.console import Console
+    from lptrain.train.loop import train
+    opts, _ = compose(["optimizer=sgd", "optimizer.lr=1e8", "train.iterations=5",
+                       "network.layers=4", "dataset.n_train=100", "dataset.n_val=20",
+                       "eval_every=1"])
+    ex, data, net, theta, oracle, opt = build(opts, None)
+    progress = Progress(theta)
+    with pytest.raises(DivergedError, match="at iteration 2"):
+        train(theta, opt, oracle, data, opts, MemoryWriter(), Console(False, 1), ex,
+              progress)
+    assert progress.iteration == 0 and torch.equal(progress.theta, theta)
+    assert progress.best.iteration == 0
+
+
 def test_reference_is_the_first_objective_even_if_it_is_tiny():
     p = Progress(torch.zeros(1))
     p.check(1, 0.0, torch.zeros(1))
