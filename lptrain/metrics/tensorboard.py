@@ -139,8 +139,10 @@ class Scalars:
 
     def _scalars(self, group: str, fields: dict) -> None:
         step = int(fields[s.ITERATION])
+        schema = s.FIELDS.get(group, {})
         for name, value in fields.items():
-            if name != s.ITERATION and isinstance(value, Real) and math.isfinite(value):
+            if name != s.ITERATION and isinstance(value, Real) and math.isfinite(value) \
+                    and not _left_out(schema.get(name), value):
                 self.tb.add_scalar(f"{group}/{name}", float(value), step)
 
     def log_train(self, **fields) -> None:
@@ -194,6 +196,13 @@ class Scalars:
                                     global_step=metrics.get("final/iterations"))
         finally:
             self.tb.close()
+
+
+def _left_out(field, value) -> bool:
+    """Whether `value` is the fill of an integer column: a field this row has not (mgrit's
+    plans, a cold solve's counts), not a number to plot (NaN, the float fill, is not
+    finite)."""
+    return field is not None and field.dtype == s.INT and value == s.FILL[s.INT]
 
 
 @contextlib.contextmanager

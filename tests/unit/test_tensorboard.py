@@ -40,6 +40,20 @@ def test_scalars_equal_the_metrics_file(tmp_path):
     assert not any(t.endswith("history") for t in events.Tags()["scalars"])
 
 
+def test_a_column_a_mode_leaves_out_is_no_scalar(tmp_path):
+    """mode=mgrit plans no iterations: metrics.h5 fills fwd_plan with -1, which
+    TensorBoard had drawn as a value."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    app.run(_cfg("logger=tensorboard", "mode=mgrit"), None, tmp_path)
+    assert set(read_metrics(tmp_path / ms.FILE_NAME).mgrit["fwd_plan"]) == {-1}
+    events = EventAccumulator(str(tmp_path / tensorboard.DIR_NAME))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    assert "mgrit/fwd_residual" in tags
+    assert not {"mgrit/fwd_plan", "mgrit/adj_plan"} & set(tags)
+
+
 def test_missing_tensorboard_is_a_one_line_error_naming_the_extra(tmp_path, monkeypatch):
     monkeypatch.setattr(tensorboard.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(MissingPackageError,
