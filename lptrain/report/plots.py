@@ -106,6 +106,9 @@ def _mgrit_figure(runs: Runs, names: tuple[str, str], log: bool, what: str,
     for handle, *drawn in zip(handles, *lines):   # a run no panel shows (N = 1: exact)
         if not any(_drawable(line) for line in drawn):
             handle.set_label(f"{handle.get_label()} (none drawn: 0 or NaN)")
+        elif sum(_zeros_masked(line) for line in drawn):
+            n = sum(_zeros_masked(line) for line in drawn)
+            handle.set_label(f"{handle.get_label()} ({n} {'value' if n == 1 else 'values'} of 0 not drawn on the log axis)")
     _legend(fig, handles)
     _title(fig, f"MGRIT {what} per solve", context)
     return fig
@@ -116,6 +119,14 @@ def _drawable(line) -> bool:
     v = np.asarray(line.get_ydata(), float)
     log = line.axes.get_yscale() == "log"
     return bool(np.any(v > 0) if log else np.any(np.isfinite(v)))
+
+
+def _zeros_masked(line) -> int:
+    """Values of `line` a log axis leaves out (0: an exact solve's residual)."""
+    if line.axes.get_yscale() != "log":
+        return 0
+    v = np.asarray(line.get_ydata(), float)
+    return int(np.sum(np.isfinite(v) & (v <= 0)))
 
 
 def _x(run: RunMetrics, group: str, x: str) -> np.ndarray:
@@ -157,6 +168,25 @@ def _finish(ax, x: str, ylabel: str, log: bool) -> None:
     if log and ys.size and ys.max() >= LOG_SPAN * ys.min():
         ax.set_yscale("log", nonpositive="mask")
     ax.grid(True, alpha=0.3)
+    if not any(_drawable(line) for line in ax.lines):
+        _nothing_drawn(ax)
+
+
+def _nothing_drawn(ax) -> None:
+    """An axis with no point to show says so, over the runs' iterations where they have
+    some, instead of matplotlib's empty -0.04..0.04 square."""
+    xs = np.concatenate([np.asarray(line.get_xdata(), float).ravel() for line in ax.lines]
+                        or [np.empty(0)])
+    xs = xs[np.isfinite(xs)]
+    if xs.size:
+        lo, hi = float(xs.min()), float(xs.max())
+        ax.set_xlim(lo - 0.5, hi + 0.5) if lo == hi else ax.set_xlim(lo, hi)
+    else:
+        ax.set_xticks([])
+    ax.set_yticks([])
+    ax.text(0.5, 0.5, "nothing to draw: every value is 0 or NaN" if xs.size else
+            "no iterations yet", transform=ax.transAxes, ha="center", va="center",
+            color="0.35")
 
 
 def dashes(i: int):

@@ -383,6 +383,9 @@ def test_log_axes_where_values_span_decades_and_zeros_left_out(tmp_path):
     assert figs["loss_vs_iteration"].axes[0].get_yscale() == "linear"   # within a decade
     residuals = figs["mgrit_residuals"].axes[1]
     assert residuals.get_yscale() == "log" and residuals.get_ylim()[0] > 1e-12
+    # the residual left out is said (the forward panel's are all positive)
+    labels = [t.get_text() for t in figs["mgrit_residuals"].legends[0].get_texts()]
+    assert labels == ["a (1 value of 0 not drawn on the log axis)"]
 
 
 def test_a_run_no_panel_can_draw_says_so_in_the_legend(tmp_path):
@@ -401,6 +404,10 @@ def test_a_run_no_panel_can_draw_says_so_in_the_legend(tmp_path):
     for name in ("mgrit_residuals", "mgrit_factors"):
         labels = [t.get_text() for t in figs[name].legends[0].get_texts()]
         assert labels == ["exact (none drawn: 0 or NaN)", "other"], (name, labels)
+    alone = figures([("exact", read_metrics(exact))])["mgrit_factors"]
+    for ax in alone.axes:     # not matplotlib's -0.04..0.04 square: the run's iterations
+        assert [t.get_text() for t in ax.texts] == ["nothing to draw: every value is 0 or NaN"]
+        assert ax.get_xlim() == (1.0, 4.0) and not len(ax.get_yticks())
 
 
 def test_a_run_stopped_before_its_first_iteration_says_so(tmp_path):
@@ -412,6 +419,7 @@ def test_a_run_stopped_before_its_first_iteration_says_so(tmp_path):
     for name in ("loss_vs_iteration", "accuracy_vs_wall_time"):
         labels = [t.get_text() for t in figs[name].legends[0].get_texts()]
         assert labels == ["stopped (no iterations yet)"], (name, labels)
+        assert [t.get_text() for t in figs[name].axes[0].texts] == ["no iterations yet"]
 
 
 def test_validation_is_markers_training_is_lines(figures_of):
