@@ -112,8 +112,9 @@ def main() -> None:
     _stop.append(StopSignals().install())   # first: a signal from here on stops cleanly
     import os
 
-    from lptrain.metrics.console import no_color_in_pipes
+    from lptrain.metrics.console import no_color_in_pipes, survive_hangup
     no_color_in_pipes(sys.stderr, os.environ)       # before Hydra imports a sweeper
+    survive_hangup(sys)
     from lptrain.parallel.context import keep_freed_memory, limit_threads, node_of
     # runs after every later exit handler: by then each file is closed, so the cyclic
     # garbage collector's passes over the interpreter's teardown (a few hundred thousand
@@ -204,7 +205,7 @@ def _lead(args: list[str], ranks: int) -> int:
     except Exception as exc:      # Hydra's own error or a sweeper plugin's
         if not ours:
             raise
-        line, status = hydra_failure(exc, directory, _failures, _jobs[0])
+        line, status = hydra_failure(exc, directory, _failures, _jobs[0], multirun(args))
         _say(line)
         _failures.append(status)
     finally:

@@ -90,7 +90,7 @@ def check_writable(directory: str) -> str | None:
 
 
 FULL_ERROR = "HYDRA_FULL_ERROR"
-SWEEPER_TRACE = "error-sweeper.log"
+HYDRA_TRACE = "error-hydra.log"
 
 
 @contextmanager
@@ -108,21 +108,23 @@ def hydra_raising(environ=os.environ):
         environ.pop(FULL_ERROR, None)
 
 
-def hydra_failure(exc: Exception, directory: str, failures: list[int],
-                  jobs: int) -> tuple[str, int]:
+def hydra_failure(exc: Exception, directory: str, failures: list[int], jobs: int,
+                  sweep: bool = True) -> tuple[str, int]:
     """(one line, exit status) for an error that ended Hydra: its own (a bad override,
-    a configuration it could not compose: refused) or a sweeper plugin's, whose traceback
-    goes to the sweep directory; `failures` are the exit statuses of the failed jobs."""
+    a configuration it could not compose: refused) or another, a sweeper plugin's say,
+    whose traceback goes to the (sweep) directory; `failures` are the exit statuses of
+    the failed jobs."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     from lptrain.config import one_line_error
     if isinstance(exc, (HydraException, OmegaConfBaseException)):
         return str(one_line_error(exc)), REFUSED
-    line = f"the sweeper ended the sweep: {type(exc).__name__}: {one_line(exc)}"
+    ended = "the sweeper ended the sweep" if sweep else "Hydra ended the run"
+    line = f"{ended}: {type(exc).__name__}: {one_line(exc)}"
     if failures:
         line += f" ({len(failures)} of its {jobs} jobs failed: their lines above)"
-    trace = Path(directory) / SWEEPER_TRACE
+    trace = Path(directory) / HYDRA_TRACE
     try:
         trace.write_text("".join(traceback.format_exception(exc)))
         line += f"; traceback in {trace}"

@@ -17,6 +17,7 @@ to the "lptrain" logger, live display or not: the lptrain command's Hydra job lo
 """
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
@@ -76,6 +77,53 @@ def colour_off() -> bool | None:
     """rich's no_color for the console: None (its own rule, NO_COLOR included) unless
     NO_COLOR is only no_color_in_pipes'."""
     return False if _COLOUR["ours"] else None
+
+
+class HungUpStream:
+    """A text stream (stdout, stderr) that goes on into /dev/null once its terminal has
+    hung up: a closed terminal sends SIGHUP, which stops the run cleanly, and then every
+    write to it fails with EIO, which had failed the stop itself (status failed, no
+    resume line). Everything else is the stream's own."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            self._hung_up(exc)
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            self._hung_up(exc)
+
+    def _hung_up(self, exc: OSError) -> None:
+        if exc.errno != errno.EIO:
+            raise exc
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._stream.fileno())   # what the stream still holds too
+        finally:
+            os.close(devnull)
+
+
+def survive_hangup(module) -> None:
+    """`module`'s (sys's) stdout and stderr as HungUpStreams, where they are terminals."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(module, name)
+        try:
+            terminal = stream.isatty()
+        except (AttributeError, ValueError):
+            terminal = False
+        if terminal and not isinstance(stream, HungUpStream):
+            setattr(module, name, HungUpStream(stream))
 
 
 class _Terminal(RichConsole):

@@ -108,4 +108,4 @@ def test_an_optuna_sweep_whose_every_job_is_refused_ends_in_one_line(tmp_path):
     assert out.count("lptrain: error: the sweeper ended the sweep: ValueError: No trials "
                      "are completed yet. (2 of its 2 jobs failed") == 1, out
     assert "Traceback" not in out
-    assert "get_best_trial" in (sweep / "error-sweeper.log").read_text()
+    assert "get_best_trial" in (sweep / "error-hydra.log").read_text()

@@ -74,18 +74,20 @@ def test_hydra_raises_to_lptrain_unless_the_user_asked_for_its_traceback():
 def test_a_sweeper_that_gives_up_is_one_line_with_the_jobs_statuses(tmp_path):
     """Optuna's sweeper names a best trial after its last job; where every job failed it
     raises, and Hydra printed that traceback (exit 1) after the jobs' own lines."""
-    from lptrain.command_args import SWEEPER_TRACE, hydra_failure
+    from lptrain.command_args import HYDRA_TRACE, hydra_failure
     try:
         raise ValueError("No trials are completed yet.")
     except ValueError as exc:
         line, status = hydra_failure(exc, str(tmp_path), [REFUSED, REFUSED], 2)
     assert line == ("the sweeper ended the sweep: ValueError: No trials are completed yet. "
                     f"(2 of its 2 jobs failed: their lines above); traceback in "
-                    f"{tmp_path / SWEEPER_TRACE}")
+                    f"{tmp_path / HYDRA_TRACE}")
     assert status == REFUSED
-    assert "raise ValueError" in (tmp_path / SWEEPER_TRACE).read_text()
+    assert "raise ValueError" in (tmp_path / HYDRA_TRACE).read_text()
     line, status = hydra_failure(RuntimeError("plugin bug"), str(tmp_path / "gone"), [], 0)
     assert line == "the sweeper ended the sweep: RuntimeError: plugin bug" and status == 1
+    line, _ = hydra_failure(OSError(5, "Input/output error"), str(tmp_path), [], 1, False)
+    assert line.startswith("Hydra ended the run: OSError: [Errno 5] Input/output error")
 
 
 def test_hydras_own_error_is_a_refusal_in_one_line(tmp_path):

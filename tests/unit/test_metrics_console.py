@@ -433,3 +433,46 @@ def test_lptrain_s_own_no_color_leaves_the_console_its_terminal_colours(monkeypa
     assert Console(True, 3, "run", file=io.StringIO())._out.no_color is False
     monkeypatch.setitem(console._COLOUR, "ours", False)
     assert Console(True, 3, "run", file=io.StringIO())._out.no_color is True
+
+
+class _HungUp(io.StringIO):
+    """A terminal stream after its terminal closed: writes fail with `code`."""
+
+    def __init__(self, fd: int, code: int):
+        super().__init__()
+        self.fd, self.code = fd, code
+
+    def fileno(self):
+        return self.fd
+
+    def isatty(self):
+        return True
+
+    def write(self, text):
+        if os.path.samestat(os.fstat(self.fd), os.stat(os.devnull)):
+            return len(text)
+        raise OSError(self.code, os.strerror(self.code))
+
+
+def test_a_hung_up_terminal_is_written_to_nowhere_not_raised(tmp_path):
+    """A closed terminal sends SIGHUP (a clean stop) and then fails every write with EIO:
+    the stop's own lines had failed the run (status failed, no resume line)."""
+    import errno
+    import types
+
+    from lptrain.metrics.console import HungUpStream, survive_hangup
+    fd = os.open(tmp_path / "tty", os.O_WRONLY | os.O_CREAT)
+    try:
+        module = types.SimpleNamespace(stdout=_HungUp(fd, errno.EIO), stderr=io.StringIO())
+        survive_hangup(module)
+        assert isinstance(module.stdout, HungUpStream)
+        assert not isinstance(module.stderr, HungUpStream)          # no terminal
+        assert module.stdout.write("interrupted by SIGHUP") == 21    # no OSError
+        assert os.path.samestat(os.fstat(fd), os.stat(os.devnull))
+        assert module.stdout.write("resume with: ...") == 16         # /dev/null now
+        other = HungUpStream(_HungUp(fd, errno.ENOSPC))
+        os.dup2(os.open(tmp_path / "disk", os.O_WRONLY | os.O_CREAT), fd)
+        with pytest.raises(OSError, match="No space"):               # not a hang-up
+            other.write("x")
+    finally:
+        os.close(fd)
