@@ -112,7 +112,7 @@ def main() -> None:
     _stop.append(StopSignals().install())   # first: a signal from here on stops cleanly
     import os
 
-    from lptrain.metrics.console import no_color_in_pipes, survive_hangup
+    from lptrain.metrics.streams import no_color_in_pipes, survive_hangup
     no_color_in_pipes(sys.stderr, os.environ)       # before Hydra imports a sweeper
     survive_hangup(sys)
     from lptrain.parallel.context import keep_freed_memory, limit_threads, node_of

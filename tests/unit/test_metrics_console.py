@@ -406,9 +406,9 @@ def test_a_closed_output_lets_the_run_go_on(plain_env, caplog):
 def test_no_colour_codes_where_the_output_is_no_terminal(monkeypatch):
     """Optuna's log lines (colorlog cannot tell a pipe from its formatter) reached files
     and pipes with escape codes."""
-    from lptrain.metrics import console
-    from lptrain.metrics.console import no_color_in_pipes
-    monkeypatch.setitem(console._COLOUR, "ours", False)     # restored after the test
+    from lptrain.metrics import streams
+    from lptrain.metrics.streams import no_color_in_pipes
+    monkeypatch.setitem(streams._COLOUR, "ours", False)     # restored after the test
     env = {}
     no_color_in_pipes(io.StringIO(), env)
     assert env == {"NO_COLOR": "1"}
@@ -427,11 +427,11 @@ def test_no_colour_codes_where_the_output_is_no_terminal(monkeypatch):
 def test_lptrain_s_own_no_color_leaves_the_console_its_terminal_colours(monkeypatch):
     """`lptrain 2>err.log` on a terminal lost the console's colours to the NO_COLOR set
     for Optuna's lines; a user's NO_COLOR still holds."""
-    from lptrain.metrics import console
+    from lptrain.metrics import streams
     monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.setitem(console._COLOUR, "ours", True)
+    monkeypatch.setitem(streams._COLOUR, "ours", True)
     assert Console(True, 3, "run", file=io.StringIO())._out.no_color is False
-    monkeypatch.setitem(console._COLOUR, "ours", False)
+    monkeypatch.setitem(streams._COLOUR, "ours", False)
     assert Console(True, 3, "run", file=io.StringIO())._out.no_color is True
 
 
@@ -460,7 +460,7 @@ def test_a_hung_up_terminal_is_written_to_nowhere_not_raised(tmp_path):
     import errno
     import types
 
-    from lptrain.metrics.console import HungUpStream, survive_hangup
+    from lptrain.metrics.streams import HungUpStream, survive_hangup
     fd = os.open(tmp_path / "tty", os.O_WRONLY | os.O_CREAT)
     try:
         module = types.SimpleNamespace(stdout=_HungUp(fd, errno.EIO), stderr=io.StringIO())

@@ -1,0 +1,74 @@
+"""The process's own output streams: no colour codes where stderr is no terminal, and
+stdout and stderr that outlive a terminal that hung up."""
+from __future__ import annotations
+
+import errno
+import os
+
+_COLOUR = {"ours": False}   # NO_COLOR set by no_color_in_pipes, not by the user
+
+
+def no_color_in_pipes(stream, environ) -> None:
+    """NO_COLOR where `stream` (stderr) is no terminal: Optuna's log lines (colorlog,
+    which cannot tell) reached files and pipes with escape codes. The console keeps its
+    own terminal's colours (`colour_off`), and a NO_COLOR the user set is theirs."""
+    try:
+        terminal = stream.isatty()
+    except (AttributeError, ValueError):
+        terminal = False
+    if not terminal and "NO_COLOR" not in environ:
+        environ["NO_COLOR"] = "1"
+        _COLOUR["ours"] = True
+
+
+def colour_off() -> bool | None:
+    """rich's no_color for the console: None (its own rule, NO_COLOR included) unless
+    NO_COLOR is only no_color_in_pipes'."""
+    return False if _COLOUR["ours"] else None
+
+
+class HungUpStream:
+    """A text stream (stdout, stderr) that goes on into /dev/null once its terminal has
+    hung up: a closed terminal sends SIGHUP, which stops the run cleanly, and then every
+    write to it fails with EIO, which had failed the stop itself (status failed, no
+    resume line). Everything else is the stream's own."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            self._hung_up(exc)
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            self._hung_up(exc)
+
+    def _hung_up(self, exc: OSError) -> None:
+        if exc.errno != errno.EIO:
+            raise exc
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._stream.fileno())   # what the stream still holds too
+        finally:
+            os.close(devnull)
+
+
+def survive_hangup(module) -> None:
+    """`module`'s (sys's) stdout and stderr as HungUpStreams, where they are terminals."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(module, name)
+        try:
+            terminal = stream.isatty()
+        except (AttributeError, ValueError):
+            terminal = False
+        if terminal and not isinstance(stream, HungUpStream):
+            setattr(module, name, HungUpStream(stream))
