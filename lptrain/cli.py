@@ -17,7 +17,8 @@ from lptrain.errors import (FAILED, REFUSED, LptrainError, RunFileError, one_lin
                             resume_command)
 from lptrain.command_args import (check_hydra_keys, check_launcher, check_writable,
                                   directory_args, hydra_failure, hydra_raising,
-                                  informational, multirun, value, version_line)
+                                  informational, multirun, one_value_each, value,
+                                  version_line)
 from lptrain.jobs import END, Job, JobChannel
 from lptrain.rundir import (SWEEP_FILE, RunLock, SavedFiles, dir_override, dir_value,
                             is_sweep, not_resumable, refuse_earlier_run, saved_overrides)
@@ -63,6 +64,7 @@ def _resume_args(args: list[str]) -> list[str]:
     if bad:
         raise ConfigError(f"{bad[0]}: with resume= only {', '.join(RESUME_KEYS)} can be "
                           f"given (the run keeps its configuration)")
+    one_value_each(rest)
     run_dir = Path(given)
     if is_sweep(run_dir):         # a multirun's directory: carry on the whole sweep
         _sweep.append(SweepJobs(run_dir))

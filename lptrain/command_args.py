@@ -76,6 +76,25 @@ def check_hydra_keys(args: list[str]) -> None:
             raise ConfigError(f"{arg}: {str(exc).splitlines()[0]}{hint}") from None
 
 
+def one_value_each(args: list[str]) -> None:
+    """The new values a resume gives: one per key. A sweep's (`2,3`, `range(...)`) would
+    renumber a resumed sweep's jobs, and a job kept from before would stand for another
+    (ConfigError)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    from lptrain.errors import ConfigError
+    parser = OverridesParser.create()
+    for arg in args:
+        try:
+            swept = parser.parse_override(arg).is_sweep_override()
+        except HydraException:
+            continue                # check_command reports it
+        if swept:
+            raise ConfigError(f"{arg}: with resume= each key takes one value (a run, or "
+                              f"a sweep, keeps its jobs)")
+
+
 def check_writable(directory: str) -> str | None:
     """Why `directory` cannot be written (None: it can), tried with a probe file."""
     try:

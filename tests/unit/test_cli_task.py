@@ -101,3 +101,14 @@ def test_hydras_own_error_is_a_refusal_in_one_line(tmp_path):
     exc.__cause__ = cause
     assert hydra_failure(exc, str(tmp_path), [], 0) == (
         "hydra.sweeper.foo: Key 'foo' not in 'BasicSweeperConf'", REFUSED)
+
+
+@pytest.mark.parametrize("given", ["train.iterations=2,3", "train.iterations=range(3,5)",
+                                   "eval_every=choice(1,2)"])
+def test_a_resume_refuses_a_sweep_of_new_values(given, tmp_path):
+    """`resume=SWEEP train.iterations=2,3` renumbered the sweep's jobs: a job kept from
+    before then stood for another job (its objective went to the sweeper)."""
+    from lptrain.errors import ConfigError
+    with pytest.raises(ConfigError, match=r"with resume= each key takes one value"):
+        cli._resume_args([f"resume={tmp_path}", given])
+    assert not cli._sweep and not cli._resuming
