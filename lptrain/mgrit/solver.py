@@ -25,8 +25,25 @@ from lptrain.mgrit.indexing import (gather, index_of, layout_order, new_rows, sa
 from lptrain.mgrit.levels import LevelOps, LevelState
 
 # A level-0 residual below ROUNDOFF·eps·‖u_C‖ (eps of the states' dtype, u_C this solve's
-# C-point states) is round-off: a solve stops there whatever its tolerance.
+# C-point states) is round-off: a solve stops there whatever its tolerance. Where that
+# bound is coarse (ROUNDOFF·eps above COARSE: bfloat16, float16) it stops there only once
+# an iteration no longer halves the residual (STALLED): stopping at the bound had ended
+# bfloat16 solves after one iteration, 8x less accurate than a plain bfloat16 sweep.
 ROUNDOFF = 10.0
+COARSE = 1e-4
+STALLED = 0.5
+
+
+def reached(history: list[float], tol: float, rtol: float, floor: float,
+            coarse: bool = False) -> bool:
+    """Whether a solve whose residual norms so far are `history` has converged: below
+    the tolerances, or below the round-off bound `floor` (a `coarse` one: and no longer
+    falling fast)."""
+    norm = history[-1]
+    if norm <= max(tol, rtol * history[0]):
+        return True
+    stalled = len(history) >= 2 and norm > STALLED * history[-2]
+    return norm <= floor and (stalled or not coarse)
 
 
 @dataclass
@@ -190,7 +207,7 @@ class MGRIT:
                 # a fixed solve runs all its iterations even at an exact zero: its
                 # last sweep leaves the activations (and adjoint weight products)
                 if not math.isfinite(norm) or not fixed and \
-                        norm <= max(tol, rtol * history[0], floor):
+                        reached(history, tol, rtol, floor, self._coarse()):
                     return SolveResult(top.X, history, k, math.isfinite(norm),
                                        self._state_norm)
                 self._cycle(1, opt.cycle, down=opt.warm_down or k > 0 or warm is None)
@@ -276,6 +293,10 @@ class MGRIT:
         self._state_norm = math.sqrt(state_sq)
         eps = torch.finfo(top.X.dtype).eps
         return math.sqrt(res_sq), 0.0 if fixed else ROUNDOFF * eps * self._state_norm
+
+    def _coarse(self) -> bool:
+        """Whether the states' round-off bound is coarse (COARSE)."""
+        return ROUNDOFF * torch.finfo(self.levels[0].X.dtype).eps > COARSE
 
     def _take_c_points(self, warm: torch.Tensor) -> None:
         """A warm start's C-points into the work buffer (its F-points come next); a
