@@ -52,6 +52,8 @@ class Measured:
     adj_last_sq: float
     adj_state_sq: float
     adj_ratios: int
+    fwd_prev_sq: float = 0.0      # the residual before the last, squared (0: none)
+    adj_prev_sq: float = 0.0
 
     def as_list(self) -> list[float]:
         """The fields in declaration order (what data groups sum in one allreduce)."""
@@ -113,16 +115,26 @@ def factor(first_sq: float, last_sq: float, ratios: int) -> float:
     return min(max(rho, RHO_MIN), RHO_MAX)
 
 
-def next_iterations(k: int, eps: float, rho: float, target: float, lo: int, hi: int) -> int:
+def next_iterations(k: int, eps: float, rho: float, target: float, lo: int, hi: int,
+                    last_ratio: float | None = None) -> int:
     """Iterations for the next solve: enough that ε falls below `target` at factor ρ,
-    one fewer if that still meets it, within [lo, hi]."""
+    one fewer if that still meets it (ε/ρ), within [lo, hi]. Not one fewer where the
+    last iteration divided the residual by more than 1/RHO_MIN (`last_ratio`, the last
+    residual ratio): a solve that became exact there (a two-level hierarchy after N/c
+    iterations) tells nothing of one iteration fewer, which had been planned, then one
+    fewer again, and left gradient errors of up to 99 %."""
     if not math.isfinite(eps):
         return hi
     if eps > target:
         k += max(1, math.ceil(math.log(eps / target) / -math.log(rho) - 1e-9))
-    elif eps / rho <= target:
+    elif eps / rho <= target and not (last_ratio is not None and last_ratio < RHO_MIN):
         k -= 1
     return min(max(k, lo), hi)
+
+
+def last_ratio(prev_sq: float, last_sq: float) -> float | None:
+    """r_last / r_before (None without the residual before the last)."""
+    return math.sqrt(last_sq / prev_sq) if prev_sq > 0 else None
 
 
 @dataclass
@@ -187,9 +199,9 @@ class IterationController:
         lo, hi = self.o.control_min_iters, self.o.control_max_iters
         self.plans[key] = [
             next_iterations(kf, eps[0], factor(m.fwd_first_sq, m.fwd_last_sq, m.fwd_ratios),
-                            half, lo, hi),
+                            half, lo, hi, last_ratio(m.fwd_prev_sq, m.fwd_last_sq)),
             next_iterations(ka, eps[1], factor(m.adj_first_sq, m.adj_last_sq, m.adj_ratios),
-                            half, lo, hi)]
+                            half, lo, hi, last_ratio(m.adj_prev_sq, m.adj_last_sq))]
 
     def state_dict(self) -> dict:
         return {"plans": [[key, *k] for key, k in self.plans.items()],

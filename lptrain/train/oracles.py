@@ -67,7 +67,8 @@ def measured(fwd, adj, weight: float = 1.0) -> Measured:
     def parts(res, w, kind):
         h = res.history
         return {f"{kind}_first_sq": (w * h[0]) ** 2, f"{kind}_last_sq": (w * h[-1]) ** 2,
-                f"{kind}_state_sq": (w * res.state_norm) ** 2, f"{kind}_ratios": len(h) - 1}
+                f"{kind}_state_sq": (w * res.state_norm) ** 2, f"{kind}_ratios": len(h) - 1,
+                f"{kind}_prev_sq": (w * h[-2]) ** 2 if len(h) >= 2 else 0.0}
     return Measured(**parts(fwd, 1.0, "fwd"), **parts(adj, weight, "adj"))
 
 

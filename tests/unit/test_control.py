@@ -54,6 +54,40 @@ def test_next_iterations(k, eps, rho, want):
     assert next_iterations(k, eps, rho, 0.01, 1, 6) == want
 
 
+@pytest.mark.parametrize("last, want", [(None, 1), (0.05, 1), (0.009, 2), (0.0, 2)])
+def test_no_iteration_fewer_after_one_that_made_the_solve_exact(last, want):
+    """A two-level hierarchy (N = 8, c = 4) is exact after 2 iterations: the estimate fell
+    to 1e-16, one fewer was planned, then one fewer again, and the gradient errors went
+    up to 99 % (the plan swung 3 2 1 2 1 3 ...)."""
+    assert next_iterations(2, 1e-16, 0.01, 0.01, 1, 6, last_ratio=last) == want
+
+
+def test_a_solve_exact_in_its_last_iteration_keeps_its_plan():
+    c = IterationController(ControlOptions(fwd_iters=2, adj_iters=2, grad_tol=0.01))
+    m = measured(r_u=1e-16, u=1.0, r_l=1e-16, lam=1.0, first=1.0, ratios=2)
+    m.fwd_prev_sq = m.adj_prev_sq = 0.3 ** 2        # the residual before the last
+    c.update(0, m, (1e-16, 1e-16))
+    assert c.plan(0) == (2, 2)
+    m.fwd_prev_sq = m.adj_prev_sq = 0.0              # nothing before the last: as ever
+    c.update(0, m, (1e-16, 1e-16))
+    assert c.plan(0) == (1, 1)
+
+
+def test_a_two_level_hierarchy_that_solves_exactly_keeps_its_gradients_exact():
+    """network.layers=8 (8/2): the estimate had reached 23 (true error 0.99)."""
+    from lptrain.app import build
+    from lptrain.config import compose
+    from lptrain.metrics.console import Console
+    from helpers import MemoryWriter
+    from lptrain.train.loop import train
+    opts, _ = compose(["mode=simultaneous", "network.layers=8", "train.iterations=15"])
+    ex, data, net, theta, oracle, opt = build(opts, None)
+    rows = MemoryWriter()
+    train(theta, opt, oracle, data, opts, rows, Console(False, 1), ex)
+    errors = [r["grad_error"] for r in rows.mgrit]
+    assert max(errors) < opts.mgrit.grad_tol, errors
+
+
 def test_plans_are_per_batch_and_survive_a_checkpoint():
     c = IterationController(ControlOptions(fwd_iters=2, adj_iters=2, grad_tol=0.02))
     assert c.plan(3) == (2, 2)
