@@ -145,10 +145,16 @@ class ModuleSteps:
         vector in the parameters' dtype: what a copy of the layer on another rank needs
         to compute what the owner's does (train() or eval() set per submodule too)."""
         ts = [t.detach() for t in self._state(n)]
-        dtype = next((t.dtype for t in ts if t.is_floating_point()), torch.get_default_dtype())
+        dtype = self.flat_dtype(n)
         modes = torch.tensor([float(m.training) for m in self.module(n).modules()],
                              dtype=dtype, device=ts[0].device if ts else None)
         return torch.cat([*(t.reshape(-1).to(dtype) for t in ts), modes])
+
+    def flat_dtype(self, n: int) -> torch.dtype:
+        """The dtype of `flat(n)`: f_n's first floating tensor's, the default one for a
+        layer without (an activation alone), on the owner and on a rank receiving it."""
+        return next((t.dtype for t in self._state(n) if t.is_floating_point()),
+                    torch.get_default_dtype())
 
     def load_flat(self, n: int, vec: torch.Tensor) -> None:
         """Set f_n's parameters, buffers and training flags from one vector (as `flat`

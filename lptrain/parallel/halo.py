@@ -78,7 +78,8 @@ def share_params(steps, plan: list[tuple[int, int, int]], exchange) -> None:
             module = steps.ensure(n, halo=True)
             if ref is not None:     # a factory builds in the default dtype, on the CPU
                 module.to(device=ref.device, dtype=ref.dtype)
-            template = torch.empty(steps.numel(n), dtype=torch.get_default_dtype()
-                                   if ref is None else ref.dtype)
+            # the owner's dtype for this layer: one without parameters (nn.Tanh()) sends
+            # its training flags in the default dtype, whatever the others' is
+            template = torch.empty(steps.numel(n), dtype=steps.flat_dtype(n))
             steps.load_flat(n, exchange.recv(template, owner))
     exchange.wait()

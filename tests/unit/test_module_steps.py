@@ -161,3 +161,41 @@ def test_checkpointed_layers_linearise_at_averaged_parameters():
     g_want, g_got = want.vjp_params(lam), got.vjp_params(lam)
     assert all(torch.allclose(g_got["f." + k], g, rtol=0, atol=1e-14)
                for k, g in g_want.items())
+
+
+class _Wire:
+    """Two ranks' point-to-point messages in one process; a receive whose buffer differs
+    in dtype or size from what was sent fails, as MPI's unpacking did (an MPICH
+    assertion and an abort)."""
+
+    def __init__(self, rank):
+        self.rank, self.sent = rank, {}
+
+    def send(self, t, dest):
+        self.sent.setdefault(dest, []).append(t.clone())
+
+    def recv(self, template, source):
+        sent = self.peer.sent[self.rank].pop(0)
+        assert (sent.dtype, sent.numel()) == (template.dtype, template.numel())
+        return sent
+
+    def wait(self):
+        pass
+
+
+def test_a_layer_without_parameters_crosses_ranks_in_its_owners_dtype():
+    """float64 layers around an nn.Identity(): its owner sent its training flags in the
+    default dtype (float32), the receiver sized the buffer in float64."""
+    from lptrain.parallel.halo import share_params
+
+    def layers():
+        torch.manual_seed(0)
+        return [nn.Linear(2, 2).double(), nn.Identity(), nn.Linear(2, 2).double()]
+    owner, receiver = ModuleSteps(layers()), ModuleSteps(layers())
+    a, b = _Wire(0), _Wire(1)
+    a.peer, b.peer = b, a
+    plan = [(1, 0, 1), (2, 0, 1)]
+    share_params(owner, plan, a)
+    share_params(receiver, plan, b)
+    assert torch.equal(receiver.flat(2), owner.flat(2))
+    assert torch.equal(receiver.flat(1), owner.flat(1))
