@@ -131,8 +131,27 @@ class ModuleSteps:
         return {k: p.detach() for k, p in self.module(n).named_parameters()}
 
     def mean_params(self, ns) -> Params:
+        """The mean of layers `ns`' parameters (coarse_weights=average), for layers of
+        one structure (ConfigError)."""
+        self.check_one_structure(ns)
         ps = [self.params(n) for n in ns]
         return {k: torch.stack([p[k] for p in ps]).mean(0) for k in ps[0]}
+
+    def structure(self, n: int) -> list[tuple[str, tuple[int, ...]]]:
+        """f_n's parameter names and shapes."""
+        return [(k, tuple(p.shape)) for k, p in self.module(n).named_parameters()]
+
+    def check_one_structure(self, ns) -> None:
+        """ConfigError unless layers `ns` have the same parameter names and shapes: a
+        coarse step with averaged weights (mgrit.coarse_weights=average) needs that."""
+        ns = list(ns)
+        first = self.structure(ns[0])
+        for n in ns[1:]:
+            if self.structure(n) != first:
+                raise ConfigError(
+                    f"coarse_weights='average': layers {ns[0]} and {n} differ in their "
+                    f"parameters ({_describe(first)} against {_describe(self.structure(n))}"
+                    f"); their weights cannot be averaged: use coarse_weights='inject'")
 
     def _state(self, n: int) -> list[torch.Tensor]:
         """f_n's parameters, then its buffers (e.g. a BatchNorm's running statistics):
@@ -333,3 +352,9 @@ def seeded(seed: int):
         else:
             torch.default_generator.manual_seed(seed)
         yield
+
+
+def _describe(structure) -> str:
+    """'weight 6x6, bias 6' (or 'none')."""
+    return ", ".join(f"{k} {'x'.join(map(str, shape)) or 'scalar'}"
+                     for k, shape in structure) or "none"

@@ -78,8 +78,12 @@ class LayerParallel(nn.Module):
             if coarse_steps is not None and isinstance(steps, StepFamily):
                 raise ConfigError(f"coarse_steps: {type(steps).__name__} runs its own "
                                   "coarse steps (the fine steps with the coarse step size)")
+        elif callable(steps) and not isinstance(steps, nn.Module):      # a layer factory
+            N = n_layers
         else:
-            N = n_layers if callable(steps) and not isinstance(steps, nn.Module) else len(steps)
+            N = len(steps)
+            if n_layers not in (None, N):
+                raise ConfigError(f"n_layers={n_layers} but {N} layers were given")
         if N is None:
             raise ConfigError("n_layers=None: a layer factory needs the number of layers")
         hier = self.options.hierarchy(N, self.exchange.size)
@@ -90,6 +94,8 @@ class LayerParallel(nn.Module):
             layers = {n: built.ensure(n) for n in self.owned}
             if self.exchange.size > 1:
                 refuse_tied(layers)
+            if self.options.coarse_weights == "average" and layers:
+                built.check_one_structure(layers)
             return built
         self.steps = agreed(self.exchange, build, "building the layers")
         self.layers = self.steps.modules          # registered: this rank's parameters
