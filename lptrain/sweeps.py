@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lptrain.errors import InputFileError, RunFileError
+from lptrain.metrics.reader import job_number
 from lptrain.rundir import (SWEEP_FILE, WRITES_AT_THE_END, SavedFiles, check_overrides,
                             checkpoint_gone, dir_override)
 
@@ -69,15 +70,12 @@ def _pinned(override: str) -> str:
 def job_dirs(directory: Path) -> dict[int, str]:
     """Job number -> its directory, relative to the sweep's, for every job that started
     (Hydra's record `.hydra/hydra.yaml`); where two claim a number, the later one."""
-    import yaml
     found = {}
     records = sorted(Path(directory).rglob(".hydra/hydra.yaml"), key=lambda p: p.stat().st_mtime)
     for record in records:
-        try:
-            num = int(yaml.safe_load(record.read_text())["hydra"]["job"]["num"])
-        except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
-            continue
-        found[num] = str(record.parent.parent.relative_to(directory))
+        num = job_number(record.parent.parent)
+        if num is not None:
+            found[num] = str(record.parent.parent.relative_to(directory))
     return found
 
 

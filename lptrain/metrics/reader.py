@@ -132,7 +132,7 @@ def find_metrics(paths: Sequence[Path]) -> list[Path]:
         if path.is_file():
             hits = [path]
         elif path.is_dir():
-            hits = sorted(_below(path), key=_natural)
+            hits = sorted(_below(path), key=_in_job_order)
             if not hits:
                 raise s.MetricsFileError(f"{path}: no {s.FILE_NAME} in this directory "
                                          "or below")
@@ -162,7 +162,32 @@ def _below(root: Path) -> list[Path]:
     return hits
 
 
+_NUMBER = re.compile(r"(\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
+
+
 def _natural(path: Path) -> list:
-    """A sort key of `path` that orders the digit runs of its parts by value."""
-    return [(0, int(piece), "") if piece.isdigit() else (1, 0, piece)
-            for part in path.parts for piece in re.split(r"(\d+)", part) if piece]
+    """A sort key of `path` that orders the numbers in its parts by value (lr=0.05
+    before lr=0.1, job 2 before job 10)."""
+    return [(0, float(piece), "") if _NUMBER.fullmatch(piece) else (1, 0, piece)
+            for part in path.parts for piece in _NUMBER.split(part) if piece]
+
+
+def job_number(job_dir: Path) -> int | None:
+    """A Hydra job's number, from its record `.hydra/hydra.yaml` (None: none there)."""
+    import yaml
+    try:
+        record = yaml.safe_load((Path(job_dir) / ".hydra" / "hydra.yaml").read_text())
+        return int(record["hydra"]["job"]["num"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _in_job_order(hit: Path) -> list:
+    """_natural, but a multirun's job (its directory named by overrides, say) by its
+    job number within its sweep's directory."""
+    job = hit.parent
+    num = job_number(job) if (job / ".hydra").is_dir() else None
+    sweep = next((d for d in job.parents if (d / "multirun.yaml").is_file()), None)
+    if num is None or sweep is None:
+        return _natural(hit)
+    return [*_natural(sweep), (-1, num, "")]

@@ -207,6 +207,26 @@ def test_a_multiruns_jobs_are_found_in_job_order(tmp_path):
         ["0", "1", "2", "10", "11"]
 
 
+def test_jobs_named_by_their_overrides_come_in_job_order(tmp_path):
+    """hydra.sweep.subdir=${hydra.job.override_dirname}: lr=0.05,0.1,0.2 came as 0.1,
+    0.2, 0.05 (the digits of 0.05 read as 0 and 5); numbers are values, and a job's
+    own number (.hydra/hydra.yaml) orders it within its sweep."""
+    sweep = tmp_path / "multirun"
+    (sweep / "multirun.yaml").parent.mkdir(parents=True)
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    for num, name in enumerate(["lr=0.05", "lr=0.1", "lr=0.2", "lr=1e-3"]):
+        fake_run(sweep / name, "serial", 0.1)
+        (sweep / name / ".hydra").mkdir()
+        (sweep / name / ".hydra" / "hydra.yaml").write_text(
+            f"hydra:\n  job:\n    num: {num}\n")
+    assert [p.parent.name for p in find_metrics([sweep])] == \
+        ["lr=0.05", "lr=0.1", "lr=0.2", "lr=1e-3"]
+    for name in ("lr=0.05", "lr=0.1", "lr=0.2", "lr=1e-3"):      # no records: by value
+        (sweep / name / ".hydra" / "hydra.yaml").unlink()
+    assert [p.parent.name for p in find_metrics([sweep])] == \
+        ["lr=1e-3", "lr=0.05", "lr=0.1", "lr=0.2"]
+
+
 def test_find_metrics_accepts_files_run_dirs_and_multirun_dirs(two_runs, tmp_path):
     file0 = two_runs / "0" / s.FILE_NAME
     found = find_metrics([file0, two_runs / "1", two_runs])
