@@ -21,7 +21,8 @@ from lptrain.command_args import (check_hydra_keys, check_launcher, check_writab
                                   version_line)
 from lptrain.jobs import END, Job, JobChannel
 from lptrain.rundir import (SWEEP_FILE, RunLock, SavedFiles, dir_override, dir_value,
-                            is_sweep, not_resumable, refuse_earlier_run, saved_overrides)
+                            is_sweep, not_resumable, refuse_earlier_run, remove_refused,
+                            saved_overrides)
 from lptrain.sweeps import SweepJobs, install_job_dirs, sweep_command
 
 from lptrain.config import CONF_MODULE, check_command
@@ -191,6 +192,8 @@ def _lead(args: list[str], ranks: int) -> int:
         check_hydra_keys([a for a in args if a.lstrip("+").startswith("hydra.")])
         if checkable:
             check_command(args)
+        given = value(args, "hydra.sweep.dir" if multirun(args) else "hydra.run.dir")
+        fresh = not _resuming and (given is None or not Path(dir_value(given)).exists())
         args, directory = directory_args(args)
         problem = check_writable(directory)
         if problem:
@@ -213,7 +216,20 @@ def _lead(args: list[str], ranks: int) -> int:
     finally:
         if saved and REFUSED in _failures:    # the run stays as it was
             _put_back(saved.restore)
+    if fresh and not multirun(args) and _failures == [REFUSED] and \
+            remove_refused(directory):         # nothing ran: leave no directory behind
+        _remove_empty(Path(directory).parents[:2] if given is None else ())
     return max(_failures, default=0)
+
+
+def _remove_empty(directories) -> None:
+    """The default directory's date and outputs/ folders where the refused run left
+    them empty."""
+    for d in directories:
+        try:
+            d.rmdir()
+        except OSError:
+            return
 
 
 def _put_back(restore) -> None:

@@ -55,6 +55,33 @@ def refuse_earlier_run(directory: str | Path, key: str, ranks: int = 1) -> None:
                            f"`{resume_command(earlier, ranks)}`", exit_code=REFUSED)
 
 
+REFUSED_LEAVES = (".hydra", "lptrain.log", LOCK_FILE)   # what a refused run writes
+
+
+def remove_refused(directory: str | Path) -> bool:
+    """Remove a run directory this command made for a run that was refused before its
+    first iteration, where it holds only what such a run leaves (REFUSED_LEAVES);
+    whether it did."""
+    directory = Path(directory)
+    try:
+        if not directory.is_dir() or any(p.name not in REFUSED_LEAVES
+                                         for p in directory.iterdir()):
+            return False
+        hydra = directory / ".hydra"
+        if hydra.is_dir():
+            if any(p.is_dir() for p in hydra.iterdir()):
+                return False
+            for p in hydra.iterdir():
+                p.unlink()
+            hydra.rmdir()
+        for name in REFUSED_LEAVES[1:]:
+            (directory / name).unlink(missing_ok=True)
+        directory.rmdir()
+    except OSError:
+        return False
+    return True
+
+
 def dir_override(key: str, path: str | Path) -> str:
     """`key=path` as a Hydra override: the path in quotes where the override grammar does
     not take it bare (a space, a non-ASCII letter, '=', ',', a quote ...)."""

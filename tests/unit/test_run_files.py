@@ -291,3 +291,22 @@ def test_a_machine_fault_with_a_checkpoint_says_how_to_resume(tmp_path):
         f"; once fixed, resume with: mpiexec -n 2 lptrain resume={tmp_path}")
     assert cli._resume_hint(DivergedError("objective became inf"), job, 1) == ""
     assert cli._resume_hint(RunFileError("busy", exit_code=REFUSED), job, 1) == ""
+
+
+def test_a_refused_runs_directory_goes_only_where_it_holds_what_the_refusal_wrote(tmp_path):
+    """A refusal inside the run (too little memory, a batch larger than the data) left
+    an empty run directory behind (.hydra/, lptrain.log) under outputs/."""
+    from lptrain.rundir import LOCK_FILE, remove_refused
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    for name in ("config.yaml", "hydra.yaml", "overrides.yaml"):
+        (run / ".hydra" / name).write_text("x: 1\n")
+    (run / "lptrain.log").write_text("refused\n")
+    (run / LOCK_FILE).write_text("host 1\n")
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "lptrain.log").write_text("")
+    (kept / "notes.txt").write_text("mine")           # the user's: the run is left
+    assert remove_refused(run) and not run.exists()
+    assert not remove_refused(kept) and (kept / "notes.txt").exists()
+    assert not remove_refused(tmp_path / "absent")
