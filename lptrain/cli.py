@@ -216,20 +216,9 @@ def _lead(args: list[str], ranks: int) -> int:
     finally:
         if saved and REFUSED in _failures:    # the run stays as it was
             _put_back(saved.restore)
-    if fresh and not multirun(args) and _failures == [REFUSED] and \
-            remove_refused(directory):         # nothing ran: leave no directory behind
-        _remove_empty(Path(directory).parents[:2] if given is None else ())
+    if fresh and not multirun(args) and _failures == [REFUSED]:   # nothing ran
+        remove_refused(directory, empty_parents=2 if given is None else 0)
     return max(_failures, default=0)
-
-
-def _remove_empty(directories) -> None:
-    """The default directory's date and outputs/ folders where the refused run left
-    them empty."""
-    for d in directories:
-        try:
-            d.rmdir()
-        except OSError:
-            return
 
 
 def _put_back(restore) -> None:

@@ -58,10 +58,11 @@ def refuse_earlier_run(directory: str | Path, key: str, ranks: int = 1) -> None:
 REFUSED_LEAVES = (".hydra", "lptrain.log", LOCK_FILE)   # what a refused run writes
 
 
-def remove_refused(directory: str | Path) -> bool:
+def remove_refused(directory: str | Path, empty_parents: int = 0) -> bool:
     """Remove a run directory this command made for a run that was refused before its
-    first iteration, where it holds only what such a run leaves (REFUSED_LEAVES);
-    whether it did."""
+    first iteration, where it holds only what such a run leaves (REFUSED_LEAVES), and
+    up to `empty_parents` of its parents left empty (a default directory's date and
+    outputs/ folders); whether it did."""
     directory = Path(directory)
     try:
         if not directory.is_dir() or any(p.name not in REFUSED_LEAVES
@@ -79,6 +80,11 @@ def remove_refused(directory: str | Path) -> bool:
         directory.rmdir()
     except OSError:
         return False
+    for parent in directory.parents[:empty_parents]:
+        try:
+            parent.rmdir()
+        except OSError:
+            break
     return True
 
 

@@ -230,11 +230,17 @@ def run(args) -> list[Path]:
     runs = load_runs(args.measured)
     cnt, count_note = counts(args, runs)
     ranks = ranks_of(args.ranks)
+    _progress(f"recording each mode's iteration on P = {ranks[0]}" +
+              (f" to {ranks[-1]} ({len(ranks)} counts)" if len(ranks) > 1 else "") +
+              "; minutes for a deep network")
+    done = _Done(len(ranks))
     m, cost_note = machine(args, model, theta, opts.device, the_link,
-                           lambda probe: _predictions(ranks, model, probe, cnt, runs, cfg))
+                           lambda probe: _predictions(ranks, model, probe, cnt, runs, cfg,
+                                                      done))
     m, optimizer_note = with_optimizer(args, opts, m, theta)
     costs = m.costs
-    preds, baseline, measured, compared, grids = _predictions(ranks, model, m, cnt, runs, cfg)
+    preds, baseline, measured, compared, grids = _predictions(ranks, model, m, cnt, runs, cfg,
+                                                              done)
     auto = auto_splits(ranks, opts, net)
     sources = {"costs": cost_note, "link": link_note, "counts": count_note,
                "alpha": the_link.latency, "beta": the_link.bandwidth,
@@ -271,15 +277,37 @@ def terminal_setup(opts, model: Model, cnt: Counts, cost_note: str, the_link: Li
             f"on {opts.device}; MGRIT {levels} levels, cfactor {o.cfactor0} / {o.cfactor}",
             f"solve cycles: simultaneous {sim[0]:.2g} + {sim[1]:.2g}, mgrit "
             f"{cnt.mgrit_fwd:.2g} + {cnt.mgrit_adj:.2g}; {cnt.trials:.3g} "
-            "evaluations/iteration",
+            "evaluations/it",      # 80 columns with every value 3 characters wide
             f"kernel costs {costs}",
             f"messages: {the_link.latency:.2g} s + bytes / {the_link.bandwidth:.2g} B/s"]
 
 
-def _predictions(ranks, model: Model, m: Machine, cnt: Counts, runs, cfg):
-    """Everything the report shows that costs depend on."""
+def _progress(text: str) -> None:
+    """A line on stderr while the model is built: that and what it is doing."""
+    print(f"{PROG}: {text}", file=sys.stderr, flush=True)
+
+
+class _Done:
+    """Says each rank count once, when its first prediction is done (the first pass
+    records the iteration; later ones reuse the records)."""
+
+    def __init__(self, total: int):
+        self.total, self.said = total, set()
+
+    def __call__(self, p: int) -> None:
+        if self.total > 1 and p not in self.said:
+            self.said.add(p)
+            _progress(f"P = {p} recorded ({len(self.said)} of {self.total})")
+
+
+def _predictions(ranks, model: Model, m: Machine, cnt: Counts, runs, cfg, done=None):
+    """Everything the report shows that costs depend on; `done` hears of each P."""
     from lptrain.model_perf.grid import recommend
-    preds = model.predict_all(ranks, m, cnt)
+    preds = []
+    for p in ranks:
+        preds.append(model.predict_at(p, m, cnt))
+        if done is not None:
+            done(p)
     baseline = model.grid_time(Grid(1, 1), SERIAL, m, cnt)
     measured, compared = _compare(runs, model, m, cfg)
     grids = {(p, mode): recommend(p, mode, model, m, cnt) for p in ranks

@@ -307,6 +307,7 @@ def test_a_refused_runs_directory_goes_only_where_it_holds_what_the_refusal_wrot
     kept.mkdir()
     (kept / "lptrain.log").write_text("")
     (kept / "notes.txt").write_text("mine")           # the user's: the run is left
-    assert remove_refused(run) and not run.exists()
+    assert remove_refused(run, empty_parents=1) and not run.exists()
+    assert tmp_path.exists()                        # not empty: kept
     assert not remove_refused(kept) and (kept / "notes.txt").exists()
     assert not remove_refused(tmp_path / "absent")

@@ -384,7 +384,13 @@ def test_command_writes_table_plot_and_compares_a_measured_run(tmp_path, monkeyp
     assert "| serial | 1 | 0.18 | 0.09 | 0.50 |" in text
     assert "| serial 1x1 0.18 |" in text     # the measured column of the P = 1 row
     # the terminal: the same numbers in 80 columns, and where the files are
-    shown = capsys.readouterr().out
+    captured = capsys.readouterr()
+    shown = captured.out
+    # while it works, what it is doing (it had been silent for minutes on peaks_deep)
+    assert captured.err.splitlines() == [
+        "lptrain-model: recording each mode's iteration on P = 1 to 16 (3 counts); minutes "
+        "for a deep network", *(f"lptrain-model: P = {p} recorded ({i} of 3)"
+                                for i, p in enumerate((1, 2, 16), 1))]
     assert "speedup over serial on 1 rank (0.09 s)" in shown
     assert "serial 1x1: 0.18 s measured, 0.09 s predicted (0.50)" in shown
     assert f"full report: {out / 'speedup_model.md'}" in shown
