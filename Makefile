@@ -108,7 +108,8 @@ scaling: install ## peaks_deep on 1, 2, 4 ranks: measured vs predicted
 	    train.iterations=$(SCALING_ITERS) eval_every=1000 hydra.run.dir=$(OUT)/scaling/$$m-P$$p || exit 1; \
 	done; done
 	$(REPORT) $(OUT)/scaling --out $(OUT)/scaling/report
-	$(VENV)/bin/lptrain-model experiment=peaks_deep --measured $(OUT)/scaling --paper --out $(OUT)/scaling/model
+	$(VENV)/bin/lptrain-model experiment=peaks_deep --measured $(OUT)/scaling --paper \
+	  --ranks $$(echo $(SCALING_RANKS) | tr ' ' ',') --out $(OUT)/scaling/model
 
 bench: install ## BENCHMARKS.md's benchmarks (minutes; bench/results/)
 	$(PY) bench/serial_step.py && $(PY) bench/mgrit_cost.py && $(PY) bench/simultaneous_step.py \
