@@ -230,9 +230,8 @@ def run(args) -> list[Path]:
     runs = load_runs(args.measured)
     cnt, count_note = counts(args, runs)
     ranks = ranks_of(args.ranks)
-    _progress(f"recording each mode's iteration on P = {ranks[0]}" +
-              (f" to {ranks[-1]} ({len(ranks)} counts)" if len(ranks) > 1 else "") +
-              "; minutes for a deep network")
+    _progress(f"recording the modes on P = {ranks[0]}" +       # in 80 columns
+              (f" to {ranks[-1]}" if len(ranks) > 1 else "") + " (minutes for a deep network)")
     done = _Done(len(ranks))
     m, cost_note = machine(args, model, theta, opts.device, the_link,
                            lambda probe: _predictions(ranks, model, probe, cnt, runs, cfg,

@@ -388,9 +388,9 @@ def test_command_writes_table_plot_and_compares_a_measured_run(tmp_path, monkeyp
     shown = captured.out
     # while it works, what it is doing (it had been silent for minutes on peaks_deep)
     assert captured.err.splitlines() == [
-        "lptrain-model: recording each mode's iteration on P = 1 to 16 (3 counts); minutes "
-        "for a deep network", *(f"lptrain-model: P = {p} recorded ({i} of 3)"
-                                for i, p in enumerate((1, 2, 16), 1))]
+        "lptrain-model: recording the modes on P = 1 to 16 (minutes for a deep network)",
+        *(f"lptrain-model: P = {p} recorded ({i} of 3)" for i, p in enumerate((1, 2, 16), 1))]
+    assert all(len(line) <= 80 for line in captured.err.splitlines())
     assert "speedup over serial on 1 rank (0.09 s)" in shown
     assert "serial 1x1: 0.18 s measured, 0.09 s predicted (0.50)" in shown
     assert f"full report: {out / 'speedup_model.md'}" in shown
