@@ -36,8 +36,24 @@ def compose_checked(overrides: Sequence[str]):
                         return_hydra_config=True)
     refuse_schema_nodes(cfg.hydra.runtime.choices)
     with open_dict(cfg):
+        _as_a_first_job(cfg.hydra)
         del cfg["hydra"]
     return cfg
+
+
+def _as_a_first_job(hydra) -> None:
+    """Hydra's runtime values that only a launched job has (its number and id, its
+    directory) as a first job's, and Hydra's config set from them: a value that reads
+    them (`seed=${hydra:job.num}`) is checked as job 0 has it, not refused."""
+    import os
+
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+    for node, key, value in ((hydra.job, "num", 0), (hydra.job, "id", "0"),
+                             (hydra.runtime, "output_dir", os.getcwd())):
+        if OmegaConf.is_missing(node, key):
+            node[key] = value
+    HydraConfig.instance().set_config(OmegaConf.create({"hydra": hydra}))
 
 
 def compose(overrides: Sequence[str]):

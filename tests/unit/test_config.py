@@ -413,3 +413,12 @@ def test_a_step_given_to_a_built_in_network_says_which_network_takes_one():
     with pytest.raises(ConfigError, match=r"^network.step._target_: .*; only network=custom "
                                           r"takes a step"):
         check_command(["network=dense", "network.step._target_=mypkg.Step"])
+
+
+def test_a_value_read_from_hydras_runtime_is_checked_as_a_first_jobs():
+    """`-m seed=${hydra:job.num} ...` (a seed per job) was refused: 'HydraConfig was not
+    set'; the jobs then get 0, 1, ..."""
+    from lptrain.config import check_command
+    check_command(["-m", "seed=${hydra:job.num}", "optimizer.step0=0.5,1.0"])
+    with pytest.raises(ConfigError, match=r"^seed: .*hydra:job.nam"):
+        check_command(["-m", "seed=${hydra:job.nam}"])
