@@ -370,9 +370,12 @@ def _signal_at_the_end(job: Job, comm) -> None:
     if comm.Get_rank() == 0:
         message = f"{name} in the run's last iteration: {job.run_dir} ended as " \
                   "metrics.h5 says"
-        if sweep:
+        if sweep and is_sweep(job.sweep_dir):
             again = resume_command(_again(job), comm.Get_size())
             message += f"; the sweep stops here ({again} carries on the jobs left)"
+        elif sweep:           # a sampler's sweep (Optuna): this job's run is done
+            message += ("; the sweep stops here (its sweeper saved nothing to carry it "
+                        "on: sweep again, an Optuna study from its hydra.sweeper.storage)")
         print(f"{PROG}: {message}", file=sys.stderr, flush=True)
         log.warning(message)
     if sweep:

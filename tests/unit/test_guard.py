@@ -255,7 +255,17 @@ def test_a_signal_after_the_last_iteration_is_said_and_ends_only_a_sweep(
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
         f"lptrain: SIGTERM in the run's last iteration: {sweep_dir / '0'} ended")
-    assert ("the sweep stops here (lptrain resume=" in lines[0]) == sweep
+    # an Optuna sweep's job is done: its resume would be refused ('ask for more')
+    assert ("the sweep stops here (its sweeper saved nothing to carry it on: sweep "
+            "again, an Optuna study from its hydra.sweeper.storage)" in lines[0]) == sweep
+    assert "resume=" not in lines[0]
+    if sweep:                 # the basic sweeper's: the whole sweep carries on
+        monkeypatch.setattr(cli, "is_sweep", lambda d: True)
+        stop.received = signal.SIGTERM
+        with pytest.raises(SystemExit):
+            cli._signal_at_the_end(job, _OneRank())
+        line = capsys.readouterr().err
+        assert f"the sweep stops here (lptrain resume={sweep_dir} carries on" in line
 
 
 def test_the_command_ignores_signals_once_its_work_is_done(signals):
