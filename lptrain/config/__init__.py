@@ -66,14 +66,13 @@ def compose(overrides: Sequence[str]):
 
     from lptrain.config.typed import options
     from lptrain.config.schema import register_configs
-    from lptrain.errors import ConfigError
     register_configs()
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             cfg = compose_checked(overrides)
         return options(cfg), OmegaConf.to_container(cfg, resolve=True)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(str(exc).strip().splitlines()[0]) from None
+        raise one_line_error(exc) from None
 
 
 SWEPT_PARAMS = "hydra.sweeper.params."

@@ -803,3 +803,10 @@ def test_the_plot_keeps_measured_runs_apart_by_split_and_baseline():
         lo, hi = ax.get_ylim()
         shown = [t for t, v in zip(ax.get_yticklabels(), ax.get_yticks()) if lo <= v <= hi]
         assert len([t for t in shown if t.get_text()]) >= 2, [t.get_text() for t in shown]
+
+
+def test_a_key_the_configuration_lacks_is_named_with_hydras_reason(capsys):
+    """`lptrain-model foo=1` said only Hydra's first line, 'Could not override 'foo'.'"""
+    from lptrain.model_perf import cli
+    assert cli.main(["foo=1", "--ranks", "1"]) == 2
+    assert capsys.readouterr().err == "lptrain-model: error: foo: Key 'foo' not in 'Config'\n"
