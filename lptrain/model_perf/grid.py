@@ -46,6 +46,19 @@ def measured_machine(model: Model, theta, predictions, device: str, threads: int
     return Machine(costs, link), note
 
 
+# MGRIT options the model's times do not depend on: its records stop solves after the
+# counted cycles (no tolerance) and run one-shot with the fixed plan (record.py)
+MODEL_BLIND = ("tol", "rtol", "max_iter", "adj_tol", "adj_max_iter", "control", "grad_tol",
+               "control_min_iters", "control_max_iters", "calibrate_every", "adaptive",
+               "adaptive_ratio", "adaptive_max_extra")
+
+
+def model_mgrit(mgrit) -> dict:
+    """The MGRIT options a configuration's times depend on (kept times' key): a sweep
+    over mgrit.grad_tol had timed this host's kernels again for every value."""
+    return {k: v for k, v in asdict(mgrit).items() if k not in MODEL_BLIND}
+
+
 class MeasuredTimer:
     """GridTimer of a configuration in one mode with this host's measured costs."""
 
@@ -68,7 +81,8 @@ class MeasuredTimer:
         threads = torch.get_num_threads()
         mini_batches = o.train.batch_size is not None
         key = {"costs": cost_config(self.net, batch, o.dtype, o.device, threads),
-               "mode": self.mode, "mgrit": asdict(o.mgrit), "counts": asdict(self.counts),
+               "mode": self.mode, "mgrit": model_mgrit(o.mgrit),
+               "counts": asdict(self.counts),
                "mini_batches": mini_batches, "grids": sorted([g.layer, g.data] for g in grids)}
         kept = kept_times(key)
         if kept is not None:

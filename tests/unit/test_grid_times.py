@@ -31,6 +31,19 @@ def test_auto_keeps_the_grid_times_of_a_configuration(tmp_path, monkeypatch):
     assert _timer([], monkeypatch, seconds).times(GRIDS) == seconds
 
 
+def test_options_the_times_do_not_depend_on_share_them(tmp_path, monkeypatch):
+    """A sweep over mgrit.grad_tol (or tol, control, ...) with layer_ranks=auto timed this
+    host's kernels again for every value, 10-40 s a job."""
+    monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path))
+    seconds = {Grid(1, 2): 1.0, Grid(2, 1): 2.0}
+    first = _timer([], monkeypatch, seconds).times(GRIDS)
+    seconds.update({Grid(1, 2): 3.0, Grid(2, 1): 0.5})
+    for same in (["mgrit.grad_tol=0.01"], ["mgrit.tol=1e-8", "mgrit.max_iter=20"],
+                 ["mgrit.control=fixed", "mgrit.calibrate_every=5"]):
+        assert _timer(same, monkeypatch, seconds).times(GRIDS) == first, same
+    assert _timer(["mgrit.cfactor0=2"], monkeypatch, seconds).times(GRIDS) == seconds
+
+
 def test_the_command_is_told_before_kernels_are_timed_not_when_kept(tmp_path, monkeypatch):
     """The first start with layer_ranks=auto timed kernels for 20-35 s without a word."""
     monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path))
