@@ -128,7 +128,20 @@ def check_command(args: list[str]) -> None:
             for combination in sweep_samples(overrides):
                 options(compose_checked([*combination, *groups]))
     except (HydraException, OmegaConfBaseException) as exc:
-        raise one_line_error(exc) from None
+        raise _float_interval_hint(one_line_error(exc), overrides) from None
+
+
+def _float_interval_hint(error, overrides: list[str]):
+    """`error` with the way out where an integer key was given an `interval`, which
+    samples floats (README "Sweeps")."""
+    key = str(error).split(":", 1)[0]
+    swept = next((a for a in overrides if a.lstrip("+").split("=", 1)[0] == key), "")
+    if "could not be converted to Integer" in str(error) and \
+            swept.split("=", 1)[-1].startswith("interval("):
+        from lptrain.errors import ConfigError
+        return ConfigError(f"{error}; an interval samples floats: "
+                           f"{key}=int({swept.split('=', 1)[1]}) for an integer key")
+    return error
 
 
 def one_line_error(exc: Exception):

@@ -5,6 +5,7 @@ lptrain.config.typed.options, i.e. the typed schema and its __post_init__ checks
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -400,8 +401,13 @@ def test_a_samplers_intervals_are_checked_before_any_job():
                  ["hydra.sweeper.params.optimizer.lr=interval(0.5,1.0)"]):
         with pytest.raises(ConfigError, match=r"^optimizer.lr: Key 'lr' not in 'LBFGSOptions'"):
             check_command(args)
-    with pytest.raises(ConfigError, match="train.iterations: Value '2.0' of type 'float'"):
-        check_command(["train.iterations=interval(2,4)"])       # optuna samples floats
+    for given in ("train.iterations=interval(2,4)",          # optuna samples floats
+                  "hydra.sweeper.params.train.iterations=interval(2,4)"):
+        with pytest.raises(ConfigError, match=re.escape(
+                "train.iterations: Value '2.0' of type 'float' could not be converted to "
+                "Integer; an interval samples floats: train.iterations=int(interval(2,4)) "
+                "for an integer key")):
+            check_command([given])
     check_command(["optimizer=adam", "optimizer.lr=tag(log, interval(0.001, 0.1))",
                    "train.iterations=int(interval(2, 4))"])
 
