@@ -26,6 +26,7 @@ from lptrain.metrics.reader import RunMetrics
 Runs = Sequence[tuple[str, RunMetrics]]  # (label, metrics) per run
 _X_LABELS = {s.ITERATION: "optimizer iteration", s.WALL_TIME: "wall time [s]"}
 TRAINING = {"marker": "None"}
+ONE_POINT = {"marker": ".", "markersize": 8}   # a run of one iteration: a line shows nothing
 # training lines, one dash pattern per run (on, off lengths in points; solid first) and,
 # past the patterns, with longer gaps each cycle: a run that follows another exactly
 # shows through the other's gaps whatever the number of runs
@@ -71,8 +72,9 @@ def _curves(runs: Runs, x: str, field: str, what: str, context: str, log: bool) 
     handles = []
     for i, (label, run) in enumerate(runs):
         dash = dashes(i)
-        ax.plot(_x(run, s.TRAIN, x), run.train.get(field, []), color=f"C{i}",
-                linestyle=dash, **TRAINING)
+        xs = _x(run, s.TRAIN, x)
+        ax.plot(xs, run.train.get(field, []), color=f"C{i}", linestyle=dash,
+                **(TRAINING if len(xs) != 1 else ONE_POINT))
         ax.plot(_x(run, s.VALIDATION, x), run.validation.get(field, []), color=f"C{i}",
                 marker=_marker(i), **VALIDATION)
         if not len(run.train.get(s.ITERATION, [])):    # stopped before its first iteration

@@ -442,6 +442,16 @@ def test_a_run_stopped_before_its_first_iteration_says_so(tmp_path):
         assert [t.get_text() for t in figs[name].axes[0].texts] == ["no iterations yet"]
 
 
+def test_a_run_of_one_iteration_shows_its_training_value(tmp_path):
+    """A one-point line draws nothing: the training value of a 1-iteration run was
+    invisible."""
+    from lptrain.report.plots import figures
+    one = fake_run(tmp_path / "a", s.MODE_SERIAL, 0.1, n=1)
+    for name in ("loss_vs_iteration", "accuracy_vs_wall_time"):
+        training = figures([("one", read_metrics(one))])[name].axes[0].lines[0]
+        assert len(training.get_xdata()) == 1 and training.get_marker() not in ("None", None)
+
+
 def test_validation_is_markers_training_is_lines(figures_of):
     _, figs = figures_of
     ax = figs["loss_vs_iteration"].axes[0]
