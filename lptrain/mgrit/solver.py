@@ -355,5 +355,6 @@ def _c_point_sq_norm(lv: LevelState, ops) -> float:
     where a state is not contiguous (channels_last: `ops.in_order`)."""
     if not lv.cs:
         return 0.0
-    rows = ops.in_order(lv.X[index_of([c - lv.lo for c in lv.cs])], rows=True).flatten(1)
+    rows = ops.in_order(lv.X[index_of([c - lv.lo for c in lv.cs])], rows=True)
+    rows = rows.reshape(rows.shape[0], -1)         # a 0-d state: one value a row
     return float(torch.linalg.vector_norm(rows, dim=1).square().sum())

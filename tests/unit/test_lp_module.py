@@ -180,6 +180,17 @@ def test_averaged_coarse_weights_need_layers_of_one_structure():
     assert torch.allclose(mod(x), u, atol=1e-12)
 
 
+def test_a_state_of_no_dimensions_is_a_state():
+    """A 0-d input (any shape, as documented) ended in an IndexError inside the solve."""
+    mod = LayerParallel(lambda n: nn.Tanh(), T=1.0, n_layers=8,
+                        mgrit=MGRITOptions(**CONVERGED))
+    x = torch.tensor(0.7, dtype=torch.float64)
+    u = x
+    for _ in range(8):
+        u = u + torch.tanh(u) / 8
+    assert mod(x).shape == () and torch.allclose(mod(x), u, atol=1e-12)
+
+
 def test_an_input_of_another_dtype_than_the_layers_is_refused_before_the_solve():
     """Was torch's error from inside the solve: on several ranks it ended every rank."""
     from lptrain.errors import ConfigError
