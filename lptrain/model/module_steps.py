@@ -141,6 +141,19 @@ class ModuleSteps:
         """f_n's parameter names and shapes."""
         return [(k, tuple(p.shape)) for k, p in self.module(n).named_parameters()]
 
+    def check_one_dtype(self, ns) -> None:
+        """ConfigError unless layers `ns` hold their floating tensors in one dtype (a
+        layer built in another one ended in torch's error from inside the solve)."""
+        seen: dict = {}          # dtype -> the first layer holding it
+        for n in ns:
+            for t in self._state(n):
+                if t.is_floating_point():
+                    seen.setdefault(t.dtype, n)
+        if len(seen) > 1:
+            (a, first), (b, other) = list(seen.items())[:2]
+            raise ConfigError(f"layers {first} and {other} hold {a} and {b} tensors: "
+                              f"build every layer in one dtype (.to(dtype) on each)")
+
     def check_one_structure(self, ns) -> None:
         """ConfigError unless layers `ns` have the same parameter names and shapes: a
         coarse step with averaged weights (mgrit.coarse_weights=average) needs that."""

@@ -94,6 +94,8 @@ class LayerParallel(nn.Module):
             layers = {n: built.ensure(n) for n in self.owned}
             if self.exchange.size > 1:
                 refuse_tied(layers)
+            if layers:
+                built.check_one_dtype(layers)
             if self.options.coarse_weights == "average" and layers:
                 built.check_one_structure(layers)
             return built
