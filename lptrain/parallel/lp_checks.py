@@ -28,6 +28,30 @@ def check_arguments(T, n_layers, mgrit) -> None:
                           f"MGRITOptions(levels=3, max_iter=10)")
 
 
+def layer_count(steps, n_layers, prebuilt: bool, coarse_steps) -> int:
+    """N of `steps`: prebuilt steps' own, a factory's `n_layers`, a list's length; a
+    given n_layers that disagrees, or none for a factory, is a ConfigError."""
+    from torch import nn
+
+    from lptrain.mgrit.protocols import StepFamily
+    if prebuilt:
+        N = steps.n_layers
+        if n_layers not in (None, N):
+            raise ConfigError(f"n_layers={n_layers} but the steps have {N} layers")
+        if coarse_steps is not None and isinstance(steps, StepFamily):
+            raise ConfigError(f"coarse_steps: {type(steps).__name__} runs its own "
+                              "coarse steps (the fine steps with the coarse step size)")
+    elif callable(steps) and not isinstance(steps, nn.Module):      # a layer factory
+        N = n_layers
+    else:
+        N = len(steps)
+        if n_layers not in (None, N):
+            raise ConfigError(f"n_layers={n_layers} but {N} layers were given")
+    if N is None:
+        raise ConfigError("n_layers=None: a layer factory needs the number of layers")
+    return N
+
+
 def check_limits(max_iter, tol) -> None:
     """ConfigError naming a forward's max_iter / tol override that no solve can use."""
     if max_iter is not None and (isinstance(max_iter, bool) or not isinstance(max_iter, int)

@@ -15,13 +15,13 @@ from torch.autograd.function import once_differentiable
 
 from lptrain.errors import ConfigError
 from lptrain.mgrit.options import MGRITOptions
-from lptrain.mgrit.protocols import StepFamily
 from lptrain.model.coarse_steps import CoarseSteps
 from lptrain.model.module_steps import ModuleSteps, seeded, with_params
 from lptrain.parallel.context import make_exchange
 from lptrain.parallel.ddp import check_ddp_group
 from lptrain.parallel.halo import owned_layers
 from lptrain.parallel.lp_checks import (agree_on_loading, check_arguments, check_dtype,
+                                        layer_count,
                                         check_limits)
 from lptrain.parallel.lp_grads import average_gradients, clip_grad_norm_  # noqa: F401 (here too)
 from lptrain.parallel.module_faults import agreed, all_arrived, ends_every_rank, refuse_tied
@@ -71,21 +71,7 @@ class LayerParallel(nn.Module):
         self.options = mgrit or MGRITOptions()
         self.exchange = make_exchange(comm)
         prebuilt = isinstance(steps, ModuleSteps)         # e.g. BuiltinSteps.dense(K, b)
-        if prebuilt:
-            N = steps.n_layers
-            if n_layers not in (None, N):
-                raise ConfigError(f"n_layers={n_layers} but the steps have {N} layers")
-            if coarse_steps is not None and isinstance(steps, StepFamily):
-                raise ConfigError(f"coarse_steps: {type(steps).__name__} runs its own "
-                                  "coarse steps (the fine steps with the coarse step size)")
-        elif callable(steps) and not isinstance(steps, nn.Module):      # a layer factory
-            N = n_layers
-        else:
-            N = len(steps)
-            if n_layers not in (None, N):
-                raise ConfigError(f"n_layers={n_layers} but {N} layers were given")
-        if N is None:
-            raise ConfigError("n_layers=None: a layer factory needs the number of layers")
+        N = layer_count(steps, n_layers, prebuilt, coarse_steps)
         hier = self.options.hierarchy(N, self.exchange.size)
         self.owned = owned_layers(hier, self.exchange.rank)
         def build():
