@@ -23,6 +23,8 @@ from lptrain.jobs import END, Job, JobChannel
 from lptrain.rundir import (SWEEP_FILE, RunLock, SavedFiles, dir_override, dir_value,
                             is_sweep, not_resumable, refuse_earlier_run, remove_refused,
                             saved_overrides)
+from lptrain.stops import (again, resume_hint, signal_at_the_end, stop_between_jobs,
+                           stop_if_signalled)
 from lptrain.sweeps import SweepJobs, install_job_dirs, sweep_command
 
 from lptrain.config import CONF_MODULE, check_command
@@ -129,7 +131,7 @@ def main() -> None:
     limit_threads(node_of(comm))
     channel = JobChannel(comm)
     _channel.append(channel)
-    _stop_if_signalled(comm)
+    stop_if_signalled(comm, _stop[0])
     if comm.Get_rank() != 0:
         status = _follow(channel)
         _quiet_teardown()
@@ -153,21 +155,6 @@ def _quiet_teardown() -> None:
     completed run with 130 or 143 and no word."""
     from lptrain.train.stop import StopSignals
     StopSignals.ignore()
-
-
-def _stop_if_signalled(comm) -> None:
-    """Collective: exit 128 + the signal on every rank when any rank received SIGINT,
-    SIGHUP or SIGTERM while lptrain started (imports, MPI), before anything was written; rank 0
-    says so in one line. A later signal stops the run after an iteration."""
-    from lptrain.parallel.context import make_exchange
-    signum, _ = _stop[0].agreed(make_exchange(comm))
-    if signum is None:
-        return
-    import signal
-    if comm.Get_rank() == 0:
-        print(f"{PROG}: interrupted by {signal.Signals(signum).name} while starting; "
-              f"nothing was run or written", file=sys.stderr, flush=True)
-    sys.exit(128 + signum)
 
 
 def _lead(args: list[str], ranks: int) -> int:
@@ -258,6 +245,8 @@ def _task(cfg) -> float | None:
     if _sweep:         # a resumed sweep: each job as its directory calls for
         plan = _planned(cfg, HydraConfig.get())
         if plan is None or plan.action == "kept":
+            stop_between_jobs(_stop[0] if _stop else None, _resuming[0],
+                              _channel[0].size if _channel else 1)
             return None if plan is None else plan.objective
         resume = plan.action == "resume"
     job = Job.of_hydra(cfg, HydraConfig.get(), resume=resume)
@@ -304,19 +293,20 @@ def _run_job(job: Job) -> float | None:
     try:
         outcome = app.run(job.cfg, comm, run_dir, _stop[0] if _stop else None,
                           resume=job.resume)
-        _signal_at_the_end(job, comm)
+        if _stop:
+            signal_at_the_end(job, comm, _stop[0])
         return float(outcome.objective)
     except Interrupted as exc:       # every rank agreed on it after the same iteration
         if comm.Get_rank() == 0:
             message = (f"{exc} (status interrupted); resume with: "
-                       f"{resume_command(_again(job), comm.Get_size())}")
+                       f"{resume_command(again(job), comm.Get_size())}")
             print(f"{PROG}: {message}", file=sys.stderr, flush=True)
             log.warning(message)
         sys.exit(exc.exit_code)
     except LptrainError as exc:      # raised identically on every rank
         _failures.append(exc.exit_code)
         if comm.Get_rank() == 0:
-            message = str(exc) + _resume_hint(exc, job, comm.Get_size())
+            message = str(exc) + resume_hint(exc, job, comm.Get_size())
             _say(message)
             log.error(message)
     except Exception as exc:         # unexpected: log, say it once, end every rank
@@ -334,52 +324,6 @@ def _run_job(job: Job) -> float | None:
             abort(comm, 1)
         sys.exit(1)
     return None
-
-
-def _resume_hint(exc, job: Job, ranks: int) -> str:
-    """For a fault of the machine (a full disk, an unwritable file) that left a
-    checkpoint to carry the run on from: how to, once fixed."""
-    from lptrain.errors import FAILED, DivergedError, StalledError
-    from lptrain.train.checkpoint import CHECKPOINT_FILE
-    if exc.exit_code != FAILED or isinstance(exc, (DivergedError, StalledError)) or \
-            not (Path(job.run_dir) / CHECKPOINT_FILE).is_file():
-        return ""
-    return f"; once fixed, resume with: {resume_command(_again(job), ranks)}"
-
-
-def _again(job: Job) -> Path:
-    """The directory whose resume carries on this job: its sweep's, else its own."""
-    return Path(job.sweep_dir) if job.sweep_dir and is_sweep(job.sweep_dir) else \
-        Path(job.run_dir)
-
-
-def _signal_at_the_end(job: Job, comm) -> None:
-    """Collective, after a run that ended by itself: a signal received in its last
-    iteration or its closing lines stopped nothing; say so.  A single run exits as it
-    ended; a sweep (any sweeper) stops before its next job (128 + the signal)."""
-    if not _stop:
-        return
-    import signal
-
-    from lptrain.parallel.context import make_exchange
-    signum, _ = _stop[0].agreed(make_exchange(comm))
-    if signum is None:
-        return
-    name = signal.Signals(signum).name
-    sweep = bool(job.sweep_dir)      # the same on every rank (any sweeper)
-    if comm.Get_rank() == 0:
-        message = f"{name} in the run's last iteration: {job.run_dir} ended as " \
-                  "metrics.h5 says"
-        if sweep and is_sweep(job.sweep_dir):
-            again = resume_command(_again(job), comm.Get_size())
-            message += f"; the sweep stops here ({again} carries on the jobs left)"
-        elif sweep:           # a sampler's sweep (Optuna): this job's run is done
-            message += ("; the sweep stops here (its sweeper saved nothing to carry it "
-                        "on: sweep again, an Optuna study from its hydra.sweeper.storage)")
-        print(f"{PROG}: {message}", file=sys.stderr, flush=True)
-        log.warning(message)
-    if sweep:
-        sys.exit(128 + signum)
 
 
 def _model_timer(opts, net, mode: str):

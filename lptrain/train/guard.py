@@ -51,7 +51,8 @@ class Progress:
 
     An optimizer whose step reports the objective of the parameters it started from (SGD
     and Adam: one evaluation per step, its gradient's point) leaves the new parameters
-    `pending`: they pass with the next step's objective, or at the run's end (`finish`)."""
+    `pending`: they pass with the next step's objective, or when the run ends or stops
+    to be carried on (`finish`)."""
 
     theta: torch.Tensor
     iteration: int = 0
@@ -116,7 +117,8 @@ class Progress:
         self.pending = Validated(k, math.nan, math.nan, theta)
 
     def finish(self) -> None:
-        """The run ended by itself: pending parameters are its last ones."""
+        """The run ended, or stopped to be carried on (not diverged): pending parameters
+        are its last ones, those its checkpoint resumes from."""
         self._passed()
 
     def _passed(self) -> None:

@@ -112,3 +112,21 @@ def test_a_resume_refuses_a_sweep_of_new_values(given, tmp_path):
     with pytest.raises(ConfigError, match=r"with resume= each key takes one value"):
         cli._resume_args([f"resume={tmp_path}", given])
     assert not cli._sweep and not cli._resuming
+
+
+def test_a_signal_while_a_resumed_sweep_keeps_its_jobs_stops_it_there(tmp_path, capsys,
+                                                                      monkeypatch):
+    """Ctrl-C while a resumed sweep passed over its finished jobs started the next one
+    (interrupted at iteration 0)."""
+    import signal
+
+    from lptrain import stops
+    from lptrain.train.stop import StopSignals
+    stop = StopSignals()
+    stops.stop_between_jobs(stop, tmp_path, 1)          # no signal: the sweep goes on
+    stop.received = signal.SIGINT
+    with pytest.raises(SystemExit) as exc:
+        stops.stop_between_jobs(stop, tmp_path, 2)
+    assert exc.value.code == 130
+    assert capsys.readouterr().err == (f"lptrain: interrupted by SIGINT between jobs; "
+                                       f"resume with: mpiexec -n 2 lptrain resume={tmp_path}\n")

@@ -233,25 +233,24 @@ def test_a_signal_after_the_last_iteration_is_said_and_ends_only_a_sweep(
         tmp_path, capsys, monkeypatch, sweep):
     """A signal in a run's last iteration stops nothing (train/loop.py): the command
     says so; a sweep stops before its next job with 128 + the signal and its resume."""
-    from lptrain import cli
+    from lptrain import stops
     from lptrain.jobs import Job
     sweep_dir = tmp_path / "sweep"
     job = Job(cfg=None, run_dir=str(sweep_dir / "0"),
               sweep_dir=str(sweep_dir) if sweep else "")
     # an Optuna sweep writes no multirun.yaml: whether it is a sweep was read from the
     # directory, and such a sweep started its next job, interrupted at iteration 0
-    monkeypatch.setattr(cli, "is_sweep", lambda d: False)
+    monkeypatch.setattr(stops, "is_sweep", lambda d: False)
     stop = StopSignals()
-    monkeypatch.setattr(cli, "_stop", [stop])
-    cli._signal_at_the_end(job, _OneRank())           # no signal: nothing
+    stops.signal_at_the_end(job, _OneRank(), stop)           # no signal: nothing
     assert capsys.readouterr().err == ""
     stop.received = signal.SIGTERM
     if sweep:
         with pytest.raises(SystemExit) as exc:
-            cli._signal_at_the_end(job, _OneRank())
+            stops.signal_at_the_end(job, _OneRank(), stop)
         assert exc.value.code == 143
     else:
-        cli._signal_at_the_end(job, _OneRank())
+        stops.signal_at_the_end(job, _OneRank(), stop)
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
         f"lptrain: SIGTERM in the run's last iteration: {sweep_dir / '0'} ended")
@@ -260,10 +259,10 @@ def test_a_signal_after_the_last_iteration_is_said_and_ends_only_a_sweep(
             "again, an Optuna study from its hydra.sweeper.storage)" in lines[0]) == sweep
     assert "resume=" not in lines[0]
     if sweep:                 # the basic sweeper's: the whole sweep carries on
-        monkeypatch.setattr(cli, "is_sweep", lambda d: True)
+        monkeypatch.setattr(stops, "is_sweep", lambda d: True)
         stop.received = signal.SIGTERM
         with pytest.raises(SystemExit):
-            cli._signal_at_the_end(job, _OneRank())
+            stops.signal_at_the_end(job, _OneRank(), stop)
         line = capsys.readouterr().err
         assert f"the sweep stops here (lptrain resume={sweep_dir} carries on" in line
 

@@ -280,17 +280,17 @@ def test_an_unexpected_error_of_many_lines_is_said_in_one():
 def test_a_machine_fault_with_a_checkpoint_says_how_to_resume(tmp_path):
     """A full disk or an unwritable file ended a run (status failed, resumable) with no
     word of the resume the other stops print."""
-    from lptrain import cli
+    from lptrain import stops
     from lptrain.errors import DivergedError
     from lptrain.jobs import Job
     job = Job(cfg=None, run_dir=str(tmp_path))
     full = s.MetricsFileError(f"{tmp_path}/metrics.h5: cannot write (only 3 MB left free)")
-    assert cli._resume_hint(full, job, 2) == ""                 # no checkpoint yet
+    assert stops.resume_hint(full, job, 2) == ""                 # no checkpoint yet
     (tmp_path / "checkpoint.pt").write_bytes(b"")
-    assert cli._resume_hint(full, job, 2) == (
+    assert stops.resume_hint(full, job, 2) == (
         f"; once fixed, resume with: mpiexec -n 2 lptrain resume={tmp_path}")
-    assert cli._resume_hint(DivergedError("objective became inf"), job, 1) == ""
-    assert cli._resume_hint(RunFileError("busy", exit_code=REFUSED), job, 1) == ""
+    assert stops.resume_hint(DivergedError("objective became inf"), job, 1) == ""
+    assert stops.resume_hint(RunFileError("busy", exit_code=REFUSED), job, 1) == ""
 
 
 def test_a_refused_runs_directory_goes_only_where_it_holds_what_the_refusal_wrote(tmp_path):

@@ -1,0 +1,87 @@
+"""The `lptrain` command's stops around its jobs: a signal while it starts, in a run's
+last iteration, or between the jobs of a resumed sweep; and the resume a stop or a
+machine fault names. Rank 0 says each in one line; the exit status is 128 + the signal.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from lptrain.errors import resume_command
+from lptrain.jobs import Job
+from lptrain.rundir import is_sweep
+
+PROG = "lptrain"
+log = logging.getLogger("lptrain")
+
+
+def _said(message: str, warn: bool = True) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    if warn:
+        log.warning(message)
+
+
+def stop_if_signalled(comm, stop) -> None:
+    """Collective: exit 128 + the signal on every rank when any rank received SIGINT,
+    SIGHUP or SIGTERM while lptrain started (imports, MPI), before anything was written;
+    rank 0 says so in one line. A later signal stops the run after an iteration."""
+    from lptrain.parallel.context import make_exchange
+    signum, _ = stop.agreed(make_exchange(comm))
+    if signum is None:
+        return
+    if comm.Get_rank() == 0:
+        _said(f"interrupted by {signal.Signals(signum).name} while starting; nothing was "
+              f"run or written", warn=False)
+    sys.exit(128 + signum)
+
+
+def again(job: Job) -> Path:
+    """The directory whose resume carries on this job: its sweep's, else its own."""
+    return Path(job.sweep_dir) if job.sweep_dir and is_sweep(job.sweep_dir) else \
+        Path(job.run_dir)
+
+
+def resume_hint(exc, job: Job, ranks: int) -> str:
+    """For a fault of the machine (a full disk, an unwritable file) that left a
+    checkpoint to carry the run on from: how to, once fixed."""
+    from lptrain.errors import FAILED, DivergedError, StalledError
+    from lptrain.train.checkpoint import CHECKPOINT_FILE
+    if exc.exit_code != FAILED or isinstance(exc, (DivergedError, StalledError)) or \
+            not (Path(job.run_dir) / CHECKPOINT_FILE).is_file():
+        return ""
+    return f"; once fixed, resume with: {resume_command(again(job), ranks)}"
+
+
+def signal_at_the_end(job: Job, comm, stop) -> None:
+    """Collective, after a run that ended by itself: a signal received in its last
+    iteration or its closing lines stopped nothing; say so.  A single run exits as it
+    ended; a sweep (any sweeper) stops before its next job (128 + the signal)."""
+    from lptrain.parallel.context import make_exchange
+    signum, _ = stop.agreed(make_exchange(comm))
+    if signum is None:
+        return
+    sweep = bool(job.sweep_dir)      # the same on every rank (any sweeper)
+    if comm.Get_rank() == 0:
+        message = f"{signal.Signals(signum).name} in the run's last iteration: " \
+                  f"{job.run_dir} ended as metrics.h5 says"
+        if sweep and is_sweep(job.sweep_dir):
+            message += (f"; the sweep stops here ({resume_command(again(job), comm.Get_size())}"
+                        f" carries on the jobs left)")
+        elif sweep:           # a sampler's sweep (Optuna): this job's run is done
+            message += ("; the sweep stops here (its sweeper saved nothing to carry it "
+                        "on: sweep again, an Optuna study from its hydra.sweeper.storage)")
+        _said(message)
+    if sweep:
+        sys.exit(128 + signum)
+
+
+def stop_between_jobs(stop, sweep_dir: Path, ranks: int) -> None:
+    """Rank 0, after a job a resumed sweep kept (no rank ran it): a signal received
+    there stops the sweep before its next job (128 + the signal), which had started."""
+    if stop is None or stop.received is None:
+        return
+    _said(f"interrupted by {signal.Signals(stop.received).name} between jobs; resume "
+          f"with: {resume_command(sweep_dir, ranks)}")
+    sys.exit(128 + stop.received)
