@@ -117,14 +117,18 @@ def hydra_raising(environ=os.environ):
     """Hydra raises its errors to the caller instead of reporting them (a sweeper
     plugin's error as a traceback); yields whether the caller is to say them, i.e.
     unless the user set HYDRA_FULL_ERROR to see the traceback."""
-    if environ.get(FULL_ERROR):
+    if environ.get(FULL_ERROR) == "1":       # Hydra's own test
         yield False
         return
+    before = environ.get(FULL_ERROR)
     environ[FULL_ERROR] = "1"
     try:
         yield True
     finally:
-        environ.pop(FULL_ERROR, None)
+        if before is None:
+            environ.pop(FULL_ERROR, None)
+        else:
+            environ[FULL_ERROR] = before
 
 
 def hydra_failure(exc: Exception, directory: str, failures: list[int], jobs: int,

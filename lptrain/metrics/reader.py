@@ -187,6 +187,8 @@ def _in_job_order(hit: Path) -> list:
     job number within its sweep's directory."""
     job = hit.parent
     num = job_number(job) if (job / ".hydra").is_dir() else None
+    if num is None and job.name.isdigit():    # a job resumed alone: its record has none
+        num = int(job.name)
     sweep = next((d for d in job.parents if (d / "multirun.yaml").is_file()), None)
     if num is None or sweep is None:
         return _natural(hit)

@@ -46,6 +46,10 @@ class HungUpStream:
             self._hung_up(exc)
             return len(text)
 
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
     def flush(self) -> None:
         try:
             self._stream.flush()

@@ -69,6 +69,10 @@ def test_hydra_raises_to_lptrain_unless_the_user_asked_for_its_traceback():
     with hydra_raising(environ) as ours:
         assert not ours
     assert environ == {FULL_ERROR: "1"}
+    environ = {FULL_ERROR: "0"}                  # Hydra shows no traceback for that
+    with hydra_raising(environ) as ours:
+        assert ours and environ[FULL_ERROR] == "1"
+    assert environ == {FULL_ERROR: "0"}
 
 
 def test_a_sweeper_that_gives_up_is_one_line_with_the_jobs_statuses(tmp_path):

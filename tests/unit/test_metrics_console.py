@@ -470,6 +470,7 @@ def test_a_hung_up_terminal_is_written_to_nowhere_not_raised(tmp_path):
         assert module.stdout.write("interrupted by SIGHUP") == 21    # no OSError
         assert os.path.samestat(os.fstat(fd), os.stat(os.devnull))
         assert module.stdout.write("resume with: ...") == 16         # /dev/null now
+        module.stdout.writelines(["a\n", "b\n"])
         other = HungUpStream(_HungUp(fd, errno.ENOSPC))
         os.dup2(os.open(tmp_path / "disk", os.O_WRONLY | os.O_CREAT), fd)
         with pytest.raises(OSError, match="No space"):               # not a hang-up

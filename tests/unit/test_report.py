@@ -221,6 +221,13 @@ def test_jobs_named_by_their_overrides_come_in_job_order(tmp_path):
             f"hydra:\n  job:\n    num: {num}\n")
     assert [p.parent.name for p in find_metrics([sweep])] == \
         ["lr=0.05", "lr=0.1", "lr=0.2", "lr=1e-3"]
+    for num in (0, 1, 2):                     # jobs named by number, one resumed alone
+        fake_run(tmp_path / "by_num" / str(num), "serial", 0.1)
+        (tmp_path / "by_num" / str(num) / ".hydra").mkdir()
+        (tmp_path / "by_num" / str(num) / ".hydra" / "hydra.yaml").write_text(
+            f"hydra:\n  job:\n    num: {'???' if num == 1 else num}\n")
+    (tmp_path / "by_num" / "multirun.yaml").write_text("hydra: {}\n")
+    assert [p.parent.name for p in find_metrics([tmp_path / "by_num"])] == ["0", "1", "2"]
     for name in ("lr=0.05", "lr=0.1", "lr=0.2", "lr=1e-3"):      # no records: by value
         (sweep / name / ".hydra" / "hydra.yaml").unlink()
     assert [p.parent.name for p in find_metrics([sweep])] == \
