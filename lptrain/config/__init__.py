@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -27,7 +28,7 @@ def refuse_schema_nodes(choices: Mapping[str, str | None]) -> None:
                               f"a choice; choose one of {', '.join(yaml_choices(group))}")
 
 
-def compose_checked(overrides: Sequence[str]):
+def compose_checked(overrides: Sequence[str], first_job: bool = False):
     """The composed config (its `hydra` node removed) after refusing schema nodes; Hydra's
     compose API, inside initialize_config_dir(CONF_DIR)."""
     from hydra import compose as hydra_compose
@@ -36,15 +37,17 @@ def compose_checked(overrides: Sequence[str]):
                         return_hydra_config=True)
     refuse_schema_nodes(cfg.hydra.runtime.choices)
     with open_dict(cfg):
-        _as_a_first_job(cfg.hydra)
+        if first_job:
+            _as_a_first_job(cfg.hydra)
         del cfg["hydra"]
     return cfg
 
 
 def _as_a_first_job(hydra) -> None:
     """Hydra's runtime values that only a launched job has (its number and id, its
-    directory) as a first job's, and Hydra's config set from them: a value that reads
-    them (`seed=${hydra:job.num}`) is checked as job 0 has it, not refused."""
+    directory) as a first job's, and Hydra's config set from them (a sweep's check:
+    check_command restores it): a value that reads them (`seed=${hydra:job.num}`) is
+    checked as job 0 has it, not refused."""
     import os
 
     from hydra.core.hydra_config import HydraConfig
@@ -54,6 +57,17 @@ def _as_a_first_job(hydra) -> None:
         if OmegaConf.is_missing(node, key):
             node[key] = value
     HydraConfig.instance().set_config(OmegaConf.create({"hydra": hydra}))
+
+
+@contextmanager
+def _hydra_config_restored():
+    """Hydra's global config as it was before the checks set a first job's."""
+    from hydra.core.hydra_config import HydraConfig
+    before = HydraConfig.instance().cfg
+    try:
+        yield
+    finally:
+        HydraConfig.instance().cfg = before
 
 
 def compose(overrides: Sequence[str]):
@@ -123,12 +137,19 @@ def check_command(args: list[str]) -> None:
     # a sampler's search space given to it (hydra.sweeper.params.KEY=SPEC) names lptrain keys
     overrides += [a.split(".", 3)[3] for a in args if a.lstrip("+").startswith(SWEPT_PARAMS)]
     groups = [a for a in args if a.startswith("hydra/")]  # launcher, sweeper: must exist
+    sweep = any(a in ("-m", "--multirun") for a in args)
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            for combination in sweep_samples(overrides):
-                options(compose_checked([*combination, *groups]))
+            with _hydra_config_restored():
+                for combination in sweep_samples(overrides):
+                    options(compose_checked([*combination, *groups], first_job=sweep))
     except (HydraException, OmegaConfBaseException) as exc:
-        raise _float_interval_hint(one_line_error(exc), overrides) from None
+        error = _float_interval_hint(one_line_error(exc), overrides)
+        if "HydraConfig was not set" in str(error):
+            from lptrain.errors import ConfigError
+            error = ConfigError(f"{error}: a single run is no Hydra job (a ${{hydra:...}} "
+                                f"value needs a sweep, -m)")
+        raise error from None
 
 
 def _float_interval_hint(error, overrides: list[str]):

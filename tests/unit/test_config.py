@@ -428,3 +428,7 @@ def test_a_value_read_from_hydras_runtime_is_checked_as_a_first_jobs():
     check_command(["-m", "seed=${hydra:job.num}", "optimizer.step0=0.5,1.0"])
     with pytest.raises(ConfigError, match=r"^seed: .*hydra:job.nam"):
         check_command(["-m", "seed=${hydra:job.nam}"])
+    # a single run has no job number: refused before anything is made, in one line
+    with pytest.raises(ConfigError, match=r"HydraConfig was not set: a single run is no "
+                       r"Hydra job \(a \$\{hydra:...\} value needs a sweep, -m\)$"):
+        check_command(["seed=${hydra:job.num}"])
