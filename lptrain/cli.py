@@ -181,6 +181,9 @@ def _lead(args: list[str], ranks: int) -> int:
             check_command(args)
         given = value(args, "hydra.sweep.dir" if multirun(args) else "hydra.run.dir")
         fresh = not _resuming and (given is None or not Path(dir_value(given)).exists())
+        # the folders above it this command makes (a default one's date and outputs/)
+        made = 2 if given is None else sum(not p.exists()
+                                           for p in Path(dir_value(given)).parents)
         args, directory = directory_args(args)
         problem = check_writable(directory)
         if problem:
@@ -204,7 +207,7 @@ def _lead(args: list[str], ranks: int) -> int:
         if saved and REFUSED in _failures:    # the run stays as it was
             _put_back(saved.restore)
     if fresh and not multirun(args) and _failures == [REFUSED]:   # nothing ran
-        remove_refused(directory, empty_parents=2 if given is None else 0)
+        remove_refused(directory, empty_parents=made)
     return max(_failures, default=0)
 
 

@@ -124,6 +124,9 @@ BAD_INPUTS = {
                              ["network.width=1"]),
     "batch_above_data": (["optimizer=sgd", "train.batch_size=100000"],
                          ["train.batch_size=100000"]),
+    # refused inside the run, into folders this command makes: none is left
+    "batch_above_data_nested": (["optimizer=sgd", "train.batch_size=100000",
+                                 "hydra.run.dir={tmp}/run/a/b"], ["train.batch_size=100000"]),
     "unwritable_dir": (["hydra.run.dir=/proc/lptrain-test"],
                        ["hydra.run.dir", "/proc/lptrain-test"]),
     "missing_dataset_path": (["dataset=mnist", "dataset.path=/nonexistent/lptrain-data"],
@@ -191,6 +194,7 @@ BAD_DATA = {
 def _bad_args(args, tmp_path, case=None) -> list[str]:
     run = [] if any(a.startswith("hydra.run.dir=") for a in args) else [
         f"hydra.run.dir={tmp_path / 'run'}"]
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     if case in BAD_DATA:
         (tmp_path / "data").mkdir()
         BAD_DATA[case](tmp_path / "data")
