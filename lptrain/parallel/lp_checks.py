@@ -52,6 +52,18 @@ def layer_count(steps, n_layers, prebuilt: bool, coarse_steps) -> int:
     return N
 
 
+def check_averaged(steps, hier, built) -> None:
+    """ConfigError where a coarse step would average layers of two structures
+    (coarse_weights='average'): each coarse step's range of fine layers, at every coarse
+    level, among the layers `built` here (a range reaching another rank's layers is
+    checked where the solve averages them, ModuleSteps.mean_params)."""
+    for level in hier.levels[1:]:
+        for a, b in zip(level.points, level.points[1:]):
+            mine = [n for n in range(a, b) if n in built]
+            if len(mine) > 1:
+                steps.check_one_structure(mine)
+
+
 def check_limits(max_iter, tol) -> None:
     """ConfigError naming a forward's max_iter / tol override that no solve can use."""
     if max_iter is not None and (isinstance(max_iter, bool) or not isinstance(max_iter, int)

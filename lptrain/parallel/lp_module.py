@@ -20,8 +20,8 @@ from lptrain.model.module_steps import ModuleSteps, seeded, with_params
 from lptrain.parallel.context import make_exchange
 from lptrain.parallel.ddp import check_ddp_group
 from lptrain.parallel.halo import owned_layers
-from lptrain.parallel.lp_checks import (agree_on_loading, check_arguments, check_dtype,
-                                        layer_count,
+from lptrain.parallel.lp_checks import (agree_on_loading, check_arguments, check_averaged,
+                                        check_dtype, layer_count,
                                         check_limits)
 from lptrain.parallel.lp_grads import average_gradients, clip_grad_norm_  # noqa: F401 (here too)
 from lptrain.parallel.module_faults import agreed, all_arrived, ends_every_rank, refuse_tied
@@ -82,8 +82,8 @@ class LayerParallel(nn.Module):
                 refuse_tied(layers)
             if layers:
                 built.check_one_dtype(layers)
-            if self.options.coarse_weights == "average" and layers:
-                built.check_one_structure(layers)
+            if self.options.coarse_weights == "average":
+                check_averaged(built, hier, layers)
             return built
         self.steps = agreed(self.exchange, build, "building the layers")
         self.layers = self.steps.modules          # registered: this rank's parameters

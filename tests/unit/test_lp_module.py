@@ -171,6 +171,15 @@ def test_averaged_coarse_weights_need_layers_of_one_structure():
                        r"differ in their parameters \(0.weight 3x3, 0.bias 3 against "
                        r"none\).*use coarse_weights='inject'"):
         LayerParallel(mixed, T=1.0, n_layers=4, mgrit=MGRITOptions(**CONVERGED))
+    # two structures, each coarse step within one: averaging is fine (1 rank as on 2)
+    halves = LayerParallel(lambda n: dense(n) if n < 4 else nn.Sequential(
+        nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 3)).double(), T=1.0, n_layers=8,
+        mgrit=MGRITOptions(levels=2, cfactor0=4, tol=1e-13, max_iter=60))
+    x8 = inputs(5, 3)
+    u8 = x8
+    for n in range(8):
+        u8 = u8 + 0.125 * halves.steps.module(n)(u8)
+    assert torch.allclose(halves(x8), u8, atol=1e-12)
     mod = LayerParallel(mixed, T=1.0, n_layers=4,
                         mgrit=MGRITOptions(**CONVERGED, coarse_weights="inject"))
     x = inputs(5, 3)
