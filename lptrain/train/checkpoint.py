@@ -89,7 +89,8 @@ class Checkpointer:
             return
         t0 = time.perf_counter()
         # the models first: a kill between the two files leaves models at least as new as
-        # the checkpoint; the checkpoint is written even when they cannot be
+        # the checkpoint's checked parameters (SGD, Adam: its θ waits for the next step's
+        # objective); the checkpoint is written even when they cannot be
         model_error = None
         if self.model is not None:
             try:
@@ -101,8 +102,9 @@ class Checkpointer:
             run = RunState(iteration=k, theta=theta, optimizer=self.optimizer.state_dict(),
                            batches=batches.state_dict(), rng=torch.get_rng_state(),
                            first_objective=self.progress.first_objective,
-                           best=self.progress.best_state(), loop=loop, config=self.config,
-                           world_size=self.exchange.size, grid=self.grid)
+                           best=self.progress.best_state(),
+                           pending=self.progress.pending_state(), loop=loop,
+                           config=self.config, world_size=self.exchange.size, grid=self.grid)
         state = self.oracle.state_dict()
         error = self._write(run and run.to_record(), state)
         lean = False
@@ -274,4 +276,5 @@ def restore(run: RunState, optimizer, oracle, progress, state: dict | None) -> t
     progress.theta, progress.iteration = run.theta, run.iteration
     progress.first_objective = run.first_objective
     progress.load_best(run.best)     # None before the best was kept
+    progress.load_pending(run.pending, run.theta, run.iteration)   # SGD, Adam: unchecked
     return run.theta

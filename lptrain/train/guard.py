@@ -51,8 +51,8 @@ class Progress:
 
     An optimizer whose step reports the objective of the parameters it started from (SGD
     and Adam: one evaluation per step, its gradient's point) leaves the new parameters
-    `pending`: they pass with the next step's objective, or when the run ends or stops
-    to be carried on (`finish`)."""
+    `pending`: they pass with the next step's objective, or when the run ends
+    (`finish`); a checkpoint keeps them pending (`pending_state`)."""
 
     theta: torch.Tensor
     iteration: int = 0
@@ -60,6 +60,7 @@ class Progress:
     best: Validated | None = None
     validation: tuple[int, float, float] | None = None   # the latest (k, loss, accuracy)
     pending: Validated | None = None    # parameters after an iteration, not yet checked
+    _finished: dict | None = None      # what `finish` passed unchecked (pending_state)
 
     def validated(self, k: int, loss: float, accuracy: float, theta: torch.Tensor) -> None:
         """Record the validation of θ after iteration k; keep a copy of θ if it is the
@@ -79,13 +80,31 @@ class Progress:
         return None if v is None or v[0] != k else (v[1], v[2])
 
     def best_state(self) -> dict | None:
-        """What a checkpoint keeps of the best (None before the first validation); pending
-        parameters count as passed: a resumed run starts from them."""
-        best, validation, p = self.best, self.validation, self.pending
-        if p is not None and not math.isnan(p.accuracy):
-            validation = (p.iteration, p.loss, p.accuracy)
-            best = p if p.beats(best) else best
-        return None if best is None else {**best.state_dict(), "validation": validation}
+        """What a checkpoint keeps of the best (None before the first validation); after
+        `finish`, the best before it passed the pending parameters."""
+        if self._finished is not None:
+            return self._finished["best"]
+        return None if self.best is None else {**self.best.state_dict(),
+                                               "validation": self.validation}
+
+    def pending_state(self) -> dict | None:
+        """What a checkpoint of θ keeps where θ waits for its check (SGD, Adam): the last
+        parameters that passed and θ's validation (None: θ passed, or no such optimizer).
+        Also after `finish`, which passed them for this run's files only: a run carried on
+        from the checkpoint checks θ with its first step."""
+        if self.pending is None:
+            return None if self._finished is None else self._finished["pending"]
+        p = self.pending
+        return {"iteration": self.iteration, "theta": self.theta,
+                "validation": None if math.isnan(p.accuracy) else (p.loss, p.accuracy)}
+
+    def load_pending(self, state: dict | None, theta: torch.Tensor, k: int) -> None:
+        """A checkpoint's pending_state() for its θ after iteration k (None: θ passed)."""
+        if state is None:
+            return
+        self.theta, self.iteration = state["theta"], int(state["iteration"])
+        loss, accuracy = state["validation"] or (math.nan, math.nan)
+        self.pending = Validated(k, loss, accuracy, theta)
 
     def load_best(self, state: dict | None) -> None:
         """Restore best_state() (None: a checkpoint of a run before best was kept)."""
@@ -117,8 +136,10 @@ class Progress:
         self.pending = Validated(k, math.nan, math.nan, theta)
 
     def finish(self) -> None:
-        """The run ended, or stopped to be carried on (not diverged): pending parameters
-        are its last ones, those its checkpoint resumes from."""
+        """The run ended by itself: pending parameters are its last ones (its files'),
+        unchecked still for a run that carries it on (pending_state)."""
+        if self.pending is not None:
+            self._finished = {"pending": self.pending_state(), "best": self.best_state()}
         self._passed()
 
     def _passed(self) -> None:

@@ -139,8 +139,6 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
     notes = _Notes(console, opts.mgrit)
 
     def save(k, force=False):
-        if force:        # a stop or the end: the checkpoint's θ is the one to carry on
-            progress.finish()
         if checkpoint is not None:
             loop = LoopState(val=val, val_iteration=val_at, best=best,
                              stall=stall.state_dict(),
@@ -178,6 +176,7 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
             break
         if stalled:
             break
+    progress.finish()
     save(k, force=True)
     return theta, _outcome(k, info, val, best, wall, stall.stalled)
 

@@ -40,8 +40,8 @@ class StepInfo:
 
 def _finite(point) -> None:
     if not math.isfinite(point.objective):
-        raise DivergedError(f"objective became {point.objective}: lower the step size "
-                            f"or check the data scaling")
+        raise DivergedError(f"diverged: objective became {point.objective}: lower the "
+                            f"step size or check the data scaling")
 
 
 class LBFGS:

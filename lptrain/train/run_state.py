@@ -6,7 +6,7 @@ reads it); `RunState.from_record()` reads it back, from every format lptrain
 reads: format 2 (no grid recorded) and 3 (train/checkpoint.py refuses format
 1).  Keys that older writers left
 out read as their defaults (no best parameters, no stall rule, warm starts
-kept).  The ranks' oracle states are not part of it: they are entries of
+kept, θ checked).  The ranks' oracle states are not part of it: they are entries of
 their own (train/checkpoint.py).
 """
 from __future__ import annotations
@@ -64,6 +64,7 @@ class RunState:
     world_size: int
     grid: Grid | None = None          # the layer × data grid (None before format 3)
     warm_starts: bool = True          # False: a lean checkpoint, warm starts left out
+    pending: dict | None = None       # θ not yet checked: the last good (Progress.pending_state)
 
     def to_record(self) -> dict:
         """The record entry of a checkpoint of the current format."""
@@ -74,7 +75,7 @@ class RunState:
                 "first_objective": self.first_objective, "best": self.best,
                 "loop": self.loop.to_record(self.iteration), "config": self.config,
                 "grid": None if self.grid is None else [self.grid.layer, self.grid.data],
-                "warm_starts": self.warm_starts}
+                "warm_starts": self.warm_starts, "pending": self.pending}
 
     @classmethod
     def from_record(cls, record: dict) -> "RunState":
@@ -86,4 +87,5 @@ class RunState:
                    best=record.get("best"), loop=LoopState.from_record(record["loop"]),
                    config=record["config"], world_size=record["world_size"],
                    grid=None if grid is None else Grid(*grid),
-                   warm_starts=record.get("warm_starts", True))
+                   warm_starts=record.get("warm_starts", True),
+                   pending=record.get("pending"))

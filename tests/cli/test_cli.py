@@ -335,7 +335,9 @@ def test_diverging_sgd_ends_diverged_with_the_last_good_model(tmp_path):
     m = read_metrics(run_dir / ms.FILE_NAME)
     assert m.status == ms.DIVERGED and m.attrs[ms.ERROR].startswith("diverged: ")
     model = load_model(run_dir, "last")
-    assert model.iteration == m.n_iterations - 1     # before the iteration that diverged
+    # SGD's objective of iteration k is that of the parameters after k - 1: those
+    # diverged, so the last good ones are after k - 2 (README "Divergence")
+    assert model.iteration == m.n_iterations - 2
     assert torch.isfinite(model.theta).all()
     best = load_model(run_dir)
     assert best.iteration < m.n_iterations and torch.isfinite(best.theta).all()

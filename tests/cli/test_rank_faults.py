@@ -108,7 +108,9 @@ def test_no_room_for_the_metrics_file_ends_every_rank(tmp_path):
 def test_a_full_disk_at_the_first_checkpoint_keeps_a_lean_one_to_resume(tmp_path):
     # the warm starts of 5000 Peaks samples (width 16: 13 MB at the C-points) do not fit
     # (before: no checkpoint at all, so the finished iterations were lost)
-    args = ["mode=simultaneous", "checkpoint_every=2", "network.width=16"]
+    # an explicit split: the automatic one times kernels once per host (a line more)
+    args = ["mode=simultaneous", "checkpoint_every=2", "network.width=16",
+            "parallel.layer_ranks=2"]
     with _tmpfs(tmp_path, "8m") as mnt:
         run = mnt / "run"
         proc = lptrain([f"hydra.run.dir={run}", *args, "train.iterations=4"], ranks=2,

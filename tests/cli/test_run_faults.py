@@ -84,7 +84,8 @@ def test_disk_filling_up_during_the_run_fails_cleanly_and_resumes(small_disk, tm
     # the iteration that reached the reserve was recorded from it, then checkpointed
     # (before: no checkpoint until iteration 10, so nothing to resume)
     assert load_checkpoint(run_dir / CHECKPOINT_FILE)["iteration"] == n
-    assert load_model(run_dir, "last").iteration == n
+    # Adam: the parameters after n wait for the next step's objective (README)
+    assert load_model(run_dir, "last").iteration == n - 1
     assert not (run_dir / LOCK_FILE).exists()
     (small_disk / "filler").unlink()           # space freed: the run continues
     again = lptrain([f"resume={run_dir}", f"train.iterations={n + 2}"], tmp_path,

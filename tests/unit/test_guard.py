@@ -36,8 +36,16 @@ def test_parameters_whose_objective_comes_with_the_next_step_wait_for_it():
     p = Progress(torch.zeros(1))
     p.check(1, 2.0, torch.ones(1), at_start=True)            # J(θ_0); θ_1 pending
     p.validated(1, 0.5, 0.9, torch.ones(1))
-    assert (p.iteration, p.best, p.validation) == (0, None, None)
-    assert p.best_state()["iteration"] == 1 and p.best_state()["validation"] == (1, 0.5, 0.9)
+    assert (p.iteration, p.best, p.validation, p.best_state()) == (0, None, None, None)
+    # a checkpoint of θ_1 keeps it pending, with the last good and θ_1's validation
+    again = Progress(torch.zeros(1))
+    again.load_best(p.best_state())
+    again.load_pending(p.pending_state(), torch.ones(1), 1)
+    assert (again.iteration, again.theta.item(), again.pending.iteration,
+            again.pending.accuracy) == (0, 0.0, 1, 0.9)
+    with pytest.raises(DivergedError, match="iteration 2"):
+        again.check(2, math.inf, torch.full((1,), 2.0), at_start=True)
+    assert again.iteration == 0 and again.best is None       # θ_1 never passed
     with pytest.raises(DivergedError, match="iteration 2"):
         p.check(2, math.nan, torch.full((1,), 2.0), at_start=True)     # J(θ_1) bad
     assert p.iteration == 0 and p.theta.item() == 0 and p.best is None
@@ -50,6 +58,8 @@ def test_parameters_whose_objective_comes_with_the_next_step_wait_for_it():
     q.validated(2, 0.4, 0.95, torch.full((1,), 2.0))
     q.finish()                                                # the run ended after 2
     assert (q.iteration, q.theta.item(), q.best.iteration, q.pending) == (2, 2.0, 2, None)
+    # its files have θ_2; a run carrying it on checks θ_2 first (its best: before it)
+    assert q.pending_state()["iteration"] == 1 and q.best_state()["iteration"] == 1
 
 
 def test_a_diverging_sgd_run_keeps_the_parameters_before_the_bad_step():
@@ -70,6 +80,31 @@ def test_a_diverging_sgd_run_keeps_the_parameters_before_the_bad_step():
               progress)
     assert progress.iteration == 0 and torch.equal(progress.theta, theta)
     assert progress.best.iteration == 0
+
+
+def test_an_sgd_run_carried_on_keeps_what_the_whole_run_keeps_where_it_diverges(tmp_path):
+    """A run of one iteration (completed) carried on to 20: it diverges at iteration 2 as
+    the whole run does, and both model files are iteration 0's; the carried-on run had
+    kept the diverged parameters of iteration 1 in both."""
+    from helpers import composed
+    from lptrain import app
+    from lptrain.model.saved import load_model
+
+    def cfg(iterations):
+        return composed("optimizer=sgd", "optimizer.lr=1e8", "network.layers=4",
+                        "dataset.n_train=100", "dataset.n_val=20", "eval_every=1",
+                        f"train.iterations={iterations}")
+    for d in ("whole", "parts"):
+        (tmp_path / d).mkdir()
+    with pytest.raises(DivergedError, match="at iteration 2"):
+        app.run(cfg(20), None, tmp_path / "whole")
+    app.run(cfg(1), None, tmp_path / "parts")
+    with pytest.raises(DivergedError, match="at iteration 2"):
+        app.run(cfg(20), None, tmp_path / "parts", resume=True)
+    for which in ("best", "last"):
+        whole, parts = (load_model(tmp_path / d, which) for d in ("whole", "parts"))
+        assert whole.iteration == parts.iteration == 0
+        assert torch.equal(whole.theta, parts.theta)
 
 
 def test_reference_is_the_first_objective_even_if_it_is_tiny():

@@ -248,6 +248,9 @@ class _Progress:
     def best_state(self):
         return None
 
+    def pending_state(self):
+        return None
+
 
 def _three_rank_checkpoint(path):
     states = [{"cache": [(0, torch.full((2, 3), float(r)), None)]} for r in range(3)]
