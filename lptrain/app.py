@@ -22,7 +22,7 @@ from lptrain.model.dtypes import DTYPES
 from lptrain.model.network import ResNet
 from lptrain.modes import LAYERED, SERIAL, SIMULTANEOUS
 from lptrain import preflight
-from lptrain.model.saved import MODEL_FILES, model_record, remove_leftovers, save_torch
+from lptrain.model.saved import MODEL_FILES, remove_leftovers
 from lptrain.parallel.blocks import layout
 from lptrain.parallel.context import grid_exchanges, make_exchange
 from lptrain.parallel.grid import shard
@@ -33,6 +33,7 @@ from lptrain.train.checkpoint import (CHECKPOINT_FILE, Checkpointer, Placement,
 from lptrain.train.collective import collectively
 from lptrain.train.data_parallel import DataParallelOracle
 from lptrain.train.guard import Progress
+from lptrain.train.model_files import ModelSaver
 from lptrain.train.loop import batch_samples, train
 from lptrain.train.objective import Objective
 from lptrain.train.optimizers import OPTIMIZERS
@@ -210,9 +211,6 @@ def level_steps(opts: Config, grid) -> list[int] | None:
                                                           grid.layer).levels]
 
 
-CONSOLE_COLUMNS = 80     # the summary's own lines fit a terminal this wide
-
-
 def hierarchy_notes(opts: Config, steps: list[int] | None) -> list[str]:
     """The lines under the run's title that say what its `level_steps` are, and why a
     run in an MGRIT mode steps serially where it got one level."""
@@ -351,57 +349,3 @@ def check_resumable(saved: RunState, config_yaml: str, opts: Config) -> None:
     done = saved.iteration
     require(opts.train.iterations > done, "train.iterations", opts.train.iterations,
             f"the run has done {done} iterations: ask for more to resume it")
-
-
-class ModelSaver:
-    """Writes the run's models on rank 0 from a Progress: model.pt, the best validated
-    parameters so far, and model-last.pt, the last good ones (model/saved.py)."""
-
-    def __init__(self, run_dir: Path, net, config_yaml: str, dtype: str, data,
-                 enabled: bool):
-        self.paths = {which: Path(run_dir) / name for which, name in MODEL_FILES.items()}
-        self.net, self.config_yaml = net, config_yaml
-        self.dtype, self.data, self.enabled = dtype, data, enabled
-        self.written: dict[str, int] = {}   # which -> the iteration its file holds
-
-    def _due(self, progress) -> dict[str, tuple]:
-        """which -> (iteration, θ, validation) of each file not holding its parameters yet."""
-        held = {"last": (progress.iteration, progress.theta,
-                         progress.validation_of(progress.iteration))}
-        if progress.best is not None:
-            b = progress.best
-            held["best"] = (b.iteration, b.theta, (b.loss, b.accuracy))
-        return {w: h for w, h in held.items() if self.written.get(w) != h[0]}
-
-    def _write(self, due: dict[str, tuple]) -> None:
-        for which, (iteration, theta, validation) in due.items():
-            save_torch(model_record(theta, self.net, self.config_yaml, self.dtype, self.data,
-                                    iteration, which, validation), self.paths[which])
-
-    def save(self, progress, exchange) -> None:
-        """Write the files not up to date, and fail on every rank alike (RunFileError) if
-        rank 0 could not; nothing to do when both hold their parameters already."""
-        due = self._due(progress)
-        if not due:
-            return
-        collectively(exchange, lambda: self._write(due), self.enabled)
-        self.written.update({w: h[0] for w, h in due.items()})
-
-    def save_quietly(self, progress) -> None:
-        """Best effort while another error ends the run: that error is the one reported."""
-        if self.enabled:
-            try:
-                self._write(self._due(progress))
-            except Exception:  # noqa: BLE001 - the run's own error is already propagating
-                pass
-
-    def describe(self, progress) -> list[str]:
-        """The console's lines naming both files: the path alone on the first (lines of
-        their own: a table cell would fold a long path), what each holds below it, in
-        80 columns."""
-        best, last = progress.best, f"{self.paths['last'].name}: iteration {progress.iteration}"
-        held = [last] if best is None else [
-            f"best validation accuracy {best.accuracy:.4g} at iteration {best.iteration}", last]
-        one = "  " + "; ".join(held)
-        return [f"model: {self.paths['best']}",
-                *([one] if len(one) <= CONSOLE_COLUMNS else ["  " + h for h in held])]

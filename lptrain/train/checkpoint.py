@@ -75,7 +75,7 @@ class Checkpointer:
         self.path, self.every, self.exchange, self.enabled = Path(path), every, exchange, enabled
         self.optimizer, self.oracle, self.progress = optimizer, oracle, progress
         self.config, self.grid = config, grid
-        self.model = model          # app.ModelSaver: model.pt beside every checkpoint
+        self.model = model          # model_files.ModelSaver: model.pt beside each checkpoint
         self.auto = every is None
         self.next = AUTO_FIRST if self.auto else every
         self.saved_at: int | None = None

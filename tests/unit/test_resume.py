@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from lptrain import app
+from lptrain.train.model_files import ModelSaver
 from lptrain.errors import ConfigError, Interrupted, RunFileError
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
@@ -395,11 +396,11 @@ def test_the_models_lines_stay_within_80_columns_for_long_runs():
     saver = SimpleNamespace(paths={"best": Path("/r/model.pt"), "last": Path("/r/model-last.pt")})
     progress = SimpleNamespace(best=SimpleNamespace(accuracy=0.995, iteration=3000),
                                iteration=3000)
-    assert app.ModelSaver.describe(saver, progress) == [
+    assert ModelSaver.describe(saver, progress) == [
         "model: /r/model.pt", "  best validation accuracy 0.995 at iteration 3000",
         "  model-last.pt: iteration 3000"]
     progress.best.iteration = progress.iteration = 12
-    lines = app.ModelSaver.describe(saver, progress)
+    lines = ModelSaver.describe(saver, progress)
     assert len(lines) == 2 and all(len(line) <= 80 for line in lines)
 
 

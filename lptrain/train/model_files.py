@@ -1,0 +1,65 @@
+"""The run's model files, written on rank 0 from a guard.Progress: model.pt, the best
+validated parameters so far, and model-last.pt, the last good ones (model/saved.py),
+beside every checkpoint (train/checkpoint.py) and at the end (app.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from lptrain.model.saved import MODEL_FILES, model_record, save_torch
+from lptrain.train.collective import collectively
+
+CONSOLE_COLUMNS = 80     # the lines naming the files fit a terminal this wide
+
+
+class ModelSaver:
+    """Writes the run's models on rank 0 from a Progress: model.pt, the best validated
+    parameters so far, and model-last.pt, the last good ones (model/saved.py)."""
+
+    def __init__(self, run_dir: Path, net, config_yaml: str, dtype: str, data,
+                 enabled: bool):
+        self.paths = {which: Path(run_dir) / name for which, name in MODEL_FILES.items()}
+        self.net, self.config_yaml = net, config_yaml
+        self.dtype, self.data, self.enabled = dtype, data, enabled
+        self.written: dict[str, int] = {}   # which -> the iteration its file holds
+
+    def _due(self, progress) -> dict[str, tuple]:
+        """which -> (iteration, θ, validation) of each file not holding its parameters yet."""
+        held = {"last": (progress.iteration, progress.theta,
+                         progress.validation_of(progress.iteration))}
+        if progress.best is not None:
+            b = progress.best
+            held["best"] = (b.iteration, b.theta, (b.loss, b.accuracy))
+        return {w: h for w, h in held.items() if self.written.get(w) != h[0]}
+
+    def _write(self, due: dict[str, tuple]) -> None:
+        for which, (iteration, theta, validation) in due.items():
+            save_torch(model_record(theta, self.net, self.config_yaml, self.dtype, self.data,
+                                    iteration, which, validation), self.paths[which])
+
+    def save(self, progress, exchange) -> None:
+        """Write the files not up to date, and fail on every rank alike (RunFileError) if
+        rank 0 could not; nothing to do when both hold their parameters already."""
+        due = self._due(progress)
+        if not due:
+            return
+        collectively(exchange, lambda: self._write(due), self.enabled)
+        self.written.update({w: h[0] for w, h in due.items()})
+
+    def save_quietly(self, progress) -> None:
+        """Best effort while another error ends the run: that error is the one reported."""
+        if self.enabled:
+            try:
+                self._write(self._due(progress))
+            except Exception:  # noqa: BLE001 - the run's own error is already propagating
+                pass
+
+    def describe(self, progress) -> list[str]:
+        """The console's lines naming both files: the path alone on the first (lines of
+        their own: a table cell would fold a long path), what each holds below it, in
+        80 columns."""
+        best, last = progress.best, f"{self.paths['last'].name}: iteration {progress.iteration}"
+        held = [last] if best is None else [
+            f"best validation accuracy {best.accuracy:.4g} at iteration {best.iteration}", last]
+        one = "  " + "; ".join(held)
+        return [f"model: {self.paths['best']}",
+                *([one] if len(one) <= CONSOLE_COLUMNS else ["  " + h for h in held])]
