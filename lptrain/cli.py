@@ -36,6 +36,7 @@ _stop: list = []          # the StopSignals main() installed (empty when called 
 _resuming: list = []      # the run directory given with resume=
 _sweep: list = []         # the SweepJobs of a sweep directory given with resume=
 _channel: list = []       # the JobChannel main() opened (empty when called otherwise)
+_typed: list[str] = []    # the command's own arguments (rank 0)
 
 
 def _say(msg: str) -> None:
@@ -157,8 +158,19 @@ def _quiet_teardown() -> None:
     StopSignals.ignore()
 
 
+def _split_hint(message: str) -> str:
+    """A resumed run's own layer × data split that these ranks cannot take: how to give
+    another (the user never typed the key)."""
+    key = message.split("=", 1)[0]
+    if not _resuming or key not in ("parallel.layer_ranks", "parallel.data_ranks") or \
+            any(a.startswith(key + "=") for a in _typed):
+        return ""
+    return f" (the run's own split: give {key}=... with resume= for these ranks)"
+
+
 def _lead(args: list[str], ranks: int) -> int:
     """Rank 0: check the command, claim its directory, run Hydra; the exit status."""
+    _typed[:] = args
     checkable = all(a in ("-m", "--multirun") or not a.startswith("-") for a in args)
     try:
         check_launcher(args, ranks)
@@ -190,7 +202,7 @@ def _lead(args: list[str], ranks: int) -> int:
             raise RunFileError(problem, exit_code=REFUSED)
         _claim(directory, args, ranks)
     except LptrainError as exc:   # nothing ran: refused, or a fault such as a full disk
-        _say(str(exc))
+        _say(str(exc) + _split_hint(str(exc)))
         return exc.exit_code
     saved = SavedFiles(_resuming[0] / ".hydra") if _resuming and not _sweep else None
     sys.argv = [sys.argv[0], *args]
@@ -309,7 +321,8 @@ def _run_job(job: Job) -> float | None:
     except LptrainError as exc:      # raised identically on every rank
         _failures.append(exc.exit_code)
         if comm.Get_rank() == 0:
-            message = str(exc) + resume_hint(exc, job, comm.Get_size())
+            message = str(exc) + _split_hint(str(exc)) + resume_hint(exc, job,
+                                                                      comm.Get_size())
             _say(message)
             log.error(message)
     except Exception as exc:         # unexpected: log, say it once, end every rank

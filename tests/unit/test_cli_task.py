@@ -134,3 +134,18 @@ def test_a_signal_while_a_resumed_sweep_keeps_its_jobs_stops_it_there(tmp_path, 
     assert exc.value.code == 130
     assert capsys.readouterr().err == (f"lptrain: interrupted by SIGINT between jobs; "
                                        f"resume with: mpiexec -n 2 lptrain resume={tmp_path}\n")
+
+
+def test_a_resumed_runs_own_split_these_ranks_cannot_take_says_how_to_give_another(
+        monkeypatch, tmp_path):
+    """`lptrain resume=DIR` on 1 rank of a run split 2 x 1: the refusal named a key the
+    user never typed and no way out."""
+    message = "parallel.layer_ranks=2: must divide the 1 ranks (choose one of [1])"
+    monkeypatch.setattr(cli, "_resuming", [tmp_path])
+    monkeypatch.setattr(cli, "_typed", [f"resume={tmp_path}", "train.iterations=4"])
+    assert cli._split_hint(message) == (" (the run's own split: give parallel.layer_ranks="
+                                        "... with resume= for these ranks)")
+    monkeypatch.setattr(cli, "_typed", [f"resume={tmp_path}", "parallel.layer_ranks=2"])
+    assert cli._split_hint(message) == ""           # typed: the message says it all
+    monkeypatch.setattr(cli, "_resuming", [])
+    assert cli._split_hint(message) == ""           # not a resume
