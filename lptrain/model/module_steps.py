@@ -60,6 +60,12 @@ from lptrain.errors import ConfigError
 Params = dict[str, torch.Tensor]
 
 
+# what needs the layers of one structure, and the way out (first_structure)
+AVERAGED = ("coarse_weights='average'", "their weights cannot be averaged: use "
+            "coarse_weights='inject'")
+STACKED = ("stack=True", "one vmap cannot run them: use stack=False")
+
+
 class ModuleSteps:
     """Residual steps u + h·f_n(u) of user modules f_n, built where they are needed."""
 
@@ -154,17 +160,10 @@ class ModuleSteps:
             raise ConfigError(f"layers {first} and {other} hold {a} and {b} tensors: "
                               f"build every layer in one dtype (.to(dtype) on each)")
 
-    def check_one_structure(self, ns) -> None:
-        """ConfigError unless layers `ns` have the same parameter names and shapes: a
-        coarse step with averaged weights (mgrit.coarse_weights=average) needs that."""
-        ns = list(ns)
-        first = self.structure(ns[0])
-        for n in ns[1:]:
-            if self.structure(n) != first:
-                raise ConfigError(
-                    f"coarse_weights='average': layers {ns[0]} and {n} differ in their "
-                    f"parameters ({_describe(first)} against {_describe(self.structure(n))}"
-                    f"); their weights cannot be averaged: use coarse_weights='inject'")
+    def check_one_structure(self, ns, why: str = AVERAGED) -> None:
+        """ConfigError unless layers `ns` have the same parameter names and shapes, which
+        `why` needs (a coarse step with averaged weights; layers stacked in one vmap)."""
+        first_structure(((n, self.structure(n)) for n in ns), why)
 
     def _state(self, n: int) -> list[torch.Tensor]:
         """f_n's parameters, then its buffers (e.g. a BatchNorm's running statistics):
@@ -365,6 +364,19 @@ def seeded(seed: int):
         else:
             torch.default_generator.manual_seed(seed)
         yield
+
+
+def first_structure(structures, why=AVERAGED) -> None:
+    """ConfigError naming the first two of (layer, structure) pairs that differ, and why
+    (`why`: what needs one structure, and the way out)."""
+    first = None
+    for n, structure in structures:
+        if first is None:
+            first = (n, structure)
+        elif structure != first[1]:
+            raise ConfigError(f"{why[0]}: layers {first[0]} and {n} differ in their "
+                              f"parameters ({_describe(first[1])} against "
+                              f"{_describe(structure)}); {why[1]}")
 
 
 def _describe(structure) -> str:

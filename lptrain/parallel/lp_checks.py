@@ -52,16 +52,18 @@ def layer_count(steps, n_layers, prebuilt: bool, coarse_steps) -> int:
     return N
 
 
-def check_averaged(steps, hier, built) -> None:
-    """ConfigError where a coarse step would average layers of two structures
-    (coarse_weights='average'): each coarse step's range of fine layers, at every coarse
-    level, among the layers `built` here (a range reaching another rank's layers is
-    checked where the solve averages them, ModuleSteps.mean_params)."""
+def check_averaged(steps, hier, owned, exchange) -> None:
+    """ConfigError on every rank where a coarse step would average layers of two
+    structures (coarse_weights='average'): each coarse step's range of fine layers, at
+    every coarse level, with every rank's layers (collective)."""
+    from lptrain.model.module_steps import first_structure
+    mine = {n: steps.structure(n) for n in owned}
+    structures = {}
+    for part in exchange.allgather(mine):
+        structures.update(part)
     for level in hier.levels[1:]:
         for a, b in zip(level.points, level.points[1:]):
-            mine = [n for n in range(a, b) if n in built]
-            if len(mine) > 1:
-                steps.check_one_structure(mine)
+            first_structure((n, structures[n]) for n in range(a, b) if n in structures)
 
 
 def check_limits(max_iter, tol) -> None:

@@ -16,7 +16,7 @@ from torch.autograd.function import once_differentiable
 from lptrain.errors import ConfigError
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.model.coarse_steps import CoarseSteps
-from lptrain.model.module_steps import ModuleSteps, seeded, with_params
+from lptrain.model.module_steps import STACKED, ModuleSteps, seeded, with_params
 from lptrain.parallel.context import make_exchange
 from lptrain.parallel.ddp import check_ddp_group
 from lptrain.parallel.halo import owned_layers
@@ -82,10 +82,12 @@ class LayerParallel(nn.Module):
                 refuse_tied(layers)
             if layers:
                 built.check_one_dtype(layers)
-            if self.options.coarse_weights == "average":
-                check_averaged(built, hier, layers)
+            if stack and layers:
+                built.check_one_structure(layers, STACKED)
             return built
         self.steps = agreed(self.exchange, build, "building the layers")
+        if self.options.coarse_weights == "average":     # every rank built its layers
+            check_averaged(self.steps, hier, self.owned, self.exchange)
         self.layers = self.steps.modules          # registered: this rank's parameters
         self.n_layers, self.T, self.h = N, T, T / N
         coarse = None if coarse_steps is None else CoarseSteps(coarse_steps)

@@ -43,6 +43,11 @@ try:
     LayerParallel(lambda n: Step(n, 12, "build"), n_layers=16, comm=comm)
 except ConfigError as exc:        # on every rank: the script may go on
     print(f"rank {rank} caught: {exc}", flush=True)
+try:                              # a coarse step averaging across the ranks' layers of
+    LayerParallel(lambda n: Step(n, -1, "") if n < 6 else nn.Sequential(   # two structures
+        nn.Linear(3, 5), nn.Linear(5, 3)), n_layers=12, comm=comm)
+except ConfigError as exc:        # (was an abort from inside the solve on one rank)
+    print(f"rank {rank} caught: {exc}", flush=True)
 shared = Step(0, -1, "")
 try:                              # one module for every layer: refused on several ranks
     LayerParallel([shared] * 16, comm=comm)

@@ -39,10 +39,11 @@ def test_a_layer_failing_on_one_rank_ends_every_rank():
     modes = other.format("training: rank 0 False, rank 1 True")
     pickled = "caught: an object on 2 MPI ranks cannot be pickled (e.g. by " \
         "torch.save(module)): each rank holds only its part"
-    for said in (built, tied, apart, alone, limits, modes, *shallow, "copied: equal True",
-                 pickled, "gathered 32 entries"):
+    averaged = "caught: coarse_weights='average': layers 4 and 6 differ in their parameters"
+    for said in (built, averaged, tied, apart, alone, limits, modes, *shallow,
+                 "copied: equal True", pickled, "gathered 32 entries"):
         assert all(f"rank {r} {said}" in proc.stdout for r in (0, 1)), proc.stdout
-    assert proc.stdout.count(" caught: ") == 14, proc.stdout
+    assert proc.stdout.count(" caught: ") == 16, proc.stdout
     assert "not reached" not in proc.stdout
     ours = [ln for ln in proc.stderr.splitlines() if ln.startswith("LayerParallel: ")]
     assert ours[0].startswith("LayerParallel: rank 0 has waited 0.5 s in state_dict() for "

@@ -180,6 +180,12 @@ def test_averaged_coarse_weights_need_layers_of_one_structure():
     for n in range(8):
         u8 = u8 + 0.125 * halves.steps.module(n)(u8)
     assert torch.allclose(halves(x8), u8, atol=1e-12)
+    # stacked in one vmap they cannot be (was torch's stack error from the forward)
+    with pytest.raises(ConfigError, match=r"^stack=True: layers 0 and 4 differ .* use "
+                       r"stack=False$"):
+        LayerParallel(lambda n: dense(n) if n < 4 else nn.Sequential(
+            nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 3)).double(), T=1.0, n_layers=8,
+            stack=True, mgrit=MGRITOptions(levels=2, cfactor0=4))
     mod = LayerParallel(mixed, T=1.0, n_layers=4,
                         mgrit=MGRITOptions(**CONVERGED, coarse_weights="inject"))
     x = inputs(5, 3)
