@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from lptrain.config.schema import Config, ModeOptions
 from lptrain.config.typed import options  # noqa: F401 (cli and tools call app.options)
 from lptrain.data import load_dataset
-from lptrain.errors import ConfigError, StalledError, require
+from lptrain.errors import ConfigError, DivergedError, StalledError, require
 from lptrain.metrics import schema as ms
 from lptrain.metrics.console import FRACTION, Console
 from lptrain.metrics.reader import last_iteration, run_status
@@ -120,6 +120,8 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     path = run_dir / ms.FILE_NAME
     attrs, title, notes = _heading(cfg, opts, plan, data, net, saved, path, rank0)
     saver = ModelSaver(run_dir, net, config_yaml, opts.dtype, data, rank0)
+    if saved is not None and saved.pending is not None:
+        saver.hold(saved.iteration)
     checkpointer = Checkpointer(run_dir / CHECKPOINT_FILE, opts.checkpoint_every, ex, rank0,
                                 optimizer, oracle, progress, config_yaml, plan.grid, saver)
     h5 = collectively(ex, lambda: open_writer(path, attrs, rank0, done))
@@ -132,8 +134,8 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
         try:
             _, outcome = train(theta, optimizer, oracle, data, opts, writer, console, ex,
                                progress, stop, checkpointer, saved)
-        except BaseException:
-            saver.save_quietly(progress)
+        except BaseException as exc:
+            saver.save_quietly(progress, rollback=isinstance(exc, DivergedError))
             raise
         saver.save(progress, ex)
         _summary(console, writer, outcome, opts, path, saver.describe(progress))

@@ -21,9 +21,20 @@ class ModelSaver:
         self.net, self.config_yaml = net, config_yaml
         self.dtype, self.data, self.enabled = dtype, data, enabled
         self.written: dict[str, int] = {}   # which -> the iteration its file holds
+        self.held_below: int | None = None   # resumed with θ pending: see hold()
 
-    def _due(self, progress) -> dict[str, tuple]:
+    def hold(self, iteration: int) -> None:
+        """A run resumed from a checkpoint of iteration k whose θ is unchecked (SGD, Adam):
+        the files hold what the earlier start left (θ after k passed at its end); they are
+        not rewritten with the parameters before until θ is checked, or fails (`rollback`)."""
+        self.held_below = iteration
+
+    def _due(self, progress, rollback: bool = False) -> dict[str, tuple]:
         """which -> (iteration, θ, validation) of each file not holding its parameters yet."""
+        if self.held_below is not None and progress.iteration >= self.held_below:
+            self.held_below = None
+        if self.held_below is not None and not rollback:
+            return {}
         held = {"last": (progress.iteration, progress.theta,
                          progress.validation_of(progress.iteration))}
         if progress.best is not None:
@@ -45,11 +56,12 @@ class ModelSaver:
         collectively(exchange, lambda: self._write(due), self.enabled)
         self.written.update({w: h[0] for w, h in due.items()})
 
-    def save_quietly(self, progress) -> None:
-        """Best effort while another error ends the run: that error is the one reported."""
+    def save_quietly(self, progress, rollback: bool = False) -> None:
+        """Best effort while another error ends the run: that error is the one reported
+        (`rollback`: a divergence, whose files go back to the checked parameters)."""
         if self.enabled:
             try:
-                self._write(self._due(progress))
+                self._write(self._due(progress, rollback))
             except Exception:  # noqa: BLE001 - the run's own error is already propagating
                 pass
 

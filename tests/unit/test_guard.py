@@ -107,6 +107,34 @@ def test_an_sgd_run_carried_on_keeps_what_the_whole_run_keeps_where_it_diverges(
         assert torch.equal(whole.theta, parts.theta)
 
 
+def test_a_resumed_sgd_run_stopped_before_its_first_step_leaves_the_files_alone(tmp_path):
+    """Review: a finished SGD run resumed for more and stopped at once rewrote model.pt
+    and model-last.pt with older parameters (the checkpoint's θ waits for its check)."""
+    from helpers import composed
+    from lptrain import app
+    from lptrain.errors import Interrupted
+    from lptrain.model.saved import load_model
+    from lptrain.train.stop import NoStop
+
+    class StopNow(NoStop):
+        def check(self, exchange, iteration, writer=None, signals=True):
+            raise Interrupted(int(signal.SIGINT), iteration)
+
+    def cfg(iterations):
+        return composed("optimizer=sgd", "optimizer.lr=0.5", "network.layers=4",
+                        "dataset.n_train=100", "dataset.n_val=20", "eval_every=1",
+                        f"train.iterations={iterations}")
+    tmp_path.mkdir(exist_ok=True)
+    app.run(cfg(4), None, tmp_path)
+    before = {w: load_model(tmp_path, w) for w in ("best", "last")}
+    assert before["last"].iteration == 4
+    with pytest.raises(Interrupted):
+        app.run(cfg(8), None, tmp_path, StopNow(), resume=True)
+    for which, model in before.items():
+        after = load_model(tmp_path, which)
+        assert after.iteration == model.iteration and torch.equal(after.theta, model.theta)
+
+
 def test_reference_is_the_first_objective_even_if_it_is_tiny():
     p = Progress(torch.zeros(1))
     p.check(1, 0.0, torch.zeros(1))
