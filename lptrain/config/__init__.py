@@ -28,32 +28,36 @@ def refuse_schema_nodes(choices: Mapping[str, str | None]) -> None:
                               f"a choice; choose one of {', '.join(yaml_choices(group))}")
 
 
-def compose_checked(overrides: Sequence[str], first_job: bool = False):
+def compose_checked(overrides: Sequence[str], job: str | None = None):
     """The composed config (its `hydra` node removed) after refusing schema nodes; Hydra's
-    compose API, inside initialize_config_dir(CONF_DIR)."""
+    compose API, inside initialize_config_dir(CONF_DIR). With `job` ("run" or
+    "sweep") Hydra's config is set as such a job's (as_a_job)."""
     from hydra import compose as hydra_compose
     from omegaconf import open_dict
     cfg = hydra_compose(config_name="config", overrides=list(overrides),
                         return_hydra_config=True)
     refuse_schema_nodes(cfg.hydra.runtime.choices)
     with open_dict(cfg):
-        if first_job:
-            _as_a_first_job(cfg.hydra)
+        if job is not None:
+            _as_a_job(cfg.hydra, job == "sweep")
         del cfg["hydra"]
     return cfg
 
 
-def _as_a_first_job(hydra) -> None:
-    """Hydra's runtime values that only a launched job has (its number and id, its
-    directory) as a first job's, and Hydra's config set from them (a sweep's check:
-    check_command restores it): a value that reads them (`seed=${hydra:job.num}`) is
-    checked as job 0 has it, not refused."""
+def _as_a_job(hydra, sweep: bool) -> None:
+    """Hydra's config set as a launched job's (check_command restores it), its runtime
+    values that only such a job has filled in: its directory, and in a sweep its number
+    and id as job 0's. A value that reads them (`'dataset.path=${hydra:runtime.cwd}/x'`,
+    a sweep's `seed=${hydra:job.num}`) is checked, not refused; a single run has no job
+    number."""
     import os
 
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
-    for node, key, value in ((hydra.job, "num", 0), (hydra.job, "id", "0"),
-                             (hydra.runtime, "output_dir", os.getcwd())):
+    values = [(hydra.runtime, "output_dir", os.getcwd()), (hydra.runtime, "cwd", os.getcwd())]
+    if sweep:
+        values += [(hydra.job, "num", 0), (hydra.job, "id", "0")]
+    for node, key, value in values:
         if OmegaConf.is_missing(node, key):
             node[key] = value
     HydraConfig.instance().set_config(OmegaConf.create({"hydra": hydra}))
@@ -121,7 +125,7 @@ def sweep_samples(overrides: list[str]) -> list[list[str]]:
     return samples
 
 
-def check_command(args: list[str]) -> None:
+def check_command(args: list[str], sweep: bool | None = None) -> None:
     """Compose and type-check a command's overrides once per swept value (the lptrain
     command, rank 0, before anything is written), with Hydra's own group choices
     (`hydra/launcher=`, `hydra/sweeper=`); Hydra's report becomes one ConfigError line."""
@@ -137,18 +141,20 @@ def check_command(args: list[str]) -> None:
     # a sampler's search space given to it (hydra.sweeper.params.KEY=SPEC) names lptrain keys
     overrides += [a.split(".", 3)[3] for a in args if a.lstrip("+").startswith(SWEPT_PARAMS)]
     groups = [a for a in args if a.startswith("hydra/")]  # launcher, sweeper: must exist
-    sweep = any(a in ("-m", "--multirun") for a in args)
+    if sweep is None:       # the caller's own reading of the command, else the flag
+        sweep = any(a in ("-m", "--multirun") for a in args)
+    job = "sweep" if sweep else "run"
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             with _hydra_config_restored():
                 for combination in sweep_samples(overrides):
-                    options(compose_checked([*combination, *groups], first_job=sweep))
+                    options(compose_checked([*combination, *groups], job=job))
     except (HydraException, OmegaConfBaseException) as exc:
         error = _float_interval_hint(one_line_error(exc), overrides)
-        if "HydraConfig was not set" in str(error):
+        if not sweep and ("hydra:job.num" in str(error) or "hydra.job.num" in str(error)):
             from lptrain.errors import ConfigError
-            error = ConfigError(f"{error}: a single run is no Hydra job (a ${{hydra:...}} "
-                                f"value needs a sweep, -m)")
+            error = ConfigError(f"{error}: a single run has no job number (a sweep's "
+                                f"${{hydra:job.num}}: -m)")
         raise error from None
 
 

@@ -428,7 +428,11 @@ def test_a_value_read_from_hydras_runtime_is_checked_as_a_first_jobs():
     check_command(["-m", "seed=${hydra:job.num}", "optimizer.step0=0.5,1.0"])
     with pytest.raises(ConfigError, match=r"^seed: .*hydra:job.nam"):
         check_command(["-m", "seed=${hydra:job.nam}"])
+    # a sweep however written (hydra.mode=MULTIRUN: the caller says so)
+    check_command(["seed=${hydra:job.num}", "optimizer.step0=0.5,1.0"], sweep=True)
     # a single run has no job number: refused before anything is made, in one line
-    with pytest.raises(ConfigError, match=r"HydraConfig was not set: a single run is no "
-                       r"Hydra job \(a \$\{hydra:...\} value needs a sweep, -m\)$"):
+    with pytest.raises(ConfigError, match=r"a single run has no job number \(a sweep's "
+                       r"\$\{hydra:job.num\}: -m\)$"):
         check_command(["seed=${hydra:job.num}"])
+    # but it has Hydra's runtime otherwise (review: was refused)
+    check_command(["dataset=mnist", "dataset.path=${hydra:runtime.cwd}/nodata"])
