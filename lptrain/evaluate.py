@@ -87,8 +87,10 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val",
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `lptrain-eval`; returns the exit status."""
+    from lptrain.help_format import WordsFormatter
     parser = argparse.ArgumentParser(
         prog=PROG, description="Loss and accuracy of a run's saved model on a dataset split.",
+        formatter_class=WordsFormatter,
         usage="%(prog)s [-h] [--split {val,train}] [--which {best,last}]\n"
               "                    run [overrides ...]")
     # optional to argparse, which would name the optional overrides as required too

@@ -26,6 +26,7 @@ FILES = {
     "test_builtin_steps.py": "numeric",
     "test_checkpoint_formats.py": "training",
     "test_cli_task.py": "training",
+    "test_help_format.py": "unit",
     "test_collective.py": "unit",
     "test_coarse_steps.py": "numeric",
     "test_compact_warm.py": "numeric",
