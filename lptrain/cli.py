@@ -159,10 +159,15 @@ def _quiet_teardown() -> None:
 
 
 def _split_hint(message: str) -> str:
-    """A resumed run's own layer × data split that these ranks cannot take: how to give
-    another (the user never typed the key)."""
+    """Where a resumed run's own configuration is refused: a split these ranks cannot
+    take, how to give another (the user never typed the key); a sweep's job that needs
+    its job number, its sweep to resume instead."""
     key = message.split("=", 1)[0]
-    if not _resuming or key not in ("parallel.layer_ranks", "parallel.data_ranks") or \
+    if not _resuming:
+        return ""
+    if "has no job number" in message and is_sweep(_resuming[0].parent):
+        return f"; resume its sweep: lptrain resume={_resuming[0].parent}"
+    if key not in ("parallel.layer_ranks", "parallel.data_ranks") or \
             any(a.startswith(key + "=") for a in _typed):
         return ""
     return f" (the run's own split: give {key}=... with resume= for these ranks)"

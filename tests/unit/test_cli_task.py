@@ -149,3 +149,9 @@ def test_a_resumed_runs_own_split_these_ranks_cannot_take_says_how_to_give_anoth
     assert cli._split_hint(message) == ""           # typed: the message says it all
     monkeypatch.setattr(cli, "_resuming", [])
     assert cli._split_hint(message) == ""           # not a resume
+    # one job of a sweep whose seeds are its job numbers: resumed alone it has none
+    (tmp_path / "multirun.yaml").write_text("hydra: {}\n")
+    monkeypatch.setattr(cli, "_resuming", [tmp_path / "1"])
+    assert cli._split_hint("seed: ...: a single run has no job number (a sweep's "
+                           "${hydra:job.num}: -m)") == f"; resume its sweep: lptrain " \
+        f"resume={tmp_path}"
