@@ -216,7 +216,10 @@ class _TorchOptimizer:
     def step(self, theta, oracle: Oracle):
         ev = oracle.value(theta)
         point = ev.point
-        _finite(point)
+        if not math.isfinite(point.objective):   # no step from here: the loop's divergence
+            return theta, StepInfo(objective=point.objective, loss=point.loss,   # rule ends
+                                   accuracy=point.accuracy, grad_norm=math.nan,  # the run,
+                                   step_size=0.0, at_start=True)                 # its row kept
         g = oracle.gradient(ev)
         oracle.accept(ev)
         new, lr = self.update(theta, g)

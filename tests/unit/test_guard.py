@@ -135,6 +135,24 @@ def test_a_resumed_sgd_run_stopped_before_its_first_step_leaves_the_files_alone(
         assert after.iteration == model.iteration and torch.equal(after.theta, model.theta)
 
 
+def test_a_non_finite_objective_of_sgd_ends_with_its_row_and_the_rules_line(tmp_path):
+    """optimizer.lr=1e300: 'objective became inf' from inside the step, without the
+    'diverged:' README promises and without the iteration's row."""
+    from helpers import composed
+    from lptrain import app
+    from lptrain.metrics import schema as ms
+    from lptrain.metrics.reader import read_metrics
+    from lptrain.model.saved import load_model
+    tmp_path.mkdir(exist_ok=True)
+    with pytest.raises(DivergedError, match=r"^diverged: objective inf at iteration 2$"):
+        app.run(composed("optimizer=sgd", "optimizer.lr=1e300", "network.layers=4",
+                         "dataset.n_train=100", "dataset.n_val=20", "train.iterations=5"),
+                None, tmp_path)
+    m = read_metrics(tmp_path / ms.FILE_NAME)
+    assert list(m.train[ms.ITERATION]) == [1, 2] and m.train[ms.OBJECTIVE][1] == math.inf
+    assert load_model(tmp_path, "last").iteration == 0
+
+
 def test_reference_is_the_first_objective_even_if_it_is_tiny():
     p = Progress(torch.zeros(1))
     p.check(1, 0.0, torch.zeros(1))

@@ -1,4 +1,5 @@
 """Optimizers on a tiny problem: descent, Armijo, robustness safeguards."""
+import math
 import sys
 
 import pytest
@@ -172,9 +173,14 @@ def test_curvature_update_skipped_when_not_positive():
 
 
 def test_divergence_is_reported():
-    with pytest.raises(DivergedError, match="objective became inf"):
-        SGD(SGDOptions()).step(torch.ones(2, dtype=torch.float64),
-                               Quadratic(bad=lambda t: True))
+    with pytest.raises(DivergedError, match="objective became inf"):     # L-BFGS's start
+        LBFGS(LBFGSOptions()).step(torch.ones(2, dtype=torch.float64),
+                                   Quadratic(bad=lambda t: True))
+    # SGD's evaluation is of the parameters it started from: no step, the objective for
+    # the loop's divergence rule, which ends the run with the iteration's row written
+    theta = torch.ones(2, dtype=torch.float64)
+    same, info = SGD(SGDOptions()).step(theta, Quadratic(bad=lambda t: True))
+    assert same is theta and info.at_start and info.objective == math.inf
 
 
 def test_registry_names_match_config_groups():
