@@ -344,17 +344,27 @@ def grid_section(ranks, auto: dict, grids) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _same_structure(other: Model, model: Model) -> bool:
+    """Whether a run's model has the modelled one's layers and the MGRIT options its
+    times depend on."""
+    from lptrain.model_perf.grid import model_mgrit
+    return other.net.opts.layers == model.net.opts.layers and \
+        model_mgrit(other.mgrit) == model_mgrit(model.mgrit)
+
+
 def _compare(runs, model: Model, m: Machine, cfg):
     import torch
 
-    from lptrain.model_perf.runs import mismatch, predict_run
+    from lptrain.model_perf.runs import mismatch, predict_run, run_model
     measured: dict = {}
     rows = []
     for r in runs:
         pred, note = predict_run(r, model, m)
         differs = mismatch(r, cfg, torch.get_num_threads())
         rows.append((r, pred, note, differs))
-        if not differs:      # beside the model's lines: its configuration only
+        # beside the model's lines: its configuration only (a run of other layers or MGRIT
+        # options has a model of its own, which its row compares it with)
+        if not differs and _same_structure(run_model(r, model), model):
             measured.setdefault((r.mode, r.ranks, split_of(r)), []).append(r.iteration_time)
     return measured, rows
 

@@ -366,12 +366,21 @@ def test_command_writes_table_plot_and_compares_a_measured_run(tmp_path, monkeyp
     with open_writer(run, attrs, enabled=True) as writer:
         for k in (1, 2, 3):   # the first iteration is left out; median of 0.18 s
             writer.log_train(iteration=k, step_time=0.5 if k == 1 else 0.18, ls_trials=1)
+    # a run of another depth: its own row, not beside these lines (was averaged in)
+    deeper = tmp_path / "deeper" / ms.FILE_NAME
+    deeper.parent.mkdir()
+    deep_cfg = {**cfg, "network": {**cfg["network"], "layers": 60}}
+    with open_writer(deeper, {**attrs, ms.CONFIG: yaml.safe_dump(deep_cfg)},
+                     enabled=True) as writer:
+        for k in (1, 2, 3):
+            writer.log_train(iteration=k, step_time=0.9, ls_trials=1)
     out = tmp_path / "model"
     titles = []
     monkeypatch.setattr(cli, "plot", lambda *a: titles.append(a[5]) or a[2])
     args = ["experiment=peaks_paper", "dataset.grid=32", "--step-time", "1e-3",
             "--adjoint-time", "1e-3", "--latency", "0", "--bandwidth", "1e30", "--ranks",
-            "1,2,16", "--measured", str(run.parent), "--paper", "--out", str(out)]
+            "1,2,16", "--measured", str(run.parent), str(deeper.parent), "--paper",
+            "--out", str(out)]
     assert cli.main(args) == 0
     text = (out / "speedup_model.md").read_text()
     # the plot names what it models (was the command alone)
