@@ -89,7 +89,7 @@ class MeasuredTimer:
             self.note = "times kept on this host"
             return kept
         if self.announce is not None:
-            self.announce("timing this host's kernels for parallel.layer_ranks=auto (once)")
+            self.announce("predicting layer_ranks=auto's splits (once; new kernels are timed)")
         model = self.model
         if model is None or (model.batch, model.mini_batches, model.dtype, model.mgrit) != \
                 (batch, mini_batches, dtype, o.mgrit):
@@ -98,12 +98,14 @@ class MeasuredTimer:
 
         def times(m):
             return {g: model.grid_time(g, self.mode, m, self.counts) for g in grids}
-        m, _ = measured_machine(model, theta, times, o.device, threads)
+        m, costs = measured_machine(model, theta, times, o.device, threads)
         found = times(m)
         unkept = keep_times(key, found)
-        self.note = "this host's kernels timed now, kept for the next start" if not unkept \
-            else (f"this host's kernels timed now, not kept ({unkept}): each start times "
-                  f"them again and may choose another split")
+        how = "this host's kernels timed now" if costs.startswith("measured now") else \
+            "predicted now from this host's kernel costs, kept earlier"
+        self.note = f"{how}; kept for the next start" if not unkept else \
+            (f"{how}; not kept ({unkept}): each start predicts them again and may choose "
+             f"another split")
         return found
 
     @property

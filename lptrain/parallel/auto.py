@@ -10,6 +10,7 @@ split, which divides the work exactly.
 """
 from __future__ import annotations
 
+import textwrap
 from typing import Callable, Protocol, Sequence
 
 from lptrain.errors import ConfigError
@@ -29,6 +30,9 @@ class DataParallelFirst:
 
     def times(self, grids: Sequence[Grid]) -> dict[Grid, float]:
         return {g: float(g.layer) for g in grids}
+
+
+NOTE_COLUMNS = 75     # the timer's notes, wrapped (a long path may still be longer)
 
 
 class Recorded:
@@ -61,7 +65,9 @@ class Recorded:
                 else:
                     text += f"; next best {layer} x {data}: {t:.3g} s/it"
         assumed = getattr(self.timer, "assumed", None)
-        return [text, *lines, *(f"  {n}" for n in (own, assumed) if n)]
+        return [text, *lines, *(line for n in (own, assumed) if n
+                                for line in textwrap.wrap(n, NOTE_COLUMNS, initial_indent="  ",
+                                                          subsequent_indent="    "))]
 
 
 _factory: Callable | None = None     # the installed (opts, net, mode) -> GridTimer

@@ -52,7 +52,7 @@ def test_the_command_is_told_before_kernels_are_timed_not_when_kept(tmp_path, mo
         timer = _timer([], monkeypatch, seconds)
         timer.announce = said.append
         timer.times(GRIDS)
-    assert said == ["timing this host's kernels for parallel.layer_ranks=auto (once)"]
+    assert said == ["predicting layer_ranks=auto's splits (once; new kernels are timed)"]
 
 
 def test_an_unreadable_kept_file_is_predicted_anew(tmp_path, monkeypatch):
@@ -82,3 +82,22 @@ def test_lptrain_models_auto_column_reuses_its_records(tmp_path, monkeypatch):
     used.clear()
     mg.timers_reusing(model)(other, net, "simultaneous").times(GRIDS)
     assert used and all(m is not model for m in used)
+
+
+def test_the_timers_notes_fit_the_console():
+    """An unwritable cache's note was one line of 155 columns."""
+    from lptrain.parallel.auto import Recorded
+
+    class Timer:
+        note = ("this host's kernels timed now; not kept (/tmp/somewhere/cache cannot be "
+                "written: Not a directory): each start predicts them again and may choose "
+                "another split")
+        assumed = "2 + 2 cycles a solve (mgrit.fwd_iters + adj_iters)"
+
+        def times(self, grids):
+            return {g: 1.0 + g.layer for g in grids}
+    rec = Recorded(Timer())
+    rec.times(GRIDS)
+    lines = rec.notes(Grid(1, 2))
+    assert all(len(line) <= 75 for line in lines), lines
+    assert " ".join(ln.strip() for ln in lines[1:-1]) == Timer.note

@@ -659,12 +659,21 @@ def test_a_cache_that_cannot_be_written_is_said(tmp_path, monkeypatch):
     timer = MeasuredTimer(opts, ResNet(opts.network, sizes.feature_shape, sizes.n_classes),
                           "simultaneous")
     timer.times([Grid(1, 2), Grid(2, 1)])
-    assert timer.note.startswith(f"this host's kernels timed now, not kept ("
+    assert timer.note.startswith(f"this host's kernels timed now; not kept ("
                                  f"{tmp_path / 'file' / 'cache'} cannot be written: ")
-    assert timer.note.endswith("each start times them again and may choose another split")
+    assert timer.note.endswith("each start predicts them again and may choose another "
+                               "split")
     monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path / "cache"))
     timer.times([Grid(1, 2), Grid(2, 1)])
-    assert timer.note == "this host's kernels timed now, kept for the next start"
+    assert timer.note == "this host's kernels timed now; kept for the next start"
+    # another configuration of the same network: its kernels were timed (held-out: the
+    # console said they were timed again)
+    from dataclasses import replace
+    other = MeasuredTimer(replace(opts, mgrit=replace(opts.mgrit, fwd_iters=3)),
+                          timer.net, "simultaneous")
+    other.times([Grid(1, 2), Grid(2, 1)])
+    assert other.note == ("predicted now from this host's kernel costs, kept earlier; "
+                          "kept for the next start")
     timer.times([Grid(1, 2), Grid(2, 1)])
     assert timer.note == "times kept on this host"
     # the cycles the times assume: mgrit's were nowhere (2-3x the measured time)
