@@ -12,7 +12,7 @@ from typing import Sequence
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
 from lptrain.metrics import schema as s
 from lptrain.metrics.quantities import ITERATION_TIME
@@ -108,10 +108,11 @@ def figure(preds: Sequence[Prediction], baseline: float, measured: Measured | No
     hollow on another split; measured speedups over the measured serial run on one rank
     where there is one; the paper's speedups of `dataset` (all three where it has none);
     the title (the command) wrapped to the figure's width."""
-    fig = Figure(figsize=(11, 4.5))
+    fig = Figure(figsize=(11, 5.5), layout="constrained")   # room for the legends below
     FigureCanvasAgg(fig)
     ax_t, ax_s = fig.subplots(1, 2)
     measured = measured or {}
+    ranks = sorted({p.ranks for p in preds} | {p for _, p, _ in measured})
     own = measured.get((s.MODE_SERIAL, 1, "1x1"))
     base_seen = _mean(own) if own else baseline
     for mode in MODES:
@@ -144,15 +145,17 @@ def figure(preds: Sequence[Prediction], baseline: float, measured: Measured | No
         # ticks at 1, 2, 5 × 10^k on y (a span under a decade keeps labels), powers of 2
         # on x, labelled 0.2, 5, 128 rather than 2×10⁻¹, 2⁷
         ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_locator(FixedLocator(ranks))     # every P shown (3 had none)
         for axis in (ax.xaxis, ax.yaxis):
             axis.set_major_formatter(_PLAIN)
             axis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("ranks P")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        # below the axes: inside, "best" covered a line and a measured point
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=2,
+                  frameon=False)
     width = int(fig.get_figwidth() * 72 / (TITLE_PT * CHAR_EM))
     fig.suptitle("\n".join(textwrap.fill(line, width) for line in title.splitlines()),
                  fontsize=TITLE_PT)
-    fig.tight_layout()
     return fig

@@ -814,6 +814,14 @@ def test_the_plot_keeps_measured_runs_apart_by_split_and_baseline():
     fig.canvas.draw()
     labels = [t.get_text() for t in ax_t.get_xticklabels() + ax_s.get_yticklabels()]
     assert "×10" not in "".join(labels) and "^" not in "".join(labels), labels
+    # the legends below the axes (inside, one covered a line and a measured point), and
+    # every P labelled (a P of 3 had no tick)
+    for ax in (ax_t, ax_s):
+        legend, box = ax.get_legend().get_window_extent(), ax.get_window_extent()
+        assert legend.y1 <= box.y0
+    odd = figure([Prediction(p, 1.0 / p, 2.0 / p, 1.5 / p) for p in (1, 2, 3, 4)], 1.0)
+    odd.canvas.draw()
+    assert [t.get_text() for t in odd.axes[0].get_xticklabels()] == ["1", "2", "3", "4"]
     # within a decade the y axes keep labels (0.035-0.08 s had none)
     narrow = figure([Prediction(1, 0.08, 0.07, 0.06), Prediction(2, 0.05, 0.04, 0.035)], 0.08)
     narrow.canvas.draw()
