@@ -195,7 +195,7 @@ def _lead(args: list[str], ranks: int) -> int:
             return 0
         check_hydra_keys([a for a in args if a.lstrip("+").startswith("hydra.")])
         if checkable:
-            check_command(args, multirun(args))
+            check_command(args, multirun(args), ranks)
         given = value(args, "hydra.sweep.dir" if multirun(args) else "hydra.run.dir")
         fresh = not _resuming and (given is None or not Path(dir_value(given)).exists())
         # the folders above it this command makes (a default one's date and outputs/)

@@ -17,7 +17,7 @@ from lptrain.modes import LAYERED, SIMULTANEOUS
 from lptrain.parallel import memory
 from lptrain.parallel.auto import Recorded, agreed_grid, timer_for
 from lptrain.parallel.context import Node, node_of
-from lptrain.parallel.grid import Grid, c_intervals, candidates, coarse_steps
+from lptrain.parallel.grid import Grid, c_intervals, candidates, coarse_steps, run_grids
 
 
 
@@ -86,9 +86,7 @@ def plan(opts, comm) -> Plan:
     sizes = dataset_sizes(opts.dataset)
     net = ResNet(opts.network, sizes.feature_shape, sizes.n_classes)
     size = 1 if comm is None else comm.Get_size()
-    mo, po = opts.mgrit, opts.parallel
-    most = c_intervals(opts.network.layers, mo.cfactor0, mo.levels, mo.min_coarse)
-    grids = candidates(size, po.layer_ranks, po.data_ranks, most, opts.mode.name in LAYERED)
+    grids = run_grids(opts, size, opts.mode.name in LAYERED)
     limit = memory.available(node.local_size)
     if comm is not None and comm.Get_size() > 1:
         from mpi4py import MPI

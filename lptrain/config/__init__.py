@@ -125,7 +125,8 @@ def sweep_samples(overrides: list[str]) -> list[list[str]]:
     return samples
 
 
-def check_command(args: list[str], sweep: bool | None = None) -> None:
+def check_command(args: list[str], sweep: bool | None = None,
+                  ranks: int | None = None) -> None:
     """Compose and type-check a command's overrides once per swept value (the lptrain
     command, rank 0, before anything is written), with Hydra's own group choices
     (`hydra/launcher=`, `hydra/sweeper=`); Hydra's report becomes one ConfigError line."""
@@ -135,6 +136,8 @@ def check_command(args: list[str], sweep: bool | None = None) -> None:
 
     from lptrain.config.schema import register_configs
     from lptrain.config.typed import options
+    from lptrain.modes import LAYERED
+    from lptrain.parallel.grid import run_grids
     register_configs()
     overrides = [a for a in args if not a.startswith("-") and not a.startswith("hydra")
                  and not a.startswith("+hydra")]
@@ -148,7 +151,9 @@ def check_command(args: list[str], sweep: bool | None = None) -> None:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             with _hydra_config_restored():
                 for combination in sweep_samples(overrides):
-                    options(compose_checked([*combination, *groups], job=job))
+                    typed = options(compose_checked([*combination, *groups], job=job))
+                    if ranks is not None:       # the split on these ranks, job by job
+                        run_grids(typed, ranks, typed.mode.name in LAYERED)
     except (HydraException, OmegaConfBaseException) as exc:
         error = _float_interval_hint(one_line_error(exc), overrides)
         if not sweep and ("hydra:job.num" in str(error) or "hydra.job.num" in str(error)):

@@ -115,6 +115,14 @@ def candidates(size: int, layer_ranks, data_ranks: int | None, max_layer: int,
     return [Grid(layer, size // layer)]
 
 
+def run_grids(opts, size: int, layered: bool) -> list[Grid]:
+    """candidates() of a configuration (its parallel, network and mgrit nodes) on `size`
+    ranks: what preflight takes, and what a sweep's check tries before any job."""
+    mo, po = opts.mgrit, opts.parallel
+    most = c_intervals(opts.network.layers, mo.cfactor0, mo.levels, mo.min_coarse)
+    return candidates(size, po.layer_ranks, po.data_ranks, most, layered)
+
+
 def choose(grids: list[Grid], predict: Callable[[Grid], float]) -> Grid:
     """The grid with the shortest predicted time; within TIE of it, the most layer ranks."""
     if len(grids) == 1:

@@ -436,3 +436,16 @@ def test_a_value_read_from_hydras_runtime_is_checked_as_a_first_jobs():
         check_command(["seed=${hydra:job.num}"])
     # but it has Hydra's runtime otherwise (review: was refused)
     check_command(["dataset=mnist", "dataset.path=${hydra:runtime.cwd}/nodata"])
+
+
+def test_a_sweeps_split_is_checked_on_the_commands_ranks_before_any_job():
+    """`mpiexec -n 2 lptrain -m mode=mgrit parallel.layer_ranks=1,3`: job 0 trained,
+    then job 1 was refused (README: a bad value of a sweep is found before any job)."""
+    from lptrain.config import check_command
+    with pytest.raises(ConfigError, match=re.escape(
+            "parallel.layer_ranks=3: must divide the 2 ranks (choose one of [1, 2])")):
+        check_command(["-m", "mode=mgrit", "parallel.layer_ranks=1,3"], sweep=True, ranks=2)
+    with pytest.raises(ConfigError, match=r"parallel.layer_ranks=4: only 2 C-intervals"):
+        check_command(["-m", "mode=mgrit", "network.layers=64,8", "parallel.layer_ranks=4"],
+                      sweep=True, ranks=4)
+    check_command(["-m", "mode=mgrit", "parallel.layer_ranks=1,2"], sweep=True, ranks=2)
