@@ -11,8 +11,8 @@ The estimate counts what grows with the run, per rank, in bytes:
   buffers, saved activations; serial: states, activations, adjoint),
   `COARSE_COPIES` per owned step of the coarse levels (their buffers, FAS
   right-hand sides and linearisations: a hierarchy coarsened by 2 holds about
-  N coarse steps, by 4 about N/3) plus `STATE_EXTRA` per sample for step
-  temporaries;
+  N coarse steps, by 4 about N/3) plus `STATE_EXTRA` per sample for the
+  step temporaries of a relaxation (none in serial);
 - the validation pass, in chunks of at most the batch shard: every mode sweeps
   all N layers serially over its layer rank's share of a chunk and keeps the
   sweep's states, `VAL_COPIES` per layer;
@@ -41,7 +41,9 @@ from lptrain.modes import MGRIT, SERIAL, SIMULTANEOUS
 BASE = 400e6            # bytes: peak of an lptrain rank on a tiny problem
 STATE_COPIES = {SERIAL: 4.0, MGRIT: 5.15, SIMULTANEOUS: 5.15}
 COARSE_COPIES = 6.2     # per owned coarse step (MGRIT modes)
-STATE_EXTRA = 42.0      # state-sized temporaries per sample, whatever the layers
+# state-sized temporaries per sample, whatever the layers: an MGRIT relaxation's steps over
+# all intervals at once; serial steps one layer at a time (4 per layer hold them)
+STATE_EXTRA = {SERIAL: 0.0, MGRIT: 42.0, SIMULTANEOUS: 42.0}
 VAL_COPIES = 1.0       # per layer and sample of a validation sweep
 WARM_COPIES = 2.0       # per owned C-point and kept batch (measured; 2 are the states)
 CHECKPOINT_COPIES = 2.0  # of a rank's oracle state
@@ -90,7 +92,8 @@ def estimate(mode: str, n_layers: int, layer_ranks: int, batch: int, state_eleme
     val = math.ceil(val_chunk / layer_ranks) * state_elements * item_bytes * VAL_COPIES \
         * (n_layers + 1)
     own_coarse = 0 if mode == SERIAL else math.ceil(coarse / layer_ranks)
-    states = state * (STATE_COPIES[mode] * own + COARSE_COPIES * own_coarse + STATE_EXTRA) \
+    states = state * (STATE_COPIES[mode] * own + COARSE_COPIES * own_coarse
+                      + STATE_EXTRA[mode]) \
         + val
     if calibrated:      # all layers, the batch split over the layer ranks
         states += STATE_COPIES[SERIAL] * (n_layers + 1) * math.ceil(state / layer_ranks)

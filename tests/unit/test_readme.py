@@ -80,7 +80,8 @@ def test_memory_coefficients_are_the_estimates():
     assert float(m[2]) == memory.STATE_COPIES["mgrit"] == memory.STATE_COPIES["simultaneous"]
     assert float(m[3]) == memory.STATE_COPIES["serial"]
     assert float(m[4]) == memory.COARSE_COPIES
-    assert float(m[5]) == memory.STATE_EXTRA
+    assert float(m[5]) == memory.STATE_EXTRA["mgrit"] == memory.STATE_EXTRA["simultaneous"]
+    assert memory.STATE_EXTRA["serial"] == 0.0
     assert float(m[6]) == memory.VAL_COPIES
     assert float(m[7]) == memory.WARM_COPIES
 
