@@ -43,7 +43,10 @@ MISSING = "-"
 PROBLEM_NODES = ("dataset", "network", "optimizer")
 PROBLEM_KEYS = ("dtype", "train.batch_size")
 # what the table's derived columns mean, written below it in summary.md
-NOTES = (f"{ITERATION_TIME}: the median duration of an optimizer iteration "
+NOTES = ("final objective, loss and train acc: the last train/ row's (with mini-batches "
+         "the last batch's; with SGD and Adam at the parameters the last step started "
+         "from). "
+         f"{ITERATION_TIME}: the median duration of an optimizer iteration "
          "(train/step_time: its objective and gradient evaluations with their MGRIT solves, "
          "no validation or checkpoints), the first iteration left out. wall time: from the "
          "start of training to the last iteration, all included. speedup vs serial: the "

@@ -265,7 +265,9 @@ def test_report_writes_plots_and_summary(two_runs, tmp_path, capsys):
         assert png.stat().st_size > 10_000, name
     summary = (out / "summary.md").read_text().splitlines()
     assert len(summary) == 6 and summary[4] == ""
-    assert summary[5].startswith("iteration time: the median duration of an optimizer")
+    assert summary[5].startswith("final objective, loss and train acc: the last train/ "
+                                 "row's (with mini-batches the last batch's")
+    assert "iteration time: the median duration of an optimizer" in summary[5]
     # no run has per-rank times here: the notes promised a section that never came
     assert "per rank" not in summary[5] and "follows below" not in summary[5]
     assert summary[3].startswith("| simultaneous P=4 | simultaneous | 16/4 | 4 | completed | 4 |")
