@@ -163,7 +163,7 @@ def _split_hint(message: str) -> str:
     take, how to give another (the user never typed the key); a sweep's job that needs
     its job number, its sweep to resume instead."""
     key = message.split("=", 1)[0]
-    if not _resuming:
+    if not _resuming or _sweep:       # a sweep's keys are its own values to keep
         return ""
     if "has no job number" in message and is_sweep(_resuming[0].parent):
         return f"; resume its sweep: lptrain resume={_resuming[0].parent}"
@@ -195,7 +195,9 @@ def _lead(args: list[str], ranks: int) -> int:
             return 0
         check_hydra_keys([a for a in args if a.lstrip("+").startswith("hydra.")])
         if checkable:
-            check_command(args, multirun(args), ranks)
+            # the split on these ranks, job by job; a resumed sweep's finished jobs had
+            # theirs, and its preflight checks the jobs it runs
+            check_command(args, multirun(args), None if _sweep else ranks)
         given = value(args, "hydra.sweep.dir" if multirun(args) else "hydra.run.dir")
         fresh = not _resuming and (given is None or not Path(dir_value(given)).exists())
         # the folders above it this command makes (a default one's date and outputs/)

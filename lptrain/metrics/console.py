@@ -348,7 +348,8 @@ def _format_value(value, unit: str = "") -> str:
         return f"{value:.4f}"
     if unit == "s" and isinstance(value, (int, float)):
         text = f"{value:.4g} s"
-        # rounded as the seconds are (145.95 s read '146 s (0:02:25)')
-        return f"{text} ({format_duration(round(value))})" if value >= 60 else text
+        # rounded as the seconds are (145.96 s read '146 s (0:02:25)')
+        whole = round(value) if math.isfinite(value) else value
+        return f"{text} ({format_duration(whole)})" if value >= 60 else text
     text = f"{value:.6g}" if isinstance(value, float) else str(value)
     return f"{text} {unit}" if unit else text

@@ -92,6 +92,9 @@ def comparison_table(rows: Sequence[tuple]) -> str:
     return "\n".join(out) + "\n"
 
 
+FEW_RANKS = 12     # rank counts labelled one by one; more: the log axis's powers of 2
+
+
 def plot(preds: Sequence[Prediction], baseline: float, path: Path,
          measured: Measured | None = None, paper: bool = False, title: str = "",
          dataset: str = "") -> Path:
@@ -145,7 +148,8 @@ def figure(preds: Sequence[Prediction], baseline: float, measured: Measured | No
         # ticks at 1, 2, 5 × 10^k on y (a span under a decade keeps labels), powers of 2
         # on x, labelled 0.2, 5, 128 rather than 2×10⁻¹, 2⁷
         ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.xaxis.set_major_locator(FixedLocator(ranks))     # every P shown (3 had none)
+        if len(ranks) <= FEW_RANKS:     # every P shown (3 had none), where they fit
+            ax.xaxis.set_major_locator(FixedLocator(ranks))
         for axis in (ax.xaxis, ax.yaxis):
             axis.set_major_formatter(_PLAIN)
             axis.set_minor_formatter(NullFormatter())

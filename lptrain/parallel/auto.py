@@ -66,8 +66,10 @@ class Recorded:
                     text += f"; next best {layer} x {data}: {t:.3g} s/it"
         assumed = getattr(self.timer, "assumed", None)
         return [text, *lines, *(line for n in (own, assumed) if n
-                                for line in textwrap.wrap(n, NOTE_COLUMNS, initial_indent="  ",
-                                                          subsequent_indent="    "))]
+                                for line in textwrap.wrap(
+                                    n, NOTE_COLUMNS, initial_indent="  ",
+                                    subsequent_indent="    ", break_on_hyphens=False,
+                                    break_long_words=False))]      # a path stays whole
 
 
 _factory: Callable | None = None     # the installed (opts, net, mode) -> GridTimer

@@ -11,8 +11,8 @@ The estimate counts what grows with the run, per rank, in bytes:
   buffers, saved activations; serial: states, activations, adjoint),
   `COARSE_COPIES` per owned step of the coarse levels (their buffers, FAS
   right-hand sides and linearisations: a hierarchy coarsened by 2 holds about
-  N coarse steps, by 4 about N/3) plus `STATE_EXTRA` per sample for the
-  step temporaries of a relaxation (none in serial);
+  N coarse steps, by 4 about N/3) plus `STATE_EXTRA` per sample for step
+  temporaries (a relaxation's over all intervals; fewer in serial);
 - the validation pass, in chunks of at most the batch shard: every mode sweeps
   all N layers serially over its layer rank's share of a chunk and keeps the
   sweep's states, `VAL_COPIES` per layer;
@@ -39,11 +39,12 @@ from pathlib import Path
 from lptrain.modes import MGRIT, SERIAL, SIMULTANEOUS
 
 BASE = 400e6            # bytes: peak of an lptrain rank on a tiny problem
-STATE_COPIES = {SERIAL: 4.0, MGRIT: 5.15, SIMULTANEOUS: 5.15}
+STATE_COPIES = {SERIAL: 2.5, MGRIT: 5.15, SIMULTANEOUS: 5.15}
 COARSE_COPIES = 6.2     # per owned coarse step (MGRIT modes)
-# state-sized temporaries per sample, whatever the layers: an MGRIT relaxation's steps over
-# all intervals at once; serial steps one layer at a time (4 per layer hold them)
-STATE_EXTRA = {SERIAL: 0.0, MGRIT: 42.0, SIMULTANEOUS: 42.0}
+# state-sized temporaries per sample, whatever the layers (an MGRIT relaxation's steps over
+# all intervals at once; serial's fitted with its 2.5 per layer to peaks of N = 1 to 30,
+# BENCHMARKS "Serial runs")
+STATE_EXTRA = {SERIAL: 30.0, MGRIT: 42.0, SIMULTANEOUS: 42.0}
 VAL_COPIES = 1.0       # per layer and sample of a validation sweep
 WARM_COPIES = 2.0       # per owned C-point and kept batch (measured; 2 are the states)
 CHECKPOINT_COPIES = 2.0  # of a rank's oracle state

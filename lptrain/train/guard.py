@@ -125,7 +125,8 @@ class Progress:
             self.first_objective = objective
         ref = max(self.first_objective or 0.0, _TINY)
         if not math.isfinite(objective):
-            raise DivergedError(f"diverged: objective {objective} at iteration {k}")
+            raise DivergedError(f"diverged: objective {objective} at iteration {k}: lower "
+                                f"the step size or check the data scaling")
         if objective > DIVERGENCE_FACTOR * ref:
             raise DivergedError(f"diverged: objective {objective:.3e} at iteration {k} exceeds "
                                 f"{DIVERGENCE_FACTOR:g} x the first iteration's {ref:.3e}")

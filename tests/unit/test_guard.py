@@ -144,13 +144,24 @@ def test_a_non_finite_objective_of_sgd_ends_with_its_row_and_the_rules_line(tmp_
     from lptrain.metrics.reader import read_metrics
     from lptrain.model.saved import load_model
     tmp_path.mkdir(exist_ok=True)
-    with pytest.raises(DivergedError, match=r"^diverged: objective inf at iteration 2$"):
+    with pytest.raises(DivergedError, match=r"^diverged: objective inf at iteration 2: "
+                       r"lower the step size"):
         app.run(composed("optimizer=sgd", "optimizer.lr=1e300", "network.layers=4",
                          "dataset.n_train=100", "dataset.n_val=20", "train.iterations=5"),
                 None, tmp_path)
     m = read_metrics(tmp_path / ms.FILE_NAME)
     assert list(m.train[ms.ITERATION]) == [1, 2] and m.train[ms.OBJECTIVE][1] == math.inf
     assert load_model(tmp_path, "last").iteration == 0
+    # with MGRIT: no solve record for the iteration that solved no gradient (review: it
+    # repeated the last one's)
+    (tmp_path / "mgrit").mkdir()
+    with pytest.raises(DivergedError):
+        app.run(composed("optimizer=sgd", "optimizer.lr=1e300", "network.layers=4",
+                         "dataset.n_train=100", "dataset.n_val=20", "train.iterations=5",
+                         "mode=mgrit", "mgrit.levels=2", "mgrit.cfactor0=2"),
+                None, tmp_path / "mgrit")
+    m = read_metrics(tmp_path / "mgrit" / ms.FILE_NAME)
+    assert list(m.train[ms.ITERATION]) == [1, 2] and list(m.mgrit[ms.ITERATION]) == [1]
 
 
 def test_reference_is_the_first_objective_even_if_it_is_tiny():

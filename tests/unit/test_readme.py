@@ -81,7 +81,8 @@ def test_memory_coefficients_are_the_estimates():
     assert float(m[3]) == memory.STATE_COPIES["serial"]
     assert float(m[4]) == memory.COARSE_COPIES
     assert float(m[5]) == memory.STATE_EXTRA["mgrit"] == memory.STATE_EXTRA["simultaneous"]
-    assert memory.STATE_EXTRA["serial"] == 0.0
+    assert float(_one(r"step temporaries; (\d+) in serial, which steps")[1]) == \
+        memory.STATE_EXTRA["serial"]
     assert float(m[6]) == memory.VAL_COPIES
     assert float(m[7]) == memory.WARM_COPIES
 
