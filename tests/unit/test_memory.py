@@ -31,8 +31,10 @@ class _HeapPeak:
         return info.uordblks + info.hblkhd
 
     def __enter__(self):
+        import gc
         import threading
         import time
+        gc.collect()          # earlier tests' garbage freed during the run read as negative
         self.start = self.top = self.in_use()
         self._on = True
 
@@ -76,14 +78,17 @@ def test_the_estimate_is_the_measured_peak(case, tmp_path):
     tiny, cfg = (composed(*common, *more) for more in
                  (["dataset.n_train=500", "train.iterations=1"],
                   ["dataset.n_train=4000", "train.iterations=3"]))
-    for name in ("tiny", "run"):
+    for name in ("tiny", "run", "again"):
         (tmp_path / name).mkdir()
     app.run(tiny, None, tmp_path / "tiny")
     need = preflight.plan(app.options(cfg), None).need
-    with _HeapPeak() as heap:
-        app.run(cfg, None, tmp_path / "run")
-    ratio = (need.total - need.base) / heap.peak
-    assert low <= ratio <= high, (case, need, heap.peak / 1e6)
+    peaks = []
+    for name in ("run", "again"):   # a sampled peak can miss the top on a loaded machine
+        with _HeapPeak() as heap:     # (CI: 157 MB of 173 once): the larger of two runs
+            app.run(cfg, None, tmp_path / name)
+        peaks.append(heap.peak)
+    ratio = (need.total - need.base) / max(peaks)
+    assert low <= ratio <= high, (case, need, [p / 1e6 for p in peaks])
 
 
 def test_meminfo_and_cgroup_limits(tmp_path):
