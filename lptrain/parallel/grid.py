@@ -88,12 +88,14 @@ def candidates(size: int, layer_ranks, data_ranks: int | None, max_layer: int,
     Raises ConfigError, naming the value, for a split that cannot work.
     """
     layer = parse_layer_ranks(layer_ranks)
+    given = None        # where the layer ranks follow from data_ranks: the key given
     if data_ranks is not None:
         if data_ranks < 1 or size % data_ranks:
             raise ConfigError(f"parallel.data_ranks={data_ranks}: must divide the {size} "
                               f"ranks")
         if layer == AUTO:
             layer = size // data_ranks
+            given = f"parallel.data_ranks={data_ranks} (so {layer} layer ranks)"
         elif layer * data_ranks != size:
             raise ConfigError(f"parallel.layer_ranks={layer}: times parallel.data_ranks="
                               f"{data_ranks} must equal the {size} ranks")
@@ -104,11 +106,12 @@ def candidates(size: int, layer_ranks, data_ranks: int | None, max_layer: int,
     if size % layer:
         raise ConfigError(f"parallel.layer_ranks={layer}: must divide the {size} ranks "
                           f"(choose one of {divisors(size)})")
+    given = given or f"parallel.layer_ranks={layer}"
     if layer > 1 and not layered:
-        raise ConfigError(f"parallel.layer_ranks={layer}: mode=serial distributes only the "
-                          f"batch; use 1 (or auto) or a layer-parallel mode")
+        raise ConfigError(f"{given}: mode=serial distributes only the batch; use 1 layer "
+                          f"rank (or auto) or a layer-parallel mode")
     if layer > max_layer:
-        raise ConfigError(f"parallel.layer_ranks={layer}: only "
+        raise ConfigError(f"{given}: only "
                           f"{counted(max_layer, 'C-interval')} on the finest level; use at "
                           f"most {counted(max_layer, 'layer rank')}, more layers or a smaller "
                           f"mgrit.cfactor0 (2 at least)")

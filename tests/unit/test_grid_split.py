@@ -43,6 +43,10 @@ def test_auto_offers_every_divisor_up_to_the_c_intervals():
     (6, "4", 3, 8, True, "parallel.layer_ranks=4: times parallel.data_ranks=3"),
     (4, "auto", 3, 8, True, "parallel.data_ranks=3: must divide the 4 ranks"),
     (4, "2", None, 8, False, "parallel.layer_ranks=2: mode=serial"),
+    # the layer ranks data_ranks implies: the key the user gave (held-out: named
+    # parallel.layer_ranks, which they never typed)
+    (2, "auto", 1, 8, False, "parallel.data_ranks=1 (so 2 layer ranks): mode=serial"),
+    (4, "auto", 1, 2, True, "parallel.data_ranks=1 (so 4 layer ranks): only 2 C-intervals"),
     (4, "0", None, 8, True, "parallel.layer_ranks='0'"),
     (4, "many", None, 8, True, "parallel.layer_ranks='many'"),
 ])
