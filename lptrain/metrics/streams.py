@@ -12,11 +12,7 @@ def no_color_in_pipes(stream, environ) -> None:
     """NO_COLOR where `stream` (stderr) is no terminal: Optuna's log lines (colorlog,
     which cannot tell) reached files and pipes with escape codes. The console keeps its
     own terminal's colours (`colour_off`), and a NO_COLOR the user set is theirs."""
-    try:
-        terminal = stream.isatty()
-    except (AttributeError, ValueError):
-        terminal = False
-    if not terminal and "NO_COLOR" not in environ:
+    if not _terminal(stream) and "NO_COLOR" not in environ:
         environ["NO_COLOR"] = "1"
         _COLOUR["ours"] = True
 
@@ -70,9 +66,13 @@ def survive_hangup(module) -> None:
     """`module`'s (sys's) stdout and stderr as HungUpStreams, where they are terminals."""
     for name in ("stdout", "stderr"):
         stream = getattr(module, name)
-        try:
-            terminal = stream.isatty()
-        except (AttributeError, ValueError):
-            terminal = False
-        if terminal and not isinstance(stream, HungUpStream):
+        if _terminal(stream) and not isinstance(stream, HungUpStream):
             setattr(module, name, HungUpStream(stream))
+
+
+def _terminal(stream) -> bool:
+    """Whether `stream` is a terminal (a closed or foreign stream is not)."""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
