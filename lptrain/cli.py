@@ -23,12 +23,11 @@ from lptrain.jobs import END, Job, JobChannel
 from lptrain.rundir import (SWEEP_FILE, RunLock, SavedFiles, dir_override, dir_value,
                             is_sweep, not_resumable, refuse_earlier_run, remove_refused,
                             saved_overrides)
-from lptrain.stops import (again, resume_hint, signal_at_the_end, stop_between_jobs,
-                           stop_if_signalled)
+from lptrain.stops import (PROG, again, resume_hint, say, signal_at_the_end,
+                           stop_between_jobs, stop_if_signalled)
 from lptrain.sweeps import SweepJobs, install_job_dirs, sweep_command
 
 from lptrain.config import CONF_MODULE, check_command
-PROG = "lptrain"
 log = logging.getLogger("lptrain")
 _failures: list[int] = []   # exit status of each failed job
 _jobs: list[int] = [0]      # jobs Hydra handed to the task
@@ -320,10 +319,8 @@ def _run_job(job: Job) -> float | None:
         return float(outcome.objective)
     except Interrupted as exc:       # every rank agreed on it after the same iteration
         if comm.Get_rank() == 0:
-            message = (f"{exc} (status interrupted); resume with: "
-                       f"{resume_command(again(job), comm.Get_size())}")
-            print(f"{PROG}: {message}", file=sys.stderr, flush=True)
-            log.warning(message)
+            say(f"{exc} (status interrupted); resume with: "
+                f"{resume_command(again(job), comm.Get_size())}")
         sys.exit(exc.exit_code)
     except LptrainError as exc:      # raised identically on every rank
         _failures.append(exc.exit_code)
@@ -353,13 +350,7 @@ def _model_timer(opts, net, mode: str):
     """parallel.layer_ranks=auto's timer: the speedup model, imported only when a run
     has a choice of grids."""
     from lptrain.model_perf.grid import model_timer
-    return model_timer(opts, net, mode, _say_plainly)
-
-
-def _say_plainly(text: str) -> None:
-    """One line of progress on stderr (rank 0) and in the log."""
-    print(f"{PROG}: {text}", file=sys.stderr, flush=True)
-    log.info(text)
+    return model_timer(opts, net, mode, lambda text: say(text, logging.INFO))
 
 
 def _hydra_entry():

@@ -17,10 +17,12 @@ PROG = "lptrain"
 log = logging.getLogger("lptrain")
 
 
-def _said(message: str, warn: bool = True) -> None:
+def say(message: str, level: int | None = logging.WARNING) -> None:
+    """One line `lptrain: message` on stderr (rank 0), and in the log at `level` (None:
+    not logged)."""
     print(f"{PROG}: {message}", file=sys.stderr, flush=True)
-    if warn:
-        log.warning(message)
+    if level is not None:
+        log.log(level, message)
 
 
 def stop_if_signalled(comm, stop) -> None:
@@ -32,8 +34,8 @@ def stop_if_signalled(comm, stop) -> None:
     if signum is None:
         return
     if comm.Get_rank() == 0:
-        _said(f"interrupted by {signal.Signals(signum).name} while starting; nothing was "
-              f"run or written", warn=False)
+        say(f"interrupted by {signal.Signals(signum).name} while starting; nothing was "
+            f"run or written", level=None)
     sys.exit(128 + signum)
 
 
@@ -72,7 +74,7 @@ def signal_at_the_end(job: Job, comm, stop) -> None:
         elif sweep:           # a sampler's sweep (Optuna): this job's run is done
             message += ("; the sweep stops here (its sweeper saved nothing to carry it "
                         "on: sweep again, an Optuna study from its hydra.sweeper.storage)")
-        _said(message)
+        say(message)
     if sweep:
         sys.exit(128 + signum)
 
@@ -82,6 +84,6 @@ def stop_between_jobs(stop, sweep_dir: Path, ranks: int) -> None:
     there stops the sweep before its next job (128 + the signal), which had started."""
     if stop is None or stop.received is None:
         return
-    _said(f"interrupted by {signal.Signals(stop.received).name} between jobs; resume "
-          f"with: {resume_command(sweep_dir, ranks)}")
+    say(f"interrupted by {signal.Signals(stop.received).name} between jobs; resume "
+        f"with: {resume_command(sweep_dir, ranks)}")
     sys.exit(128 + stop.received)
