@@ -196,7 +196,7 @@ def _lead(args: list[str], ranks: int) -> int:
         if checkable:
             # the split on these ranks, job by job; a resumed sweep's finished jobs had
             # theirs, and its preflight checks the jobs it runs
-            check_command(args, multirun(args), None if _sweep else ranks)
+            check_command(args, None if _sweep else ranks)
         given = value(args, "hydra.sweep.dir" if multirun(args) else "hydra.run.dir")
         fresh = not _resuming and (given is None or not Path(dir_value(given)).exists())
         # the folders above it this command makes (a default one's date and outputs/)

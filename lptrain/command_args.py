@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
+from lptrain.config import multirun  # noqa: F401 (the command's arguments: here too)
 from lptrain.errors import FAILED, REFUSED, LptrainError, one_line, reason
 from lptrain.rundir import claim_new, dir_override, dir_value
 
@@ -27,11 +28,6 @@ def value(args: list[str], key: str) -> str | None:
 
 def informational(args: list[str]) -> bool:
     return any(a.split("=", 1)[0] in INFO_FLAGS for a in args)
-
-
-def multirun(args: list[str]) -> bool:
-    return any(a in ("-m", "--multirun") or a.replace(" ", "") == "hydra.mode=MULTIRUN"
-               for a in args)
 
 
 def check_launcher(args: list[str], ranks: int) -> None:

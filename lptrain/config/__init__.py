@@ -125,11 +125,17 @@ def sweep_samples(overrides: list[str]) -> list[list[str]]:
     return samples
 
 
-def check_command(args: list[str], sweep: bool | None = None,
-                  ranks: int | None = None) -> None:
+def multirun(args: list[str]) -> bool:
+    """Whether a command's arguments ask for a sweep (-m, or hydra.mode=MULTIRUN)."""
+    return any(a in ("-m", "--multirun") or a.replace(" ", "") == "hydra.mode=MULTIRUN"
+               for a in args)
+
+
+def check_command(args: list[str], ranks: int | None = None) -> None:
     """Compose and type-check a command's overrides once per swept value (the lptrain
     command, rank 0, before anything is written), with Hydra's own group choices
-    (`hydra/launcher=`, `hydra/sweeper=`); Hydra's report becomes one ConfigError line."""
+    (`hydra/launcher=`, `hydra/sweeper=`); Hydra's report becomes one ConfigError line.
+    With `ranks`, each job's layer × data split is tried on that many ranks."""
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -144,8 +150,7 @@ def check_command(args: list[str], sweep: bool | None = None,
     # a sampler's search space given to it (hydra.sweeper.params.KEY=SPEC) names lptrain keys
     overrides += [a.split(".", 3)[3] for a in args if a.lstrip("+").startswith(SWEPT_PARAMS)]
     groups = [a for a in args if a.startswith("hydra/")]  # launcher, sweeper: must exist
-    if sweep is None:       # the caller's own reading of the command, else the flag
-        sweep = any(a in ("-m", "--multirun") for a in args)
+    sweep = multirun(args)
     job = "sweep" if sweep else "run"
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):

@@ -428,8 +428,8 @@ def test_a_value_read_from_hydras_runtime_is_checked_as_a_first_jobs():
     check_command(["-m", "seed=${hydra:job.num}", "optimizer.step0=0.5,1.0"])
     with pytest.raises(ConfigError, match=r"^seed: .*hydra:job.nam"):
         check_command(["-m", "seed=${hydra:job.nam}"])
-    # a sweep however written (hydra.mode=MULTIRUN: the caller says so)
-    check_command(["seed=${hydra:job.num}", "optimizer.step0=0.5,1.0"], sweep=True)
+    # a sweep however written (review: hydra.mode=MULTIRUN was checked as a single run)
+    check_command(["hydra.mode=MULTIRUN", "seed=${hydra:job.num}", "optimizer.step0=0.5,1.0"])
     # a single run has no job number: refused before anything is made, in one line
     with pytest.raises(ConfigError, match=r"a single run has no job number \(a sweep's "
                        r"\$\{hydra:job.num\}: -m\)$"):
@@ -444,8 +444,8 @@ def test_a_sweeps_split_is_checked_on_the_commands_ranks_before_any_job():
     from lptrain.config import check_command
     with pytest.raises(ConfigError, match=re.escape(
             "parallel.layer_ranks=3: must divide the 2 ranks (choose one of [1, 2])")):
-        check_command(["-m", "mode=mgrit", "parallel.layer_ranks=1,3"], sweep=True, ranks=2)
+        check_command(["-m", "mode=mgrit", "parallel.layer_ranks=1,3"], ranks=2)
     with pytest.raises(ConfigError, match=r"parallel.layer_ranks=4: only 2 C-intervals"):
         check_command(["-m", "mode=mgrit", "network.layers=64,8", "parallel.layer_ranks=4"],
-                      sweep=True, ranks=4)
-    check_command(["-m", "mode=mgrit", "parallel.layer_ranks=1,2"], sweep=True, ranks=2)
+                      ranks=4)
+    check_command(["-m", "mode=mgrit", "parallel.layer_ranks=1,2"], ranks=2)
