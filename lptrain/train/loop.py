@@ -202,9 +202,11 @@ def _log_step(k: int, info, dt: float, wall: float, oracle, writer) -> dict | No
                      ls_trials=info.ls_trials, lbfgs_skipped=info.lbfgs_skipped,
                      lbfgs_reset=info.lbfgs_reset, ls_failed=info.ls_failed)
     stats = oracle.record()          # collective on a data grid: every rank, every time
-    if stats is not None and math.isfinite(info.objective):   # else no gradient was solved
-        writer.log_mgrit(iteration=k, **stats)                # for it: the last one's stats
-    return stats if math.isfinite(info.objective) else None
+    if not math.isfinite(info.objective):    # no gradient was solved: the last one's stats
+        return None
+    if stats is not None:
+        writer.log_mgrit(iteration=k, **stats)
+    return stats
 
 
 def _checked(stop, exchange, k, writer, save, signals: bool = True):
