@@ -25,7 +25,7 @@ from lptrain.rundir import (SWEEP_FILE, RunLock, SavedFiles, dir_override, dir_v
                             saved_overrides)
 from lptrain.stops import (PROG, again, resume_hint, say, signal_at_the_end,
                            stop_between_jobs, stop_if_signalled)
-from lptrain.sweeps import SweepJobs, install_job_dirs, sweep_command
+from lptrain.sweeps import SweepJobs, install_job_dirs, job_number, sweep_command
 
 from lptrain.config import CONF_MODULE, check_command
 log = logging.getLogger("lptrain")
@@ -84,7 +84,9 @@ def _resume_args(args: list[str]) -> list[str]:
     given_keys = {a.split("=", 1)[0] for a in rest}
     kept = [a for a in saved_overrides(saved) if a.split("=", 1)[0] not in given_keys]
     _resuming.append(run_dir)
-    return [*kept, *rest, dir_override("hydra.run.dir", run_dir)]
+    num = job_number(run_dir)      # a sweep's job resumed alone stays that job
+    job = [] if num is None else [f"hydra.job.num={num}"]
+    return [*kept, *rest, *job, dir_override("hydra.run.dir", run_dir)]
 
 
 def _world():
@@ -157,7 +159,7 @@ def _quiet_teardown() -> None:
     StopSignals.ignore()
 
 
-def _split_hint(message: str) -> str:
+def _split_hint(message: str, ranks: int) -> str:
     """Where a resumed run's own configuration is refused: a split these ranks cannot
     take, how to give another (the user never typed the key); a sweep's job that needs
     its job number, its sweep to resume instead."""
@@ -165,7 +167,7 @@ def _split_hint(message: str) -> str:
     if not _resuming or _sweep:       # a sweep's keys are its own values to keep
         return ""
     if "has no job number" in message and is_sweep(_resuming[0].parent):
-        return f"; resume its sweep: lptrain resume={_resuming[0].parent}"
+        return f"; resume its sweep: {resume_command(_resuming[0].parent, ranks)}"
     if key not in ("parallel.layer_ranks", "parallel.data_ranks") or \
             any(a.startswith(key + "=") for a in _typed):
         return ""
@@ -208,7 +210,7 @@ def _lead(args: list[str], ranks: int) -> int:
             raise RunFileError(problem, exit_code=REFUSED)
         _claim(directory, args, ranks)
     except LptrainError as exc:   # nothing ran: refused, or a fault such as a full disk
-        _say(str(exc) + _split_hint(str(exc)))
+        _say(str(exc) + _split_hint(str(exc), ranks))
         return exc.exit_code
     saved = SavedFiles(_resuming[0] / ".hydra") if _resuming and not _sweep else None
     sys.argv = [sys.argv[0], *args]
@@ -325,8 +327,8 @@ def _run_job(job: Job) -> float | None:
     except LptrainError as exc:      # raised identically on every rank
         _failures.append(exc.exit_code)
         if comm.Get_rank() == 0:
-            message = str(exc) + _split_hint(str(exc)) + resume_hint(exc, job,
-                                                                      comm.Get_size())
+            ranks = comm.Get_size()
+            message = str(exc) + _split_hint(str(exc), ranks) + resume_hint(exc, job, ranks)
             _say(message)
             log.error(message)
     except Exception as exc:         # unexpected: log, say it once, end every rank

@@ -5,6 +5,8 @@ REFUSED where the command or its inputs must change and no iteration ran, FAILED
 where a run that started could not finish, 128 + the signal number where one stopped it.
 """
 
+import sys
+
 FAILED = 1
 REFUSED = 2
 
@@ -148,13 +150,43 @@ class StalledError(LptrainError):
     """Training stopped making progress and the user asked for a non-zero exit."""
 
 
+def launch_words(argv0: str, search_path: str | None, prefix: str,
+                 executable: str) -> tuple[str, str]:
+    """(launcher, program): the words that start lptrain again as this process was
+    started, for a command pasted into the same shell. A word stays bare where the
+    shell's PATH finds that very file, else it is the file's absolute path: a system
+    `mpiexec` of another MPI cannot launch the ranks of the environment's own (`prefix`/bin),
+    and an `lptrain` not on PATH is not found. `python -m lptrain` stays so."""
+    import os
+    import shlex
+    import shutil
+
+    def word(name: str, file: str) -> str:
+        found = shutil.which(name, path=search_path)
+        same = found is not None and os.path.realpath(found) == os.path.realpath(file)
+        return name if same else shlex.quote(os.path.abspath(file))
+
+    mpiexec = os.path.join(prefix, "bin", "mpiexec")
+    launcher = word("mpiexec", mpiexec) if os.path.isfile(mpiexec) else "mpiexec"
+    base = os.path.basename(argv0)
+    if base == "lptrain" and os.path.isfile(argv0):
+        return launcher, word("lptrain", argv0)
+    if base == "__main__.py":
+        return launcher, f"{word('python', executable)} -m lptrain"
+    return launcher, "lptrain"
+
+
 def resume_command(path, ranks: int = 1) -> str:
     """The command that carries on the run or sweep in `path` on `ranks` ranks (as it
-    ran: an explicit split holds only there), quoted for a shell where the path needs it
-    (a space, a quote), so that it can be pasted as printed."""
+    ran: an explicit split holds only there), started as this process was
+    (`launch_words`) and quoted for a shell where the path needs it (a space, a quote),
+    so that it can be pasted as printed."""
+    import os
     import shlex
-    launch = f"mpiexec -n {ranks} " if ranks > 1 else ""
-    return f"{launch}lptrain " + shlex.quote(f"resume={path}")
+    launcher, program = launch_words(sys.argv[0], os.environ.get("PATH"), sys.prefix,
+                                     sys.executable)
+    launch = f"{launcher} -n {ranks} " if ranks > 1 else ""
+    return f"{launch}{program} " + shlex.quote(f"resume={path}")
 
 
 def text_lines(exc: BaseException) -> list[str]:

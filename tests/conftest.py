@@ -1,6 +1,7 @@
 """Every test gets its tier marker (tests/tiers.py), and only cli and mpi tests may start
 another process: a test of another tier that does fails, naming the tier it belongs in.
 Under pytest-xdist (`make test`) each file runs on one worker."""
+import os
 import platform
 import sys
 from collections import Counter
@@ -9,6 +10,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+# the environment's commands first on PATH, as in a shell with it activated: the resume
+# lines runs print then name bare `mpiexec` and `lptrain` (errors.launch_words)
+os.environ["PATH"] = os.pathsep.join([str(Path(sys.prefix) / "bin"), os.environ.get("PATH", "")])
 
 from tiers import SHARED_LAUNCH, TIERS, tier_of  # noqa: E402
 

@@ -147,6 +147,8 @@ def check_command(args: list[str], ranks: int | None = None) -> None:
     register_configs()
     overrides = [a for a in args if not a.startswith("-") and not a.startswith("hydra")
                  and not a.startswith("+hydra")]
+    # a sweep's job resumed alone keeps its number (cli._resume_args)
+    overrides += [a for a in args if a.startswith("hydra.job.num=")]
     # a sampler's search space given to it (hydra.sweeper.params.KEY=SPEC) names lptrain keys
     overrides += [a.split(".", 3)[3] for a in args if a.lstrip("+").startswith(SWEPT_PARAMS)]
     groups = [a for a in args if a.startswith("hydra/")]  # launcher, sweeper: must exist

@@ -118,6 +118,24 @@ def test_a_resume_refuses_a_sweep_of_new_values(given, tmp_path):
     assert not cli._sweep and not cli._resuming
 
 
+def test_a_sweeps_job_resumed_alone_keeps_its_job_number(monkeypatch, tmp_path):
+    """`lptrain resume=SWEEP/1`: Hydra rewrote the job's record without its number (the
+    sweep's job directories then missed it; its `seed=${hydra:job.num}` was refused)."""
+    from lptrain.train.checkpoint import CHECKPOINT_FILE
+    monkeypatch.setattr(cli, "_resuming", [])
+    job = tmp_path / "1"
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "overrides.yaml").write_text("- seed=${hydra:job.num}\n"
+                                                   "- train.iterations=3\n")
+    (job / ".hydra" / "hydra.yaml").write_text("hydra:\n  job:\n    num: 1\n")
+    (job / CHECKPOINT_FILE).write_bytes(b"")
+    args = cli._resume_args([f"resume={job}", "train.iterations=6"])
+    assert args[:3] == ["seed=${hydra:job.num}", "train.iterations=6", "hydra.job.num=1"]
+    (job / ".hydra" / "hydra.yaml").write_text("hydra:\n  job:\n    num: ???\n")
+    assert not any(a.startswith("hydra.job.num") for a in
+                   cli._resume_args([f"resume={job}"]))      # a single run: none
+
+
 def test_a_signal_while_a_resumed_sweep_keeps_its_jobs_stops_it_there(tmp_path, capsys,
                                                                       monkeypatch):
     """Ctrl-C while a resumed sweep passed over its finished jobs started the next one
@@ -143,15 +161,15 @@ def test_a_resumed_runs_own_split_these_ranks_cannot_take_says_how_to_give_anoth
     message = "parallel.layer_ranks=2: must divide the 1 ranks (choose one of [1])"
     monkeypatch.setattr(cli, "_resuming", [tmp_path])
     monkeypatch.setattr(cli, "_typed", [f"resume={tmp_path}", "train.iterations=4"])
-    assert cli._split_hint(message) == (" (the run's own split: give parallel.layer_ranks="
+    assert cli._split_hint(message, 1) == (" (the run's own split: give parallel.layer_ranks="
                                         "... with resume= for these ranks)")
     monkeypatch.setattr(cli, "_typed", [f"resume={tmp_path}", "parallel.layer_ranks=2"])
-    assert cli._split_hint(message) == ""           # typed: the message says it all
+    assert cli._split_hint(message, 1) == ""           # typed: the message says it all
     monkeypatch.setattr(cli, "_resuming", [])
-    assert cli._split_hint(message) == ""           # not a resume
+    assert cli._split_hint(message, 1) == ""           # not a resume
     # one job of a sweep whose seeds are its job numbers: resumed alone it has none
     (tmp_path / "multirun.yaml").write_text("hydra: {}\n")
     monkeypatch.setattr(cli, "_resuming", [tmp_path / "1"])
     assert cli._split_hint("seed: ...: a single run has no job number (a sweep's "
-                           "${hydra:job.num}: -m)") == f"; resume its sweep: lptrain " \
-        f"resume={tmp_path}"
+                           "${hydra:job.num}: -m)", 2) == f"; resume its sweep: mpiexec " \
+        f"-n 2 lptrain resume={tmp_path}"

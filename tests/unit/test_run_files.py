@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from lptrain.errors import FAILED, REFUSED, RunDirectoryBusy, RunFileError
+from lptrain.errors import FAILED, REFUSED, RunDirectoryBusy, RunFileError, launch_words
 from lptrain.metrics import schema as s
 from lptrain.metrics import writer as w
 from lptrain.metrics.reader import read_metrics
@@ -92,6 +92,37 @@ def test_an_earlier_metrics_file_is_never_truncated(tmp_path):
     with pytest.raises(RunFileError, match=r"`mpiexec -n 2 lptrain resume="):   # as launched
         refuse_earlier_run(tmp_path, "hydra.run.dir", 2)
     refuse_earlier_run(tmp_path / "empty", "hydra.run.dir")   # nothing there: fine
+
+
+def _executable(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_a_resume_line_names_the_commands_this_run_was_started_with(tmp_path):
+    """A system `mpiexec` of another MPI ahead on PATH cannot launch the environment's
+    ranks, and an `lptrain` off PATH is not found: the printed resume names their files
+    then; where PATH finds those very files, the bare words."""
+    env = tmp_path / "env"
+    ours = _executable(env / "bin" / "mpiexec")
+    prog = _executable(env / "bin" / "lptrain")
+    other = _executable(tmp_path / "usr" / "bin" / "mpiexec")
+    python = _executable(env / "bin" / "python")
+    on_path = str(env / "bin")
+    assert launch_words(str(prog), on_path, str(env), str(python)) == ("mpiexec", "lptrain")
+    elsewhere = os.pathsep.join([str(other.parent), on_path])
+    assert launch_words(str(prog), elsewhere, str(env), str(python)) == (str(ours), "lptrain")
+    assert launch_words(str(prog), "", str(env), str(python)) == (str(ours), str(prog))
+    assert launch_words(str(tmp_path / "lptrain" / "__main__.py"), "", str(env),
+                        str(python)) == (str(ours), f"{python} -m lptrain")
+    assert launch_words(str(tmp_path / "lptrain" / "__main__.py"), on_path, str(env),
+                        str(python)) == ("mpiexec", "python -m lptrain")
+    # no MPI of its own in the environment: the launcher the user has
+    assert launch_words(str(prog), "", str(tmp_path / "none"), str(python))[0] == "mpiexec"
+    spaced = _executable(tmp_path / "my env" / "bin" / "lptrain")
+    assert launch_words(str(spaced), "", str(env), str(python))[1] == f"'{spaced}'"
 
 
 def test_an_earlier_run_without_a_checkpoint_is_not_offered_a_resume(tmp_path):
