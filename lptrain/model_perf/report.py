@@ -134,7 +134,7 @@ def figure(preds: Sequence[Prediction], baseline: float, measured: Measured | No
                 ax_t.plot(ps, ts, "o", color=_STYLE[mode], markerfacecolor=face,
                           label=f"{mode} ({what})")
                 ax_s.plot(ps, [base_seen / t for t in ts], "o", color=_STYLE[mode],
-                          markerfacecolor=face)
+                          markerfacecolor=face, label=f"{mode} ({what})")
     if paper:
         points = [pt for pt in PAPER_POINTS if pt[0] == PAPER_NAMES.get(dataset)]
         for i, (name, cores, speedup) in enumerate(points or PAPER_POINTS):

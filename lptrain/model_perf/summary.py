@@ -47,17 +47,32 @@ def scaling_lines(preds: Sequence[Prediction], baseline: float, max_p: int,
 
 
 def measured_lines(rows: Sequence[tuple]) -> list[str]:
-    """Predicted against measured for each measured run ((run, predicted, note, differs))."""
+    """Predicted against measured for each measured run ((run, predicted, note, differs)),
+    each named by its directory (below the runs' common one); where name and figures
+    pass WIDTH, the figures on a line of their own."""
     out = []
-    for run, pred, _, differs in rows:
+    for (run, pred, _, differs), name in zip(rows, run_names([r[0].path for r in rows])):
         ratio = "-" if pred is None else f"{pred / run.iteration_time:.2f}"
         shown = "-" if pred is None else f"{pred:.4g} s"
         line = (f"{run.mode} {split_of(run)}: {run.iteration_time:.4g} s measured, {shown} "
                 f"predicted ({ratio})" + (", other config" if differs else ""))
-        out.append(line)
+        joined = f"{name}  {line}"
+        out += [joined] if len(joined) <= WIDTH else [name, f"    {line}"]
     if out:
         out.append("(L x D: the run's split; predicted / measured in brackets)")
     return out
+
+
+def run_names(paths: Sequence) -> list[str]:
+    """Each metrics file's directory below the directories' common one (its own name
+    where there is one run, or the common one is itself)."""
+    import os
+    dirs = [os.path.dirname(os.path.abspath(p)) for p in paths]
+    if not dirs:
+        return []
+    common = os.path.commonpath(dirs)
+    return [os.path.relpath(d, common) if d != common else os.path.basename(d) or d
+            for d in dirs]
 
 
 def split_of(run) -> str:

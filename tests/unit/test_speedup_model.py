@@ -401,9 +401,28 @@ def test_command_writes_table_plot_and_compares_a_measured_run(tmp_path, monkeyp
         *(f"lptrain-model: P = {p} recorded ({i} of 3)" for i, p in enumerate((1, 2, 16), 1))]
     assert all(len(line) <= 80 for line in captured.err.splitlines())
     assert "speedup over serial on 1 rank (0.09 s)" in shown
-    assert "serial 1x1: 0.18 s measured, 0.09 s predicted (0.50)" in shown
+    # each measured run named (a sweep's jobs could not be told apart)
+    assert "run  serial 1x1: 0.18 s measured, 0.09 s predicted (0.50)" in shown.splitlines()
+    assert any(line.startswith("deeper  serial 1x1: ") for line in shown.splitlines())
     assert f"full report: {out / 'speedup_model.md'}" in shown
     assert all(len(line) <= 80 for line in shown.splitlines() if str(tmp_path) not in line)
+
+
+def test_measured_runs_are_named_below_their_common_directory():
+    from types import SimpleNamespace as NS
+
+    from lptrain.model_perf.summary import measured_lines, run_names
+    assert run_names(["/s/0/metrics.h5", "/s/1/metrics.h5", "/s/a/b/metrics.h5"]) == \
+        ["0", "1", "a/b"]
+    assert run_names(["/x/run/metrics.h5"]) == ["run"]
+    assert run_names(["/x/run/metrics.h5", "/x/run/metrics.h5"]) == ["run", "run"]
+    long = NS(path="/s/" + "d" * 60 + "/metrics.h5", mode="simultaneous", ranks=2, layer=2,
+              iteration_time=0.5)
+    short = NS(path="/s/0/metrics.h5", mode="serial", ranks=1, layer=1, iteration_time=0.25)
+    lines = measured_lines([(long, 0.25, "", []), (short, None, "", [])])
+    assert lines[:3] == ["d" * 60, "    simultaneous 2x1: 0.5 s measured, 0.25 s predicted "
+                         "(0.50)", "0  serial 1x1: 0.25 s measured, - predicted (-)"]
+    assert all(len(line) <= 80 for line in lines)
 
 
 def test_command_reports_a_bad_override(capsys):
@@ -809,6 +828,9 @@ def test_the_plot_keeps_measured_runs_apart_by_split_and_baseline():
                       for x, y in zip(ln.get_xdata(), ln.get_ydata()))
     # over the measured serial run (2 s): itself 1, the 2 x 1 run 2, the 1 x 2 run 0.5
     assert speedups == [(1.0, 1.0), (2.0, 0.5), (2.0, 2.0)]
+    # the speedup panel's legend names its measured points too (it had none)
+    named = [t.get_text() for t in ax_s.get_legend().get_texts()]
+    assert "simultaneous (measured)" in named and "serial (measured)" in named
     stars = [ln.get_label() for ln in ax_s.lines if ln.get_marker() == "*"]
     assert stars == ["paper: Peaks 6.0× on 256 cores"]
     fig.canvas.draw()
