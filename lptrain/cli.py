@@ -15,10 +15,10 @@ from pathlib import Path
 
 from lptrain.errors import (FAILED, REFUSED, LptrainError, RunFileError, one_line,
                             resume_command)
-from lptrain.command_args import (check_hydra_keys, check_launcher, check_writable,
-                                  directory_args, hydra_failure, hydra_raising,
-                                  informational, multirun, one_value_each, value,
-                                  version_line)
+from lptrain.command_args import (check_flags, check_hydra_keys, check_launcher,
+                                  check_writable, directory_args, hydra_failure,
+                                  hydra_raising, informational, multirun, one_value_each,
+                                  overrides_first, value, version_line)
 from lptrain.jobs import END, Job, JobChannel
 from lptrain.rundir import (SWEEP_FILE, RunLock, SavedFiles, dir_override, dir_value,
                             is_sweep, not_resumable, refuse_earlier_run, remove_refused,
@@ -176,9 +176,11 @@ def _split_hint(message: str, ranks: int) -> str:
 
 def _lead(args: list[str], ranks: int) -> int:
     """Rank 0: check the command, claim its directory, run Hydra; the exit status."""
+    args = overrides_first(args)
     _typed[:] = args
     checkable = all(a in ("-m", "--multirun") or not a.startswith("-") for a in args)
     try:
+        check_flags(args)
         check_launcher(args, ranks)
         args = _resume_args(args)
         if informational(args):      # --help, --cfg job, --info ...: nothing to write

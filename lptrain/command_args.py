@@ -26,6 +26,29 @@ def value(args: list[str], key: str) -> str | None:
     return None
 
 
+def overrides_first(args: list[str]) -> list[str]:
+    """The `key=value` overrides ahead of Hydra's flags, each group in its order: Hydra's
+    parser takes the overrides as one positional list, so those after a flag
+    (`lptrain seed=3 --cfg job dataset=mnist`) were 'unrecognized arguments'. A flag's
+    own value (`--cfg job`) has no '=' and stays behind its flag."""
+    given = [a for a in args if "=" in a and not a.startswith("-")]
+    return given + [a for a in args if not ("=" in a and not a.startswith("-"))]
+
+
+def check_flags(args: list[str]) -> None:
+    """ConfigError in one line unless Hydra's parser takes the flags (it printed its
+    usage, 7 lines, and exited after lptrain had made the run directory)."""
+    from hydra._internal.utils import get_args_parser
+
+    from lptrain.errors import ConfigError
+    parser = get_args_parser()
+
+    def refuse(message: str):
+        raise ConfigError(f"{message} (lptrain --help lists the options)")
+    parser.error = refuse
+    parser.parse_args(args)
+
+
 def informational(args: list[str]) -> bool:
     return any(a.split("=", 1)[0] in INFO_FLAGS for a in args)
 

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf, open_dict
 
 from helpers import composed
 from lptrain import cli
-from lptrain.errors import REFUSED
+from lptrain.errors import REFUSED, ConfigError
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
 
@@ -173,3 +173,28 @@ def test_a_resumed_runs_own_split_these_ranks_cannot_take_says_how_to_give_anoth
     assert cli._split_hint("seed: ...: a single run has no job number (a sweep's "
                            "${hydra:job.num}: -m)", 2) == f"; resume its sweep: mpiexec " \
         f"-n 2 lptrain resume={tmp_path}"
+
+
+def test_overrides_after_a_flag_are_taken_and_a_bad_flag_is_one_line(monkeypatch, tmp_path,
+                                                                     capsys):
+    """`lptrain seed=3 --cfg job dataset=mnist` and `lptrain seed=3 -m seed=4,5` were
+    'unrecognized arguments' (Hydra's parser takes the overrides as one list); a bad flag
+    (`--foo`, `--cfg bogus`) printed Hydra's 7-line usage after a directory was made."""
+    from lptrain.command_args import check_flags, overrides_first
+    assert overrides_first(["seed=3", "--cfg", "job", "dataset=mnist", "-m", "a=1,2"]) == \
+        ["seed=3", "dataset=mnist", "a=1,2", "--cfg", "job", "-m"]
+    check_flags(overrides_first(["seed=3", "--cfg", "job", "dataset=mnist"]))
+    check_flags(["seed=3", "-m", "--info", "config"])
+    with pytest.raises(ConfigError, match=r"^unrecognized arguments: --foo \(lptrain "
+                                           r"--help lists the options\)$"):
+        check_flags(["seed=3", "--foo"])
+    with pytest.raises(ConfigError, match=r"argument --cfg/-c: invalid choice: 'bogus'"):
+        check_flags(["--cfg", "bogus"])
+    monkeypatch.chdir(tmp_path)
+    assert cli._lead(["seed=3", "--foo"], 1) == REFUSED
+    assert capsys.readouterr().err == ("lptrain: error: unrecognized arguments: --foo "
+                                       "(lptrain --help lists the options)\n")
+    assert list(tmp_path.iterdir()) == []        # no run directory made
+
+
+
