@@ -45,6 +45,7 @@ class Classifier(nn.Module):
         self.iteration = record["iteration"]
         validation = record.get("validation")
         self.validation = None if validation is None else tuple(validation)
+        self.validation_chunk = record.get("validation_chunk")   # absent before: None
         self.config_yaml = record["config"]
         self.dataset_name = record["dataset"]["name"]
         self.dataset_meta = record["dataset"]["meta"]
@@ -128,11 +129,13 @@ class Classifier(nn.Module):
 
     @torch.no_grad()
     def evaluate(self, x: torch.Tensor, y: torch.Tensor,
-                 chunk: int = EVAL_CHUNK) -> tuple[float, float]:
+                 chunk: int | None = None) -> tuple[float, float]:
         """Mean cross-entropy loss and accuracy (0..1) on the features x with labels y,
         stepped `chunk` samples at a time (memory; the numbers are those of one pass
-        to rounding, and bitwise where the run validated in the same chunks). numpy or
-        torch input; labels of any integer type."""
+        to rounding). By default the chunks the run validated in (`validation_chunk`,
+        bitwise its numbers; float32 sums of other chunks differ in the last bit), else
+        EVAL_CHUNK. numpy or torch input; labels of any integer type."""
+        chunk = chunk or self.validation_chunk or EVAL_CHUNK
         x, y = torch.as_tensor(x), torch.as_tensor(y)
         if x.shape[0] == 0 or y.shape != (x.shape[0],):
             raise ValueError(f"evaluate: {x.shape[0]} samples with labels of shape "

@@ -232,14 +232,17 @@ MODEL_FILES = {"best": MODEL_FILE, "last": "model-last.pt"}   # which parameters
 
 def model_record(theta: torch.Tensor, net: ResNet, config_yaml: str, dtype: str, data,
                  iteration: int, which: str = "last",
-                 validation: tuple[float, float] | None = None) -> dict:
+                 validation: tuple[float, float] | None = None,
+                 chunk: int | None = None) -> dict:
     """What a model file holds: plain values and one tensor (see the module docstring).
     `which` says whose parameters they are ("best" or "last"), `validation` their
-    validation (loss, accuracy) when the run validated them."""
+    validation (loss, accuracy) when the run validated them, `chunk` the samples its
+    validation passes took at once (evaluate's default: the run's numbers, bitwise)."""
     meta = {k: v for k, v in data.meta.items() if k != "shard"}   # the rank's, not the model's
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "which": which,
             "theta": theta.detach().to("cpu").clone(), "iteration": int(iteration),
             "validation": None if validation is None else [float(v) for v in validation],
+            "validation_chunk": None if chunk is None else int(chunk),
             "network": dict(vars(net.opts)), "feature_shape": list(net.in_shape),
             "n_classes": int(net.n_classes), "dtype": dtype, "config": config_yaml,
             "dataset": {"name": data.name, "source": data.source, "meta": meta}}

@@ -41,6 +41,14 @@ def batch_samples(n: int, batch_size: int | None, seed: int):
     return samples
 
 
+def validation_chunk(data, opts) -> int:
+    """The samples a validation pass takes at once on this rank: no more than a training
+    batch (`train`; a saved model's `evaluate` steps the same, model/saved.py)."""
+    lo, n_total = data.meta.get("shard", (0, data.x_train.shape[0]))
+    return Batches(data.x_train, data.y_train, opts.train.batch_size, opts.seed, n_total,
+                   lo).local_size()
+
+
 class Batches:
     """Fixed, seeded mini-batches visited in a fresh random order every epoch.
 

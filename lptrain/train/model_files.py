@@ -16,9 +16,9 @@ class ModelSaver:
     parameters so far, and model-last.pt, the last good ones (model/saved.py)."""
 
     def __init__(self, run_dir: Path, net, config_yaml: str, dtype: str, data,
-                 enabled: bool):
+                 enabled: bool, chunk: int | None = None):
         self.paths = {which: Path(run_dir) / name for which, name in MODEL_FILES.items()}
-        self.net, self.config_yaml = net, config_yaml
+        self.net, self.config_yaml, self.chunk = net, config_yaml, chunk
         self.dtype, self.data, self.enabled = dtype, data, enabled
         self.written: dict[str, int] = {}   # which -> the iteration its file holds
         self.held_below: int | None = None   # resumed with θ pending: see hold()
@@ -45,7 +45,8 @@ class ModelSaver:
     def _write(self, due: dict[str, tuple]) -> None:
         for which, (iteration, theta, validation) in due.items():
             save_torch(model_record(theta, self.net, self.config_yaml, self.dtype, self.data,
-                                    iteration, which, validation), self.paths[which])
+                                    iteration, which, validation, self.chunk),
+                       self.paths[which])
 
     def save(self, progress, exchange) -> None:
         """Write the files not up to date, and fail on every rank alike (RunFileError) if
