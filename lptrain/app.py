@@ -255,7 +255,7 @@ def resume_notes(saved: RunState, opts: Config, status: tuple[str, str], grid=No
     """Where a resume starts and what it changes beyond more iterations: the iterations
     the earlier start `recorded` after its checkpoint are run again, the grid may differ
     from the checkpoint's, a stalled run trains on, and a learning-rate schedule over
-    train.iterations is stretched to the new length."""
+    train.iterations is stretched (or shortened) to the new length."""
     notes = [f"resumed from the checkpoint of iteration {saved.iteration}"]
     first, last = saved.iteration + 1, min(recorded, opts.train.iterations)
     if last > first:
@@ -273,10 +273,11 @@ def resume_notes(saved: RunState, opts: Config, status: tuple[str, str], grid=No
     before = OmegaConf.create(saved.config).train.iterations
     schedule = getattr(opts.optimizer, "schedule", "constant")
     if before != opts.train.iterations and schedule != "constant":
-        notes += [f"optimizer.schedule={schedule} stretched to train.iterations="
-                  f"{opts.train.iterations} (was {before}):",
-                  f"  from iteration {saved.iteration + 1} the rate follows the longer "
-                  f"schedule"]
+        longer = opts.train.iterations > before
+        notes += [f"optimizer.schedule={schedule} {'stretched' if longer else 'shortened'} "
+                  f"to train.iterations={opts.train.iterations} (was {before}):",
+                  f"  from iteration {saved.iteration + 1} the rate follows the "
+                  + ("longer schedule" if longer else "shorter schedule (it drops)")]
     return notes
 
 

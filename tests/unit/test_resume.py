@@ -421,6 +421,12 @@ def test_a_resume_says_what_it_changes_beyond_more_iterations():
                      "optimizer.schedule=cosine stretched to train.iterations=20 (was 7):",
                      "  from iteration 8 the rate follows the longer schedule"]
     assert all(len(line) <= 80 for line in notes)
+    # fewer iterations than the earlier start was given: shortened (it said 'longer')
+    saved.config = OmegaConf.to_yaml(_cfg("optimizer=adam_cosine", "train.batch_size=50",
+                                          "train.iterations=100"))
+    assert app.resume_notes(saved, longer, ("interrupted", ""))[1:] == [
+        "optimizer.schedule=cosine shortened to train.iterations=20 (was 100):",
+        "  from iteration 8 the rate follows the shorter schedule (it drops)"]
     constant = app.options(_cfg("optimizer=adam", "train.batch_size=50",
                                 "train.iterations=20"))
     assert app.resume_notes(saved, constant, ("interrupted", "")) == [
