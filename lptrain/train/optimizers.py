@@ -105,15 +105,17 @@ class LBFGS:
         return d, slope
 
     def _search(self, theta, d, slope, point, oracle: Oracle):
-        """Armijo backtracking along d: (step, trials, accepted evaluation or None)."""
-        alpha = self.o.step0
+        """Armijo backtracking along d: (step, trials, accepted evaluation or None, the
+        objective of the last trial where none was finite, else None)."""
+        alpha, finite = self.o.step0, False
         for trials in range(1, self.o.max_ls + 1):
             trial = oracle.value(theta + alpha * d)
-            j = trial.point.objective
+            j, tried = trial.point.objective, alpha
+            finite = finite or math.isfinite(j)
             if math.isfinite(j) and j <= point.objective + self.o.c1 * alpha * slope:
-                return alpha, trials, trial
+                return alpha, trials, trial, None
             alpha *= self.o.backtrack
-        return 0.0, self.o.max_ls, None
+        return 0.0, self.o.max_ls, None, None if finite else (j, tried)
 
     def step(self, theta: torch.Tensor, oracle: Oracle):
         if self.current is None:
@@ -122,7 +124,7 @@ class LBFGS:
         while True:
             point, g = self.current
             d, slope = self._descent(g)
-            alpha, used, trial = self._search(theta, d, slope, point, oracle)
+            alpha, used, trial, overflow = self._search(theta, d, slope, point, oracle)
             trials += used
             if trial is not None:
                 break
@@ -133,6 +135,10 @@ class LBFGS:
                 self._start(theta, oracle)      # the same θ, more accurate solves
             elif not steepest:
                 continue                        # once more along −g
+            elif overflow is not None:          # no finite objective near θ along −g
+                raise DivergedError(f"diverged: objective {overflow[0]} at every trial step "
+                                    f"along -g down to {overflow[1]:.3g}: lower "
+                                    f"optimizer.step0 or check the data scaling")
             else:
                 return theta, StepInfo(
                     objective=point.objective, loss=point.loss, accuracy=point.accuracy,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lptrain.data.base import chunks
+from lptrain.errors import DivergedError
 from lptrain.model.serial import Buffers, adjoint, propagate
 from lptrain.parallel.blocks import ALL_ROWS
 from lptrain.parallel.grid import shard
@@ -243,6 +244,12 @@ class _MGRITTape:
     adj: object = None        # the adjoint SolveResult, once the gradient is taken
 
 
+def _finite(res) -> bool:
+    """Whether a solve's last residual norm is finite (the solver stops at one that is
+    not, its states those of the iterate before)."""
+    return not res.history or math.isfinite(res.history[-1])
+
+
 class MGRITOracle(ExactOracle):
     """Forward and adjoint MGRIT, warm-started; to tolerance with the default accuracy
     (`Converged`: exact gradients), inexact with oneshot.py's `Rungs`.
@@ -310,12 +317,16 @@ class MGRITOracle(ExactOracle):
                                        iters, tol, self.warm.get(b.key)[0],
                                        lambda _: self.accuracy.last_gnorm)
         self._spent[0] += res.iterations
-        self.warm.store(b.key, fwd=res.states)
+        finite = _finite(res)
+        if finite:          # a solve that overflowed leaves no warm start to keep
+            self.warm.store(b.key, fwd=res.states)
         cls = self.lp.evaluate(theta, res.states, b.y, b.x.shape[0], True)
         stats = SolveStats(fwd_iterations=res.iterations, fwd_history=list(res.history),
                            adaptive_extra=extra, rung=self.accuracy.rung,
                            unconverged=self._short(res, tol))
-        point = Point(objective=cls.loss, loss=cls.loss, accuracy=cls.correct / b.x.shape[0])
+        # its states are the last finite iterate's, not θ's: the objective is not finite
+        loss = cls.loss if finite else res.history[-1]
+        point = Point(objective=loss, loss=loss, accuracy=cls.correct / b.x.shape[0])
         self._latest = Evaluated(point, theta, b, tape=_MGRITTape(res, cls), stats=stats)
         return self._latest
 
@@ -328,6 +339,10 @@ class MGRITOracle(ExactOracle):
             iters, tol, self.warm.get(b.key)[1], lambda g: float(g.norm()))
         tape.adj = res
         self._spent[1] += res.iterations
+        if not _finite(res):     # every rank alike: the residual norm is a global sum
+            raise DivergedError(f"diverged: the adjoint MGRIT residual became "
+                                f"{res.history[-1]}: lower the step size or check the "
+                                f"data scaling")
         self.warm.store(b.key, adj=res.states)
         ev.stats.adj_iterations, ev.stats.adj_history = res.iterations, list(res.history)
         ev.stats.adaptive_extra += extra

@@ -94,11 +94,11 @@ def test_lbfgs_two_loop_matches_dense_bfgs_inverse():
 class Quadratic(ExactOracle):
     """J(θ) = ½‖θ‖² with a hook to corrupt values."""
 
-    def __init__(self, bad=lambda t: False):
-        self.bad = bad
+    def __init__(self, bad=lambda t: False, worse=float("inf")):
+        self.bad, self.worse = bad, worse
 
     def value(self, theta):
-        j = float("inf") if self.bad(theta) else 0.5 * float(theta @ theta)
+        j = self.worse if self.bad(theta) else 0.5 * float(theta @ theta)
         return Evaluated(Point(objective=j, loss=j, accuracy=0.0), theta)
 
     def gradient(self, ev):
@@ -117,7 +117,7 @@ def test_failed_line_search_resets_memory_and_keeps_theta():
                    torch.ones(3, dtype=torch.float64))
     opt.mem.append((torch.ones(3, dtype=torch.float64),) * 2 + (1 / 3,))
     kept = theta.clone()
-    theta, info = opt.step(theta, Quadratic(bad=lambda t: True))
+    theta, info = opt.step(theta, Quadratic(bad=lambda t: True, worse=1e9))
     assert info.lbfgs_reset == 1 and info.step_size == 0.0 and len(opt.mem) == 0
     # the L-BFGS direction failed, then −g: no step, and nothing left to try
     assert torch.equal(theta, kept) and info.ls_trials == 6 and info.ls_failed == 2
@@ -181,6 +181,13 @@ def test_divergence_is_reported():
     theta = torch.ones(2, dtype=torch.float64)
     same, info = SGD(SGDOptions()).step(theta, Quadratic(bad=lambda t: True))
     assert same is theta and info.at_start and info.objective == math.inf
+    # every trial step along −g overflows (a NaN in the network): not 'stalled, the
+    # optimum may be reached' but diverged
+    opt = LBFGS(LBFGSOptions(max_ls=3))
+    opt.current = (Point(objective=1.0, loss=1.0, accuracy=0.0), theta.clone())
+    with pytest.raises(DivergedError, match=r"^diverged: objective nan at every trial "
+                                            r"step along -g down to 0\.25: lower "):
+        opt.step(theta, Quadratic(bad=lambda t: True, worse=math.nan))
 
 
 def test_registry_names_match_config_groups():
@@ -298,3 +305,39 @@ def test_every_oracle_has_the_protocol_its_users_rely_on():
     assert isinstance(CalibratedOracle(Objective(terms[2], net), terms[2],
                                        Objective(terms[0], net)), TrainingOracle)
     assert not isinstance(Quadratic(), TrainingOracle) and isinstance(Quadratic(), Oracle)
+
+
+@pytest.mark.parametrize("one_shot", [False, True])
+def test_a_solve_that_overflows_has_no_finite_objective_and_keeps_the_warm_start(one_shot):
+    """A non-finite residual (a NaN on one rank) stops a solve at once with the states
+    of the iterate before: the one-shot run took their finite objective and gradient,
+    kept training on them (J fell while validation collapsed) and ended `completed`."""
+    from lptrain.mgrit.options import MGRITOptions
+    from lptrain.train.oneshot import SimultaneousOracle
+    from lptrain.train.oracles import MGRITOracle
+    net, theta = dense_net(layers=8, width=4, T=2.0)
+    x, y = batch(net, n=16)
+    kind = SimultaneousOracle if one_shot else MGRITOracle
+
+    def evaluated(*thetas):
+        oracle = kind(net, SerialExchange(), MGRITOptions(levels=2, cfactor0=2))
+        oracle.begin(Batch(x, y))
+        evs = []
+        for t in thetas:
+            evs.append(oracle.value(t))
+            if math.isfinite(evs[-1].point.objective):
+                oracle.gradient(evs[-1])
+        return oracle, evs
+
+    bad = theta.clone()
+    bad[net.layout.views(bad)["K"].storage_offset() + 5] = math.nan
+    oracle, (good, nan, again) = evaluated(theta, bad, theta)
+    assert math.isfinite(good.point.objective)
+    assert math.isnan(nan.point.objective) and math.isnan(nan.point.loss)
+    # the overflowed solve left the warm start as it was: as if it had not been tried
+    _, (_, twin) = evaluated(theta, theta)
+    assert again.point.objective == twin.point.objective
+    oracle, (_, nan) = evaluated(theta, bad)
+    with pytest.raises(DivergedError, match=r"^diverged: the adjoint MGRIT residual "
+                                            r"became nan"):
+        oracle.gradient(nan)
