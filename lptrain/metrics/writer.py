@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 
 from lptrain import __version__
-from lptrain.errors import DivergedError, Interrupted
+from lptrain.errors import DivergedError, Interrupted, one_line
 from lptrain.metrics import schema as s
 from lptrain.metrics.columns import (CHUNK_ROWS, Columns, append_history, append_per_rank,
                                      create_scalar)
@@ -102,9 +102,24 @@ class MetricsWriter:
             self._file = h5py.File(self.path, "r+", locking=False)
         except OSError as exc:
             raise s.MetricsInputError(f"{path}: cannot reopen metrics file ({exc})") from None
+        try:
+            self._continue(iteration, attrs)
+        except (OSError, RuntimeError, KeyError, ValueError) as exc:
+            # HDF5's own checks of a file damaged inside (a heap, a dataspace message)
+            try:
+                self._file.close()
+            except (OSError, RuntimeError):
+                pass
+            if isinstance(exc, s.MetricsInputError):
+                raise
+            raise s.MetricsInputError(f"{path}: cannot reopen metrics file (damaged: "
+                                      f"{one_line(exc)})") from None
+        return self
+
+    def _continue(self, iteration: int, attrs: dict) -> None:
+        """reopen's work on the open file (its rows, columns, attributes)."""
         if s.STATUS not in self._file.attrs:
-            self._file.close()
-            raise s.MetricsInputError(f"{path}: not an lptrain metrics file (no "
+            raise s.MetricsInputError(f"{self.path}: not an lptrain metrics file (no "
                                       f"{s.STATUS!r} attribute)")
         for group in s.GROUPS:
             if group in self._file:
@@ -129,7 +144,6 @@ class MetricsWriter:
             del self._file.attrs[s.ERROR]
         self._file.attrs[s.STATUS] = s.RUNNING
         self._file.flush()
-        return self
 
     # -- logging ---------------------------------------------------------------------------
     def log_train(self, **fields) -> None:
@@ -363,6 +377,8 @@ def _truncate(g: h5py.Group, iteration: int) -> None:
     ok = (lambda its: (its >= 0) & (its <= iteration))(g[s.ITERATION][:])
     keep = len(ok) if ok.all() else int(np.argmin(ok))
     for name, ds in g.items():
+        if ds is None:        # h5py's answer for a link whose object is damaged
+            raise KeyError(f"{g.name}/{name}: unreadable")
         if ds.shape[0] > keep:
             ds.resize((keep, *ds.shape[1:]))
 

@@ -345,3 +345,29 @@ def test_a_file_of_an_earlier_version_gets_its_missing_columns_on_resume(tmp_pat
     np.testing.assert_array_equal(m[s.ITERATION], [1, 2, 3, 4])
     np.testing.assert_array_equal(m["unconverged"], [-1, -1, 1, 1])    # -1: not recorded
     np.testing.assert_array_equal(m[s.FWD_ITERATIONS], [2, 2, 3, 3])
+
+
+def test_a_file_damaged_inside_is_refused_in_one_line_on_resume(tmp_path):
+    """Random bytes inside a metrics file that still reads as HDF5: its resume ended in
+    h5py's RuntimeError (or KeyError, AttributeError on a damaged link) with a traceback
+    and exit 1; README "Malformed inputs": one line naming the file, exit 2."""
+    import shutil
+    src = tmp_path / "src.h5"
+    with open_writer(src, ATTRS, True) as w:
+        for k in range(1, 6):
+            w.log_train(iteration=k, objective=1.0 / k, loss=0.5)
+            w.log_mgrit(iteration=k, fwd_iterations=2)
+    rng, damaged = np.random.default_rng(0), 0
+    for offset in range(0, src.stat().st_size, 512):
+        path = tmp_path / s.FILE_NAME
+        shutil.copy(src, path)
+        with open(path, "r+b") as f:
+            f.seek(offset)
+            f.write(rng.integers(0, 256, 64, dtype=np.uint8).tobytes())
+        try:
+            MetricsWriter.reopen(path, 3, ATTRS).close()
+        except s.MetricsInputError as exc:
+            assert str(exc).startswith(f"{path}: ") and "\n" not in str(exc)
+            assert exc.exit_code == 2
+            damaged += "(damaged: " in str(exc)
+    assert damaged >= 5
