@@ -267,6 +267,9 @@ def resume_notes(saved: RunState, opts: Config, status: tuple[str, str], grid=No
                                                                            grid.data):
         notes += [f"  on {grid.layer} layer x {grid.data} data ranks (it ran on "
                   f"{was.layer} x {was.data})"]
+    if not getattr(saved, "warm_starts", True) and opts.mode.name != SERIAL:
+        notes += ["  no warm starts in its checkpoint (a full disk): the MGRIT solves "
+                  "start cold"]
     if status[0] == ms.STALLED:
         notes += [f"the run had stalled; resumed, it trains on with train.patience="
                   f"{opts.train.patience} afresh", f"  ({status[1]})"]

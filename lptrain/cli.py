@@ -107,6 +107,12 @@ def _world():
     sys.exit(REFUSED)
 
 
+def quiet_logging_errors() -> None:
+    """A log record that cannot be written (lptrain.log on a full disk) is dropped: the
+    error is said in one line on the console, not after logging's 65-line report."""
+    logging.raiseExceptions = False
+
+
 def main() -> None:
     if "--version" in sys.argv[1:]:      # before MPI and Hydra: Hydra's flag prints its own
         print(version_line())
@@ -117,6 +123,7 @@ def main() -> None:
         return
     from lptrain.train.stop import StopSignals      # torch-free: before the heavy imports
     _stop.append(StopSignals().install())   # first: a signal from here on stops cleanly
+    quiet_logging_errors()
     import os
 
     from lptrain.metrics.streams import no_color_in_pipes, survive_hangup

@@ -164,6 +164,8 @@ def hydra_failure(exc: Exception, directory: str, failures: list[int], jobs: int
         return str(one_line_error(exc)), REFUSED
     ended = "the sweeper ended the sweep" if sweep else "Hydra ended the run"
     line = f"{ended}: {type(exc).__name__}: {one_line(exc)}"
+    if isinstance(exc, OSError) and not exc.filename:   # Hydra's writes name no file
+        line += f" (writing in {directory})"
     if failures:
         line += f" ({len(failures)} of its {jobs} jobs failed: their lines above)"
     trace = Path(directory) / HYDRA_TRACE

@@ -50,7 +50,7 @@ from typing import Callable
 
 import torch
 
-from lptrain.errors import InputFileError, LptrainError, RunFileError, resume_command
+from lptrain.errors import InputFileError, LptrainError, RunFileError
 from lptrain.model.saved import (AtomicArchive, archive_entries, check_record, load_entry,
                                  load_record)
 from lptrain.parallel.blocks import Layout, sources
@@ -122,11 +122,9 @@ class Checkpointer:
 
     def _kept(self, k: int, lean: bool) -> str:
         """What a failed checkpoint leaves to resume from (rank 0)."""
-        if lean:
+        if lean:      # the resume command follows (stops.resume_hint)
             return (f"wrote {self.path.name} of iteration {k} without the warm starts "
-                    f"instead: once that is fixed, "
-                    f"`{resume_command(self.path.parent, self.exchange.size)}` "
-                    f"continues the run (its MGRIT solves start cold)")
+                    f"instead (a resume's MGRIT solves start cold)")
         if self.path.is_file():
             return f"the {self.path.name} written before is kept"
         return "no checkpoint was written"

@@ -116,8 +116,10 @@ def test_a_full_disk_at_the_first_checkpoint_keeps_a_lean_one_to_resume(tmp_path
         proc = lptrain([f"hydra.run.dir={run}", *args, "train.iterations=4"], ranks=2,
                        timeout=TIMEOUT)
         _one_line(proc, FAILED, f"{run / CHECKPOINT_FILE}: cannot write (No space left on "
-                  f"device); wrote checkpoint.pt of iteration 2 without the warm starts",
-                  f"lptrain resume={run}")
+                  f"device); wrote checkpoint.pt of iteration 2 without the warm starts "
+                  f"instead (a resume's MGRIT solves start cold); once fixed, resume with: "
+                  f"mpiexec -n 2 lptrain resume={run}")
+        assert proc.stderr.count("resume=") == 1         # said twice in 400 characters
         record = load_checkpoint(run / CHECKPOINT_FILE, 0)
         assert (record["iteration"], record["warm_starts"]) == (2, False)
         assert record["oracle"]["cache"] == []            # nothing left of the warm starts

@@ -107,6 +107,38 @@ def test_hydras_own_error_is_a_refusal_in_one_line(tmp_path):
         "hydra.sweeper.foo: Key 'foo' not in 'BasicSweeperConf'", REFUSED)
 
 
+def test_a_full_disk_under_hydra_names_the_directory_and_logs_no_report(tmp_path, capsys):
+    """A disk full while Hydra wrote the run's files: 'Hydra ended the run: OSError:
+    [Errno 28] No space left on device' named no file; and lptrain.log's failing write
+    printed logging's 65-line '--- Logging error ---' after the one line."""
+    import errno
+    import logging
+
+    from lptrain.command_args import hydra_failure
+    from lptrain.errors import FAILED
+    full = OSError(errno.ENOSPC, "No space left on device")
+    line, status = hydra_failure(full, str(tmp_path), [], 1, sweep=False)
+    assert line.startswith("Hydra ended the run: OSError: [Errno 28] No space left on "
+                           f"device (writing in {tmp_path}); traceback in ")
+    assert status == FAILED
+
+    class Full(logging.Handler):
+        def emit(self, record):
+            try:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            except OSError:
+                self.handleError(record)
+    log = logging.getLogger("lptrain.test.full")
+    log.addHandler(Full())
+    before = logging.raiseExceptions
+    try:
+        cli.quiet_logging_errors()
+        log.error("a line")
+    finally:
+        logging.raiseExceptions = before
+    assert capsys.readouterr().err == ""
+
+
 @pytest.mark.parametrize("given", ["train.iterations=2,3", "train.iterations=range(3,5)",
                                    "eval_every=choice(1,2)"])
 def test_a_resume_refuses_a_sweep_of_new_values(given, tmp_path):

@@ -427,6 +427,12 @@ def test_a_resume_says_what_it_changes_beyond_more_iterations():
     assert app.resume_notes(saved, longer, ("interrupted", ""))[1:] == [
         "optimizer.schedule=cosine shortened to train.iterations=20 (was 100):",
         "  from iteration 8 the rate follows the shorter schedule (it drops)"]
+    # a lean checkpoint (a full disk left out the warm starts): the resume said nothing
+    lean = SimpleNamespace(config=saved.config, iteration=7, warm_starts=False)
+    one_shot = app.options(_cfg("mode=simultaneous", "train.iterations=100"))
+    notes = app.resume_notes(lean, one_shot, ("failed", ""))
+    assert notes[1:] == ["  no warm starts in its checkpoint (a full disk): the MGRIT "
+                         "solves start cold"] and len(notes[1]) <= 80
     constant = app.options(_cfg("optimizer=adam", "train.batch_size=50",
                                 "train.iterations=20"))
     assert app.resume_notes(saved, constant, ("interrupted", "")) == [
