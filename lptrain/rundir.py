@@ -228,6 +228,21 @@ def _owner_alive(host: str, pid: int) -> bool:
         return True
 
 
+def run_alive(run_dir: str | Path) -> bool:
+    """Whether an lptrain process may still be running the run in `run_dir`: the lock of
+    the run, or of the sweep it is a job of, has an owner alive (another host's: taken as
+    alive). Without one, a metrics.h5 still saying `running` was left by a killed job
+    (SIGKILL, or an error on another rank that aborted the job before rank 0 closed it)."""
+    for lock in (Path(run_dir) / LOCK_FILE, Path(run_dir).parent / LOCK_FILE):
+        try:
+            host, pid = lock.read_text().split()[:2]
+            if _owner_alive(host, int(pid)):
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
 class RunLock:
     """The lock of one run directory, taken by `acquire` and dropped by `release`."""
 

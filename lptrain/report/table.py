@@ -15,6 +15,7 @@ from lptrain.metrics.quantities import ITERATION_TIME, iteration_time
 from lptrain.metrics.reader import RunMetrics
 from lptrain.metrics.timing import TimingSummary
 from lptrain.metrics.timing import summarize as summarize_timing
+from lptrain.rundir import run_alive
 
 # row key -> (column header, format of a number)
 COLUMNS = {
@@ -42,6 +43,7 @@ MISSING = "-"
 # problem, whose speedup is measured against its serial run
 PROBLEM_NODES = ("dataset", "network", "optimizer")
 PROBLEM_KEYS = ("dtype", "train.batch_size")
+KILLED = "killed"   # the table's status of a run whose file says running, with no process
 # what the table's derived columns mean, written below it in summary.md
 NOTES = ("final objective, loss and train acc: the last train/ row's (with mini-batches "
          "the last batch's; with SGD and Adam at the parameters the last step started "
@@ -54,8 +56,17 @@ NOTES = ("final objective, loss and train acc: the last train/ row's (with mini-
          "optimizer, dtype, batch size; on the fewest ranks; of the same seed where "
          "several are) over this run's, '-' where the set has no such run. computing: the "
          "share of the ranks' time (timing/) spent computing rather than communicating or "
-         "waiting.\n")
+         f"waiting. status {KILLED}: metrics.h5 says running, but no lptrain process holds "
+         "the run (a kill, or an error on another rank that ended the job first).\n")
 PER_RANK_NOTE = "Each run's time per rank, where it ran on several, follows below.\n"
+
+
+def shown_status(run: RunMetrics) -> str:
+    """The run's status; `running` only while a process holds the run (rundir.run_alive),
+    else KILLED."""
+    if run.status == s.RUNNING and not run_alive(run.path.parent):
+        return KILLED
+    return run.status
 
 
 def summarize(label: str, run: RunMetrics) -> dict:
@@ -72,7 +83,7 @@ def summarize(label: str, run: RunMetrics) -> dict:
         "mode": run.mode,
         "levels": run.attrs.get(s.MGRIT_LEVELS),
         "ranks": run.attrs.get(s.WORLD_SIZE),
-        "status": run.status,
+        "status": shown_status(run),
         "iterations": n,
         "objective": _last(train.get(s.OBJECTIVE)),
         "loss": _last(train.get(s.LOSS)),

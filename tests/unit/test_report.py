@@ -275,20 +275,33 @@ def test_report_writes_plots_and_summary(two_runs, tmp_path, capsys):
     assert str(out / "summary.md") in capsys.readouterr().out
 
 
-def test_report_on_a_partial_file(tmp_path):
+def test_report_on_a_partial_file(tmp_path, monkeypatch):
+    """A live run's file, and the same file once no process holds the run: a job killed,
+    or ended by an error on a rank other than 0 before rank 0 closed its file, read as
+    `running` for ever."""
+    from lptrain import rundir
     path = fake_run(tmp_path / "live", s.MODE_MGRIT, 0.2, n=3, close=False)
     with h5py.File(path, "a", locking=False) as f:  # a row cut off after one dataset
         ds = f[s.TRAIN][s.ITERATION]
         ds.resize((4,))
         ds[3] = 4
-    out = tmp_path / "report"
-    assert main([str(path), "--out", str(out)]) == 0
-    row = (out / "summary.md").read_text().splitlines()[2]
-    cells = [c.strip() for c in row.strip("|").split(" | ")]
-    got = dict(zip(COLUMNS, cells))
-    assert got["status"] == s.RUNNING and got["iterations"] == "3"
-    assert got["loss"] == f"{0.5 / 3:.4g}" and got["speedup"] == "-"
-    assert (out / "mgrit_residuals.png").stat().st_size > 10_000
+    (path.parent / rundir.LOCK_FILE).write_text("thishost 12345 token\n")
+    for alive, status in ((True, s.RUNNING), (False, "killed")):
+        monkeypatch.setattr(rundir, "_owner_alive", lambda host, pid: alive)
+        out = tmp_path / f"report-{alive}"
+        assert main([str(path), "--out", str(out)]) == 0
+        row = (out / "summary.md").read_text().splitlines()[2]
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        got = dict(zip(COLUMNS, cells))
+        assert got["status"] == status and got["iterations"] == "3"
+        assert got["loss"] == f"{0.5 / 3:.4g}" and got["speedup"] == "-"
+        assert (out / "mgrit_residuals.png").stat().st_size > 10_000
+    (path.parent / rundir.LOCK_FILE).unlink()          # no lock at all: no process
+    assert not rundir.run_alive(path.parent)
+    # a sweep's job: the lock is its sweep's
+    (tmp_path / rundir.LOCK_FILE).write_text("thishost 12345 token\n")
+    monkeypatch.setattr(rundir, "_owner_alive", lambda host, pid: True)
+    assert rundir.run_alive(path.parent)
 
 
 def test_missing_path_exits_2_with_one_line(tmp_path, capsys):
