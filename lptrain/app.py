@@ -13,7 +13,7 @@ from lptrain.data import load_dataset
 from lptrain.errors import ConfigError, DivergedError, StalledError, require
 from lptrain.metrics import schema as ms
 from lptrain.metrics.console import FRACTION, Console
-from lptrain.metrics.reader import last_iteration, run_status
+from lptrain.metrics.reader import last_iteration, root_attr, run_status
 from lptrain.metrics.quantities import ITERATION_TIME
 from lptrain.metrics.tensorboard import check_available, with_logger
 from lptrain.metrics.timing import TallyingWriter, text_lines
@@ -172,7 +172,8 @@ def _heading(cfg, opts: Config, plan, data, net, saved, path: Path, rank0: bool)
              f"{', auto' if plan.auto else ''})")
     notes = hierarchy_notes(opts, steps) + step_notes(net) + plan.notes
     if saved is not None and rank0:
-        notes += resume_notes(saved, opts, run_status(path), grid, last_iteration(path))
+        notes += resume_notes(saved, opts, run_status(path), grid, last_iteration(path),
+                              (root_attr(path, ms.THREADS), torch.get_num_threads()))
     return attrs, title, notes
 
 
@@ -251,7 +252,7 @@ def placement(opts: Config, grid, data, net) -> Placement:
 
 
 def resume_notes(saved: RunState, opts: Config, status: tuple[str, str], grid=None,
-                 recorded: int = 0) -> list[str]:
+                 recorded: int = 0, threads: tuple = (None, None)) -> list[str]:
     """Where a resume starts and what it changes beyond more iterations: the iterations
     the earlier start `recorded` after its checkpoint are run again, the grid may differ
     from the checkpoint's, a stalled run trains on, and a learning-rate schedule over
@@ -267,6 +268,9 @@ def resume_notes(saved: RunState, opts: Config, status: tuple[str, str], grid=No
                                                                            grid.data):
         notes += [f"  on {grid.layer} layer x {grid.data} data ranks (it ran on "
                   f"{was.layer} x {was.data})"]
+    if None not in threads and threads[0] != threads[1]:   # (the earlier start's, now)
+        notes += [f"  on {threads[1]} threads per rank (it ran on {threads[0]}: the "
+                  f"results differ in rounding)"]
     if not getattr(saved, "warm_starts", True) and opts.mode.name != SERIAL:
         notes += ["  no warm starts in its checkpoint (a full disk): the MGRIT solves "
                   "start cold"]
@@ -354,5 +358,7 @@ def check_resumable(saved: RunState, config_yaml: str, opts: Config) -> None:
                           f"{_first_difference(before, now)} (only {', '.join(RESUME_KEYS)} "
                           f"may change)")
     done = saved.iteration
-    require(opts.train.iterations > done, "train.iterations", opts.train.iterations,
-            f"the run has done {done} iterations: ask for more to resume it")
+    if opts.train.iterations <= done:      # the key may be the run's own, never typed
+        raise ConfigError(f"resume: the run has done {done} iterations (it asked for "
+                          f"train.iterations={OmegaConf.create(saved.config).train.iterations}"
+                          f"); give train.iterations=M with M > {done} to train on")

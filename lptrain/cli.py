@@ -45,7 +45,7 @@ def _say(msg: str) -> None:
 def _claim(directory: str, args: list[str], ranks: int) -> None:
     """Rank 0: lock the run (or sweep) directory for this process, refuse an earlier
     run's files unless resuming it (RunDirectoryBusy, RunFileError)."""
-    key = "hydra.sweep.dir" if multirun(args) else "hydra.run.dir"
+    key = "resume" if _resuming else "hydra.sweep.dir" if multirun(args) else "hydra.run.dir"
     lock = RunLock(directory, key).acquire()
     atexit.register(lock.release)
     if not _resuming:
@@ -62,6 +62,9 @@ def _resume_args(args: list[str]) -> list[str]:
     from lptrain.app import RESUME_KEYS
     from lptrain.errors import ConfigError, InputFileError
     from lptrain.train.checkpoint import CHECKPOINT_FILE
+    twice = [a for a in args if a.startswith("resume=")]
+    if len(twice) > 1:       # the second was dropped without a word
+        raise ConfigError(f"{' '.join(twice)}: resume= takes one run or sweep directory")
     rest = [a for a in args if not a.startswith("resume=")]
     bad = [a for a in rest if a.split("=", 1)[0] not in RESUME_KEYS]
     if bad:
@@ -75,10 +78,9 @@ def _resume_args(args: list[str]) -> list[str]:
         install_job_dirs(run_dir)
         return sweep_command(run_dir, rest)
     saved = run_dir / ".hydra" / "overrides.yaml"
-    if not saved.is_file() and any(run_dir.glob("*/.hydra/overrides.yaml")):
-        raise InputFileError(f"resume={given}: a sweep whose sweeper saved no "
-                             f"{SWEEP_FILE} (only the basic sweeper's can be resumed as a "
-                             f"whole); resume its jobs one by one (resume={run_dir / '0'} ...)")
+    held = sorted(p.parent.parent for p in run_dir.glob("*/.hydra/overrides.yaml"))
+    if not saved.is_file() and held:
+        raise InputFileError(f"resume={given}: {_holds_runs(held)}")
     if not (run_dir / CHECKPOINT_FILE).is_file() or not saved.is_file():
         raise InputFileError(f"resume={given}: {not_resumable(run_dir)}")
     given_keys = {a.split("=", 1)[0] for a in rest}
@@ -87,6 +89,18 @@ def _resume_args(args: list[str]) -> list[str]:
     num = job_number(run_dir)      # a sweep's job resumed alone stays that job
     job = [] if num is None else [f"hydra.job.num={num}"]
     return [*kept, *rest, *job, dir_override("hydra.run.dir", run_dir)]
+
+
+def _holds_runs(held: list[Path]) -> str:
+    """What a directory holding runs (not one itself) is, for a refused resume: a
+    sampler's sweep (its jobs have numbers) or a folder of runs (outputs/DATE)."""
+    jobs = sorted((num, d) for d in held if (num := job_number(d)) is not None)
+    if jobs:
+        return (f"a sweep whose sweeper saved no {SWEEP_FILE} (only the basic sweeper's "
+                f"can be resumed as a whole); resume its jobs one by one "
+                f"(resume={jobs[0][1]} ...)")
+    more = f" and {len(held) - 1} more" if len(held) > 1 else ""
+    return f"not a run's directory; it holds runs: resume one of them (resume={held[0]}{more})"
 
 
 def _world():

@@ -87,6 +87,16 @@ def run_status(path: str | Path) -> tuple[str, str]:
         return "", ""
 
 
+def root_attr(path: str | Path, name: str):
+    """The root attribute `name` of the metrics file `path` as a plain value (None where
+    absent or unreadable), without reading its rows."""
+    try:
+        with h5py.File(path, "r", locking=False) as f:
+            return _plain(f.attrs[name]) if name in f.attrs else None
+    except (OSError, RuntimeError, ValueError):
+        return None
+
+
 def last_iteration(path: str | Path) -> int:
     """The iteration of the last training row of the metrics file `path` (0 for none, or
     what is absent or unreadable), without reading the other rows."""

@@ -1,6 +1,7 @@
 """The Hydra task of the lptrain command, called in process: it returns the final
 objective, which is what sweeper plugins (e.g. Optuna) minimise."""
 import copy
+import re
 
 import pytest
 from hydra.core.hydra_config import HydraConfig
@@ -230,3 +231,28 @@ def test_overrides_after_a_flag_are_taken_and_a_bad_flag_is_one_line(monkeypatch
 
 
 
+
+
+def test_a_resume_of_a_folder_of_runs_or_of_two_directories_is_refused_as_such(
+        monkeypatch, tmp_path):
+    """`resume=outputs/DATE` (Hydra's default layout) was called 'a sweep whose sweeper
+    saved no multirun.yaml', naming a job 0 that did not exist; a second resume= was
+    dropped without a word."""
+    from lptrain.errors import InputFileError
+    monkeypatch.setattr(cli, "_resuming", [])
+    for name in ("10-00-00", "09-00-00"):
+        (tmp_path / name / ".hydra").mkdir(parents=True)
+        (tmp_path / name / ".hydra" / "overrides.yaml").write_text("- seed=1\n")
+    with pytest.raises(InputFileError, match=re.escape(
+            f"resume={tmp_path}: not a run's directory; it holds runs: resume one of them "
+            f"(resume={tmp_path / '09-00-00'} and 1 more)")):
+        cli._resume_args([f"resume={tmp_path}"])
+    # a sampler's sweep: its jobs have numbers, the first named
+    for num, name in ((3, "10-00-00"), (2, "09-00-00")):
+        (tmp_path / name / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  job:\n    num: {num}\n")
+    with pytest.raises(InputFileError, match=re.escape(
+            f"resume its jobs one by one (resume={tmp_path / '09-00-00'} ...)")):
+        cli._resume_args([f"resume={tmp_path}"])
+    with pytest.raises(ConfigError, match=re.escape(
+            f"resume={tmp_path} resume=/x: resume= takes one run or sweep directory")):
+        cli._resume_args([f"resume={tmp_path}", "resume=/x"])

@@ -160,7 +160,9 @@ def test_resume_refuses_a_changed_configuration_or_no_new_iterations(tmp_path):
     app.run(_cfg("train.iterations=3"), None, tmp_path)
     with pytest.raises(ConfigError, match=r"network.width: 4 in the checkpoint, 5 now"):
         app.run(_cfg("train.iterations=6", "network.width=5"), None, tmp_path, resume=True)
-    with pytest.raises(ConfigError, match="train.iterations=3: the run has done 3"):
+    with pytest.raises(ConfigError, match=r"^resume: the run has done 3 iterations \(it "
+                       r"asked for train.iterations=3\); give train.iterations=M with M > 3 "
+                       r"to train on$"):
         app.run(_cfg("train.iterations=3"), None, tmp_path, resume=True)
     app.run(_cfg("train.iterations=5", "eval_every=1"), None, tmp_path, resume=True)
     m = read_metrics(tmp_path / ms.FILE_NAME)
@@ -427,6 +429,12 @@ def test_a_resume_says_what_it_changes_beyond_more_iterations():
     assert app.resume_notes(saved, longer, ("interrupted", ""))[1:] == [
         "optimizer.schedule=cosine shortened to train.iterations=20 (was 100):",
         "  from iteration 8 the rate follows the shorter schedule (it drops)"]
+    # another thread count (OMP_NUM_THREADS unset on the resume): silently off bitwise
+    assert app.resume_notes(saved, longer, ("interrupted", ""),
+                            threads=(1, 2))[1] == (
+        "  on 2 threads per rank (it ran on 1: the results differ in rounding)")
+    assert len(app.resume_notes(saved, longer, ("interrupted", ""),
+                                threads=(2, 2))) == 3     # the schedule's two lines
     # a lean checkpoint (a full disk left out the warm starts): the resume said nothing
     lean = SimpleNamespace(config=saved.config, iteration=7, warm_starts=False)
     one_shot = app.options(_cfg("mode=simultaneous", "train.iterations=100"))
