@@ -91,6 +91,26 @@ def compose(overrides: Sequence[str]):
         return options(cfg), OmegaConf.to_container(cfg, resolve=True)
     except (HydraException, OmegaConfBaseException) as exc:
         raise one_line_error(exc) from None
+    except ValueError as exc:         # Hydra's defaults list: a group given no name
+        raise group_value_error(exc, overrides) from None
+
+
+def group_value_error(exc: ValueError, overrides: Sequence[str]):
+    """The ConfigError of Hydra's 'Config group override must be a string' (a group set
+    to null, a number or true; an override without a key: `lptrain $UNSET=5`), naming
+    the override; other ValueErrors are not Hydra's: raised as they are."""
+    from lptrain.errors import ConfigError
+    if "Config group override" not in str(exc):
+        raise exc
+    for o in overrides:
+        key, _, val = o.partition("=")
+        key = key.lstrip("+~")
+        if not key:
+            return ConfigError(f"{o!r}: an override needs a key (key=value)")
+        if "." not in key and not re.fullmatch(r"[A-Za-z_][\w-]*", val) or val == "null":
+            return ConfigError(f"{o}: {key} is a config group: it takes one of its options "
+                               f"by name (lptrain --help lists them)")
+    return ConfigError(f"{str(exc).splitlines()[0]} (lptrain --help lists the groups)")
 
 
 SWEPT_PARAMS = "hydra.sweeper.params."
@@ -168,6 +188,8 @@ def check_command(args: list[str], ranks: int | None = None) -> None:
             error = ConfigError(f"{error}: a single run has no job number (a sweep's "
                                 f"${{hydra:job.num}}: -m)")
         raise error from None
+    except ValueError as exc:        # Hydra's own groups too (hydra/job_logging=null)
+        raise group_value_error(exc, [*overrides, *groups]) from None
 
 
 def _float_interval_hint(error, overrides: list[str]):

@@ -381,6 +381,9 @@ def test_a_dataset_brings_no_float_option_the_optimizer_groups_lack(group):
     ("seed=4294967296", "seed=4294967296: must be in [0, 2**32 - 1]"),
     ("train.iterations=99999999999999999999", "train.iterations=99999999999999999999: is b"),
     ("network.T=1e300", "network.T=1e+300: must be in (0, 10000]"),
+    # a tiny step: a ZeroDivisionError (h² underflows) on every rank, or 'diverged'
+    ("network.T=1e-300", "network.T=1e-300: the layer step h = T/N = 3.13e-302 (N = 32) is "
+                         "below 1e-08: take T >= 3.2e-07"),
     ("network.init_opening=1e200", "network.init_opening=1e+200: must be in [0, 100]"),
     ("network.init_hidden=-1", "network.init_hidden=-1.0: must be in [0, 100]"),
 ])
@@ -451,3 +454,21 @@ def test_a_sweeps_split_is_checked_on_the_commands_ranks_before_any_job():
         check_command(["-m", "mode=mgrit", "network.layers=64,8", "parallel.layer_ranks=4"],
                       ranks=4)
     check_command(["-m", "mode=mgrit", "parallel.layer_ranks=1,2"], ranks=2)
+
+
+@pytest.mark.parametrize("given, message", [
+    ("dataset=null", "dataset=null: dataset is a config group: it takes one of its options "
+                     "by name (lptrain --help lists them)"),
+    ("experiment=null", "experiment=null: experiment is a config group"),
+    ("mode=3", "mode=3: mode is a config group"),
+    ("=5", "'=5': an override needs a key (key=value)"),        # lptrain $UNSET=5
+    ("hydra/job_logging=null", "hydra/job_logging=null: hydra/job_logging is a config group")])
+def test_a_group_given_no_name_is_one_line(given, message):
+    """Hydra's defaults list raised a plain ValueError ('Config group override must be a
+    string or a list. Got NoneType'): a 33-line traceback and exit 1."""
+    from lptrain.config import check_command, compose
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+        check_command([given])
+    if not given.startswith("hydra/"):
+        with pytest.raises(ConfigError, match="^" + re.escape(message)):
+            compose([given])          # the tools' composition (lptrain-model, -eval)
