@@ -205,6 +205,25 @@ def _float_interval_hint(error, overrides: list[str]):
     return error
 
 
+def _documented(key: str) -> bool:
+    """Whether `key` is an option of some choice (`optimizer.lr` is SGD's, not L-BFGS's:
+    Hydra's message names the class that lacks it)."""
+    from lptrain.config.meanings import GROUPS, KEYS
+    return key in KEYS or key in GROUPS
+
+
+def _did_you_mean(key: str) -> str:
+    """' (did you mean K?)' for the documented key or group nearest a misspelt one."""
+    from difflib import get_close_matches
+
+    from lptrain.config.meanings import GROUPS, KEYS
+    parent, _, leaf = key.rpartition(".")
+    siblings = {k.rpartition(".")[2]: k for k in [*KEYS, *GROUPS]
+                if k.rpartition(".")[0] == parent}
+    near = get_close_matches(leaf, siblings, n=1, cutoff=0.75)
+    return f"; did you mean {siblings[near[0]]}?" if near else ""
+
+
 def one_line_error(exc: Exception):
     """The ConfigError of a Hydra or OmegaConf error: its key and first line, and for a
     missing group option the options there are (schema nodes left out)."""
@@ -229,6 +248,10 @@ def one_line_error(exc: Exception):
         named = [ln.split(":", 1)[1].strip() for ln in text[2:]
                  if ln.strip().startswith("full_key:")]
         key = key or (named[0] if named else None)
+    if key and re.fullmatch(r"Key '[\w-]+' not in '\w+'", head) and not _documented(key) \
+            and not key.startswith("hydra."):      # Hydra's own: --cfg hydra shows those
+        # a misspelling: its schema's class name said nothing to a user
+        head = "no such key" + _did_you_mean(key) + " (lptrain --cfg job shows them)"
     if key == "network.step._target_" and "not in struct" in head:
         head += "; only network=custom takes a step: network=custom network.step._target_=..."
     elif key and key.startswith("network.step.") and "not in struct" in head:

@@ -73,6 +73,14 @@ def check_args(args) -> None:
     if (args.latency is None) != (args.bandwidth is None):
         raise ConfigError("--latency and --bandwidth go together: give both or neither "
                           "(neither: measured by a ping-pong under mpiexec, else defaults)")
+    # before the model records anything (minutes on a deep network), not after
+    if (args.step_time is None) != (args.adjoint_time is None) or args.step_time is None \
+            and (args.weight_time is not None or args.overhead is not None):
+        raise ConfigError("--step-time and --adjoint-time go together (with --weight-time, "
+                          "--overhead); give both or neither")
+    if args.out.exists() and not args.out.is_dir():
+        raise ConfigError(f"--out {args.out}: a file; name a directory for the model's "
+                          f"report")
 
 
 def parse(argv) -> argparse.Namespace:

@@ -80,11 +80,23 @@ def parse_layer_ranks(value) -> int | str:
     return number
 
 
+def more_intervals(n_layers: int, cf0: int, max_layer: int) -> str:
+    """How to give the finest level more C-intervals than `max_layer`: more layers, and a
+    smaller mgrit.cfactor0 where it is above 2 and coarsens at all."""
+    if max_layer >= n_layers:       # one level: each rank owns steps, not intervals
+        return f"more layers (network.layers={n_layers})"
+    if cf0 <= 2:
+        return f"more layers (network.layers={n_layers}; mgrit.cfactor0 is 2 already)"
+    return "more layers or a smaller mgrit.cfactor0 (2 at least)"
+
+
 def candidates(size: int, layer_ranks, data_ranks: int | None, max_layer: int,
-               layered: bool) -> list[Grid]:
+               layered: bool, more: str = "more layers or a smaller mgrit.cfactor0 "
+                                           "(2 at least)") -> list[Grid]:
     """The grids a run on `size` ranks may use (several only for layer_ranks=auto).
 
-    layered: whether the mode distributes layers at all (serial does not).
+    layered: whether the mode distributes layers at all (serial does not); `more`: how
+    to give the finest level more C-intervals (more_intervals).
     Raises ConfigError, naming the value, for a split that cannot work.
     """
     layer = parse_layer_ranks(layer_ranks)
@@ -113,8 +125,7 @@ def candidates(size: int, layer_ranks, data_ranks: int | None, max_layer: int,
     if layer > max_layer:
         raise ConfigError(f"{given}: only "
                           f"{counted(max_layer, 'C-interval')} on the finest level; use at "
-                          f"most {counted(max_layer, 'layer rank')}, more layers or a smaller "
-                          f"mgrit.cfactor0 (2 at least)")
+                          f"most {counted(max_layer, 'layer rank')}, or {more}")
     return [Grid(layer, size // layer)]
 
 
@@ -122,8 +133,10 @@ def run_grids(opts, size: int, layered: bool) -> list[Grid]:
     """candidates() of a configuration (its parallel, network and mgrit nodes) on `size`
     ranks: what preflight takes, and what a sweep's check tries before any job."""
     mo, po = opts.mgrit, opts.parallel
-    most = c_intervals(opts.network.layers, mo.cfactor0, mo.levels, mo.min_coarse)
-    return candidates(size, po.layer_ranks, po.data_ranks, most, layered)
+    n = opts.network.layers
+    most = c_intervals(n, mo.cfactor0, mo.levels, mo.min_coarse)
+    return candidates(size, po.layer_ranks, po.data_ranks, most, layered,
+                      more_intervals(n, mo.cfactor0, most))
 
 
 def choose(grids: list[Grid], predict: Callable[[Grid], float]) -> Grid:

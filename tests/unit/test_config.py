@@ -151,6 +151,21 @@ def test_a_key_a_config_sets_is_said_with_its_reason_and_origin():
                                         "'AdamOptions' (set by experiment/mine)")
 
 
+@pytest.mark.parametrize("given, message", [
+    ("network.widht=4", "network.widht: no such key; did you mean network.width? (lptrain "
+                        "--cfg job shows them)"),
+    ("netwrk.width=4", "netwrk: no such key; did you mean network?"),
+    ("mgrit.fwd_iter=4", "mgrit.fwd_iter: no such key; did you mean mgrit.fwd_iters?"),
+    ("network.zzz=4", "network.zzz: no such key (lptrain --cfg job shows them)"),
+    # another choice's key: Hydra's words, naming the choice's class
+    ("optimizer.lr=0.1", "optimizer.lr: Key 'lr' not in 'LBFGSOptions'")])
+def test_a_misspelt_key_is_named_with_the_nearest_one(given, message):
+    """Was "Key 'widht' not in 'NetworkOptions'": a class name, no way out."""
+    from lptrain.config import check_command
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+        check_command([given])
+
+
 def test_experiment_values_can_still_be_overridden():
     opts = options(_compose("experiment=peaks_paper", "train.iterations=7",
                             "network.layers=6"))

@@ -56,6 +56,19 @@ def test_invalid_splits_are_one_line_config_errors(size, layer, data, most, laye
     assert words in str(err.value) and "\n" not in str(err.value)
 
 
+def test_the_way_to_more_c_intervals_is_one_that_gives_them():
+    """2 layer ranks of a 1-layer network: 'more layers or a smaller mgrit.cfactor0
+    (2 at least)' where cfactor0 was 2 already and one level has no C-intervals."""
+    from lptrain.parallel.grid import more_intervals
+    assert more_intervals(1, 2, 1) == "more layers (network.layers=1)"   # one level
+    assert more_intervals(8, 2, 4) == "more layers (network.layers=8; mgrit.cfactor0 is " \
+                                      "2 already)"
+    assert more_intervals(32, 4, 8) == "more layers or a smaller mgrit.cfactor0 (2 at least)"
+    with pytest.raises(ConfigError, match=r"use at most 1 layer rank, or more layers "
+                                          r"\(network.layers=1\)$"):
+        candidates(2, "2", None, 1, True, more_intervals(1, 2, 1))
+
+
 def test_choose_takes_the_fastest_and_within_the_tie_the_most_layer_ranks():
     grids = [Grid(1, 8), Grid(2, 4), Grid(4, 2), Grid(8, 1)]
     times = {Grid(1, 8): 1.0, Grid(2, 4): 1.04, Grid(4, 2): 1.2, Grid(8, 1): 0.9}
