@@ -10,6 +10,7 @@ import atexit
 import gc
 import logging
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -362,6 +363,8 @@ def _run_job(job: Job) -> float | None:
             trace = None
         message = (f"rank {comm.Get_rank()}: {type(exc).__name__}: {one_line(exc)}"
                    + (f" (traceback in {trace})" if trace else ""))
+        if comm.Get_rank() > 0:      # where every rank failed alike, rank 0's abort ends
+            time.sleep(RANK0_FIRST)  # the job first: one line, not one per rank
         _say(message)
         log.error(message)
         if comm.Get_size() > 1:
@@ -369,6 +372,9 @@ def _run_job(job: Job) -> float | None:
             abort(comm, 1)
         sys.exit(1)
     return None
+
+
+RANK0_FIRST = 2.0   # seconds ranks > 0 leave rank 0 to report an error they all hit
 
 
 def _model_timer(opts, net, mode: str):

@@ -68,3 +68,17 @@ def test_a_bad_step_is_refused_in_one_line(case, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("lptrain: error: "), proc.stderr
     assert fragment in lines[0], lines[0]
     assert not (tmp_path / "run" / ms.FILE_NAME).exists()
+
+
+def test_an_error_every_rank_hits_is_said_once(tmp_path):
+    """An unexpected error on both ranks of a data split: each rank said its own
+    'lptrain: error: rank r: ...' line before the abort."""
+    step = ["network=custom", "network.step._target_=custom_step_pkg.FailsLater",
+            "+network.step.width=${network.width}", "network.width=4"]
+    proc = lptrain(["hydra.run.dir=run", *step, *TINY, "train.iterations=5"], cwd=tmp_path,
+                   env=PKG_ENV, ranks=2, fresh=True)
+    ours = [ln for ln in proc.stderr.splitlines() if ln.startswith("lptrain: error:")]
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert len(ours) == 1 and ours[0].startswith("lptrain: error: rank 0: RuntimeError: "
+                                                 "fails at call "), proc.stderr[-3000:]
+    assert (tmp_path / "run" / "error-rank0.log").is_file()

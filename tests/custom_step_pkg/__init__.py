@@ -90,3 +90,20 @@ class Regularised(DenseStep):
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         return self.outer(self.drop(torch.tanh(self.norm(self.inner(u)))))
+
+
+class FailsLater(DenseStep):
+    """Raises on its `after`-th call in this process and later: every rank of a data
+    split alike, past the checks at build."""
+
+    calls = 0
+
+    def __init__(self, width: int, hidden: int = 3, after: int = 30):
+        super().__init__(width, hidden)
+        self.after = after
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        FailsLater.calls += 1
+        if FailsLater.calls >= self.after:
+            raise RuntimeError(f"fails at call {FailsLater.calls}")
+        return super().forward(u)
