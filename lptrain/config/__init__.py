@@ -145,6 +145,25 @@ def sweep_samples(overrides: list[str]) -> list[list[str]]:
     return samples
 
 
+SWITCH_WORDS = ("true", "false", "yes", "no", "on", "off", "1", "0")
+
+
+def check_switches(cfg, overrides: Sequence[str]) -> None:
+    """ConfigError for a true/false key given a number other than 0 and 1 (OmegaConf
+    reads `train.fail_on_stall=2`, and -1, as true)."""
+    from omegaconf import OmegaConf
+
+    from lptrain.errors import ConfigError
+    for o in overrides:
+        key, _, val = o.partition("=")
+        key = key.lstrip("+~")
+        if "=" not in o or val.strip().lower() in SWITCH_WORDS or "${" in val or \
+                key.startswith("hydra"):
+            continue
+        if isinstance(OmegaConf.select(cfg, key, default=None), bool):
+            raise ConfigError(f"{o}: {key} takes true or false")
+
+
 def multirun(args: list[str]) -> bool:
     """Whether a command's arguments ask for a sweep (-m, or hydra.mode=MULTIRUN)."""
     return any(a in ("-m", "--multirun") or a.replace(" ", "") == "hydra.mode=MULTIRUN"
@@ -178,7 +197,9 @@ def check_command(args: list[str], ranks: int | None = None) -> None:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             with _hydra_config_restored():
                 for combination in sweep_samples(overrides):
-                    typed = options(compose_checked([*combination, *groups], job=job))
+                    cfg = compose_checked([*combination, *groups], job=job)
+                    check_switches(cfg, combination)
+                    typed = options(cfg)
                     if ranks is not None:       # the split on these ranks, job by job
                         run_grids(typed, ranks, typed.mode.name in LAYERED)
     except (HydraException, OmegaConfBaseException) as exc:

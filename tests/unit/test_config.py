@@ -166,6 +166,18 @@ def test_a_misspelt_key_is_named_with_the_nearest_one(given, message):
         check_command([given])
 
 
+def test_a_switch_given_a_number_is_refused():
+    """OmegaConf read `train.fail_on_stall=2` (and -1) as true without a word."""
+    from lptrain.config import check_command
+    for given in ("train.fail_on_stall=2", "train.fail_on_stall=-1"):
+        with pytest.raises(ConfigError, match=f"^{re.escape(given)}: train.fail_on_stall "
+                                              f"takes true or false$"):
+            check_command([given])
+    for fine in ("train.fail_on_stall=true", "train.fail_on_stall=0", "train.fail_on_stall=Yes",
+                 "train.fail_on_stall=${mgrit.adaptive}", "train.iterations=2"):
+        check_command([fine])
+
+
 def test_experiment_values_can_still_be_overridden():
     opts = options(_compose("experiment=peaks_paper", "train.iterations=7",
                             "network.layers=6"))
