@@ -72,15 +72,22 @@ OUT ?= outputs
 QUICK_peaks := train.iterations=40
 QUICK_indian_pines := train.iterations=5 dataset.n_train=500 dataset.n_val=250 mgrit.tol=1e-8
 QUICK_mnist := train.iterations=3 dataset.n_train=300 dataset.n_val=100 mgrit.tol=1e-8
-quick = $(if $(QUICK),$(QUICK_$(1)),)
+QUICKON := $(filter-out 0 no false,$(QUICK))
+quick = $(if $(QUICKON),$(QUICK_$(1)),)
 
-# $(1) dataset key, $(2) experiment name, $(3) output folder (its runs are replaced: lptrain
-# itself never writes over an earlier run)
+# $(1) dataset key, $(2) experiment name, $(3) output folder. Run again, each mode's run
+# that ended with the same settings is kept, one stopped with them (Ctrl-C) resumed, any
+# other replaced (lptrain/runplan.py); FRESH=1 replaces them all.
 define reproduce
 	@mkdir -p $(3)
 	for m in serial mgrit simultaneous; do \
-	  rm -rf $(3)/$$m; $(RUN_NP) experiment=$(2) mode=$$m hydra.run.dir=$(3)/$$m $(call quick,$(1)) $(ARGS) || exit 1; \
+	  case $$( [ -n "$(FRESH)" ] && echo fresh || $(PY) -m lptrain.runplan $(3)/$$m experiment=$(2) mode=$$m $(call quick,$(1)) $(ARGS)) in \
+	    kept) echo "$(3)/$$m: kept (it ended with these settings; FRESH=1 runs it again)";; \
+	    resume) $(RUN_NP) resume=$(3)/$$m || exit 1;; \
+	    *) rm -rf $(3)/$$m; $(RUN_NP) experiment=$(2) mode=$$m hydra.run.dir=$(3)/$$m $(call quick,$(1)) $(ARGS) || exit 1;; \
+	  esac; \
 	done
+	rm -rf $(3)/report
 	$(REPORT) $(3)/serial $(3)/mgrit $(3)/simultaneous --out $(3)/report
 	@echo "figures and summary.md in $(3)/report"
 endef
@@ -88,20 +95,21 @@ endef
 .PHONY: compare-modes reproduce-peaks reproduce-indian-pines reproduce-mnist scaling bench
 
 compare-modes: install ## the 3 modes on peaks_paper: PNGs + table (NP=, QUICK=1)
-	$(call reproduce,peaks,peaks_paper,$(OUT)/compare-modes$(if $(QUICK),-quick,))
+	$(call reproduce,peaks,peaks_paper,$(OUT)/compare-modes$(if $(QUICKON),-quick,))
 
 reproduce-peaks: install ## the paper's Peaks, 3 modes (NP=, QUICK=1)
-	$(call reproduce,peaks,peaks_paper,$(OUT)/reproduce-peaks$(if $(QUICK),-quick,))
+	$(call reproduce,peaks,peaks_paper,$(OUT)/reproduce-peaks$(if $(QUICKON),-quick,))
 
 reproduce-indian-pines: install ## the paper's Indian Pines, 3 modes (NP=, QUICK=1)
-	$(call reproduce,indian_pines,indian_pines_paper,$(OUT)/reproduce-indian-pines$(if $(QUICK),-quick,))
+	$(call reproduce,indian_pines,indian_pines_paper,$(OUT)/reproduce-indian-pines$(if $(QUICKON),-quick,))
 
 reproduce-mnist: install ## the paper's MNIST, 3 modes (NP=, QUICK=1)
-	$(call reproduce,mnist,mnist_paper,$(OUT)/reproduce-mnist$(if $(QUICK),-quick,))
+	$(call reproduce,mnist,mnist_paper,$(OUT)/reproduce-mnist$(if $(QUICKON),-quick,))
 
 SCALING_RANKS ?= 1 2 4
 SCALING_ITERS ?= 5
 scaling: install ## peaks_deep on 1, 2, 4 ranks: measured vs predicted
+	rm -rf $(OUT)/scaling      # runs of another SCALING_RANKS would join the report
 	@mkdir -p $(OUT)/scaling
 	for p in $(SCALING_RANKS); do for m in serial simultaneous; do \
 	  rm -rf $(OUT)/scaling/$$m-P$$p; OMP_NUM_THREADS=1 $(YIELD_SH) $(MPIEXEC) -n $$p $(LPTRAIN) experiment=peaks_deep mode=$$m \

@@ -80,6 +80,7 @@ FILES = {
     "test_run_state.py": "unit",
     "test_run_files.py": "unit",
     "test_sweeps.py": "unit",
+    "test_runplan.py": "unit",
     "test_saved_model.py": "training",
     "test_same_input.py": "unit",
     "test_schedules.py": "unit",

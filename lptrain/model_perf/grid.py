@@ -115,7 +115,10 @@ class MeasuredTimer:
         if self.mode == MGRIT:
             return f"{c.mgrit_fwd:g} + {c.mgrit_adj:g} cycles a solve assumed (to tolerance)"
         fwd, adj = c.simultaneous(self.opts.mgrit)
-        return f"{fwd:g} + {adj:g} cycles a solve (mgrit.fwd_iters + adj_iters)"
+        if self.opts.mgrit.control == "fixed":
+            return f"{fwd:g} + {adj:g} cycles a solve (mgrit.fwd_iters + adj_iters)"
+        return (f"{fwd:g} + {adj:g} cycles a solve assumed (mgrit.fwd_iters + adj_iters; "
+                f"the error control varies them)")
 
 
 def _times_file(key: dict):

@@ -135,9 +135,11 @@ def figure(preds: Sequence[Prediction], baseline: float, measured: Measured | No
                           label=f"{mode} ({what})")
                 ax_s.plot(ps, [base_seen / t for t in ts], "o", color=_STYLE[mode],
                           markerfacecolor=face, label=f"{mode} ({what})")
+    starred = set()       # the paper's core counts: ticks of the speedup panel too
     if paper:
         points = [pt for pt in PAPER_POINTS if pt[0] == PAPER_NAMES.get(dataset)]
         for i, (name, cores, speedup) in enumerate(points or PAPER_POINTS):
+            starred.add(cores)
             ax_s.plot([cores], [speedup], "*", ms=12, color=f"C{4 + i}",
                       label=f"paper: {name} {speedup}× on {cores} cores")
     ax_s.axhline(1.0, color="grey", lw=0.8, ls=":")
@@ -148,8 +150,9 @@ def figure(preds: Sequence[Prediction], baseline: float, measured: Measured | No
         # ticks at 1, 2, 5 × 10^k on y (a span under a decade keeps labels), powers of 2
         # on x, labelled 0.2, 5, 128 rather than 2×10⁻¹, 2⁷
         ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        if len(ranks) <= FEW_RANKS:     # every P shown (3 had none), where they fit
-            ax.xaxis.set_major_locator(FixedLocator(ranks))
+        ticks = sorted(set(ranks) | (starred if ax is ax_s else set()))
+        if len(ticks) <= FEW_RANKS:     # every P shown (3 had none), where they fit
+            ax.xaxis.set_major_locator(FixedLocator(ticks))
         for axis in (ax.xaxis, ax.yaxis):
             axis.set_major_formatter(_PLAIN)
             axis.set_minor_formatter(NullFormatter())
