@@ -40,7 +40,8 @@ _typed: list[str] = []    # the command's own arguments (rank 0)
 
 
 def _say(msg: str) -> None:
-    print(f"{PROG}: error: {msg}", file=sys.stderr, flush=True)
+    from lptrain.metrics.streams import for_terminal
+    print(for_terminal(f"{PROG}: error: {msg}", sys.stderr), file=sys.stderr, flush=True)
 
 
 def _claim(directory: str, args: list[str], ranks: int) -> None:

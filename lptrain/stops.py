@@ -20,7 +20,8 @@ log = logging.getLogger("lptrain")
 def say(message: str, level: int | None = logging.WARNING) -> None:
     """One line `lptrain: message` on stderr (rank 0), and in the log at `level` (None:
     not logged)."""
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    from lptrain.metrics.streams import for_terminal
+    print(for_terminal(f"{PROG}: {message}", sys.stderr), file=sys.stderr, flush=True)
     if level is not None:
         log.log(level, message)
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import errno
 import os
+import re
+import shutil
+import textwrap
 
 _COLOUR = {"ours": False}   # NO_COLOR set by no_color_in_pipes, not by the user
 
@@ -76,3 +79,21 @@ def _terminal(stream) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+_COMMAND = re.compile(r"((?<=resume with: ).*$|`[^`]*`)")   # a command to copy: kept whole
+
+
+def for_terminal(text: str, stream, columns: int | None = None) -> str:
+    """`text` (one line) as `stream` should get it: a terminal's lines broken between
+    words at its width (it broke them mid-word: the resume command split in two), a
+    command to copy (after 'resume with: ', or in backticks) on one line where it fits;
+    a pipe or file gets the line whole."""
+    if not _terminal(stream):
+        return text
+    width = columns or shutil.get_terminal_size().columns
+    kept = _COMMAND.sub(lambda m: m.group(0).replace(" ", "\0"), text)
+    kept = kept.replace("resume with: ", "resume\0with: ")
+    lines = textwrap.wrap(kept, width, subsequent_indent="  ", break_long_words=False,
+                          break_on_hyphens=False)
+    return "\n".join(line.replace("\0", " ") for line in lines) or text

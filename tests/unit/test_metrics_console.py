@@ -479,3 +479,25 @@ def test_a_hung_up_terminal_is_written_to_nowhere_not_raised(tmp_path):
             other.write("x")
     finally:
         os.close(fd)
+
+
+def test_a_line_on_stderr_breaks_between_words_on_a_terminal_only():
+    """The terminal broke `lptrain: ...` lines mid-word at 80 columns, the resume
+    command among them ('resume w' / 'ith: lptrain resume=...')."""
+    from lptrain.metrics.streams import for_terminal
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    stop = ("lptrain: interrupted by SIGINT after iteration 57 (status interrupted); resume "
+            "with: /venv/bin/mpiexec -n 2 /venv/bin/lptrain resume=/tmp/a/long/run/directory")
+    assert for_terminal(stop, Terminal(), 80).splitlines() == [
+        "lptrain: interrupted by SIGINT after iteration 57 (status interrupted);",
+        "  resume with:",
+        "  /venv/bin/mpiexec -n 2 /venv/bin/lptrain resume=/tmp/a/long/run/directory"]
+    refused = "lptrain: error: foo: not an lptrain option (added with '+'?); " \
+              "`lptrain --cfg job` lists the options"
+    assert for_terminal(refused, Terminal(), 80).splitlines() == [
+        "lptrain: error: foo: not an lptrain option (added with '+'?);",
+        "  `lptrain --cfg job` lists the options"]
+    assert for_terminal(stop, io.StringIO(), 80) == stop          # a pipe: one line
