@@ -146,6 +146,11 @@ def stops_on_signals(prog: str, load) -> int:
         sys.unraisablehook = unraisable_before
 
 
+# what a diverged run is told to try (its files keep the parameters from before)
+DIVERGED_REMEDY = "lower the step size (optimizer.lr; L-BFGS: optimizer.step0) or check " \
+                  "the data scaling"
+
+
 class StalledError(LptrainError):
     """Training stopped making progress and the user asked for a non-zero exit."""
 

@@ -41,7 +41,7 @@ class StepInfo:
 def _finite(point) -> None:
     if not math.isfinite(point.objective):
         raise DivergedError(f"diverged: objective became {point.objective}: lower the "
-                            f"step size or check the data scaling")
+                            f"step size (optimizer.step0) or check the data scaling")
 
 
 class LBFGS:

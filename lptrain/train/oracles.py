@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lptrain.data.base import chunks
-from lptrain.errors import DivergedError
+from lptrain.errors import DIVERGED_REMEDY, DivergedError
 from lptrain.model.serial import Buffers, adjoint, propagate
 from lptrain.parallel.blocks import ALL_ROWS
 from lptrain.parallel.grid import shard
@@ -341,8 +341,7 @@ class MGRITOracle(ExactOracle):
         self._spent[1] += res.iterations
         if not _finite(res):     # every rank alike: the residual norm is a global sum
             raise DivergedError(f"diverged: the adjoint MGRIT residual became "
-                                f"{res.history[-1]}: lower the step size or check the "
-                                f"data scaling")
+                                f"{res.history[-1]}: {DIVERGED_REMEDY}")
         self.warm.store(b.key, adj=res.states)
         ev.stats.adj_iterations, ev.stats.adj_history = res.iterations, list(res.history)
         ev.stats.adaptive_extra += extra
