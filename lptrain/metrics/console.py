@@ -42,8 +42,8 @@ VAL_ITERATION = "val_iteration"  # the iteration the shown validation accuracy i
 
 # field -> (label, format); the order here is the order on screen
 _SHOWN = {
-    s.OBJECTIVE: ("J", "{:.4g}"),
-    s.LOSS: ("loss", "{:.4g}"),
+    s.OBJECTIVE: ("J", "{:#.4g}"),    # trailing zeros kept: 0.5000 beside 0.4934
+    s.LOSS: ("loss", "{:#.4g}"),
     s.ACCURACY: ("acc", "{:.3f}"),
     VAL_ACCURACY: ("val", "{:.3f}"),
 }
@@ -84,7 +84,7 @@ def stat_parts(values: dict, seconds_per_iteration: float | None = None,
     parts = [f"{label} {fmt.format(values[name])}{stale if name == VAL_ACCURACY else ''}"
              for name, (label, fmt) in _SHOWN.items() if values.get(name) is not None]
     if seconds_per_iteration is not None:
-        parts.append(f"{seconds_per_iteration:.3g} s/it")
+        parts.append(f"{seconds_per_iteration:#.3g} s/it")
     for label, (its, res) in _SOLVES.items():
         solve = [f"{values[its]} it" if values.get(its) is not None else "",
                  f"{values[res]:.1e}" if values.get(res) is not None else ""]

@@ -167,8 +167,8 @@ def test_the_line_shows_elapsed_time_and_eta(plain_env):
     c.update(1, step_time=8.0, loss=0.5)
     _iterate(c, clock, range(2, 121), 0.25)   # 119 more at 0.25 s: 180 left take 45 s
     assert out.getvalue().splitlines()[:2] == \
-        ["peaks", "1/300  0:00:08 elapsed  eta -:--:--  loss 0.5  8 s/it"]
-    assert c.progress_lines() == ["120/300  0:00:37 elapsed  eta 0:00:45  loss 0.5  0.25 s/it"]
+        ["peaks", "1/300  0:00:08 elapsed  eta -:--:--  loss 0.5000  8.00 s/it"]
+    assert c.progress_lines() == ["120/300  0:00:37 elapsed  eta 0:00:45  loss 0.5000  0.250 s/it"]
 
 
 @pytest.mark.parametrize("width", [40, 80, 160])
@@ -230,7 +230,7 @@ def test_live_display_keeps_bar_counter_elapsed_and_eta(tty_env, width):
     assert TITLE in lines[0]                  # whole, on the bar's line only when it fits
     assert (lines[0] == bar) == (width == 160)
     values = " ".join(lines[lines.index(bar) + 1:])
-    for text in ("loss 0.4123", "acc 0.839", "val 0.820", "0.25 s/it", "fwd 3 it 7.4e-04",
+    for text in ("loss 0.4123", "acc 0.839", "val 0.820", "0.250 s/it", "fwd 3 it 7.4e-04",
                  "adj 3 it 8.8e-07", "gerr 4.4e-03"):
         assert text in values
 
@@ -296,9 +296,9 @@ def test_output_through_a_pipe_is_plain_text():
     lines = res.stdout.splitlines()
     assert lines[0] == "peaks"
     progress = [line for line in lines if line[:1].isdigit()]
-    assert progress[0].startswith("1/40  0:00:00 elapsed  eta -:--:--  loss 1  ")
+    assert progress[0].startswith("1/40  0:00:00 elapsed  eta -:--:--  loss 1.000  ")
     assert progress[-1].startswith("40/40  ")
-    assert "eta 0:00:00  loss 0.025  acc 1.000  " in progress[-1]
+    assert "eta 0:00:00  loss 0.02500  acc 1.000  " in progress[-1]
     assert progress[-1].endswith("fwd 2 it 2.5e-06")
     assert "done" in lines
     assert any("final loss" in line and "0.025" in line for line in lines)
