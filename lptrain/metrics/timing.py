@@ -129,14 +129,19 @@ class TallyingWriter:
         self.tally.add(compute, communication, waiting)
 
 
-def text_lines(t: TimingSummary) -> list[str]:
+def text_lines(t: TimingSummary, last: int | None = None) -> list[str]:
     """The summary as plain lines of at most 80 columns, e.g.
 
         time per rank over 130 iterations: 93.2 % computing, imbalance 1.01
         rank                  compute [s] communication [s]       waiting [s]  total [s]
         0                 26.510 ( 94.1%)    0.420 (  1.5%)    1.240 (  4.4%)     28.170
-    """
-    lines = [f"time per rank over {counted(t.iterations, 'iteration')}: "
+
+    A resumed run's tally is this start's: with the run's `last` iteration the first line
+    names them (`over iterations 106-300`)."""
+    span = counted(t.iterations, 'iteration')
+    if last is not None and last > t.iterations:
+        span = f"iterations {last - t.iterations + 1}-{last}"
+    lines = [f"time per rank over {span}: "
              f"{t.compute_share:.1f} % "
              f"computing, imbalance {t.imbalance:.2f}",
              f"{'rank':<15s}" + "".join(f"{h:>{_CELL}s}" for h in (

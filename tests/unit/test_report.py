@@ -544,6 +544,9 @@ def test_time_per_rank_fits_80_columns_and_names_the_extremes(ranks):
     lines = text_lines(t)
     assert all(len(line) <= 80 for line in lines), max(lines, key=len)
     assert lines[0].startswith(f"time per rank over 3 iterations: {t.compute_share:.1f} %")
+    # a resumed run's tally is its last start's (beside the whole run's wall time)
+    assert text_lines(t, 3)[0] == lines[0]
+    assert text_lines(t, 300)[0].startswith("time per rank over iterations 298-300: ")
     # each heading ends where its column's cells do (was centred: 'compute [s]' ended
     # 4 columns before its numbers' cells)
     heads = ("compute [s]", "communication [s]", "waiting [s]", "total [s]")
