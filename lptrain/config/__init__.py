@@ -1,6 +1,8 @@
 """The configuration: typed schema (schema.py), its validation (typed.py), the YAML defaults."""
 from __future__ import annotations
 
+import itertools
+import math
 import re
 from contextlib import contextmanager
 from pathlib import Path
@@ -116,10 +118,20 @@ def group_value_error(exc: ValueError, overrides: Sequence[str]):
 SWEPT_PARAMS = "hydra.sweeper.params."
 
 
+# keys whose values decide together whether a layer x data split can be taken: their
+# sweeps are checked in every combination (up to JOINT_MOST), the others value by value
+SPLIT_KEYS = ("network.layers", "mgrit.cfactor0", "mgrit.levels", "mgrit.min_coarse",
+              "parallel.layer_ranks", "parallel.data_ranks", "mode", "experiment", "network",
+              "dataset")
+JOINT_MOST = 32
+
+
 def sweep_samples(overrides: list[str]) -> list[list[str]]:
     """Override lists that together try every value of every sweep (`a=1,2`, `range`,
-    `choice`; both ends of an `interval`) once, the other sweeps at their first value:
-    one composition per value, not the product. Without sweeps, the overrides themselves."""
+    `choice`; both ends of an `interval`), the other sweeps at their first value: one
+    composition per value, but every combination of the SPLIT_KEYS' sweeps (a split only
+    one combination cannot take: `network.layers=64,1 parallel.layer_ranks=1,2`) where
+    there are at most JOINT_MOST. Without sweeps, the overrides themselves."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import IntervalSweep
     from hydra.errors import HydraException
@@ -142,6 +154,15 @@ def sweep_samples(overrides: list[str]) -> list[list[str]]:
     samples = [first]
     for i, vs in enumerate(values):
         samples += [first[:i] + [v] + first[i + 1:] for v in vs[1:]]
+    joint = [i for i, vs in enumerate(values) if len(vs) > 1 and
+             vs[0].split("=", 1)[0].lstrip("+~") in SPLIT_KEYS]
+    if len(joint) > 1 and math.prod(len(values[i]) for i in joint) <= JOINT_MOST:
+        for chosen in itertools.product(*(values[i] for i in joint)):
+            sample = list(first)
+            for i, v in zip(joint, chosen):
+                sample[i] = v
+            if sample not in samples:
+                samples.append(sample)
     return samples
 
 

@@ -481,6 +481,18 @@ def test_a_sweeps_split_is_checked_on_the_commands_ranks_before_any_job():
         check_command(["-m", "mode=mgrit", "network.layers=64,8", "parallel.layer_ranks=4"],
                       ranks=4)
     check_command(["-m", "mode=mgrit", "parallel.layer_ranks=1,2"], ranks=2)
+    # a split only one combination cannot take (value by value, each was fine): every
+    # combination of the keys a split depends on is tried
+    with pytest.raises(ConfigError, match=r"parallel.layer_ranks=2: only 1 C-interval"):
+        check_command(["-m", "mode=mgrit", "network.layers=64,1", "parallel.layer_ranks=1,2"],
+                      ranks=2)
+    from lptrain.config import sweep_samples
+    assert sweep_samples(["network.layers=64,1", "parallel.layer_ranks=1,2", "seed=1,2"]) == [
+        ["network.layers=64", "parallel.layer_ranks=1", "seed=1"],
+        ["network.layers=1", "parallel.layer_ranks=1", "seed=1"],
+        ["network.layers=64", "parallel.layer_ranks=2", "seed=1"],
+        ["network.layers=64", "parallel.layer_ranks=1", "seed=2"],
+        ["network.layers=1", "parallel.layer_ranks=2", "seed=1"]]
 
 
 @pytest.mark.parametrize("given, message", [
