@@ -31,8 +31,13 @@ def overrides_first(args: list[str]) -> list[str]:
     parser takes the overrides as one positional list, so those after a flag
     (`lptrain seed=3 --cfg job dataset=mnist`) were 'unrecognized arguments'. A flag's
     own value (`--cfg job`) has no '=' and stays behind its flag."""
-    given = [a for a in args if "=" in a and not a.startswith("-")]
-    return given + [a for a in args if not ("=" in a and not a.startswith("-"))]
+    given = [a for a in args if _override(a)]
+    return given + [a for a in args if not _override(a)]
+
+
+def _override(arg: str) -> bool:
+    """`key=value`, or a deletion `~key` (Hydra's flags start with '-')."""
+    return not arg.startswith("-") and ("=" in arg or arg.startswith("~"))
 
 
 def check_flags(args: list[str]) -> None:

@@ -5,9 +5,14 @@ REFUSED where the command or its inputs must change and no iteration ran, FAILED
 where a run that started could not finish, 128 + the signal number where one stopped it.
 """
 
+import os
+import shlex
+import shutil
 import sys
 
 FAILED = 1
+# the program's path as started, before a job may change directory (hydra.job.chdir)
+_ARGV0 = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
 REFUSED = 2
 
 
@@ -162,13 +167,10 @@ def launch_words(argv0: str, search_path: str | None, prefix: str,
     shell's PATH finds that very file, else it is the file's absolute path: a system
     `mpiexec` of another MPI cannot launch the ranks of the environment's own (`prefix`/bin),
     and an `lptrain` not on PATH is not found. `python -m lptrain` stays so."""
-    import os
-    import shlex
-    import shutil
-
-    def word(name: str, file: str) -> str:
+    def word(name: str, file: str, resolve: bool = True) -> str:
         found = shutil.which(name, path=search_path)
-        same = found is not None and os.path.realpath(found) == os.path.realpath(file)
+        where = os.path.realpath if resolve else os.path.abspath
+        same = found is not None and where(found) == where(file)
         return name if same else shlex.quote(os.path.abspath(file))
 
     mpiexec = os.path.join(prefix, "bin", "mpiexec")
@@ -177,7 +179,8 @@ def launch_words(argv0: str, search_path: str | None, prefix: str,
     if base == "lptrain" and os.path.isfile(argv0):
         return launcher, word("lptrain", argv0)
     if base == "__main__.py":
-        return launcher, f"{word('python', executable)} -m lptrain"
+        # an environment's python links to its base one, which has no lptrain: the very path
+        return launcher, f"{word('python', executable, resolve=False)} -m lptrain"
     return launcher, "lptrain"
 
 
@@ -186,9 +189,8 @@ def resume_command(path, ranks: int = 1) -> str:
     ran: an explicit split holds only there), started as this process was
     (`launch_words`) and quoted for a shell where the path needs it (a space, a quote),
     so that it can be pasted as printed."""
-    import os
-    import shlex
-    launcher, program = launch_words(sys.argv[0], os.environ.get("PATH"), sys.prefix,
+    argv0 = _ARGV0 if os.path.isfile(_ARGV0) else sys.argv[0]   # `python -m`: "-m" then
+    launcher, program = launch_words(argv0, os.environ.get("PATH"), sys.prefix,
                                      sys.executable)
     launch = f"{launcher} -n {ranks} " if ranks > 1 else ""
     return f"{launch}{program} " + shlex.quote(f"resume={path}")

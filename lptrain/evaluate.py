@@ -57,6 +57,7 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val",
     score `split`."""
     from lptrain.data import load_dataset
     from lptrain.errors import DataError, InputFileError, LptrainError, text_lines
+    from lptrain.model.classifier import EVAL_CHUNK
     from lptrain.model.saved import MODEL_FILE, load_model, model_path
     from lptrain.rundir import is_sweep
     if is_sweep(run):
@@ -72,8 +73,11 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val",
                         f"{data.n_classes} classes, the model takes {model.feature_shape} in "
                         f"{model.n_classes}")
     x, y = (data.x_val, data.y_val) if split == "val" else (data.x_train, data.y_train)
+    # the validation split in the run's chunks (its numbers, bitwise); the training split
+    # in large ones (a run of batch size 1 took one sample at a time)
+    chunk = None if split == "val" else max(model.validation_chunk or 0, EVAL_CHUNK)
     try:
-        loss, accuracy = model.evaluate(x, y)
+        loss, accuracy = model.evaluate(x, y, chunk)
     except Exception as exc:     # e.g. a user's step that raises: one line, as lptrain's
         lines = text_lines(exc)
         raise LptrainError(f"{model_path(run, which)}: the model failed on {data.name} "

@@ -233,7 +233,11 @@ def run_alive(run_dir: str | Path) -> bool:
     the run, or of the sweep it is a job of, has an owner alive (another host's: taken as
     alive). Without one, a metrics.h5 still saying `running` was left by a killed job
     (SIGKILL, or an error on another rank that aborted the job before rank 0 closed it)."""
-    for lock in (Path(run_dir) / LOCK_FILE, Path(run_dir).parent / LOCK_FILE):
+    run_dir = Path(run_dir).resolve()
+    sweep = next((p for p in run_dir.parents if (p / SWEEP_FILE).is_file()), None)
+    # its sweep's lock: the nearest folder above with the sweep's record (a subdir such as
+    # s/${hydra.job.num} nests a job deeper), or the parent where there is none (Optuna)
+    for lock in (run_dir / LOCK_FILE, (sweep or run_dir.parent) / LOCK_FILE):
         try:
             host, pid = lock.read_text().split()[:2]
             if _owner_alive(host, int(pid)):

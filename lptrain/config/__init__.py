@@ -101,6 +101,7 @@ def group_value_error(exc: ValueError, overrides: Sequence[str]):
     """The ConfigError of Hydra's 'Config group override must be a string' (a group set
     to null, a number or true; an override without a key: `lptrain $UNSET=5`), naming
     the override; other ValueErrors are not Hydra's: raised as they are."""
+    from lptrain.config.meanings import GROUPS
     from lptrain.errors import ConfigError
     if "Config group override" not in str(exc):
         raise exc
@@ -109,7 +110,8 @@ def group_value_error(exc: ValueError, overrides: Sequence[str]):
         key = key.lstrip("+~")
         if not key:
             return ConfigError(f"{o!r}: an override needs a key (key=value)")
-        if "." not in key and not re.fullmatch(r"[A-Za-z_][\w-]*", val) or val == "null":
+        group = key in GROUPS or key.startswith("hydra/")
+        if group and (val == "null" or not re.fullmatch(r"[A-Za-z_][\w-]*", val)):
             return ConfigError(f"{o}: {key} is a config group: it takes one of its options "
                                f"by name (lptrain --help lists them)")
     return ConfigError(f"{str(exc).splitlines()[0]} (lptrain --help lists the groups)")
@@ -290,10 +292,12 @@ def one_line_error(exc: Exception):
         named = [ln.split(":", 1)[1].strip() for ln in text[2:]
                  if ln.strip().startswith("full_key:")]
         key = key or (named[0] if named else None)
-    if key and re.fullmatch(r"Key '[\w-]+' not in '\w+'", head) and not _documented(key) \
-            and not key.startswith("hydra."):      # Hydra's own: --cfg hydra shows those
-        # a misspelling: its schema's class name said nothing to a user
-        head = "no such key" + _did_you_mean(key) + " (lptrain --cfg job shows them)"
+    known = re.fullmatch(r"Key '[\w-]+' not in '(\w+)'", head)
+    if key and known and not key.startswith("hydra."):   # Hydra's own: --cfg hydra
+        # its schema's class name said nothing to a user
+        head = (f"not an option of this {key.rpartition('.')[0]} choice ({known[1]}); "
+                f"lptrain --cfg job shows its options" if _documented(key) else
+                "no such key" + _did_you_mean(key) + " (lptrain --cfg job shows them)")
     if key == "network.step._target_" and "not in struct" in head:
         head += "; only network=custom takes a step: network=custom network.step._target_=..."
     elif key and key.startswith("network.step.") and "not in struct" in head:

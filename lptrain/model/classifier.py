@@ -132,9 +132,12 @@ class Classifier(nn.Module):
                  chunk: int | None = None) -> tuple[float, float]:
         """Mean cross-entropy loss and accuracy (0..1) on the features x with labels y,
         stepped `chunk` samples at a time (memory; the numbers are those of one pass
-        to rounding). By default the chunks the run validated in (`validation_chunk`,
-        bitwise its numbers; float32 sums of other chunks differ in the last bit), else
-        EVAL_CHUNK. numpy or torch input; labels of any integer type."""
+        to rounding). By default the chunks the run validated in (`validation_chunk`:
+        a serial run on one rank's numbers bitwise; float32 sums of other chunks differ
+        in the last bit), else EVAL_CHUNK. numpy or torch input; labels of any integer type."""
+        if chunk is not None and chunk < 1:
+            raise ValueError(f"evaluate: chunk={chunk}; give at least 1 sample (None: the "
+                             f"run's validation chunks)")
         chunk = chunk or self.validation_chunk or EVAL_CHUNK
         x, y = torch.as_tensor(x), torch.as_tensor(y)
         if x.shape[0] == 0 or y.shape != (x.shape[0],):

@@ -20,7 +20,7 @@ OPENINGS = {"dense": ("dense", "pad"), "conv": ("replicate", "conv"),
             "custom": ("dense", "pad", "replicate", "conv")}
 VECTOR_OPENINGS = ("dense", "pad")     # openings of feature vectors (the others: images)
 MAX_T = 1e4      # final times beyond this give steps forward Euler cannot take
-MIN_H = 1e-8     # layer steps below this add nothing; the regulariser's 1/h² overflows
+MIN_H = 1e-8     # layer steps below this add nothing (near 1e-162 the regulariser's h² is 0)
 MAX_INIT = 1e2   # initial weight scales beyond this saturate every activation
 
 
@@ -73,7 +73,7 @@ class NetworkOptions:
         require(self.channels > 0, "network.channels", self.channels, "must be positive")
         require(self.layers > 0, "network.layers", self.layers, "must be positive")
         require(0 < self.T <= MAX_T, "network.T", self.T, f"must be in (0, {MAX_T:g}]")
-        require(self.T / self.layers >= MIN_H, "network.T", self.T,
+        require(self.T >= MIN_H * self.layers * (1 - 1e-12), "network.T", self.T,
                 f"the layer step h = T/N = {self.T / self.layers:.3g} (N = {self.layers}) "
                 f"is below {MIN_H:g}: take T >= {MIN_H * self.layers:.3g}")
         require(self.activation in ACTIVATIONS, "network.activation", self.activation,

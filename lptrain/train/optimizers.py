@@ -14,7 +14,7 @@ import torch
 from torch.optim.adam import adam
 from torch.optim.sgd import sgd
 
-from lptrain.errors import DivergedError, require
+from lptrain.errors import DIVERGED_REMEDY, DivergedError, require
 from lptrain.train.protocol import Oracle, Point
 from lptrain.train.schedules import SCHEDULES
 
@@ -36,6 +36,14 @@ class StepInfo:
     ls_failed: int = 0        # failed line searches (each followed by tighter solves)
     exhausted: bool = False   # no step found even with exact solves and steepest descent
     at_start: bool = False
+
+
+def finite_gradient(g: torch.Tensor) -> torch.Tensor:
+    """`g`, or DivergedError where it is not finite (an adjoint solve that overflowed:
+    the oracles give NaN, alike on every rank)."""
+    if not bool(torch.isfinite(g).all()):
+        raise DivergedError(f"diverged: the gradient is not finite: {DIVERGED_REMEDY}")
+    return g
 
 
 def _finite(point) -> None:
@@ -65,7 +73,7 @@ class LBFGS:
     def _start(self, theta, oracle: Oracle):
         ev = oracle.value(theta)
         _finite(ev.point)
-        grad = oracle.gradient(ev)
+        grad = finite_gradient(oracle.gradient(ev))
         oracle.accept(ev)
         self.current = (ev.point, grad)
 
@@ -145,7 +153,7 @@ class LBFGS:
                     grad_norm=float(g.norm()), step_size=0.0, ls_trials=trials,
                     lbfgs_reset=1, ls_failed=failed, exhausted=True)
         new = theta + alpha * d
-        g_new = oracle.gradient(trial)
+        g_new = finite_gradient(oracle.gradient(trial))
         oracle.accept(trial)
         oracle.relax()
         reached = trial.point
@@ -226,7 +234,7 @@ class _TorchOptimizer:
             return theta, StepInfo(objective=point.objective, loss=point.loss,   # rule ends
                                    accuracy=point.accuracy, grad_norm=math.nan,  # the run,
                                    step_size=0.0, at_start=True)                 # its row kept
-        g = oracle.gradient(ev)
+        g = finite_gradient(oracle.gradient(ev))
         oracle.accept(ev)
         new, lr = self.update(theta, g)
         return new, StepInfo(objective=point.objective, loss=point.loss,

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 import torch
 
 from lptrain.data.base import chunks
-from lptrain.errors import DIVERGED_REMEDY, DivergedError
 from lptrain.model.serial import Buffers, adjoint, propagate
 from lptrain.parallel.blocks import ALL_ROWS
 from lptrain.parallel.grid import shard
@@ -339,10 +338,12 @@ class MGRITOracle(ExactOracle):
             iters, tol, self.warm.get(b.key)[1], lambda g: float(g.norm()))
         tape.adj = res
         self._spent[1] += res.iterations
-        if not _finite(res):     # every rank alike: the residual norm is a global sum
-            raise DivergedError(f"diverged: the adjoint MGRIT residual became "
-                                f"{res.history[-1]}: {DIVERGED_REMEDY}")
-        self.warm.store(b.key, adj=res.states)
+        if _finite(res):
+            self.warm.store(b.key, adj=res.states)
+        else:   # a gradient of the iterate before is no gradient: NaN, which the data
+            # groups' sum carries to every rank (one group raising here left the others
+            # waiting in that sum) and the optimizer refuses (optimizers.finite_gradient)
+            grad = torch.full_like(grad, math.nan)
         ev.stats.adj_iterations, ev.stats.adj_history = res.iterations, list(res.history)
         ev.stats.adaptive_extra += extra
         ev.stats.unconverged += self._short(res, tol)

@@ -217,6 +217,8 @@ def test_overrides_after_a_flag_are_taken_and_a_bad_flag_is_one_line(monkeypatch
     assert overrides_first(["seed=3", "--cfg", "job", "dataset=mnist", "-m", "a=1,2"]) == \
         ["seed=3", "dataset=mnist", "a=1,2", "--cfg", "job", "-m"]
     check_flags(overrides_first(["seed=3", "--cfg", "job", "dataset=mnist"]))
+    assert overrides_first(["seed=3", "--cfg", "job", "~train.patience"]) == \
+        ["seed=3", "~train.patience", "--cfg", "job"]          # a deletion too (review)
     check_flags(["seed=3", "-m", "--info", "config"])
     with pytest.raises(ConfigError, match=r"^unrecognized arguments: --foo \(lptrain "
                                            r"--help lists the options\)$"):
@@ -228,9 +230,6 @@ def test_overrides_after_a_flag_are_taken_and_a_bad_flag_is_one_line(monkeypatch
     assert capsys.readouterr().err == ("lptrain: error: unrecognized arguments: --foo "
                                        "(lptrain --help lists the options)\n")
     assert list(tmp_path.iterdir()) == []        # no run directory made
-
-
-
 
 
 def test_a_resume_of_a_folder_of_runs_or_of_two_directories_is_refused_as_such(

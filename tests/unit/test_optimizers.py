@@ -337,7 +337,28 @@ def test_a_solve_that_overflows_has_no_finite_objective_and_keeps_the_warm_start
     # the overflowed solve left the warm start as it was: as if it had not been tried
     _, (_, twin) = evaluated(theta, theta)
     assert again.point.objective == twin.point.objective
+    # an adjoint solve that overflows: a NaN gradient, which a data split's sum carries to
+    # every rank (one group raising left the others waiting in that sum: a hang), and
+    # which the optimizers refuse
     oracle, (_, nan) = evaluated(theta, bad)
-    with pytest.raises(DivergedError, match=r"^diverged: the adjoint MGRIT residual "
-                                            r"became nan"):
-        oracle.gradient(nan)
+    kept = oracle.warm.get(oracle.batch.key)[1]
+    assert torch.isnan(oracle.gradient(nan)).all()
+    assert oracle.warm.get(oracle.batch.key)[1] is kept
+    from lptrain.train.optimizers import finite_gradient
+    with pytest.raises(DivergedError, match=r"^diverged: the gradient is not finite: lower "
+                                            r"the step size"):
+        finite_gradient(torch.tensor([1.0, math.nan]))
+
+
+class NaNGradient(Quadratic):
+    """A finite objective whose gradient is not (an adjoint solve that overflowed)."""
+
+    def gradient(self, ev):
+        return torch.full_like(ev.theta, math.nan)
+
+
+@pytest.mark.parametrize("make", [lambda: LBFGS(LBFGSOptions()), lambda: SGD(SGDOptions()),
+                                  lambda: Adam(AdamOptions())])
+def test_every_optimizer_refuses_a_gradient_that_is_not_finite(make):
+    with pytest.raises(DivergedError, match=r"^diverged: the gradient is not finite"):
+        make().step(torch.ones(2, dtype=torch.float64), NaNGradient())

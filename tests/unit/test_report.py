@@ -298,10 +298,17 @@ def test_report_on_a_partial_file(tmp_path, monkeypatch):
         assert (out / "mgrit_residuals.png").stat().st_size > 10_000
     (path.parent / rundir.LOCK_FILE).unlink()          # no lock at all: no process
     assert not rundir.run_alive(path.parent)
-    # a sweep's job: the lock is its sweep's
+    # a sweep's job: the lock is its sweep's, also for a job nested deeper (review: a
+    # subdir of s/${hydra.job.num} showed a live job as killed)
     (tmp_path / rundir.LOCK_FILE).write_text("thishost 12345 token\n")
     monkeypatch.setattr(rundir, "_owner_alive", lambda host, pid: True)
     assert rundir.run_alive(path.parent)
+    nested = tmp_path / "sweep" / "s" / "0"
+    nested.mkdir(parents=True)
+    (tmp_path / "sweep" / rundir.SWEEP_FILE).write_text("hydra: {}\n")
+    assert not rundir.run_alive(nested)
+    (tmp_path / "sweep" / rundir.LOCK_FILE).write_text("thishost 12345 token\n")
+    assert rundir.run_alive(nested)
 
 
 def test_missing_path_exits_2_with_one_line(tmp_path, capsys):

@@ -121,6 +121,13 @@ def test_a_resume_line_names_the_commands_this_run_was_started_with(tmp_path):
                         str(python)) == ("mpiexec", "python -m lptrain")
     # no MPI of its own in the environment: the launcher the user has
     assert launch_words(str(prog), "", str(tmp_path / "none"), str(python))[0] == "mpiexec"
+    # a base python on PATH that the environment's links to has no lptrain (review)
+    base = _executable(tmp_path / "base" / "python3")
+    python.unlink()
+    python.symlink_to(base)
+    (tmp_path / "usr" / "bin" / "python").symlink_to(base)
+    assert launch_words(str(tmp_path / "lptrain" / "__main__.py"), str(other.parent),
+                        str(env), str(python))[1] == f"{python} -m lptrain"
     spaced = _executable(tmp_path / "my env" / "bin" / "lptrain")
     assert launch_words(str(spaced), "", str(env), str(python))[1] == f"'{spaced}'"
 

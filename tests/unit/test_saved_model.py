@@ -113,6 +113,21 @@ def test_a_float32_mini_batch_runs_models_reproduce_their_validation_exactly(tmp
         loss, acc = model.evaluate(data.x_val, data.y_val)
         assert (loss, acc) == (m.validation[ms.LOSS][row], m.validation[ms.ACCURACY][row])
         assert model.evaluate(data.x_val, data.y_val, chunk=150)[0] != loss  # it matters
+    with pytest.raises(ValueError, match=r"chunk=0; give at least 1 sample"):
+        model.evaluate(data.x_val, data.y_val, chunk=0)
+    # lptrain-eval: the validation split as the run took it, the training split in large
+    # chunks (a run of batch size 1 took one sample at a time there)
+    seen = []
+    real = Classifier.evaluate
+
+    def spy(self, x, y, chunk=None):
+        seen.append(chunk)
+        return real(self, x, y, chunk)
+    import unittest.mock
+    with unittest.mock.patch.object(Classifier, "evaluate", spy):
+        assert evaluate.evaluate(tmp_path, [], "val")["loss"] == load_model(tmp_path).validation[0]
+        evaluate.evaluate(tmp_path, [], "train")
+    assert seen == [None, 4096]
 
 
 def test_mgrit_run_models_match_their_validation(tmp_path):
