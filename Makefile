@@ -72,19 +72,24 @@ OUT ?= outputs
 QUICK_peaks := train.iterations=40
 QUICK_indian_pines := train.iterations=5 dataset.n_train=500 dataset.n_val=250 mgrit.tol=1e-8
 QUICK_mnist := train.iterations=3 dataset.n_train=300 dataset.n_val=100 mgrit.tol=1e-8
-QUICKON := $(filter-out 0 no false,$(QUICK))
+OFF := 0 no No NO false False FALSE
+QUICKON := $(filter-out $(OFF),$(QUICK))
+FRESHON := $(filter-out $(OFF),$(FRESH))
 quick = $(if $(QUICKON),$(QUICK_$(1)),)
 
 # $(1) dataset key, $(2) experiment name, $(3) output folder. Run again, each mode's run
-# that ended with the same settings is kept, one stopped with them (Ctrl-C) resumed, any
-# other replaced (lptrain/runplan.py); FRESH=1 replaces them all.
+# that ended as these settings on NP ranks would run it is kept, one stopped so (Ctrl-C)
+# resumed, any other replaced, one still running left alone (lptrain/runplan.py);
+# FRESH=1 replaces them all.
 define reproduce
 	@mkdir -p $(3)
 	for m in serial mgrit simultaneous; do \
-	  case $$( [ -n "$(FRESH)" ] && echo fresh || $(PY) -m lptrain.runplan $(3)/$$m experiment=$(2) mode=$$m $(call quick,$(1)) $(ARGS)) in \
+	  case $$( [ -n "$(FRESHON)" ] && echo fresh || $(PY) -m lptrain.runplan $(3)/$$m $(NP) experiment=$(2) mode=$$m $(call quick,$(1)) $(ARGS)) in \
 	    kept) echo "$(3)/$$m: kept (it ended with these settings; FRESH=1 runs it again)";; \
 	    resume) $(RUN_NP) resume=$(3)/$$m || exit 1;; \
-	    *) rm -rf $(3)/$$m; $(RUN_NP) experiment=$(2) mode=$$m hydra.run.dir=$(3)/$$m $(call quick,$(1)) $(ARGS) || exit 1;; \
+	    fresh) rm -rf $(3)/$$m; $(RUN_NP) experiment=$(2) mode=$$m hydra.run.dir=$(3)/$$m $(call quick,$(1)) $(ARGS) || exit 1;; \
+	    running) echo "$(3)/$$m: a run is in progress there; wait for it or stop it"; exit 1;; \
+	    *) echo "$(3)/$$m: cannot tell what to do with it (python -m lptrain.runplan failed)"; exit 1;; \
 	  esac; \
 	done
 	rm -rf $(3)/report

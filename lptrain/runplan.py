@@ -1,8 +1,9 @@
 """What a Makefile target does with a run directory it is about to fill again
-(`make reproduce-*`, `compare-modes`): keep a run that completed with the same overrides,
-resume one stopped with them that has a checkpoint, start afresh otherwise.
+(`make reproduce-*`, `compare-modes`): keep a run that ended as this command would run
+it, resume one stopped so, start afresh otherwise; a run still going is left alone.
 
-`python -m lptrain.runplan DIR OVERRIDE...` prints `kept`, `resume` or `fresh`.
+`python -m lptrain.runplan DIR RANKS OVERRIDE...` prints `kept`, `resume`, `fresh` or
+`running`.
 """
 from __future__ import annotations
 
@@ -11,31 +12,57 @@ from pathlib import Path
 
 from lptrain.errors import LptrainError
 from lptrain.metrics import schema as ms
-from lptrain.metrics.reader import run_status
-from lptrain.rundir import saved_overrides
+from lptrain.metrics.reader import last_iteration, root_attr, run_status
+from lptrain.rundir import run_alive, saved_overrides
 from lptrain.train.checkpoint import CHECKPOINT_FILE
 
-KEPT, RESUME, FRESH = "kept", "resume", "fresh"
+KEPT, RESUME, FRESH, RUNNING = "kept", "resume", "fresh", "running"
 ENDED = (ms.COMPLETED, ms.STALLED, ms.DIVERGED)    # nothing to carry on
 
 
-def plan(run_dir: str | Path, overrides: list[str]) -> str:
-    """KEPT where the run in `run_dir` ended with exactly these overrides, RESUME where it
-    stopped (interrupted, failed, killed) with them and left a checkpoint, else FRESH."""
-    run_dir = Path(run_dir)
-    overrides = [a for a in overrides if a and not a.startswith("hydra.")]   # not saved
-    saved = run_dir / ".hydra" / "overrides.yaml"
-    try:
-        same = saved.is_file() and sorted(saved_overrides(saved)) == sorted(overrides)
-    except LptrainError:
-        same = False
-    if not same or not (run_dir / ms.FILE_NAME).is_file():
+def _hydra(arg: str) -> bool:
+    """An override of Hydra's own config, which Hydra does not save with the run's."""
+    return arg.lstrip("+~").startswith("hydra")
+
+
+def plan(run_dir: str | Path, ranks: int, overrides: list[str]) -> str:
+    """RUNNING where a process still holds the run; KEPT where it ended as these
+    overrides on `ranks` ranks would run it now (its configuration, conf files included,
+    equal to theirs); RESUME where it stopped so with a checkpoint and iterations left;
+    else FRESH."""
+    run_dir, given = Path(run_dir), [a for a in overrides if a and not _hydra(a)]
+    metrics = run_dir / ms.FILE_NAME
+    if not metrics.is_file():
         return FRESH
-    status, _ = run_status(run_dir / ms.FILE_NAME)
+    if run_alive(run_dir):
+        return RUNNING
+    if not _same(run_dir, ranks, given):
+        return FRESH
+    status, _ = run_status(metrics)
     if status in ENDED:
         return KEPT
-    return RESUME if (run_dir / CHECKPOINT_FILE).is_file() else FRESH
+    from lptrain.config import compose
+    iterations = compose(given)[0].train.iterations
+    resumable = (run_dir / CHECKPOINT_FILE).is_file() and last_iteration(metrics) < iterations
+    return RESUME if resumable else FRESH
+
+
+def _same(run_dir: Path, ranks: int, overrides: list[str]) -> bool:
+    """Whether the run was given these overrides on `ranks` ranks and its configuration
+    is what they compose to now."""
+    import yaml
+
+    from lptrain.config import compose
+    saved = run_dir / ".hydra" / "overrides.yaml"
+    try:
+        if not saved.is_file() or sorted(saved_overrides(saved)) != sorted(overrides):
+            return False
+        config = yaml.safe_load(root_attr(run_dir / ms.FILE_NAME, ms.CONFIG) or "")
+        return root_attr(run_dir / ms.FILE_NAME, ms.WORLD_SIZE) == ranks and \
+            config == compose(overrides)[1]
+    except (LptrainError, yaml.YAMLError):
+        return False
 
 
 if __name__ == "__main__":
-    print(plan(sys.argv[1], sys.argv[2:]))
+    print(plan(sys.argv[1], int(sys.argv[2]), sys.argv[3:]))

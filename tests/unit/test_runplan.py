@@ -3,21 +3,26 @@ again (a rerun deleted an interrupted run the console had just said to resume, a
 trained the modes that had completed again)."""
 import h5py
 import pytest
+import yaml
 
+from lptrain import rundir
+from lptrain.config import compose
 from lptrain.metrics import schema as ms
 from lptrain.metrics.writer import open_writer
-from lptrain.runplan import FRESH, KEPT, RESUME, plan
+from lptrain.runplan import FRESH, KEPT, RESUME, RUNNING, plan
 from lptrain.train.checkpoint import CHECKPOINT_FILE
 
-ATTRS = {ms.MODE: "serial", ms.WORLD_SIZE: 1, ms.SEED: 0, ms.CONFIG: "x: 1\n"}
 GIVEN = ["experiment=peaks_paper", "mode=mgrit", "train.iterations=40"]
 
 
-def _run(path, status, checkpoint=True, saved=GIVEN):
+def _run(path, status, checkpoint=True, saved=GIVEN, ranks=1, rows=1):
     (path / ".hydra").mkdir(parents=True)
     (path / ".hydra" / "overrides.yaml").write_text("".join(f"- {a}\n" for a in saved))
-    writer = open_writer(path / ms.FILE_NAME, ATTRS, True)
-    writer.log_train(iteration=1, objective=1.0, loss=1.0)
+    attrs = {ms.MODE: "mgrit", ms.WORLD_SIZE: ranks, ms.SEED: 0,
+             ms.CONFIG: yaml.safe_dump(compose(saved)[1])}
+    writer = open_writer(path / ms.FILE_NAME, attrs, True)
+    for k in range(1, rows + 1):
+        writer.log_train(iteration=k, objective=1.0, loss=1.0)
     writer.close(ms.COMPLETED if status == ms.RUNNING else status)
     if status == ms.RUNNING:             # a killed run's file
         with h5py.File(path / ms.FILE_NAME, "a") as f:
@@ -34,14 +39,30 @@ def _run(path, status, checkpoint=True, saved=GIVEN):
 def test_a_run_of_the_same_settings_is_kept_or_resumed(tmp_path, status, checkpoint,
                                                        expected):
     run = _run(tmp_path / "mgrit", status, checkpoint)
-    # the run directory is Hydra's, not an override it saves
-    assert plan(run, [*GIVEN, f"hydra.run.dir={run}"]) == expected
+    # the run directory and Hydra's own keys are not overrides Hydra saves with the run
+    assert plan(run, 1, [*GIVEN, f"hydra.run.dir={run}", "hydra/job_logging=disabled"]) == \
+        expected
 
 
-def test_other_settings_or_no_run_start_afresh(tmp_path):
+def test_other_settings_ranks_or_conf_files_start_afresh(tmp_path):
     run = _run(tmp_path / "mgrit", ms.COMPLETED)
-    assert plan(run, [*GIVEN, "seed=3"]) == FRESH          # ARGS changed
-    assert plan(run, list(reversed(GIVEN))) == KEPT        # the same, in another order
-    assert plan(tmp_path / "none", GIVEN) == FRESH
+    assert plan(run, 1, [*GIVEN, "seed=3"]) == FRESH            # ARGS changed
+    assert plan(run, 1, list(reversed(GIVEN))) == KEPT          # the same, reordered
+    assert plan(run, 2, GIVEN) == FRESH                         # NP changed (review)
+    with h5py.File(run / ms.FILE_NAME, "a") as f:               # a conf file changed
+        f.attrs[ms.CONFIG] = f.attrs[ms.CONFIG].replace("gamma_tik:", "gamma_tik: 1 #")
+    assert plan(run, 1, GIVEN) == FRESH
+    assert plan(tmp_path / "none", 1, GIVEN) == FRESH
     (run / ".hydra" / "overrides.yaml").write_text("{damaged")
-    assert plan(run, GIVEN) == FRESH
+    assert plan(run, 1, GIVEN) == FRESH
+
+
+def test_a_run_killed_after_its_iterations_or_still_running(tmp_path, monkeypatch):
+    """Killed after its last iteration: lptrain refuses to resume it ('the run has done
+    40 iterations'); a live run's directory was deleted under it."""
+    done = _run(tmp_path / "done", ms.RUNNING, rows=40)
+    assert plan(done, 1, GIVEN) == FRESH
+    live = _run(tmp_path / "live", ms.RUNNING)
+    (live / rundir.LOCK_FILE).write_text("thishost 12345 token\n")
+    monkeypatch.setattr(rundir, "_owner_alive", lambda host, pid: True)
+    assert plan(live, 1, [*GIVEN, "seed=1"]) == RUNNING
