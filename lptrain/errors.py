@@ -11,9 +11,9 @@ import shutil
 import sys
 
 FAILED = 1
+REFUSED = 2
 # the program's path as started, before a job may change directory (hydra.job.chdir)
 _ARGV0 = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-REFUSED = 2
 
 
 class LptrainError(Exception):
@@ -51,7 +51,7 @@ class MissingPackageError(LptrainError):
 def install_hint(extra: str) -> str:
     """How to get lptrain's optional `extra` (one of pyproject.toml's optional
     dependencies): the end of every message about a missing optional package."""
-    return f"install lptrain's {extra} extra: pip install 'lptrain[{extra}]'"
+    return f"install lptrain's {extra} extra: `pip install 'lptrain[{extra}]'`"
 
 
 class SolverError(LptrainError):

@@ -70,7 +70,7 @@ def signal_at_the_end(job: Job, comm, stop) -> None:
         message = f"{signal.Signals(signum).name} in the run's last iteration: " \
                   f"{job.run_dir} ended as metrics.h5 says"
         if sweep and is_sweep(job.sweep_dir):
-            message += (f"; the sweep stops here ({resume_command(again(job), comm.Get_size())}"
+            message += (f"; the sweep stops here (`{resume_command(again(job), comm.Get_size())}`"
                         f" carries on the jobs left)")
         elif sweep:           # a sampler's sweep (Optuna): this job's run is done
             message += ("; the sweep stops here (its sweeper saved nothing to carry it "

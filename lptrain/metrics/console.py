@@ -42,8 +42,8 @@ VAL_ITERATION = "val_iteration"  # the iteration the shown validation accuracy i
 
 # field -> (label, format); the order here is the order on screen
 _SHOWN = {
-    s.OBJECTIVE: ("J", "{:#.4g}"),    # trailing zeros kept: 0.5000 beside 0.4934
-    s.LOSS: ("loss", "{:#.4g}"),
+    s.OBJECTIVE: ("J", "{:#.4g}"),    # trailing zeros kept: 0.5000 beside 0.4934 (a
+    s.LOSS: ("loss", "{:#.4g}"),      # bare point, 1234., stat_parts strips)
     s.ACCURACY: ("acc", "{:.3f}"),
     VAL_ACCURACY: ("val", "{:.3f}"),
 }
@@ -73,6 +73,12 @@ class _Terminal(RichConsole):
                     "every line)")
 
 
+def _digits(value: float, digits: int) -> str:
+    """`value` to `digits` significant digits with their trailing zeros (0.250, not
+    0.25), without a bare point (1234, not 1234.)."""
+    return f"{value:#.{digits}g}".rstrip(".")
+
+
 def stat_parts(values: dict, seconds_per_iteration: float | None = None,
                iteration: int | None = None) -> list[str]:
     """The fields present in `values` and the iteration time so far, as groups that stay
@@ -81,10 +87,11 @@ def stat_parts(values: dict, seconds_per_iteration: float | None = None,
     accuracy from an earlier iteration than `iteration` names it: 'val 0.835 (it 10)'."""
     at = values.get(VAL_ITERATION)
     stale = f" (it {at})" if at is not None and at != iteration else ""
-    parts = [f"{label} {fmt.format(values[name])}{stale if name == VAL_ACCURACY else ''}"
+    parts = [f"{label} {fmt.format(values[name]).rstrip('.')}"
+             f"{stale if name == VAL_ACCURACY else ''}"
              for name, (label, fmt) in _SHOWN.items() if values.get(name) is not None]
     if seconds_per_iteration is not None:
-        parts.append(f"{seconds_per_iteration:#.3g} s/it")
+        parts.append(f"{_digits(seconds_per_iteration, 3)} s/it")
     for label, (its, res) in _SOLVES.items():
         solve = [f"{values[its]} it" if values.get(its) is not None else "",
                  f"{values[res]:.1e}" if values.get(res) is not None else ""]

@@ -91,9 +91,12 @@ def for_terminal(text: str, stream, columns: int | None = None) -> str:
     a pipe or file gets the line whole."""
     if not _terminal(stream):
         return text
-    width = columns or shutil.get_terminal_size().columns
+    try:      # the stream's own terminal (stdout may go to a file)
+        width = columns or os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        width = shutil.get_terminal_size().columns
     kept = _COMMAND.sub(lambda m: m.group(0).replace(" ", "\0"), text)
     kept = kept.replace("resume with: ", "resume\0with: ")
     lines = textwrap.wrap(kept, width, subsequent_indent="  ", break_long_words=False,
-                          break_on_hyphens=False)
+                          break_on_hyphens=False, expand_tabs=False)
     return "\n".join(line.replace("\0", " ") for line in lines) or text

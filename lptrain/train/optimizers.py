@@ -48,8 +48,8 @@ def finite_gradient(g: torch.Tensor) -> torch.Tensor:
 
 def _finite(point) -> None:
     if not math.isfinite(point.objective):
-        raise DivergedError(f"diverged: objective became {point.objective}: lower the "
-                            f"step size (optimizer.step0) or check the data scaling")
+        raise DivergedError(f"diverged: objective became {point.objective}: "
+                            f"{DIVERGED_REMEDY}")
 
 
 class LBFGS:
@@ -145,8 +145,8 @@ class LBFGS:
                 continue                        # once more along −g
             elif overflow is not None:          # no finite objective near θ along −g
                 raise DivergedError(f"diverged: objective {overflow[0]} at every trial step "
-                                    f"along -g down to {overflow[1]:.3g}: lower "
-                                    f"optimizer.step0 or check the data scaling")
+                                    f"along -g down to {overflow[1]:.3g}: "
+                                    f"{DIVERGED_REMEDY}")
             else:
                 return theta, StepInfo(
                     objective=point.objective, loss=point.loss, accuracy=point.accuracy,

@@ -175,6 +175,7 @@ def test_a_switch_given_a_number_is_refused():
                                               f"takes true or false$"):
             check_command([given])
     for fine in ("train.fail_on_stall=true", "train.fail_on_stall=0", "train.fail_on_stall=Yes",
+                 "train.fail_on_stall='true'", "train.fail_on_stall=y",       # review
                  "train.fail_on_stall=${mgrit.adaptive}", "train.iterations=2"):
         check_command([fine])
 
@@ -488,6 +489,10 @@ def test_a_sweeps_split_is_checked_on_the_commands_ranks_before_any_job():
     with pytest.raises(ConfigError, match=r"parallel.layer_ranks=2: only 1 C-interval"):
         check_command(["-m", "mode=mgrit", "network.layers=64,1", "parallel.layer_ranks=1,2"],
                       ranks=2)
+    # a group that sets cfactor0 and levels joins them (review)
+    with pytest.raises(ConfigError, match=r"parallel.layer_ranks=4: only 2 C-intervals"):
+        check_command(["-m", "mode=mgrit", "network.layers=8", "mgrit=paper,default",
+                       "parallel.layer_ranks=1,4"], ranks=4)
     from lptrain.config import sweep_samples
     assert sweep_samples(["network.layers=64,1", "parallel.layer_ranks=1,2", "seed=1,2"]) == [
         ["network.layers=64", "parallel.layer_ranks=1", "seed=1"],

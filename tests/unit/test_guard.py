@@ -359,7 +359,7 @@ def test_a_signal_after_the_last_iteration_is_said_and_ends_only_a_sweep(
         with pytest.raises(SystemExit):
             stops.signal_at_the_end(job, _OneRank(), stop)
         line = capsys.readouterr().err
-        assert f"the sweep stops here (lptrain resume={sweep_dir} carries on" in line
+        assert f"the sweep stops here (`lptrain resume={sweep_dir}` carries on" in line
 
 
 def test_the_command_ignores_signals_once_its_work_is_done(signals):

@@ -501,3 +501,20 @@ def test_a_line_on_stderr_breaks_between_words_on_a_terminal_only():
         "lptrain: error: foo: not an lptrain option (added with '+'?);",
         "  `lptrain --cfg job` lists the options"]
     assert for_terminal(stop, io.StringIO(), 80) == stop          # a pipe: one line
+    # the sweep's command and an install hint stay whole (review: split over lines)
+    sweep = ("lptrain: SIGINT in the run's last iteration: /tmp/s/0 ended as metrics.h5 "
+             "says; the sweep stops here (`mpiexec -n 2 lptrain resume=/tmp/s` carries on "
+             "the jobs left)")
+    assert "`mpiexec -n 2 lptrain resume=/tmp/s`" in for_terminal(sweep, Terminal(), 60)
+    hint = "lptrain: error: no tensorboard: install lptrain's tensorboard extra: " \
+           "`pip install 'lptrain[tensorboard]'`"
+    assert "`pip install 'lptrain[tensorboard]'`" in for_terminal(hint, Terminal(), 80)
+
+
+def test_progress_numbers_keep_their_digits_without_a_bare_point():
+    from lptrain.metrics.console import stat_parts
+    from lptrain.metrics import schema as s
+    assert stat_parts({s.OBJECTIVE: 0.5, s.LOSS: 0.4934}, 0.25) == \
+        ["J 0.5000", "loss 0.4934", "0.250 s/it"]
+    assert stat_parts({s.OBJECTIVE: 1234.5, s.LOSS: 2000.0}, 123.4) == \
+        ["J 1234", "loss 2000", "123 s/it"]          # review: 'J 1234.', '123. s/it'

@@ -362,3 +362,16 @@ class NaNGradient(Quadratic):
 def test_every_optimizer_refuses_a_gradient_that_is_not_finite(make):
     with pytest.raises(DivergedError, match=r"^diverged: the gradient is not finite"):
         make().step(torch.ones(2, dtype=torch.float64), NaNGradient())
+
+
+def test_lbfgs_refuses_a_gradient_that_is_not_finite_at_the_accepted_trial():
+    """The start's gradient is finite, the accepted trial's is not (review: that path
+    had no test)."""
+    start = torch.ones(2, dtype=torch.float64)
+
+    class AtTrials(Quadratic):
+        def gradient(self, ev):
+            return ev.theta.clone() if torch.equal(ev.theta, start) else \
+                torch.full_like(ev.theta, math.nan)
+    with pytest.raises(DivergedError, match=r"^diverged: the gradient is not finite"):
+        LBFGS(LBFGSOptions()).step(start, AtTrials())
