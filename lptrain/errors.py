@@ -156,6 +156,13 @@ DIVERGED_REMEDY = "lower the step size (optimizer.lr; L-BFGS: optimizer.step0) o
                   "the data scaling"
 
 
+# ... and one at the initial parameters, where no step size is to blame
+DIVERGED_AT_START = "at the initial parameters, before any step: check network.T, " \
+                    "network.init_* and the data scaling; in mode=mgrit or simultaneous " \
+                    "the MGRIT solve may not converge at this layer step T/N (more layers " \
+                    "or mode=serial)"
+
+
 class StalledError(LptrainError):
     """Training stopped making progress and the user asked for a non-zero exit."""
 

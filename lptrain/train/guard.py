@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from lptrain.errors import DIVERGED_AT_START
 from lptrain.errors import DIVERGED_REMEDY as REMEDY
 from lptrain.errors import DivergedError
 from lptrain.train.stop import NoStop, StopSignals  # noqa: F401 (their home before)
@@ -126,7 +127,10 @@ class Progress:
             self.first_objective = objective
         ref = max(self.first_objective or 0.0, _TINY)
         if not math.isfinite(objective):
-            raise DivergedError(f"diverged: objective {objective} at iteration {k}: {REMEDY}")
+            start = k == 1 and at_start      # SGD, Adam: the parameters it started from
+            raise DivergedError(f"diverged: objective {objective} "
+                                + (DIVERGED_AT_START if start else
+                                   f"at iteration {k}: {REMEDY}"))
         if objective > DIVERGENCE_FACTOR * ref:
             raise DivergedError(f"diverged: objective {objective:.3e} at iteration {k} exceeds "
                                 f"{DIVERGENCE_FACTOR:g} x the first iteration's {ref:.3e}: "

@@ -210,9 +210,7 @@ def _log_step(k: int, info, dt: float, wall: float, oracle, writer) -> dict | No
                      ls_trials=info.ls_trials, lbfgs_skipped=info.lbfgs_skipped,
                      lbfgs_reset=info.lbfgs_reset, ls_failed=info.ls_failed)
     stats = oracle.record()          # collective on a data grid: every rank, every time
-    if not math.isfinite(info.objective):    # no gradient was solved: the last one's stats
-        return None
-    if stats is not None:
+    if stats is not None:            # a non-finite objective's: its forward solve alone
         writer.log_mgrit(iteration=k, **stats)
     return stats
 

@@ -14,7 +14,7 @@ import torch
 from torch.optim.adam import adam
 from torch.optim.sgd import sgd
 
-from lptrain.errors import DIVERGED_REMEDY, DivergedError, require
+from lptrain.errors import DIVERGED_AT_START, DIVERGED_REMEDY, DivergedError, require
 from lptrain.train.protocol import Oracle, Point
 from lptrain.train.schedules import SCHEDULES
 
@@ -46,10 +46,13 @@ def finite_gradient(g: torch.Tensor) -> torch.Tensor:
     return g
 
 
-def _finite(point) -> None:
+def _finite(point, first: bool = False) -> None:
+    """DivergedError unless the objective is finite (`first`: at the initial
+    parameters, where no step size is to blame)."""
     if not math.isfinite(point.objective):
-        raise DivergedError(f"diverged: objective became {point.objective}: "
-                            f"{DIVERGED_REMEDY}")
+        raise DivergedError(f"diverged: objective {point.objective} "
+                            + (DIVERGED_AT_START if first else
+                               f"at the current parameters: {DIVERGED_REMEDY}"))
 
 
 class LBFGS:
@@ -72,7 +75,7 @@ class LBFGS:
 
     def _start(self, theta, oracle: Oracle):
         ev = oracle.value(theta)
-        _finite(ev.point)
+        _finite(ev.point, first=self.current is None)
         grad = finite_gradient(oracle.gradient(ev))
         oracle.accept(ev)
         self.current = (ev.point, grad)
@@ -231,6 +234,7 @@ class _TorchOptimizer:
         ev = oracle.value(theta)
         point = ev.point
         if not math.isfinite(point.objective):   # no step from here: the loop's divergence
+            oracle.accept(ev)      # its record is this evaluation's (the solve that failed)
             return theta, StepInfo(objective=point.objective, loss=point.loss,   # rule ends
                                    accuracy=point.accuracy, grad_norm=math.nan,  # the run,
                                    step_size=0.0, at_start=True)                 # its row kept

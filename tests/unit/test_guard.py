@@ -30,6 +30,11 @@ def test_divergence_rule_keeps_the_last_good_parameters():
         with pytest.raises(DivergedError, match="iteration 4"):
             p.check(4, bad, torch.zeros(2))
     assert p.iteration == 2
+    # SGD/Adam's first objective is at the initial parameters: no step size to blame
+    # (held-out: an MGRIT solve that overflowed at θ0 was told to lower the step size)
+    with pytest.raises(DivergedError, match=r"^diverged: objective inf at the initial "
+                                            r"parameters, before any step: check network.T"):
+        Progress(torch.zeros(2)).check(1, math.inf, torch.zeros(2), at_start=True)
 
 
 def test_parameters_whose_objective_comes_with_the_next_step_wait_for_it():
@@ -155,8 +160,9 @@ def test_a_non_finite_objective_of_sgd_ends_with_its_row_and_the_rules_line(tmp_
     m = read_metrics(tmp_path / ms.FILE_NAME)
     assert list(m.train[ms.ITERATION]) == [1, 2] and m.train[ms.OBJECTIVE][1] == math.inf
     assert load_model(tmp_path, "last").iteration == 0
-    # with MGRIT: no solve record for the iteration that solved no gradient (review: it
-    # repeated the last one's)
+    # with MGRIT: the iteration's own solve record, its forward solve alone (it had
+    # repeated the last one's; then it had none, and the console repeated the last
+    # iteration's numbers)
     (tmp_path / "mgrit").mkdir()
     with pytest.raises(DivergedError):
         app.run(composed("optimizer=sgd", "optimizer.lr=1e300", "network.layers=4",
@@ -164,7 +170,8 @@ def test_a_non_finite_objective_of_sgd_ends_with_its_row_and_the_rules_line(tmp_
                          "mode=mgrit", "mgrit.levels=2", "mgrit.cfactor0=2"),
                 None, tmp_path / "mgrit")
     m = read_metrics(tmp_path / "mgrit" / ms.FILE_NAME)
-    assert list(m.train[ms.ITERATION]) == [1, 2] and list(m.mgrit[ms.ITERATION]) == [1]
+    assert list(m.train[ms.ITERATION]) == [1, 2] and list(m.mgrit[ms.ITERATION]) == [1, 2]
+    assert m.mgrit[ms.ADJ_ITERATIONS][0] > 0 and m.mgrit[ms.ADJ_ITERATIONS][1] in (0, -1)
 
 
 def test_reference_is_the_first_objective_even_if_it_is_tiny():

@@ -173,7 +173,8 @@ def test_curvature_update_skipped_when_not_positive():
 
 
 def test_divergence_is_reported():
-    with pytest.raises(DivergedError, match="objective became inf"):     # L-BFGS's start
+    with pytest.raises(DivergedError, match="^diverged: objective inf at the initial "
+                                            "parameters, before any step: check "):
         LBFGS(LBFGSOptions()).step(torch.ones(2, dtype=torch.float64),
                                    Quadratic(bad=lambda t: True))
     # SGD's evaluation is of the parameters it started from: no step, the objective for
