@@ -149,6 +149,7 @@ class Console:
                  err_file: IO[str] | None = None, cadence: Cadence = Cadence(),
                  clock: Callable[[], float] = time.monotonic, width: int | None = None):
         self.enabled, self.total, self.title = enabled, total, title
+        self._closed = False
         self.notes = tuple(notes)        # lines that go with the title, shown once
         self.cadence, self._clock = cadence, clock
         self._values: dict = {}
@@ -262,8 +263,9 @@ class Console:
 
     def close(self) -> None:
         """Stop the live display, leaving its last state on screen; print the latest
-        iteration if its line was not due yet (a run that stopped early). Later calls do
-        nothing."""
+        iteration if its line was not due yet (a run that stopped early), or, in a pipe,
+        the title and notes where no iteration was shown (a run that diverged in its
+        first: only its error line had said anything). Later calls do nothing."""
         if not self.enabled:
             return
         if self._live is not None:
@@ -272,6 +274,12 @@ class Console:
         if self._iteration is not None and self._shown is not None \
                 and self._shown < self._updated:
             self._print_progress()
+        elif self._shown is None and not self.live and not self._closed:   # (a terminal's
+            # live display has shown the title from the start, the notes above it)
+            for line in (self.title, *self.notes):
+                log.info(line)
+                self._out.print(Text(line), soft_wrap=True)
+        self._closed = True
 
     def __enter__(self) -> Console:
         return self

@@ -518,3 +518,17 @@ def test_progress_numbers_keep_their_digits_without_a_bare_point():
         ["J 0.5000", "loss 0.4934", "0.250 s/it"]
     assert stat_parts({s.OBJECTIVE: 1234.5, s.LOSS: 2000.0}, 123.4) == \
         ["J 1234", "loss 2000", "123 s/it"]          # review: 'J 1234.', '123. s/it'
+
+
+def test_a_run_that_ends_before_its_first_row_still_shows_its_title():
+    """An L-BFGS run diverging in its first iteration printed only its error line: no
+    title, no notes (held-out)."""
+    out = io.StringIO()
+    with Console(True, 10, "serial peaks N=32", notes=["MGRIT levels: 32 / 8"], file=out):
+        pass
+    assert out.getvalue().splitlines() == ["serial peaks N=32", "MGRIT levels: 32 / 8"]
+    out = io.StringIO()
+    with Console(True, 10, "serial peaks N=32", file=out) as c:
+        c.update(1, loss=0.5)
+    c.close()                                     # later calls do nothing
+    assert out.getvalue().count("serial peaks N=32") == 1
