@@ -216,8 +216,16 @@ def _lead(args: list[str], ranks: int) -> int:
             # Hydra reports a bad one in five lines with a pointer to HYDRA_FULL_ERROR
             check_command([a for a in args if a in ("-m", "--multirun")
                            or ("=" in a and not a.startswith("-"))])
-            sys.argv = [sys.argv[0], *args]
-            _hydra_entry()
+            sys.argv = [sys.argv[0], *overrides_first(args)]
+            try:
+                with hydra_raising() as ours:
+                    _hydra_entry()
+            except Exception as exc:      # Hydra's own error (a comma value: 6 lines)
+                if not ours:
+                    raise
+                line, status = hydra_failure(exc, ".", [], 0, False)
+                _say(line.split("; traceback in ")[0])
+                return status
             return 0
         check_hydra_keys([a for a in args if a.lstrip("+").startswith("hydra.")])
         if checkable:
@@ -238,7 +246,9 @@ def _lead(args: list[str], ranks: int) -> int:
         _say(str(exc) + _split_hint(str(exc), ranks))
         return exc.exit_code
     saved = SavedFiles(_resuming[0] / ".hydra") if _resuming and not _sweep else None
-    sys.argv = [sys.argv[0], *args]
+    # the run directory went last (directory_args): Hydra's parser takes no override
+    # after a flag
+    sys.argv = [sys.argv[0], *overrides_first(args)]
     try:
         with hydra_raising() as ours:
             _hydra_entry()
@@ -251,7 +261,7 @@ def _lead(args: list[str], ranks: int) -> int:
     finally:
         if saved and REFUSED in _failures:    # the run stays as it was
             _put_back(saved.restore)
-    if fresh and not multirun(args) and _failures == [REFUSED]:   # nothing ran
+    if fresh and _failures == [REFUSED]:   # nothing ran (a sweep: no job started)
         remove_refused(directory, empty_parents=made)
     return max(_failures, default=0)
 

@@ -51,6 +51,11 @@ def check_flags(args: list[str]) -> None:
     def refuse(message: str):
         raise ConfigError(f"{message} (lptrain --help lists the options)")
     parser.error = refuse
+    for a in args:      # `-mc job`: argparse takes it, lptrain's own reading does not
+        flag = a.split("=", 1)[0]
+        if a.startswith("-") and not a.startswith("--") and len(flag) > 2 and \
+                flag not in parser._option_string_actions:
+            refuse(f"{a}: give Hydra's flags one by one, as written there")
     parser.parse_args(args)
 
 

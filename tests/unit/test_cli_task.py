@@ -255,3 +255,22 @@ def test_a_resume_of_a_folder_of_runs_or_of_two_directories_is_refused_as_such(
     with pytest.raises(ConfigError, match=re.escape(
             f"resume={tmp_path} resume=/x: resume= takes one run or sweep directory")):
         cli._resume_args([f"resume={tmp_path}", "resume=/x"])
+
+
+def test_combined_flags_a_comma_under_cfg_and_a_refused_sweep_leave_nothing(
+        monkeypatch, tmp_path, capsys):
+    """`-mc job` passed Hydra's parser but not lptrain's reading of -m and --cfg (a run
+    directory, then Hydra's usage); `--cfg job network.width=4,8` gave Hydra's 6 lines
+    and exit 1; a sweep Hydra refused (a bad --config-name) left its directory."""
+    from lptrain.command_args import check_flags
+    with pytest.raises(ConfigError, match=r"^-mc: give Hydra's flags one by one"):
+        check_flags(["-mc", "job"])
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "_failures", [])
+    assert cli._lead(["--cfg", "job", "network.width=4,8"], 1) == REFUSED
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["lptrain: error: Ambiguous value for argument 'network.width=4,8'"]
+    assert cli._lead(["-m", "--config-name=nonexist", "hydra.sweep.dir=g3"], 1) == REFUSED
+    assert capsys.readouterr().err.startswith("lptrain: error: Cannot find primary config "
+                                              "'nonexist'")
+    assert list(tmp_path.iterdir()) == []
