@@ -199,7 +199,6 @@ def _split_hint(message: str, ranks: int) -> str:
 
 def _lead(args: list[str], ranks: int) -> int:
     """Rank 0: check the command, claim its directory, run Hydra; the exit status."""
-    args = overrides_first(args)
     _typed[:] = args
     checkable = all(a in ("-m", "--multirun") or not a.startswith("-") for a in args)
     try:
@@ -216,17 +215,7 @@ def _lead(args: list[str], ranks: int) -> int:
             # Hydra reports a bad one in five lines with a pointer to HYDRA_FULL_ERROR
             check_command([a for a in args if a in ("-m", "--multirun")
                            or ("=" in a and not a.startswith("-"))])
-            sys.argv = [sys.argv[0], *overrides_first(args)]
-            try:
-                with hydra_raising() as ours:
-                    _hydra_entry()
-            except Exception as exc:      # Hydra's own error (a comma value: 6 lines)
-                if not ours:
-                    raise
-                line, status = hydra_failure(exc, ".", [], 0, False)
-                _say(line.split("; traceback in ")[0])
-                return status
-            return 0
+            return _hydra(args) or 0      # Hydra's own error (a comma value) in one line
         check_hydra_keys([a for a in args if a.lstrip("+").startswith("hydra.")])
         if checkable:
             # the split on these ranks, job by job; a resumed sweep's finished jobs had
@@ -246,24 +235,34 @@ def _lead(args: list[str], ranks: int) -> int:
         _say(str(exc) + _split_hint(str(exc), ranks))
         return exc.exit_code
     saved = SavedFiles(_resuming[0] / ".hydra") if _resuming and not _sweep else None
-    # the run directory went last (directory_args): Hydra's parser takes no override
-    # after a flag
-    sys.argv = [sys.argv[0], *overrides_first(args)]
     try:
-        with hydra_raising() as ours:
-            _hydra_entry()
-    except Exception as exc:      # Hydra's own error or a sweeper plugin's
-        if not ours:
-            raise
-        line, status = hydra_failure(exc, directory, _failures, _jobs[0], multirun(args))
-        _say(line)
-        _failures.append(status)
+        status = _hydra(args, directory, multirun(args))
+        if status is not None:
+            _failures.append(status)
     finally:
         if saved and REFUSED in _failures:    # the run stays as it was
             _put_back(saved.restore)
     if fresh and _failures == [REFUSED]:   # nothing ran (a sweep: no job started)
         remove_refused(directory, empty_parents=made)
     return max(_failures, default=0)
+
+
+def _hydra(args: list[str], directory: str | None = None, sweep: bool = False) -> int | None:
+    """Hydra's run of the command `args`, its overrides ahead of its flags (its parser
+    takes none after a flag; the run directory went last, directory_args); the exit
+    status of an error Hydra or a sweeper plugin ended it with, said in one line (its
+    traceback in `directory`, if any), else None."""
+    sys.argv = [sys.argv[0], *overrides_first(args)]
+    try:
+        with hydra_raising() as ours:
+            _hydra_entry()
+    except Exception as exc:
+        if not ours:
+            raise
+        line, status = hydra_failure(exc, directory, _failures, _jobs[0], sweep)
+        _say(line)
+        return status
+    return None
 
 
 def _put_back(restore) -> None:

@@ -51,6 +51,7 @@ def check_flags(args: list[str]) -> None:
     def refuse(message: str):
         raise ConfigError(f"{message} (lptrain --help lists the options)")
     parser.error = refuse
+    args = overrides_first(args)      # as the command goes to Hydra (cli._hydra)
     for a in args:      # `-mc job`: argparse takes it, lptrain's own reading does not
         flag = a.split("=", 1)[0]
         if a.startswith("-") and not a.startswith("--") and len(flag) > 2 and \
@@ -160,12 +161,12 @@ def hydra_raising(environ=os.environ):
             environ[FULL_ERROR] = before
 
 
-def hydra_failure(exc: Exception, directory: str, failures: list[int], jobs: int,
+def hydra_failure(exc: Exception, directory: str | None, failures: list[int], jobs: int,
                   sweep: bool = True) -> tuple[str, int]:
     """(one line, exit status) for an error that ended Hydra: its own (a bad override,
     a configuration it could not compose: refused) or another, a sweeper plugin's say,
-    whose traceback goes to the (sweep) directory; `failures` are the exit statuses of
-    the failed jobs."""
+    whose traceback goes to the (sweep) directory (None: a command that writes nothing,
+    --cfg); `failures` are the exit statuses of the failed jobs."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -174,10 +175,12 @@ def hydra_failure(exc: Exception, directory: str, failures: list[int], jobs: int
         return str(one_line_error(exc)), REFUSED
     ended = "the sweeper ended the sweep" if sweep else "Hydra ended the run"
     line = f"{ended}: {type(exc).__name__}: {one_line(exc)}"
-    if isinstance(exc, OSError) and not exc.filename:   # Hydra's writes name no file
-        line += f" (writing in {directory})"
+    if isinstance(exc, OSError) and not exc.filename and directory:   # Hydra's writes
+        line += f" (writing in {directory})"                          # name no file
     if failures:
         line += f" ({len(failures)} of its {jobs} jobs failed: their lines above)"
+    if directory is None:
+        return line, max([*failures, FAILED])
     trace = Path(directory) / HYDRA_TRACE
     try:
         trace.write_text("".join(traceback.format_exception(exc)))
