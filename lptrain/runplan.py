@@ -36,32 +36,31 @@ def plan(run_dir: str | Path, ranks: int, overrides: list[str]) -> str:
         return FRESH
     if run_alive(run_dir):
         return RUNNING
-    if not _same(run_dir, ranks, given):
+    config = _same(run_dir, ranks, given)
+    if config is None:
         return FRESH
     status, _ = run_status(metrics)
     if status in ENDED:
         return KEPT
-    from lptrain.config import compose
-    iterations = compose(given)[0].train.iterations
-    resumable = (run_dir / CHECKPOINT_FILE).is_file() and last_iteration(metrics) < iterations
-    return RESUME if resumable else FRESH
+    left = last_iteration(metrics) < config["train"]["iterations"]
+    return RESUME if left and (run_dir / CHECKPOINT_FILE).is_file() else FRESH
 
 
-def _same(run_dir: Path, ranks: int, overrides: list[str]) -> bool:
-    """Whether the run was given these overrides on `ranks` ranks and its configuration
-    is what they compose to now."""
+def _same(run_dir: Path, ranks: int, overrides: list[str]) -> dict | None:
+    """The run's configuration where it was given these overrides on `ranks` ranks and
+    its configuration is what they compose to now, else None."""
     import yaml
 
     from lptrain.config import compose
     saved = run_dir / ".hydra" / "overrides.yaml"
     try:
-        if not saved.is_file() or sorted(saved_overrides(saved)) != sorted(overrides):
-            return False
+        if not saved.is_file() or sorted(saved_overrides(saved)) != sorted(overrides) or \
+                root_attr(run_dir / ms.FILE_NAME, ms.WORLD_SIZE) != ranks:
+            return None
         config = yaml.safe_load(root_attr(run_dir / ms.FILE_NAME, ms.CONFIG) or "")
-        return root_attr(run_dir / ms.FILE_NAME, ms.WORLD_SIZE) == ranks and \
-            config == compose(overrides)[1]
+        return config if config == compose(overrides)[1] else None
     except (LptrainError, yaml.YAMLError):
-        return False
+        return None
 
 
 if __name__ == "__main__":
