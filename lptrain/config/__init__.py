@@ -97,6 +97,12 @@ def compose(overrides: Sequence[str]):
         raise group_value_error(exc, overrides) from None
 
 
+def _key_value(override: str) -> tuple[str, str]:
+    """An override's key, without Hydra's +, ++ or ~, and its value as typed."""
+    key, _, value = override.partition("=")
+    return key.lstrip("+~"), value
+
+
 def group_value_error(exc: ValueError, overrides: Sequence[str]):
     """The ConfigError of Hydra's 'Config group override must be a string' (a group set
     to null, a number or true; an override without a key: `lptrain $UNSET=5`), naming
@@ -106,8 +112,7 @@ def group_value_error(exc: ValueError, overrides: Sequence[str]):
     if "Config group override" not in str(exc):
         raise exc
     for o in overrides:
-        key, _, val = o.partition("=")
-        key = key.lstrip("+~")
+        key, val = _key_value(o)
         if not key:
             return ConfigError(f"{o!r}: an override needs a key (key=value)")
         group = key in GROUPS or key.startswith("hydra/")
@@ -157,7 +162,7 @@ def sweep_samples(overrides: list[str]) -> list[list[str]]:
     for i, vs in enumerate(values):
         samples += [first[:i] + [v] + first[i + 1:] for v in vs[1:]]
     joint = [i for i, vs in enumerate(values) if len(vs) > 1 and
-             vs[0].split("=", 1)[0].lstrip("+~") in SPLIT_KEYS]
+             _key_value(vs[0])[0] in SPLIT_KEYS]
     if len(joint) > 1 and math.prod(len(values[i]) for i in joint) <= JOINT_MOST:
         for chosen in itertools.product(*(values[i] for i in joint)):
             sample = list(first)
@@ -176,8 +181,7 @@ def check_switches(cfg, overrides: Sequence[str]) -> None:
 
     from lptrain.errors import ConfigError
     for o in overrides:
-        key, _, val = o.partition("=")
-        key = key.lstrip("+~")
+        key, val = _key_value(o)
         try:
             number = float(val.strip().strip("'\""))
         except ValueError:
