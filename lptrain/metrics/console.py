@@ -42,10 +42,10 @@ VAL_ITERATION = "val_iteration"  # the iteration the shown validation accuracy i
 
 # field -> (label, format); the order here is the order on screen
 _SHOWN = {
-    s.OBJECTIVE: ("J", "{:#.4g}"),    # trailing zeros kept: 0.5000 beside 0.4934 (a
-    s.LOSS: ("loss", "{:#.4g}"),      # bare point, 1234., stat_parts strips)
-    s.ACCURACY: ("acc", "{:.3f}"),
-    VAL_ACCURACY: ("val", "{:.3f}"),
+    s.OBJECTIVE: ("J", lambda v: _digits(v, 4)),      # 0.5000 beside 0.4934
+    s.LOSS: ("loss", lambda v: _digits(v, 4)),
+    s.ACCURACY: ("acc", "{:.3f}".format),
+    VAL_ACCURACY: ("val", "{:.3f}".format),
 }
 # MGRIT solves are shown as "fwd <iterations> it <residual>"
 _SOLVES = {"fwd": (s.FWD_ITERATIONS, s.FWD_RESIDUAL), "adj": (s.ADJ_ITERATIONS, s.ADJ_RESIDUAL)}
@@ -87,8 +87,7 @@ def stat_parts(values: dict, seconds_per_iteration: float | None = None,
     accuracy from an earlier iteration than `iteration` names it: 'val 0.835 (it 10)'."""
     at = values.get(VAL_ITERATION)
     stale = f" (it {at})" if at is not None and at != iteration else ""
-    parts = [f"{label} {fmt.format(values[name]).rstrip('.')}"
-             f"{stale if name == VAL_ACCURACY else ''}"
+    parts = [f"{label} {fmt(values[name])}{stale if name == VAL_ACCURACY else ''}"
              for name, (label, fmt) in _SHOWN.items() if values.get(name) is not None]
     if seconds_per_iteration is not None:
         parts.append(f"{_digits(seconds_per_iteration, 3)} s/it")
