@@ -83,12 +83,20 @@ def differing(values: Sequence[dict], common_only: bool) -> list[str]:
 
 
 def typed_overrides(run: RunMetrics) -> dict:
-    """{key: value as typed} of the run's command-line overrides; {} without the file."""
+    """{key: value as typed} of the run's command-line overrides; {} without the file.
+    A value typed as an interpolation (`seed=${hydra:job.num}`) is left out: the same
+    text in every job, it would hide the value each job ran with, which its config has."""
     items = _hydra_file(run, "overrides.yaml")
     if not isinstance(items, list):
         return {}
     pairs = (str(item).split("=", 1) for item in items)
-    return {key.lstrip("+~"): value for key, value, *_ in (p + [""] for p in pairs)}
+    return {key.lstrip("+~"): value for key, value, *_ in (p + [""] for p in pairs)
+            if not _interpolated(value)}
+
+
+def _interpolated(value: str) -> bool:
+    """Whether a typed value is an interpolation (a sweep's job stores it escaped)."""
+    return "${" in value or "$\\{" in value
 
 
 def hydra_choices(run: RunMetrics) -> dict:

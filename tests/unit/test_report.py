@@ -199,6 +199,19 @@ def test_labels_show_every_typed_difference_then_what_tells_runs_apart(tmp_path)
     assert run_labels(runs) == ["mgrit mgrit.levels=2", "serial"]   # serial runs no MGRIT
 
 
+def test_labels_show_each_jobs_value_of_an_interpolated_override(tmp_path):
+    """Were '#1'/'#2': `seed=${hydra:job.num}` is the same typed text in every job (a
+    sweep's job stores it escaped), which hid the seed each job ran with."""
+    for job, typed in enumerate((r"seed=$\{hydra\:job.num\}", "seed=${oc.env:S}")):
+        for num in (0, 1):
+            path = fake_run(tmp_path / str(job) / str(num), "serial", 0.1)
+            with h5py.File(path, "a", locking=False) as f:
+                f.attrs[s.CONFIG] = f"seed: {num}\noptimizer:\n  lr: 1.0\n"
+            _typed(tmp_path / str(job) / str(num), [typed, "optimizer.lr=1.0"])
+        runs = [read_metrics(p) for p in find_metrics([tmp_path / str(job)])]
+        assert run_labels(runs) == ["serial seed=0", "serial seed=1"]
+
+
 def test_a_multiruns_jobs_are_found_in_job_order(tmp_path):
     """Were 0, 1, 10, 11, 2, ...: the report's rows and legend out of job order."""
     for job in (0, 1, 2, 10, 11):
