@@ -68,6 +68,9 @@ def _resume_args(args: list[str]) -> list[str]:
     if len(twice) > 1:       # the second was dropped without a word
         raise ConfigError(f"{' '.join(twice)}: resume= takes one run or sweep directory")
     rest = [a for a in args if not a.startswith("resume=")]
+    if multirun(rest):
+        raise ConfigError(f"{_sweep_switch(rest)}: resume= carries on a sweep by itself "
+                          f"when given the sweep's directory; drop {_sweep_switch(rest)}")
     bad = [a for a in rest if a.split("=", 1)[0] not in RESUME_KEYS]
     if bad:
         raise ConfigError(f"{bad[0]}: with resume= only {', '.join(RESUME_KEYS)} can be "
@@ -91,6 +94,11 @@ def _resume_args(args: list[str]) -> list[str]:
     num = job_number(run_dir)      # a sweep's job resumed alone stays that job
     job = [] if num is None else [f"hydra.job.num={num}"]
     return [*kept, *rest, *job, dir_override("hydra.run.dir", run_dir)]
+
+
+def _sweep_switch(args: list[str]) -> str:
+    """The argument, as typed, that asks for a sweep (-m, --multirun, hydra.mode=...)."""
+    return next(a for a in args if multirun([a]))
 
 
 def _holds_runs(held: list[Path]) -> str:
@@ -208,9 +216,10 @@ def _lead(args: list[str], ranks: int) -> int:
         if informational(args):      # --help, --cfg job, --info ...: nothing to write
             if multirun(args):       # Hydra's answer is a 20-line traceback
                 from lptrain.errors import ConfigError
-                raise ConfigError("-m: --cfg, --info and --hydra-help show one "
-                                  "configuration, not a sweep's; drop -m (and give one "
-                                  "value per key)")
+                word = _sweep_switch(args)
+                raise ConfigError(f"{word}: --cfg, --info and --hydra-help show one "
+                                  f"configuration, not a sweep's; drop {word} (and give "
+                                  f"one value per key)")
             # its overrides (key=value; a flag's own value has no '=') are checked first:
             # Hydra reports a bad one in five lines with a pointer to HYDRA_FULL_ERROR
             check_command([a for a in args if a in ("-m", "--multirun")

@@ -258,15 +258,29 @@ def test_a_bad_override_beside_an_informational_flag_is_refused_in_one_line(caps
     assert len(lines) == 1 and lines[0].startswith("lptrain: error: optimizer."), lines
 
 
-@pytest.mark.parametrize("args", [["--cfg", "job", "-m", "seed=1,2"], ["--info", "-m"]])
+@pytest.mark.parametrize("args", [["--cfg", "job", "-m", "seed=1,2"], ["--info", "-m"],
+                                  ["--cfg", "job", "hydra.mode=MULTIRUN"]])
 def test_an_informational_flag_with_a_sweep_is_refused_in_one_line(capsys, args):
     """`lptrain --cfg job -m seed=1,2` ended in Hydra's 20-line traceback (only one of
-    --run, --multirun, --cfg, --info ...), exit 1."""
+    --run, --multirun, --cfg, --info ...), exit 1; hydra.mode=MULTIRUN was named -m."""
     from lptrain import cli
     assert cli._lead(args, 1) == REFUSED
+    word = "-m" if "-m" in args else "hydra.mode=MULTIRUN"
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines == ["lptrain: error: -m: --cfg, --info and --hydra-help show one "
-                     "configuration, not a sweep's; drop -m (and give one value per key)"]
+    assert lines == [f"lptrain: error: {word}: --cfg, --info and --hydra-help show one "
+                     f"configuration, not a sweep's; drop {word} (and give one value "
+                     f"per key)"]
+
+
+@pytest.mark.parametrize("word", ["-m", "--multirun", "hydra.mode=MULTIRUN"])
+def test_a_sweep_switch_beside_resume_says_resume_carries_on_sweeps(capsys, tmp_path, word):
+    """`lptrain -m resume=SWEEP` said "-m: with resume= only train.iterations, ... can
+    be given", as if -m were a key of the run's configuration."""
+    from lptrain import cli
+    assert cli._lead([word, f"resume={tmp_path}"], 1) == REFUSED
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"lptrain: error: {word}: resume= carries on a sweep by itself when given the "
+        f"sweep's directory; drop {word}"]
 
 
 @pytest.mark.parametrize("path", ["/tmp/plain/run-1", "/tmp/my runs/ü 1", "/tmp/it's",
