@@ -12,7 +12,7 @@ from pathlib import Path
 
 from lptrain.errors import LptrainError
 from lptrain.metrics import schema as ms
-from lptrain.metrics.reader import last_iteration, root_attr, run_status
+from lptrain.metrics.reader import last_iteration, root_attrs, run_status
 from lptrain.rundir import run_alive, saved_overrides
 from lptrain.train.checkpoint import CHECKPOINT_FILE
 
@@ -53,11 +53,12 @@ def _same(run_dir: Path, ranks: int, overrides: list[str]) -> dict | None:
 
     from lptrain.config import compose
     saved = run_dir / ".hydra" / "overrides.yaml"
+    world, text = root_attrs(run_dir / ms.FILE_NAME, ms.WORLD_SIZE, ms.CONFIG)
     try:
         if not saved.is_file() or sorted(saved_overrides(saved)) != sorted(overrides) or \
-                root_attr(run_dir / ms.FILE_NAME, ms.WORLD_SIZE) != ranks:
+                world != ranks:
             return None
-        config = yaml.safe_load(root_attr(run_dir / ms.FILE_NAME, ms.CONFIG) or "")
+        config = yaml.safe_load(text or "")
         return config if config == compose(overrides)[1] else None
     except (LptrainError, yaml.YAMLError):
         return None

@@ -79,22 +79,23 @@ def read_metrics(path: str | Path) -> RunMetrics:
 def run_status(path: str | Path) -> tuple[str, str]:
     """(status, error) of the metrics file `path`, without reading its rows ('' for
     what is absent or unreadable)."""
-    try:
-        with h5py.File(path, "r", locking=False) as f:
-            return (str(_plain(f.attrs.get(s.STATUS, ""))),
-                    str(_plain(f.attrs.get(s.ERROR, ""))))
-    except (OSError, RuntimeError, ValueError):
-        return "", ""
+    return tuple(str(v or "") for v in root_attrs(path, s.STATUS, s.ERROR))
 
 
 def root_attr(path: str | Path, name: str):
     """The root attribute `name` of the metrics file `path` as a plain value (None where
     absent or unreadable), without reading its rows."""
+    return root_attrs(path, name)[0]
+
+
+def root_attrs(path: str | Path, *names: str) -> tuple:
+    """The root attributes `names` of the metrics file `path` as plain values, read in
+    one opening (None for each where absent or unreadable)."""
     try:
         with h5py.File(path, "r", locking=False) as f:
-            return _plain(f.attrs[name]) if name in f.attrs else None
+            return tuple(_plain(f.attrs[n]) if n in f.attrs else None for n in names)
     except (OSError, RuntimeError, ValueError):
-        return None
+        return (None,) * len(names)
 
 
 def last_iteration(path: str | Path) -> int:
