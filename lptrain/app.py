@@ -34,7 +34,7 @@ from lptrain.train.collective import collectively
 from lptrain.train.data_parallel import DataParallelOracle
 from lptrain.train.guard import Progress
 from lptrain.train.model_files import ModelSaver
-from lptrain.train.loop import batch_samples, train, validation_chunk
+from lptrain.train.loop import batch_samples, batches_of, train, validation_chunk
 from lptrain.train.objective import Objective
 from lptrain.train.optimizers import OPTIMIZERS
 from lptrain.train.run_state import RunState
@@ -120,7 +120,7 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     path = run_dir / ms.FILE_NAME
     attrs, title, notes = _heading(cfg, opts, plan, data, net, saved, path, rank0)
     saver = ModelSaver(run_dir, net, config_yaml, opts.dtype, data, rank0,
-                       validation_chunk(data, opts))
+                       validation_chunk(batches_of(data, opts)))
     if saved is not None and saved.pending is not None:
         saver.hold(saved.iteration)
     checkpointer = Checkpointer(run_dir / CHECKPOINT_FILE, opts.checkpoint_every, ex, rank0,

@@ -41,12 +41,17 @@ def batch_samples(n: int, batch_size: int | None, seed: int):
     return samples
 
 
-def validation_chunk(data, opts) -> int:
-    """The samples a validation pass takes at once on this rank: no more than a training
-    batch (`train`; a saved model's `evaluate` steps the same, model/saved.py)."""
+def batches_of(data, opts) -> "Batches":
+    """The training batches of this rank's shard of `data` (train.batch_size, seed)."""
     lo, n_total = data.meta.get("shard", (0, data.x_train.shape[0]))
     return Batches(data.x_train, data.y_train, opts.train.batch_size, opts.seed, n_total,
-                   lo).local_size()
+                   lo)
+
+
+def validation_chunk(batches: "Batches") -> int:
+    """The samples a validation pass takes at once on this rank: no more than a training
+    batch (`train`; a saved model's `evaluate` steps the same, model/saved.py)."""
+    return batches.local_size()
 
 
 class Batches:
@@ -126,11 +131,9 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
     """
     progress = progress or Progress(theta)
     stop = stop or NoStop()
-    lo, n_total = data.meta.get("shard", (0, data.x_train.shape[0]))
-    batches = Batches(data.x_train, data.y_train, opts.train.batch_size, opts.seed, n_total,
-                      lo)
+    batches = batches_of(data, opts)
     stall = StallRule(opts.train.patience, len(batches.parts))
-    chunk = batches.local_size()   # validation: no more samples a pass than training
+    chunk = validation_chunk(batches)
     if resume is None:
         start = time.perf_counter()
         val = _validate(0, theta, oracle, data, writer, chunk)
