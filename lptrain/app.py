@@ -118,7 +118,8 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
                                 optimizer, oracle, progress)
     done = None if saved is None else saved.iteration
     path = run_dir / ms.FILE_NAME
-    attrs, title, notes = _heading(cfg, opts, plan, data, net, saved, path, rank0)
+    attrs, title, notes = _heading(config_yaml, opts, plan, data, net, saved, path,
+                                   rank0)
     saver = ModelSaver(run_dir, net, config_yaml, opts.dtype, data, rank0,
                        validation_chunk(batches_of(data, opts)))
     if saved is not None and saved.pending is not None:
@@ -160,12 +161,13 @@ def _resumed(run_dir: Path, config_yaml: str, opts: Config, grid, ex, data, net,
     return saved, theta
 
 
-def _heading(cfg, opts: Config, plan, data, net, saved, path: Path, rank0: bool) -> tuple:
+def _heading(config_yaml: str, opts: Config, plan, data, net, saved, path: Path,
+             rank0: bool) -> tuple:
     """(metrics.h5's attributes, the console's title, its notes) of this run."""
     grid, steps = plan.grid, level_steps(opts, plan.grid)
     attrs = {ms.MODE: opts.mode.name, ms.WORLD_SIZE: grid.size, ms.LAYER_RANKS: grid.layer,
              ms.DATA_RANKS: grid.data, ms.SEED: opts.seed,
-             ms.CONFIG: OmegaConf.to_yaml(cfg), ms.DATASET_SOURCE: data.source,
+             ms.CONFIG: config_yaml, ms.DATASET_SOURCE: data.source,
              ms.MGRIT_LEVELS: _joined(steps, "/"), ms.THREADS: torch.get_num_threads()}
     title = (f"{opts.mode.name} {data.name} N={opts.network.layers} "
              f"P={grid.size} ({grid.layer} layer x {grid.data} data"

@@ -73,7 +73,7 @@ WAITING = "waiting"
 HISTORIES = (FWD_HISTORY, ADJ_HISTORY)   # 2-D, NaN-padded, columns grow
 PER_RANK = (COMPUTE, COMMUNICATION, WAITING)  # 2-D, one column per rank, columns grow
 GRID_COLUMNS = (WORLD_SIZE, LAYER_RANKS, DATA_RANKS)   # timing/: the grid of each row
-START_ATTRS = (*GRID_COLUMNS, THREADS)    # root attributes of the latest start (resume)
+START_ATTRS = (*GRID_COLUMNS, THREADS, CONFIG)   # root attributes of the latest start
 
 INT = "int64"
 FLOAT = "float64"
@@ -122,7 +122,8 @@ FIELDS: dict[str, dict[str, Field]] = {
         DATA_RANKS: Field(INT, "scalar", "", "optional: layer groups, each training on its "
                           "shard of every batch (gradients summed over them)"),
         SEED: Field(INT, "scalar", "", "random seed of the run"),
-        CONFIG: Field(STR, "scalar", "", "resolved configuration as YAML text"),
+        CONFIG: Field(STR, "scalar", "", "resolved configuration as YAML text, the "
+                      "latest start's (a resume's train.iterations, grid ...)"),
         STATUS: Field(STR, "scalar", "", "run state: " + ", ".join(STATUSES)
                       + "; `running` in a file whose writer was killed"),
         DATASET_SOURCE: Field(STR, "scalar", "",

@@ -283,19 +283,22 @@ def _timing(w, iterations, ranks):
 
 def test_a_resume_on_another_grid_keeps_each_rows_grid(tmp_path):
     """2 ranks (2x1), resumed on 3 (1x3) after iteration 2, then on 1 after iteration 3:
-    every timing row says who computed it; the root attributes are the latest start's."""
+    every timing row says who computed it; the root attributes are the latest start's
+    (the configuration was the first start's: its train.iterations, its grid)."""
     path = tmp_path / s.FILE_NAME
-    first = {**ATTRS, s.WORLD_SIZE: 2, s.LAYER_RANKS: 2, s.DATA_RANKS: 1}
+    first = {**ATTRS, s.WORLD_SIZE: 2, s.LAYER_RANKS: 2, s.DATA_RANKS: 1,
+             s.CONFIG: "train:\n  iterations: 3\n"}
     with MetricsWriter(path, first) as w:
         _timing(w, [1, 2, 3], 2)                # row 3 is dropped by the resume after 2
     with open_writer(path, {**first, s.WORLD_SIZE: 3, s.LAYER_RANKS: 1, s.DATA_RANKS: 3},
                      True, 2) as w:
         _timing(w, [3], 3)
-    with open_writer(path, {**first, s.WORLD_SIZE: 1, s.LAYER_RANKS: 1, s.DATA_RANKS: 1},
-                     True, 3) as w:
+    with open_writer(path, {**first, s.WORLD_SIZE: 1, s.LAYER_RANKS: 1, s.DATA_RANKS: 1,
+                            s.CONFIG: "train:\n  iterations: 4\n"}, True, 3) as w:
         _timing(w, [4], 1)
     m = read_metrics(path)
     assert (m.attrs[s.WORLD_SIZE], m.attrs[s.LAYER_RANKS], m.attrs[s.DATA_RANKS]) == (1, 1, 1)
+    assert m.attrs[s.CONFIG] == "train:\n  iterations: 4\n"
     np.testing.assert_array_equal(m.timing[s.ITERATION], [1, 2, 3, 4])
     np.testing.assert_array_equal(m.timing[s.WORLD_SIZE], [2, 2, 3, 1])
     np.testing.assert_array_equal(m.timing[s.LAYER_RANKS], [2, 2, 1, 1])
