@@ -310,7 +310,8 @@ def _task(cfg) -> float | None:
     resume = bool(_resuming)
     if _sweep:         # a resumed sweep: each job as its directory calls for
         plan = _planned(cfg, HydraConfig.get())
-        if plan is None or plan.action == "kept":
+        if plan is None or plan.action == "kept":     # the job's files stay as they were
+            _put_back(lambda: _sweep[0].put_back(Path(HydraConfig.get().runtime.output_dir)))
             stop_between_jobs(_stop[0] if _stop else None, _resuming[0],
                               _channel[0].size if _channel else 1)
             return None if plan is None else plan.objective
