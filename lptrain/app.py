@@ -20,6 +20,7 @@ from lptrain.metrics.timing import TallyingWriter, text_lines
 from lptrain.metrics.writer import open_writer
 from lptrain.model.dtypes import DTYPES
 from lptrain.model.network import ResNet
+from lptrain.model.signature import check_fits
 from lptrain.modes import LAYERED, SERIAL, SIMULTANEOUS
 from lptrain import preflight
 from lptrain.model.saved import MODEL_FILES, remove_leftovers
@@ -125,7 +126,8 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     if saved is not None and saved.pending is not None:
         saver.hold(saved.iteration)
     checkpointer = Checkpointer(run_dir / CHECKPOINT_FILE, opts.checkpoint_every, ex, rank0,
-                                optimizer, oracle, progress, config_yaml, plan.grid, saver)
+                                optimizer, oracle, progress, config_yaml, plan.grid, saver,
+                                net.signature())
     h5 = collectively(ex, lambda: open_writer(path, attrs, rank0, done))
     with h5, \
             with_logger(h5, opts.logger, run_dir, rank0, attrs, done) as logged, \
@@ -153,6 +155,7 @@ def _resumed(run_dir: Path, config_yaml: str, opts: Config, grid, ex, data, net,
     checkpoint = run_dir / CHECKPOINT_FILE
     saved = collectively(ex, lambda: read_run_state(checkpoint))
     check_resumable(saved, config_yaml, opts)
+    check_fits(net, saved.signature, saved.theta, "resume: the checkpoint")
     here = placement(opts, grid, data, net)
     state = read_oracle_state(ex, checkpoint, saved, here, oracle)
     theta = restore(saved, optimizer, oracle, progress, state)

@@ -18,6 +18,7 @@ from lptrain.data import preprocessing
 from lptrain.data.base import chunks
 from lptrain.model.dtypes import DTYPES
 from lptrain.model.network import NetworkOptions, ResNet
+from lptrain.model.signature import check_fits
 from lptrain.model.serial import propagate
 
 EVAL_CHUNK = 4096   # samples `evaluate` steps at once
@@ -34,11 +35,12 @@ class Classifier(nn.Module):
     accuracy) or None.
     """
 
-    def __init__(self, record: dict):
+    def __init__(self, record: dict, source: str = "saved model"):
         super().__init__()
         self.net = ResNet(NetworkOptions(**record["network"]), tuple(record["feature_shape"]),
                           record["n_classes"])
         theta = record["theta"].to(DTYPES[record["dtype"]])
+        check_fits(self.net, record.get("signature"), theta, source)
         for name, view in self.net.layout.views(theta).items():   # layout order
             self.register_parameter(name, nn.Parameter(view.clone()))
         self.which = record.get("which", "last")

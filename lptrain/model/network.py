@@ -207,6 +207,14 @@ class ResNet:
         return specs
 
     # -- parameters ----------------------------------------------------------
+    def signature(self) -> dict:
+        """θ's blocks and, for the user's step, each layer's parameters, as names and
+        shapes: what a saved θ is checked against where it is loaded (check_signature)."""
+        step = None if self.custom is None else \
+            [[n, list(s)] for n, s in zip(self.custom.names, self.custom.shapes)]
+        return {"blocks": [[b.name, list(b.shape)] for b in self.layout.blocks.values()],
+                "step": step}
+
     def init_params(self, seed: int, dtype=torch.float64, device="cpu") -> torch.Tensor:
         """θ drawn from one seeded generator: identical on every rank."""
         gen = torch.Generator().manual_seed(seed)

@@ -243,7 +243,8 @@ def model_record(theta: torch.Tensor, net: ResNet, config_yaml: str, dtype: str,
             "theta": theta.detach().to("cpu").clone(), "iteration": int(iteration),
             "validation": None if validation is None else [float(v) for v in validation],
             "validation_chunk": None if chunk is None else int(chunk),
-            "network": dict(vars(net.opts)), "feature_shape": list(net.in_shape),
+            "network": dict(vars(net.opts)), "signature": net.signature(),
+            "feature_shape": list(net.in_shape),
             "n_classes": int(net.n_classes), "dtype": dtype, "config": config_yaml,
             "dataset": {"name": data.name, "source": data.source, "meta": meta}}
 
@@ -285,4 +286,4 @@ def load_model(run: str | Path, which: str | None = None, device: str = "cpu"):
         raise InputFileError(f"{path}: holds the {held} parameters, not the {which} ones"
                              + ("" if record.get("which") else
                                 " (written by an lptrain that kept only the last)"))
-    return Classifier(record).to(device).eval()
+    return Classifier(record, source=str(path)).to(device).eval()

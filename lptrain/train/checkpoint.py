@@ -71,11 +71,12 @@ class Checkpointer:
 
     def __init__(self, path: Path, every: int | None, exchange, enabled: bool,
                  optimizer, oracle, progress, config: str, grid: Grid | None = None,
-                 model=None):
+                 model=None, signature: dict | None = None):
         self.path, self.every, self.exchange, self.enabled = Path(path), every, exchange, enabled
         self.optimizer, self.oracle, self.progress = optimizer, oracle, progress
         self.config, self.grid = config, grid
         self.model = model          # model_files.ModelSaver: model.pt beside each checkpoint
+        self.signature = signature  # θ's names and shapes (ResNet.signature)
         self.auto = every is None
         self.next = AUTO_FIRST if self.auto else every
         self.saved_at: int | None = None
@@ -104,7 +105,8 @@ class Checkpointer:
                            first_objective=self.progress.first_objective,
                            best=self.progress.best_state(),
                            pending=self.progress.pending_state(), loop=loop,
-                           config=self.config, world_size=self.exchange.size, grid=self.grid)
+                           config=self.config, world_size=self.exchange.size, grid=self.grid,
+                           signature=self.signature)
         state = self.oracle.state_dict()
         error = self._write(run and run.to_record(), state)
         lean = False

@@ -65,6 +65,7 @@ class RunState:
     grid: Grid | None = None          # the layer × data grid (None before format 3)
     warm_starts: bool = True          # False: a lean checkpoint, warm starts left out
     pending: dict | None = None       # θ not yet checked: the last good (Progress.pending_state)
+    signature: dict | None = None     # θ's names and shapes (ResNet.signature; None before)
 
     def to_record(self) -> dict:
         """The record entry of a checkpoint of the current format."""
@@ -75,7 +76,8 @@ class RunState:
                 "first_objective": self.first_objective, "best": self.best,
                 "loop": self.loop.to_record(self.iteration), "config": self.config,
                 "grid": None if self.grid is None else [self.grid.layer, self.grid.data],
-                "warm_starts": self.warm_starts, "pending": self.pending}
+                "warm_starts": self.warm_starts, "pending": self.pending,
+                "signature": self.signature}
 
     @classmethod
     def from_record(cls, record: dict) -> "RunState":
@@ -88,4 +90,4 @@ class RunState:
                    config=record["config"], world_size=record["world_size"],
                    grid=None if grid is None else Grid(*grid),
                    warm_starts=record.get("warm_starts", True),
-                   pending=record.get("pending"))
+                   pending=record.get("pending"), signature=record.get("signature"))

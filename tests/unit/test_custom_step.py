@@ -276,3 +276,56 @@ def test_a_step_with_dropout_or_batchnorm_is_told_they_run_in_eval_mode(tmp_path
         _train(tmp_path / "plain", "mode=serial", "train.iterations=1")
     notes = [m for m in caplog.messages if m.startswith("network.step: ")]
     assert notes == ["network.step: its BatchNorm1d, Dropout run in eval mode"]
+
+
+@pytest.mark.parametrize("hidden, message", [
+    (2, "the step's parameter 'inner.weight' was (3, 4), the network built now has (2, 4)"),
+    (4, "the step's parameter 'inner.weight' was (3, 4), the network built now has (4, 4)")])
+def test_parameters_saved_for_another_step_class_are_refused(hidden, message, tmp_path,
+                                                            monkeypatch):
+    """The step class changed after training (its hidden size): the model loaded
+    silently with each layer reading the first values of its saved row (fewer
+    parameters) or failed deep in torch (more), and a resume trained on in the wrong
+    layout; both are refused in one line naming the parameter, the run's files as
+    they were."""
+    import custom_step_pkg
+    from lptrain.errors import InputFileError
+    with pytest.raises(Interrupted):
+        _train(tmp_path, "mode=serial", stop=StopAt(3))
+    before = read_metrics(tmp_path / ms.FILE_NAME)
+
+    class Changed(custom_step_pkg.DenseStep):
+        def __init__(self, width=8, hidden=6):
+            super().__init__(width, hidden=hidden_now)
+    hidden_now = hidden
+    monkeypatch.setattr(custom_step_pkg, "DenseStep", Changed)
+    want = (f"{message}; use it where the step class it was trained with "
+            f"(custom_step_pkg.DenseStep) is importable")
+    with pytest.raises(InputFileError) as err:
+        load_model(tmp_path, "last")
+    assert str(err.value) == f"{tmp_path / 'model-last.pt'}: its parameters do not fit " \
+        f"the network: {want}"
+    with pytest.raises(InputFileError) as err:
+        _train(tmp_path, "mode=serial", resume=True)
+    assert str(err.value) == f"resume: the checkpoint: its parameters do not fit the " \
+        f"network: {want}"
+    after = read_metrics(tmp_path / ms.FILE_NAME)
+    assert after.status == before.status == ms.INTERRUPTED
+    np.testing.assert_array_equal(after.train[ms.OBJECTIVE], before.train[ms.OBJECTIVE])
+
+
+def test_a_file_without_a_signature_is_checked_by_its_size():
+    """Files written before the signature was kept: a θ of another size is refused."""
+    from lptrain.errors import InputFileError
+    from lptrain.model.signature import check_fits
+    net, theta = custom_net(DENSE)
+    check_fits(net, None, theta, "model.pt")
+    check_fits(net, net.signature(), theta, "model.pt")
+    with pytest.raises(InputFileError, match=f"model.pt: its parameters do not fit the "
+                       f"network: it holds {theta.numel() - 1} parameter values, the "
+                       f"network built now has {theta.numel()}; use it where"):
+        check_fits(net, None, theta[1:], "model.pt")
+    moved = net.signature()
+    moved["step"] = moved["step"][::-1]
+    with pytest.raises(InputFileError, match="the step's parameters come in another order"):
+        check_fits(net, moved, theta, "model.pt")
