@@ -73,6 +73,9 @@ MATRIX = {
     "T=10": ["network.T=10", "train.iterations=60"],
     "indian_pines": ["dataset=indian_pines", "train.iterations=100"],
     "indian_pines_paper": ["experiment=indian_pines_paper", "train.iterations=100"],
+    # large initial weights: a cold first gradient far above grad_tol (held-out, stop 54)
+    "init_hidden 1.0": ["network.init_hidden=1.0", "train.iterations=100"],
+    "init_hidden 1.0 seed 1": ["network.init_hidden=1.0", "seed=1", "train.iterations=100"],
     "mnist adam mini-batch": ["dataset=mnist", "recipe=default", "optimizer=adam",
                               "train.batch_size=100",
                               "dataset.n_train=500", "dataset.n_val=200",
@@ -97,8 +100,8 @@ class ExactTrajectory(Progress):
         self.exact, self.keep, self.objectives, self.kept = exact, keep, [], theta
         self.data, self.vals = data, []
 
-    def check(self, k, objective, theta):
-        super().check(k, objective, theta)
+    def check(self, k, objective, theta, at_start=False):
+        super().check(k, objective, theta, at_start)
         self.objectives.append(self.exact.value(theta).point.objective)
         self.vals.append(self.exact.validate(theta, self.data.x_val, self.data.y_val)[1])
         if k == self.keep:

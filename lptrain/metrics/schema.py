@@ -184,6 +184,11 @@ FIELDS: dict[str, dict[str, Field]] = {
                              "in the other modes"),
         "adaptive_extra": Field(INT, _ROWS, "",
                                 "extra MGRIT iterations added by the adaptive guard"),
+        "refined": Field(INT, _ROWS, "",
+                         "simultaneous: evaluations of this optimizer iteration taken again "
+                         "at their θ with the controller's grown plan, their estimated "
+                         "gradient error being 10x mgrit.grad_tol or more (a cold first "
+                         "evaluation; docs/method.md §6); 0 in the other modes"),
         "rung": Field(INT, _ROWS, "",
                       "simultaneous: solve accuracy of the accepted point, 0 = "
                       "mgrit.fwd_iters/adj_iters, each rung 4x the iterations, the top "

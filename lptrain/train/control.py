@@ -33,6 +33,9 @@ from dataclasses import dataclass, fields
 from typing import Sequence
 
 RHO_MIN, RHO_MAX = 0.01, 0.9     # measured factors are clipped to this range
+# an estimated gradient error this many times mgrit.grad_tol is far above it: the
+# gradient is not worth a step while more iterations can be planned (`refines`)
+FAR = 10.0
 CALIBRATIONS_KEPT = 4            # the scale is the median ratio of this many calibrations
 
 
@@ -130,6 +133,16 @@ def next_iterations(k: int, eps: float, rho: float, target: float, lo: int, hi: 
     elif eps / rho <= target and not (last_ratio is not None and last_ratio < RHO_MIN):
         k -= 1
     return min(max(k, lo), hi)
+
+
+def refines(eps: float, target: float, used: tuple[int, int], planned: tuple[int, int]
+            ) -> bool:
+    """Whether an evaluation run with `used` (forward, adjoint) iterations, whose
+    estimate `eps` is FAR times the `target` or more, is repeated at its θ with the
+    iterations now `planned`: only where the plan grew (at control_max_iters it cannot,
+    and the evaluation stands)."""
+    more = planned[0] > used[0] or planned[1] > used[1]
+    return more and not eps < FAR * target
 
 
 def last_ratio(prev_sq: float, last_sq: float) -> float | None:

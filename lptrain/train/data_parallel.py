@@ -113,6 +113,10 @@ class DataParallelOracle:
     def observe(self, ev: Evaluated | None, measured, grad_norm: float) -> None:
         self.inner.observe(None if ev is None else ev.tape, measured, grad_norm)
 
+    def refine(self) -> bool:
+        """Every group's inner oracle decides alike (from the summed record)."""
+        return self.inner.refine()
+
     def accept(self, ev: Evaluated):
         if ev.tape is not None:
             self.inner.accept(ev.tape)
@@ -135,7 +139,7 @@ class DataParallelOracle:
 
 # record fields where the groups' solves side by side count as their slowest
 _MOST = ("fwd_iterations", "adj_iterations", "fwd_total", "adj_total", "adaptive_extra",
-         "rung", "unconverged")
+         "rung", "unconverged", "refined")
 
 
 def combined_record(parts: list) -> dict | None:

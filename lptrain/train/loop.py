@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from lptrain.errors import Interrupted, LptrainError
-from lptrain.train.control import grew, stagnated
+from lptrain.train.control import FAR, grew, stagnated
 from lptrain.train.guard import Progress
 from lptrain.train.protocol import Batch
 from lptrain.train.run_state import LoopState, RunState
@@ -261,19 +261,21 @@ class _Notes:
         ran = min(stats.get("fwd_iterations", 0), stats.get("adj_iterations", 0))
         error = stats.get("grad_error", math.nan)
         far = stats.get("fwd_plan", -1) >= 0 and ran >= most and \
-            error > OUT_OF_REACH * mgrit.grad_tol
+            error > FAR * mgrit.grad_tol
         self.beyond = self.beyond + 1 if far else 0
         if self.beyond < REACH_ITERATIONS:
             return False
         return _said(console, f"iteration {k}: with {most} iterations a solve "
                      f"(mgrit.control_max_iters) the", f"  estimated gradient error "
                      f"{error:.1e} stays far above mgrit.grad_tol {mgrit.grad_tol:g};",
-                     "  try mode=mgrit, a larger control_max_iters, or a smaller network.T")
+                     "  try mode=mgrit, a larger control_max_iters, or smaller layer steps",
+                     "  (network.T) or weights (network.init_hidden)")
 
 
-# estimated gradient errors this many times mgrit.grad_tol, with both solves run at
-# control_max_iters for this many iterations in a row, are out of the controller's reach
-OUT_OF_REACH, REACH_ITERATIONS = 10.0, 3
+# estimated gradient errors FAR times mgrit.grad_tol (train/control.py), with both solves
+# run at control_max_iters for this many iterations in a row, are out of the controller's
+# reach
+REACH_ITERATIONS = 3
 # a calibration (mgrit.calibrate_every) that measures the true gradient error this many
 # times mgrit.grad_tol is said once
 CALIBRATED_ABOVE = 2.0

@@ -31,6 +31,17 @@ class Objective:
         return Evaluated(point, theta, data.batch, tape=data)
 
     def gradient(self, ev: Evaluated) -> torch.Tensor:
+        """∇J at ev's θ. Where the data terms find its estimated error too large to step
+        with (`refine`: a one-shot gradient far above mgrit.grad_tol), θ is evaluated
+        again with more iterations and `ev` becomes that evaluation (its point too)."""
+        grad = self._gradient(ev)
+        while self.terms.measures and self.terms.refine():
+            again = self.value(ev.theta)
+            grad = self._gradient(again)
+            ev.point, ev.tape, ev.stats = again.point, again.tape, again.stats
+        return grad
+
+    def _gradient(self, ev: Evaluated) -> torch.Tensor:
         data = ev.tape
         grad = self.terms.gradient(data)
         self.net.regulariser(ev.theta, grad)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from lptrain.train.control import ControlOptions, IterationController, Measured
+from lptrain.train.control import ControlOptions, IterationController, Measured, refines
 from lptrain.train.oracles import MGRITOracle, SolveStats
 from lptrain.train.warm import WarmCache
 
@@ -39,6 +39,7 @@ class Rungs:
         self.controller = IterationController(ControlOptions.of(mgrit_opts))
         self._raw_error = math.nan       # the latest estimate before calibration's scale
         self._observed: SolveStats | None = None
+        self._refine = False             # the latest evaluation is to be repeated
 
     def begin(self, key: int, warm: bool) -> None:
         """Which plan an evaluation of batch `key` follows.  With mini-batches each
@@ -83,10 +84,23 @@ class Rungs:
         self._raw_error, self._observed = stats.fwd_error + stats.adj_error, stats
         stats.fwd_error, stats.adj_error = stats.fwd_error * scale, stats.adj_error * scale
         stats.error_scale = scale
+        used = self.controller.plan(self.plan_key)
         if self.rung == 0:
             self.controller.update(self.plan_key, m, (stats.fwd_error, stats.adj_error))
         stats.fwd_plan, stats.adj_plan = self.controller.plan(self.plan_key)
         self.last_gnorm = grad_norm
+        # decided from what every rank and data group shares (the summed record, the plans)
+        self._refine = self.rung == 0 and self.controller.o.control == "error" and refines(
+            stats.fwd_error + stats.adj_error, self.controller.o.grad_tol, used,
+            (stats.fwd_plan, stats.adj_plan))
+
+    def refine(self) -> bool:
+        """Whether the evaluation just observed is to be repeated at its θ with the
+        grown plan: its estimated gradient error is far above mgrit.grad_tol
+        (train/control.py refines), e.g. a cold first evaluation. Asked once per
+        observed evaluation."""
+        again, self._refine = self._refine, False
+        return again
 
     def calibration_due(self) -> bool:
         """Whether the gradient just computed is to be compared with the exact one

@@ -240,6 +240,7 @@ class _TorchOptimizer:
                                    step_size=0.0, at_start=True)                 # its row kept
         g = finite_gradient(oracle.gradient(ev))
         oracle.accept(ev)
+        point = ev.point            # the gradient's own (an evaluation taken again: its)
         new, lr = self.update(theta, g)
         return new, StepInfo(objective=point.objective, loss=point.loss,
                              accuracy=point.accuracy, grad_norm=float(g.norm()), step_size=lr,

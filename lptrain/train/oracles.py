@@ -44,6 +44,8 @@ class SolveStats:
     error_scale: float = 1.0      # calibration factor in the estimates (train/control.py)
     true_error: float = math.nan  # the exact relative gradient error, where calibrated
     unconverged: int = 0    # mode=mgrit: solves that stopped at max_iter above tolerance
+    refined: int = 0        # simultaneous: evaluations repeated at their θ with more
+    #                         iterations, the estimate far above grad_tol (oneshot.Rungs)
 
     def row(self) -> dict:
         return dict(fwd_iterations=self.fwd_iterations,
@@ -58,7 +60,7 @@ class SolveStats:
                     fwd_error=self.fwd_error, adj_error=self.adj_error,
                     fwd_plan=self.fwd_plan, adj_plan=self.adj_plan,
                     error_scale=self.error_scale, true_error=self.true_error,
-                    unconverged=self.unconverged,
+                    unconverged=self.unconverged, refined=self.refined,
                     fwd_history=list(self.fwd_history), adj_history=list(self.adj_history))
 
 
@@ -99,6 +101,9 @@ class ExactOracle:
 
     def observe(self, ev: Evaluated | None, measured, grad_norm: float) -> None:
         pass
+
+    def refine(self) -> bool:
+        return False
 
     def state_dict(self) -> dict:
         return {}
@@ -229,6 +234,9 @@ class Converged:
     def observe(self, stats: SolveStats, m: Measured, grad_norm: float) -> None:
         pass
 
+    def refine(self) -> bool:
+        return False
+
     def state_dict(self) -> dict:
         return {}
 
@@ -272,16 +280,18 @@ class MGRITOracle(ExactOracle):
         self.stats = SolveStats()
         self._latest: Evaluated | None = None
         self._spent = [0, 0]
+        self._refined = 0     # evaluations of this optimizer iteration repeated (refine)
 
     def begin(self, batch: Batch):
         self.batch = batch
         self.accuracy.begin(batch.key, self.warm.holds(batch.key))
         self._spent = [0, 0]          # MGRIT iterations of this optimizer iteration
+        self._refined = 0
 
     def skip(self, key: int) -> None:
         self.accuracy.begin(key, self.warm.holds(key))   # as the groups with samples plan
         self.warm.store(key)
-        self.stats, self._spent = SolveStats(), [0, 0]
+        self.stats, self._spent, self._refined = SolveStats(), [0, 0], 0
 
     def tighten(self) -> bool:
         return self.accuracy.tighten()
@@ -291,6 +301,7 @@ class MGRITOracle(ExactOracle):
 
     def record(self) -> dict:
         self.stats.fwd_total, self.stats.adj_total = self._spent
+        self.stats.refined = self._refined
         return self.stats.row()
 
     def _adaptive(self, solve, iters: int, tol: float, warm, norm):
@@ -367,6 +378,13 @@ class MGRITOracle(ExactOracle):
         stats.fwd_error, stats.adj_error = gradient_error(m, self.net.opts.T,
                                                           self.lp.n_c_points, grad_norm)
         self.accuracy.observe(stats, m, grad_norm)
+
+    def refine(self) -> bool:
+        """Whether the evaluation just observed is to be repeated at its θ with more
+        iterations (the accuracy policy's call: oneshot.Rungs; never to tolerance)."""
+        again = self.accuracy.refine()
+        self._refined += again
+        return again
 
     def accept(self, ev: Evaluated):
         self.stats = ev.stats

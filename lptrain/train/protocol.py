@@ -140,3 +140,8 @@ class DataTerms(TrainingOracle, Protocol):
     def observe(self, ev: Evaluated | None, measured: Any, grad_norm: float) -> None:
         """The whole gradient's norm and the solve record summed over every data group,
         once the gradient of `ev` is known (None: this group had no samples)."""
+
+    def refine(self) -> bool:
+        """After `observe`: whether that evaluation's gradient is too inexact to step
+        with and is to be evaluated again at its θ, more accurately (the same answer on
+        every rank)."""

@@ -9,8 +9,9 @@ import torch
 from helpers import batch, dense_net, serial_objective_and_grad
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.mgrit.options import MGRITOptions
-from lptrain.train.control import (ControlOptions, IterationController, Measured,
-                                   convergence_factor, factor, gradient_error, next_iterations)
+from lptrain.train.control import (FAR, ControlOptions, IterationController, Measured,
+                                   convergence_factor, factor, gradient_error, next_iterations,
+                                   refines)
 from lptrain.train.objective import Objective
 from lptrain.train.oneshot import SimultaneousOracle
 from lptrain.train.oracles import Batch, SerialOracle
@@ -191,6 +192,47 @@ def test_the_estimate_bounds_the_true_gradient_error(weights, iters):
     true = float((g - exact).norm() / exact.norm())
     est = ev.tape.stats.fwd_error + ev.tape.stats.adj_error
     assert true < est < 100 * true
+
+
+@pytest.mark.parametrize("eps, used, planned, want", [
+    (0.06, (2, 2), (4, 3), True),      # far above, the plan grew: taken again
+    (0.04, (2, 2), (4, 3), False),     # above, not far: the next evaluation's plan
+    (0.06, (6, 6), (6, 6), False),     # at control_max_iters: it stands
+    (math.inf, (2, 2), (6, 6), True),  # no estimate (a zero gradient): the cap's
+    (0.06, (2, 2), (2, 3), True)])
+def test_an_evaluation_is_taken_again_only_far_above_the_target_with_a_grown_plan(
+        eps, used, planned, want):
+    assert refines(eps, 0.005, used, planned) is want
+
+
+def test_a_gradient_far_from_the_target_is_taken_again_before_a_step():
+    """A cold first evaluation (1 + 1 iterations, h = 0.5) had a true relative error of
+    1.02 and the optimizer stepped with it (the plan grew for the next evaluation only):
+    a step into the wrong direction that L-BFGS paths never made up for (1.16 x serial's
+    objective on network.init_hidden=1.0). Now θ is evaluated again with the grown plan,
+    the evaluation handle's point with it."""
+    net, theta = dense_net(layers=16, width=4, T=8.0, scale=0.6, seed=3)
+    x, y = batch(net, n=32)
+    value, exact, _ = serial_objective_and_grad(net, theta, x, y)
+    errors, records = {}, {}
+    for control in ("fixed", "error"):
+        opts = MGRITOptions(levels=3, cfactor0=2, cfactor=2, fwd_iters=1, adj_iters=1,
+                            control=control, grad_tol=0.005)
+        oracle = Objective(SimultaneousOracle(net, SerialExchange(), opts), net)
+        oracle.begin(Batch(x, y))
+        ev = oracle.value(theta)
+        g = oracle.gradient(ev)
+        oracle.accept(ev)
+        errors[control] = float((g - exact).norm() / exact.norm())
+        records[control] = oracle.record()
+        point = ev.point.objective
+    assert errors["fixed"] > 0.5 and errors["error"] < 1e-3, errors
+    assert point == pytest.approx(value, rel=1e-4)            # the handle's point: refined
+    assert records["fixed"]["refined"] == 0
+    rec = records["error"]
+    assert rec["refined"] == 1 and rec["grad_error"] < FAR * 0.005
+    assert (rec["fwd_total"], rec["adj_total"]) == (1 + rec["fwd_iterations"],
+                                                    1 + rec["adj_iterations"])   # both counted
 
 
 def test_the_exact_modes_estimate_round_off():

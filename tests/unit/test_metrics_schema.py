@@ -17,7 +17,7 @@ REQUIRED = {
               "adj_residual", "fwd_factor", "adj_factor", "adaptive_extra",
               "rung", "fwd_total", "adj_total", "fwd_history", "adj_history",
               "grad_error", "fwd_error", "adj_error", "fwd_plan", "adj_plan", "error_scale",
-              "true_error", "unconverged"},
+              "true_error", "unconverged", "refined"},
     s.TIMING: {"iteration", "world_size", "layer_ranks", "data_ranks", "compute",
                "communication", "waiting"},
     s.ROOT: {"lptrain_version", "mode", "world_size", "layer_ranks", "data_ranks", "seed",
