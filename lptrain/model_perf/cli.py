@@ -94,9 +94,11 @@ def link(args) -> tuple[Link, str, bool]:
     return found, note, go_on
 
 
-def counts(args, runs) -> tuple[Counts, str]:
+def counts(args, runs, others: int = 0) -> tuple[Counts, str]:
     """Evaluations per iteration and mode=mgrit cycles: options, else runs, else
-    defaults; mode=simultaneous cycles: runs, else the MGRIT options (predict.Counts)."""
+    defaults; mode=simultaneous cycles: runs, else the MGRIT options (predict.Counts).
+    `runs` are the measured runs of the modelled configuration (`of_config`), `others`
+    how many of another were left out."""
     notes = []
     trials = args.trials
     if trials is None:
@@ -119,7 +121,19 @@ def counts(args, runs) -> tuple[Counts, str]:
     sim_fwd, sim_adj = _mean_cycles(runs, SIMULTANEOUS) or (None, None)
     if sim_fwd is not None:
         notes.append("simultaneous cycles: mean of measured simultaneous runs")
+    if others:
+        notes.append(f"{others} measured run{'s' if others > 1 else ''} of another config "
+                     f"not counted")
     return Counts(trials, fwd, adj, sim_fwd, sim_adj), "; ".join(notes) or "given"
+
+
+def of_config(runs, model: Model, cfg) -> list:
+    """The measured runs of the modelled configuration: its cost keys (runs.mismatch,
+    threads aside) and the layers and MGRIT options its times depend on. Only they give
+    the counts (a run of another network or dataset takes other trials and cycles)."""
+    from lptrain.model_perf.runs import mismatch, run_model
+    return [r for r in runs if not mismatch(r, cfg, r.threads)
+            and _same_structure(run_model(r, model), model)]
 
 
 def _mean_cycles(runs, mode: str) -> tuple[float, float] | None:
@@ -224,7 +238,8 @@ def run(args) -> list[Path]:
     if args.fresh:
         forget_kept_times()
     runs = load_runs(args.measured)
-    cnt, count_note = counts(args, runs)
+    counted = of_config(runs, model, cfg)
+    cnt, count_note = counts(args, counted, len(runs) - len(counted))
     ranks = ranks_of(args.ranks)
     _progress(f"recording the modes on P = {ranks[0]}" +       # in 80 columns
               (f" to {ranks[-1]}" if len(ranks) > 1 else "") + " (minutes for a deep network)")
@@ -272,7 +287,7 @@ def terminal_setup(opts, model: Model, cnt: Counts, cost_note: str, the_link: Li
             f"on {opts.device}; MGRIT {levels} levels, cfactor {o.cfactor0} / {o.cfactor}",
             f"solve cycles: simultaneous {sim[0]:.2g} + {sim[1]:.2g}, mgrit "
             f"{cnt.mgrit_fwd:.2g} + {cnt.mgrit_adj:.2g}; {cnt.trials:.3g} "
-            "evaluations/it",      # 80 columns with every value 3 characters wide
+            f"evaluation{'' if cnt.trials == 1 else 's'}/it",   # 80 columns: values of 3
             f"kernel costs {costs}",
             f"messages: {the_link.latency:.2g} s + bytes / {the_link.bandwidth:.2g} B/s"]
 

@@ -7,6 +7,7 @@ split `parallel.layer_ranks=auto` takes, and predicted / measured for measured r
 """
 from __future__ import annotations
 
+import textwrap
 from typing import Sequence
 
 from lptrain.metrics.quantities import ITERATION_TIME
@@ -55,9 +56,11 @@ def measured_lines(rows: Sequence[tuple]) -> list[str]:
         ratio = "-" if pred is None else f"{pred / run.iteration_time:.2f}"
         shown = "-" if pred is None else f"{pred:.4g} s"
         line = (f"{run.mode} {split_of(run)}: {run.iteration_time:.4g} s measured, {shown} "
-                f"predicted ({ratio})" + (", other config" if differs else ""))
+                f"predicted ({ratio})" + (", other\0config" if differs else ""))
         joined = f"{name}  {line}"
-        out += [joined] if len(joined) <= WIDTH else [name, f"    {line}"]
+        lines = [joined] if len(joined) <= WIDTH else [name, *textwrap.wrap(
+            line, WIDTH, initial_indent="    ", subsequent_indent="      ")]
+        out += [part.replace("\0", " ") for part in lines]
     if out:
         out.append("(L x D: the run's split; predicted / measured in brackets)")
     return out

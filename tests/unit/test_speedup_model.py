@@ -423,6 +423,13 @@ def test_measured_runs_are_named_below_their_common_directory():
     assert lines[:3] == ["d" * 60, "    simultaneous 2x1: 0.5 s measured, 0.25 s predicted "
                          "(0.50)", "0  serial 1x1: 0.25 s measured, - predicted (-)"]
     assert all(len(line) <= 80 for line in lines)
+    # a run of another config with figures of many digits: was one line of 81 characters
+    slow = NS(path="/s/" + "e" * 60 + "/metrics.h5", mode="simultaneous", ranks=1, layer=1,
+              iteration_time=0.02883)
+    lines = measured_lines([(slow, 0.1342, "", ["dataset.name='mnist'"])])
+    assert lines[1:3] == ["    simultaneous 1x1: 0.02883 s measured, 0.1342 s predicted (4.65),",
+                          "      other config"]
+    assert all(len(line) <= 80 for line in lines)
 
 
 def test_command_reports_a_bad_override(capsys):
@@ -804,6 +811,26 @@ def test_simultaneous_cycles_come_from_measured_runs_where_there_are_some():
         model.grid_time(Grid(2, 1), "simultaneous", m, Counts(), (3.0, 3.0))
     bare, _ = cli.counts(args, [])
     assert bare.simultaneous(OPTS) == (OPTS.fwd_iters, OPTS.adj_iters)
+
+
+def test_only_runs_of_the_modelled_configuration_give_the_counts():
+    """Runs of another dataset given with --measured were flagged 'other config' in
+    the comparison, yet their cycles and trials set every predicted P."""
+    from types import SimpleNamespace
+
+    from helpers import dense_net
+    from lptrain.model_perf import cli
+    from lptrain.model_perf.runs import MeasuredRun
+    net, _ = dense_net(layers=12)
+    model = Model(net, OPTS, batch=40)
+    cfg = {"network": {"name": "dense", "width": 4}, "dataset": {"name": "peaks"}}
+    ours = MeasuredRun(Path("a"), "simultaneous", 1, 1.0, 1.0, 2.0, 2.0, cfg)
+    other = MeasuredRun(Path("b"), "simultaneous", 1, 1.0, 3.0, 6.0, 6.0,
+                        {**cfg, "dataset": {"name": "mnist"}})
+    assert cli.of_config([ours, other], model, cfg) == [ours]
+    cnt, note = cli.counts(SimpleNamespace(trials=None, mgrit_iters=None), [ours], 1)
+    assert cnt.simultaneous(OPTS) == (2.0, 2.0) and cnt.trials == 1.0
+    assert note.endswith("1 measured run of another config not counted")
 
 
 def test_the_plots_title_wraps_a_long_command_inside_the_figure():
