@@ -52,6 +52,21 @@ class Classifier(nn.Module):
         self.dataset_name = record["dataset"]["name"]
         self.dataset_meta = record["dataset"]["meta"]
         self.preprocessing = self.dataset_meta.get("preprocessing")
+        self._convert_step()
+
+    def _apply(self, fn, recurse=True):
+        """nn.Module's conversions (.to, .double, .cuda ...), the user's step with them."""
+        out = super()._apply(fn, recurse)
+        self._convert_step()
+        return out
+
+    def _convert_step(self) -> None:
+        """A user's step (network=custom) converted now to the parameters' dtype and
+        device, not in the first forward: torch.export traces that one, and a module
+        converted while it traces fails ("Couldn't swap Linear.weight")."""
+        if self.net.custom is not None:
+            p = next(self.parameters())
+            self.net.custom.steps(p.dtype, p.device)
 
     def extra_repr(self) -> str:
         """What print(model) says: network, data, and whose parameters these are."""
