@@ -105,7 +105,8 @@ def test_out_of_reach_needs_solves_run_at_their_most_three_times_in_a_row():
     notes.after(9, at_most)
     assert console.lines[0].startswith("iteration 9: with 6 iterations a solve")
     notes.after(10, at_most)
-    assert len(console.lines) == 3 and all(len(line) <= 80 for line in console.lines)
+    assert len(console.lines) == 4 and all(len(line) <= 80 for line in console.lines)
+    assert console.lines[-1] == "  (network.T) or weights (network.init_hidden)"
 
 
 def test_a_calibration_far_off_the_target_is_said_once():
