@@ -21,7 +21,7 @@ from torch import nn
 from torch.func import functional_call
 
 from lptrain.errors import ConfigError
-from lptrain.model.module_steps import Linear, Params, seeded, with_params
+from lptrain.model.module_steps import Linear, Params, kept_update, seeded, with_params
 
 
 @dataclass(frozen=True)
@@ -84,10 +84,7 @@ class CoarseSteps:
 
     def step(self, u, step: CoarseStep, P: Params) -> torch.Tensor:
         """u + H·g(u) (a new tensor)."""
-        y = self.f(step, u, P)
-        if y.shape != u.shape:
-            raise ValueError(f"coarse step {step.level}:{step.index} maps a state of shape "
-                             f"{tuple(u.shape)} to {tuple(y.shape)}: it must keep the shape")
+        y = kept_update(f"coarse step {step.level}:{step.index}", u, self.f(step, u, P))
         return torch.add(u, y, alpha=step.h)
 
     def linearize(self, u, step: CoarseStep, P: Params, layout) -> Linear:

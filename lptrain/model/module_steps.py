@@ -257,7 +257,7 @@ class ModuleSteps:
 
     def step(self, u, n: int, h: float, P: Params | None = None, out=None) -> torch.Tensor:
         """u + h·f_n(u) (a new tensor, or written into `out`)."""
-        return torch.add(u, _kept(n, u, self.f(n, u, P)), alpha=h, out=out)
+        return torch.add(u, kept_update(n, u, self.f(n, u, P)), alpha=h, out=out)
 
     def step_many(self, U, ns, hs, Ps) -> torch.Tensor:
         """U[i] + hs[i]·f_{ns[i]}(U[i]) for states stacked on dim 0 (a new tensor);
@@ -266,7 +266,7 @@ class ModuleSteps:
             Ps = [self.params(n) if P is None else P for n, P in zip(ns, Ps)]
             P = {k: torch.stack([p[k] for p in Ps]) for k in Ps[0]}
             module = self.module(ns[0])
-            F = _kept(ns[0], U, vmap(lambda p, u: functional_call(module, p, (u,)))(P, U))
+            F = kept_update(ns[0], U, vmap(lambda p, u: functional_call(module, p, (u,)))(P, U))
             h = torch.as_tensor(hs, dtype=U.dtype, device=U.device)
             return torch.addcmul(U, h.view(-1, *([1] * (U.dim() - 1))), F)
         return torch.stack([self.step(U[i], n, hs[i], Ps[i]) for i, n in enumerate(ns)])
@@ -381,17 +381,21 @@ def _describe(structure) -> str:
                      for k, shape in structure) or "none"
 
 
-def _kept(n: int, u: torch.Tensor, y) -> torch.Tensor:
-    """y = f_n(u), ValueError unless it is a tensor of u's shape and, outside autocast, of
-    u's dtype (a tuple, another shape or a dtype of its own: the state would change
-    silently or fail deep in torch)."""
+def kept_update(n, u: torch.Tensor, y) -> torch.Tensor:
+    """y = f_n(u) (n: the layer, or the step's name), ValueError unless it is a tensor of
+    u's shape and, outside autocast, of u's dtype (a tuple, another shape or a dtype of
+    its own: the state would change silently or fail deep in torch)."""
     if not isinstance(y, torch.Tensor):
-        raise ValueError(f"layer {n} maps a state to a {type(y).__name__}, not a tensor: a "
+        raise ValueError(f"{_named(n)} maps a state to a {type(y).__name__}, not a tensor: a "
                          f"residual branch returns the state's update")
     if y.shape != u.shape:
-        raise ValueError(f"layer {n} maps a state of shape {tuple(u.shape)} to "
+        raise ValueError(f"{_named(n)} maps a state of shape {tuple(u.shape)} to "
                          f"{tuple(y.shape)}: a residual branch must keep the shape")
     if y.dtype != u.dtype and not torch.is_autocast_enabled(u.device.type):  # autocast casts
-        raise ValueError(f"layer {n} maps a {u.dtype} state to {y.dtype}: a residual branch "
+        raise ValueError(f"{_named(n)} maps a {u.dtype} state to {y.dtype}: a residual branch "
                          f"must keep the state's dtype")
     return y
+
+
+def _named(n) -> str:
+    return f"layer {n}" if isinstance(n, int) else str(n)

@@ -129,10 +129,13 @@ def counts(args, runs, others: int = 0) -> tuple[Counts, str]:
 
 def of_config(runs, model: Model, cfg) -> list:
     """The measured runs of the modelled configuration: its cost keys (runs.mismatch,
-    threads aside) and the layers and MGRIT options its times depend on. Only they give
-    the counts (a run of another network or dataset takes other trials and cycles)."""
-    from lptrain.model_perf.runs import mismatch, run_model
+    threads aside), its optimizer, and the layers and MGRIT options its times depend on.
+    Only they give the counts (a run of another network, dataset or optimizer takes
+    other trials and cycles: Adam one evaluation an iteration)."""
+    from lptrain.model_perf.runs import flat, mismatch, run_model
+    name = flat(cfg).get("optimizer.name")
     return [r for r in runs if not mismatch(r, cfg, r.threads)
+            and flat(r.config).get("optimizer.name") == name
             and _same_structure(run_model(r, model), model)]
 
 

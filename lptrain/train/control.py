@@ -201,10 +201,14 @@ class IterationController:
         k = self.plans.get(key)
         return (self.o.fwd_iters, self.o.adj_iters) if k is None else (k[0], k[1])
 
-    def update(self, key: int, m: Measured, eps: tuple[float, float]) -> None:
+    def update(self, key: int, m: Measured, eps: tuple[float, float],
+               again: bool = False, grow_only: bool = False) -> None:
         """Re-plan `key` from an evaluation done with plan(key): its record m and its
-        estimate eps = (ε_u, ε_λ) (gradient_error, times `scale`)."""
-        self.evaluations += 1
+        estimate eps = (ε_u, ε_λ) (gradient_error, times `scale`). `again`: the
+        evaluation repeated one (oneshot.Rungs.refine), not counted as another (the
+        calibrations count the gradients the optimizer gets); `grow_only`: the plan may
+        grow, not shrink."""
+        self.evaluations += not again
         if self.o.control != "error":
             return
         kf, ka = self.plan(key)
@@ -215,6 +219,8 @@ class IterationController:
                             half, lo, hi, last_ratio(m.fwd_prev_sq, m.fwd_last_sq)),
             next_iterations(ka, eps[1], factor(m.adj_first_sq, m.adj_last_sq, m.adj_ratios),
                             half, lo, hi, last_ratio(m.adj_prev_sq, m.adj_last_sq))]
+        if grow_only:
+            self.plans[key] = [max(kf, self.plans[key][0]), max(ka, self.plans[key][1])]
 
     def state_dict(self) -> dict:
         return {"plans": [[key, *k] for key, k in self.plans.items()],

@@ -9,6 +9,8 @@ it (train/control.py).
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from lptrain.train.protocol import Batch, DataTerms, Evaluated, Point
@@ -39,6 +41,8 @@ class Objective:
             again = self.value(ev.theta)
             grad = self._gradient(again)
             ev.point, ev.tape, ev.stats = again.point, again.tape, again.stats
+            if not math.isfinite(again.point.objective):   # more iterations overflowed:
+                return torch.full_like(grad, math.nan)     # the optimizers refuse it
         return grad
 
     def _gradient(self, ev: Evaluated) -> torch.Tensor:

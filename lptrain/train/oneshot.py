@@ -40,6 +40,8 @@ class Rungs:
         self._raw_error = math.nan       # the latest estimate before calibration's scale
         self._observed: SolveStats | None = None
         self._refine = False             # the latest evaluation is to be repeated
+        self._again = False              # the evaluation under way repeats one
+        self._repeats = 0                # repeats of the gradient under way
 
     def begin(self, key: int, warm: bool) -> None:
         """Which plan an evaluation of batch `key` follows.  With mini-batches each
@@ -84,15 +86,23 @@ class Rungs:
         self._raw_error, self._observed = stats.fwd_error + stats.adj_error, stats
         stats.fwd_error, stats.adj_error = stats.fwd_error * scale, stats.adj_error * scale
         stats.error_scale = scale
-        used = self.controller.plan(self.plan_key)
+        used, again, self._again = self.controller.plan(self.plan_key), self._again, False
         if self.rung == 0:
-            self.controller.update(self.plan_key, m, (stats.fwd_error, stats.adj_error))
+            # a repeat started from its own first try's states, which no other batch of a
+            # shared (mini-batch) plan has: it may grow that plan, not shrink it
+            self.controller.update(self.plan_key, m, (stats.fwd_error, stats.adj_error),
+                                   again=again, grow_only=again and self.shared_plans)
         stats.fwd_plan, stats.adj_plan = self.controller.plan(self.plan_key)
         self.last_gnorm = grad_norm
-        # decided from what every rank and data group shares (the summed record, the plans)
-        self._refine = self.rung == 0 and self.controller.o.control == "error" and refines(
-            stats.fwd_error + stats.adj_error, self.controller.o.grad_tol, used,
-            (stats.fwd_plan, stats.adj_plan))
+        # decided from what every rank and data group shares (the summed record, the plans);
+        # a solve to tolerance (no rung below the top) or a gradient that is not finite is
+        # not taken again, and never more often than control_max_iters
+        self._repeats = self._repeats + 1 if again else 0
+        o = self.controller.o
+        self._refine = self.rung == 0 < self.top and o.control == "error" and \
+            math.isfinite(grad_norm) and self._repeats < o.control_max_iters and refines(
+                stats.fwd_error + stats.adj_error, o.grad_tol, used,
+                (stats.fwd_plan, stats.adj_plan))
 
     def refine(self) -> bool:
         """Whether the evaluation just observed is to be repeated at its θ with the
@@ -100,6 +110,7 @@ class Rungs:
         (train/control.py refines), e.g. a cold first evaluation. Asked once per
         observed evaluation."""
         again, self._refine = self._refine, False
+        self._again = again
         return again
 
     def calibration_due(self) -> bool:

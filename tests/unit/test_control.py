@@ -235,6 +235,77 @@ def test_a_gradient_far_from_the_target_is_taken_again_before_a_step():
                                                     1 + rec["adj_iterations"])   # both counted
 
 
+def test_a_repeat_is_not_another_evaluation_and_a_shared_plan_only_grows_by_it():
+    """Repeats counted as evaluations moved the calibrations (with calibrate_every even
+    and every gradient repeated, none was ever due); a mini-batch cold plan re-planned
+    from a repeat, warm from its own first try, shrank, and the next cold batch was
+    repeated again (every cold evaluation done twice)."""
+    c = IterationController(ControlOptions(fwd_iters=2, adj_iters=2, grad_tol=0.005,
+                                           calibrate_every=2))
+    far, met = measured(r_u=1.0, r_l=1.0), measured(r_u=1e-9, r_l=1e-9)
+    c.update(-2, far, (1.0, 1.0))
+    assert c.evaluations == 1 and c.calibration_due() and c.plan(-2) == (6, 6)
+    c.update(-2, met, (1e-9, 1e-9), again=True, grow_only=True)
+    assert c.evaluations == 1 and c.calibration_due() and c.plan(-2) == (6, 6)
+    c.update(-2, met, (1e-9, 1e-9), again=True)       # a batch's own plan: as usual
+    assert c.plan(-2) == (5, 5)
+
+
+def test_a_repeated_gradient_is_the_one_calibrated():
+    """The first calibration fell on the evaluation that was then repeated: lost."""
+    from lptrain.train.calibrate import CalibratedOracle
+    net, theta = dense_net(layers=16, width=4, T=8.0, scale=0.6, seed=3)
+    x, y = batch(net, n=32)
+    opts = MGRITOptions(levels=3, cfactor0=2, cfactor=2, fwd_iters=1, adj_iters=1,
+                        grad_tol=0.005, calibrate_every=5)
+    terms = SimultaneousOracle(net, SerialExchange(), opts)
+    oracle = CalibratedOracle(Objective(terms, net), terms,
+                              Objective(SerialOracle(net, SerialExchange()), net))
+    oracle.begin(Batch(x, y))
+    ev = oracle.value(theta)
+    g = oracle.gradient(ev)
+    oracle.accept(ev)
+    rec = oracle.record()
+    _, exact, _ = serial_objective_and_grad(net, theta, x, y)
+    assert rec["refined"] == 1
+    assert rec["true_error"] == pytest.approx(float((g - exact).norm() / exact.norm()),
+                                              rel=1e-6)
+    assert terms.accuracy.controller.evaluations == 1
+
+
+def test_a_repeat_whose_objective_overflows_gives_no_gradient():
+    """More iterations can overflow where fewer did not: the repeat's point is not
+    finite, and a finite gradient beside it would have been stepped with."""
+    from types import SimpleNamespace
+
+    from lptrain.train.protocol import Evaluated, Point
+
+    class Terms:
+        measures, calls = True, 0
+
+        def value(self, theta):
+            self.calls += 1
+            j = 1.0 if self.calls == 1 else math.inf
+            return Evaluated(Point(objective=j, loss=j, accuracy=0.0), theta)
+
+        def gradient(self, ev):
+            return torch.ones_like(ev.theta)
+
+        def measure(self, ev):
+            return None
+
+        def observe(self, ev, m, norm):
+            pass
+
+        def refine(self):
+            return self.calls == 1
+    net = SimpleNamespace(regulariser=lambda theta, grad=None: 0.0)
+    oracle = Objective(Terms(), net)
+    ev = oracle.value(torch.zeros(3))
+    g = oracle.gradient(ev)
+    assert ev.point.objective == math.inf and torch.isnan(g).all()
+
+
 def test_the_exact_modes_estimate_round_off():
     net, theta = dense_net(layers=16, width=4, T=8.0, scale=0.6, seed=3)
     x, y = batch(net, n=32)

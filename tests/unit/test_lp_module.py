@@ -582,3 +582,35 @@ def test_a_second_derivative_is_refused():
     (g,) = torch.autograd.grad(mod(u0).pow(2).sum(), u0, create_graph=True)
     with pytest.raises(RuntimeError, match="once_differentiable"):
         g.sum().backward()
+
+
+class _Pair(nn.Linear):
+    def forward(self, u):
+        return super().forward(u), u
+
+
+class _Wider(nn.Linear):
+    def forward(self, u):
+        return super().forward(u).double()
+
+
+@pytest.mark.parametrize("where", ["coarse_steps", "kept", "plain"])
+@pytest.mark.parametrize("bad, message", [(_Pair, "maps a state to a tuple, not a tensor"),
+                                          (_Wider, "maps a torch.float32 state to "
+                                                   "torch.float64")])
+def test_a_layer_or_coarse_step_that_returns_no_update_is_refused_on_every_path(
+        where, bad, message):
+    """The check was on the fine layers' plain steps only: a coarse step returning a
+    tuple ended in torch's AttributeError, and a layer whose linearisation a one-level
+    warm-started solve keeps was cast back silently (float64) or failed in .detach()."""
+    good = lambda n: nn.Linear(4, 4)      # noqa: E731
+    options = dict(levels=2, cfactor0=2, tol=0.0, max_iter=2, adj_max_iter=2)
+    kw = dict(coarse_steps=lambda step: bad(4, 4)) if where == "coarse_steps" else {}
+    if where == "kept":
+        options.update(levels=1, max_iter=1, adj_max_iter=1)
+        kw["warm_start"] = True
+    torch.manual_seed(0)
+    body = LayerParallel(good if where == "coarse_steps" else (lambda n: bad(4, 4)), T=1.0,
+                         n_layers=8, mgrit=MGRITOptions(**options), **kw)
+    with pytest.raises(ValueError, match=message):
+        body(torch.randn(3, 4))

@@ -823,11 +823,14 @@ def test_only_runs_of_the_modelled_configuration_give_the_counts():
     from lptrain.model_perf.runs import MeasuredRun
     net, _ = dense_net(layers=12)
     model = Model(net, OPTS, batch=40)
-    cfg = {"network": {"name": "dense", "width": 4}, "dataset": {"name": "peaks"}}
+    cfg = {"network": {"name": "dense", "width": 4}, "dataset": {"name": "peaks"},
+           "optimizer": {"name": "lbfgs"}}
     ours = MeasuredRun(Path("a"), "simultaneous", 1, 1.0, 1.0, 2.0, 2.0, cfg)
     other = MeasuredRun(Path("b"), "simultaneous", 1, 1.0, 3.0, 6.0, 6.0,
                         {**cfg, "dataset": {"name": "mnist"}})
-    assert cli.of_config([ours, other], model, cfg) == [ours]
+    adam = MeasuredRun(Path("c"), "simultaneous", 1, 1.0, 1.0, 6.0, 6.0,
+                       {**cfg, "optimizer": {"name": "adam"}})
+    assert cli.of_config([ours, other, adam], model, cfg) == [ours]
     cnt, note = cli.counts(SimpleNamespace(trials=None, mgrit_iters=None), [ours], 1)
     assert cnt.simultaneous(OPTS) == (2.0, 2.0) and cnt.trials == 1.0
     assert note.endswith("1 measured run of another config not counted")
