@@ -135,14 +135,16 @@ def next_iterations(k: int, eps: float, rho: float, target: float, lo: int, hi: 
     return min(max(k, lo), hi)
 
 
-def refines(eps: float, target: float, used: tuple[int, int], planned: tuple[int, int]
-            ) -> bool:
-    """Whether an evaluation run with `used` (forward, adjoint) iterations, whose
-    estimate `eps` is FAR times the `target` or more, is repeated at its θ with the
-    iterations now `planned`: only where the plan grew (at control_max_iters it cannot,
-    and the evaluation stands)."""
-    more = planned[0] > used[0] or planned[1] > used[1]
-    return more and not eps < FAR * target
+def refines(eps: tuple[float, float], target: float, ran: tuple[int, int],
+            planned: tuple[int, int]) -> bool:
+    """Whether an evaluation whose estimate ε_u + ε_λ (`eps`) is FAR times the `target` or
+    more is taken again at its θ: only where a solve that makes it so (its share at least
+    half of that) has a plan above the iterations it `ran` (adaptive extras included). At
+    control_max_iters, or where only the other solve could grow, it stands."""
+    bound = FAR * target
+    if sum(eps) < bound:
+        return False
+    return any(not e < bound / 2 and p > r for e, r, p in zip(eps, ran, planned))
 
 
 def last_ratio(prev_sq: float, last_sq: float) -> float | None:

@@ -249,7 +249,7 @@ class _Notes:
         if stats is None:
             return
         for name, say in (("short", _shortfall), ("reach", self._out_of_reach),
-                          ("calibrated", _calibrated_above)):
+                          ("calibrated", _calibrated_above), ("repeated", _repeated)):
             if name not in self.said and say(k, stats, self.console, self.mgrit):
                 self.said.add(name)
 
@@ -291,6 +291,17 @@ def _calibrated_above(k: int, stats: dict, console, mgrit) -> bool:
                  f"measured the one-shot", f"  gradient {true:.1e} off, above "
                  f"mgrit.grad_tol {mgrit.grad_tol:g} (mgrit/true_error);",
                  "  a smaller mgrit.grad_tol or mode=mgrit keeps nearer serial training")
+
+
+def _repeated(k: int, stats: dict, console, mgrit) -> bool:
+    """Say, once, that an evaluation after the first iteration was taken again (its
+    estimate far above mgrit.grad_tol: the steps there cost more). Whether it did; the
+    first iteration's repeat (a cold start) is the expected one and not said."""
+    if k <= 1 or not stats.get("refined", 0) > 0:
+        return False
+    return _said(console, f"iteration {k}: a one-shot gradient far above mgrit.grad_tol "
+                 f"was taken again", "  with more iterations before the step "
+                 "(mgrit/refined counts these, fwd_total", "  and adj_total their cost)")
 
 
 def _said(console, *lines: str) -> bool:

@@ -86,12 +86,17 @@ class Rungs:
         self._raw_error, self._observed = stats.fwd_error + stats.adj_error, stats
         stats.fwd_error, stats.adj_error = stats.fwd_error * scale, stats.adj_error * scale
         stats.error_scale = scale
-        used, again, self._again = self.controller.plan(self.plan_key), self._again, False
+        again, self._again = self._again, False
+        # the iterations it ran, adaptive extras included, as every rank and data group
+        # knows them: the plan, or the residual ratios the summed record averages
+        used = self.controller.plan(self.plan_key)
+        ran = (max(used[0], m.fwd_ratios), max(used[1], m.adj_ratios))
         if self.rung == 0:
-            # a repeat started from its own first try's states, which no other batch of a
-            # shared (mini-batch) plan has: it may grow that plan, not shrink it
+            # a repeat started from its own first try's states at the same θ, which the
+            # next evaluation (another θ, or another batch) does not have: it may grow
+            # the plan, not shrink it (shrunk, the next one was far off and repeated)
             self.controller.update(self.plan_key, m, (stats.fwd_error, stats.adj_error),
-                                   again=again, grow_only=again and self.shared_plans)
+                                   again=again, grow_only=again)
         stats.fwd_plan, stats.adj_plan = self.controller.plan(self.plan_key)
         self.last_gnorm = grad_norm
         # decided from what every rank and data group shares (the summed record, the plans);
@@ -101,7 +106,7 @@ class Rungs:
         o = self.controller.o
         self._refine = self.rung == 0 < self.top and o.control == "error" and \
             math.isfinite(grad_norm) and self._repeats < o.control_max_iters and refines(
-                stats.fwd_error + stats.adj_error, o.grad_tol, used,
+                (stats.fwd_error, stats.adj_error), o.grad_tol, ran,
                 (stats.fwd_plan, stats.adj_plan))
 
     def refine(self) -> bool:

@@ -194,15 +194,19 @@ def test_the_estimate_bounds_the_true_gradient_error(weights, iters):
     assert true < est < 100 * true
 
 
-@pytest.mark.parametrize("eps, used, planned, want", [
-    (0.06, (2, 2), (4, 3), True),      # far above, the plan grew: taken again
-    (0.04, (2, 2), (4, 3), False),     # above, not far: the next evaluation's plan
-    (0.06, (6, 6), (6, 6), False),     # at control_max_iters: it stands
-    (math.inf, (2, 2), (6, 6), True),  # no estimate (a zero gradient): the cap's
-    (0.06, (2, 2), (2, 3), True)])
+@pytest.mark.parametrize("eps, ran, planned, want", [
+    ((0.03, 0.03), (2, 2), (4, 3), True),     # far above, the plan grew: taken again
+    ((0.02, 0.02), (2, 2), (4, 3), False),    # above, not far: the next evaluation's plan
+    ((0.03, 0.03), (6, 6), (6, 6), False),    # at control_max_iters: it stands
+    ((math.inf, 0.0), (2, 2), (6, 6), True),  # no estimate (a zero gradient): the cap's
+    ((0.0, 0.06), (2, 2), (2, 3), True),      # the far solve's plan grew
+    # the adjoint is far off and at its cap; only the forward could grow: it stands
+    # (mgrit.adaptive: repeats at fewer iterations than the first try had run)
+    ((0.003, 0.5), (4, 6), (5, 6), False),
+    ((0.06, 0.0), (7, 2), (5, 2), False)])    # ran 7 with adaptive extras, planned 5
 def test_an_evaluation_is_taken_again_only_far_above_the_target_with_a_grown_plan(
-        eps, used, planned, want):
-    assert refines(eps, 0.005, used, planned) is want
+        eps, ran, planned, want):
+    assert refines(eps, 0.005, ran, planned) is want
 
 
 def test_a_gradient_far_from_the_target_is_taken_again_before_a_step():
@@ -249,6 +253,25 @@ def test_a_repeat_is_not_another_evaluation_and_a_shared_plan_only_grows_by_it()
     assert c.evaluations == 1 and c.calibration_due() and c.plan(-2) == (6, 6)
     c.update(-2, met, (1e-9, 1e-9), again=True)       # a batch's own plan: as usual
     assert c.plan(-2) == (5, 5)
+
+
+@pytest.mark.parametrize("mini_batches", [False, True])
+def test_a_repeat_grows_the_plan_and_never_shrinks_it(mini_batches):
+    """A repeat, warm from its own first try at the same θ, was nearly exact, and the
+    plan shrank from it; the next evaluation (another θ) was far off and repeated again
+    (network.T=40: iterations 1 to 4 in a row; uniform init_hidden=1.0: 30 repeats)."""
+    from lptrain.train.oneshot import Rungs
+    from lptrain.train.oracles import SolveStats
+    rungs = Rungs(MGRITOptions(fwd_iters=2, adj_iters=2, grad_tol=0.005), mini_batches)
+    rungs.begin(0, warm=False)
+    rungs.observe(SolveStats(fwd_error=0.4, adj_error=0.4), measured(ratios=2), 1.0)
+    assert rungs.refine() and rungs.controller.plan(rungs.plan_key) == (6, 6)
+    rungs.observe(SolveStats(fwd_error=1e-9, adj_error=1e-9), measured(1e-9, r_l=1e-9,
+                                                                        ratios=6), 1.0)
+    assert not rungs.refine() and rungs.controller.plan(rungs.plan_key) == (6, 6)
+    rungs.observe(SolveStats(fwd_error=1e-9, adj_error=1e-9), measured(1e-9, r_l=1e-9,
+                                                                        ratios=6), 1.0)
+    assert rungs.controller.plan(rungs.plan_key) == (5, 5)     # a new evaluation: as usual
 
 
 def test_a_repeated_gradient_is_the_one_calibrated():

@@ -138,3 +138,17 @@ def test_growing_residuals_are_divergence_not_stagnation():
     rising = [100.0, 114.0, 83.0, 61.0, 212.0, 541.0, 925.0]
     assert grew(rising) and not stagnated(rising)
     assert not grew([1.0, 1e-3, 1e-3, 1e-3])
+
+
+def test_a_repeat_after_the_first_iteration_is_said_once():
+    """Repeats of far-off gradients were shown nowhere but metrics.h5, while the steps
+    with one took twice as long; the first iteration's (a cold start) is expected."""
+    notes, console = _notes()
+    notes.after(1, dict(refined=1))
+    notes.after(2, dict(refined=0))
+    assert console.lines == []
+    notes.after(3, dict(refined=1))
+    notes.after(4, dict(refined=2))
+    assert console.lines[0].startswith("iteration 3: a one-shot gradient far above ")
+    assert len(console.lines) == 3 and all(len(line) <= 80 for line in console.lines)
+
