@@ -307,12 +307,15 @@ class MGRITOracle(ExactOracle):
     def _adaptive(self, solve, iters: int, tol: float, warm, norm):
         """solve(warm=, max_iter=, tol=) -> (output, SolveResult) at the budget, then one
         iteration more (resume=True) while the accuracy's guard asks with norm(output);
-        the result's history and iterations cover every iteration."""
+        the result's history and iterations cover every iteration, each residual once
+        (a resumed solve opens with the one its predecessor closed with: counted twice,
+        it read as an iteration of ratio 1, in the convergence factor and the count of
+        iterations the controller compares its plan with)."""
         out, res = solve(warm=warm, max_iter=iters, tol=tol)
         history, total, extra = list(res.history), res.iterations, 0
         while self.accuracy.more(history, norm(out), extra):
             out, res = solve(max_iter=1, tol=0.0, resume=True)
-            history += res.history
+            history += res.history[1:]      # its first: the residual measured last
             total += res.iterations
             extra += 1
         res.history, res.iterations = history, total

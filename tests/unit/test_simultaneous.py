@@ -58,6 +58,10 @@ def test_adaptive_adds_iterations_when_residuals_are_large():
                                      "mgrit.adaptive_ratio=1e-12", "mgrit.adaptive_max_extra=2"])
     assert all(r["adaptive_extra"] >= 1 for r in rows.mgrit)
     assert all(r["fwd_iterations"] > 2 for r in rows.mgrit)
+    for r in rows.mgrit:      # each residual once: an extra was recorded twice (ratio 1)
+        history = [h for h in r["fwd_history"] if h == h]
+        assert len(history) == r["fwd_iterations"] + 1
+        assert all(b != a for a, b in zip(history, history[1:]))
 
 
 def test_minibatch_warm_starts_are_kept_per_batch():
