@@ -112,7 +112,9 @@ def _work(m, mine: np.ndarray, memory: int | None) -> tuple[Work, ...]:
     """The Work of each iteration that iteration_time counts (finite times, the first
     left out): trials from train/, cycles per solve from mgrit/ (all of the
     iteration's forward cycles over its trials; the accepted point's adjoint), L-BFGS
-    pairs replayed from train/ (lbfgs_pairs)."""
+    pairs replayed from train/ (lbfgs_pairs). An evaluation taken again (mgrit/refined:
+    the one-shot controller's repeats) is one more trial, and its adjoint cycles are
+    charged with the accepted one's (adj_total)."""
     iterations = m.train.get(s.ITERATION, np.array([], dtype=np.int64))[mine][1:]
     times = m.train[s.STEP_TIME][mine][1:]
     trials = m.train.get("ls_trials", np.ones(len(mine), dtype=np.int64))[mine][1:]
@@ -120,6 +122,7 @@ def _work(m, mine: np.ndarray, memory: int | None) -> tuple[Work, ...]:
         [int(p) for p in lbfgs_pairs(m.train, memory)[mine][1:]]
     rows = {int(k): i for i, k in enumerate(m.mgrit.get(s.ITERATION, []))}
     fwd, adj = m.mgrit.get("fwd_total"), m.mgrit.get(s.ADJ_ITERATIONS)
+    repeats, adj_all = m.mgrit.get("refined"), m.mgrit.get("adj_total")   # None: older
     out = []
     for k, t, n, held in zip(iterations, times, trials, pairs):
         if not np.isfinite(t):
@@ -127,8 +130,12 @@ def _work(m, mine: np.ndarray, memory: int | None) -> tuple[Work, ...]:
         n, row = float(max(n, 1)), rows.get(int(k))
         solved = row is not None and fwd is not None and adj is not None \
             and fwd[row] >= 0 and adj[row] >= 0
+        again = int(repeats[row]) if solved and repeats is not None and \
+            repeats[row] > 0 and adj_all is not None else 0
+        n += again
         out.append(Work(n, float(fwd[row]) / n if solved else None,
-                        float(adj[row]) if solved else None, held))
+                        float(adj_all[row] if again else adj[row]) if solved else None,
+                        held))
     return tuple(out)
 
 

@@ -789,6 +789,23 @@ def test_a_measured_run_is_predicted_iteration_by_iteration(tmp_path):
     assert "3 kinds of iteration" in note
 
 
+def test_an_iteration_with_a_repeated_evaluation_is_charged_it(tmp_path):
+    """A one-shot evaluation taken again (mgrit/refined) was charged as one trial with
+    the accepted point's adjoint only: the first try's gradient went uncounted."""
+    from lptrain.metrics import schema as ms
+    from lptrain.metrics.writer import open_writer
+    from lptrain.model_perf.runs import Work, load_run
+    path = tmp_path / ms.FILE_NAME
+    attrs = {ms.MODE: "simultaneous", ms.WORLD_SIZE: 1, ms.SEED: 0, ms.CONFIG: "seed: 0\n"}
+    with open_writer(path, attrs, enabled=True) as writer:
+        for k, (trials, fwd, adj, adj_all, again) in enumerate(
+                [(1, 2, 2, 2, 0), (1, 8, 6, 8, 1), (2, 6, 3, 3, 0)], start=1):
+            writer.log_train(iteration=k, step_time=float(k), ls_trials=trials)
+            writer.log_mgrit(iteration=k, fwd_iterations=6, fwd_total=fwd,
+                             adj_iterations=adj, adj_total=adj_all, refined=again)
+    assert load_run(path).work == (Work(2, 4, 8), Work(2, 3, 3))
+
+
 def test_simultaneous_cycles_come_from_measured_runs_where_there_are_some():
     """mgrit.control=error plans the one-shot cycles; the curve for every P takes what
     the measured simultaneous runs took, else the options' fixed fwd_iters / adj_iters."""
