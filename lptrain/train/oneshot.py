@@ -87,10 +87,11 @@ class Rungs:
         stats.fwd_error, stats.adj_error = stats.fwd_error * scale, stats.adj_error * scale
         stats.error_scale = scale
         again, self._again = self._again, False
-        # the iterations it ran, adaptive extras included, as every rank and data group
-        # knows them: the plan, or the residual ratios the summed record averages
+        # the most iterations a solve of it ran in any data group, as every rank knows
+        # it: the plan, and the adaptive guard's extras (each group adds its own)
         used = self.controller.plan(self.plan_key)
-        ran = (max(used[0], m.fwd_ratios), max(used[1], m.adj_ratios))
+        extra = self.mgrit.adaptive_max_extra if self.mgrit.adaptive else 0
+        ran = (used[0] + extra, used[1] + extra)
         if self.rung == 0:
             # a repeat started from its own first try's states at the same θ, which the
             # next evaluation (another θ, or another batch) does not have: it may grow

@@ -274,6 +274,18 @@ def test_a_repeat_grows_the_plan_and_never_shrinks_it(mini_batches):
     assert rungs.controller.plan(rungs.plan_key) == (5, 5)     # a new evaluation: as usual
 
 
+def test_with_adaptive_extras_a_repeat_needs_more_than_any_group_can_have_run():
+    """Data groups add their own adaptive extras; the summed record averages their
+    iterations, so a group that ran 6 was compared as 4 and repeated at 5 or 6."""
+    from lptrain.train.oneshot import Rungs
+    from lptrain.train.oracles import SolveStats
+    rungs = Rungs(MGRITOptions(fwd_iters=2, adj_iters=2, grad_tol=0.005, adaptive=True,
+                               adaptive_max_extra=4), False)
+    rungs.begin(0, warm=True)
+    rungs.observe(SolveStats(fwd_error=0.03, adj_error=0.03), measured(ratios=4), 1.0)
+    assert rungs.controller.plan(0) == (6, 6) and not rungs.refine()   # 6 <= 2 + 4
+
+
 def test_a_repeated_gradient_is_the_one_calibrated():
     """The first calibration fell on the evaluation that was then repeated: lost."""
     from lptrain.train.calibrate import CalibratedOracle
