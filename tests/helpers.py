@@ -8,6 +8,7 @@ import signal
 from collections import Counter
 
 import torch
+from torch import nn
 
 from lptrain.metrics.writer import NullWriter
 from lptrain.model.network import NetworkOptions, ResNet
@@ -192,3 +193,17 @@ def as_default_path(monkeypatch) -> None:
     from lptrain.data import base, indian_pines, mnist
     for module in (base, indian_pines, mnist):
         monkeypatch.setattr(module, "chosen", lambda options: False)
+
+
+class PairLayer(nn.Linear):
+    """A residual branch that returns a tuple, not the state's update (refused)."""
+
+    def forward(self, u):
+        return super().forward(u), u
+
+
+class WiderLayer(nn.Linear):
+    """A residual branch that returns float64 for any state (refused outside autocast)."""
+
+    def forward(self, u):
+        return super().forward(u).double()

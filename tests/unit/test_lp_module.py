@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import PairLayer, WiderLayer
 from lptrain import LayerParallel, MGRITOptions
 from lptrain.mgrit.options import MGRITOptions as Options
 from lptrain.parallel.halo import needed_layers, owned_layers, transfers
@@ -584,20 +585,10 @@ def test_a_second_derivative_is_refused():
         g.sum().backward()
 
 
-class _Pair(nn.Linear):
-    def forward(self, u):
-        return super().forward(u), u
-
-
-class _Wider(nn.Linear):
-    def forward(self, u):
-        return super().forward(u).double()
-
-
 @pytest.mark.parametrize("where", ["coarse_steps", "kept", "plain"])
-@pytest.mark.parametrize("bad, message", [(_Pair, "maps a state to a tuple, not a tensor"),
-                                          (_Wider, "maps a torch.float32 state to "
-                                                   "torch.float64")])
+@pytest.mark.parametrize("bad, message", [(PairLayer, "maps a state to a tuple, not a tensor"),
+                                          (WiderLayer, "maps a torch.float32 state to "
+                                                       "torch.float64")])
 def test_a_layer_or_coarse_step_that_returns_no_update_is_refused_on_every_path(
         where, bad, message):
     """The check was on the fine layers' plain steps only: a coarse step returning a

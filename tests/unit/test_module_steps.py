@@ -4,6 +4,7 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import PairLayer, WiderLayer
 from lptrain.errors import ConfigError
 from lptrain.model.module_steps import ModuleSteps
 from lptrain.parallel.module_propagators import ModuleAdjoint
@@ -39,24 +40,14 @@ def test_bad_layers_are_refused():
         ModuleSteps([nn.Linear(2, 3)]).step(torch.zeros(1, 2), 0, 0.1)
 
 
-class _Pair(nn.Linear):
-    def forward(self, u):
-        return super().forward(u), u
-
-
-class _Wider(nn.Linear):
-    def forward(self, u):
-        return super().forward(u).double()
-
-
 @pytest.mark.parametrize("stack", [False, True])
 def test_a_branch_that_returns_no_state_update_is_refused_in_one_line(stack):
     """A tuple was torch's AttributeError ('tuple' object has no attribute 'shape'),
     which on several ranks ended every rank; a branch that returned another dtype was
     cast back into the state silently, where serial() failed."""
     u = torch.zeros(2, 1, 2)
-    for module, message in ((_Pair, "layer 0 maps a state to a tuple, not a tensor"),
-                            (_Wider, "layer 0 maps a torch.float32 state to torch.float64")):
+    for module, message in ((PairLayer, "layer 0 maps a state to a tuple, not a tensor"),
+                            (WiderLayer, "layer 0 maps a torch.float32 state to torch.float64")):
         steps = ModuleSteps([module(2, 2), module(2, 2)], stack=stack)
         with pytest.raises(ValueError, match=message):
             steps.step_many(u, [0, 1], [0.1, 0.1], [None, None])
