@@ -69,8 +69,9 @@ def _resume_args(args: list[str]) -> list[str]:
         raise ConfigError(f"{' '.join(twice)}: resume= takes one run or sweep directory")
     rest = [a for a in args if not a.startswith("resume=")]
     if multirun(rest):
-        raise ConfigError(f"{_sweep_switch(rest)}: resume= carries on a sweep by itself "
-                          f"when given the sweep's directory; drop {_sweep_switch(rest)}")
+        word = _sweep_switch(rest)
+        raise ConfigError(f"{word}: resume= carries on a sweep by itself when given the "
+                          f"sweep's directory; drop {word}")
     bad = [a for a in rest if a.split("=", 1)[0] not in RESUME_KEYS]
     if bad:
         raise ConfigError(f"{bad[0]}: with resume= only {', '.join(RESUME_KEYS)} can be "

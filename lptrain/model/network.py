@@ -209,7 +209,7 @@ class ResNet:
     # -- parameters ----------------------------------------------------------
     def signature(self) -> dict:
         """θ's blocks and, for the user's step, each layer's parameters, as names and
-        shapes: what a saved θ is checked against where it is loaded (check_signature)."""
+        shapes: what a saved θ is checked against where it is loaded (model/signature.py)."""
         step = None if self.custom is None else \
             [[n, list(s)] for n, s in zip(self.custom.names, self.custom.shapes)]
         return {"blocks": [[b.name, list(b.shape)] for b in self.layout.blocks.values()],

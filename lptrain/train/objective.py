@@ -40,7 +40,7 @@ class Objective:
         while self.terms.measures and self.terms.refine():
             again = self.value(ev.theta)
             grad = self._gradient(again)
-            ev.point, ev.tape, ev.stats = again.point, again.tape, again.stats
+            ev.point, ev.tape = again.point, again.tape   # the data terms' stats with it
             if not math.isfinite(again.point.objective):   # more iterations overflowed:
                 return torch.full_like(grad, math.nan)     # the optimizers refuse it
         return grad
