@@ -53,9 +53,9 @@ class MeasuredRun:
     mode: str
     ranks: int
     iteration_time: float  # seconds (metrics/quantities.py: median, the first left out)
-    trials: float          # mean objective evaluations per iteration
+    trials: float          # mean objective evaluations per iteration (repeats included)
     fwd: float | None      # mean forward MGRIT cycles per solve (None: not logged)
-    adj: float | None      # mean adjoint MGRIT cycles per solve
+    adj: float | None      # mean adjoint MGRIT cycles per gradient
     config: dict           # the run's resolved config (nested)
     layer: int | None = None   # ranks per layer group (None: not logged)
     work: tuple[Work, ...] = ()  # per iteration whose time the median takes, in order
@@ -72,13 +72,26 @@ def load_run(path: Path) -> MeasuredRun | None:
     trials = m.train.get("ls_trials", np.array([]))[mine][1:]
     trials = trials[trials > 0]
     cfg = yaml.safe_load(m.attrs.get(s.CONFIG, "")) or {}
+    work = _work(m, mine, _memory(cfg))
+    means = _means(work) or (float(trials.mean()) if len(trials) else 1.0,
+                             _mean(m.mgrit.get(s.FWD_ITERATIONS)),
+                             _mean(m.mgrit.get(s.ADJ_ITERATIONS)))
     return MeasuredRun(Path(path), m.mode, int(m.attrs.get(s.WORLD_SIZE, 1)),
-                       iteration_time(times),
-                       float(trials.mean()) if len(trials) else 1.0,
-                       _mean(m.mgrit.get(s.FWD_ITERATIONS)),
-                       _mean(m.mgrit.get(s.ADJ_ITERATIONS)), cfg,
-                       _int(m.attrs.get(s.LAYER_RANKS)), _work(m, mine, _memory(cfg)),
+                       iteration_time(times), *means, cfg,
+                       _int(m.attrs.get(s.LAYER_RANKS)), work,
                        _int(m.attrs.get(s.THREADS)))
+
+
+def _means(work: tuple[Work, ...]) -> tuple[float, float, float] | None:
+    """The run's mean evaluations per iteration, forward cycles per solve and adjoint
+    cycles per gradient over the iterations `work` holds, repeats included as `_work`
+    charges them; None where no iteration logged its solves (serial, older files)."""
+    solved = [w for w in work if w.fwd is not None]
+    if not solved:
+        return None
+    trials = sum(w.trials for w in solved)
+    return (trials / len(solved), sum(w.trials * w.fwd for w in solved) / trials,
+            sum(w.adj for w in solved) / len(solved))
 
 
 def _memory(cfg: dict) -> int | None:

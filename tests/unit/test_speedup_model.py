@@ -791,7 +791,8 @@ def test_a_measured_run_is_predicted_iteration_by_iteration(tmp_path):
 
 def test_an_iteration_with_a_repeated_evaluation_is_charged_it(tmp_path):
     """A one-shot evaluation taken again (mgrit/refined) was charged as one trial with
-    the accepted point's adjoint only: the first try's gradient went uncounted."""
+    the accepted point's adjoint only: the first try's gradient went uncounted, in each
+    iteration's prediction and in the run's means."""
     from lptrain.metrics import schema as ms
     from lptrain.metrics.writer import open_writer
     from lptrain.model_perf.runs import Work, load_run
@@ -803,7 +804,10 @@ def test_an_iteration_with_a_repeated_evaluation_is_charged_it(tmp_path):
             writer.log_train(iteration=k, step_time=float(k), ls_trials=trials)
             writer.log_mgrit(iteration=k, fwd_iterations=6, fwd_total=fwd,
                              adj_iterations=adj, adj_total=adj_all, refined=again)
-    assert load_run(path).work == (Work(2, 4, 8), Work(2, 3, 3))
+    run = load_run(path)
+    assert run.work == (Work(2, 4, 8), Work(2, 3, 3))
+    # the run's means (the curves for other P, the note) count the repeat alike
+    assert (run.trials, run.fwd, run.adj) == (2.0, 3.5, 5.5)
 
 
 def test_simultaneous_cycles_come_from_measured_runs_where_there_are_some():
