@@ -199,7 +199,7 @@ def _summary(console, writer, outcome, opts: Config, path: Path, saved_lines) ->
                      ITERATION_TIME: (console.iteration_time(), "s")})
     timing = writer.tally.summary()
     if timing is not None and timing.size > 1:
-        for line in text_lines(timing, outcome.iterations):
+        for line in text_lines(timing, outcome.iterations, console.width):
             console.message(line)
     # lines of their own: a table cell would fold a long path
     console.message(f"metrics: {path}")

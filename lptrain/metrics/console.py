@@ -230,6 +230,11 @@ class Console:
         return Group(*_bar_lines(self.title, self._iteration or 0, self.total, right, width),
                      *(Text(line) for line in wrap_parts(parts, width)))
 
+    @property
+    def width(self) -> int:
+        """The console's columns (80 unless the terminal or COLUMNS says otherwise)."""
+        return self._out.width if self.enabled else 80
+
     def message(self, text: str) -> None:
         """Print one line of plain text (above the bar when it is live); a terminal wraps
         it between words, a pipe or file gets it whole."""

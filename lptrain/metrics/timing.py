@@ -129,21 +129,27 @@ class TallyingWriter:
         self.tally.add(compute, communication, waiting)
 
 
-def text_lines(t: TimingSummary, last: int | None = None) -> list[str]:
+def text_lines(t: TimingSummary, last: int | None = None, width: int = 80) -> list[str]:
     """The summary as plain lines of at most 80 columns, e.g.
 
         time per rank over 130 iterations: 93.2 % computing, imbalance 1.01
         rank                  compute [s] communication [s]       waiting [s]  total [s]
         0                 26.510 ( 94.1%)    0.420 (  1.5%)    1.240 (  4.4%)     28.170
 
-    A resumed run's tally is this start's: with the run's `last` iteration the first line
-    names them (`over iterations 106-300`)."""
+    narrower than 80 `width` columns the seconds alone (57 columns; the first line
+    wraps where the terminal breaks it). A resumed run's tally is this start's: with
+    the run's `last` iteration the first line names them (`over iterations 106-300`)."""
     span = counted(t.iterations, 'iteration')
     if last is not None and last > t.iterations:
         span = f"iterations {last - t.iterations + 1}-{last}"
-    lines = [f"time per rank over {span}: "
-             f"{t.compute_share:.1f} % "
-             f"computing, imbalance {t.imbalance:.2f}",
+    first = f"time per rank over {span}: {t.compute_share:.1f} % computing, " \
+            f"imbalance {t.imbalance:.2f}"
+    if width < 80:
+        heads = ("compute", "comm.", "waiting", "total")
+        return [first, f"{'rank, seconds':<13s}" + "".join(f"{h:>{_NARROW}s}" for h in heads)] + [
+            f"{label:<13s}" + "".join(f"{_seconds(v):>{_NARROW}s}" for v in (
+                r.compute, r.communication, r.waiting, r.total)) for label, r in t.shown()]
+    lines = [first,
              f"{'rank':<15s}" + "".join(f"{h:>{_CELL}s}" for h in (
                  "compute [s]", "communication [s]", "waiting [s]")) + f"{'total [s]':>11s}"]
     for label, r in t.shown():
@@ -169,6 +175,7 @@ def markdown(t: TimingSummary) -> str:
 
 _CELL = 18      # a cell of text_lines: seconds in 9 columns, the share in 9; its
                 # header ends where the cell does, as the numbers below it do
+_NARROW = 11    # a cell of the narrow form: seconds only
 
 
 def _seconds(value: float) -> str:

@@ -588,6 +588,26 @@ def test_time_per_rank_fits_80_columns_and_names_the_extremes(ranks):
     assert rows[0] == str(least) and rows[2] == str(most) and "(median)" in lines[3]
 
 
+@pytest.mark.parametrize("ranks", [2, 64])
+def test_time_per_rank_narrower_than_80_columns_shows_the_seconds(ranks):
+    """A console of 60 columns folded each 80-column row into two (rich wraps at its
+    width); narrower than 80 the table drops the shares and keeps one row per rank."""
+    tally = TimingTally()
+    tally.add([1e4 * (r + 1) for r in range(ranks)], [1.5] * ranks, [123.25] * ranks)
+    t = tally.summary()
+    wide, narrow = text_lines(t), text_lines(t, width=60)
+    assert narrow[0] == wide[0] and len(narrow) == len(wide)
+    assert all(len(line) <= 57 for line in narrow[1:]), max(narrow[1:], key=len)
+    heads = ("compute", "comm.", "waiting", "total")
+    assert narrow[1].startswith("rank, seconds ")
+    for line, (label, r) in zip(narrow[2:], t.shown()):   # labels: '12 (least)'
+        assert line.startswith(label)
+        assert [13 + m.end() for m in re.finditer(r"\S+", line[13:])] == \
+            [narrow[1].index(h) + len(h) for h in heads]
+        assert [float(v) for v in line[13:].split()] == pytest.approx(
+            [r.compute, r.communication, r.waiting, r.total], rel=1e-3)
+
+
 def test_tallying_writer_keeps_what_the_file_holds(tmp_path):
     path = tmp_path / s.FILE_NAME
     inner = MetricsWriter(path, {s.MODE: s.MODE_MGRIT, s.WORLD_SIZE: 2, s.SEED: 0,
