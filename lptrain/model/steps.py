@@ -119,13 +119,19 @@ class DenseSteps:
         return self.vjp_from_g(g, lam, K, h * self.act.scale_out, out), g
 
     def vjp_from_g(self, g, lam, K, h, out=None):
-        """λ_{n+1} + h Kᵀ g with the stored K (g may be scaled in place)."""
-        if isinstance(h, torch.Tensor):
-            g.mul_(_bcast(h, g))
-            h = 1.0
+        """λ_{n+1} + h Kᵀ g with the stored K.  Stacked steps of several sizes (h an
+        (m,) tensor) take each run of equal sizes with h as the product's alpha, as one
+        step does: scaling g first rounds otherwise, and which steps share a stack
+        depends on the ranks' split."""
         if lam.dim() == 2:
             return torch.addmm(lam, K.t(), g, alpha=h, out=out)
-        return torch.baddbmm(lam, K.transpose(1, 2), g, alpha=h, out=out)
+        Kt = K.transpose(1, 2)
+        if not isinstance(h, torch.Tensor):
+            return torch.baddbmm(lam, Kt, g, alpha=h, out=out)
+        out = torch.empty_like(lam) if out is None else out
+        for i, j, size in _runs(h.tolist()):
+            torch.baddbmm(lam[i:j], Kt[i:j], g[i:j], alpha=size, out=out[i:j])
+        return out
 
     def vjp_weights(self, u, g):
         """g uᵀ and Σ g: the weight gradients (gK, gb) of the layer(s) with input u
@@ -246,6 +252,16 @@ def _bcast(h, like):
     if not isinstance(h, torch.Tensor):
         return h
     return h.view(-1, *([1] * (like.dim() - 1)))
+
+
+def _runs(sizes: list) -> list[tuple[int, int, float]]:
+    """(i, j, size) of each run sizes[i:j] of equal values, in order."""
+    runs, i = [], 0
+    for j in range(1, len(sizes) + 1):
+        if j == len(sizes) or sizes[j] != sizes[i]:
+            runs.append((i, j, sizes[i]))
+            i = j
+    return runs
 
 
 def _item(h, i):

@@ -261,6 +261,22 @@ def test_block_mean_weights_equal_the_means_of_each_block(length, phase):
                                                   phase + 2 * length + 1)[1])
 
 
+@pytest.mark.parametrize("sizes", [[0.5, 0.5, 0.25], [0.25, 0.5, 0.5, 0.25], [0.75]])
+def test_stacked_adjoint_steps_of_several_sizes_equal_each_step_bitwise(sizes):
+    # coarse steps of unequal length (N = 30, c = 4) share a stack on one rank and not
+    # on another: each step's result must not depend on its stack (it scaled g by h
+    # first, where one step passes h as the product's alpha: another rounding)
+    net, theta = dense_net(layers=len(sizes), width=8)
+    st = net.stepper(theta)
+    gen = torch.Generator().manual_seed(1)
+    U, L = (torch.randn(len(sizes), 8, 32, generator=gen, dtype=torch.float64)
+            for _ in range(2))
+    saved = st.linearize(U, st.K, st.b)
+    stacked = st.vjp_saved(saved.clone(), L, st.K, torch.tensor(sizes, dtype=torch.float64))
+    for i, h in enumerate(sizes):
+        assert torch.equal(stacked[i], st.vjp_saved(saved[i].clone(), L[i], st.K[i], h))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("kind", ["dense", "conv"])
 def test_the_seeded_scalar_gives_the_vjp_of_grad_outputs_bitwise(kind, dtype):
