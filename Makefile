@@ -68,7 +68,7 @@ yield = $(if $(shell [ $(1) -gt $(CORES) ] && echo y),MPIR_CVAR_ENABLE_HEAVY_YIE
 YIELD_SH = env $$([ $$p -gt $(CORES) ] && echo MPIR_CVAR_ENABLE_HEAVY_YIELD=1)
 RUN_NP = $(if $(filter-out 1,$(NP)),$(call yield,$(NP))$(MPIEXEC) -n $(NP) ,)$(LPTRAIN)
 OUT ?= outputs
-# QUICK=1: a few minutes on 2 cores (fewer iterations and samples)
+# QUICK=1: a few minutes on 2 cores (fewer iterations; Indian Pines and MNIST: fewer samples)
 QUICK_peaks := train.iterations=40
 QUICK_indian_pines := train.iterations=5 dataset.n_train=500 dataset.n_val=250 mgrit.tol=1e-8
 QUICK_mnist := train.iterations=3 dataset.n_train=300 dataset.n_val=100 mgrit.tol=1e-8
@@ -83,7 +83,7 @@ quick = $(if $(QUICKON),$(QUICK_$(1)),)
 # FRESH=1 replaces them all.
 define reproduce
 	@mkdir -p $(3)
-	for m in serial mgrit simultaneous; do \
+	@for m in serial mgrit simultaneous; do \
 	  case $$( [ -n "$(FRESHON)" ] && echo fresh || $(PY) -m lptrain.runplan $(3)/$$m $(NP) experiment=$(2) mode=$$m $(call quick,$(1)) $(ARGS)) in \
 	    kept) echo "$(3)/$$m: kept (it ended with these settings; FRESH=1 runs it again)";; \
 	    resume) $(RUN_NP) resume=$(3)/$$m || exit 1;; \
@@ -92,8 +92,9 @@ define reproduce
 	    *) echo "$(3)/$$m: cannot tell what to do with it (python -m lptrain.runplan failed)"; exit 1;; \
 	  esac; \
 	done
-	rm -rf $(3)/report
-	$(REPORT) $(3)/serial $(3)/mgrit $(3)/simultaneous --out $(3)/report
+	@rm -rf $(3)/report
+	@echo "lptrain-report $(3)/{serial,mgrit,simultaneous} --out $(3)/report"
+	@$(REPORT) $(3)/serial $(3)/mgrit $(3)/simultaneous --out $(3)/report
 	@echo "figures and summary.md in $(3)/report"
 endef
 
@@ -114,9 +115,10 @@ reproduce-mnist: install ## the paper's MNIST, 3 modes (NP=, QUICK=1)
 SCALING_RANKS ?= 1 2 4
 SCALING_ITERS ?= 5
 scaling: install ## peaks_deep on 1, 2, 4 ranks: measured vs predicted
-	rm -rf $(OUT)/scaling      # runs of another SCALING_RANKS would join the report
+	@rm -rf $(OUT)/scaling      # runs of another SCALING_RANKS would join the report
 	@mkdir -p $(OUT)/scaling
-	for p in $(SCALING_RANKS); do for m in serial simultaneous; do \
+	@for p in $(SCALING_RANKS); do for m in serial simultaneous; do \
+	  echo "$$m on $$p rank(s): $(OUT)/scaling/$$m-P$$p"; \
 	  rm -rf $(OUT)/scaling/$$m-P$$p; OMP_NUM_THREADS=1 $(YIELD_SH) $(MPIEXEC) -n $$p $(LPTRAIN) experiment=peaks_deep mode=$$m \
 	    train.iterations=$(SCALING_ITERS) eval_every=1000 hydra.run.dir=$(OUT)/scaling/$$m-P$$p || exit 1; \
 	done; done
