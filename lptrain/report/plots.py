@@ -41,11 +41,18 @@ TITLE_CHAR_PT = 6.0     # a title character's width at "medium" size
 MGRIT_MARKS = 30       # at most about this many markers on an MGRIT curve
 LOG_SPAN = 10.0         # a log axis where the largest value is this many times the least
 STYLE_KEY = "lines: training (every iteration)    hollow markers: validation"
+MGRIT_FIGURES = ("mgrit_residuals", "mgrit_factors")    # only where some run has solves
 
 
 def write_plots(runs: Runs, out: Path, context=lambda runs: "") -> list[Path]:
-    """Write every figure of `figures` into directory `out`; return the paths written."""
-    return [_save(fig, out / f"{name}.png") for name, fig in figures(runs, context).items()]
+    """Write every figure of `figures` into directory `out`; return the paths written.
+    An MGRIT figure an earlier report left there is removed where these runs have none:
+    it would sit beside a summary of other runs."""
+    made = figures(runs, context)
+    for name in MGRIT_FIGURES:
+        if name not in made:
+            (out / f"{name}.png").unlink(missing_ok=True)
+    return [_save(fig, out / f"{name}.png") for name, fig in made.items()]
 
 
 def figures(runs: Runs, context=lambda runs: "") -> dict[str, Figure]:
@@ -59,10 +66,11 @@ def figures(runs: Runs, context=lambda runs: "") -> dict[str, Figure]:
         out[f"accuracy_vs_{x}"] = _curves(runs, x, s.ACCURACY, "accuracy", every, log=False)
     solved = [run for _, run in runs if run.mgrit]
     if solved:
-        out["mgrit_residuals"] = _mgrit_figure(runs, (s.FWD_RESIDUAL, s.ADJ_RESIDUAL), True,
-                                               "final residual", context(solved))
-        out["mgrit_factors"] = _mgrit_figure(runs, (s.FWD_FACTOR, s.ADJ_FACTOR), False,
-                                             "convergence factor", context(solved))
+        residuals, factors = MGRIT_FIGURES
+        out[residuals] = _mgrit_figure(runs, (s.FWD_RESIDUAL, s.ADJ_RESIDUAL), True,
+                                       "final residual", context(solved))
+        out[factors] = _mgrit_figure(runs, (s.FWD_FACTOR, s.ADJ_FACTOR), False,
+                                     "convergence factor", context(solved))
     return out
 
 

@@ -293,6 +293,14 @@ def test_report_writes_plots_and_summary(two_runs, tmp_path, capsys):
     assert summary[3].startswith("| simultaneous P=4 | simultaneous | 16/4 | 4 | completed | 4 |")
     assert summary[3].endswith("| 1.50 | 3.00 | 4.00 | - |")
     assert str(out / "summary.md") in capsys.readouterr().out
+    # the same --out for serial runs only: the MGRIT figures of the report before went
+    # on beside a summary of runs that solve nothing; other files there stay
+    (out / "notes.png").write_bytes(b"mine")
+    fake_run(tmp_path / "serial_only", "serial", 0.1)
+    assert main([str(tmp_path / "serial_only"), "--out", str(out)]) == 0
+    assert not (out / "mgrit_residuals.png").exists()
+    assert not (out / "mgrit_factors.png").exists()
+    assert (out / "loss_vs_iteration.png").exists() and (out / "notes.png").exists()
 
 
 def test_report_on_a_partial_file(tmp_path, monkeypatch):
