@@ -122,7 +122,6 @@ def group_value_error(exc: ValueError, overrides: Sequence[str]):
     return ConfigError(f"{str(exc).splitlines()[0]} (lptrain --help lists the groups)")
 
 
-SWEPT_PARAMS = "hydra.sweeper.params."
 
 
 # keys whose values decide together whether a layer x data split can be taken: their
@@ -215,8 +214,6 @@ def check_command(args: list[str], ranks: int | None = None) -> None:
                  and not a.startswith("+hydra")]
     # a sweep's job resumed alone keeps its number (cli._resume_args)
     overrides += [a for a in args if a.startswith("hydra.job.num=")]
-    # a sampler's search space given to it (hydra.sweeper.params.KEY=SPEC) names lptrain keys
-    overrides += [a.split(".", 3)[3] for a in args if a.lstrip("+").startswith(SWEPT_PARAMS)]
     groups = [a for a in args if a.startswith("hydra/")]  # launcher, sweeper: must exist
     sweep = multirun(args)
     job = "sweep" if sweep else "run"
