@@ -89,7 +89,7 @@ class MeasuredTimer:
             self.note = "times kept on this host"
             return kept
         if self.announce is not None:
-            self.announce("predicting layer_ranks=auto's splits (once; new kernels are timed)")
+            self.announce("predicting layer_ranks=auto's splits (once; kernels timed if new here)")
         model = self.model
         if model is None or (model.batch, model.mini_batches, model.dtype, model.mgrit) != \
                 (batch, mini_batches, dtype, o.mgrit):

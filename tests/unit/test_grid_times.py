@@ -52,7 +52,7 @@ def test_the_command_is_told_before_kernels_are_timed_not_when_kept(tmp_path, mo
         timer = _timer([], monkeypatch, seconds)
         timer.announce = said.append
         timer.times(GRIDS)
-    assert said == ["predicting layer_ranks=auto's splits (once; new kernels are timed)"]
+    assert said == ["predicting layer_ranks=auto's splits (once; kernels timed if new here)"]
 
 
 def test_an_unreadable_kept_file_is_predicted_anew(tmp_path, monkeypatch):
