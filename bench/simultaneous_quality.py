@@ -126,11 +126,12 @@ class Noisy:
 
 
 def run(mode: str, overrides: list[str], longer: float = 1.0,
-        noise: tuple[float, int] | None = None) -> dict:
+        noise: tuple[float, int] | None = None, wrap=None) -> dict:
     """Train; the objective and validation accuracy at the configured iteration count,
     evaluated exactly.  `longer` runs that many times the iterations beyond it (the
     trajectory shows when serial's objective is reached); `noise` = (eps, seed) gives
-    every gradient a random relative error eps (Noisy)."""
+    every gradient a random relative error eps (Noisy); `wrap(oracle, net, exchange)`,
+    where given, returns the oracle to train with."""
     opts, _ = compose([f"mode={mode}", *overrides])
     its = opts.train.iterations
     if longer != 1.0:
@@ -138,6 +139,8 @@ def run(mode: str, overrides: list[str], longer: float = 1.0,
     ex, data, net, theta, oracle, opt = build(opts, None)
     if noise:
         oracle = Noisy(oracle, *noise)
+    if wrap:
+        oracle = wrap(oracle, net, ex)
     exact = Objective(SerialOracle(net, ex), net)     # the exact objective of an iterate
     exact.begin(Batch(data.x_train, data.y_train))
     rows = MemoryWriter()
