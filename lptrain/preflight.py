@@ -85,6 +85,8 @@ def plan(opts, comm) -> Plan:
     device = device_for(opts.device, node)
     sizes = dataset_sizes(opts.dataset)
     net = ResNet(opts.network, sizes.feature_shape, sizes.n_classes)
+    if net.custom is not None:      # the user's step tried where it will compute
+        net.custom.steps(DTYPES[opts.dtype], device)
     size = 1 if comm is None else comm.Get_size()
     grids = run_grids(opts, size, opts.mode.name in LAYERED)
     limit = memory.available(node.local_size)

@@ -11,7 +11,9 @@ parameters are those its constructor draws, from torch's generator seeded with t
 run's seed (identical on every rank). Its buffers are the constructor's with torch's
 seed set to TEMPLATE_SEED, so that a random fixed tensor is the same on every rank, in
 every run, resume and loaded model (only θ is saved). The module runs in eval mode: a
-step is a deterministic function of the state, as MGRIT needs.
+step is a deterministic function of the state, as MGRIT needs. It is tried once in each
+dtype and on each device it computes in (`steps`): it must keep the state's shape and
+dtype there (custom_steps.py checks every step's result again).
 """
 from __future__ import annotations
 
@@ -108,7 +110,6 @@ class CustomStep:
         self.shapes = [tuple(p.shape) for _, p in named]
         self.size = sum(math.prod(s) for s in self.shapes)      # p: one row of θ
         self._copies: dict[tuple, ModuleSteps] = {}
-        self._try()
 
     def flatten(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
         """One layer's (p,) row from {parameter name: tensor} (unflatten's inverse)."""
@@ -123,30 +124,33 @@ class CustomStep:
         try:
             module = self._cls(**self.kwargs)
         except Exception as exc:
-            raise ConfigError(f"network.step: {self._call()} failed: {type(exc).__name__}: "
+            raise ConfigError(f"{self.name} failed: {type(exc).__name__}: "
                               f"{first_line(exc)}") from None
         if not isinstance(module, nn.Module):
-            raise ConfigError(f"network.step: {self._call()} gave a "
-                              f"{type(module).__name__}, not a torch.nn.Module")
+            raise ConfigError(f"{self.name} gave a {type(module).__name__}, not a "
+                              f"torch.nn.Module")
         return module.double().eval()
 
-    def _try(self) -> None:
-        """Run the step once on a small state: it must keep the state's shape and dtype."""
-        u = torch.zeros(TRIAL_BATCH, *self.state_shape, dtype=torch.float64)
+    def _try(self, module: nn.Module, dtype: torch.dtype, device) -> None:
+        """Run `module` (the template in `dtype` on `device`) once on a small state of
+        that dtype, the run's: it must keep the state's shape and dtype (a float32 run
+        whose step returned float64 trained silently in float64 and saved a model that
+        failed in torch; one returning float32 was refused as if it changed the dtype)."""
+        u = torch.zeros(TRIAL_BATCH, *self.state_shape, dtype=dtype, device=device)
         try:
             with torch.no_grad():
-                y = self.template(u)
+                y = module(u)
         except Exception as exc:
-            raise ConfigError(f"network.step: {self._call()} fails on a state of shape "
-                              f"{tuple(u.shape)} (batch, *state): {type(exc).__name__}: "
+            raise ConfigError(f"{self.name} fails on a state of shape {tuple(u.shape)} "
+                              f"(batch, *state): {type(exc).__name__}: "
                               f"{first_line(exc)}") from None
         if not isinstance(y, torch.Tensor) or y.shape != u.shape:
             got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
-            raise ConfigError(f"network.step: {self._call()} maps a state of shape "
-                              f"{tuple(u.shape)} to {got}; a residual step must keep it")
+            raise ConfigError(f"{self.name} maps a state of shape {tuple(u.shape)} to "
+                              f"{got}; a residual step must keep it")
         if y.dtype != u.dtype:     # the run's precision would change inside f, silently
-            raise ConfigError(f"network.step: {self._call()} maps a {u.dtype} state to "
-                              f"{y.dtype}; a residual step must keep the state's dtype")
+            raise ConfigError(f"{self.name} maps a {u.dtype} state to {y.dtype}; a "
+                              f"residual step must keep the state's dtype")
 
     # -- parameters ------------------------------------------------------------------
     def initial(self, n_layers: int, seed: int) -> torch.Tensor:
@@ -171,9 +175,16 @@ class CustomStep:
     def steps(self, dtype: torch.dtype, device) -> ModuleSteps:
         """The template in this dtype and on this device (its buffers converted) as the
         one layer of a ModuleSteps (model/module_steps.py); every layer of θ runs it with
-        its own row of parameters. Kept per dtype and device."""
+        its own row of parameters. Kept per dtype and device, each tried when made
+        (ConfigError unless it keeps a state's shape and dtype there)."""
         key = (dtype, str(device))
         if key not in self._copies:
             module = copy.deepcopy(self.template).to(dtype=dtype, device=device)
+            self._try(module, dtype, device)
             self._copies[key] = ModuleSteps([module])
         return self._copies[key]
+
+    @property
+    def name(self) -> str:
+        """'network.step: pkg.Class(kwargs)': who a refusal or a failed step names."""
+        return f"network.step: {self._call()}"

@@ -6,7 +6,9 @@ the MGRIT propagators and the cost measurement run it unchanged: the layer weigh
 passes K (m, p). States are batch-major (B, *state). What the adjoint keeps of a step
 is its input state; vector-Jacobian products come from autograd through f at that
 state (one forward of f and its backward per adjoint step). The activation is the
-identity stand-in `LINEAR`: f's derivative lives in the module.
+identity stand-in `LINEAR`: f's derivative lives in the module. Every step's f(u) is
+checked to keep u's shape and dtype (`kept_update`): the step was tried on a small
+state only (custom.py), and f can behave otherwise on another batch.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from lptrain.model.custom import CustomStep
+from lptrain.model.module_steps import kept_update
 from lptrain.model.steps import ConvSteps, DenseSteps
 
 
@@ -87,7 +90,8 @@ class ModuleThetaSteps:
             return out
         if save is not None:
             save.copy_(u)
-        y = torch.add(u, self.core.f(0, u, self.spec.unflatten(K)), alpha=h, out=out)
+        f = kept_update(self.spec.name, u, self.core.f(0, u, self.spec.unflatten(K)))
+        y = torch.add(u, f, alpha=h, out=out)
         return y if plus is None else y.add_(plus)
 
     def step(self, u, n: int, h: float, save=None, out=None):

@@ -80,6 +80,24 @@ class Single(DenseStep):
         return super().forward(u).float()
 
 
+class Doubling(DenseStep):
+    """DenseStep that returns float64 whatever the state's dtype."""
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return super().forward(u).double()
+
+
+class Batchwise(DenseStep):
+    """DenseStep that changes the state's dtype on batches of more than 2 samples only:
+    past the try at build (2 samples)."""
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        y = super().forward(u)
+        if u.shape[0] <= 2:
+            return y
+        return y.to(torch.float32 if u.dtype == torch.float64 else torch.float64)
+
+
 class Regularised(DenseStep):
     """DenseStep with dropout and batch normalisation, modules that a step run in eval
     mode keeps inert."""

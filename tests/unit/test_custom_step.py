@@ -110,8 +110,51 @@ def test_initial_parameters_are_the_modules_own_and_seeded():
 def test_bad_steps_are_refused_in_one_line(step, opening, message):
     o = NetworkOptions(name="custom", width=5, opening=opening, step=step)
     with pytest.raises(ConfigError, match=message) as err:
-        ResNet(o, (2,), 3)
+        ResNet(o, (2,), 3).custom.steps(torch.float64, "cpu")    # tried where it runs
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("target", "dtype", "refused"), [
+    ("Single", torch.float32, None),      # keeps a float32 state's dtype: was refused
+    ("Single", torch.float64, "torch.float64 state to torch.float32"),
+    ("Doubling", torch.float32, "torch.float32 state to torch.float64"),  # was accepted
+    ("Doubling", torch.float64, None)])
+def test_a_step_is_tried_in_the_dtype_it_computes_in(target, dtype, refused):
+    """The try at build ran in float64 whatever the run's dtype."""
+    o = NetworkOptions(name="custom", width=5, step={**DENSE, "_target_":
+                                                     f"custom_step_pkg.{target}"})
+    net = ResNet(o, (2,), 3)
+    if refused is None:
+        theta = net.init_params(1, dtype)
+        x = torch.zeros(4, 2, dtype=dtype)
+        assert net.stepper(theta).step(net.opening(theta, x), 0, net.h).dtype == dtype
+        return
+    with pytest.raises(ConfigError) as err:
+        net.custom.steps(dtype, "cpu")
+    assert str(err.value) == (f"network.step: custom_step_pkg.{target}(width=5, hidden=3) "
+                              f"maps a {refused}; a residual step must keep the state's dtype")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_every_step_must_keep_the_states_dtype(dtype):
+    """A step that changes the dtype past the try at build (on 3 samples, not 2) trained
+    silently: torch.add wrote f's float64 into the float32 state, or the state became
+    f's dtype where no `out` was given (a loaded model's forward)."""
+    o = NetworkOptions(name="custom", width=5, step={**DENSE, "_target_":
+                                                     "custom_step_pkg.Batchwise"})
+    net = ResNet(o, (2,), 3)
+    theta = net.init_params(1, dtype)
+    stepper, (K, b) = net.stepper(theta), net.hidden_views(theta)
+    u = net.opening(theta, torch.zeros(3, 2, dtype=dtype))
+    other = torch.float32 if dtype == torch.float64 else torch.float64
+    want = (f"network.step: custom_step_pkg.Batchwise(width=5, hidden=3) maps a {dtype} "
+            f"state to {other}: a residual branch must keep the state's dtype")
+    assert stepper.step(u[:2], 0, net.h).dtype == dtype
+    for step in (lambda: stepper.step(u, 0, net.h, out=torch.empty_like(u)),
+                 lambda: stepper.apply(u[None], K[:1], b[:1], net.h)):   # a stack
+        with pytest.raises(ValueError) as err:
+            step()
+        assert str(err.value) == want
 
 
 def test_only_network_custom_takes_a_step():
@@ -220,6 +263,22 @@ def test_a_saved_custom_model_fine_tunes_with_the_training_gradient(tmp_path):
     net.regulariser(theta, reg)                  # the loss's gradient: grad − ∇R
     assert float((got - (grad - reg)).norm() / got.norm()) <= 1e-12
     assert model.predict(x, preprocessed=True).shape == (7,)
+
+
+def test_a_run_tries_the_step_in_its_dtype_and_checks_every_step(tmp_path):
+    """float32 runs: a step returning float64 trained in float64 unsaid and saved a model
+    whose predict failed in torch; one returning float32 was refused."""
+    f32 = ["dtype=float32", "mode=serial", "train.iterations=2"]
+    with pytest.raises(ConfigError, match=r"Doubling\(width=4, hidden=3\) maps a "
+                       r"torch.float32 state to torch.float64; a residual step must keep"):
+        _train(tmp_path / "doubling", "network.step._target_=custom_step_pkg.Doubling", *f32)
+    assert not (tmp_path / "doubling" / ms.FILE_NAME).exists()
+    _train(tmp_path / "single", "network.step._target_=custom_step_pkg.Single", *f32)
+    model = load_model(tmp_path / "single", "last")
+    assert model.predict(np.array([[0.5, -1.0]])).shape == (1,)
+    with pytest.raises(ValueError, match=r"Batchwise\(width=4, hidden=3\) maps a "
+                       r"torch.float32 state to torch.float64: a residual branch must"):
+        _train(tmp_path / "batchwise", "network.step._target_=custom_step_pkg.Batchwise", *f32)
 
 
 def test_resume_refuses_another_step(tmp_path):
