@@ -13,7 +13,7 @@ from __future__ import annotations
 import textwrap
 from typing import Callable, Protocol, Sequence
 
-from lptrain.errors import ConfigError
+from lptrain.errors import ConfigError, LptrainError
 from lptrain.parallel.grid import TIE, Grid, choose
 
 
@@ -95,23 +95,39 @@ def auto_grid(grids: Sequence[Grid], timer: GridTimer) -> Grid:
     return choose(list(grids), times.__getitem__)
 
 
+class RankZeroFailed(RuntimeError):
+    """Raised on the ranks > 0 of a choice that failed on rank 0 with an error not auto's
+    own: rank 0 raises that error itself (its type and traceback), these stop with it."""
+
+
 def agreed_grid(grids: Sequence[Grid], make_timer, comm) -> Grid:
     """auto_grid on rank 0 of comm, the same grid on every rank.
 
-    make_timer() builds the timer (only when there is a choice); a failure on rank 0
-    stops every rank with its message instead of leaving them waiting.
+    make_timer() builds the timer (only when there is a choice).  A failure on rank 0
+    stops every rank instead of leaving them waiting: an LptrainError (the speedup
+    model's own refusal) as a ConfigError saying it was auto's, on every rank; any
+    other exception, such as a user's step failing in the kernels the timer runs, as
+    the run's error it is, raised on rank 0 (RankZeroFailed on the others).
     """
     if len(grids) == 1:
         return grids[0]
     size = 1 if comm is None else comm.Get_size()
-    found = error = None
+    found = error = failure = None
     if size == 1 or comm.Get_rank() == 0:
         try:
             found = auto_grid(grids, make_timer())
-        except Exception as exc:   # every rank must hear of it: re-raised below
+        except LptrainError as exc:     # every rank must hear of it: re-raised below
             error = f"parallel.layer_ranks=auto: {exc}"
+        except Exception as exc:        # not auto's to phrase
+            failure = exc
+    failed = failure is not None
     if size > 1:
-        found, error = comm.bcast((found, error), root=0)
+        found, error, failed = comm.bcast((found, error, failed), root=0)
+    if failure is not None:
+        raise failure
+    if failed:
+        raise RankZeroFailed("rank 0 failed while parallel.layer_ranks=auto timed the "
+                             "kernels (its error says why)")
     if error is not None:
         raise ConfigError(error)
     return found

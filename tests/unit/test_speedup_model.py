@@ -591,12 +591,54 @@ def test_auto_grid_asks_its_timer_only_when_there_is_a_choice():
     assert auto_grid([Grid(1, 4), Grid(2, 2), Grid(4, 1)], timer) == Grid(2, 2)
 
     def broken():
-        raise ValueError("no costs")
+        raise ScheduleError("no costs")
     assert agreed_grid([Grid(4, 1)], broken, None) == Grid(4, 1)
-    with pytest.raises(ConfigError, match="layer_ranks=auto: no costs"):
+    with pytest.raises(ConfigError, match="^parallel.layer_ranks=auto: no costs$"):
         agreed_grid([Grid(1, 4), Grid(4, 1)], broken, None)
     # no timer installed (lptrain as a library): the data-parallel split
     assert auto_grid([Grid(1, 4), Grid(2, 2), Grid(4, 1)], DataParallelFirst()) == Grid(1, 4)
+
+
+class _Ranks:
+    """Rank `rank` of 2 whose bcast hands on rank 0's object (`zero` on rank 1)."""
+
+    def __init__(self, rank, zero=None):
+        self.rank, self.zero, self.sent = rank, zero, []
+
+    def Get_size(self):
+        return 2
+
+    def Get_rank(self):
+        return self.rank
+
+    def bcast(self, obj, root=0):
+        self.sent.append(obj)
+        return obj if self.rank == 0 else self.zero
+
+
+def test_a_steps_failure_while_auto_times_is_the_runs_error_not_autos():
+    """A user's step that failed in the timed kernels was said as a configuration error
+    of auto (`parallel.layer_ranks=auto: cannot handle batch 5000`, exit 2, no type, no
+    traceback log); it is raised as it is, on rank 0, and the others stop with it."""
+    from lptrain.errors import ConfigError
+    from lptrain.parallel import auto
+    grids = [Grid(1, 2), Grid(2, 1)]
+    own = RuntimeError("cannot handle batch 5000")
+
+    def failing():
+        raise own
+    with pytest.raises(RuntimeError, match="^cannot handle batch 5000$"):
+        auto.agreed_grid(grids, failing, None)
+    agreed_grid, RankZeroFailed, zero = auto.agreed_grid, auto.RankZeroFailed, _Ranks(0)
+    with pytest.raises(RuntimeError) as err:
+        agreed_grid(grids, failing, zero)
+    assert err.value is own and zero.sent == [(None, None, True)]
+    with pytest.raises(RankZeroFailed, match="^rank 0 failed while parallel.layer_ranks"):
+        agreed_grid(grids, failing, _Ranks(1, zero.sent[0]))
+    refused = ConfigError("parallel.layer_ranks=auto: no costs")
+    with pytest.raises(ConfigError, match="^parallel.layer_ranks=auto: no costs$"):
+        agreed_grid(grids, failing, _Ranks(1, (None, str(refused), False)))
+    assert agreed_grid(grids, failing, _Ranks(1, (Grid(2, 1), None, False))) == Grid(2, 1)
 
 
 def test_the_lptrain_command_installs_the_model_for_auto(monkeypatch):
