@@ -9,7 +9,8 @@ drives it):
               `layers(n) -> nn.Module` (then `n_layers` is required) so that a
               rank constructs only the layers it needs (`build`, default all).
               The factory runs with torch's seed set to base + n (base: one draw
-              from the caller's stream), so layer n starts the same on any rank.
+              from the caller's stream), so layer n starts the same on any rank;
+              it is let go once every layer is built (a lambda's layers pickle).
     stack     True: stacked steps of several layers run as one `torch.func.vmap`
               over the layers' stacked parameters.  Only for layers that share
               one structure (the same module class and hyper-parameters, differing
@@ -115,6 +116,8 @@ class ModuleSteps:
             self.halo[n] = module
         else:
             self.modules[str(n)] = module
+        if len(self.modules) + len(self.halo) == self.n_layers:
+            self._factory = None    # nothing left to build: torch.save pickles no lambda
         return module
 
     def _build(self, n: int) -> nn.Module:

@@ -138,6 +138,21 @@ def test_state_dict_round_trip_and_loading_into_a_parent():
         assert close(other[1](u0), mod(u0))
 
 
+def test_a_lambdas_layers_pickle_on_one_rank():
+    """README: 'On one rank it pickles like any module'; with a lambda as the factory it
+    was a PicklingError (the layers kept their factory after building every layer)."""
+    import io
+    mod = LayerParallel(lambda n: dense(n), T=1.0, n_layers=8,
+                        mgrit=MGRITOptions(levels=2, cfactor0=2))
+    buffer = io.BytesIO()
+    torch.save(mod, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    u0 = inputs(3, 3)
+    with torch.no_grad():
+        assert torch.equal(loaded(u0), mod(u0))
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(T=float("inf")), "T=inf: the final time must be a positive finite number"),
     (dict(T=True), "T=True: the final time"),

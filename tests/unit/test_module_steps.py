@@ -29,6 +29,12 @@ def test_a_factory_builds_only_the_layers_asked_for():
         steps.params(4)
     steps.ensure(4)
     assert steps.built == [2, 3, 4]
+    # kept while a layer is left to build (here: 0, 1, 5, a halo too), then let go
+    for n in (0, 1):
+        steps.ensure(n)
+    assert steps._factory is not None
+    steps.ensure(5, halo=True)
+    assert steps._factory is None and steps.ensure(5) is steps.halo[5]
 
 
 def test_bad_layers_are_refused():
