@@ -20,13 +20,13 @@ def signature_difference(saved: dict | None, size: int, net) -> str | None:
     if saved is None:
         return None if size == net.layout.size else \
             f"it holds {size} parameter values, the network built now has {net.layout.size}"
-    for part, what, all_ in (("step", "the step's parameter", "the step's parameters"),
-                             ("blocks", "block", "θ's blocks")):
+    for part, what, noun, all_ in (
+            ("step", "the step's parameter", "parameter", "the step's parameters"),
+            ("blocks", "block", "block", "θ's blocks")):
         before, after = dict(_pairs(saved.get(part))), dict(_pairs(now[part]))
         for name in {**before, **after}:
             if before.get(name) != after.get(name):
-                return (f"{what} {name!r} was {_shape(before.get(name))}, the network built "
-                        f"now has {_shape(after.get(name))}")
+                return _differs(f"{what} {name!r}", noun, before.get(name), after.get(name))
         if list(before) != list(after):
             return f"{all_} come in another order ({', '.join(after)} now)"
     return None
@@ -50,5 +50,10 @@ def _pairs(items) -> list[tuple[str, tuple]]:
     return [(str(name), tuple(shape)) for name, shape in items or []]
 
 
-def _shape(shape: tuple | None) -> str:
-    return "absent" if shape is None else str(tuple(shape))
+def _differs(what: str, noun: str, before: tuple | None, after: tuple | None) -> str:
+    """How one parameter or block (`noun`) differs: its shapes, or which side lacks it."""
+    if after is None:
+        return f"{what} was {before}, the network built now has no such {noun}"
+    if before is None:
+        return f"{what} of the network built now, {after}, was not saved"
+    return f"{what} was {before}, the network built now has {after}"

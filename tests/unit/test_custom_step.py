@@ -389,3 +389,22 @@ def test_a_file_without_a_signature_is_checked_by_its_size():
     moved["step"] = moved["step"][::-1]
     with pytest.raises(InputFileError, match="the step's parameters come in another order"):
         check_fits(net, moved, theta, "model.pt")
+
+
+def test_a_renamed_or_added_parameter_is_said_in_words():
+    """A step class whose parameter was renamed (inner → first) was said as '... was (3,
+    5), the network built now has absent'."""
+    from lptrain.model.signature import signature_difference
+    net, theta = custom_net(DENSE)
+    now = net.signature()
+    renamed = {**now, "step": [[name.replace("inner", "first"), s] for name, s in now["step"]]}
+    assert signature_difference(renamed, theta.numel(), net) == (
+        "the step's parameter 'first.weight' was (3, 5), the network built now has no "
+        "such parameter")
+    fewer = {**now, "step": now["step"][1:]}
+    assert signature_difference(fewer, theta.numel(), net) == (
+        "the step's parameter 'inner.weight' of the network built now, (3, 5), was not "
+        "saved")
+    other = {**now, "blocks": [["extra", [2]], *now["blocks"]]}
+    assert signature_difference(other, theta.numel(), net) == (
+        "block 'extra' was (2,), the network built now has no such block")
