@@ -160,8 +160,10 @@ class ModuleSteps:
                     seen.setdefault(t.dtype, n)
         if len(seen) > 1:
             (a, first), (b, other) = list(seen.items())[:2]
-            raise ConfigError(f"layers {first} and {other} hold {a} and {b} tensors: "
-                              f"build every layer in one dtype (.to(dtype) on each)")
+            who = f"layer {first} holds" if first == other else \
+                f"layers {first} and {other} hold"
+            raise ConfigError(f"{who} {a} and {b} tensors: build every layer in one dtype "
+                              f"(.to(dtype) on each)")
 
     def check_one_structure(self, ns, why: str = AVERAGED) -> None:
         """ConfigError unless layers `ns` have the same parameter names and shapes, which

@@ -224,6 +224,17 @@ def test_layers_of_two_dtypes_are_refused_naming_two(other):
         LayerParallel(layers, T=1.0, n_layers=4, mgrit=MGRITOptions(**CONVERGED))
 
 
+def test_a_layer_of_two_dtypes_is_named_once():
+    """Was 'layers 0 and 0 hold torch.float64 and torch.float32 tensors'."""
+    from lptrain.errors import ConfigError
+
+    def layers(n):
+        return nn.Sequential(dense(n), dense(n, dtype=torch.float32)) if n == 0 else dense(n)
+    with pytest.raises(ConfigError, match=r"^layer 0 holds torch.float64 and torch.float32 "
+                       r"tensors: build every layer in one dtype"):
+        LayerParallel(layers, T=1.0, n_layers=4, mgrit=MGRITOptions(**CONVERGED))
+
+
 def test_a_state_of_no_dimensions_is_a_state():
     """A 0-d input (any shape, as documented) ended in an IndexError inside the solve."""
     mod = LayerParallel(lambda n: nn.Tanh(), T=1.0, n_layers=8,
