@@ -320,12 +320,14 @@ class ResNet:
         """Cross-entropy summed over this batch / n_total, hits, λ_N and classifier grads.
 
         Returns (loss, correct, lamN, gW, gmu); the last three are None
-        unless want_grad.
+        unless want_grad. A sample with a non-finite logit is no hit: argmax takes a NaN
+        for the largest, and all-NaN logits scored 1/classes as if the model guessed.
         """
         v = self.layout.views(theta)
         flat, logits = self._logits(v, uN)
         loss = F.cross_entropy(logits, labels, reduction="sum") / n_total
-        correct = int((logits.argmax(1) == labels).sum())
+        hits = (logits.argmax(1) == labels) & torch.isfinite(logits).all(1)
+        correct = int(hits.sum())
         if not want_grad:
             return loss, correct, None, None, None
         dz = torch.softmax(logits, 1)

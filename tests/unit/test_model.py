@@ -210,6 +210,19 @@ def test_assemble_writes_only_its_blocks():
 
 
 
+def test_a_sample_with_non_finite_logits_is_no_hit():
+    """lptrain-eval of a model whose logits were all NaN said 'loss nan, accuracy 0.2000':
+    argmax takes a NaN for the largest, so class 0's samples were hits."""
+    net, theta = dense_net(layers=2, width=4, classes=3)
+    uN = net.opening(theta, batch(net, n=6)[0])         # (width, batch)
+    labels = net.logits(theta, uN).argmax(1)             # every sample a hit
+    assert net.classify(theta, uN, labels, 6, False)[1] == 6
+    uN[0, 1], uN[2, 4] = float("nan"), float("inf")
+    labels[[1, 4]] = net.logits(theta, uN)[[1, 4]].argmax(1)     # where argmax points
+    loss, correct, *_ = net.classify(theta, uN, labels, 6, False)
+    assert correct == 4 and not torch.isfinite(loss)
+
+
 @pytest.mark.parametrize("pool", [2, 3, 6])
 def test_pooled_classifier_adjoint_equals_autograd(pool):
     net, theta = conv_net(pool=pool, **REG)
