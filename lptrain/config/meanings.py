@@ -85,8 +85,8 @@ KEYS = {
     "logger": "tensorboard also writes the scalars as TensorBoard events",
     "train.iterations": "optimizer iterations",
     "train.batch_size": "samples per mini-batch; null: the full batch (L-BFGS needs it)",
-    "train.patience": "stalled after this many iterations (epochs with mini-batches) "
-                      "without a better objective; 0: never",
+    "train.patience": "stalled after this many iterations without a better objective "
+                      "(mini-batches: rounded up to whole epochs, at least two); 0: never",
     "train.fail_on_stall": "a stalled run exits 1 instead of 0",
     "parallel.layer_ranks": "ranks per layer group, which runs MGRIT over the layers; auto: "
                             "the speedup model's choice",

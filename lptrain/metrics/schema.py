@@ -133,7 +133,8 @@ FIELDS: dict[str, dict[str, Field]] = {
                             "MGRIT hierarchy, finest first, e.g. `32/8/2`"),
         ERROR: Field(STR, "scalar", "",
                      "optional: error message of a `failed` or `diverged` run, or why "
-                     "a run `stalled` (no progress for train.patience iterations, or no "
+                     "a run `stalled` (no progress for train.patience iterations, with "
+                     "mini-batches rounded up to whole epochs, or no "
                      "step found with exact solves along steepest descent)"),
         STARTED_AT: Field(STR, "scalar", "", "ISO 8601 local time the file was created"),
         THREADS: Field(INT, "scalar", "", "optional: torch's intra-op threads per rank at "
@@ -190,8 +191,9 @@ FIELDS: dict[str, dict[str, Field]] = {
                          "gradient error being 10x mgrit.grad_tol or more (a cold first "
                          "evaluation; docs/method.md §6); 0 in the other modes"),
         "rung": Field(INT, _ROWS, "",
-                      "simultaneous: solve accuracy of the accepted point, 0 = "
-                      "mgrit.fwd_iters/adj_iters, each rung 4x the iterations, the top "
+                      "simultaneous: solve accuracy of the accepted point, 0 = the "
+                      "controller's plan (mgrit.fwd_iters/adj_iters with "
+                      "mgrit.control=fixed), each rung 4x the iterations, the top "
                       "rung solved to mgrit.tol; raised after a failed line search"),
         "fwd_total": Field(INT, _ROWS, "",
                            "forward MGRIT iterations of every solve of this optimizer "
@@ -215,11 +217,14 @@ FIELDS: dict[str, dict[str, Field]] = {
         "error_scale": Field(FLOAT, _ROWS, "",
                              "simultaneous: the calibration factor in grad_error (the "
                              "median true/estimated ratio of the last 4 calibrations; 1 "
-                             "before the first or with mgrit.calibrate_every=0)"),
+                             "before the first or with mgrit.calibrate_every=0; with "
+                             "L-BFGS the first is at the initial θ, which has no row, so "
+                             "row 1 is scaled already)"),
         "true_error": Field(FLOAT, _ROWS, "",
                             "simultaneous: the true relative error of the gradient, "
                             "measured against an exact layer-serial gradient every "
-                            "mgrit.calibrate_every evaluations; NaN in between"),
+                            "mgrit.calibrate_every evaluations; NaN in between (with "
+                            "L-BFGS the first, at the initial θ, is in no row)"),
         FWD_HISTORY: Field(FLOAT, "(n, k)", "",
                            "forward residual before each MGRIT iteration and after the "
                            "last (iterations + 1 values; a cold solve, without a warm "
@@ -263,7 +268,7 @@ finished iteration (its `status` then stays `running`). A field that a log call 
 is stored as NaN (floats) or -1 (integers). Groups that a mode does not use are absent.
 
 Shapes: n = optimizer iterations logged, v = validation evaluations, k = one more than
-the most MGRIT iterations of any solve so far, P = the most ranks any iteration ran on
+the most MGRIT iterations of any solve recorded so far (the accepted points'), P = the most ranks any iteration ran on
 (`world_size`, unless the run was resumed on another rank count).
 
 On a layer × data grid each data group solves its shard of the batch; `mgrit/` is the
