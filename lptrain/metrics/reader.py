@@ -193,6 +193,14 @@ def job_number(job_dir: Path) -> int | None:
         return None
 
 
+def interpolated(value: str) -> bool:
+    """Whether an override's typed value is an interpolation (`seed=${hydra:job.num}`):
+    the same text in every job of a sweep, so it sets no job apart (the value each job
+    ran with is in its config). A sweep's job stores it escaped (`$\\{hydra\\:job.num\\}`
+    in .hydra/overrides.yaml), multirun.yaml as typed."""
+    return "${" in value or "$\\{" in value
+
+
 def _in_job_order(hit: Path) -> list:
     """_natural, but a multirun's job (its directory named by overrides, say) by its
     job number within its sweep's directory."""

@@ -27,6 +27,7 @@ import yaml
 from lptrain.errors import DivergedError, MissingPackageError, install_hint
 from lptrain.metrics import schema as s
 from lptrain.metrics.quantities import iteration_time
+from lptrain.metrics.reader import interpolated
 
 LOGGERS = ("none", "tensorboard")
 DIR_NAME = "tensorboard"
@@ -82,10 +83,12 @@ def hparams(attrs: dict) -> dict:
 
 
 def run_name(job_overrides: list[str], sweep_overrides: list[str]) -> str:
-    """The overrides a job varied (its own, less those every job of the sweep was given),
-    sorted and comma-joined, '/' replaced by '_' ('' when it varied none)."""
+    """The overrides a job varied (its own, less those every job of the sweep was given
+    and interpolations such as `seed=${hydra:job.num}`), sorted and comma-joined, '/'
+    replaced by '_' ('' when it varied none)."""
     given = set(sweep_overrides)
-    name = ",".join(sorted(o for o in job_overrides if o not in given))
+    name = ",".join(sorted(o for o in job_overrides
+                           if o not in given and not interpolated(o.partition("=")[2])))
     return name.replace(os.sep, "_")[:MAX_NAME]
 
 

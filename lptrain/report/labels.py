@@ -15,7 +15,7 @@ from typing import Sequence
 import yaml
 
 from lptrain.metrics import schema as s
-from lptrain.metrics.reader import RunMetrics
+from lptrain.metrics.reader import RunMetrics, interpolated
 from lptrain.report.table import flat_config
 
 MAX_LABEL_KEYS = 4
@@ -91,12 +91,7 @@ def typed_overrides(run: RunMetrics) -> dict:
         return {}
     pairs = (str(item).split("=", 1) for item in items)
     return {key.lstrip("+~"): value for key, value, *_ in (p + [""] for p in pairs)
-            if not _interpolated(value)}
-
-
-def _interpolated(value: str) -> bool:
-    """Whether a typed value is an interpolation (a sweep's job stores it escaped)."""
-    return "${" in value or "$\\{" in value
+            if not interpolated(value)}
 
 
 def hydra_choices(run: RunMetrics) -> dict:

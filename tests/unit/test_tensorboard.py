@@ -176,6 +176,19 @@ def test_run_names_are_the_overrides_a_job_varied(tmp_path):
     assert tensorboard.log_dir(single) == single / tensorboard.DIR_NAME
 
 
+def test_an_interpolated_override_is_not_a_varied_value(tmp_path):
+    """Was `optimizer.step0=0.5,seed=$\\{hydra\\:job.num\\}`: a job's overrides.yaml stores
+    `seed=${hydra:job.num}` escaped, multirun.yaml as typed, so it counted as varied."""
+    sweep = tmp_path / "sweep"
+    _sweep(sweep, {str(n): [f"optimizer.step0={v}", r"seed=$\{hydra\:job.num\}"]
+                   for n, v in enumerate(("0.5", "1.0"))},
+           ["optimizer.step0=0.5,1.0", "seed=${hydra:job.num}"])
+    tb = sweep / tensorboard.DIR_NAME
+    assert tensorboard.log_dir(sweep / "0") == tb / "optimizer.step0=0.5"
+    assert tensorboard.log_dir(sweep / "1") == tb / "optimizer.step0=1.0"
+    assert tensorboard.run_name(["seed=${oc.env:S}", "x=1"], []) == "x=1"
+
+
 def test_jobs_with_equal_overrides_write_apart_and_a_resume_finds_its_own(tmp_path):
     pytest.importorskip("tensorboard")
     from lptrain.metrics.writer import NullWriter
