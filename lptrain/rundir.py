@@ -146,6 +146,14 @@ def checkpoint_gone(status: str, iterations: int) -> str:
             f"{iterations} iterations and wrote one then (moved or deleted?)")
 
 
+def stopped_how(status: str) -> str:
+    """How a run that neither ended nor wrote a checkpoint stopped, from its `status`:
+    a killed run's metrics.h5 still says running."""
+    from lptrain.metrics import schema as ms
+    return ("was killed (its status is still running)" if status == ms.RUNNING
+            else f"stopped ({status})")
+
+
 def not_resumable(run_dir: Path) -> str:
     """Why `run_dir` cannot be resumed, for a directory without a checkpoint or saved
     overrides: a run that stopped before its first checkpoint says how it ended."""
@@ -164,9 +172,8 @@ def not_resumable(run_dir: Path) -> str:
         else:
             if m.status in WRITES_AT_THE_END:
                 return f"{checkpoint_gone(m.status, m.n_iterations)}: nothing to resume"
-            how = ("was killed (its status is still running)" if m.status == ms.RUNNING
-                   else f"stopped ({m.status})")
-            return (f"its run {how} after {m.n_iterations} iterations, before its first "
+            return (f"its run {stopped_how(m.status)} after {m.n_iterations} "
+                    f"iterations, before its first "
                     f"checkpoint: nothing to resume; run it again in another directory")
     return (f"no {CHECKPOINT_FILE} (or .hydra/overrides.yaml) there; only runs of this "
             f"lptrain version can be resumed")

@@ -17,10 +17,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from lptrain.errors import InputFileError, RunFileError
+from lptrain.errors import InputFileError
 from lptrain.metrics.reader import job_number
 from lptrain.rundir import (SWEEP_FILE, WRITES_AT_THE_END, SavedFiles, check_overrides,
-                            checkpoint_gone, dir_override)
+                            checkpoint_gone, dir_override, stopped_how)
 
 _SET_BY_RESUME = ("hydra.sweep.dir", "hydra.mode")   # given anew by the resumed command
 _SUBDIR = "hydra.sweep.subdir"
@@ -123,8 +123,8 @@ class SweepJobs:
                       if p.is_dir()}
 
     def plan(self, run_dir: Path, iterations: int) -> JobPlan:
-        """The job in `run_dir`, asked for `iterations`; RunFileError where its files
-        allow neither a resume nor a fresh start."""
+        """The job in `run_dir`, asked for `iterations`; InputFileError (a refusal, as
+        for a single run) where its files allow neither a resume nor a fresh start."""
         from lptrain.metrics import schema as ms
         from lptrain.metrics.reader import read_metrics
         from lptrain.train.checkpoint import CHECKPOINT_FILE
@@ -137,14 +137,14 @@ class SweepJobs:
         ended = m.status in (ms.DIVERGED, ms.STALLED) or \
             (m.status == ms.COMPLETED and done >= iterations)
         if not ended and not checkpoint.is_file() and m.status in WRITES_AT_THE_END:
-            raise RunFileError(f"{run_dir}: {checkpoint_gone(m.status, done)}, so this job "
-                               f"of the sweep cannot be resumed; move its {ms.FILE_NAME} "
-                               f"away to run it again")
+            raise InputFileError(f"{run_dir}: {checkpoint_gone(m.status, done)}, so this "
+                                 f"job of the sweep cannot be resumed; move its "
+                                 f"{ms.FILE_NAME} away to run it again")
         if not ended and not checkpoint.is_file():
-            raise RunFileError(f"{run_dir}: this job of the sweep stopped ({m.status}) after "
-                               f"{done} iterations, before its first checkpoint, so it "
-                               f"cannot be resumed; move its {ms.FILE_NAME} away to run it "
-                               f"again")
+            raise InputFileError(f"{run_dir}: this job of the sweep {stopped_how(m.status)} "
+                                 f"after {done} iterations, before its first checkpoint, so "
+                                 f"it cannot be resumed; move its {ms.FILE_NAME} away to run "
+                                 f"it again")
         if not ended:
             return JobPlan("resume", done, m.status)
         objective = None

@@ -3,7 +3,7 @@ directory, and the command that resumes a sweep from its multirun.yaml."""
 import h5py
 import pytest
 
-from lptrain.errors import InputFileError, RunFileError
+from lptrain.errors import InputFileError
 from lptrain.metrics import schema as s
 from lptrain.metrics.writer import MetricsWriter
 from lptrain.rundir import is_sweep
@@ -56,10 +56,17 @@ def test_each_job_does_what_its_directory_calls_for(tmp_path, status, rows, aske
     assert jobs.plan(tmp_path / "sweep" / "1", asked) == JobPlan("fresh")   # not started
 
 
-def test_a_job_stopped_before_its_first_checkpoint_is_refused_not_truncated(tmp_path):
-    _job(tmp_path / "sweep" / "0", s.RUNNING, 3, checkpoint=False)
-    with pytest.raises(RunFileError, match=r"sweep/0: .* before its first checkpoint.* "
-                                           r"move its metrics.h5 away"):
+@pytest.mark.parametrize("status, how", [
+    (s.RUNNING, r"was killed \(its status is still running\)"),
+    (s.FAILED, r"stopped \(failed\)")])
+def test_a_job_stopped_before_its_first_checkpoint_is_refused_not_truncated(
+        tmp_path, status, how):
+    """A refusal (exit 2) that says the job was killed, as `resume=SWEEP/0` does: was
+    exit 1 and 'stopped (running)'."""
+    _job(tmp_path / "sweep" / "0", status, 3, checkpoint=False)
+    with pytest.raises(InputFileError, match=rf"sweep/0: this job of the sweep {how} after "
+                                             rf"3 iterations, before its first checkpoint.* "
+                                             rf"move its metrics.h5 away"):
         SweepJobs(tmp_path / "sweep").plan(tmp_path / "sweep" / "0", 6)
 
 
@@ -69,7 +76,7 @@ def test_a_job_whose_checkpoint_is_gone_says_so(tmp_path, status):
     run wrote one as it stopped, so it was moved or deleted."""
     from lptrain.rundir import not_resumable
     _job(tmp_path / "sweep" / "0", status, 4, checkpoint=False)
-    with pytest.raises(RunFileError, match=rf"no checkpoint.pt there, though its run "
+    with pytest.raises(InputFileError, match=rf"no checkpoint.pt there, though its run "
                                            rf"stopped \({status}\) after 4 iterations and "
                                            rf"wrote one then \(moved or deleted\?\)"):
         SweepJobs(tmp_path / "sweep").plan(tmp_path / "sweep" / "0", 6)
