@@ -26,7 +26,8 @@ from lptrain.rundir import (SWEEP_FILE, RunLock, SavedFiles, dir_override, dir_v
                             saved_overrides)
 from lptrain.stops import (PROG, again, resume_hint, say, signal_at_the_end,
                            stop_between_jobs, stop_if_signalled)
-from lptrain.sweeps import SweepJobs, install_job_dirs, job_number, sweep_command
+from lptrain.sweeps import (SweepJobs, install_job_dirs, job_number, sweep_command,
+                            swept_keys)
 
 from lptrain.config import CONF_MODULE, check_command
 log = logging.getLogger("lptrain")
@@ -79,10 +80,12 @@ def _resume_args(args: list[str]) -> list[str]:
     one_value_each(rest)
     run_dir = Path(given)
     if is_sweep(run_dir):         # a multirun's directory: carry on the whole sweep
-        _sweep.append(SweepJobs(run_dir))
+        command = sweep_command(run_dir, rest)
+        swept = swept_keys(command[1:])        # after -m: overrides
+        _sweep.append(SweepJobs(run_dir, [k for k in RESUME_KEYS if k not in swept]))
         _resuming.append(run_dir)
         install_job_dirs(run_dir)
-        return sweep_command(run_dir, rest)
+        return command
     saved = run_dir / ".hydra" / "overrides.yaml"
     held = sorted(p.parent.parent for p in run_dir.glob("*/.hydra/overrides.yaml"))
     if not saved.is_file() and held:
@@ -335,7 +338,8 @@ def _planned(cfg, hydra_cfg):
     """Rank 0, a job of a resumed sweep: its JobPlan, said where the job is kept; None
     where its directory allows neither (said too)."""
     try:
-        plan = _sweep[0].plan(Path(hydra_cfg.runtime.output_dir), cfg.train.iterations)
+        plan = _sweep[0].plan(Path(hydra_cfg.runtime.output_dir), cfg.train.iterations,
+                              list(hydra_cfg.overrides.task))
     except LptrainError as exc:
         _failures.append(exc.exit_code)
         _say(str(exc))

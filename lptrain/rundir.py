@@ -116,14 +116,15 @@ def is_sweep(directory: str | Path) -> bool:
     return (Path(directory) / SWEEP_FILE).is_file()
 
 
-def saved_overrides(path: Path) -> list[str]:
+def saved_overrides(path: Path, text: str | None = None) -> list[str]:
     """The command-line overrides Hydra saved for a run (`.hydra/overrides.yaml`), as
     typed: an interpolation such as `+network.step.channels=${network.channels}` stays
     text (read as plain YAML, not as an OmegaConf list that would resolve it against
-    itself); InputFileError naming the file unless it is a list of strings."""
+    itself); InputFileError naming the file unless it is a list of strings. `text`: the
+    file as it was, where Hydra has rewritten it since (a resumed sweep's job)."""
     import yaml
     try:
-        saved = yaml.safe_load(path.read_text())
+        saved = yaml.safe_load(path.read_text() if text is None else text)
     except (OSError, ValueError, yaml.YAMLError) as exc:
         first = str(exc).strip().splitlines()
         raise InputFileError(f"{path}: unreadable ({first[0] if first else type(exc).__name__})"

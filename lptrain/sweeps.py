@@ -5,9 +5,10 @@ one, and not started the rest. Resuming it runs the sweep's own command again (t
 and Hydra overrides Hydra saved in SWEEP_DIR/multirun.yaml, with the new values of the
 keys a resume may change) into the same directory, and each job does what its directory
 calls for (`JobPlan`): a job whose run ended is kept and reports its recorded objective,
-a stopped one is resumed from its checkpoint, one never started runs. A job whose
-directory holds a run of other overrides (a sweeper that samples differently this
-time) is refused by the resume's configuration check, and its files are put back.
+a stopped one is resumed from its checkpoint, one never started runs. A new value of a
+key the sweep swept is refused (it would stand for every job). A job whose directory
+holds a run of other overrides (a sweeper that samples differently this time, a run
+copied there) is refused, and its files are put back.
 
 Rank 0 alone uses this module (cli.py); the other ranks run the jobs it hands them.
 """
@@ -16,11 +17,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
-from lptrain.errors import InputFileError
+from lptrain.errors import ConfigError, InputFileError
 from lptrain.metrics.reader import job_number
 from lptrain.rundir import (SWEEP_FILE, WRITES_AT_THE_END, SavedFiles, check_overrides,
-                            checkpoint_gone, dir_override, stopped_how)
+                            checkpoint_gone, dir_override, saved_overrides, stopped_how)
 
 _SET_BY_RESUME = ("hydra.sweep.dir", "hydra.mode")   # given anew by the resumed command
 _SUBDIR = "hydra.sweep.subdir"
@@ -30,7 +32,9 @@ RESOLVER = "lptrain_resumed_subdir"    # job number -> its directory (`install_j
 def sweep_command(directory: Path, given: list[str]) -> list[str]:
     """The command line that resumes the sweep in `directory`: multirun, its saved Hydra
     and task overrides, `given` (already checked against app.RESUME_KEYS) in place of
-    the saved values of their keys, and the directory itself."""
+    the saved values of their keys, and the directory itself. ConfigError where `given`
+    sets a key the sweep swept: its one value would replace the sweep's values and make
+    another sweep of fewer jobs, each kept job standing for another's."""
     import yaml
     path = Path(directory) / SWEEP_FILE
     try:
@@ -44,11 +48,29 @@ def sweep_command(directory: Path, given: list[str]) -> list[str]:
             raise InputFileError(f"{path}: its overrides are not lists of strings; only "
                                  f"sweeps of this lptrain version can be resumed")
         check_overrides(path, overrides)
+    swept = swept_keys(task)
+    for arg in given:
+        if _key(arg) in swept:
+            raise ConfigError(f"{arg}: the sweep in {directory} sweeps {swept[_key(arg)]} "
+                              f"(each job keeps its value); resume it without {_key(arg)}=")
     keys = {a.split("=", 1)[0] for a in given}
     kept_hydra = [_pinned(a) if a.startswith(_SUBDIR + "=") else a for a in hydra
                   if a.split("=", 1)[0] not in _SET_BY_RESUME]
     kept_task = [a for a in task if a.split("=", 1)[0] not in keys]
     return ["-m", *kept_hydra, *kept_task, *given, dir_override("hydra.sweep.dir", directory)]
+
+
+def swept_keys(overrides: Iterable[str]) -> dict[str, str]:
+    """Key -> override, for each of `overrides` (parsed by Hydra) that sweeps values:
+    `train.iterations=20,400`, `range(...)`, `choice(...)`."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    parser = OverridesParser.create()
+    return {_key(a): a for a in overrides if parser.parse_override(a).is_sweep_override()}
+
+
+def _key(override: str) -> str:
+    """An override's key, without Hydra's +, ++ or ~."""
+    return override.split("=", 1)[0].lstrip("+~")
 
 
 def _pinned(override: str) -> str:
@@ -114,17 +136,21 @@ class JobPlan:
 class SweepJobs:
     """The job directories of a sweep as they were before Hydra rewrites each job's
     `.hydra/` (its saved configuration), to plan each job and to put those files back
-    where a job is refused."""
+    where a job is refused. `may_change`: the keys this resume gives anew that the sweep
+    did not sweep (app.RESUME_KEYS less swept_keys), whose values a job's run may have
+    had otherwise."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, may_change: Iterable[str] = ()):
         # absolute, as Hydra names a job's directory (the command may give it relative)
         self.directory = Path(directory).resolve()
-        self.saved = {p.parent: SavedFiles(p) for p in self.directory.glob("*/.hydra")
+        self.may_change = frozenset(may_change)
+        self.saved = {p.parent: SavedFiles(p) for p in self.directory.rglob(".hydra")
                       if p.is_dir()}
 
-    def plan(self, run_dir: Path, iterations: int) -> JobPlan:
-        """The job in `run_dir`, asked for `iterations`; InputFileError (a refusal, as
-        for a single run) where its files allow neither a resume nor a fresh start."""
+    def plan(self, run_dir: Path, iterations: int, overrides: list[str]) -> JobPlan:
+        """The job in `run_dir` with its task `overrides`, asked for `iterations`;
+        InputFileError (a refusal, as for a single run) where its files hold another
+        job's run or allow neither a resume nor a fresh start."""
         from lptrain.metrics import schema as ms
         from lptrain.metrics.reader import read_metrics
         from lptrain.train.checkpoint import CHECKPOINT_FILE
@@ -132,6 +158,7 @@ class SweepJobs:
         metrics, checkpoint = run_dir / ms.FILE_NAME, run_dir / CHECKPOINT_FILE
         if not metrics.is_file():
             return JobPlan("fresh")
+        self._check_overrides(run_dir, overrides)
         m = read_metrics(metrics)
         done = m.n_iterations
         ended = m.status in (ms.DIVERGED, ms.STALLED) or \
@@ -152,8 +179,35 @@ class SweepJobs:
             objective = float(m.train[ms.OBJECTIVE][-1])
         return JobPlan("kept", done, m.status, objective)
 
+    def _check_overrides(self, run_dir: Path, overrides: list[str]) -> None:
+        """InputFileError unless the run in `run_dir` is this job's: the overrides its
+        directory saved (before Hydra rewrote them for this job) are the job's, up to
+        `may_change`."""
+        path = run_dir.resolve() / ".hydra" / "overrides.yaml"
+        saved = self.saved.get(run_dir.resolve())
+        data = None if saved is None else saved.files.get(path)
+        if data is None:
+            raise InputFileError(f"{run_dir}: holds a run but no .hydra/overrides.yaml to "
+                                 f"tell whose; move it away to run this job of the sweep")
+        theirs = self._by_key(saved_overrides(path, data.decode(errors="replace")))
+        ours = self._by_key(overrides)
+        differ = [k for k in dict.fromkeys([*theirs, *ours]) if theirs.get(k) != ours.get(k)]
+        if differ:
+            raise InputFileError(f"{run_dir}: its run was {_shown(theirs, differ)} but this "
+                                 f"job of the sweep is {_shown(ours, differ)} (a run of other "
+                                 f"overrides); move the directory away to run the job there")
+
+    def _by_key(self, overrides: list[str]) -> dict[str, str]:
+        """Key -> override, less the keys that may change."""
+        return {_key(a): a for a in overrides if _key(a) not in self.may_change}
+
     def put_back(self, run_dir: Path) -> None:
         """The job's `.hydra/` files as they were (RunFileError if they cannot be)."""
         saved = self.saved.get(Path(run_dir).resolve())
         if saved is not None:
             saved.restore()
+
+
+def _shown(overrides: dict[str, str], keys: list[str]) -> str:
+    """The overrides of `keys`, comma-separated, `no KEY` for one not given."""
+    return ", ".join(overrides.get(k, f"no {k}") for k in keys)

@@ -85,12 +85,19 @@ def test_jobs_that_ended_are_kept_and_a_changed_job_is_refused_untouched(tmp_pat
     changed = lptrain([f"resume={sweep}", "train.iterations=5"], tmp_path)
     assert changed.returncode == 2
     assert [ln for ln in changed.stderr.splitlines() if "error" in ln] == [
-        "lptrain: error: resume: the configuration differs from the run's at seed: 1 in the "
-        "checkpoint, 5 now (only train.iterations, eval_every, checkpoint_every, "
-        "parallel.layer_ranks, parallel.data_ranks may change)"]
+        f"lptrain: error: {sweep / '0'}: its run was seed=1 but this job of the sweep is "
+        f"seed=5 (a run of other overrides); move the directory away to run the job there"]
     assert {p: p.read_bytes() for p in hydra0} == hydra0       # put back
     assert read_metrics(sweep / "0" / ms.FILE_NAME).n_iterations == 3
     assert read_metrics(sweep / "1" / ms.FILE_NAME).n_iterations == 5   # the sweep went on
+    # a new value of a key the sweep swept would make another sweep: refused, unwritten
+    saved.write_text(saved.read_text().replace("- eval_every=2", "- eval_every=2,3"))
+    text = saved.read_text()
+    swept = lptrain([f"resume={sweep}", "eval_every=4"], tmp_path)
+    assert (swept.returncode, swept.stderr.strip()) == (2, (
+        f"lptrain: error: eval_every=4: the sweep in {sweep} sweeps eval_every=2,3 (each job "
+        f"keeps its value); resume it without eval_every="))
+    assert saved.read_text() == text
 
 
 def test_a_sweep_directory_refuses_a_new_sweep_and_says_how_to_resume_it(tmp_path):

@@ -1,13 +1,15 @@
 """lptrain/sweeps.py: what each job of a resumed sweep does, from the files in its
 directory, and the command that resumes a sweep from its multirun.yaml."""
+import re
+
 import h5py
 import pytest
 
-from lptrain.errors import InputFileError
+from lptrain.errors import ConfigError, InputFileError
 from lptrain.metrics import schema as s
 from lptrain.metrics.writer import MetricsWriter
 from lptrain.rundir import is_sweep
-from lptrain.sweeps import RESOLVER, JobPlan, SweepJobs, job_dirs, sweep_command
+from lptrain.sweeps import RESOLVER, JobPlan, SweepJobs, job_dirs, swept_keys, sweep_command
 from lptrain.train.checkpoint import CHECKPOINT_FILE
 
 MULTIRUN = """hydra:
@@ -22,6 +24,9 @@ MULTIRUN = """hydra:
     - train.iterations=400
     - seed=3
 """
+
+
+SEED = ["seed=3"]      # the overrides of _job's run
 
 
 def _job(directory, status, rows, checkpoint=True):
@@ -52,8 +57,8 @@ def _job(directory, status, rows, checkpoint=True):
 def test_each_job_does_what_its_directory_calls_for(tmp_path, status, rows, asked, plan):
     _job(tmp_path / "sweep" / "0", status, rows)
     jobs = SweepJobs(tmp_path / "sweep")
-    assert jobs.plan(tmp_path / "sweep" / "0", asked) == plan
-    assert jobs.plan(tmp_path / "sweep" / "1", asked) == JobPlan("fresh")   # not started
+    assert jobs.plan(tmp_path / "sweep" / "0", asked, SEED) == plan
+    assert jobs.plan(tmp_path / "sweep" / "1", asked, SEED) == JobPlan("fresh")  # not started
 
 
 @pytest.mark.parametrize("status, how", [
@@ -67,7 +72,7 @@ def test_a_job_stopped_before_its_first_checkpoint_is_refused_not_truncated(
     with pytest.raises(InputFileError, match=rf"sweep/0: this job of the sweep {how} after "
                                              rf"3 iterations, before its first checkpoint.* "
                                              rf"move its metrics.h5 away"):
-        SweepJobs(tmp_path / "sweep").plan(tmp_path / "sweep" / "0", 6)
+        SweepJobs(tmp_path / "sweep").plan(tmp_path / "sweep" / "0", 6, SEED)
 
 
 @pytest.mark.parametrize("status", [s.COMPLETED, s.INTERRUPTED])
@@ -79,7 +84,7 @@ def test_a_job_whose_checkpoint_is_gone_says_so(tmp_path, status):
     with pytest.raises(InputFileError, match=rf"no checkpoint.pt there, though its run "
                                            rf"stopped \({status}\) after 4 iterations and "
                                            rf"wrote one then \(moved or deleted\?\)"):
-        SweepJobs(tmp_path / "sweep").plan(tmp_path / "sweep" / "0", 6)
+        SweepJobs(tmp_path / "sweep").plan(tmp_path / "sweep" / "0", 6, SEED)
     assert not_resumable(tmp_path / "sweep" / "0") == (
         f"no checkpoint.pt there, though its run stopped ({status}) after 4 iterations "
         f"and wrote one then (moved or deleted?): nothing to resume")
@@ -90,7 +95,7 @@ def test_a_job_that_ended_before_its_first_checkpoint_is_kept(tmp_path, status):
     """Was refused as 'stopped before its first checkpoint': a run that diverged at
     iteration 2 ended, and a resume would end it the same way."""
     _job(tmp_path / "sweep" / "0", status, 2, checkpoint=False)
-    plan = SweepJobs(tmp_path / "sweep").plan(tmp_path / "sweep" / "0", 6)
+    plan = SweepJobs(tmp_path / "sweep").plan(tmp_path / "sweep" / "0", 6, SEED)
     assert (plan.action, plan.status, plan.iterations) == ("kept", status, 2)
     assert plan.failed == (status == s.DIVERGED)     # the resumed sweep exits 1, as it did
 
@@ -113,6 +118,50 @@ def test_a_single_run_without_a_checkpoint_says_how_it_ended(tmp_path):
         "no such directory; give the run directory lptrain printed when it stopped")
     assert not_resumable(tmp_path / "run" / s.FILE_NAME) == (
         f"a file, not a run's directory; did you mean `lptrain resume={tmp_path / 'run'}`?")
+
+
+@pytest.mark.parametrize("status, rows", [(s.COMPLETED, 4), (s.INTERRUPTED, 2)])
+def test_a_job_whose_directory_holds_a_run_of_other_overrides_is_refused(tmp_path, status,
+                                                                          rows):
+    """Was kept (or resumed) as that job: `resume=SWEEP train.iterations=3` of a sweep of
+    seed=0,1 x train.iterations=2,3 reported seed=1's job kept with seed=0's run. What
+    the directory held before Hydra rewrote its .hydra/ is what counts."""
+    _job(tmp_path / "sweep" / "1", status, rows)
+    jobs = SweepJobs(tmp_path / "sweep")
+    # a key a resume gives anew, which the sweep did not sweep, may differ
+    free = SweepJobs(tmp_path / "sweep", may_change=["train.iterations"])
+    saved = tmp_path / "sweep" / "1" / ".hydra" / "overrides.yaml"
+    saved.write_text("- seed=4\n- train.iterations=4\n")      # as Hydra rewrites it
+    with pytest.raises(InputFileError, match=re.escape(
+            f"{tmp_path / 'sweep' / '1'}: its run was seed=3, no train.iterations but this "
+            f"job of the sweep is seed=4, train.iterations=4 (a run of other overrides)")):
+        jobs.plan(tmp_path / "sweep" / "1", 4, ["seed=4", "train.iterations=4"])
+    assert free.plan(tmp_path / "sweep" / "1", 4, ["seed=3", "train.iterations=4"]) \
+        .action in ("kept", "resume")
+    with pytest.raises(InputFileError, match="its run was seed=3 but this job of the "
+                                             "sweep is seed=4 "):
+        free.plan(tmp_path / "sweep" / "1", 4, ["train.iterations=4", "seed=4"])
+    (tmp_path / "sweep" / "1" / ".hydra" / "overrides.yaml").unlink()
+    with pytest.raises(InputFileError, match="no .hydra/overrides.yaml"):
+        SweepJobs(tmp_path / "sweep").plan(tmp_path / "sweep" / "1", 4, SEED)
+
+
+def test_a_new_value_of_a_key_the_sweep_swept_is_refused(tmp_path):
+    """Was taken in place of the sweep's values: `train.iterations=20,400` resumed with
+    train.iterations=30 ran one job of 30 iterations, left the other unmentioned and
+    rewrote multirun.yaml into that one-job sweep."""
+    (tmp_path / "multirun.yaml").write_text(MULTIRUN.replace(
+        "train.iterations=400", "train.iterations=20,400").replace(
+        "seed=3", "eval_every=range(1,3)"))
+    for given, swept in (("train.iterations=30", "train.iterations=20,400"),
+                         ("eval_every=2", "eval_every=range(1,3)")):
+        with pytest.raises(ConfigError, match=re.escape(
+                f"{given}: the sweep in {tmp_path} sweeps {swept} (each job keeps its "
+                f"value); resume it without {given.split('=')[0]}=")):
+            sweep_command(tmp_path, [given])
+    assert swept_keys(sweep_command(tmp_path, ["checkpoint_every=5"])[1:]) == {
+        "optimizer.lr": "optimizer.lr=0.5,1.0", "train.iterations": "train.iterations=20,400",
+        "eval_every": "eval_every=range(1,3)"}
 
 
 def test_put_back_restores_a_jobs_saved_configuration(tmp_path):
