@@ -93,7 +93,6 @@ define reproduce
 	  esac; \
 	done
 	@rm -rf $(3)/report
-	@echo "lptrain-report $(3)/{serial,mgrit,simultaneous} --out $(3)/report"
 	@$(REPORT) $(3)/serial $(3)/mgrit $(3)/simultaneous --out $(3)/report
 	@echo "figures and summary.md in $(3)/report"
 endef
