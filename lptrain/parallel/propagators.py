@@ -206,8 +206,9 @@ def _stack_weights(prop: ForwardPropagator, starts, stops):
 
 
 def _sizes(h: float, starts, stops, like: torch.Tensor):
-    """h·(stop − start): a float when all equal, else an (m,) tensor."""
+    """h·(stop − start): a float when all equal, else an (m,) tensor of the products taken
+    in double, as one step takes its h (a product in float32 rounds h first)."""
     lengths = [b - a for a, b in zip(starts, stops)]
     if all(n == lengths[0] for n in lengths):
         return h * lengths[0]
-    return torch.tensor(lengths, dtype=like.dtype, device=like.device) * h
+    return torch.tensor([h * n for n in lengths], dtype=like.dtype, device=like.device)

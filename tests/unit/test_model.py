@@ -274,20 +274,28 @@ def test_block_mean_weights_equal_the_means_of_each_block(length, phase):
                                                   phase + 2 * length + 1)[1])
 
 
-@pytest.mark.parametrize("sizes", [[0.5, 0.5, 0.25], [0.25, 0.5, 0.5, 0.25], [0.75]])
-def test_stacked_adjoint_steps_of_several_sizes_equal_each_step_bitwise(sizes):
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("lengths", [[4, 4, 2], [3, 3, 1], [3, 6, 3, 1]])
+def test_stacked_steps_of_several_sizes_equal_each_step_bitwise(lengths, dtype):
     # coarse steps of unequal length (N = 30, c = 4) share a stack on one rank and not
-    # on another: each step's result must not depend on its stack (it scaled g by h
-    # first, where one step passes h as the product's alpha: another rounding)
-    net, theta = dense_net(layers=len(sizes), width=8)
-    st = net.stepper(theta)
+    # on another: each step's result must not depend on its stack (the adjoint scaled
+    # g by h first, where one step passes h as the product's alpha; in float32 the
+    # sizes were products in float32, where one step's h is a product in double)
+    from lptrain.parallel.propagators import _sizes
+    net, theta = dense_net(layers=len(lengths), width=8)
+    st = net.stepper(theta.to(dtype))
     gen = torch.Generator().manual_seed(1)
-    U, L = (torch.randn(len(sizes), 8, 32, generator=gen, dtype=torch.float64)
+    U, L = (torch.randn(len(lengths), 8, 32, generator=gen, dtype=torch.float64).to(dtype)
             for _ in range(2))
+    h = 1 / 7
+    starts = [sum(lengths[:i]) for i in range(len(lengths))]
+    hs = _sizes(h, starts, [a + n for a, n in zip(starts, lengths)], U)
     saved = st.linearize(U, st.K, st.b)
-    stacked = st.vjp_saved(saved.clone(), L, st.K, torch.tensor(sizes, dtype=torch.float64))
-    for i, h in enumerate(sizes):
-        assert torch.equal(stacked[i], st.vjp_saved(saved[i].clone(), L[i], st.K[i], h))
+    stacked = st.vjp_saved(saved.clone(), L, st.K, hs)
+    forward = st.apply(U, st.K, st.b, hs)
+    for i, n in enumerate(lengths):
+        assert torch.equal(stacked[i], st.vjp_saved(saved[i].clone(), L[i], st.K[i], h * n))
+        assert torch.equal(forward[i], st.apply(U[i], st.K[i], st.b[i], h * n))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
