@@ -206,6 +206,19 @@ class SavedFiles:
                                f"saved configuration ({reason(exc)})") from None
 
 
+def remove_new_files(directory: Path) -> None:
+    """Remove `directory`, a run's `.hydra/` that Hydra made where the run had none, as
+    SavedFiles.restore removes a new file (RunFileError if it cannot)."""
+    import shutil
+    try:
+        shutil.rmtree(directory)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise RunFileError(f"{exc.filename or directory}: cannot remove the configuration "
+                           f"Hydra saved there ({reason(exc)})") from None
+
+
 def check_overrides(path: Path, overrides: list[str]) -> None:
     """InputFileError naming `path` and the item unless Hydra parses each override (a
     file cut inside an item leaves one such as `dataset`)."""

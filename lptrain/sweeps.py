@@ -22,7 +22,8 @@ from typing import Iterable
 from lptrain.errors import ConfigError, InputFileError
 from lptrain.metrics.reader import job_number
 from lptrain.rundir import (SWEEP_FILE, WRITES_AT_THE_END, SavedFiles, check_overrides,
-                            checkpoint_gone, dir_override, saved_overrides, stopped_how)
+                            checkpoint_gone, dir_override, remove_new_files,
+                            saved_overrides, stopped_how)
 
 _SET_BY_RESUME = ("hydra.sweep.dir", "hydra.mode")   # given anew by the resumed command
 _SUBDIR = "hydra.sweep.subdir"
@@ -202,10 +203,14 @@ class SweepJobs:
         return {_key(a): a for a in overrides if _key(a) not in self.may_change}
 
     def put_back(self, run_dir: Path) -> None:
-        """The job's `.hydra/` files as they were (RunFileError if they cannot be)."""
+        """The job's `.hydra/` files as they were, none where it had none (a refused job's
+        next resume would read the ones Hydra wrote for it as its own); RunFileError if
+        they cannot be."""
         saved = self.saved.get(Path(run_dir).resolve())
         if saved is not None:
             saved.restore()
+        else:
+            remove_new_files(Path(run_dir) / ".hydra")
 
 
 def _shown(overrides: dict[str, str], keys: list[str]) -> str:

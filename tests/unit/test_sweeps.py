@@ -1,6 +1,7 @@
 """lptrain/sweeps.py: what each job of a resumed sweep does, from the files in its
 directory, and the command that resumes a sweep from its multirun.yaml."""
 import re
+import shutil
 
 import h5py
 import pytest
@@ -173,6 +174,20 @@ def test_put_back_restores_a_jobs_saved_configuration(tmp_path):
     jobs.put_back(tmp_path / "sweep" / "0")
     assert saved.read_text() == "- seed=3\n" and not (saved.parent / "config.yaml").exists()
     jobs.put_back(tmp_path / "sweep" / "7")        # a job that had no files: nothing
+    # a job directory whose run had no .hydra/ (refused: no overrides to tell whose):
+    # the one Hydra wrote for the job goes, else the next resume took it for the run's
+    _job(tmp_path / "sweep" / "1", s.COMPLETED, 2)
+    shutil.rmtree(tmp_path / "sweep" / "1" / ".hydra")
+    jobs = SweepJobs(tmp_path / "sweep")
+    written = tmp_path / "sweep" / "1" / ".hydra" / "overrides.yaml"
+    written.parent.mkdir()
+    written.write_text("- seed=4\n")
+    with pytest.raises(InputFileError, match="no .hydra/overrides.yaml"):
+        jobs.plan(tmp_path / "sweep" / "1", 4, ["seed=4"])
+    jobs.put_back(tmp_path / "sweep" / "1")
+    assert not written.parent.exists()
+    with pytest.raises(InputFileError, match="no .hydra/overrides.yaml"):
+        SweepJobs(tmp_path / "sweep").plan(tmp_path / "sweep" / "1", 4, ["seed=4"])
 
 
 def test_put_back_finds_the_job_of_a_sweep_given_by_a_relative_path(tmp_path, monkeypatch):
