@@ -16,8 +16,9 @@ from lptrain.model.network import ResNet
 from lptrain.modes import LAYERED, SIMULTANEOUS
 from lptrain.parallel import memory
 from lptrain.parallel.auto import Recorded, agreed_grid, timer_for
-from lptrain.parallel.context import Node, node_of
+from lptrain.parallel.context import Node, make_exchange, node_of
 from lptrain.parallel.grid import Grid, c_intervals, candidates, coarse_steps, run_grids
+from lptrain.train.collective import collectively
 
 
 
@@ -85,8 +86,11 @@ def plan(opts, comm) -> Plan:
     device = device_for(opts.device, node)
     sizes = dataset_sizes(opts.dataset)
     net = ResNet(opts.network, sizes.feature_shape, sizes.n_classes)
-    if net.custom is not None:      # the user's step tried where it will compute
-        net.custom.steps(DTYPES[opts.dtype], device)
+    if net.custom is not None:      # the user's step tried where it will compute: on
+        # each rank's device, so it may fail on some ranks only; the others must not go
+        # on to wait in the next collective
+        collectively(make_exchange(comm), lambda: net.custom.steps(DTYPES[opts.dtype],
+                                                                   device))
     size = 1 if comm is None else comm.Get_size()
     grids = run_grids(opts, size, opts.mode.name in LAYERED)
     limit = memory.available(node.local_size)

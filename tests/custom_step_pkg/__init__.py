@@ -125,3 +125,14 @@ class FailsLater(DenseStep):
         if FailsLater.calls >= self.after:
             raise RuntimeError(f"fails at call {FailsLater.calls}")
         return super().forward(u)
+
+
+class FailsOnRankOne(MyStep):
+    """MyStep that raises on rank 1 of MPI's world only: the trial of a step on each
+    rank's device may fail on some ranks alone."""
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        from mpi4py import MPI
+        if MPI.COMM_WORLD.Get_rank() == 1:
+            raise RuntimeError("this step fails on rank 1")
+        return super().forward(u)

@@ -40,6 +40,14 @@ def runs(tmp_path_factory):
             for ranks, d in ((1, "one"), (2, "two"))}
 
 
+def test_a_step_refused_on_one_rank_ends_every_rank(runs):
+    # the fixture's launch would have timed out had a rank waited
+    two = next(iter(runs[2].values()))[1].parent
+    error = (two / custom_case.REFUSED / "error.txt").read_text()
+    assert error.startswith("2 network.step: custom_step_pkg.FailsOnRankOne(")
+    assert "RuntimeError: this step fails on rank 1" in error
+
+
 def _close(a, b, what, rtol=1e-8):
     np.testing.assert_allclose(a, b, rtol=rtol, atol=0, err_msg=what)
 
