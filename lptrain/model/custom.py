@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from lptrain.errors import ConfigError, first_line
-from lptrain.model.module_steps import ModuleSteps, seeded
+from lptrain.model.module_steps import ModuleSteps, kept_update, seeded
 
 TARGET = "_target_"
 TRIAL_BATCH = 2         # samples of the state the step is tried on when it is built
@@ -144,13 +144,10 @@ class CustomStep:
             raise ConfigError(f"{self.name} fails on a state of shape {tuple(u.shape)} "
                               f"(batch, *state): {type(exc).__name__}: "
                               f"{first_line(exc)}") from None
-        if not isinstance(y, torch.Tensor) or y.shape != u.shape:
-            got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
-            raise ConfigError(f"{self.name} maps a state of shape {tuple(u.shape)} to "
-                              f"{got}; a residual step must keep it")
-        if y.dtype != u.dtype:     # the run's precision would change inside f, silently
-            raise ConfigError(f"{self.name} maps a {u.dtype} state to {y.dtype}; a "
-                              f"residual step must keep the state's dtype")
+        try:        # the rule every step of the run is held to (custom_steps.py)
+            kept_update(self.name, u, y)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
     # -- parameters ------------------------------------------------------------------
     def initial(self, n_layers: int, seed: int) -> torch.Tensor:

@@ -51,7 +51,7 @@ BAD = {   # name: (overrides, what the one line says)
     "no_class": (["network=custom", "network.step._target_=custom_step_pkg.Nope"],
                  "custom_step_pkg has no attribute 'Nope'"),
     "wrong_shape": (["network=custom", "network.step._target_=custom_step_pkg.Widening",
-                     "+network.step.width=8"], "a residual step must keep it"),
+                     "+network.step.width=8"], "a residual branch must keep the shape"),
     "bad_keyword": ([*STEP, "+network.step.depth=2"], "failed: TypeError"),
     "keyword_without_plus": ([*STEP, "network.step.depth=2"],
                              "add a keyword argument of the step with +network.step.depth="),

@@ -103,7 +103,7 @@ def test_initial_parameters_are_the_modules_own_and_seeded():
     ({"_target_": "custom_step_pkg.MyStep", "channels": 3}, "dense",
      r"fails on a state of shape \(2, 5\)"),
     ({"_target_": "custom_step_pkg.Single", "width": 5}, "dense",     # was accepted
-     r"maps a torch.float64 state to torch.float32; a residual step must keep"),
+     r"maps a torch.float64 state to torch.float32: a residual branch must keep"),
     ({"_target_": "custom_step_pkg.DenseStep", "width": 5}, "conv",
      r"network.opening='conv': choose \('dense', 'pad'\)"),
 ])
@@ -132,7 +132,7 @@ def test_a_step_is_tried_in_the_dtype_it_computes_in(target, dtype, refused):
     with pytest.raises(ConfigError) as err:
         net.custom.steps(dtype, "cpu")
     assert str(err.value) == (f"network.step: custom_step_pkg.{target}(width=5, hidden=3) "
-                              f"maps a {refused}; a residual step must keep the state's dtype")
+                              f"maps a {refused}: a residual branch must keep the state's dtype")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -270,7 +270,7 @@ def test_a_run_tries_the_step_in_its_dtype_and_checks_every_step(tmp_path):
     whose predict failed in torch; one returning float32 was refused."""
     f32 = ["dtype=float32", "mode=serial", "train.iterations=2"]
     with pytest.raises(ConfigError, match=r"Doubling\(width=4, hidden=3\) maps a "
-                       r"torch.float32 state to torch.float64; a residual step must keep"):
+                       r"torch.float32 state to torch.float64: a residual branch must keep"):
         _train(tmp_path / "doubling", "network.step._target_=custom_step_pkg.Doubling", *f32)
     assert not (tmp_path / "doubling" / ms.FILE_NAME).exists()
     _train(tmp_path / "single", "network.step._target_=custom_step_pkg.Single", *f32)
