@@ -13,7 +13,7 @@ from __future__ import annotations
 import textwrap
 from typing import Callable, Protocol, Sequence
 
-from lptrain.errors import ConfigError, LptrainError
+from lptrain.errors import LptrainError
 from lptrain.parallel.grid import TIE, Grid, choose
 
 
@@ -105,9 +105,10 @@ def agreed_grid(grids: Sequence[Grid], make_timer, comm) -> Grid:
 
     make_timer() builds the timer (only when there is a choice).  A failure on rank 0
     stops every rank instead of leaving them waiting: an LptrainError (the speedup
-    model's own refusal) as a ConfigError saying it was auto's, on every rank; any
-    other exception, such as a user's step failing in the kernels the timer runs, as
-    the run's error it is, raised on rank 0 (RankZeroFailed on the others).
+    model's own refusal, a kept cost file it cannot read) on every rank, saying it was
+    auto's, with its exit status; any other exception, such as a user's step failing
+    in the kernels the timer runs, as the run's error it is, raised on rank 0
+    (RankZeroFailed on the others).
     """
     if len(grids) == 1:
         return grids[0]
@@ -117,7 +118,7 @@ def agreed_grid(grids: Sequence[Grid], make_timer, comm) -> Grid:
         try:
             found = auto_grid(grids, make_timer())
         except LptrainError as exc:     # every rank must hear of it: re-raised below
-            error = f"parallel.layer_ranks=auto: {exc}"
+            error = (f"parallel.layer_ranks=auto: {exc}", exc.exit_code)
         except Exception as exc:        # not auto's to phrase
             failure = exc
     failed = failure is not None
@@ -129,5 +130,5 @@ def agreed_grid(grids: Sequence[Grid], make_timer, comm) -> Grid:
         raise RankZeroFailed("rank 0 failed while parallel.layer_ranks=auto timed the "
                              "kernels (its error says why)")
     if error is not None:
-        raise ConfigError(error)
+        raise LptrainError(error[0], exit_code=error[1])
     return found

@@ -583,7 +583,7 @@ class _Timer:
 
 
 def test_auto_grid_asks_its_timer_only_when_there_is_a_choice():
-    from lptrain.errors import ConfigError
+    from lptrain.errors import LptrainError, RunFileError
     from lptrain.parallel.auto import DataParallelFirst, agreed_grid, auto_grid
     timer = _Timer({Grid(1, 4): 1.0, Grid(2, 2): 1.04, Grid(4, 1): 2.0})
     assert auto_grid([Grid(2, 2)], timer) == Grid(2, 2) and timer.asked == []
@@ -593,8 +593,15 @@ def test_auto_grid_asks_its_timer_only_when_there_is_a_choice():
     def broken():
         raise ScheduleError("no costs")
     assert agreed_grid([Grid(4, 1)], broken, None) == Grid(4, 1)
-    with pytest.raises(ConfigError, match="^parallel.layer_ranks=auto: no costs$"):
+    with pytest.raises(LptrainError, match="^parallel.layer_ranks=auto: no costs$") as err:
         agreed_grid([Grid(1, 4), Grid(4, 1)], broken, None)
+    assert err.value.exit_code == ScheduleError.exit_code     # its own, not exit 2
+
+    def unreadable():
+        raise RunFileError("costs.json: not JSON")
+    with pytest.raises(LptrainError, match="^parallel.layer_ranks=auto: costs.json") as err:
+        agreed_grid([Grid(1, 4), Grid(4, 1)], unreadable, None)
+    assert err.value.exit_code == RunFileError.exit_code == 1
     # no timer installed (lptrain as a library): the data-parallel split
     assert auto_grid([Grid(1, 4), Grid(2, 2), Grid(4, 1)], DataParallelFirst()) == Grid(1, 4)
 
@@ -620,7 +627,7 @@ def test_a_steps_failure_while_auto_times_is_the_runs_error_not_autos():
     """A user's step that failed in the timed kernels was said as a configuration error
     of auto (`parallel.layer_ranks=auto: cannot handle batch 5000`, exit 2, no type, no
     traceback log); it is raised as it is, on rank 0, and the others stop with it."""
-    from lptrain.errors import ConfigError
+    from lptrain.errors import LptrainError
     from lptrain.parallel import auto
     grids = [Grid(1, 2), Grid(2, 1)]
     own = RuntimeError("cannot handle batch 5000")
@@ -635,9 +642,10 @@ def test_a_steps_failure_while_auto_times_is_the_runs_error_not_autos():
     assert err.value is own and zero.sent == [(None, None, True)]
     with pytest.raises(RankZeroFailed, match="^rank 0 failed while parallel.layer_ranks"):
         agreed_grid(grids, failing, _Ranks(1, zero.sent[0]))
-    refused = ConfigError("parallel.layer_ranks=auto: no costs")
-    with pytest.raises(ConfigError, match="^parallel.layer_ranks=auto: no costs$"):
-        agreed_grid(grids, failing, _Ranks(1, (None, str(refused), False)))
+    refused = ("parallel.layer_ranks=auto: no costs", 2)
+    with pytest.raises(LptrainError, match="^parallel.layer_ranks=auto: no costs$") as err:
+        agreed_grid(grids, failing, _Ranks(1, (None, refused, False)))
+    assert err.value.exit_code == 2
     assert agreed_grid(grids, failing, _Ranks(1, (Grid(2, 1), None, False))) == Grid(2, 1)
 
 
