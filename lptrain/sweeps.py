@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterable
 
 from lptrain.errors import ConfigError, InputFileError
-from lptrain.metrics.reader import job_number
+from lptrain.metrics.reader import job_number, override_key
 from lptrain.rundir import (SWEEP_FILE, WRITES_AT_THE_END, SavedFiles, check_overrides,
                             checkpoint_gone, dir_override, remove_new_files,
                             saved_overrides, stopped_how)
@@ -51,13 +51,14 @@ def sweep_command(directory: Path, given: list[str]) -> list[str]:
         check_overrides(path, overrides)
     swept = swept_keys(task)
     for arg in given:
-        if _key(arg) in swept:
-            raise ConfigError(f"{arg}: the sweep in {directory} sweeps {swept[_key(arg)]} "
-                              f"(each job keeps its value); resume it without {_key(arg)}=")
-    keys = {a.split("=", 1)[0] for a in given}
+        key = override_key(arg)
+        if key in swept:
+            raise ConfigError(f"{arg}: the sweep in {directory} sweeps {swept[key]} (each "
+                              f"job keeps its value); resume it without {key}=")
+    keys = {override_key(a) for a in given}
     kept_hydra = [_pinned(a) if a.startswith(_SUBDIR + "=") else a for a in hydra
                   if a.split("=", 1)[0] not in _SET_BY_RESUME]
-    kept_task = [a for a in task if a.split("=", 1)[0] not in keys]
+    kept_task = [a for a in task if override_key(a) not in keys]
     return ["-m", *kept_hydra, *kept_task, *given, dir_override("hydra.sweep.dir", directory)]
 
 
@@ -66,12 +67,8 @@ def swept_keys(overrides: Iterable[str]) -> dict[str, str]:
     `train.iterations=20,400`, `range(...)`, `choice(...)`."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     parser = OverridesParser.create()
-    return {_key(a): a for a in overrides if parser.parse_override(a).is_sweep_override()}
-
-
-def _key(override: str) -> str:
-    """An override's key, without Hydra's +, ++ or ~."""
-    return override.split("=", 1)[0].lstrip("+~")
+    return {override_key(a): a for a in overrides
+            if parser.parse_override(a).is_sweep_override()}
 
 
 def _pinned(override: str) -> str:
@@ -200,7 +197,8 @@ class SweepJobs:
 
     def _by_key(self, overrides: list[str]) -> dict[str, str]:
         """Key -> override, less the keys that may change."""
-        return {_key(a): a for a in overrides if _key(a) not in self.may_change}
+        return {key: a for a in overrides
+                if (key := override_key(a)) not in self.may_change}
 
     def put_back(self, run_dir: Path) -> None:
         """The job's `.hydra/` files as they were, none where it had none (a refused job's

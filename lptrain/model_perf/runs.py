@@ -55,7 +55,7 @@ class MeasuredRun:
     iteration_time: float  # seconds (metrics/quantities.py: median, the first left out)
     trials: float          # mean objective evaluations per iteration (repeats included)
     fwd: float | None      # mean forward MGRIT cycles per solve (None: not logged)
-    adj: float | None      # mean adjoint MGRIT cycles per gradient
+    adj: float | None      # mean adjoint MGRIT cycles per iteration (repeats included)
     config: dict           # the run's resolved config (nested)
     layer: int | None = None   # ranks per layer group (None: not logged)
     work: tuple[Work, ...] = ()  # per iteration whose time the median takes, in order

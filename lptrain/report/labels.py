@@ -15,7 +15,7 @@ from typing import Sequence
 import yaml
 
 from lptrain.metrics import schema as s
-from lptrain.metrics.reader import RunMetrics, interpolated
+from lptrain.metrics.reader import RunMetrics, interpolated, override_key
 from lptrain.report.table import flat_config
 
 MAX_LABEL_KEYS = 4
@@ -90,7 +90,7 @@ def typed_overrides(run: RunMetrics) -> dict:
     if not isinstance(items, list):
         return {}
     pairs = (str(item).split("=", 1) for item in items)
-    return {key.lstrip("+~"): value for key, value, *_ in (p + [""] for p in pairs)
+    return {override_key(key): value for key, value, *_ in (p + [""] for p in pairs)
             if not interpolated(value)}
 
 
