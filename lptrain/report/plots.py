@@ -31,7 +31,12 @@ ONE_POINT = {"marker": ".", "markersize": 8}   # a run of one iteration: a line 
 # past the patterns, with longer gaps each cycle: a run that follows another exactly
 # shows through the other's gaps whatever the number of runs
 DASHES = (None, (4.0, 2.0), (6.0, 2.0, 1.0, 2.0), (1.0, 1.5), (8.0, 3.0))
-VALIDATION = {"linestyle": "None", "markersize": 6, "markerfacecolor": "none"}
+# validation markers above every training line, on a white outline drawn below all of
+# them: a noisy mini-batch line of the run's own colour hid them; hollow, so coinciding
+# ones of other runs stay visible
+VALIDATION = {"linestyle": "None", "markersize": 7, "markerfacecolor": "none",
+              "markeredgewidth": 1.5, "zorder": 4}
+OUTLINE = {**VALIDATION, "color": "white", "markeredgewidth": 4.5, "zorder": 3}
 MARKERS = "osD^vPX"     # validation markers, one shape per run: coinciding ones stay visible
 LEGEND_COLUMNS = 4
 LEGEND_LINE_INCHES = 0.2
@@ -83,8 +88,9 @@ def _curves(runs: Runs, x: str, field: str, what: str, context: str, log: bool) 
         xs = _x(run, s.TRAIN, x)
         ax.plot(xs, run.train.get(field, []), color=f"C{i}", linestyle=dash,
                 **(TRAINING if len(xs) != 1 else ONE_POINT))
-        ax.plot(_x(run, s.VALIDATION, x), run.validation.get(field, []), color=f"C{i}",
-                marker=_marker(i), **VALIDATION)
+        at, values = _x(run, s.VALIDATION, x), run.validation.get(field, [])
+        ax.plot(at, values, marker=_marker(i), **OUTLINE)
+        ax.plot(at, values, color=f"C{i}", marker=_marker(i), **VALIDATION)
         if not len(run.train.get(s.ITERATION, [])):    # stopped before its first iteration
             label += " (no iterations yet)"
         handles.append(Line2D([], [], color=f"C{i}", linestyle=dash, marker=_marker(i),

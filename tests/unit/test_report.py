@@ -132,7 +132,7 @@ def test_markdown_table():
     got = dict(zip(COLUMNS, cells))
     assert got["label"] == "a\\|b" and got["ranks"] == "8" and got["loss"] == "0.01235"
     assert got["levels"] == "32/8/2"
-    assert got["val_accuracy"] == "0.500" and got["speedup"] == "2.35"
+    assert got["val_accuracy"] == "0.5000" and got["speedup"] == "2.35"
     assert got["objective"] == "-" and got["wall_time"] == "-"
 
 
@@ -512,12 +512,17 @@ def test_a_run_of_one_iteration_shows_its_training_value(tmp_path):
 def test_validation_is_markers_training_is_lines(figures_of):
     _, figs = figures_of
     ax = figs["loss_vs_iteration"].axes[0]
-    train, val = ax.lines[0], ax.lines[1]          # the serial run's two series
+    # each run: its training line, its validation markers' white outline, the markers
+    train, outline, val = ax.lines[0], ax.lines[1], ax.lines[2]
     assert train.get_linestyle() == "-" and train.get_marker() in ("None", None, "")
     assert val.get_linestyle() == "None" and val.get_marker() == "o"
-    assert ax.lines[3].get_marker() == "s"              # the other run's shape
+    # above every training line, their outlines below every marker: the markers hid in
+    # a noisy mini-batch line of their own colour
+    assert val.get_zorder() > outline.get_zorder() > train.get_zorder()
+    assert outline.get_marker() == "o" and outline.get_color() == "white"
+    assert ax.lines[5].get_marker() == "s"              # the other run's shape
     # and its own dashes: a run that follows another exactly hid behind it
-    assert ax.lines[2].get_linestyle() == "--"
+    assert ax.lines[3].get_linestyle() == "--"
     from lptrain.report.plots import dashes
     styles = [dashes(i) for i in range(80)]      # runs i and i + 4 were alike
     assert styles[0] == "-" and all(offset == 0 for offset, _ in styles[1:])
