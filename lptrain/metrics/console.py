@@ -155,6 +155,7 @@ class Console:
         self._step_times: list[float] = []
         self._first = self._iteration = self._first_at = None  # first, latest iteration
         self._updated = self._shown = None     # clock at the latest update / printed line
+        self._elapsed = 0.0                    # the run's elapsed seconds at that update
         self._live, self.live = None, False
         if not enabled:
             return
@@ -171,12 +172,16 @@ class Console:
             for note in self.notes:      # above the bar, which shows the title
                 self._out.print(Text(note), soft_wrap=not self._out.is_terminal)
 
-    def update(self, iteration: int, **fields) -> None:
+    def update(self, iteration: int, elapsed: float | None = None, **fields) -> None:
         """Show iteration `iteration` (finished iterations, up to `total`) and its fields.
 
         Fields are those of `FIELDS`; a field keeps its last value until it is given again
         (validation accuracy is typically logged every few iterations). Without
-        `step_time` the iteration's duration is measured between calls.
+        `step_time` the iteration's duration is measured between calls. `elapsed`: the
+        run's wall time at the end of this iteration (train/wall_time, a resumed run's
+        earlier time included), which the elapsed time shows from then on, so that the
+        last line agrees with the summary's wall time; else the console's own clock
+        (which also counts start-up and the validation after the iteration).
         """
         unknown = set(fields) - set(FIELDS)
         if unknown:
@@ -194,6 +199,7 @@ class Console:
         if self._first is None:
             self._first, self._first_at = iteration, now
         self._iteration, self._updated = iteration, now
+        self._elapsed = now - self._start + self._before if elapsed is None else elapsed
         if (self._shown is None or iteration >= self.total
                 or now - self._shown >= self.cadence.gap(self._run_seconds())):
             self._print_progress()
@@ -320,7 +326,7 @@ class Console:
 
     def _position(self, now: float | None = None) -> str:
         """'12/300  0:00:28 elapsed  eta 0:00:42' (elapsed at `now`, else at the update)."""
-        elapsed = (self._updated if now is None else now) - self._start + self._before
+        elapsed = self._elapsed + (0.0 if now is None else now - self._updated)
         return (f"{self._iteration}/{self.total}  {format_duration(elapsed)} elapsed  "
                 f"eta {format_duration(self._eta())}")
 

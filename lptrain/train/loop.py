@@ -171,8 +171,9 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
         if validate:
             val = _validate(k, theta, oracle, data, writer, chunk)
             best, val_at = max(best, val[1]), k
-        console.update(k, objective=info.objective, loss=info.loss, accuracy=info.accuracy,
-                       val_accuracy=val[1], val_iteration=val_at, step_time=dt,
+        console.update(k, wall, objective=info.objective, loss=info.loss,
+                       accuracy=info.accuracy, val_accuracy=val[1], val_iteration=val_at,
+                       step_time=dt,
                        **_console_mgrit(stats))
         notes.after(k, stats)
         progress.check(k, info.objective, theta, info.at_start)

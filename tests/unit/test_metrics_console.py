@@ -171,6 +171,21 @@ def test_the_line_shows_elapsed_time_and_eta(plain_env):
     assert c.progress_lines() == ["120/300  0:00:37 elapsed  eta 0:00:45  loss 0.5000  0.250 s/it"]
 
 
+def test_the_elapsed_time_is_the_runs_wall_time_where_the_loop_gives_it(plain_env):
+    """The last line said 0:15:46 elapsed where the summary's wall time said 938.5 s: the
+    console's own clock also counted start-up (loading 60,000 images) and the validation
+    after the last iteration, which the wall time (train/wall_time) does not."""
+    clock, out = Clock(), io.StringIO()
+    c = Console(True, 2, "peaks", file=out, clock=clock)
+    clock.now = 20.0                    # the console started 12 s before training
+    c.update(1, 8.0, step_time=8.0, loss=0.5)
+    clock.now = 29.0                    # then 1 s of validation after iteration 2
+    c.update(2, 16.0, step_time=8.0, loss=0.4)
+    assert [ln.split("  ")[1] for ln in out.getvalue().splitlines()[1:]] == \
+        ["0:00:08 elapsed", "0:00:16 elapsed"]
+    assert c._position(now=31.0).startswith("2/2  0:00:18 elapsed")   # live: ticks on
+
+
 @pytest.mark.parametrize("width", [40, 80, 160])
 def test_plain_lines_fit_the_width_and_break_between_groups(plain_env, width):
     clock, out = Clock(), io.StringIO()
