@@ -284,14 +284,20 @@ CALIBRATED_ABOVE = 2.0
 
 def _calibrated_above(k: int, stats: dict, console, mgrit) -> bool:
     """Say, once, that a calibration measured the true gradient error well above
-    mgrit.grad_tol (the scaled estimates lag behind it). Whether it did."""
+    mgrit.grad_tol (the scaled estimates lag behind it). Whether it did. Where the plans
+    are at control_max_iters already, a smaller grad_tol adds no iteration (the image
+    recipes cap them at 2): the advice names the cap instead."""
     true = stats.get("true_error", math.nan)
     if not true > CALIBRATED_ABOVE * mgrit.grad_tol:
         return False
+    most = mgrit.control_max_iters
+    capped = min(stats.get("fwd_plan", -1), stats.get("adj_plan", -1)) >= most
+    remedy = (f"  the plans are at mgrit.control_max_iters ({most}): a larger one or",
+              "  mode=mgrit keeps nearer serial training") if capped else \
+        ("  a smaller mgrit.grad_tol or mode=mgrit keeps nearer serial training",)
     return _said(console, f"iteration {k}: a calibration (mgrit.calibrate_every) "
                  f"measured the one-shot", f"  gradient {true:.1e} off, above "
-                 f"mgrit.grad_tol {mgrit.grad_tol:g} (mgrit/true_error);",
-                 "  a smaller mgrit.grad_tol or mode=mgrit keeps nearer serial training")
+                 f"mgrit.grad_tol {mgrit.grad_tol:g} (mgrit/true_error);", *remedy)
 
 
 def _repeated(k: int, stats: dict, console, mgrit) -> bool:

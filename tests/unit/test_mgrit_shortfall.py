@@ -121,6 +121,15 @@ def test_a_calibration_far_off_the_target_is_said_once():
     assert len(console.lines) == 3 and console.lines[0].startswith("iteration 40: a calib")
     assert "1.1e-02 off, above mgrit.grad_tol 0.005" in console.lines[1]
     assert all(len(line) <= 80 for line in console.lines)
+    assert console.lines[2] == "  a smaller mgrit.grad_tol or mode=mgrit keeps nearer " \
+                               "serial training"
+    # plans at control_max_iters already (the image recipes cap them at 2): a smaller
+    # grad_tol adds no iteration, and the advice said it would
+    notes, console = _notes()
+    notes.after(9, dict(true_error=0.02, grad_error=1e-3, fwd_plan=6, adj_plan=6))
+    assert console.lines[2:] == ["  the plans are at mgrit.control_max_iters (6): a larger "
+                                 "one or", "  mode=mgrit keeps nearer serial training"]
+    assert all(len(line) <= 80 for line in console.lines)
 
 
 def test_diverging_solves_are_not_told_round_off(tmp_path, caplog):
