@@ -80,17 +80,23 @@ def _kept_warm_starts(opts, sizes: Sizes) -> int:
     return min(opts.mode.warm_batches, math.ceil(sizes.n_train / opts.train.batch_size))
 
 
+def _network(opts, sizes: Sizes, device) -> ResNet:
+    """The run's network, a user's step tried in the run's dtype on `device`."""
+    net = ResNet(opts.network, sizes.feature_shape, sizes.n_classes)
+    if net.custom is not None:
+        net.custom.steps(DTYPES[opts.dtype], device)
+    return net
+
+
 def plan(opts, comm) -> Plan:
     """Grid, device and memory of this run on `comm`'s ranks (ConfigError if impossible)."""
     node = node_of(comm)
     device = device_for(opts.device, node)
     sizes = dataset_sizes(opts.dataset)
-    net = ResNet(opts.network, sizes.feature_shape, sizes.n_classes)
-    if net.custom is not None:      # the user's step tried where it will compute: on
-        # each rank's device, so it may fail on some ranks only; the others must not go
-        # on to wait in the next collective
-        collectively(make_exchange(comm), lambda: net.custom.steps(DTYPES[opts.dtype],
-                                                                   device))
+    # the user's step (network=custom) is built, then tried where it will compute, on
+    # each rank's device: either may fail on some ranks only, and the others must not go
+    # on to wait in the next collective
+    net = collectively(make_exchange(comm), lambda: _network(opts, sizes, device))
     size = 1 if comm is None else comm.Get_size()
     grids = run_grids(opts, size, opts.mode.name in LAYERED)
     limit = memory.available(node.local_size)

@@ -136,3 +136,13 @@ class FailsOnRankOne(MyStep):
         if MPI.COMM_WORLD.Get_rank() == 1:
             raise RuntimeError("this step fails on rank 1")
         return super().forward(u)
+
+
+class UnbuiltOnRankOne(MyStep):
+    """MyStep whose constructor raises on rank 1 of MPI's world only."""
+
+    def __init__(self, **kwargs):
+        from mpi4py import MPI
+        if MPI.COMM_WORLD.Get_rank() == 1:
+            raise RuntimeError("this step cannot be built on rank 1")
+        super().__init__(**kwargs)

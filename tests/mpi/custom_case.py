@@ -33,32 +33,32 @@ CASES = {   # name: overrides (the layer groups: parallel.layer_ranks)
 }
 
 
-# a step that fails on rank 1 alone when it is tried at start-up (preflight): was a
-# ConfigError on rank 1 while rank 0 went on into a collective and waited for ever
-REFUSED = "refused-on-rank-1"
-REFUSED_OVERRIDES = ["mode=mgrit", "network.step._target_=custom_step_pkg.FailsOnRankOne"]
+# a step that fails on rank 1 alone when it is built or tried at start-up (preflight):
+# was a ConfigError on rank 1 while rank 0 went on into a collective and waited for ever
+REFUSED = {"refused-on-rank-1": "FailsOnRankOne", "unbuilt-on-rank-1": "UnbuiltOnRankOne"}
 
 
 def cfg(case: str, layer_ranks: int = 1):
     register_configs()
-    extra = REFUSED_OVERRIDES if case == REFUSED else CASES[case]
+    extra = ["mode=mgrit", f"network.step._target_=custom_step_pkg.{REFUSED[case]}"] \
+        if case in REFUSED else CASES[case]
     with initialize_config_dir(config_dir=config.CONF_DIR, version_base="1.3"):
         return compose(config_name="config", overrides=[
             *BASE, *extra, f"parallel.layer_ranks={layer_ranks}"])
 
 
-def refused(comm, run_dir: Path) -> None:
-    """Start the REFUSED case; rank 0 writes its error's exit status and message to
+def refused(comm, run_dir: Path, case: str) -> None:
+    """Start a REFUSED case; rank 0 writes its error's exit status and message to
     run_dir/error.txt (every rank must end with an error, none wait)."""
     from lptrain.errors import LptrainError
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
-        app.run(cfg(REFUSED, comm.Get_size()), comm, run_dir)
+        app.run(cfg(case, comm.Get_size()), comm, run_dir)
     except LptrainError as exc:
         if comm.Get_rank() == 0:
             (run_dir / "error.txt").write_text(f"{exc.exit_code} {exc}")
     else:
-        raise AssertionError("the step that fails on rank 1 was not refused")
+        raise AssertionError(f"{case}: the step that fails on rank 1 was not refused")
 
 
 def layer_ranks(case: str, size: int) -> int:
@@ -86,7 +86,8 @@ def main(base: Path, stopped: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         app.run(cfg(case, layer_ranks(case, comm.Get_size())), comm, run_dir)
     resume(comm, stopped, base / "resumed")
-    refused(comm, base / REFUSED)
+    for case in REFUSED:
+        refused(comm, base / case, case)
 
 
 if __name__ == "__main__":

@@ -40,12 +40,15 @@ def runs(tmp_path_factory):
             for ranks, d in ((1, "one"), (2, "two"))}
 
 
-def test_a_step_refused_on_one_rank_ends_every_rank(runs):
+@pytest.mark.parametrize("case, says", [
+    ("refused-on-rank-1", "RuntimeError: this step fails on rank 1"),
+    ("unbuilt-on-rank-1", "failed: RuntimeError: this step cannot be built on rank 1")])
+def test_a_step_refused_on_one_rank_ends_every_rank(runs, case, says):
     # the fixture's launch would have timed out had a rank waited
     two = next(iter(runs[2].values()))[1].parent
-    error = (two / custom_case.REFUSED / "error.txt").read_text()
-    assert error.startswith("2 network.step: custom_step_pkg.FailsOnRankOne(")
-    assert "RuntimeError: this step fails on rank 1" in error
+    error = (two / case / "error.txt").read_text()
+    assert error.startswith(f"2 network.step: custom_step_pkg.{custom_case.REFUSED[case]}(")
+    assert says in error
 
 
 def _close(a, b, what, rtol=1e-8):
