@@ -106,7 +106,8 @@ class ModuleThetaSteps:
     def _vjps(self, u, lam, K, params: bool):
         """(∂f/∂u)ᵀ λ and, with params, (∂f/∂K)ᵀ λ at state u from one backward of f's
         graph (ModuleSteps.linearize); zeros where f does not depend on one."""
-        lin = self.core.linearize(u, 0, self.spec.unflatten(K), params=params)
+        lin = self.core.linearize(u, 0, self.spec.unflatten(K), params=params,
+                                  who=self.spec.name)
         if not params:
             return [lin.vjp_state(lam)]
         names = list(lin.leaves)

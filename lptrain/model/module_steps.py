@@ -277,8 +277,11 @@ class ModuleSteps:
         return torch.stack([self.step(U[i], n, hs[i], Ps[i]) for i, n in enumerate(ns)])
 
     # -- adjoint -------------------------------------------------------------------
-    def linearize(self, u, n: int, P: Params | None = None, params: bool = False) -> "Linear":
-        """f_n's autograd graph at state u (what its vector-Jacobian products need).
+    def linearize(self, u, n: int, P: Params | None = None, params: bool = False,
+                  who=None) -> "Linear":
+        """f_n's autograd graph at state u (what its vector-Jacobian products need); its
+        f_n(u) is held to `kept_update` as a forward step's is (`who` names the step in
+        the error, else layer n).
 
         Without P the graph runs through f_n's own parameters (no functional_call);
         their products are only computed when asked for (`vjp_params`), never
@@ -299,6 +302,7 @@ class ModuleSteps:
                 leaves = {k: v.detach().requires_grad_(params) for k, v in P.items()}
                 y = functional_call(self.module(n), leaves, (x,))
                 around = with_params(self.module(n), leaves)
+        kept_update(n if who is None else who, x, y)
         return Linear(y, x, leaves if params else None, layout, around)
 
 

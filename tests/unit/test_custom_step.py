@@ -151,7 +151,10 @@ def test_every_step_must_keep_the_states_dtype(dtype):
             f"state to {other}: a residual branch must keep the state's dtype")
     assert stepper.step(u[:2], 0, net.h).dtype == dtype
     for step in (lambda: stepper.step(u, 0, net.h, out=torch.empty_like(u)),
-                 lambda: stepper.apply(u[None], K[:1], b[:1], net.h)):   # a stack
+                 lambda: stepper.apply(u[None], K[:1], b[:1], net.h),    # a stack
+                 # the adjoint's graph of f: was torch's 'Mismatch in shape' (or dtype)
+                 lambda: stepper.vjp_saved(stepper.linearize(u, K[0], b[0]), u, K[0],
+                                           net.h)):
         with pytest.raises(ValueError) as err:
             step()
         assert str(err.value) == want
