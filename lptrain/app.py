@@ -202,7 +202,11 @@ def _summary(console, writer, outcome, opts: Config, path: Path, saved_lines) ->
         for line in text_lines(timing, outcome.iterations, console.width):
             console.message(line)
     # lines of their own: a table cell would fold a long path
-    console.message(f"metrics: {path}")
+    if path.exists() or not console.enabled:
+        console.message(f"metrics: {path}")
+    else:       # removed while the run wrote it: the rows went to a file no name reaches
+        console.error(f"metrics: {path} was removed during the run; its rows are lost "
+                      f"(the models and checkpoint are kept)")
     for line in saved_lines:
         console.message(line)
     if outcome.stalled:

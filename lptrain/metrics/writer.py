@@ -95,6 +95,10 @@ class MetricsWriter:
         self._columns, self._groups = Columns(), {}
         # HDF5 would take an empty file for a new one and the resumed run would lose the
         # earlier rows silently
+        if not self.path.exists():
+            raise s.MetricsInputError(f"{path}: gone (removed after the run began?), so the "
+                                      f"run's record is lost and it cannot be resumed; move "
+                                      f"the directory away to run it again")
         if self.path.is_file() and not h5py.is_hdf5(self.path):
             raise s.MetricsInputError(f"{path}: cannot reopen metrics file (not an HDF5 file, "
                                       f"{self.path.stat().st_size} bytes)")

@@ -378,3 +378,22 @@ def test_the_command_ignores_signals_once_its_work_is_done(signals):
         signal.SIG_IGN
     os.kill(os.getpid(), signal.SIGINT)          # nothing happens
     assert signals.received is None
+
+
+def test_a_metrics_file_removed_during_the_run_is_said(tmp_path, capsys):
+    """metrics.h5 removed mid-run: the run ended with exit 0 and its summary named a file
+    that no longer existed, its rows gone with it, and said nothing."""
+    from helpers import composed
+    from lptrain import app
+
+    class Removing(StopSignals):
+        def check(self, exchange, iteration, writer=None, signals=True):
+            if iteration == 2:
+                (tmp_path / "metrics.h5").unlink()
+            super().check(exchange, iteration, writer, signals)
+    app.run(composed("network.layers=4", "dataset.n_train=100", "dataset.n_val=20",
+                     "train.iterations=3"), None, tmp_path, Removing())
+    said = capsys.readouterr()
+    assert f"metrics: {tmp_path / 'metrics.h5'} was removed during the run; its rows are " \
+           f"lost" in said.err
+    assert (tmp_path / "model.pt").is_file() and f"metrics: {tmp_path}" not in said.out

@@ -1,6 +1,7 @@
 """MetricsWriter and read_metrics: round trips, padding, status, errors, killed writers."""
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -348,6 +349,16 @@ def test_a_file_of_an_earlier_version_gets_its_missing_columns_on_resume(tmp_pat
     np.testing.assert_array_equal(m[s.ITERATION], [1, 2, 3, 4])
     np.testing.assert_array_equal(m["unconverged"], [-1, -1, 1, 1])    # -1: not recorded
     np.testing.assert_array_equal(m[s.FWD_ITERATIONS], [2, 2, 3, 3])
+
+
+def test_a_file_removed_during_the_run_is_said_in_words_on_resume(tmp_path):
+    """Was `cannot reopen metrics file ([Errno 2] Unable to synchronously open file
+    (unable to open file: name = ..., flags = 1, o_flags = 2))`: HDF5's text, no next step."""
+    with pytest.raises(s.MetricsInputError, match=re.escape(
+            f"{tmp_path / s.FILE_NAME}: gone (removed after the run began?), so the run's "
+            f"record is lost and it cannot be resumed; move the directory away")) as err:
+        MetricsWriter.reopen(tmp_path / s.FILE_NAME, 3, ATTRS)
+    assert err.value.exit_code == 2
 
 
 def test_a_file_damaged_inside_is_refused_in_one_line_on_resume(tmp_path):
