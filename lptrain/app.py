@@ -17,7 +17,7 @@ from lptrain.metrics.reader import last_iteration, root_attr, run_status
 from lptrain.metrics.quantities import ITERATION_TIME
 from lptrain.metrics.tensorboard import check_available, with_logger
 from lptrain.metrics.timing import TallyingWriter, text_lines
-from lptrain.metrics.writer import open_writer
+from lptrain.metrics.writer import gone, open_writer
 from lptrain.model.dtypes import DTYPES
 from lptrain.model.network import ResNet
 from lptrain.model.signature import check_fits
@@ -153,6 +153,7 @@ def _resumed(run_dir: Path, config_yaml: str, opts: Config, grid, ex, data, net,
     """(the checkpoint's run state, θ) after restoring the optimizer, oracle and progress
     from run_dir's checkpoint; rank 0 removes what a kill mid-write left."""
     checkpoint = run_dir / CHECKPOINT_FILE
+    collectively(ex, lambda: _metrics_kept(run_dir), enabled=ex.rank == 0)
     saved = collectively(ex, lambda: read_run_state(checkpoint))
     check_resumable(saved, config_yaml, opts)
     check_fits(net, saved.signature, saved.theta, "resume: the checkpoint")
@@ -162,6 +163,13 @@ def _resumed(run_dir: Path, config_yaml: str, opts: Config, grid, ex, data, net,
     if ex.rank == 0:        # what a kill mid-write left: the run's own files are whole
         remove_leftovers(run_dir, (CHECKPOINT_FILE, *MODEL_FILES.values()))
     return saved, theta
+
+
+def _metrics_kept(run_dir: Path) -> None:
+    """MetricsInputError where the run's metrics.h5 is gone: checked before the run's
+    other refusals, which would otherwise ask for something the resume cannot use."""
+    if not (run_dir / ms.FILE_NAME).exists():
+        raise gone(run_dir / ms.FILE_NAME)
 
 
 def _heading(config_yaml: str, opts: Config, plan, data, net, saved, path: Path,
@@ -206,7 +214,7 @@ def _summary(console, writer, outcome, opts: Config, path: Path, saved_lines) ->
         console.message(f"metrics: {path}")
     else:       # removed while the run wrote it: the rows went to a file no name reaches
         console.error(f"metrics: {path} was removed during the run; its rows are lost "
-                      f"(the models and checkpoint are kept)")
+                      f"and the run cannot be resumed (the models are kept)")
     for line in saved_lines:
         console.message(line)
     if outcome.stalled:

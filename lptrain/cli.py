@@ -334,6 +334,16 @@ def _task(cfg) -> float | None:
     return objective
 
 
+def _resume_line(job, run_dir: Path, ranks: int) -> str:
+    """How a stopped run carries on: its resume command, or why it cannot (its
+    metrics.h5 removed while it ran: the resume would be refused)."""
+    from lptrain.metrics.schema import FILE_NAME
+    if not (run_dir / FILE_NAME).exists():
+        return (f"its {FILE_NAME} was removed during the run, so it cannot be resumed "
+                f"(the models are kept)")
+    return f"resume with: {resume_command(again(job), ranks)}"
+
+
 def _planned(cfg, hydra_cfg):
     """Rank 0, a job of a resumed sweep: its JobPlan, said where the job is kept; None
     where its directory allows neither (said too)."""
@@ -370,8 +380,7 @@ def _run_job(job: Job) -> float | None:
         return float(outcome.objective)
     except Interrupted as exc:       # every rank agreed on it after the same iteration
         if comm.Get_rank() == 0:
-            say(f"{exc} (status interrupted); resume with: "
-                f"{resume_command(again(job), comm.Get_size())}")
+            say(f"{exc} (status interrupted); {_resume_line(job, run_dir, comm.Get_size())}")
         sys.exit(exc.exit_code)
     except LptrainError as exc:      # raised identically on every rank
         _failures.append(exc.exit_code)

@@ -96,9 +96,7 @@ class MetricsWriter:
         # HDF5 would take an empty file for a new one and the resumed run would lose the
         # earlier rows silently
         if not self.path.exists():
-            raise s.MetricsInputError(f"{path}: gone (removed after the run began?), so the "
-                                      f"run's record is lost and it cannot be resumed; move "
-                                      f"the directory away to run it again")
+            raise gone(self.path)
         if self.path.is_file() and not h5py.is_hdf5(self.path):
             raise s.MetricsInputError(f"{path}: cannot reopen metrics file (not an HDF5 file, "
                                       f"{self.path.stat().st_size} bytes)")
@@ -329,6 +327,13 @@ class NullWriter:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         return False
+
+
+def gone(path: Path) -> s.MetricsInputError:
+    """The refusal of a resume whose metrics file was removed: its rows are lost."""
+    return s.MetricsInputError(f"{path}: gone (removed after the run began?), so the run's "
+                               f"record is lost and it cannot be resumed; move the "
+                               f"directory away to run it again")
 
 
 def open_writer(path: str | Path, attrs: dict, enabled: bool,

@@ -397,3 +397,12 @@ def test_a_metrics_file_removed_during_the_run_is_said(tmp_path, capsys):
     assert f"metrics: {tmp_path / 'metrics.h5'} was removed during the run; its rows are " \
            f"lost" in said.err
     assert (tmp_path / "model.pt").is_file() and f"metrics: {tmp_path}" not in said.out
+    # its resume: was first told to ask for more iterations, then refused for the file
+    from lptrain import cli
+    from lptrain.metrics.schema import MetricsInputError
+    with pytest.raises(MetricsInputError, match="metrics.h5: gone .* cannot be resumed"):
+        app.run(composed("network.layers=4", "dataset.n_train=100", "dataset.n_val=20",
+                         "train.iterations=3"), None, tmp_path, resume=True)
+    # a run stopped by a signal after the removal: its line offered that resume
+    assert cli._resume_line(None, tmp_path, 1) == "its metrics.h5 was removed during the " \
+        "run, so it cannot be resumed (the models are kept)"
