@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import torch
 
 from lptrain.mgrit.indexing import new_rows, row_write_order, same_view
-from lptrain.model.module_steps import kept_update
 
 
 @dataclass(frozen=True)
@@ -106,8 +105,8 @@ class ModuleForward:
         u, nor plus) without a copy."""
         h = self.h * (stop - start)
         if last and level == 0 and self.keep is not None and stop - start == 1:
+            # linearize holds f(u) to kept_update, as a step does
             lin = self.steps.linearize(u, start, params=start in self.owned)
-            kept_update(f"layer {start}", u, lin.y)
             self.keep[start] = lin
             return _add(u, lin.y.detach(), h, out, plus)
         c = self.coarse.of(level, start, stop) if self.coarse else None
