@@ -20,6 +20,7 @@ from lptrain.errors import DivergedError, Interrupted, one_line
 from lptrain.metrics import schema as s
 from lptrain.metrics.columns import (CHUNK_ROWS, Columns, append_history, append_per_rank,
                                      create_scalar)
+from lptrain.metrics.h5_faults import descriptor, discard, write_failure
 from lptrain.train.control import convergence_factor
 
 RESERVE_BYTES = 4 * 2 ** 20   # free space kept on the file's file system (see MetricsWriter)
@@ -50,6 +51,7 @@ class MetricsWriter:
     """
 
     _reserve_for: int | None = None    # the iteration written from the reserve
+    rows_lost = False    # a write failed: the failing iteration's rows are not in the file
 
     def __init__(self, path: str | Path, attrs: dict):
         """Create `path`, store the root attributes `attrs`, set status `running`.
@@ -250,17 +252,23 @@ class MetricsWriter:
             self._file.flush()
         except (OSError, RuntimeError) as exc:
             self.failure = s.MetricsFileError(f"{self.path}: cannot write "
-                                              f"({getattr(exc, 'strerror', None) or exc})")
+                                              f"({write_failure(exc)})")
+            self.rows_lost = True
             self._fail_safely()
 
     def _fail_safely(self) -> None:
+        """Store status `failed` and close; where the file cannot be written at all,
+        end it without writing (`h5_faults.discard`)."""
         self._closed = True
+        fd = descriptor(self._file)
         try:
             self._file.attrs[s.ERROR] = str(self.failure)
             self._file.attrs[s.STATUS] = s.FAILED
-            self._file.close()
+            self._file.flush()
         except (OSError, RuntimeError):
-            pass
+            discard(self._file, fd)      # a close now would fail and leave HDF5 to crash
+            return
+        self._file.close()
 
     def _append_row(self, group: str, fields: dict) -> None:
         for name in fields:

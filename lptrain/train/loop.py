@@ -223,13 +223,19 @@ def _checked(stop, exchange, k, writer, save, signals: bool = True):
     """stop.check; a stop for a signal is checkpointed first, and so is one because rank
     0's metrics file failed (a full disk: metrics.h5 is closed now, so the checkpoint may
     use the space it kept in reserve) if the checkpoint can be written; that failure is
-    the one reported, with what became of the checkpoint (resume needs one)."""
+    the one reported, with what became of the checkpoint (resume needs one). Where the
+    failed write lost iteration k's rows, the last checkpoint stays: a resume from it
+    writes them again, and metrics.h5 has no gap."""
     try:
         stop.check(exchange, k, writer, signals)
     except Interrupted:
         save(k, force=True)
         raise
     except LptrainError as failure:     # raised alike on every rank: save collectively
+        if getattr(failure, "rows_lost", False):
+            failure.args = (f"{failure}; the last checkpoint is kept (iteration {k}'s "
+                            f"rows are not in the metrics file)",)
+            raise failure
         try:
             save(k, force=True)
         except LptrainError as also:

@@ -15,6 +15,8 @@ from lptrain.errors import Interrupted, RunFileError
 # 2^14 - 1 ranks receiving each (sums of float64 are exact far beyond)
 _WEIGHT = {signal.SIGINT: 1.0, signal.SIGHUP: 2.0 ** 14, signal.SIGTERM: 2.0 ** 28}
 _FAILED = 2.0 ** 42     # a rank's metrics writer failed: larger than any sum of the above
+# how it failed, rank 0 alone contributing _FAILED times one of these
+ROWS_KEPT, ROWS_LOST = 1, 2     # the iteration's rows are in metrics.h5 / could not be written
 
 
 class StopSignals:
@@ -38,15 +40,16 @@ class StopSignals:
         if self.received is None or _WEIGHT[signum] > _WEIGHT[self.received]:
             self.received = signum            # keep the stronger request
 
-    def agreed(self, exchange, failed: bool = False) -> tuple[int | None, bool]:
-        """(the signal every rank stops for or None, whether a rank's writer failed).
+    def agreed(self, exchange, failed: int = 0) -> tuple[int | None, int]:
+        """(the signal every rank stops for or None, how a rank's writer failed: 0 not,
+        else ROWS_KEPT or ROWS_LOST, the `failed` of the one rank that writes).
 
         Collective: every rank calls it at the same point.
         """
         mine = _WEIGHT.get(self.received, 0.0) if self.received is not None else 0.0
-        mine += _FAILED if failed else 0.0
+        mine += _FAILED * int(failed)
         total = exchange.allreduce_sum(mine) if exchange.size > 1 else mine
-        failed_somewhere = total >= _FAILED
+        failed_somewhere = int(total // _FAILED)
         total %= _FAILED
         if total <= 0:
             return None, failed_somewhere
@@ -58,9 +61,13 @@ class StopSignals:
         else (where `signals`) Interrupted once any rank received a signal; without
         `signals` a received one stays pending for `agreed`."""
         failure = getattr(writer, "failure", None)
-        signum, failed = self.agreed(exchange, failure is not None)
+        how = 0 if failure is None else \
+            ROWS_LOST if getattr(writer, "rows_lost", False) else ROWS_KEPT
+        signum, failed = self.agreed(exchange, how)
         if failed:
-            raise failure or RunFileError("rank 0 could not write its metrics file")
+            error = failure or RunFileError("rank 0 could not write its metrics file")
+            error.rows_lost = failed == ROWS_LOST     # then no checkpoint of this iteration
+            raise error
         if signum is not None and signals:
             raise Interrupted(int(signum), iteration)
 

@@ -12,6 +12,7 @@ from lptrain.metrics.writer import NullWriter
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.train.guard import DIVERGENCE_FACTOR, NoStop, Progress, StopSignals
 from lptrain.train.stop import _FAILED as FAILED
+from lptrain.train.stop import ROWS_KEPT, ROWS_LOST
 from lptrain.train.stop import _WEIGHT as W
 
 
@@ -268,7 +269,22 @@ def test_a_failed_writer_stops_every_rank_before_a_signal(signals):
     # the other rank (rank 0) failed: this one stops with a quiet error of its own
     with pytest.raises(RunFileError, match="rank 0"):
         signals.check(Sum(FAILED), 3, NullWriter())
-    assert signals.agreed(Sum(FAILED + W[signal.SIGTERM])) == (signal.SIGTERM, True)
+    assert signals.agreed(Sum(FAILED + W[signal.SIGTERM])) == (signal.SIGTERM, ROWS_KEPT)
+    # how rank 0's writer failed reaches every rank: rows lost, so no checkpoint of it
+    assert signals.agreed(Sum(2 * FAILED + W[signal.SIGTERM])) == (signal.SIGTERM, ROWS_LOST)
+    with pytest.raises(RunFileError, match="rank 0") as lost:
+        signals.check(Sum(2 * FAILED), 3, NullWriter())
+    assert lost.value.rows_lost
+    with pytest.raises(MetricsFileError) as kept:
+        signals.check(SerialExchange(), 3, Broken())
+    assert not kept.value.rows_lost
+    Broken.rows_lost = True
+    try:
+        with pytest.raises(MetricsFileError) as own:
+            signals.check(SerialExchange(), 3, Broken())
+        assert own.value.rows_lost
+    finally:
+        del Broken.rows_lost
     NoStop().check(SerialExchange(), 3, NullWriter())
     with pytest.raises(MetricsFileError):
         NoStop().check(SerialExchange(), 3, Broken())

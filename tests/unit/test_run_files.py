@@ -73,6 +73,50 @@ def test_a_failing_write_is_recorded_not_raised(tmp_path, monkeypatch):
     np.testing.assert_array_equal(m.train[s.ITERATION], [1, 2])
 
 
+_UNWRITABLE = r"""
+import os, sys
+from lptrain.metrics import schema as s
+from lptrain.metrics import writer as w
+from lptrain.metrics.h5_faults import descriptor
+writer = w.MetricsWriter(sys.argv[1], {s.MODE: "serial", s.WORLD_SIZE: 1, s.SEED: 0,
+                                       s.CONFIG: "x: 1\n"})
+for i in (1, 2):
+    writer.log_train(iteration=i, objective=1.0 / i, loss=0.5)
+# every later write of HDF5's fails, as on a file made immutable during the run
+os.dup2(os.open(sys.argv[1], os.O_RDONLY), descriptor(writer._file))
+writer.log_train(iteration=3, objective=0.3, loss=0.5)
+writer.close(s.COMPLETED)
+print(writer.rows_lost, writer.failure, sep="\n")
+"""
+
+
+def test_a_file_that_cannot_be_written_ends_in_one_line_without_a_crash(tmp_path):
+    """A metrics.h5 whose writes fail (not for space): the error was HDF5's text of
+    several lines, and the process crashed at its exit (status 139, HDF5 closing a file
+    it could not flush) after lptrain's own error line."""
+    path = tmp_path / s.FILE_NAME
+    env = {**os.environ, "PYTHONPATH": str(w.Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-c", _UNWRITABLE, str(path)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lost, failure = done.stdout.splitlines()
+    assert lost == "True"
+    assert failure == f"{path}: cannot write (Bad file descriptor)"
+    m = read_metrics(path)             # as last flushed: status running, rows 1 and 2
+    assert m.status == s.RUNNING
+    np.testing.assert_array_equal(m.train[s.ITERATION], [1, 2])
+
+
+def test_an_hdf5_write_error_is_said_by_its_system_reason():
+    from lptrain.metrics.h5_faults import write_failure
+    hdf5 = RuntimeError("Can't flush cache (file write failed: time = Sun Dec  6 2026\n, "
+                        "filename = 'm.h5', errno = 1, error message = 'Operation not "
+                        "permitted', buf = 0x55)")
+    assert write_failure(hdf5) == "Operation not permitted"
+    assert write_failure(OSError(errno.EIO, "Input/output error")) == "Input/output error"
+    assert write_failure(RuntimeError("first\nlast")) == "first ... last"
+
+
 def test_no_space_at_creation_is_one_error(tmp_path, monkeypatch):
     monkeypatch.setattr(w, "free_bytes", lambda d: 10)
     with pytest.raises(s.MetricsFileError, match="only 10 bytes free"):
@@ -317,6 +361,26 @@ def test_a_failed_file_names_what_became_of_the_checkpoint():
                               "checkpoint was written")
     with pytest.raises(RunFileError, match=r"free\)$"):
         _checked(Full(), None, 8, None, lambda k, force=False: None)
+
+
+def test_rows_a_failed_write_lost_keep_the_last_checkpoint():
+    """A write that failed lost iteration k's rows, and the loop still wrote the
+    checkpoint of k: its resume left a gap in metrics.h5 (k's rows never written).
+    Now the last checkpoint stays, and the resume from it writes k's rows again."""
+    from lptrain.train.loop import _checked
+
+    class Lost:
+        def check(self, exchange, k, writer, signals=True):
+            error = RunFileError("metrics.h5: cannot write (Operation not permitted)")
+            error.rows_lost = True
+            raise error
+    saved = []
+    with pytest.raises(RunFileError) as err:
+        _checked(Lost(), None, 8, None, lambda k, force=False: saved.append(k))
+    assert saved == []
+    assert str(err.value) == ("metrics.h5: cannot write (Operation not permitted); the "
+                              "last checkpoint is kept (iteration 8's rows are not in the "
+                              "metrics file)")
 
 
 def test_an_unexpected_error_of_many_lines_is_said_in_one():
