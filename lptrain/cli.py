@@ -26,8 +26,7 @@ from lptrain.rundir import (SWEEP_FILE, RunLock, SavedFiles, dir_override, dir_v
                             saved_overrides)
 from lptrain.stops import (PROG, again, resume_hint, say, signal_at_the_end,
                            stop_between_jobs, stop_if_signalled)
-from lptrain.sweeps import (SweepJobs, install_job_dirs, job_number, sweep_command,
-                            swept_keys)
+from lptrain.sweeps import SweepJobs, install_job_dirs, job_number, sweep_command
 
 from lptrain.config import CONF_MODULE, check_command
 log = logging.getLogger("lptrain")
@@ -80,8 +79,7 @@ def _resume_args(args: list[str]) -> list[str]:
     one_value_each(rest)
     run_dir = Path(given)
     if is_sweep(run_dir):         # a multirun's directory: carry on the whole sweep
-        command = sweep_command(run_dir, rest)
-        swept = swept_keys(command[1:])        # after -m: overrides
+        command, swept = sweep_command(run_dir, rest)
         _sweep.append(SweepJobs(run_dir, [k for k in RESUME_KEYS if k not in swept]))
         _resuming.append(run_dir)
         install_job_dirs(run_dir)

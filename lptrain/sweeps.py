@@ -30,12 +30,13 @@ _SUBDIR = "hydra.sweep.subdir"
 RESOLVER = "lptrain_resumed_subdir"    # job number -> its directory (`install_job_dirs`)
 
 
-def sweep_command(directory: Path, given: list[str]) -> list[str]:
+def sweep_command(directory: Path, given: list[str]) -> tuple[list[str], dict[str, str]]:
     """The command line that resumes the sweep in `directory`: multirun, its saved Hydra
     and task overrides, `given` (already checked against app.RESUME_KEYS) in place of
-    the saved values of their keys, and the directory itself. ConfigError where `given`
-    sets a key the sweep swept: its one value would replace the sweep's values and make
-    another sweep of fewer jobs, each kept job standing for another's."""
+    the saved values of their keys, and the directory itself; with the keys the sweep
+    swept (`swept_keys` of its task overrides, which the command keeps). ConfigError
+    where `given` sets a key the sweep swept: its one value would replace the sweep's
+    values and make another sweep of fewer jobs, each kept job standing for another's."""
     import yaml
     path = Path(directory) / SWEEP_FILE
     try:
@@ -59,7 +60,8 @@ def sweep_command(directory: Path, given: list[str]) -> list[str]:
     kept_hydra = [_pinned(a) if a.startswith(_SUBDIR + "=") else a for a in hydra
                   if a.split("=", 1)[0] not in _SET_BY_RESUME]
     kept_task = [a for a in task if override_key(a) not in keys]
-    return ["-m", *kept_hydra, *kept_task, *given, dir_override("hydra.sweep.dir", directory)]
+    command = ["-m", *kept_hydra, *kept_task, *given, dir_override("hydra.sweep.dir", directory)]
+    return command, swept
 
 
 def swept_keys(overrides: Iterable[str]) -> dict[str, str]:

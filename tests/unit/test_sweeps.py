@@ -160,7 +160,8 @@ def test_a_new_value_of_a_key_the_sweep_swept_is_refused(tmp_path):
                 f"{given}: the sweep in {tmp_path} sweeps {swept} (each job keeps its "
                 f"value); resume it without {given.split('=')[0]}=")):
             sweep_command(tmp_path, [given])
-    assert swept_keys(sweep_command(tmp_path, ["checkpoint_every=5"])[1:]) == {
+    command, swept = sweep_command(tmp_path, ["checkpoint_every=5"])
+    assert swept_keys(command[1:]) == swept == {
         "optimizer.lr": "optimizer.lr=0.5,1.0", "train.iterations": "train.iterations=20,400",
         "eval_every": "eval_every=range(1,3)"}
 
@@ -204,7 +205,7 @@ def test_put_back_finds_the_job_of_a_sweep_given_by_a_relative_path(tmp_path, mo
 def test_the_sweeps_own_command_with_the_new_values(tmp_path):
     (tmp_path / "multirun.yaml").write_text(MULTIRUN)
     assert is_sweep(tmp_path) and not is_sweep(tmp_path / "0")
-    assert sweep_command(tmp_path, ["train.iterations=600"]) == [
+    assert sweep_command(tmp_path, ["train.iterations=600"])[0] == [
         "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=4", "optimizer.lr=0.5,1.0",
         "seed=3", "train.iterations=600", f"hydra.sweep.dir={tmp_path}"]
 
@@ -233,7 +234,7 @@ def test_a_sweep_naming_jobs_by_overrides_keeps_their_directories(tmp_path):
         (tmp_path / name / ".hydra").mkdir(parents=True)
         (tmp_path / name / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  job:\n    num: {num}\n")
     assert job_dirs(tmp_path) == {0: "seed=1,x=3", 1: "sub/seed=2,x=3"}
-    command = sweep_command(tmp_path, ["train.iterations=600"])
+    command, _ = sweep_command(tmp_path, ["train.iterations=600"])
     pinned = (f"hydra.sweep.subdir=\"${{{RESOLVER}:${{hydra.job.num}},"
               f"'${{hydra.job.override_dirname}}'}}\"")
     assert pinned in command
@@ -246,5 +247,5 @@ def test_a_sweep_naming_jobs_by_overrides_keeps_their_directories(tmp_path):
     # resumed again: the saved override is the pinned one, pinned the same way
     (tmp_path / "multirun.yaml").write_text(MULTIRUN.replace(
         "    - hydra.mode=MULTIRUN\n", f"    - hydra.mode=MULTIRUN\n    - {pinned}\n"))
-    assert pinned in sweep_command(tmp_path, [])
+    assert pinned in sweep_command(tmp_path, [])[0]
 
