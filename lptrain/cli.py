@@ -18,15 +18,14 @@ from lptrain.errors import (FAILED, REFUSED, LptrainError, RunFileError, one_lin
                             resume_command)
 from lptrain.command_args import (check_flags, check_hydra_keys, check_launcher,
                                   check_writable, directory_args, hydra_failure,
-                                  hydra_raising, informational, multirun, one_value_each,
-                                  overrides_first, value, version_line)
+                                  hydra_raising, informational, multirun, overrides_first,
+                                  value, version_line)
 from lptrain.jobs import END, Job, JobChannel
-from lptrain.rundir import (SWEEP_FILE, RunLock, SavedFiles, dir_override, dir_value,
-                            is_sweep, not_resumable, refuse_earlier_run, remove_refused,
-                            saved_overrides)
+from lptrain.resume_args import resume_args, sweep_switch
+from lptrain.rundir import (RunLock, SavedFiles, dir_value, is_sweep, refuse_earlier_run,
+                            remove_refused)
 from lptrain.stops import (PROG, again, resume_hint, say, signal_at_the_end,
                            stop_between_jobs, stop_if_signalled)
-from lptrain.sweeps import SweepJobs, install_job_dirs, job_number, sweep_command
 
 from lptrain.config import CONF_MODULE, check_command
 log = logging.getLogger("lptrain")
@@ -55,64 +54,14 @@ def _claim(directory: str, args: list[str], ranks: int) -> None:
 
 
 def _resume_args(args: list[str]) -> list[str]:
-    """`resume=DIR [key=value ...]`: the run's saved overrides, the allowed new ones
-    (app.RESUME_KEYS), and DIR as the run directory."""
-    given = value(args, "resume")
-    if given is None:
-        return args
-    given = dir_value(given)
-    from lptrain.app import RESUME_KEYS
-    from lptrain.errors import ConfigError, InputFileError
-    from lptrain.train.checkpoint import CHECKPOINT_FILE
-    twice = [a for a in args if a.startswith("resume=")]
-    if len(twice) > 1:       # the second was dropped without a word
-        raise ConfigError(f"{' '.join(twice)}: resume= takes one run or sweep directory")
-    rest = [a for a in args if not a.startswith("resume=")]
-    if multirun(rest):
-        word = _sweep_switch(rest)
-        raise ConfigError(f"{word}: resume= carries on a sweep by itself when given the "
-                          f"sweep's directory; drop {word}")
-    bad = [a for a in rest if a.split("=", 1)[0] not in RESUME_KEYS]
-    if bad:
-        raise ConfigError(f"{bad[0]}: with resume= only {', '.join(RESUME_KEYS)} can be "
-                          f"given (the run keeps its configuration)")
-    one_value_each(rest)
-    run_dir = Path(given)
-    if is_sweep(run_dir):         # a multirun's directory: carry on the whole sweep
-        command, swept = sweep_command(run_dir, rest)
-        _sweep.append(SweepJobs(run_dir, [k for k in RESUME_KEYS if k not in swept]))
-        _resuming.append(run_dir)
-        install_job_dirs(run_dir)
-        return command
-    saved = run_dir / ".hydra" / "overrides.yaml"
-    held = sorted(p.parent.parent for p in run_dir.glob("*/.hydra/overrides.yaml"))
-    if not saved.is_file() and held:
-        raise InputFileError(f"resume={given}: {_holds_runs(held)}")
-    if not (run_dir / CHECKPOINT_FILE).is_file() or not saved.is_file():
-        raise InputFileError(f"resume={given}: {not_resumable(run_dir)}")
-    given_keys = {a.split("=", 1)[0] for a in rest}
-    kept = [a for a in saved_overrides(saved) if a.split("=", 1)[0] not in given_keys]
-    _resuming.append(run_dir)
-    num = job_number(run_dir)      # a sweep's job resumed alone stays that job
-    job = [] if num is None else [f"hydra.job.num={num}"]
-    return [*kept, *rest, *job, dir_override("hydra.run.dir", run_dir)]
-
-
-def _sweep_switch(args: list[str]) -> str:
-    """The argument, as typed, that asks for a sweep (-m, --multirun, hydra.mode=...)."""
-    return next(a for a in args if multirun([a]))
-
-
-def _holds_runs(held: list[Path]) -> str:
-    """What a directory holding runs (not one itself) is, for a refused resume: a
-    sampler's sweep (its jobs have numbers) or a folder of runs (outputs/DATE)."""
-    jobs = sorted((num, d) for d in held if (num := job_number(d)) is not None)
-    if jobs:
-        return (f"a sweep whose sweeper saved no {SWEEP_FILE} (only the basic sweeper's "
-                f"can be resumed as a whole); resume its jobs one by one "
-                f"(resume={jobs[0][1]} ...)")
-    more = f" and {len(held) - 1} more" if len(held) > 1 else ""
-    return f"not a run's directory; it holds runs: resume one of them (resume={held[0]}{more})"
+    """The command's arguments for Hydra (resume_args: those of `resume=DIR` in its
+    place); the run (or sweep) it resumes kept for the rest of the command."""
+    resumed = resume_args(args)
+    if resumed.sweep is not None:
+        _sweep.append(resumed.sweep)
+    if resumed.run_dir is not None:
+        _resuming.append(resumed.run_dir)
+    return resumed.args
 
 
 def _world():
@@ -218,7 +167,7 @@ def _lead(args: list[str], ranks: int) -> int:
         if informational(args):      # --help, --cfg job, --info ...: nothing to write
             if multirun(args):       # Hydra's answer is a 20-line traceback
                 from lptrain.errors import ConfigError
-                word = _sweep_switch(args)
+                word = sweep_switch(args)
                 raise ConfigError(f"{word}: --cfg, --info and --hydra-help show one "
                                   f"configuration, not a sweep's; drop {word} (and give "
                                   f"one value per key)")

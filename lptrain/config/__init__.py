@@ -212,7 +212,7 @@ def check_command(args: list[str], ranks: int | None = None) -> None:
     register_configs()
     overrides = [a for a in args if not a.startswith("-") and not a.startswith("hydra")
                  and not a.startswith("+hydra")]
-    # a sweep's job resumed alone keeps its number (cli._resume_args)
+    # a sweep's job resumed alone keeps its number (resume_args.resume_args)
     overrides += [a for a in args if a.startswith("hydra.job.num=")]
     groups = [a for a in args if a.startswith("hydra/")]  # launcher, sweeper: must exist
     sweep = multirun(args)

@@ -463,7 +463,7 @@ def test_a_value_read_from_hydras_runtime_is_checked_as_a_first_jobs():
     with pytest.raises(ConfigError, match=r"a single run has no job number \(a sweep's "
                        r"\$\{hydra:job.num\}: -m\)$"):
         check_command(["seed=${hydra:job.num}"])
-    # a sweep's job resumed alone has its own (cli._resume_args)
+    # a sweep's job resumed alone has its own (resume_args.resume_args)
     check_command(["seed=${hydra:job.num}", "hydra.job.num=1"])
     # but it has Hydra's runtime otherwise (review: was refused)
     check_command(["dataset=mnist", "dataset.path=${hydra:runtime.cwd}/nodata"])
