@@ -34,7 +34,8 @@ from torch import nn
 
 from common import save
 from lptrain import LayerParallel, MGRITOptions
-from lptrain.model.module_steps import Linear, ModuleSteps
+from lptrain.model.module_steps import ModuleSteps
+from lptrain.model.module_vjp import Linear
 from lptrain.parallel.context import world
 
 SOLVERS = {"converged": (dict(tol=1e-6, max_iter=40), False),

@@ -21,7 +21,8 @@ from torch import nn
 from torch.func import functional_call
 
 from lptrain.errors import ConfigError
-from lptrain.model.module_steps import Linear, Params, kept_update, seeded, with_params
+from lptrain.model.module_steps import kept_update, seeded
+from lptrain.model.module_vjp import Linear, Params, with_params
 
 
 @dataclass(frozen=True)

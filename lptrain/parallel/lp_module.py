@@ -16,7 +16,8 @@ from torch.autograd.function import once_differentiable
 from lptrain.errors import ConfigError
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.model.coarse_steps import CoarseSteps
-from lptrain.model.module_steps import STACKED, ModuleSteps, seeded, with_params
+from lptrain.model.module_steps import STACKED, ModuleSteps, seeded
+from lptrain.model.module_vjp import with_params
 from lptrain.parallel.context import make_exchange
 from lptrain.parallel.ddp import check_ddp_group
 from lptrain.parallel.halo import owned_layers

@@ -318,7 +318,7 @@ def test_fixed_iterations_reuse_the_forwards_linearisations(iters):
 def test_a_fixed_adjoint_takes_parameter_products_in_its_last_sweep(iters, monkeypatch):
     # the last adjoint sweep's fused products replace every separate parameter product,
     # and the gradients are bitwise those of separate products
-    from lptrain.model.module_steps import Linear
+    from lptrain.model.module_vjp import Linear
     from lptrain.parallel import module_propagators
     opts = dict(levels=3, cfactor0=2, cfactor=2, tol=0.0, max_iter=iters)
     mod = LayerParallel(dense, T=2.0, n_layers=8, mgrit=MGRITOptions(**opts))
