@@ -36,6 +36,7 @@ FILES = {
     "test_conv_modes.py": "numeric",
     "test_conv_ops.py": "numeric",
     "test_custom_step.py": "numeric",
+    "test_custom_step_app.py": "numeric",
     "test_data_indian_pines.py": "unit",
     "test_data_mnist.py": "unit",
     "test_data_split.py": "unit",
@@ -108,7 +109,7 @@ EXCEPTIONS = {
         "test_mini_batches_share_a_warm_plan_and_a_cold_plan": "training"},
     "test_memory.py": {"test_the_estimate_is_the_measured_peak": "training"},
     "test_readme.py": {"test_readme_python_example_runs": "training"},
-    "test_custom_step.py": {
+    "test_custom_step_app.py": {
         "test_serial_and_converged_mgrit_train_alike": "training",
         "test_modes_and_optimizers_run_and_resume": "training",
         "test_saved_model_rebuilds_the_users_module_and_scores_like_the_run": "training",
