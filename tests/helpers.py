@@ -75,6 +75,25 @@ def title_inside(fig) -> bool:
     return box.x0 >= 0 and box.x1 <= fig.bbox.width
 
 
+def fake_costs(batch: int):
+    """The speedup model's KernelCosts, made up and distinct for every kernel of
+    `kernel_names`: 1 sample t/10, `batch` samples t."""
+    from lptrain.model_perf.costs import KernelCosts
+    costs = KernelCosts(batch)
+    for i, name in enumerate(sorted(kernel_names())):
+        for m in range(1, 17):
+            costs.full[(name, m)] = 1e-3 * (i + 1) * m ** 0.9
+            costs.one[(name, m)] = costs.full[(name, m)] / 10
+    return costs
+
+
+def kernel_names():
+    """The kernels the speedup model records and measures (model_perf/measure.py)."""
+    return ("apply", "apply_save", "apply_plus", "apply_save_plus", "linearize", "vjp_saved",
+            "vjp_and_g", "vjp_from_g", "act_vjp", "vjp_weights", "opening", "opening_vjp",
+            "classify", "classify_grad", "regulariser", "regulariser_grad")
+
+
 def serial_objective_and_grad(net, theta, x, y):
     """J and ∇J by the hand-written serial adjoint."""
     st = net.stepper(theta)

@@ -86,6 +86,8 @@ FILES = {
     "test_same_input.py": "unit",
     "test_schedules.py": "unit",
     "test_simultaneous.py": "training",
+    "test_speedup_auto.py": "numeric",
+    "test_speedup_command.py": "numeric",
     "test_speedup_model.py": "numeric",
     "test_stall.py": "unit",
     "test_step_count.py": "numeric",
