@@ -64,6 +64,18 @@ class DivergedError(LptrainError):
     """Training produced a non-finite objective or one that grew past the divergence rule."""
 
 
+class NonFiniteLogitsError(LptrainError, ArithmeticError):
+    """A saved model's logits of some samples hold NaN or ±inf, so it names no class for
+    them (argmax would pick one anyway); `samples` holds their indices."""
+
+    def __init__(self, samples, total: int):
+        self.samples = samples
+        super().__init__(f"predict: {len(samples)} of {total} samples have non-finite "
+                         f"logits (nan or inf), the first sample {int(samples[0])}: the "
+                         f"parameters diverged or the input lies far outside the training "
+                         f"data (model(features) gives the logits)")
+
+
 class RunFileError(LptrainError):
     """A file of the run directory cannot be written or read; the message names it."""
 

@@ -16,6 +16,7 @@ from torch import nn
 
 from lptrain.data import preprocessing
 from lptrain.data.base import chunks
+from lptrain.errors import NonFiniteLogitsError
 from lptrain.model.dtypes import DTYPES
 from lptrain.model.network import NetworkOptions, ResNet
 from lptrain.model.signature import check_fits
@@ -133,9 +134,14 @@ class Classifier(nn.Module):
     def predict(self, x, preprocessed: bool = False):
         """The most likely class of every sample: int64, a numpy array for numpy input,
         else a tensor. x holds raw samples (see `preprocess`), or features with
-        `preprocessed=True`."""
+        `preprocessed=True`. NonFiniteLogitsError where a sample's logits hold NaN or
+        ±inf: no class is the likeliest there (`evaluate` counts such a sample a miss)."""
         features = torch.as_tensor(x) if preprocessed else self.preprocess(x)
-        classes = self.forward(features).argmax(1)
+        logits = self.forward(features)
+        bad = torch.nonzero(~torch.isfinite(logits).all(1)).squeeze(1)
+        if bad.numel():
+            raise NonFiniteLogitsError(bad.cpu(), logits.shape[0])
+        classes = logits.argmax(1)
         return classes.cpu().numpy() if isinstance(x, np.ndarray) else classes
 
     def _final_states(self, x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
@@ -151,7 +157,9 @@ class Classifier(nn.Module):
         stepped `chunk` samples at a time (memory; the numbers are those of one pass
         to rounding). By default the chunks the run validated in (`validation_chunk`:
         a serial run on one rank's numbers bitwise; float32 sums of other chunks differ
-        in the last bit), else EVAL_CHUNK. numpy or torch input; labels of any integer type."""
+        in the last bit), else EVAL_CHUNK. numpy or torch input; labels of any integer type.
+        A sample whose logits are not finite is a miss (where `predict` refuses), as in
+        the run's own validation."""
         if chunk is not None and chunk < 1:
             raise ValueError(f"evaluate: chunk={chunk}; give at least 1 sample (None: the "
                              f"run's validation chunks)")

@@ -11,7 +11,7 @@ from helpers import composed, copies_of
 from lptrain import app, evaluate
 from lptrain.data import load_dataset
 from lptrain.data import mnist
-from lptrain.errors import InputFileError, RunFileError
+from lptrain.errors import InputFileError, NonFiniteLogitsError, RunFileError
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
@@ -202,6 +202,27 @@ def test_predict_takes_arrays_and_tensors_alike(serial_run):
     assert model.preprocessing == {"kind": "identity", "domain": [[-3.0, 3.0], [-3.0, 3.0]]}
     with pytest.raises(ValueError, match="2 values per sample"):
         model.predict(np.zeros((4, 3)))
+
+
+def test_predict_names_no_class_where_the_logits_are_not_finite(serial_run):
+    """argmax of NaN logits is a class: predict gave a diverged model's samples confident
+    answers. It refuses, naming how many; evaluate scores those samples as misses."""
+    model = load_model(serial_run[0])
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(9, 2, generator=gen, dtype=torch.float64)
+    y = torch.randint(5, (9,), generator=gen)
+    x[[2, 7]] = float("nan")                       # two samples whose logits are NaN
+    with pytest.raises(NonFiniteLogitsError, match=r"^predict: 2 of 9 samples have "
+                       r"non-finite logits \(nan or inf\), the first sample 2") as caught:
+        model.predict(x, preprocessed=True)
+    assert caught.value.samples.tolist() == [2, 7]
+    finite = [i for i in range(9) if i not in (2, 7)]
+    hits = int((model.predict(x[finite], preprocessed=True) == y[finite]).sum())
+    assert model.evaluate(x, y)[1] == hits / 9     # the same samples count as misses
+    with torch.no_grad():
+        model.W.fill_(float("nan"))                # a diverged model: every sample
+    with pytest.raises(NonFiniteLogitsError, match="25 of 25 samples"):
+        model.predict(np.zeros((25, 2)))
 
 
 @pytest.mark.parametrize("scaling", ["authors", "unit", "standard"])
