@@ -179,11 +179,12 @@ def _heading(config_yaml: str, opts: Config, plan, data, net, saved, path: Path,
     attrs = {ms.MODE: opts.mode.name, ms.WORLD_SIZE: grid.size, ms.LAYER_RANKS: grid.layer,
              ms.DATA_RANKS: grid.data, ms.SEED: opts.seed,
              ms.CONFIG: config_yaml, ms.DATASET_SOURCE: data.source,
+             ms.VALIDATION_SET: data.validation_set,
              ms.MGRIT_LEVELS: _joined(steps, "/"), ms.THREADS: torch.get_num_threads()}
     title = (f"{opts.mode.name} {data.name} N={opts.network.layers} "
              f"P={grid.size} ({grid.layer} layer x {grid.data} data"
              f"{', auto' if plan.auto else ''})")
-    notes = hierarchy_notes(opts, steps) + step_notes(net) + plan.notes
+    notes = hierarchy_notes(opts, steps) + step_notes(net) + data_notes(data) + plan.notes
     if saved is not None and rank0:
         notes += resume_notes(saved, opts, run_status(path), grid, last_iteration(path),
                               (root_attr(path, ms.THREADS), torch.get_num_threads()))
@@ -244,6 +245,14 @@ def hierarchy_notes(opts: Config, steps: list[int] | None) -> list[str]:
         f"mgrit.cfactor0={m.cfactor0} leaves fewer than mgrit.min_coarse={m.min_coarse} " \
         "coarse steps"
     return [f"MGRIT levels (steps): {N} only, so MGRIT steps serially", f"  ({why})"]
+
+
+def data_notes(data) -> list[str]:
+    """A line under the title where `val` and the validation accuracies are on the
+    dataset's test set (lptrain-eval names that split `test`)."""
+    if data.validation_set != "test":
+        return []
+    return [f"validation: {data.name}'s test set ({data.x_val.shape[0]} images)"]
 
 
 def step_notes(net) -> list[str]:

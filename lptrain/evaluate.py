@@ -54,7 +54,8 @@ def dataset_for(model, overrides: list[str]):
 def evaluate(run: str | Path, overrides: list[str], split: str = "val",
              which: str | None = None) -> dict:
     """Load the `which` model of `run` (default best), its dataset (with overrides), and
-    score `split`."""
+    score `split`; the result's "split" says what it is: "test" for the validation split
+    of a dataset whose held-out images are its official test set (Dataset.validation_set)."""
     from lptrain.data import load_dataset
     from lptrain.errors import DataError, InputFileError, LptrainError, text_lines
     from lptrain.model.classifier import EVAL_CHUNK
@@ -73,6 +74,7 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val",
                         f"{data.n_classes} classes, the model takes {model.feature_shape} in "
                         f"{model.n_classes}")
     x, y = (data.x_val, data.y_val) if split == "val" else (data.x_train, data.y_train)
+    name = data.validation_set if split == "val" else split    # what the split is
     # the validation split in the run's chunks (its numbers, bitwise); the training split
     # in large ones (a run of batch size 1 took one sample at a time)
     chunk = None if split == "val" else max(model.validation_chunk or 0, EVAL_CHUNK)
@@ -81,11 +83,11 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val",
     except Exception as exc:     # e.g. a user's step that raises: one line, as lptrain's
         lines = text_lines(exc)
         raise LptrainError(f"{model_path(run, which)}: the model failed on {data.name} "
-                           f"{split}: {type(exc).__name__}: "
+                           f"{name}: {type(exc).__name__}: "
                            f"{lines[0] if lines else ''}".rstrip(": ")) from None
     return {"model": str(model_path(run, which)), "which": model.which,
             "iteration": model.iteration,
-            "dataset": data.name, "split": split, "samples": int(x.shape[0]),
+            "dataset": data.name, "split": name, "samples": int(x.shape[0]),
             "loss": loss, "accuracy": accuracy}
 
 
@@ -103,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="dataset=NAME, dataset.KEY=VALUE "
                         "(optional; default: the run's own dataset)")
     parser.add_argument("--split", choices=SPLITS, default="val",
-                        help="the validation split (default) or the training split")
+                        help="the validation split (default; printed as `test` where it is "
+                             "the dataset's official test set, e.g. Fashion-MNIST's) or the "
+                             "training split")
     parser.add_argument("--which", choices=WHICH, default=None,
                         help="the best validated parameters (model.pt, the default for a "
                              "run directory) or the last good ones (model-last.pt)")

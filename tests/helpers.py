@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import copy
 import functools
+import gzip
 import io
 import signal
+import struct
 from collections import Counter
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -226,3 +229,36 @@ class WiderLayer(nn.Linear):
 
     def forward(self, u):
         return super().forward(u).double()
+
+
+def idx_bytes(array, type_code=0x08):
+    """IDX encoding written independently of the reader under test."""
+    header = struct.pack(">BBBB", 0, 0, type_code, array.ndim)
+    header += struct.pack(f">{array.ndim}I", *array.shape)
+    return header + array.astype(array.dtype.newbyteorder(">")).tobytes()
+
+
+def write_idx(path, array, gz=False):
+    content = idx_bytes(array)
+    path.write_bytes(gzip.compress(content) if gz else content)
+
+
+def fake_split(n, seed, brightness):
+    rng = np.random.default_rng(seed)
+    images = rng.integers(0, brightness, size=(n, 28, 28), dtype=np.uint8)
+    labels = (np.arange(n) % 10).astype(np.uint8)
+    return images, labels
+
+
+def write_set(directory, gz=False, sep="-", suffix=None, n_train=60, n_val=20):
+    """Four IDX files of an MNIST-like set (train-*, t10k-*), 10 classes in turn;
+    validation images are brighter, so leaked statistics would show."""
+    directory.mkdir(parents=True, exist_ok=True)
+    suffix = suffix if suffix is not None else (".gz" if gz else "")
+    parts = {}
+    for stem, n, bright in (("train", n_train, 128), ("t10k", n_val, 256)):
+        images, labels = fake_split(n, len(stem), bright)
+        write_idx(directory / f"{stem}-images{sep}idx3-ubyte{suffix}", images, gz)
+        write_idx(directory / f"{stem}-labels{sep}idx1-ubyte{suffix}", labels, gz)
+        parts[stem] = (images, labels)
+    return parts

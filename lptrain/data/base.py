@@ -11,6 +11,9 @@ import torch
 from lptrain.errors import ConfigError, DataError, install_hint
 
 
+VALIDATION_SET = "validation_set"   # meta key of a loader whose validation split is a test set
+
+
 @dataclass(frozen=True)
 class Dataset:
     """Training and validation split of one classification problem.
@@ -31,6 +34,14 @@ class Dataset:
     @property
     def feature_shape(self) -> tuple[int, ...]:
         return tuple(self.x_train.shape[1:])
+
+    @property
+    def validation_set(self) -> str:
+        """What the validation split is, as lptrain-eval and metrics.h5 name it: "test"
+        where it is the dataset's official test set (MNIST and Fashion-MNIST from IDX
+        files: the t10k-* images; training still validates and picks model.pt on it), else
+        "val" (samples held out from the training data or drawn apart from it)."""
+        return self.meta.get(VALIDATION_SET, "val")
 
 
 def _registrar(table: dict):

