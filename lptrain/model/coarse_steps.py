@@ -9,10 +9,14 @@ the first layer's for inject), as `load_state_dict(strict=False)` would match th
 Its other parameters and buffers are its own, as the factory made them (the factory
 runs with torch's seed set to a base + a number of the step, so every rank builds
 the same module).  A module is built on the rank that first steps with it, and
-follows the states' dtype and device.
+follows the states' dtype and device.  The factory is kept for the steps not yet
+built, so pickling the module (torch.save, multiprocessing) pickles it: by its name,
+which a lambda or a function defined inside another has none of.
 """
 from __future__ import annotations
 
+import copy
+import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -46,6 +50,28 @@ class CoarseSteps:
         self.factory = factory
         self._seed = int(torch.randint(2 ** 62, (1,)))
         self._built: dict[CoarseStep, tuple[nn.Module, list[str]]] = {}
+
+    def __reduce_ex__(self, protocol):
+        """Pickled with the factory, refused in one line where that cannot be pickled:
+        pickle's own error named a `<lambda>` but not the argument or the remedy."""
+        try:
+            pickle.dumps(self.factory, protocol)
+        except (pickle.PicklingError, AttributeError, TypeError) as exc:
+            name = getattr(self.factory, "__name__", None) or repr(self.factory)
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise pickle.PicklingError(
+                f"coarse_steps={name} cannot be pickled (torch.save(module), "
+                f"multiprocessing): {reason}; give a named function defined at the top "
+                f"level of a module (def coarse(c): ...)") from None
+        return super().__reduce_ex__(protocol)
+
+    def __deepcopy__(self, memo) -> "CoarseSteps":
+        """A copy with copies of the built modules and the same factory (any callable,
+        a lambda too: deepcopy takes functions as they are, not by pickling)."""
+        other = object.__new__(CoarseSteps)
+        memo[id(self)] = other
+        other.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return other
 
     def module(self, step: CoarseStep, like: torch.Tensor,
                P: Params) -> tuple[nn.Module, list[str]]:

@@ -1,6 +1,10 @@
 """User-supplied coarse steps of LayerParallel: which steps they replace, that the solver
 uses them (exact coarse steps converge in one cycle), which parameters follow the fine
 layers, and that converged solves equal serial whatever the coarse steps."""
+import copy
+import io
+import pickle
+
 import pytest
 import torch
 from torch import nn
@@ -157,6 +161,34 @@ def test_bad_coarse_steps_are_refused_with_the_value():
                                  coarse_steps=lambda c: None)
     with pytest.raises(ConfigError, match="returned NoneType"):
         returns_none(inputs(5, 3))
+
+
+def named_coarse(c: CoarseStep) -> nn.Module:
+    return Renamed()
+
+
+def test_a_named_coarse_factory_pickles_and_a_lambda_is_refused_in_one_line():
+    """torch.save(module) of a LayerParallel built with coarse_steps=lambda failed with
+    pickle's "Can't pickle <function <lambda> ...>: attribute lookup <lambda> on ...
+    failed", naming neither the argument nor the remedy. A named function pickles
+    (outputs bitwise); deepcopy takes a lambda as before."""
+    layers = [dense(n) for n in range(N)]
+    opts = MGRITOptions(**OPTS, tol=0.0, max_iter=2)
+    u0 = inputs(5, 3)
+    named = LayerParallel(layers, T=T, mgrit=opts, coarse_steps=named_coarse)
+    buffer = io.BytesIO()
+    torch.save(named, buffer)
+    buffer.seek(0)
+    with torch.no_grad():
+        assert torch.equal(torch.load(buffer, weights_only=False)(u0), named(u0))
+    anonymous = LayerParallel(layers, T=T, mgrit=opts, coarse_steps=lambda c: Renamed())
+    with pytest.raises(pickle.PicklingError, match=r"^coarse_steps=<lambda> cannot be "
+                       r"pickled \(torch.save\(module\), multiprocessing\): .*; give "
+                       r"a named function") as caught:
+        torch.save(anonymous, io.BytesIO())
+    assert "\n" not in str(caught.value)
+    with torch.no_grad():
+        assert torch.equal(copy.deepcopy(anonymous)(u0), anonymous(u0))
 
 
 def test_stacked_fine_steps_and_coarse_steps_give_the_unstacked_iterates():
