@@ -385,6 +385,11 @@ def check_resumable(saved: RunState, config_yaml: str, opts: Config) -> None:
                           f"may change)")
     done = saved.iteration
     if opts.train.iterations <= done:      # the key may be the run's own, never typed
+        asked = OmegaConf.create(saved.config).train.iterations
+        if opts.train.iterations != asked:     # given with the resume: named first
+            raise ConfigError(f"train.iterations={opts.train.iterations}: the run has done "
+                              f"{done} iterations; give train.iterations=M with M > {done} "
+                              f"to train on")
         raise ConfigError(f"resume: the run has done {done} iterations (it asked for "
-                          f"train.iterations={OmegaConf.create(saved.config).train.iterations}"
-                          f"); give train.iterations=M with M > {done} to train on")
+                          f"train.iterations={asked}); give train.iterations=M with M > "
+                          f"{done} to train on")

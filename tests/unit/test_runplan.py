@@ -66,3 +66,22 @@ def test_a_run_killed_after_its_iterations_or_still_running(tmp_path, monkeypatc
     (live / rundir.LOCK_FILE).write_text("thishost 12345 token\n")
     monkeypatch.setattr(rundir, "_owner_alive", lambda host, pid: True)
     assert plan(live, 1, [*GIVEN, "seed=1"]) == RUNNING
+
+
+def test_a_resume_given_too_few_iterations_names_the_value_given():
+    """`resume=DIR train.iterations=10` on a run that had done 20 of its 100 said "it
+    asked for train.iterations=100": the value the user typed appeared nowhere."""
+    from types import SimpleNamespace
+
+    from lptrain.app import check_resumable
+    from lptrain.errors import ConfigError
+    _, saved_cfg = compose(["train.iterations=100"])
+    saved = SimpleNamespace(config=yaml.safe_dump(saved_cfg), iteration=20)
+    for given, message in ((10, "train.iterations=10: the run has done 20 iterations; "
+                                "give train.iterations=M with M > 20 to train on"),
+                           (20, "train.iterations=20: the run has done 20 iterations; "
+                                "give train.iterations=M with M > 20 to train on")):
+        opts, cfg = compose([f"train.iterations={given}"])
+        with pytest.raises(ConfigError) as err:
+            check_resumable(saved, yaml.safe_dump(cfg), opts)
+        assert str(err.value) == message
