@@ -8,12 +8,14 @@ import io
 import signal
 import struct
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
-from lptrain.metrics.writer import NullWriter
+from lptrain.metrics import schema as s
+from lptrain.metrics.writer import MetricsWriter, NullWriter
 from lptrain.model.network import NetworkOptions, ResNet
 from lptrain.model.serial import adjoint, propagate
 from lptrain.train.guard import StopSignals
@@ -76,6 +78,36 @@ def title_inside(fig) -> bool:
     fig.canvas.draw()
     box = fig._suptitle.get_window_extent(fig.canvas.get_renderer())
     return box.x0 >= 0 and box.x1 <= fig.bbox.width
+
+
+FAKE_RUN_CONFIG = ("mode:\n  name: {mode}\noptimizer:\n  maxiter: 4\n  lr: {lr}\n"
+                   "run_dir: /tmp/{mode}\n")
+
+
+def fake_run(run_dir: Path, mode: str, step_time: float, n: int = 4, lr: float = 1.0,
+             ranks: int = 1, close: bool = True, timing: bool = False) -> Path:
+    """A run directory whose metrics.h5 holds n iterations of known numbers (with
+    `timing`, iteration i's timing/ row gives rank r i·(r+1) s computing, 0.1·i s
+    communicating, 0.2·r s waiting; MGRIT levels 16/4 outside serial mode)."""
+    run_dir.mkdir(parents=True)
+    path = run_dir / s.FILE_NAME
+    w = MetricsWriter(path, {s.MODE: mode, s.WORLD_SIZE: ranks, s.SEED: 0,
+                             s.CONFIG: FAKE_RUN_CONFIG.format(mode=mode, lr=lr),
+                             s.MGRIT_LEVELS: None if mode == s.MODE_SERIAL else "16/4"})
+    for i in range(1, n + 1):
+        w.log_train(iteration=i, objective=1.0 / i, loss=0.5 / i, accuracy=0.2 * i,
+                    step_time=step_time, wall_time=step_time * i + 0.5)
+        if i % 2 == 0:
+            w.log_validation(i, 0.6 / i, 0.9 if i == 2 else 0.8)
+        if mode != s.MODE_SERIAL:
+            w.log_mgrit(iteration=i, fwd_history=[1.0, 0.1][: 1 + i % 2],
+                        adj_history=[1.0, 0.1, 0.01])
+        if timing:
+            w.log_timing(i, [i * (r + 1.0) for r in range(ranks)], [0.1 * i] * ranks,
+                         [0.2 * r for r in range(ranks)])
+    if close:
+        w.close()
+    return path
 
 
 def fake_costs(batch: int):

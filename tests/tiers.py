@@ -76,7 +76,11 @@ FILES = {
     "test_readme.py": "unit",
     "test_reference.py": "unit",
     "test_regrid.py": "numeric",
-    "test_report.py": "unit",
+    "test_report_cli.py": "unit",
+    "test_report_plots.py": "unit",
+    "test_report_runs.py": "unit",
+    "test_report_table.py": "unit",
+    "test_report_timing.py": "unit",
     "test_resume.py": "training",
     "test_run_state.py": "unit",
     "test_run_files.py": "unit",
@@ -128,7 +132,7 @@ EXCEPTIONS = {
     # another interpreter
     "test_metrics_console.py": {"test_output_through_a_pipe_is_plain_text": "cli"},
     "test_metrics_writer.py": {"test_rows_survive_sigkill": "cli"},
-    "test_report.py": {"test_corrupt_file_exits_2_without_traceback": "cli"},
+    "test_report_cli.py": {"test_corrupt_file_exits_2_without_traceback": "cli"},
     "test_run_files.py": {
         "test_default_directories_never_collide": "cli",
         "test_a_file_that_cannot_be_written_ends_in_one_line_without_a_crash": "cli",
