@@ -110,6 +110,41 @@ def fake_run(run_dir: Path, mode: str, step_time: float, n: int = 4, lr: float =
     return path
 
 
+# small LayerParallel problems of tests/unit/test_lp_module_*.py: converged MGRIT options,
+# seeded dense layers and inputs, gradients and a relative comparison
+CONVERGED = dict(levels=3, cfactor0=2, cfactor=2, tol=1e-13, max_iter=60)
+
+
+def drawn(m, n, scale=0.6):
+    """m with its parameters drawn from a generator seeded with n."""
+    gen = torch.Generator().manual_seed(n)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(scale * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    return m
+
+
+def dense(n, width=3, scale=0.6, dtype=torch.float64):
+    """Layer n of a LayerParallel: Linear(width, width) and tanh, drawn with seed n."""
+    return drawn(nn.Sequential(nn.Linear(width, width), nn.Tanh()).to(dtype), n, scale)
+
+
+def inputs(*shape, seed=0, dtype=torch.float64):
+    """A seeded normal tensor of this shape."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def grads(loss, mod, u0):
+    """The gradient of loss with respect to u0 and then the module's parameters."""
+    return torch.autograd.grad(loss, [u0, *mod.parameters()])
+
+
+def close(a, b, rel=1e-10):
+    """Whether a equals b to rel times b's largest magnitude."""
+    a, b = a.detach(), b.detach()
+    return float((a - b).abs().max()) <= rel * max(float(b.abs().max()), 1e-30)
+
+
 def fake_costs(batch: int):
     """The speedup model's KernelCosts, made up and distinct for every kernel of
     `kernel_names`: 1 sample t/10, `batch` samples t."""

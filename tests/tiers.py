@@ -55,7 +55,12 @@ FILES = {
     "test_jobs.py": "unit",
     "test_level_ops.py": "numeric",
     "test_lp_torch_modes.py": "training",
-    "test_lp_module.py": "numeric",
+    "test_lp_module_autograd.py": "numeric",
+    "test_lp_module_checks.py": "numeric",
+    "test_lp_module_halo.py": "numeric",
+    "test_lp_module_layers.py": "numeric",
+    "test_lp_module_state.py": "numeric",
+    "test_lp_module_training.py": "numeric",
     "test_matfile.py": "unit",
     "test_memory.py": "unit",
     "test_metrics_columns.py": "unit",
@@ -121,7 +126,7 @@ EXCEPTIONS = {
         "test_saved_model_rebuilds_the_users_module_and_scores_like_the_run": "training",
         "test_a_saved_custom_model_fine_tunes_with_the_training_gradient": "training",
         "test_resume_refuses_another_step": "training"},
-    "test_lp_module.py": {
+    "test_lp_module_training.py": {
         "test_one_shot_training_with_warm_starts_reaches_serial_quality": "training",
         "test_the_readme_example_trains": "training"},
     # pure tests inside files of trainings

@@ -1,0 +1,156 @@
+"""LayerParallel's checks of its arguments, layers and inputs: each refusal names the bad
+value in one line, before any solve."""
+import re
+
+import pytest
+import torch
+from torch import nn
+
+from helpers import CONVERGED, PairLayer, WiderLayer, dense, inputs
+from lptrain import LayerParallel, MGRITOptions
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(T=float("inf")), "T=inf: the final time must be a positive finite number"),
+    (dict(T=True), "T=True: the final time"),
+    (dict(n_layers=8.0), "n_layers=8.0: the number of layers must be a positive int"),
+    (dict(n_layers=True), "n_layers=True: the number"),
+    (dict(mgrit={"levels": 2}), "mgrit={'levels': 2}: give an lptrain.MGRITOptions")])
+def test_bad_arguments_are_named(kwargs, message):
+    """Were NaN outputs (T=inf), a TypeError or AttributeError naming no argument, or
+    n_layers=True taken as 1."""
+    from lptrain.errors import ConfigError
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        LayerParallel(dense, **{"T": 1.0, "n_layers": 4, **kwargs})
+
+
+def test_a_list_of_layers_is_the_number_of_layers():
+    """n_layers=8 with 5 modules built 5 layers of h = 0.2, silently."""
+    from lptrain.errors import ConfigError
+    with pytest.raises(ConfigError, match=r"n_layers=8 but 5 layers were given"):
+        LayerParallel([dense(n) for n in range(5)], T=1.0, n_layers=8)
+    assert LayerParallel([dense(n) for n in range(5)], T=1.0, n_layers=5).n_layers == 5
+
+
+def test_averaged_coarse_weights_need_layers_of_one_structure():
+    """coarse_weights='average' (the default) over Linear layers and nn.Tanh() ended in a
+    KeyError from inside the solve, 68 lines (on 2 ranks an MPICH abort); 'inject' is
+    right there (serial's output to rounding)."""
+    from lptrain.errors import ConfigError
+
+    def mixed(n):
+        return dense(n) if n % 2 == 0 else nn.Tanh()
+    with pytest.raises(ConfigError, match=r"coarse_weights='average': layers 0 and 1 "
+                       r"differ in their parameters \(0.weight 3x3, 0.bias 3 against "
+                       r"none\).*use coarse_weights='inject'"):
+        LayerParallel(mixed, T=1.0, n_layers=4, mgrit=MGRITOptions(**CONVERGED))
+    # two structures, each coarse step within one: averaging is fine (1 rank as on 2)
+    halves = LayerParallel(lambda n: dense(n) if n < 4 else nn.Sequential(
+        nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 3)).double(), T=1.0, n_layers=8,
+        mgrit=MGRITOptions(levels=2, cfactor0=4, tol=1e-13, max_iter=60))
+    x8 = inputs(5, 3)
+    u8 = x8
+    for n in range(8):
+        u8 = u8 + 0.125 * halves.steps.module(n)(u8)
+    assert torch.allclose(halves(x8), u8, atol=1e-12)
+    # stacked in one vmap they cannot be (was torch's stack error from the forward)
+    with pytest.raises(ConfigError, match=r"^stack=True: layers 0 and 4 differ .* use "
+                       r"stack=False$"):
+        LayerParallel(lambda n: dense(n) if n < 4 else nn.Sequential(
+            nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 3)).double(), T=1.0, n_layers=8,
+            stack=True, mgrit=MGRITOptions(levels=2, cfactor0=4))
+    mod = LayerParallel(mixed, T=1.0, n_layers=4,
+                        mgrit=MGRITOptions(**CONVERGED, coarse_weights="inject"))
+    x = inputs(5, 3)
+    u = x
+    for n in range(4):
+        u = u + 0.25 * mod.steps.module(n)(u)
+    assert torch.allclose(mod(x), u, atol=1e-12)
+
+
+@pytest.mark.parametrize("other", [3, 1])
+def test_layers_of_two_dtypes_are_refused_naming_two(other):
+    """One layer built in float32 among float64 ones: torch's dtype error from inside the
+    solve, 88 lines (on 2 ranks a message blaming the ranks)."""
+    from lptrain.errors import ConfigError
+
+    def layers(n):
+        return dense(n, dtype=torch.float32 if n == other else torch.float64)
+    with pytest.raises(ConfigError, match=rf"^layers 0 and {other} hold torch.float64 and "
+                       r"torch.float32 tensors: build every layer in one dtype"):
+        LayerParallel(layers, T=1.0, n_layers=4, mgrit=MGRITOptions(**CONVERGED))
+
+
+def test_a_layer_of_two_dtypes_is_named_once():
+    """Was 'layers 0 and 0 hold torch.float64 and torch.float32 tensors'."""
+    from lptrain.errors import ConfigError
+
+    def layers(n):
+        return nn.Sequential(dense(n), dense(n, dtype=torch.float32)) if n == 0 else dense(n)
+    with pytest.raises(ConfigError, match=r"^layer 0 holds torch.float64 and torch.float32 "
+                       r"tensors: build every layer in one dtype"):
+        LayerParallel(layers, T=1.0, n_layers=4, mgrit=MGRITOptions(**CONVERGED))
+
+
+def test_a_state_of_no_dimensions_is_a_state():
+    """A 0-d input (any shape, as documented) ended in an IndexError inside the solve."""
+    mod = LayerParallel(lambda n: nn.Tanh(), T=1.0, n_layers=8,
+                        mgrit=MGRITOptions(**CONVERGED))
+    x = torch.tensor(0.7, dtype=torch.float64)
+    u = x
+    for _ in range(8):
+        u = u + torch.tanh(u) / 8
+    assert mod(x).shape == () and torch.allclose(mod(x), u, atol=1e-12)
+
+
+def test_an_input_of_another_dtype_than_the_layers_is_refused_before_the_solve():
+    """Was torch's error from inside the solve: on several ranks it ended every rank."""
+    from lptrain.errors import ConfigError
+    mod = LayerParallel(dense, T=1.0, n_layers=4, mgrit=MGRITOptions(**CONVERGED))
+    with pytest.raises(ConfigError, match=re.escape(
+            "the input is torch.float32 but the layers' parameters are torch.float64")):
+        mod(inputs(2, 3).float())
+    mod = LayerParallel(lambda n: dense(n, dtype=torch.float32), T=1.0, n_layers=4,
+                        mgrit=MGRITOptions(**CONVERGED))
+    with torch.autocast("cpu", dtype=torch.bfloat16):     # autocast casts: allowed
+        assert mod(inputs(2, 3).bfloat16()).shape == (2, 3)
+
+
+@pytest.mark.parametrize("limits, message", [
+    (dict(max_iter=0), "max_iter=0: a positive int"), (dict(max_iter=2.5), "max_iter=2.5"),
+    (dict(tol=-1.0), "tol=-1.0: a finite number >= 0"), (dict(tol=float("nan")), "tol=nan")])
+def test_a_forwards_limits_are_checked(limits, message):
+    """Were accepted: max_iter=-1 warned 'stopped after -1 iterations'."""
+    from lptrain.errors import ConfigError
+    mod = LayerParallel(dense, T=1.0, n_layers=4, mgrit=MGRITOptions(**CONVERGED))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        mod(inputs(2, 3), **limits)
+
+
+def test_serial_needs_every_layer(monkeypatch):
+    mod = LayerParallel(dense, T=1.0, n_layers=4, mgrit=MGRITOptions(levels=2, cfactor0=2))
+    monkeypatch.setattr(mod, "owned", range(0, 2))
+    with pytest.raises(Exception, match="holds layers 0..1 of 4"):
+        mod.serial(inputs(2, 3))
+
+
+@pytest.mark.parametrize("where", ["coarse_steps", "kept", "plain"])
+@pytest.mark.parametrize("bad, message", [(PairLayer, "maps a state to a tuple, not a tensor"),
+                                          (WiderLayer, "maps a torch.float32 state to "
+                                                       "torch.float64")])
+def test_a_layer_or_coarse_step_that_returns_no_update_is_refused_on_every_path(
+        where, bad, message):
+    """The check was on the fine layers' plain steps only: a coarse step returning a
+    tuple ended in torch's AttributeError, and a layer whose linearisation a one-level
+    warm-started solve keeps was cast back silently (float64) or failed in .detach()."""
+    good = lambda n: nn.Linear(4, 4)      # noqa: E731
+    options = dict(levels=2, cfactor0=2, tol=0.0, max_iter=2, adj_max_iter=2)
+    kw = dict(coarse_steps=lambda step: bad(4, 4)) if where == "coarse_steps" else {}
+    if where == "kept":
+        options.update(levels=1, max_iter=1, adj_max_iter=1)
+        kw["warm_start"] = True
+    torch.manual_seed(0)
+    body = LayerParallel(good if where == "coarse_steps" else (lambda n: bad(4, 4)), T=1.0,
+                         n_layers=8, mgrit=MGRITOptions(**options), **kw)
+    with pytest.raises(ValueError, match=message):
+        body(torch.randn(3, 4))
