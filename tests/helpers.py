@@ -21,6 +21,12 @@ from lptrain.model.serial import adjoint, propagate
 from lptrain.train.guard import StopSignals
 
 
+# the environment variables by which rich takes a stream for a terminal (or not), and a
+# run's title as the console shows it (tests/unit/test_metrics_console_*.py)
+TTY_VARS = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "NO_COLOR")
+CONSOLE_TITLE = "simultaneous peaks N=32 P=4 (2 layer x 2 data)"
+
+
 class MemoryWriter(NullWriter):
     """Keeps the train, validation and mgrit rows in lists of an in-process run
     (tests and bench/common.py)."""

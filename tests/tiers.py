@@ -64,7 +64,9 @@ FILES = {
     "test_matfile.py": "unit",
     "test_memory.py": "unit",
     "test_metrics_columns.py": "unit",
-    "test_metrics_console.py": "unit",
+    "test_metrics_console_format.py": "unit",
+    "test_metrics_console_progress.py": "unit",
+    "test_metrics_console_streams.py": "unit",
     "test_metrics_schema.py": "unit",
     "test_metrics_writer.py": "unit",
     "test_mgrit.py": "numeric",
@@ -135,7 +137,8 @@ EXCEPTIONS = {
         "test_ranks_agree_on_the_automatic_interval_whatever_their_clocks": "unit"},
     "test_tensorboard.py": {"test_unknown_logger_is_refused": "unit"},
     # another interpreter
-    "test_metrics_console.py": {"test_output_through_a_pipe_is_plain_text": "cli"},
+    "test_metrics_console_streams.py": {
+        "test_output_through_a_pipe_is_plain_text": "cli"},
     "test_metrics_writer.py": {"test_rows_survive_sigkill": "cli"},
     "test_report_cli.py": {"test_corrupt_file_exits_2_without_traceback": "cli"},
     "test_run_files.py": {

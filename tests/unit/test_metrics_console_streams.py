@@ -1,0 +1,171 @@
+"""The console's streams: plain text through a pipe, no colour codes where no terminal reads,
+a closed pipe or hung-up terminal that lets the run go on, and stderr lines that break
+between words on a terminal only."""
+import io
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import CONSOLE_TITLE, TTY_VARS
+from lptrain.metrics.console import Console
+
+REPO = Path(__file__).resolve().parents[2]
+_SCRIPT = """
+from lptrain.metrics.console import Console
+c = Console(True, 40, "peaks")
+for i in range(1, 41):
+    c.update(i, loss=1.0 / i, accuracy=i / 40, fwd_iterations=2, fwd_residual=1e-4 / i)
+c.message("done")
+c.summary({"final loss": 0.025, "wall time": (1.5, "s")})
+c.error("boom")
+c.close()
+"""
+
+
+def test_output_through_a_pipe_is_plain_text():
+    env = {k: v for k, v in os.environ.items() if k not in TTY_VARS}
+    env.update(PYTHONPATH=str(REPO), TERM="xterm-256color", COLUMNS="100")
+    res = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True,
+                         text=True, timeout=60, check=True)
+    assert "\x1b" not in res.stdout and "\x1b" not in res.stderr and "\r" not in res.stdout
+    lines = res.stdout.splitlines()
+    assert lines[0] == "peaks"
+    progress = [line for line in lines if line[:1].isdigit()]
+    assert progress[0].startswith("1/40  0:00:00 elapsed  eta -:--:--  loss 1.000  ")
+    assert progress[-1].startswith("40/40  ")
+    assert "eta 0:00:00  loss 0.02500  acc 1.000  " in progress[-1]
+    assert progress[-1].endswith("fwd 2 it 2.5e-06")
+    assert "done" in lines
+    assert any("final loss" in line and "0.025" in line for line in lines)
+    assert any("wall time" in line and "1.5 s" in line for line in lines)
+    assert res.stderr == "error: boom\n"
+
+
+class _ClosedPipe(io.StringIO):
+    """A reader that has gone: every write raises, as `| head` leaves stdout."""
+
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_closed_output_lets_the_run_go_on(plain_env, caplog):
+    """rich raised SystemExit(1) there: `lptrain | head -2` failed the run at iteration
+    1, status failed, no checkpoint."""
+    c = Console(True, 10, CONSOLE_TITLE, file=_ClosedPipe())
+    with caplog.at_level(logging.WARNING, logger="lptrain"):
+        for k in range(1, 4):
+            c.update(k, objective=1.0 / k, step_time=0.1)
+        c.summary({"iterations": 3})
+        c.message("still here")
+    assert c._out.quiet
+    assert "the console's output was closed; the run goes on" in caplog.text
+
+
+def test_no_colour_codes_where_the_output_is_no_terminal(monkeypatch):
+    """Optuna's log lines (colorlog cannot tell a pipe from its formatter) reached files
+    and pipes with escape codes."""
+    from lptrain.metrics import streams
+    from lptrain.metrics.streams import no_color_in_pipes
+    monkeypatch.setitem(streams._COLOUR, "ours", False)     # restored after the test
+    env = {}
+    no_color_in_pipes(io.StringIO(), env)
+    assert env == {"NO_COLOR": "1"}
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    env = {}
+    no_color_in_pipes(Tty(), env)
+    assert env == {}
+    env = {"NO_COLOR": ""}                     # the user's own setting stays
+    no_color_in_pipes(io.StringIO(), env)
+    assert env == {"NO_COLOR": ""}
+
+
+def test_lptrain_s_own_no_color_leaves_the_console_its_terminal_colours(monkeypatch):
+    """`lptrain 2>err.log` on a terminal lost the console's colours to the NO_COLOR set
+    for Optuna's lines; a user's NO_COLOR still holds."""
+    from lptrain.metrics import streams
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setitem(streams._COLOUR, "ours", True)
+    assert Console(True, 3, "run", file=io.StringIO())._out.no_color is False
+    monkeypatch.setitem(streams._COLOUR, "ours", False)
+    assert Console(True, 3, "run", file=io.StringIO())._out.no_color is True
+
+
+class _HungUp(io.StringIO):
+    """A terminal stream after its terminal closed: writes fail with `code`."""
+
+    def __init__(self, fd: int, code: int):
+        super().__init__()
+        self.fd, self.code = fd, code
+
+    def fileno(self):
+        return self.fd
+
+    def isatty(self):
+        return True
+
+    def write(self, text):
+        if os.path.samestat(os.fstat(self.fd), os.stat(os.devnull)):
+            return len(text)
+        raise OSError(self.code, os.strerror(self.code))
+
+
+def test_a_hung_up_terminal_is_written_to_nowhere_not_raised(tmp_path):
+    """A closed terminal sends SIGHUP (a clean stop) and then fails every write with EIO:
+    the stop's own lines had failed the run (status failed, no resume line)."""
+    import errno
+    import types
+
+    from lptrain.metrics.streams import HungUpStream, survive_hangup
+    fd = os.open(tmp_path / "tty", os.O_WRONLY | os.O_CREAT)
+    try:
+        module = types.SimpleNamespace(stdout=_HungUp(fd, errno.EIO), stderr=io.StringIO())
+        survive_hangup(module)
+        assert isinstance(module.stdout, HungUpStream)
+        assert not isinstance(module.stderr, HungUpStream)          # no terminal
+        assert module.stdout.write("interrupted by SIGHUP") == 21    # no OSError
+        assert os.path.samestat(os.fstat(fd), os.stat(os.devnull))
+        assert module.stdout.write("resume with: ...") == 16         # /dev/null now
+        module.stdout.writelines(["a\n", "b\n"])
+        other = HungUpStream(_HungUp(fd, errno.ENOSPC))
+        os.dup2(os.open(tmp_path / "disk", os.O_WRONLY | os.O_CREAT), fd)
+        with pytest.raises(OSError, match="No space"):               # not a hang-up
+            other.write("x")
+    finally:
+        os.close(fd)
+
+
+def test_a_line_on_stderr_breaks_between_words_on_a_terminal_only():
+    """The terminal broke `lptrain: ...` lines mid-word at 80 columns, the resume
+    command among them ('resume w' / 'ith: lptrain resume=...')."""
+    from lptrain.metrics.streams import for_terminal
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    stop = ("lptrain: interrupted by SIGINT after iteration 57 (status interrupted); resume "
+            "with: /venv/bin/mpiexec -n 2 /venv/bin/lptrain resume=/tmp/a/long/run/directory")
+    assert for_terminal(stop, Terminal(), 80).splitlines() == [
+        "lptrain: interrupted by SIGINT after iteration 57 (status interrupted);",
+        "  resume with:",
+        "  /venv/bin/mpiexec -n 2 /venv/bin/lptrain resume=/tmp/a/long/run/directory"]
+    refused = "lptrain: error: foo: not an lptrain option (added with '+'?); " \
+              "`lptrain --cfg job` lists the options"
+    assert for_terminal(refused, Terminal(), 80).splitlines() == [
+        "lptrain: error: foo: not an lptrain option (added with '+'?);",
+        "  `lptrain --cfg job` lists the options"]
+    assert for_terminal(stop, io.StringIO(), 80) == stop          # a pipe: one line
+    # the sweep's command and an install hint stay whole (review: split over lines)
+    sweep = ("lptrain: SIGINT in the run's last iteration: /tmp/s/0 ended as metrics.h5 "
+             "says; the sweep stops here (`mpiexec -n 2 lptrain resume=/tmp/s` carries on "
+             "the jobs left)")
+    assert "`mpiexec -n 2 lptrain resume=/tmp/s`" in for_terminal(sweep, Terminal(), 60)
+    hint = "lptrain: error: no tensorboard: install lptrain's tensorboard extra: " \
+           "`pip install 'lptrain[tensorboard]'`"
+    assert "`pip install 'lptrain[tensorboard]'`" in for_terminal(hint, Terminal(), 80)
