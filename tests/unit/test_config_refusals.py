@@ -1,0 +1,220 @@
+"""What the configuration refuses, in one line naming the key and the bad value:
+misspelt and unknown keys, wrong types, numbers out of range or not finite, a name or a
+group given in place of a choice."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from hydra.errors import ConfigCompositionException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ValidationError
+
+from helpers import composed
+from lptrain.config.schema import register_configs
+from lptrain.config.typed import options
+from lptrain.errors import ConfigError
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _schema():
+    register_configs()
+
+
+def _compose(*overrides: str) -> DictConfig:
+    return composed(*overrides)
+
+
+def test_a_key_a_config_sets_is_said_with_its_reason_and_origin():
+    from hydra.errors import ConfigCompositionException
+
+    from lptrain.config import one_line_error
+    exc = ConfigCompositionException(
+        "In 'experiment/mine': ConfigKeyError raised while composing config:\n"
+        "Key 'memory' not in 'AdamOptions'\n    full_key: optimizer.memory\n"
+        "    object_type=AdamOptions")
+    assert str(one_line_error(exc)) == ("optimizer.memory: Key 'memory' not in "
+                                        "'AdamOptions' (set by experiment/mine)")
+
+
+@pytest.mark.parametrize("given, message", [
+    ("network.widht=4", "network.widht: no such key; did you mean network.width? (lptrain "
+                        "--cfg job shows them)"),
+    ("netwrk.width=4", "netwrk: no such key; did you mean network?"),
+    ("mgrit.fwd_iter=4", "mgrit.fwd_iter: no such key; did you mean mgrit.fwd_iters?"),
+    ("network.zzz=4", "network.zzz: no such key (lptrain --cfg job shows them)"),
+    # another choice's key: said so, with the class that lacks it
+    ("optimizer.lr=0.1", "optimizer.lr: not an option of this optimizer choice (LBFGSOptions); "
+                         "lptrain --cfg job shows its options")])
+def test_a_misspelt_key_is_named_with_the_nearest_one(given, message):
+    """Was "Key 'widht' not in 'NetworkOptions'": a class name, no way out."""
+    from lptrain.config import check_command
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+        check_command([given])
+
+
+def test_a_switch_given_a_number_is_refused():
+    """OmegaConf read `train.fail_on_stall=2` (and -1) as true without a word."""
+    from lptrain.config import check_command
+    for given in ("train.fail_on_stall=2", "train.fail_on_stall=-1"):
+        with pytest.raises(ConfigError, match=f"^{re.escape(given)}: train.fail_on_stall "
+                                              f"takes true or false$"):
+            check_command([given])
+    for fine in ("train.fail_on_stall=true", "train.fail_on_stall=0", "train.fail_on_stall=Yes",
+                 "train.fail_on_stall='true'", "train.fail_on_stall=y",       # review
+                 "train.fail_on_stall=${mgrit.adaptive}", "train.iterations=2"):
+        check_command([fine])
+
+
+def _refused_by_composition(override: str, cause_type: type) -> None:
+    """Composing with the override fails with a cause of this type naming its key."""
+    with pytest.raises(ConfigCompositionException) as err:
+        _compose(override)
+    cause = err.value.__cause__
+    assert isinstance(cause, cause_type)
+    assert cause.full_key == override.split("=")[0]
+
+
+@pytest.mark.parametrize("override", ["network.widht=3", "train.iteration=3", "sede=1",
+                                      "optimizer.memmory=5"])
+def test_misspelled_key_fails(override):
+    _refused_by_composition(override, ConfigAttributeError)
+
+
+@pytest.mark.parametrize("override", ["network.width=abc", "network.layers=2.5",
+                                      "network.T=long", "train.iterations=many",
+                                      "seed=x", "eval_every=[1]"])
+def test_wrong_type_fails(override):
+    _refused_by_composition(override, ValidationError)
+
+
+@pytest.mark.parametrize(("key", "raw", "typed"), [
+    ("network.layers", "0", 0), ("network.layers", "-3", -3),
+    ("network.width", "0", 0), ("network.width", "-1", -1),
+    ("network.T", "0", 0.0), ("network.T", "-0.5", -0.5),
+    ("train.iterations", "0", 0), ("train.iterations", "-2", -2),
+    ("mode.warm_batches", "0", 0),      # was taken, and kept one batch's states anyway
+])
+def test_non_positive_value_raises_config_error(key, raw, typed):
+    cfg = _compose(f"{key}={raw}")   # the type is right, so composing succeeds
+    with pytest.raises(ConfigError) as err:
+        options(cfg)
+    message = str(err.value)
+    assert key in message
+    assert repr(typed) in message.split(key, 1)[1], message
+
+
+@pytest.mark.parametrize("override,key", [("+foo=3", "foo"), ("+train.bar=1", "train.bar"),
+                                          ("+optimizer.momentm=0.9", "optimizer.momentm")])
+def test_keys_added_past_the_schema_are_rejected(override, key):
+    # Hydra's '+key=value' slips past the schema; to_object would drop the value silently
+    with pytest.raises(ConfigError, match=rf"^{key}: not an lptrain option"):
+        options(_compose(override))
+
+
+@pytest.mark.parametrize("override, message", [
+    ("dataset.name=mnist", "dataset.name='mnist': the dataset chosen is peaks; choose "
+                           "another with dataset=mnist"),
+    ("dataset.name=cifar", "dataset.name='cifar': the dataset chosen is peaks; choose "
+                           "another with dataset=NAME"),
+    ("optimizer.name=adam", "optimizer.name='adam': the optimizer chosen is lbfgs; choose "
+                            "another with optimizer=adam"),
+])
+def test_a_name_alone_does_not_choose_another_kind(override, message):
+    # it renamed the chosen kind's options: a traceback from the loader (AttributeError)
+    with pytest.raises(ConfigError) as err:
+        options(_compose(override))
+    assert str(err.value).startswith(message)
+
+
+def _float_keys(cfg, path: str = "") -> list[str]:
+    out = []
+    for key, value in cfg.items():
+        if isinstance(value, dict):
+            out += _float_keys(value, f"{path}{key}.")
+        elif isinstance(value, float):
+            out.append(f"{path}{key}")
+    return out
+
+
+def _float_keys_of(group: str) -> list[str]:
+    return _float_keys(OmegaConf.to_container(_compose(group), resolve=True))
+
+
+FLOAT_GROUPS = ["optimizer=lbfgs", "optimizer=adam", "optimizer=sgd"]
+
+
+@pytest.mark.parametrize("group", FLOAT_GROUPS)
+def test_every_float_option_refuses_nan_and_inf(group):
+    """Each float key as a command-line override, refused by name. The check is one walk
+    over the resolved config (config/typed.py), alike for every key and value: a key the
+    groups share is tried in the first group that has it, the keys of the group's own
+    node (its own dataclass) in each group, each key with one of nan, inf and -inf in
+    turn (each value on a third of a group's keys, at least one)."""
+    keys = _float_keys_of(group)
+    assert len(keys) >= 10, keys
+    earlier = {k for g in FLOAT_GROUPS[:FLOAT_GROUPS.index(group)] for k in _float_keys_of(g)}
+    own = [k for k in keys if k.startswith("optimizer.") or k not in earlier]
+    assert len(own) >= 3, own
+    for i, key in enumerate(own):
+        bad = ("nan", "inf", "-inf")[i % 3]
+        with pytest.raises(ConfigError, match=rf"^{key}={bad}: must be a finite"):
+            options(_compose(group, f"{key}={bad}"))
+
+
+@pytest.mark.parametrize("group", ["dataset=indian_pines", "dataset=mnist",
+                                   "dataset=fashion_mnist"])
+def test_a_dataset_brings_no_float_option_the_optimizer_groups_lack(group):
+    """... so that test_every_float_option_refuses_nan_and_inf tries every float key a
+    dataset's composition has (its recipe's optimizer included)."""
+    tried = {k for g in FLOAT_GROUPS for k in _float_keys_of(g)}
+    keys = set(_float_keys_of(group))
+    assert len(keys) >= 10 and keys <= tried, keys - tried
+
+
+@pytest.mark.parametrize("override, message", [
+    ("seed=99999999999999999999", "seed=99999999999999999999: is beyond the 64-bit"),
+    ("seed=18446744073709551615", "seed=18446744073709551615: is beyond the 64-bit"),
+    ("seed=4294967296", "seed=4294967296: must be in [0, 2**32 - 1]"),
+    ("train.iterations=99999999999999999999", "train.iterations=99999999999999999999: is b"),
+    ("network.T=1e300", "network.T=1e+300: must be in (0, 10000]"),
+    # a tiny step: a ZeroDivisionError (h² underflows) on every rank, or 'diverged'
+    ("network.T=1e-300", "network.T=1e-300: the layer step h = T/N = 3.13e-302 (N = 32) is "
+                         "below 1e-08: take T >= 3.2e-07"),
+    ("network.init_opening=1e200", "network.init_opening=1e+200: must be in [0, 100]"),
+    ("network.init_hidden=-1", "network.init_hidden=-1.0: must be in [0, 100]"),
+])
+def test_numbers_the_code_cannot_handle_are_refused_naming_the_key(override, message):
+    with pytest.raises(ConfigError) as err:
+        options(_compose(override))
+    assert str(err.value).startswith(message), err.value
+
+
+def test_a_step_given_to_a_built_in_network_says_which_network_takes_one():
+    """Was 'add a keyword argument of the step with +network.step._target_=VALUE', whose
+    advice led to a second error."""
+    from lptrain.config import check_command
+    with pytest.raises(ConfigError, match=r"^network.step._target_: .*; only network=custom "
+                                          r"takes a step"):
+        check_command(["network=dense", "network.step._target_=mypkg.Step"])
+
+
+@pytest.mark.parametrize("given, message", [
+    ("dataset=null", "dataset=null: dataset is a config group: it takes one of its options "
+                     "by name (lptrain --help lists them)"),
+    ("experiment=null", "experiment=null: experiment is a config group"),
+    ("mode=3", "mode=3: mode is a config group"),
+    ("=5", "'=5': an override needs a key (key=value)"),        # lptrain $UNSET=5
+    ("hydra/job_logging=null", "hydra/job_logging=null: hydra/job_logging is a config group"),
+    # the group, not the first override of a number or null (review)
+    ("seed=5 dataset=null", "dataset=null: dataset is a config group"),
+    ("train.patience=null mode=3", "mode=3: mode is a config group")])
+def test_a_group_given_no_name_is_one_line(given, message):
+    """Hydra's defaults list raised a plain ValueError ('Config group override must be a
+    string or a list. Got NoneType'): a 33-line traceback and exit 1."""
+    from lptrain.config import check_command, compose
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+        check_command(given.split())
+    if not given.startswith("hydra/"):
+        with pytest.raises(ConfigError, match="^" + re.escape(message)):
+            compose(given.split())    # the tools' composition (lptrain-model, -eval)

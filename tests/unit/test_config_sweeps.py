@@ -1,0 +1,82 @@
+"""The command's check of a sweep before any job: a sampler's intervals, values read from
+Hydra's runtime, and the layer split on the command's ranks."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from lptrain.config.schema import register_configs
+from lptrain.errors import ConfigError
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _schema():
+    register_configs()
+
+
+def test_a_samplers_intervals_are_checked_before_any_job():
+    """`optimizer.lr=interval(0.5,1.0)` under hydra/sweeper=optuna (lbfgs has no lr)
+    passed the check: each job then failed in Hydra with four lines and exit 1 (an
+    integer key sampled as a float too)."""
+    from lptrain.config import check_command, sweep_samples
+    assert sweep_samples(["a=interval(0.5,1)", "b=1,2"]) == [
+        ["a=0.5", "b=1"], ["a=1.0", "b=1"], ["a=0.5", "b=2"]]
+    with pytest.raises(ConfigError, match=r"^optimizer.lr: not an option of this optimizer "
+                                          r"choice \(LBFGSOptions\)"):
+        check_command(["optimizer.lr=interval(0.5,1.0)"])
+    with pytest.raises(ConfigError, match=re.escape(        # optuna samples floats
+            "train.iterations: Value '2.0' of type 'float' could not be converted to "
+            "Integer; an interval samples floats: train.iterations=int(interval(2,4)) "
+            "for an integer key")):
+        check_command(["train.iterations=interval(2,4)"])
+    check_command(["optimizer=adam", "optimizer.lr=tag(log, interval(0.001, 0.1))",
+                   "train.iterations=int(interval(2, 4))"])
+
+
+def test_a_value_read_from_hydras_runtime_is_checked_as_a_first_jobs():
+    """`-m seed=${hydra:job.num} ...` (a seed per job) was refused: 'HydraConfig was not
+    set'; the jobs then get 0, 1, ..."""
+    from lptrain.config import check_command
+    check_command(["-m", "seed=${hydra:job.num}", "optimizer.step0=0.5,1.0"])
+    with pytest.raises(ConfigError, match=r"^seed: .*hydra:job.nam"):
+        check_command(["-m", "seed=${hydra:job.nam}"])
+    # a sweep however written (review: hydra.mode=MULTIRUN was checked as a single run)
+    check_command(["hydra.mode=MULTIRUN", "seed=${hydra:job.num}", "optimizer.step0=0.5,1.0"])
+    # a single run has no job number: refused before anything is made, in one line
+    with pytest.raises(ConfigError, match=r"a single run has no job number \(a sweep's "
+                       r"\$\{hydra:job.num\}: -m\)$"):
+        check_command(["seed=${hydra:job.num}"])
+    # a sweep's job resumed alone has its own (resume_args.resume_args)
+    check_command(["seed=${hydra:job.num}", "hydra.job.num=1"])
+    # but it has Hydra's runtime otherwise (review: was refused)
+    check_command(["dataset=mnist", "dataset.path=${hydra:runtime.cwd}/nodata"])
+
+
+def test_a_sweeps_split_is_checked_on_the_commands_ranks_before_any_job():
+    """`mpiexec -n 2 lptrain -m mode=mgrit parallel.layer_ranks=1,3`: job 0 trained,
+    then job 1 was refused (README: a bad value of a sweep is found before any job)."""
+    from lptrain.config import check_command
+    with pytest.raises(ConfigError, match=re.escape(
+            "parallel.layer_ranks=3: must divide the 2 ranks (choose one of [1, 2])")):
+        check_command(["-m", "mode=mgrit", "parallel.layer_ranks=1,3"], ranks=2)
+    with pytest.raises(ConfigError, match=r"parallel.layer_ranks=4: only 2 C-intervals"):
+        check_command(["-m", "mode=mgrit", "network.layers=64,8", "parallel.layer_ranks=4"],
+                      ranks=4)
+    check_command(["-m", "mode=mgrit", "parallel.layer_ranks=1,2"], ranks=2)
+    # a split only one combination cannot take (value by value, each was fine): every
+    # combination of the keys a split depends on is tried
+    with pytest.raises(ConfigError, match=r"parallel.layer_ranks=2: only 1 C-interval"):
+        check_command(["-m", "mode=mgrit", "network.layers=64,1", "parallel.layer_ranks=1,2"],
+                      ranks=2)
+    # a group that sets cfactor0 and levels joins them (review)
+    with pytest.raises(ConfigError, match=r"parallel.layer_ranks=4: only 2 C-intervals"):
+        check_command(["-m", "mode=mgrit", "network.layers=8", "mgrit=paper,default",
+                       "parallel.layer_ranks=1,4"], ranks=4)
+    from lptrain.config import sweep_samples
+    assert sweep_samples(["network.layers=64,1", "parallel.layer_ranks=1,2", "seed=1,2"]) == [
+        ["network.layers=64", "parallel.layer_ranks=1", "seed=1"],
+        ["network.layers=1", "parallel.layer_ranks=1", "seed=1"],
+        ["network.layers=64", "parallel.layer_ranks=2", "seed=1"],
+        ["network.layers=64", "parallel.layer_ranks=1", "seed=2"],
+        ["network.layers=1", "parallel.layer_ranks=2", "seed=1"]]
