@@ -90,7 +90,8 @@ FILES = {
     "test_report_runs.py": "unit",
     "test_report_table.py": "unit",
     "test_report_timing.py": "unit",
-    "test_resume.py": "training",
+    "test_resume_checkpoint.py": "training",
+    "test_resume_runs.py": "training",
     "test_run_state.py": "unit",
     "test_run_files.py": "unit",
     "test_sweeps.py": "unit",
@@ -134,7 +135,7 @@ EXCEPTIONS = {
         "test_one_shot_training_with_warm_starts_reaches_serial_quality": "training",
         "test_the_readme_example_trains": "training"},
     # pure tests inside files of trainings
-    "test_resume.py": {
+    "test_resume_checkpoint.py": {
         "test_automatic_interval_keeps_checkpoints_under_two_percent": "unit",
         "test_ranks_agree_on_the_automatic_interval_whatever_their_clocks": "unit"},
     "test_tensorboard.py": {"test_unknown_logger_is_refused": "unit"},

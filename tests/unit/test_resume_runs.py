@@ -1,22 +1,19 @@
-"""Checkpoints and resume in one process: a stopped and resumed run equals an
-uninterrupted one (bitwise in the serial and simultaneous modes, to the MGRIT tolerance
-in mgrit mode), the metrics file is continued, and bad resumes are refused."""
+"""Resumed runs in one process: a stopped and resumed run equals an uninterrupted one
+(bitwise in the serial and simultaneous modes, to the MGRIT tolerance in mgrit mode), the
+metrics file is continued, a resume says what it changes, and bad resumes are refused."""
 import re
 import signal
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from lptrain import app
-from lptrain.train.model_files import ModelSaver
-from lptrain.errors import ConfigError, Interrupted, RunFileError
+from lptrain.errors import ConfigError, Interrupted
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
 from lptrain.model.saved import load_model
 from lptrain.train import checkpoint as ck
-from lptrain.train.run_state import LoopState
 
 from helpers import StopAt, composed
 
@@ -170,37 +167,6 @@ def test_resume_refuses_a_changed_configuration_or_no_new_iterations(tmp_path):
     np.testing.assert_array_equal(m.validation[ms.ITERATION], [0, 3, 4, 5])
 
 
-def test_automatic_interval_keeps_checkpoints_under_two_percent():
-    class Ex:
-        size = 1
-    c = ck.Checkpointer(Path("x"), None, Ex(), True, None, None, None, "")
-    assert c.next == ck.AUTO_FIRST
-    c.seconds = 0.5                      # one checkpoint: 0.5 s; 0.1 s per iteration
-    assert c._interval(10, 1.0) == 250   # 0.5 s every 250 iterations of 0.1 s: 2 %
-    c.seconds = 1e-4
-    assert c._interval(10, 1.0) == ck.AUTO_FIRST
-    assert ck.Checkpointer(Path("x"), 7, Ex(), True, None, None, None, "")._interval(
-        10, 1.0) == 7
-
-
-def test_ranks_agree_on_the_automatic_interval_whatever_their_clocks():
-    # every rank gathers warm starts at a checkpoint: ranks that chose different
-    # intervals from their own clocks would wait in different collectives (a hang seen
-    # at iteration 55 of a 2-rank run); rank 0's seconds and wall time decide
-    class Ex:
-        size = 2
-
-        def __init__(self, peer):
-            self.peer = iter(peer)
-
-        def allreduce_sum(self, v):
-            return v + next(self.peer)
-    rank0 = ck.Checkpointer(Path("x"), None, Ex([0.0, 0.0]), True, None, None, None, "")
-    rank1 = ck.Checkpointer(Path("x"), None, Ex([0.5, 1.0]), False, None, None, None, "")
-    rank0.seconds, rank1.seconds = 0.5, 0.3
-    assert rank0._interval(10, 1.0) == rank1._interval(10, 7.0) == 250
-
-
 def test_checkpoint_holds_the_documented_state(tmp_path):
     app.run(_cfg("mode=simultaneous", "optimizer=adam", "train.batch_size=50",
                  "train.iterations=3"), None, tmp_path)
@@ -212,198 +178,6 @@ def test_checkpoint_holds_the_documented_state(tmp_path):
     cache = record["oracle"]["cache"]
     assert len(cache) == 3 and all(isinstance(f, torch.Tensor) for _, f, _ in cache)
     assert len(record["batches"]["order"]) == 1        # 4 batches an epoch, 3 visited
-
-
-class _Ranks:
-    """gather_each of `size` ranks, in process: rank 0 consumes each state in rank order."""
-
-    def __init__(self, states):
-        self.states, self.rank, self.size = states, 0, len(states)
-
-    def gather_each(self, obj, consume):
-        """Rank r sends states[r]; where rank 0 sends a changed state (a lean checkpoint's
-        without warm starts), every rank's is changed alike."""
-        for r, state in enumerate(self.states):
-            if r and obj is not self.states[0]:
-                state = {**state, "cache": obj["cache"]}
-            consume(r, obj if r == 0 else state)
-
-    def allreduce_sum(self, value):
-        return value
-
-    def allgather(self, obj):
-        return [obj] + [None] * (self.size - 1)
-
-
-class _Optimizer:
-    def state_dict(self):
-        return {"k": 1}
-
-
-class _Batches:
-    def state_dict(self):
-        return {"order": []}
-
-
-class _Progress:
-    first_objective = 2.5
-
-    def best_state(self):
-        return None
-
-    def pending_state(self):
-        return None
-
-
-def _three_rank_checkpoint(path):
-    states = [{"cache": [(0, torch.full((2, 3), float(r)), None)]} for r in range(3)]
-
-    class Oracle:
-        def state_dict(self):
-            return states[0]
-
-        def warm_entries(self, state):
-            return state["cache"]
-
-        def with_warm_entries(self, state, entries):
-            return {**state, "cache": entries}
-
-    saver = ck.Checkpointer(path, 1, _Ranks(states), True, _Optimizer(), Oracle(), _Progress(),
-                            "c")
-    saver.save(4, torch.arange(3.0), _Batches(), LoopState(wall_time=1.0))
-    return states
-
-
-def test_checkpoint_gives_each_rank_its_own_oracle_state(tmp_path):
-    path = tmp_path / ck.CHECKPOINT_FILE
-    states = _three_rank_checkpoint(path)
-    for r in range(3):
-        record = ck.load_checkpoint(path, rank=r)
-        assert record["iteration"] == 4 and record["world_size"] == 3
-        assert torch.equal(record["oracle"]["cache"][0][1], states[r]["cache"][0][1])
-    assert "oracle" not in ck.load_checkpoint(path)
-    assert ck.load_checkpoint(path, rank=5)["oracle"] is None
-    assert not list(tmp_path.glob(".*.tmp"))           # the temporary file was renamed
-
-
-def test_a_format_1_checkpoint_is_refused_by_name(tmp_path):
-    from lptrain.errors import InputFileError
-    from lptrain.model.saved import save_torch
-    path = tmp_path / ck.CHECKPOINT_FILE
-    save_torch({"format": ck.FORMAT, "format_version": 1, "iteration": 7, "world_size": 2,
-                "oracles": [{"cache": "a"}, {"cache": "b"}]}, path)
-    for rank in (None, 1):
-        with pytest.raises(InputFileError, match=r"checkpoint.pt: checkpoint format 1 as one "
-                                                  r"torch file.*start the run anew"):
-            ck.load_checkpoint(path, rank=rank)
-    save_torch({"format": "lptrain-model", "format_version": 1}, path)   # not a checkpoint
-    with pytest.raises(InputFileError, match="not an lptrain checkpoint"):
-        ck.load_checkpoint(path)
-
-
-def test_a_failed_checkpoint_write_keeps_the_old_file_and_receives_every_rank(
-        tmp_path, monkeypatch):
-    from lptrain.errors import RunFileError
-    from lptrain.model import saved
-    path = tmp_path / ck.CHECKPOINT_FILE
-    _three_rank_checkpoint(path)
-    before = path.read_bytes()
-    consumed = []
-    real_add = saved.AtomicArchive.add
-
-    def add(self, name, obj):
-        consumed.append(name)
-        if name == ck.oracle_entry(1):
-            raise RunFileError(f"{self.path}: cannot write (disk full)")
-        real_add(self, name, obj)
-
-    monkeypatch.setattr(saved.AtomicArchive, "add", add)
-    with pytest.raises(RunFileError, match=r"disk full\); the checkpoint.pt written before "
-                                           r"is kept"):
-        _three_rank_checkpoint(path)
-    # no write after the failing one; then the same for the lean checkpoint, which fails too
-    assert consumed == ["record.pt", "oracle-0.pt", "oracle-1.pt"] * 2
-    assert path.read_bytes() == before and not list(tmp_path.glob(".*.tmp"))
-
-
-def test_a_checkpoint_without_room_for_the_warm_starts_is_written_without_them(
-        tmp_path, monkeypatch):
-    """The first checkpoint of a run on a full disk: every rank's warm starts are left
-    out, the rest is kept to resume from, and the error says so."""
-    from lptrain.errors import RunFileError
-    from lptrain.model import saved
-    path = tmp_path / ck.CHECKPOINT_FILE
-    real_add = saved.AtomicArchive.add
-
-    def add(self, name, obj):
-        if name.startswith("oracle-") and obj["cache"]:
-            raise RunFileError(f"{self.path}: cannot write (No space left on device)")
-        real_add(self, name, obj)
-
-    monkeypatch.setattr(saved.AtomicArchive, "add", add)
-    with pytest.raises(RunFileError, match=r"No space left on device\); wrote checkpoint.pt "
-                                           r"of iteration 4 without the warm starts"):
-        _three_rank_checkpoint(path)
-    for r in range(3):
-        record = ck.load_checkpoint(path, rank=r)
-        assert (record["iteration"], record["warm_starts"]) == (4, False)
-        assert record["oracle"] == {"cache": []}
-        assert torch.equal(record["theta"], torch.arange(3.0))
-
-
-class _OrderedModels:
-    """A ModelSaver stand-in: records the checkpoint's iteration when the models are
-    written (None: no checkpoint yet), and fails when told to."""
-
-    def __init__(self, path, fail=False):
-        self.path, self.fail, self.seen = path, fail, []
-
-    def save(self, progress, exchange):
-        self.seen.append(ck.load_checkpoint(self.path)["iteration"]
-                         if self.path.exists() else None)
-        if self.fail:
-            raise RunFileError(f"{self.path.parent}/model.pt: cannot write (disk full)")
-
-
-@pytest.mark.parametrize("fail", [False, True])
-def test_models_are_written_before_their_checkpoint(tmp_path, fail):
-    """A kill between the two files must not leave models older than the checkpoint; a
-    model that cannot be written still lets the checkpoint be written, then fails."""
-    path = tmp_path / ck.CHECKPOINT_FILE
-    models = _OrderedModels(path, fail)
-
-    class Oracle:
-        def state_dict(self):
-            return {"cache": []}
-
-        def warm_entries(self, state):
-            return []
-
-    saver = ck.Checkpointer(path, 1, _Ranks([{"cache": []}]), True, _Optimizer(), Oracle(),
-                            _Progress(), "c", model=models)
-    for k in (1, 2):
-        if fail:
-            with pytest.raises(RunFileError, match="model.pt: cannot write"):
-                saver.save(k, torch.arange(3.0), _Batches(), LoopState(wall_time=1.0))
-        else:
-            saver.save(k, torch.arange(3.0), _Batches(), LoopState(wall_time=1.0))
-        assert ck.load_checkpoint(path)["iteration"] == k
-    assert models.seen == [None, 1]
-
-
-def test_the_models_lines_stay_within_80_columns_for_long_runs():
-    """At 3000 iterations the one line under the model's path was 81 columns, wrapped
-    by the terminal mid-number: what each file holds then gets a line of its own."""
-    from types import SimpleNamespace
-    saver = SimpleNamespace(paths={"best": Path("/r/model.pt"), "last": Path("/r/model-last.pt")})
-    progress = SimpleNamespace(best=SimpleNamespace(accuracy=0.995, iteration=3000),
-                               iteration=3000)
-    assert ModelSaver.describe(saver, progress) == [
-        "model: /r/model.pt", "  best validation accuracy 0.995 at iteration 3000",
-        "  model-last.pt: iteration 3000"]
-    progress.best.iteration = progress.iteration = 12
-    lines = ModelSaver.describe(saver, progress)
-    assert len(lines) == 2 and all(len(line) <= 80 for line in lines)
 
 
 def test_a_resume_says_what_it_changes_beyond_more_iterations():
