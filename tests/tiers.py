@@ -34,7 +34,9 @@ FILES = {
     "test_config_refusals.py": "unit",
     "test_config_sweeps.py": "unit",
     "test_context.py": "unit",
-    "test_control.py": "unit",
+    "test_control_estimate.py": "unit",
+    "test_control_plans.py": "unit",
+    "test_control_runs.py": "unit",
     "test_conv_modes.py": "numeric",
     "test_conv_ops.py": "numeric",
     "test_custom_step.py": "numeric",
@@ -115,10 +117,11 @@ EXCEPTIONS = {
     # trainings inside files of pure or numeric tests
     "test_compact_warm.py": {
         "test_one_shot_mini_batch_training_is_unchanged_by_compact_warm_starts": "training"},
-    "test_control.py": {
+    "test_control_estimate.py": {
         "test_the_estimate_bounds_the_true_gradient_error": "numeric",
         "test_a_calibrated_run_records_the_true_error_and_scales_its_estimate": "training",
-        "test_the_exact_modes_estimate_round_off": "training",
+        "test_the_exact_modes_estimate_round_off": "training"},
+    "test_control_runs.py": {
         "test_one_shot_keeps_up_with_serial_on_large_layer_steps": "training",
         "test_one_shot_keeps_up_with_serial_where_lbfgs_amplifies_errors": "training",
         "test_a_tighter_target_plans_more_iterations": "training",
