@@ -151,6 +151,15 @@ def close(a, b, rel=1e-10):
     return float((a - b).abs().max()) <= rel * max(float(b.abs().max()), 1e-30)
 
 
+# MGRIT hierarchies, cycles and relaxations of tests/unit/test_mgrit_*.py: two to five
+# levels, V and F cycles, with and without C-relaxation, injected and averaged weights
+MGRIT_CONFIGS = [dict(levels=2, cfactor0=4, nrelax0=0),
+                 dict(levels=3, cfactor0=4, cfactor=2, nrelax0=1, nrelax=1),
+                 dict(levels=4, cfactor0=2, cfactor=2, cycle="F"),
+                 dict(levels=3, cfactor0=3, cfactor=3, coarse_weights="average"),
+                 dict(levels=5, cfactor0=2, cfactor=2, skip_first_down=False, min_coarse=1)]
+
+
 def fake_costs(batch: int):
     """The speedup model's KernelCosts, made up and distinct for every kernel of
     `kernel_names`: 1 sample t/10, `batch` samples t."""

@@ -48,7 +48,7 @@ CHUNK = 8
 class Fusions:
     """Which devices the fused operations use (see module); no configuration option
     reaches them.  Runs use them all (the default); a switch off is the plain version
-    of that one device, which the tests compare with (tests/unit/test_mgrit.py,
+    of that one device, which the tests compare with (tests/unit/test_mgrit_fusions.py,
     test_step_count.py) and bench/mgrit_cost.py times against."""
 
     stack: bool = True          # one propagator call per step index for many intervals
