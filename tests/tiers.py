@@ -89,6 +89,7 @@ FILES = {
     "test_readme.py": "unit",
     "test_reference.py": "unit",
     "test_regrid.py": "numeric",
+    "test_report_baseline.py": "unit",
     "test_report_cli.py": "unit",
     "test_report_plots.py": "unit",
     "test_report_runs.py": "unit",

@@ -5,8 +5,9 @@ Iteration time: the median duration of a run's optimizer iterations, in seconds.
 duration of one iteration is `train/step_time` in metrics.h5: every objective and gradient
 evaluation of the step (line-search trials and MGRIT solves included), not validation and
 not checkpoints, which the wall time also holds. The first iteration pays one-time costs
-(allocation, a cold-started MGRIT solve) and is left out when there are others; the median
-keeps a few slow iterations (a long line search, a busy machine) from moving it.
+(allocation, a cold-started MGRIT solve) and is always left out, so a run of one iteration
+has no iteration time (never one made of its one-time costs); the median keeps a few slow
+iterations (a long line search, a busy machine) from moving it.
 """
 from __future__ import annotations
 
@@ -20,10 +21,9 @@ ITERATION_TIME = "iteration time"       # its name on screen, in tables and plot
 
 def iteration_time(step_times: Sequence[float] | np.ndarray | None) -> float | None:
     """The iteration time [s] of a run whose iterations took `step_times` seconds, in
-    order (see the module docstring); None when no iteration has a finite duration."""
-    t = np.asarray(step_times if step_times is not None else [], dtype=np.float64)
-    if t.size > 1:
-        t = t[1:]
+    order (see the module docstring); None when no iteration after the first has a finite
+    duration (a run of one iteration included)."""
+    t = np.asarray(step_times if step_times is not None else [], dtype=np.float64)[1:]
     t = t[np.isfinite(t)]
     return float(np.median(t)) if t.size else None
 

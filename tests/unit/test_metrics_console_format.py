@@ -52,7 +52,7 @@ def test_wrap_parts_breaks_between_groups_only():
 def test_iteration_time_is_the_median_after_the_first():
     assert iteration_time([9.0, 1.0, 3.0, 2.0]) == 2.0      # the cold first one left out
     assert iteration_time([9.0, 1.0, math.nan, 3.0]) == 2.0
-    assert iteration_time([4.0]) == 4.0
+    assert iteration_time([4.0]) is None                     # the first only: none
     assert iteration_time([]) is None and iteration_time(None) is None
     assert format_duration(3725.9) == "1:02:05" and format_duration(math.nan) == "-:--:--"
     from lptrain.metrics.console import _format_value
