@@ -55,8 +55,8 @@ NOTES = ("final objective, loss and train acc: the last train/ row's (with mini-
          "start of training to the last iteration, all included. speedup vs serial: the "
          f"{ITERATION_TIME} of the serial run of the same problem (dataset, network, "
          "optimizer, dtype, batch size; on the fewest ranks; of the same seed where "
-         "several are; the median of repeated ones) over this run's, '-' where the set "
-         "has no such run. computing: the "
+         "one is, else of all seeds; the median of several) over this run's, '-' where "
+         "the set has no such run with an iteration time. computing: the "
          "share of the ranks' time (timing/) spent computing rather than communicating or "
          f"waiting. status {KILLED}: metrics.h5 says running, but no lptrain process holds "
          "the run (a kill, or an error on another rank that ended the job first).\n")
@@ -143,24 +143,24 @@ def add_speedup(rows: list[dict]) -> list[dict]:
 
     A row's baseline is the serial run of its problem (`problem`: the same dataset,
     network, optimizer, dtype and batch size; rows without the key share one) on the
-    fewest ranks, as a scaling study compares with serial training on one rank. Where
-    several share that rank count, those of the row's seed (a sweep over modes and
-    seeds pairs them); repeated runs (a baseline timed again) give the median of their
-    iteration times. Where the row's seed has none, or the set holds no serial run of
-    the problem, the speedup stays None.
+    fewest ranks, as a scaling study compares with serial training on one rank; runs
+    without an iteration time count nowhere. Of those, the ones of the row's seed where
+    there are any (a sweep over modes and seeds pairs them), else all of them, so that
+    more runs never take a baseline away; several (a baseline timed again) give the
+    median of their iteration times. Where the set holds no timed serial run of the
+    problem, the speedup stays None.
     """
     return [{**row, "speedup": _ratio(_baseline(row, rows), row)} for row in rows]
 
 
 def _baseline(row: dict, rows: list[dict]) -> float | None:
     """The baseline's iteration time for `row` (add_speedup), None where there is none."""
-    serial = [r for r in rows if r["mode"] == s.MODE_SERIAL
-              and r.get("problem") == row.get("problem")]
+    serial = [r for r in rows if r["mode"] == s.MODE_SERIAL and r["iteration_time"]
+              is not None and r.get("problem") == row.get("problem")]
     fewest = min((r.get("ranks") or 1 for r in serial), default=None)
-    serial = [r for r in serial if (r.get("ranks") or 1) == fewest]
-    if len({r.get("seed") for r in serial}) > 1:
-        serial = [r for r in serial if r.get("seed") == row.get("seed")]
-    times = [r["iteration_time"] for r in serial if r["iteration_time"] is not None]
+    timed = [r for r in serial if (r.get("ranks") or 1) == fewest]
+    paired = [r for r in timed if r.get("seed") == row.get("seed")]
+    times = [r["iteration_time"] for r in paired or timed]
     return float(np.median(times)) if times else None
 
 

@@ -50,3 +50,33 @@ def test_a_one_iteration_serial_run_is_no_baseline(tmp_path):
     table = to_markdown(rows).splitlines()
     assert table[3].split(" | ")[-5:-1] == ["-", "-", "-", "-"]    # time, fwd, adj, speedup
     assert "'-' for a run of one iteration" in NOTES
+
+
+def test_an_untimed_serial_run_on_fewer_ranks_takes_no_baseline_away():
+    rows = [{"mode": m, "ranks": p, "iteration_time": t}
+            for m, p, t in (("serial", 1, None), ("serial", 4, 1.0), ("mgrit", 4, 0.5))]
+    assert [r["speedup"] for r in add_speedup(rows)] == [None, 1.0, 2.0]
+
+
+def test_a_second_serial_seed_takes_no_baseline_away():
+    """With serial runs of seeds 0 and 1, a run of seed 20 lost the speedup it had
+    beside seed 0 alone: only serial runs of its own seed were kept, and there were none.
+    Now the runs of its seed where there are any, else all of them."""
+    def rows(*serial):
+        return [{"mode": "serial", "ranks": 1, "seed": seed, "iteration_time": t}
+                for seed, t in serial] + \
+            [{"mode": "simultaneous", "ranks": 1, "seed": seed, "iteration_time": 0.5}
+             for seed in (20, 1)]
+    assert [r["speedup"] for r in add_speedup(rows((0, 1.0)))][-2:] == [2.0, 2.0]
+    assert [r["speedup"] for r in add_speedup(rows((0, 1.0), (1, 2.0)))][-2:] == \
+        [3.0, 4.0]                                    # seed 20: all (median 1.5); 1: its own
+    assert "else of all seeds" in NOTES
+
+
+def test_a_sweep_of_seeds_in_files_pairs_seeds_and_falls_back_to_all(tmp_path):
+    paths = [timed_run(tmp_path / f"s{seed}", "serial", [9.0, t], seed=seed)
+             for seed, t in ((0, 1.0), (1, 3.0))]
+    paths.append(timed_run(tmp_path / "sim20", "simultaneous", [9.0, 0.5], seed=20))
+    paths.append(timed_run(tmp_path / "sim1", "simultaneous", [9.0, 0.5], seed=1))
+    assert [r["seed"] for r in _rows(*paths)] == [0, 1, 20, 1]
+    assert [r["speedup"] for r in _rows(*paths)] == pytest.approx([1.0, 1.0, 4.0, 6.0])

@@ -71,7 +71,7 @@ def test_speedup_is_against_the_serial_run_of_the_same_problem(tmp_path):
             for m, seed, t in (("serial", 0, 1.0), ("serial", 1, 2.0),
                                ("simultaneous", 0, 0.5), ("simultaneous", 1, 0.5),
                                ("simultaneous", 2, 0.5))]
-    assert [r["speedup"] for r in add_speedup(rows)] == [1.0, 1.0, 2.0, 4.0, None]
+    assert [r["speedup"] for r in add_speedup(rows)] == [1.0, 1.0, 2.0, 4.0, 3.0]
 
 
 def test_markdown_table():
