@@ -6,7 +6,9 @@
 The model is the run's best validated one (model.pt) unless `--which last` asks for the
 last good parameters (model-last.pt). The dataset is the run's own (same options, same
 seed, hence the same split) unless overridden; `dataset=NAME` starts from that dataset's
-defaults. One process, no MPI.
+defaults. The raw samples are mapped by the model's recorded preprocessing (as
+`model.predict` maps them: the statistics of the run's training set), so overrides choose
+samples, never how they are scaled. One process, no MPI.
 """
 from __future__ import annotations
 
@@ -68,7 +70,7 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val",
                              f"jobs{example}")
     model = load_model(run, which)
     options, seed = dataset_for(model, overrides)
-    data = load_dataset(options, seed)
+    data = load_dataset(options, seed, model.preprocessing)   # None: an earlier model's
     if data.feature_shape != model.feature_shape or data.n_classes > model.n_classes:
         raise DataError(f"dataset {data.name}: samples of shape {data.feature_shape} in "
                         f"{data.n_classes} classes, the model takes {model.feature_shape} in "

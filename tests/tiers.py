@@ -47,6 +47,7 @@ FILES = {
     "test_data_record.py": "unit",
     "test_mgrit_shortfall.py": "training",
     "test_ddp_groups.py": "unit",
+    "test_eval_preprocessing.py": "unit",
     "test_exchange.py": "unit",
     "test_fault_matrix.py": "unit",
     "test_grid_split.py": "unit",

