@@ -172,20 +172,35 @@ def _figure(panels: int) -> tuple[Figure, list]:
 
 def _finish(ax, x: str, ylabel: str, log: bool) -> None:
     """Labels and grid; with `log` a log y axis where the positive values span a decade
-    or more (within one, a log axis labels two or three ticks: linear reads better),
-    values <= 0 (an exact residual of 0) left out rather than pulling it down to 1e-300."""
+    or more (within one, a log axis labels two or three ticks: linear reads better) or
+    are all one value (a linear axis shows only an offset, 1e-11, beside ticks around
+    it), values <= 0 (an exact residual of 0) left out rather than pulling it down to
+    1e-300."""
     ax.set_xlabel(_X_LABELS[x])
     ax.set_ylabel(ylabel)
-    if x == s.ITERATION:       # a short run's axis ticked 0.5, 1.25, ...: iterations count
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
+    if x == s.ITERATION:
+        _integer_ticks(ax)
     ys = np.concatenate([np.asarray(line.get_ydata(), float).ravel() for line in ax.lines]
                         or [np.empty(0)])
     ys = ys[ys > 0]                       # NaN compares False
-    if log and ys.size and ys.max() >= LOG_SPAN * ys.min():
+    if log and ys.size and (ys.max() >= LOG_SPAN * ys.min() or ys.max() == ys.min()):
         ax.set_yscale("log", nonpositive="mask")
     ax.grid(True, alpha=0.3)
     if not any(_drawable(line) for line in ax.lines):
         _nothing_drawn(ax)
+
+
+def _integer_ticks(ax) -> None:
+    """Ticks at whole iterations only: a short run's axis ticked 0.5, 1.25, ...; where
+    every point is at one iteration (a run of one), a tick there alone, as the integer
+    locator falls back to 0.96, 0.98, ... with fewer than two integers in view."""
+    xs = np.concatenate([np.asarray(line.get_xdata(), float).ravel() for line in ax.lines]
+                        or [np.empty(0)])
+    xs = xs[np.isfinite(xs)]
+    if xs.size and xs.min() == xs.max():
+        ax.set_xticks([xs[0]])
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
 
 
 def _nothing_drawn(ax) -> None:

@@ -80,3 +80,22 @@ def test_a_sweep_of_seeds_in_files_pairs_seeds_and_falls_back_to_all(tmp_path):
     paths.append(timed_run(tmp_path / "sim1", "simultaneous", [9.0, 0.5], seed=1))
     assert [r["seed"] for r in _rows(*paths)] == [0, 1, 20, 1]
     assert [r["speedup"] for r in _rows(*paths)] == pytest.approx([1.0, 1.0, 4.0, 6.0])
+
+
+def test_a_one_iteration_runs_mgrit_figures_tick_that_iteration_on_log_axes(tmp_path):
+    """A 1-iteration mgrit run's MGRIT figures ticked 0.96, 0.98, 1.00, ... and drew its
+    one residual per panel on a linear axis offset by 1e-11."""
+    from lptrain.report.plots import figures
+    path = tmp_path / "one" / s.FILE_NAME
+    path.parent.mkdir()
+    w = MetricsWriter(path, {s.MODE: s.MODE_MGRIT, s.WORLD_SIZE: 1, s.SEED: 0,
+                             s.CONFIG: CONFIG.format(mode="mgrit", seed=0)})
+    w.log_train(iteration=1, objective=1.0, loss=1.0, accuracy=0.5, step_time=0.1,
+                wall_time=0.1)
+    w.log_mgrit(iteration=1, fwd_history=[1.0, 1e-2, 1.09e-11], adj_history=[1.0, 2.4e-12])
+    w.close()
+    figs = figures([("one", read_metrics(path))])
+    for name in ("mgrit_residuals", "mgrit_factors"):
+        for ax in figs[name].axes:
+            assert list(ax.get_xticks()) == [1.0], (name, ax.get_xticks())
+    assert [ax.get_yscale() for ax in figs["mgrit_residuals"].axes] == ["log", "log"]
