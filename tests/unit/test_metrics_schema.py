@@ -79,3 +79,17 @@ def test_markdown_has_one_row_per_field():
 def test_docs_page_is_up_to_date():
     """Regenerate with: python -m lptrain.metrics.schema > docs/metrics.md"""
     assert DOC.read_text() == s.markdown()
+
+
+def test_readmes_list_of_what_a_run_writes_names_every_field():
+    """README's "What a run writes" left out mgrit/unconverged, which docs/metrics.md has."""
+    text = (DOC.parents[1] / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## What a run writes"):]
+    section = section[:section.index("\n#")]
+    bullets = {s.ROOT: "- root attributes", **{g: f"- `{g}/`" for g in REQUIRED if g != s.ROOT}}
+    for location, start in bullets.items():
+        bullet = section[section.index(start):]
+        bullet = bullet[:min(i for i in (bullet.find("\n- "), bullet.find("\n\n"),
+                                         len(bullet)) if i >= 0)]
+        missing = [name for name in s.FIELDS[location] if f"`{name}`" not in bullet]
+        assert not missing, (location, missing)
