@@ -17,7 +17,8 @@ from lptrain.metrics.timing import TimingSummary
 from lptrain.metrics.timing import summarize as summarize_timing
 from lptrain.rundir import run_alive
 
-# row key -> (column header, format of a number)
+# row key -> (column header, format of a number); significant digits keep their trailing
+# zeros (#), so that a column reads alike: 0.3530 under 0.6356, not 0.353
 COLUMNS = {
     "label": ("run", "{}"),
     "mode": ("mode", "{}"),
@@ -25,13 +26,13 @@ COLUMNS = {
     "ranks": ("ranks", "{}"),
     "status": ("status", "{}"),
     "iterations": ("iterations", "{}"),
-    "objective": ("final objective", "{:.4g}"),
-    "loss": ("final loss", "{:.4g}"),
+    "objective": ("final objective", "{:#.4g}"),
+    "loss": ("final loss", "{:#.4g}"),
     "train_accuracy": ("final train acc", "{:.4f}"),
     "val_accuracy": ("final val acc", "{:.4f}"),
     "best_val_accuracy": ("best val acc", "{:.4f}"),
     "wall_time": ("wall time [s]", "{:.2f}"),
-    "iteration_time": (f"{ITERATION_TIME} [s]", "{:.3g}"),
+    "iteration_time": (f"{ITERATION_TIME} [s]", "{:#.3g}"),
     "fwd_iterations": ("mean MGRIT fwd it", "{:.2f}"),
     "adj_iterations": ("mean MGRIT adj it", "{:.2f}"),
     "speedup": ("speedup vs serial", "{:.2f}"),

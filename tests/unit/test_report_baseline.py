@@ -99,3 +99,12 @@ def test_a_one_iteration_runs_mgrit_figures_tick_that_iteration_on_log_axes(tmp_
         for ax in figs[name].axes:
             assert list(ax.get_xticks()) == [1.0], (name, ax.get_xticks())
     assert [ax.get_yscale() for ax in figs["mgrit_residuals"].axes] == ["log", "log"]
+
+
+def test_a_columns_numbers_keep_their_significant_zeros():
+    """summary.md showed a final loss of 0.353 under 0.6356: '{:.4g}' drops zeros."""
+    rows = [{"loss": loss, "objective": loss, "iteration_time": t}
+            for loss, t in ((0.353, 0.018), (0.6356, 0.104), (12.0, 2.5))]
+    cells = [line.split(" | ") for line in to_markdown(rows).splitlines()[2:]]
+    assert [c[7] for c in cells] == ["0.3530", "0.6356", "12.00"]     # final loss
+    assert [c[12] for c in cells] == ["0.0180", "0.104", "2.50"]      # iteration time
