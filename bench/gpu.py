@@ -18,10 +18,10 @@ steps   (a) seconds per optimizer step, serial and simultaneous (2 + 2 iteration
         benchmark network (N = 1024, width 8, batch 5000) in float32 and float64, and
         dataset=mnist's conv network at batch 500 in float64 and float32.
 relax   (c) level 0's F-relaxation (c = 4) of all N/4 intervals as one batched step
-        per F-point, the same in lptrain's chunks of fused.CHUNK intervals, and the
+        per F-point, the same in lptrain's chunks of stacked.CHUNK intervals, and the
         serial sweep of N steps, float32 and float64; and one MGRIT forward iteration.
 chunk   the lever (c) points at, for an A/B where a GPU is lent: the one-shot step
-        (2 + 2) and a one-iteration forward value with fused.CHUNK = 8 (lptrain's, for
+        (2 + 2) and a one-iteration forward value with stacked.CHUNK = 8 (lptrain's, for
         CPU caches) against all intervals in one chunk, alternating, float32 and
         float64, with the largest gradient difference between the two.
 
@@ -43,7 +43,7 @@ from common import data, network, save
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "mpi"))
 import module_case as mc  # noqa: E402
 
-from lptrain.mgrit import fused  # noqa: E402
+from lptrain.mgrit import stacked  # noqa: E402
 from lptrain.mgrit.options import MGRITOptions  # noqa: E402
 from lptrain.parallel.context import SerialExchange  # noqa: E402
 from lptrain.parallel.lp_module import LayerParallel  # noqa: E402
@@ -257,7 +257,7 @@ def relax(rows: list, reps: int, layers: int = 1024, batch: int = 5000, cf: int 
             return run
         t = {"serial sweep": timed(sweep, reps),
              "F-relaxation, all intervals batched": timed(batched(len(cs)), reps),
-             f"F-relaxation, chunks of {fused.CHUNK}": timed(batched(fused.CHUNK), reps)}
+             f"F-relaxation, chunks of {stacked.CHUNK}": timed(batched(stacked.CHUNK), reps)}
         t["one-shot forward value (1 MGRIT iteration, warm)"] = forward_iteration(net, theta, x.to(DEV), reps)
         for k, v in t.items():
             rows.append({"part": "relax", "what": k, "dtype": str(dtype)[6:], "device": DEV,
@@ -282,24 +282,24 @@ def forward_iteration(net, theta, x, reps) -> float:
 
 
 class _Chunked(_Synced):
-    """A synchronised objective that runs its solves with fused.CHUNK = `chunk`."""
+    """A synchronised objective that runs its solves with stacked.CHUNK = `chunk`."""
 
     def __init__(self, inner, chunk: int):
         super().__init__(inner)
         self.chunk = chunk
 
     def value(self, theta):
-        fused.CHUNK = self.chunk
+        stacked.CHUNK = self.chunk
         return super().value(theta)
 
     def gradient(self, ev):
-        fused.CHUNK = self.chunk
+        stacked.CHUNK = self.chunk
         return super().gradient(ev)
 
 
 def chunks(rows: list, reps: int, layers: int = 1024, batch: int = 5000) -> None:
     import simultaneous_step as ss
-    default = fused.CHUNK
+    default = stacked.CHUNK
     try:
         for dtype in (torch.float32, torch.float64):
             net, theta = network(layers, dtype=dtype)
@@ -316,7 +316,7 @@ def chunks(rows: list, reps: int, layers: int = 1024, batch: int = 5000) -> None
             times = ss.run_steps(list(sides.values()), theta, x, y, reps)
             fwd = {}
             for c in sides:
-                fused.CHUNK = c
+                stacked.CHUNK = c
                 fwd[c] = forward_iteration(net, theta, x, reps)
             row = {"part": "chunk", "dtype": str(dtype)[6:], "device": DEV, "layers": layers,
                    "batch": batch, "chunk": list(sides), "step_s": times,
@@ -329,7 +329,7 @@ def chunks(rows: list, reps: int, layers: int = 1024, batch: int = 5000) -> None
                   f"{row['forward_value_s'][1] * 1e3:.1f} ms; max |Δ∇| "
                   f"{row['max_grad_diff']:.1e}", flush=True)
     finally:
-        fused.CHUNK = default
+        stacked.CHUNK = default
 
 
 PARTS = {"check": lambda rows, a: (check_modules(rows), check_oracles(rows)),
