@@ -14,10 +14,11 @@ from lptrain.errors import ConfigError, DivergedError, StalledError, require
 from lptrain.metrics import schema as ms
 from lptrain.metrics.console import FRACTION, Console
 from lptrain.metrics.reader import last_iteration, root_attr, run_status
+from lptrain.metrics.reopen import gone
 from lptrain.metrics.quantities import ITERATION_TIME
 from lptrain.metrics.tensorboard import check_available, with_logger
 from lptrain.metrics.timing import TallyingWriter, text_lines
-from lptrain.metrics.writer import gone, open_writer
+from lptrain.metrics.writer import open_writer
 from lptrain.model.dtypes import DTYPES
 from lptrain.model.network import ResNet
 from lptrain.model.signature import check_fits

@@ -13,14 +13,13 @@ from pathlib import Path
 from typing import Sequence
 
 import h5py
-import numpy as np
 
 from lptrain import __version__
 from lptrain.errors import DivergedError, Interrupted, one_line
 from lptrain.metrics import schema as s
-from lptrain.metrics.columns import (CHUNK_ROWS, Columns, append_history, append_per_rank,
-                                     create_scalar)
+from lptrain.metrics.columns import Columns, append_history, append_per_rank
 from lptrain.metrics.h5_faults import descriptor, discard, write_failure
+from lptrain.metrics.reopen import add_grid_columns, add_missing_columns, gone, truncate
 from lptrain.train.control import convergence_factor
 
 RESERVE_BYTES = 4 * 2 ** 20   # free space kept on the file's file system (see MetricsWriter)
@@ -127,8 +126,8 @@ class MetricsWriter:
                                       f"{s.STATUS!r} attribute)")
         for group in s.GROUPS:
             if group in self._file:
-                _truncate(self._file[group], iteration)
-                _add_missing_columns(self._file[group], group)
+                truncate(self._file[group], iteration)
+                add_missing_columns(self._file[group], group)
         # the rows before this start (`earlier`): the console's and TensorBoard's final
         # numbers are the whole run's
         self._earlier_rows = {group: self._file[group][s.ITERATION].shape[0]
@@ -138,7 +137,7 @@ class MetricsWriter:
         timing = self._file.get(s.TIMING)
         self._skip_timing = False
         if timing is not None and s.COMPUTE in timing:
-            _add_grid_columns(timing, self._file.attrs)
+            add_grid_columns(timing, self._file.attrs)
             width = timing[s.COMPUTE].maxshape[1]
             self._skip_timing = width is not None and width < self._grid[s.WORLD_SIZE]
         for name, value in attrs.items():
@@ -337,13 +336,6 @@ class NullWriter:
         return False
 
 
-def gone(path: Path) -> s.MetricsInputError:
-    """The refusal of a resume whose metrics file was removed: its rows are lost."""
-    return s.MetricsInputError(f"{path}: gone (removed after the run began?), so the run's "
-                               f"record is lost and it cannot be resumed; move the "
-                               f"directory away to run it again")
-
-
 def open_writer(path: str | Path, attrs: dict, enabled: bool,
                 resume_after: int | None = None) -> MetricsWriter | NullWriter:
     """A MetricsWriter where `enabled` (rank 0), a NullWriter elsewhere; with
@@ -358,46 +350,6 @@ def open_writer(path: str | Path, attrs: dict, enabled: bool,
 def _grid_of(attrs: dict) -> dict:
     """The timing/ grid columns of a run started with root attributes `attrs`."""
     return {name: attrs.get(name) for name in s.GRID_COLUMNS}
-
-
-def _add_missing_columns(g: h5py.Group, group: str) -> None:
-    """Scalar columns a file written by an earlier version lacks (mgrit/unconverged, say),
-    as long as its rows and holding the fill value there (unknown): appended alone, a
-    new column would pair the earlier rows with this start's values, and the reader,
-    which cuts every column to the shortest, would drop this start's rows."""
-    if s.ITERATION not in g:
-        return
-    rows = g[s.ITERATION].shape[0]
-    for name, field in s.FIELDS[group].items():
-        if name not in g and name not in s.HISTORIES and name not in s.PER_RANK \
-                and group != s.TIMING:
-            create_scalar(g, name, field.dtype, s.FILL[field.dtype]).resize((rows,))
-
-
-def _add_grid_columns(timing: h5py.Group, root) -> None:
-    """Grid columns for a timing group written before it had them, filled with the
-    root attributes its rows ran on (-1 where the file does not say)."""
-    rows = timing[s.COMPUTE].shape[0]
-    for name in s.GRID_COLUMNS:
-        if name not in timing:
-            value = int(root.get(name, s.FILL[s.INT]))
-            timing.create_dataset(name, data=np.full(rows, value, dtype=np.int64),
-                                  maxshape=(None,), chunks=(CHUNK_ROWS,),
-                                  fillvalue=s.FILL[s.INT])
-
-
-def _truncate(g: h5py.Group, iteration: int) -> None:
-    """Keep the rows of group g up to `iteration` (rows are in iteration order)."""
-    if s.ITERATION not in g:
-        return
-    # `iteration` is written last in a row: a killed writer leaves it short or at -1
-    ok = (lambda its: (its >= 0) & (its <= iteration))(g[s.ITERATION][:])
-    keep = len(ok) if ok.all() else int(np.argmin(ok))
-    for name, ds in g.items():
-        if ds is None:        # h5py's answer for a link whose object is damaged
-            raise KeyError(f"{g.name}/{name}: unreadable")
-        if ds.shape[0] > keep:
-            ds.resize((keep, *ds.shape[1:]))
 
 
 # -- dataset helpers ----------------------------------------------------------------------
