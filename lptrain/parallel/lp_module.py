@@ -1,9 +1,10 @@
 """`LayerParallel`: a torch module of N user residual branches whose forward runs MGRIT
-and whose backward runs the adjoint MGRIT, each rank holding only its own layers."""
+and whose backward runs the adjoint MGRIT (lp_autograd.py), each rank holding only its
+own layers."""
 from __future__ import annotations
 
 import warnings
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from dataclasses import fields
 from itertools import chain
 from operator import attrgetter, is_
@@ -11,7 +12,6 @@ from typing import NamedTuple
 
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 
 from lptrain.errors import ConfigError
 from lptrain.mgrit.options import MGRITOptions
@@ -21,14 +21,18 @@ from lptrain.model.module_vjp import with_params
 from lptrain.parallel.context import make_exchange
 from lptrain.parallel.ddp import check_ddp_group
 from lptrain.parallel.halo import owned_layers
+from lptrain.parallel.lp_autograd import _Solve
 from lptrain.parallel.lp_checks import (agree_on_loading, check_arguments, check_averaged,
                                         check_dtype, layer_count,
                                         check_limits)
-from lptrain.parallel.lp_grads import average_gradients, clip_grad_norm_  # noqa: F401 (here too)
+from lptrain.parallel.lp_grads import average_gradients, clip_grad_norm_
 from lptrain.parallel.module_faults import agreed, all_arrived, ends_every_rank, refuse_tied
 from lptrain.parallel.module_solver import ModuleSolver
 from lptrain.parallel.same_input import check_same
 from lptrain.parallel.train_buffers import lend_copies, take_back, update_once
+
+# the gradient helpers are importable from here too
+__all__ = ["LayerParallel", "average_gradients", "clip_grad_norm_"]
 
 
 class LayerParallel(nn.Module):
@@ -344,57 +348,6 @@ def _warn_unconverged(which: str, res, tol: float, rtol: float) -> None:
                       f"(tol={tol:g}, rtol={rtol:g}); raise max_iter, or check that each "
                       f"layer computes the same f at every call", RuntimeWarning,
                       stacklevel=4)
-
-
-class _Solve(torch.autograd.Function):
-    """u_N(u_0, θ) by forward MGRIT; its vector-Jacobian product by adjoint MGRIT."""
-
-    @staticmethod
-    def forward(ctx, mod: LayerParallel, limits, u0, *params):
-        max_iter, tol, ctx.names = limits       # names: (layer, name) of each parameter
-        uN, res, kept, ctx.f = mod._forward_solve(u0, True, max_iter, tol)
-        ctx.autocast = _autocast_state(u0.device.type)    # f's precision, for its VJPs
-        ctx.mod, ctx.states = mod, mod.solver.fwd.take(res.states)   # lent until backward
-        ctx.released = None                # the states' version when given back
-        ctx.kept = kept                    # f's graphs at those states (fixed solves)
-        ctx.save_for_backward(*params)     # autograd then refuses in-place changes of θ
-        return uN
-
-    @staticmethod
-    @once_differentiable            # the adjoint solve is not itself differentiated
-    def backward(ctx, grad_uN):
-        params = ctx.saved_tensors      # once (checkpointing unpacks each only once)
-        mod = ctx.mod
-        if ctx.released is not None and ctx.states._version != ctx.released:
-            raise RuntimeError("LayerParallel: a second backward through a forward after a "
-                               "later forward reused its states; run the forward again")
-        with mod._as_in_forward(ctx.names, params), _autocast(ctx.autocast):
-            lam0, grads = mod._backward_solve(ctx.states, grad_uN, ctx.needs_input_grad[2],
-                                              ctx.kept, ctx.f)
-        ctx.kept = None
-        mod.solver.fwd.release(ctx.states)   # the next forward may write into it
-        ctx.released = ctx.states._version
-        # a frozen parameter (requires_grad False) has no product: None, as autograd's
-        return (None, None, lam0, *[grads[n].get(k) for n, k in ctx.names])
-
-
-def _autocast_state(device_type: str) -> tuple | None:
-    """torch.autocast's state for this device where f ran (None: a device without one).
-    The backward solve linearises f again under it, as torch.utils.checkpoint recomputes:
-    otherwise a forward under autocast would get the VJPs of f in full precision."""
-    try:
-        return (device_type, torch.is_autocast_enabled(device_type),
-                torch.get_autocast_dtype(device_type), torch.is_autocast_cache_enabled())
-    except RuntimeError:
-        return None
-
-
-def _autocast(state: tuple | None):
-    """The context that re-enters an `_autocast_state`."""
-    if state is None:
-        return nullcontext()
-    device_type, enabled, dtype, cache = state
-    return torch.autocast(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache)
 
 
 class _Index(NamedTuple):
