@@ -49,8 +49,9 @@ from lptrain.parallel.context import SerialExchange  # noqa: E402
 from lptrain.parallel.lp_module import LayerParallel  # noqa: E402
 from lptrain.parallel.propagators import ForwardPropagator  # noqa: E402
 from lptrain.train.objective import Objective  # noqa: E402
+from lptrain.train.mgrit_oracle import MGRITOracle  # noqa: E402
 from lptrain.train.oneshot import SimultaneousOracle  # noqa: E402
-from lptrain.train.oracles import Batch, MGRITOracle, SerialOracle  # noqa: E402
+from lptrain.train.oracles import Batch, SerialOracle  # noqa: E402
 
 DEV = "cpu"
 

@@ -8,7 +8,7 @@ Both give the exact validation loss and accuracy of θ₀ on the first n validat
 samples, in chunks of the training batch (as the training loop validates); prints
 the process CPU seconds of each (median of reps, robust to a shared machine) and
 their difference in loss.  The MGRIT modes validate with the serial sweep
-(train/oracles.py MGRITOracle.validate); the solve is what they did before.
+(train/mgrit_oracle.py MGRITOracle.validate); the solve is what they did before.
 """
 from __future__ import annotations
 

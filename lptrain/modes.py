@@ -1,5 +1,5 @@
 """The training modes by name: the `mode` config group's choices, the metrics file's `mode`
-attribute, the memory estimate's and the grid choice's cases (train/oracles.py builds each
+attribute, the memory estimate's and the grid choice's cases (train/terms.py builds each
 mode's oracle)."""
 from __future__ import annotations
 

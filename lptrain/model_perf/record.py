@@ -1,9 +1,9 @@
 """One optimizer iteration of a mode on one layer group, recorded by running the real code.
 
 For every rank of a layer group of `layer` ranks, the training oracle of the mode as
-app.py builds it (train/oracles.py, oneshot.py; data_parallel.py for `data` > 1 groups;
-objective.py) runs optimizer iterations — `value` then `gradient` — on a batch of
-the group's shard size.  Three parts with one role each:
+app.py builds it (train/oracles.py, mgrit_oracle.py, oneshot.py; data_parallel.py for
+`data` > 1 groups; objective.py) runs optimizer iterations — `value` then `gradient` — on
+a batch of the group's shard size.  Three parts with one role each:
 
 - the network at zero cost (zero_cost.py) supplies the kernels: its stepper's give
   zeros instead of computing; it reports each call (name, states stacked);

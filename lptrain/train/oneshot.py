@@ -4,7 +4,8 @@ from __future__ import annotations
 import math
 
 from lptrain.train.control import ControlOptions, IterationController, Measured, refines
-from lptrain.train.oracles import MGRITOracle, SolveStats
+from lptrain.train.mgrit_oracle import MGRITOracle
+from lptrain.train.oracles import SolveStats
 from lptrain.train.warm import WarmCache
 
 

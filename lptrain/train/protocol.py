@@ -11,8 +11,8 @@ using overwritten states.  (An optimizer asks for the gradient of its latest
 evaluation only: L-BFGS at the accepted line-search trial, SGD and Adam at θ.)
 
 The modes differ only in their `DataTerms` (the batch's mean loss and its
-gradient: train/oracles.py, train/oneshot.py), summed over data groups by
-train/data_parallel.py; train/objective.py adds the regulariser once on top.
+gradient: train/oracles.py, train/mgrit_oracle.py, train/oneshot.py), summed over data
+groups by train/data_parallel.py; train/objective.py adds the regulariser once on top.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ so a checkpoint's warm starts stay valid on another rank count or grid once each
 rank holds the states of its own layers and samples: its block of every kept batch is
 put together from the pieces of the old ranks' blocks (parallel/blocks.py says which).
 The adjoint states are derivatives of a rank's mean loss over its samples of the batch
-(train/oracles.py), so a piece moving from a data group holding n_old of the batch's
+(train/mgrit_oracle.py), so a piece moving from a data group holding n_old of the batch's
 samples to one holding n_new is scaled by n_old / n_new (MEAN_SCALED).
 Compact blocks (only the C-point rows, parallel/blocks.py) move as compact blocks, with
 rows counted among the C-points (the state says which: `oracle.warm_rows`).

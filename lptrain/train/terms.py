@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from lptrain.modes import MGRIT, SERIAL, SIMULTANEOUS
+from lptrain.train.mgrit_oracle import MGRITOracle
 from lptrain.train.oneshot import SimultaneousOracle
-from lptrain.train.oracles import MGRITOracle, SerialOracle
+from lptrain.train.oracles import SerialOracle
 
 # name -> (net, exchange, MGRITOptions, warm_batches, mini_batches, observer) -> the data terms
 TERMS = {

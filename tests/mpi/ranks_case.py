@@ -20,8 +20,9 @@ from lptrain.parallel.module import LayerParallelResNet  # noqa: E402
 from lptrain.parallel.layer_parallel import LayerParallel  # noqa: E402
 from lptrain.train.optimizers import LBFGS, SGD  # noqa: E402
 from lptrain.train.objective import Objective  # noqa: E402
+from lptrain.train.mgrit_oracle import MGRITOracle  # noqa: E402
 from lptrain.train.oneshot import SimultaneousOracle  # noqa: E402
-from lptrain.train.oracles import Batch, MGRITOracle, SerialOracle  # noqa: E402
+from lptrain.train.oracles import Batch, SerialOracle  # noqa: E402
 
 N = 30
 SOLVERS = {"V3": dict(levels=3, cfactor0=2, cfactor=2, nrelax0=0, nrelax=1),

@@ -9,8 +9,9 @@ from lptrain.mgrit.exchange import SerialExchange
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.parallel.blocks import ALL_ROWS, C_POINTS
 from lptrain.parallel.layer_parallel import LayerParallel
+from lptrain.train.mgrit_oracle import MGRITOracle
 from lptrain.train.oneshot import SimultaneousOracle
-from lptrain.train.oracles import Batch, MGRITOracle
+from lptrain.train.oracles import Batch
 from lptrain.train.warm import WarmCache
 
 NETS = {"dense": dense_net, "conv": conv_net}

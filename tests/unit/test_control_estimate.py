@@ -164,7 +164,7 @@ def test_a_repeat_whose_objective_overflows_gives_no_gradient():
 def test_the_exact_modes_estimate_round_off():
     net, theta = dense_net(layers=16, width=4, T=8.0, scale=0.6, seed=3)
     x, y = batch(net, n=32)
-    from lptrain.train.oracles import MGRITOracle
+    from lptrain.train.mgrit_oracle import MGRITOracle
     oracle = Objective(MGRITOracle(net, SerialExchange(),
                                    MGRITOptions(levels=3, cfactor0=2, cfactor=2)), net)
     oracle.begin(Batch(x, y))

@@ -16,7 +16,8 @@ from lptrain.mgrit.options import MGRITOptions
 from lptrain.train.objective import Objective
 from lptrain.train.optimizers import LBFGS
 from lptrain.data.base import chunks
-from lptrain.train.oracles import Batch, MGRITOracle, SerialOracle
+from lptrain.train.mgrit_oracle import MGRITOracle
+from lptrain.train.oracles import Batch, SerialOracle
 
 OPENINGS = ["replicate", "conv"]
 # N = 12 with c = 2 gives three levels (12 → 6 → 3 steps); V- and F-cycles, FCF on level 0

@@ -7,7 +7,8 @@ from lptrain.config.schema import ModeOptions
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.modes import LAYERED, MODES
-from lptrain.train.oracles import MGRITOracle, SerialOracle
+from lptrain.train.mgrit_oracle import MGRITOracle
+from lptrain.train.oracles import SerialOracle
 from lptrain.train.terms import TERMS, make_oracle
 
 pytestmark = pytest.mark.unit

@@ -293,7 +293,7 @@ def test_every_oracle_has_the_protocol_its_users_rely_on():
     from lptrain.train.calibrate import CalibratedOracle
     from lptrain.train.data_parallel import DataParallelOracle
     from lptrain.train.oneshot import SimultaneousOracle
-    from lptrain.train.oracles import MGRITOracle
+    from lptrain.train.mgrit_oracle import MGRITOracle
     net, _ = dense_net(layers=4)
     ex, opts = SerialExchange(), MGRITOptions(levels=2, cfactor0=2)
     terms = [SerialOracle(net, ex), MGRITOracle(net, ex, opts),
@@ -315,7 +315,7 @@ def test_a_solve_that_overflows_has_no_finite_objective_and_keeps_the_warm_start
     kept training on them (J fell while validation collapsed) and ended `completed`."""
     from lptrain.mgrit.options import MGRITOptions
     from lptrain.train.oneshot import SimultaneousOracle
-    from lptrain.train.oracles import MGRITOracle
+    from lptrain.train.mgrit_oracle import MGRITOracle
     net, theta = dense_net(layers=8, width=4, T=2.0)
     x, y = batch(net, n=16)
     kind = SimultaneousOracle if one_shot else MGRITOracle

@@ -9,8 +9,8 @@ from lptrain.mgrit.options import MGRITOptions
 from lptrain.parallel.blocks import (C_POINTS, KINDS, block_shape, layout, overlap, pieces,
                                      sources)
 from lptrain.parallel.grid import Grid, shard
+from lptrain.train.mgrit_oracle import MGRITOracle
 from lptrain.train.oneshot import SimultaneousOracle
-from lptrain.train.oracles import MGRITOracle
 from lptrain.train.regrid import fits, regrid
 
 N, N_SAMPLES, WIDTH = 16, 13, 2
