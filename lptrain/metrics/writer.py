@@ -201,7 +201,8 @@ class MetricsWriter:
             self._guarded(lambda: self._file.attrs.__setitem__(name, value))
 
     def close(self, status: str = s.COMPLETED, error: str | None = None) -> None:
-        """Record the final `status` (and `error`), then close; later calls do nothing."""
+        """Record the final `status` (and `error`), then close; later calls do nothing.
+        Raises `failure` where the file cannot take them (it is ended all the same)."""
         if self._closed:
             return
         if status not in s.FINAL_STATUSES:
@@ -209,26 +210,19 @@ class MetricsWriter:
         if self.failure is not None:         # rows of the last iteration came from the reserve
             self._fail_safely()
             return
-        self._closed = True
-        try:
-            if error is not None:
-                self._file.attrs[s.ERROR] = str(error)
-            self._file.attrs[s.STATUS] = status
-        finally:
-            self._file.close()
+        if not self._end({**({} if error is None else {s.ERROR: str(error)}),
+                          s.STATUS: status}):
+            raise self.failure
 
     def __enter__(self) -> MetricsWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc is None:
-            self.close(s.COMPLETED)
-        elif isinstance(exc, (KeyboardInterrupt, Interrupted)):
-            self.close(s.INTERRUPTED, error=str(exc) if isinstance(exc, Interrupted) else None)
-        elif isinstance(exc, DivergedError):
-            self.close(s.DIVERGED, error=str(exc))
-        else:
-            self.close(s.FAILED, error=f"{type(exc).__name__}: {exc}")
+        try:
+            self.close(*_ending(exc))
+        except s.MetricsFileError:
+            if exc is None:        # else the run's own error is the one to report
+                raise
         return False
 
     # -- internals -------------------------------------------------------------------------
@@ -256,18 +250,26 @@ class MetricsWriter:
             self._fail_safely()
 
     def _fail_safely(self) -> None:
-        """Store status `failed` and close; where the file cannot be written at all,
-        end it without writing (`h5_faults.discard`)."""
+        """Store status `failed` and close (see `_end`)."""
+        self._end({s.ERROR: str(self.failure), s.STATUS: s.FAILED})
+
+    def _end(self, attrs: dict) -> bool:
+        """Store the root attributes `attrs` and close: True; where the file cannot be
+        written, False, with `failure` saying why (kept if set), the file ended without
+        writing (`h5_faults.discard`: a close now would fail and leave HDF5 to crash)."""
         self._closed = True
         fd = descriptor(self._file)
         try:
-            self._file.attrs[s.ERROR] = str(self.failure)
-            self._file.attrs[s.STATUS] = s.FAILED
+            for name, value in attrs.items():
+                self._file.attrs[name] = value
             self._file.flush()
-        except (OSError, RuntimeError):
-            discard(self._file, fd)      # a close now would fail and leave HDF5 to crash
-            return
+        except (OSError, RuntimeError) as exc:
+            self.failure = self.failure or s.MetricsFileError(
+                f"{self.path}: cannot write ({write_failure(exc)})")
+            discard(self._file, fd)
+            return False
         self._file.close()
+        return True
 
     def _append_row(self, group: str, fields: dict) -> None:
         for name in fields:
@@ -334,6 +336,17 @@ class NullWriter:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         return False
+
+
+def _ending(exc) -> tuple[str, str | None]:
+    """(status, error) a run that ends with exception `exc` (None: none) records."""
+    if exc is None:
+        return s.COMPLETED, None
+    if isinstance(exc, (KeyboardInterrupt, Interrupted)):
+        return s.INTERRUPTED, str(exc) if isinstance(exc, Interrupted) else None
+    if isinstance(exc, DivergedError):
+        return s.DIVERGED, str(exc)
+    return s.FAILED, f"{type(exc).__name__}: {exc}"
 
 
 def open_writer(path: str | Path, attrs: dict, enabled: bool,

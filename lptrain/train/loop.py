@@ -224,8 +224,8 @@ def _checked(stop, exchange, k, writer, save, signals: bool = True):
     0's metrics file failed (a full disk: metrics.h5 is closed now, so the checkpoint may
     use the space it kept in reserve) if the checkpoint can be written; that failure is
     the one reported, with what became of the checkpoint (resume needs one). Where the
-    failed write lost iteration k's rows, the last checkpoint stays: a resume from it
-    writes them again, and metrics.h5 has no gap."""
+    failed write lost iteration k's rows, no checkpoint of k is written: a resume from
+    the last one (if any) writes them again, and metrics.h5 has no gap."""
     try:
         stop.check(exchange, k, writer, signals)
     except Interrupted:
@@ -233,8 +233,8 @@ def _checked(stop, exchange, k, writer, save, signals: bool = True):
         raise
     except LptrainError as failure:     # raised alike on every rank: save collectively
         if getattr(failure, "rows_lost", False):
-            failure.args = (f"{failure}; the last checkpoint is kept (iteration {k}'s "
-                            f"rows are not in the metrics file)",)
+            failure.args = (f"{failure}; iteration {k}'s rows are not in the metrics "
+                            f"file, so no checkpoint of it is written",)
             raise failure
         try:
             save(k, force=True)

@@ -107,6 +107,27 @@ def test_a_file_that_cannot_be_written_ends_in_one_line_without_a_crash(tmp_path
     np.testing.assert_array_equal(m.train[s.ITERATION], [1, 2])
 
 
+def test_a_final_status_that_cannot_be_written_is_one_error(tmp_path):
+    """close() wrote the final status unguarded: HDF5's text of several lines reached
+    the console as an unexpected RuntimeError. Now it is the writer's one-line failure
+    (and a run's own error, in flight at the close, stays the one raised)."""
+    from lptrain.metrics.h5_faults import descriptor
+    for raised in (None, ValueError("the run's own")):
+        path = tmp_path / f"{raised is None}.h5"
+        writer = w.MetricsWriter(path, ATTRS)
+        _rows(writer, 1, 2)
+        os.dup2(os.open(path, os.O_RDONLY), descriptor(writer._file))
+        with pytest.raises(type(raised) if raised else s.MetricsFileError) as err:
+            with writer:
+                if raised:
+                    raise raised
+        assert str(err.value) == (str(raised) if raised else
+                                  f"{path}: cannot write (Bad file descriptor)")
+        m = read_metrics(path)           # as last flushed
+        assert m.status == s.RUNNING
+        np.testing.assert_array_equal(m.train[s.ITERATION], [1, 2])
+
+
 def test_an_hdf5_write_error_is_said_by_its_system_reason():
     from lptrain.metrics.h5_faults import write_failure
     hdf5 = RuntimeError("Can't flush cache (file write failed: time = Sun Dec  6 2026\n, "
@@ -366,7 +387,8 @@ def test_a_failed_file_names_what_became_of_the_checkpoint():
 def test_rows_a_failed_write_lost_keep_the_last_checkpoint():
     """A write that failed lost iteration k's rows, and the loop still wrote the
     checkpoint of k: its resume left a gap in metrics.h5 (k's rows never written).
-    Now the last checkpoint stays, and the resume from it writes k's rows again."""
+    Now no checkpoint of k is written, and a resume from the last one writes k's rows
+    again (the line does not claim one: the failure may come before the first)."""
     from lptrain.train.loop import _checked
 
     class Lost:
@@ -378,9 +400,9 @@ def test_rows_a_failed_write_lost_keep_the_last_checkpoint():
     with pytest.raises(RunFileError) as err:
         _checked(Lost(), None, 8, None, lambda k, force=False: saved.append(k))
     assert saved == []
-    assert str(err.value) == ("metrics.h5: cannot write (Operation not permitted); the "
-                              "last checkpoint is kept (iteration 8's rows are not in the "
-                              "metrics file)")
+    assert str(err.value) == ("metrics.h5: cannot write (Operation not permitted); "
+                              "iteration 8's rows are not in the metrics file, so no "
+                              "checkpoint of it is written")
 
 
 def test_an_unexpected_error_of_many_lines_is_said_in_one():
