@@ -26,7 +26,7 @@ from lptrain.model_perf import measure
 from lptrain.model_perf.costs import KernelCosts, given_costs
 from lptrain.model_perf.options import PROG, check_args, numbers, parse, ranks_of
 from lptrain.model_perf.predict import Collecting, Counts, Machine, Model
-from lptrain.model_perf.report import comparison_table, plot, scaling_table
+from lptrain.model_perf.report import comparison_table, grid_section, plot, scaling_table
 from lptrain.model_perf.simulate import Link
 from lptrain.model_perf.summary import split_of, summary
 from lptrain.modes import LAYERED, MGRIT, SERIAL, SIMULTANEOUS
@@ -59,10 +59,16 @@ def kernel_costs(args, model: Model, theta, kernels, device) -> tuple[KernelCost
     import torch
 
     from lptrain.model_perf.costs import measured
-    torch.set_num_threads(max(args.threads, 1))
     costs, note = measured(model.net, theta, model.batch, kernels, device,
                            torch.get_num_threads(), args.fresh, sharing(args))
     return costs, f"{note}: batch {model.batch}, {torch.get_num_threads()} thread(s)"
+
+
+def _threads(args) -> int:
+    """torch's threads as --threads sets them, for the records and the kernels alike."""
+    import torch
+    torch.set_num_threads(max(args.threads, 1))
+    return torch.get_num_threads()
 
 
 def sharing(args) -> int:
@@ -206,7 +212,8 @@ def setup_text(opts, model: Model, costs: KernelCosts, sources: dict, cnt: Count
         f"skip_first_down {o.skip_first_down}; simultaneous: {sim[0]:.3g} forward + "
         f"{sim[1]:.3g} adjoint cycles; mgrit: {cnt.mgrit_fwd:g} + {cnt.mgrit_adj:g} "
         f"cycles to tolerance",
-        f"- kernel costs ({sources['costs']}): {_kernel_list(costs)}",
+        f"- kernel costs ({sources['costs']}): {_kernel_list(costs)}"
+        + (f"; the records' {model.glue.note}" if model.glue else ""),
         f"- link ({sources['link']}): latency {sources['alpha']:.3g} s, "
         f"bandwidth {sources['beta']:.3g} bytes/s",
         f"- per optimizer iteration: {cnt.trials:g} objective evaluation(s) + 1 gradient "
@@ -235,6 +242,9 @@ def run(args) -> list[Path]:
     opts, cfg = compose(args.overrides)
     net, theta, batch = build_network(opts)
     model = make_model(opts, net, theta, batch)
+    if args.step_time is None:      # measured costs: the records' glue is one of them
+        from lptrain.model_perf.kept_glue import kept_for
+        model.glue = kept_for(model, opts.device, _threads(args), args.fresh)
     from lptrain.model_perf.grid import forget_kept_times, timers_reusing
     from lptrain.parallel import auto
     auto.install(timers_reusing(model))   # the auto column: as the lptrain command decides
@@ -254,6 +264,8 @@ def run(args) -> list[Path]:
     costs = m.costs
     preds, baseline, measured, compared, grids = _predictions(ranks, model, m, cnt, runs, cfg,
                                                               done)
+    if model.glue is not None:
+        model.glue.save()
     auto = auto_splits(ranks, opts, net)
     sources = {"costs": cost_note, "link": link_note, "counts": count_note,
                "alpha": the_link.latency, "beta": the_link.bandwidth,
@@ -291,7 +303,7 @@ def terminal_setup(opts, model: Model, cnt: Counts, cost_note: str, the_link: Li
             f"solve cycles: simultaneous {sim[0]:.2g} + {sim[1]:.2g}, mgrit "
             f"{cnt.mgrit_fwd:.2g} + {cnt.mgrit_adj:.2g}; {cnt.trials:.3g} "
             f"evaluation{'' if cnt.trials == 1 else 's'}/it",   # 80 columns: values of 3
-            f"kernel costs {costs}",
+            f"kernel costs {costs}" + (f"; {model.glue.note}" if model.glue else ""),
             f"messages: {the_link.latency:.2g} s + bytes / {the_link.bandwidth:.2g} B/s"]
 
 
@@ -335,27 +347,6 @@ def auto_splits(ranks, opts, net) -> dict:
     from lptrain.preflight import auto_grid
     sizes = dataset_sizes(opts.dataset)
     return {(p, mode): auto_grid(opts, sizes, net, p, mode) for p in ranks for mode in LAYERED}
-
-
-def grid_section(ranks, auto: dict, grids) -> str:
-    """For each P and mode: the split auto takes and the one these costs favour."""
-    lines = ["## Layer x data split", "",
-             "`auto`: the split `parallel.layer_ranks=auto` takes (lptrain decides on the "
-             "kernel costs measured on this host for this configuration, kept per host; "
-             "memory permitting). `these costs`: the fastest split with the costs above, its "
-             f"predicted {ITERATION_TIME} [s] in brackets.", "",
-             "| P | mgrit: auto | mgrit: these costs | simultaneous: auto "
-             "| simultaneous: these costs |", "|---|---|---|---|---|"]
-    for p in ranks:
-        cells = []
-        for mode in LAYERED:
-            a = auto[(p, mode)]
-            g, times = grids[(p, mode)]
-            t = times.get(g)
-            cells += [f"{a.layer} x {a.data}",
-                      f"{g.layer} x {g.data}" + (f" ({t:.3g})" if t is not None else "")]
-        lines.append(f"| {p} | {' | '.join(cells)} |")
-    return "\n".join(lines) + "\n"
 
 
 def _same_structure(other: Model, model: Model) -> bool:

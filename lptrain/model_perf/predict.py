@@ -113,13 +113,14 @@ class Collecting:
 class Model:
     """The recorded iterations of one configuration, kept per (mode, grid, cycles).
 
-    net: the ResNet; mgrit: MGRITOptions; batch: samples per optimizer iteration.
+    net: the ResNet; mgrit: MGRITOptions; batch: samples per optimizer iteration;
+    glue: a kept_glue.KeptGlue whose kept glue the records take (None: as timed now).
     """
 
     def __init__(self, net, mgrit, batch: int, mini_batches: bool = False,
-                 dtype=torch.float64):
+                 dtype=torch.float64, glue=None):
         self.net, self.mgrit, self.batch = net, mgrit, batch
-        self.mini_batches, self.dtype = mini_batches, dtype
+        self.mini_batches, self.dtype, self.glue = mini_batches, dtype, glue
         self._records: dict = {}
         self.item = torch.tensor([], dtype=dtype).element_size()
 
@@ -134,9 +135,9 @@ class Model:
             fwd = adj = 1
         key = (mode, layer, data, fwd, adj)
         if key not in self._records:
-            self._records[key] = record_iteration(self.net, mode, self.mgrit, layer, data,
-                                                  fwd, adj, self.mini_batches, self.dtype,
-                                                  math.ceil(self.batch / data))
+            rec = record_iteration(self.net, mode, self.mgrit, layer, data, fwd, adj,
+                                   self.mini_batches, self.dtype, math.ceil(self.batch / data))
+            self._records[key] = rec if self.glue is None else self.glue.settle(key, rec)
         return self._records[key]
 
     def parts(self, mode: str, grid: Grid, m: Machine, fwd: int = 1, adj: int = 1

@@ -29,6 +29,7 @@ costs elsewhere (predict.py).
 from __future__ import annotations
 
 import gc
+import hashlib
 import math
 import statistics
 import time
@@ -186,14 +187,53 @@ def median_glue(runs: list[list]) -> tuple:
     last_ops = split[-1][0]
     if any(others != last_ops for others, _ in split):
         return tuple(runs[-1])
+    return _joined(last_ops, [statistics.median(glue[i] for _, glue in split)
+                              for i in range(len(last_ops) + 1)])
+
+
+def _joined(others: list, glue: list[float]) -> tuple:
+    """The ops `others` with glue[i] seconds before others[i] (and glue[-1] after the
+    last), none where a span is 0: _segments undone."""
     out = []
-    for i, op in enumerate([*last_ops, None]):
-        typical = statistics.median(glue[i] for _, glue in split)
-        if typical > 0:
-            out.append(Glue(typical))
+    for op, seconds in zip([*others, None], glue):
+        if seconds > 0:
+            out.append(Glue(seconds))
         if op is not None:
             out.append(op)
     return tuple(out)
+
+
+def glue_of(record: Record) -> list:
+    """The record's glue: per part (value, gradient) and rank, the seconds before each
+    op but glue and after the last (what with_glue takes back)."""
+    return [[_segments(ops)[1] for ops in part] for part in (record.value, record.gradient)]
+
+
+def with_glue(record: Record, glue: list) -> Record:
+    """`record` with the glue `glue` (glue_of's form, of a record of the same ops);
+    ValueError where its shape is not the record's."""
+    parts = (record.value, record.gradient)
+    if len(glue) != 2 or any(len(g) != len(part) for g, part in zip(glue, parts)):
+        raise ValueError("glue of another record: parts or ranks differ")
+    out = []
+    for part, part_glue in zip(parts, glue):
+        ranks = []
+        for ops, spans in zip(part, part_glue):
+            others = _segments(ops)[0]
+            if len(spans) != len(others) + 1:
+                raise ValueError(f"glue of another record: {len(spans)} spans for "
+                                 f"{len(others)} ops")
+            ranks.append(_joined(others, [float(t) for t in spans]))
+        out.append(tuple(ranks))
+    return replace(record, value=out[0], gradient=out[1])
+
+
+def ops_digest(record: Record) -> str:
+    """A digest of the record's ops but glue: two records with the same one did the same
+    (the same kernels, messages and sums in the same order on every rank)."""
+    text = repr([[_segments(ops)[0] for ops in part]
+                 for part in (record.value, record.gradient)])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _segments(ops) -> tuple[list, list[float]]:

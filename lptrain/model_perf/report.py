@@ -17,6 +17,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullForma
 from lptrain.metrics import schema as s
 from lptrain.metrics.quantities import ITERATION_TIME
 from lptrain.model_perf.predict import Prediction
+from lptrain.modes import LAYERED
 
 # docs/method.md §7: the paper's strong-scaling results (dataset, cores, speedup)
 PAPER_POINTS = (("MNIST", 128, 8.5), ("Peaks", 256, 6.0), ("Indian Pines", 128, 4.4))
@@ -166,3 +167,24 @@ def figure(preds: Sequence[Prediction], baseline: float, measured: Measured | No
     fig.suptitle("\n".join(textwrap.fill(line, width) for line in title.splitlines()),
                  fontsize=TITLE_PT)
     return fig
+
+
+def grid_section(ranks, auto: dict, grids) -> str:
+    """For each P and mode: the split auto takes and the one these costs favour."""
+    lines = ["## Layer x data split", "",
+             "`auto`: the split `parallel.layer_ranks=auto` takes (lptrain decides on the "
+             "kernel costs measured on this host for this configuration, kept per host; "
+             "memory permitting). `these costs`: the fastest split with the costs above, its "
+             f"predicted {ITERATION_TIME} [s] in brackets.", "",
+             "| P | mgrit: auto | mgrit: these costs | simultaneous: auto "
+             "| simultaneous: these costs |", "|---|---|---|---|---|"]
+    for p in ranks:
+        cells = []
+        for mode in LAYERED:
+            a = auto[(p, mode)]
+            g, times = grids[(p, mode)]
+            t = times.get(g)
+            cells += [f"{a.layer} x {a.data}",
+                      f"{g.layer} x {g.data}" + (f" ({t:.3g})" if t is not None else "")]
+        lines.append(f"| {p} | {' | '.join(cells)} |")
+    return "\n".join(lines) + "\n"

@@ -252,3 +252,23 @@ def test_a_cache_that_cannot_be_written_is_said(tmp_path, monkeypatch):
     assert timer.assumed == "2 + 2 cycles a solve (mgrit.fwd_iters + adj_iters)"
     timer.mode = "mgrit"
     assert timer.assumed == "5 + 5 cycles a solve assumed (to tolerance)"
+
+
+def test_kept_glue_is_taken_only_by_a_record_of_the_same_ops(tmp_path, monkeypatch):
+    from helpers import dense_net
+    from lptrain.model_perf.kept_glue import KeptGlue
+    from lptrain.model_perf.record import Glue, glue_of
+    monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path))
+    net, _ = dense_net(layers=12)
+    model = Model(net, OPTS, batch=8, glue=KeptGlue({"net": 12}))
+    first = model.record("mgrit", 2, 1, 2, 2)
+    assert any(isinstance(op, Glue) for op in first.value[0])
+    assert model.glue.note == "glue timed now" and model.glue.save() is None
+    kept = KeptGlue({"net": 12})
+    again = Model(net, OPTS, batch=8, glue=kept).record("mgrit", 2, 1, 2, 2)
+    assert (kept.reused, kept.timed, kept.note) == (1, 0, "glue kept")
+    assert again == first and glue_of(again) == glue_of(first)
+    # the code now does something else for the same key: its glue is timed anew
+    kept.records["mgrit/2/1/2/2"]["ops"] = "another"
+    Model(net, OPTS, batch=8, glue=kept).record("mgrit", 2, 1, 2, 2)
+    assert (kept.reused, kept.timed, kept.note) == (1, 1, "glue partly kept")

@@ -356,3 +356,35 @@ def test_a_key_the_configuration_lacks_is_named_with_hydras_reason(capsys):
     assert cli.main(["foo=1", "--ranks", "1"]) == 2
     assert capsys.readouterr().err == ("lptrain-model: error: foo: no such key (lptrain "
                                        "--cfg job shows them)\n")
+
+
+def _clock(step: float):
+    """A thread clock that advances `step` seconds at every reading (a glue timer on a
+    machine as loaded as `step` says)."""
+    now = [0.0]
+
+    def read():
+        now[0] += step
+        return now[0]
+    return read
+
+
+def test_two_predictions_from_the_same_kept_costs_are_equal(tmp_path, monkeypatch):
+    # the second start times the records' glue on a busier machine: it was charged
+    # as timed, and P = 1 simultaneous moved by 7 % and an adjoint cycle's column by half
+    from lptrain.model_perf import cli
+    _no_measuring(monkeypatch, tmp_path)
+    over = ["network.layers=32", "dataset.n_train=60", "--ranks", "1,4", "--host-ranks", "1"]
+    tables = []
+    for k, step in enumerate((1e-6, 3e-6)):
+        monkeypatch.setattr("lptrain.model_perf.record.time.thread_time", _clock(step))
+        assert cli.main([*over, "--out", str(tmp_path / str(k))]) == 0
+        text = (tmp_path / str(k) / "speedup_model.md").read_text()
+        tables.append(text.split("Predicted ")[1])
+    assert tables[1] == tables[0]
+    assert "glue timed now" in (tmp_path / "0" / "speedup_model.md").read_text()
+    assert "glue kept" in text
+    monkeypatch.setattr("lptrain.model_perf.record.time.thread_time", _clock(3e-6))
+    assert cli.main([*over, "--fresh", "--out", str(tmp_path / "fresh")]) == 0
+    fresh = (tmp_path / "fresh" / "speedup_model.md").read_text()
+    assert "glue timed now" in fresh and fresh.split("Predicted ")[1] != tables[0]
