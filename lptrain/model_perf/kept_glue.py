@@ -8,7 +8,8 @@ kernel costs differed although nothing was measured anew.  The glue is a measure
 like the kernels': the first record of a (mode, grid, cycles) on this host and
 configuration keeps its glue, and later records of it take the kept glue where they did
 the same (the same ops on every rank: a change to the code that changes what the
-iteration does is timed anew).  `lptrain-model --fresh` times it anew.
+iteration does is timed anew), in whole nanoseconds (a deep network's records hold
+hundreds of thousands of spans).  `lptrain-model --fresh` times it anew.
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def glue_config(model, device: str, threads: int) -> dict:
     from lptrain.model_perf.grid import model_mgrit
     dtype = str(model.dtype).removeprefix("torch.")
     return {"costs": cost_config(model.net, model.batch, dtype, device, threads),
-            "mgrit": model_mgrit(model.mgrit), "mini_batches": model.mini_batches}
+            "mgrit": model_mgrit(model.mgrit), "mini_batches": model.mini_batches,
+            "glue": "nanoseconds"}
 
 
 class KeptGlue:
@@ -45,16 +47,14 @@ class KeptGlue:
         digest = ops_digest(record)
         kept = self.records.get(name)
         if isinstance(kept, dict) and kept.get("ops") == digest:
-            try:
-                settled = with_glue(record, kept.get("glue"))
-            except (TypeError, ValueError):
-                settled = None      # unreadable: timed anew below
+            settled = _taking(record, kept.get("glue"))
             if settled is not None:
                 self.reused += 1
                 return settled
-        self.records[name] = {"ops": digest, "glue": glue_of(record)}
+        ns = [[[round(t * 1e9) for t in spans] for spans in part] for part in glue_of(record)]
+        self.records[name] = {"ops": digest, "glue": ns}
         self.timed += 1
-        return record
+        return _taking(record, ns)     # as a later start will: whole nanoseconds
 
     def save(self) -> str | None:
         """Keep the glue of every record (costs.keep_json: why not, else None)."""
@@ -74,6 +74,16 @@ class KeptGlue:
 def kept_for(model, device: str, threads: int, fresh: bool = False) -> KeptGlue:
     """The kept glue of `model`'s configuration on this host (--fresh: none)."""
     return KeptGlue(glue_config(model, device, threads), fresh)
+
+
+def _taking(record: Record, ns) -> Record | None:
+    """`record` with the glue `ns` (nanoseconds, glue_of's form), None where it is not
+    a record's of the same ops (an unreadable file)."""
+    try:
+        return with_glue(record, [[[t / 1e9 for t in spans] for spans in part]
+                                  for part in ns])
+    except (TypeError, ValueError):
+        return None
 
 
 def _load(path) -> dict:
