@@ -21,12 +21,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import torch
 from common import yield_env
 
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
 from lptrain.model_perf import cli as model_cli
 from lptrain.model_perf import options as model_options
+from lptrain.model_perf.kept_glue import kept_for
 from lptrain.modes import MODES
 
 BIN = Path(sys.executable).parent
@@ -70,10 +72,13 @@ def predictions(overrides: list[str], dirs: list[Path]) -> dict:
     opts, _ = model_cli.compose(args.overrides)
     net, theta, batch = model_cli.build_network(opts)
     model = model_cli.make_model(opts, net, theta, batch)
+    # the records' glue kept with the kernel costs, as lptrain-model keeps it
+    model.glue = kept_for(model, opts.device, torch.get_num_threads())
     cnt, _ = model_cli.counts(args, model_cli.load_runs(args.measured))
     m, _ = model_cli.machine(args, model, theta, opts.device, the_link,
                              lambda probe: model.predict_all(PREDICT_RANKS, probe, cnt))
     preds = model.predict_all(PREDICT_RANKS, m, cnt)
+    model.glue.save()
     return {"serial": {p.ranks: p.serial for p in preds},
             "mgrit": {p.ranks: p.mgrit for p in preds},
             "simultaneous": {p.ranks: p.simultaneous for p in preds}}
