@@ -58,7 +58,7 @@ def need(opts, sizes: Sizes, net: ResNet, grid: Grid,
     batch = math.ceil(per_eval / grid.data)     # validation goes in chunks of this size
     feats = math.prod(sizes.feature_shape)
     shard = (math.ceil(sizes.n_train / grid.data) + math.ceil(sizes.n_val / grid.data))
-    data_bytes = shard * feats * item + sizes.read * feats * 8 * 2
+    data_bytes = shard * feats * item + source_bytes(sizes)
     vectors = 2 * getattr(opts.optimizer, "memory", 0) + 8
     warm = _kept_warm_starts(opts, sizes)
     val_chunk = min(batch, math.ceil(sizes.n_val / grid.data))
@@ -71,6 +71,12 @@ def need(opts, sizes: Sizes, net: ResNet, grid: Grid,
                                        mo.min_coarse),
                            coarse_steps(opts.network.layers, mo.cfactor0, mo.cfactor,
                                         mo.levels, mo.min_coarse))
+
+
+def source_bytes(sizes: Sizes) -> float:
+    """What every rank's loader holds of the whole source before it cuts its shard
+    (float64, twice)."""
+    return sizes.read * math.prod(sizes.feature_shape) * 8 * 2
 
 
 def _kept_warm_starts(opts, sizes: Sizes) -> int:
@@ -136,6 +142,12 @@ def _memory_advice(opts, sizes: Sizes, net: ResNet, grid: Grid, need_g: memory.N
     """What would make the run fit: more ranks share the states and the data, but every
     rank holds all parameters and the optimizer's vectors of their size."""
     held = need_g.base + need_g.params
+    source = source_bytes(sizes)
+    if held + source > limit:
+        return (f"every rank reads all {sizes.read} samples of the source "
+                f"({memory.gb(source)}) before it takes its shard, so more ranks do not "
+                f"help: use a smaller dataset"
+                + (" (dataset.grid)" if opts.dataset.name == "peaks" else ""))
     if held > limit:
         return (f"every rank holds all {net.layout.size} parameters and the optimizer's "
                 f"vectors ({memory.gb(held)} with the runtime), so more ranks do not help: "

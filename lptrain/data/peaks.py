@@ -34,20 +34,38 @@ def peaks(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             - torch.exp(-(x + 1) ** 2 - y ** 2) / 3)
 
 
-def grid_labels(grid: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Grid points (grid², 2), their labels, and the N_CLASSES+1 bin edges.
+ROWS = 64               # grid rows a chunk of z computes (bounds peaks' temporaries)
+
+
+def _axis(grid: int) -> torch.Tensor:
+    return torch.linspace(*DOMAIN, grid, dtype=torch.float64)
+
+
+def grid_labels(grid: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Labels of the grid² points, row-major (`grid_points` maps an index to its point),
+    and the N_CLASSES+1 bin edges.
 
     Bins are equal-width between min and max of z, lower-exclusive and
-    upper-inclusive; the minimum itself belongs to class 0.
+    upper-inclusive; the minimum itself belongs to class 0. z is computed a few rows
+    at a time and no grid² array of points is built, so the peak is z and the labels
+    (16 bytes a point), within the source the memory preflight counts (peaks_sizes).
     """
-    axis = torch.linspace(*DOMAIN, grid, dtype=torch.float64)
-    xx, yy = torch.meshgrid(axis, axis, indexing="xy")
-    z = peaks(xx, yy).reshape(-1)
+    axis = _axis(grid)
+    z = torch.empty(grid * grid, dtype=torch.float64)
+    for lo in range(0, grid, ROWS):
+        rows = axis[lo:lo + ROWS]       # y of these rows; x runs along each row
+        z[lo * grid:(lo + rows.numel()) * grid] = \
+            peaks(axis.unsqueeze(0), rows.unsqueeze(1)).reshape(-1)
     edges = torch.linspace(float(z.min()), float(z.max()), N_CLASSES + 1, dtype=torch.float64)
     # bucketize(right=False) gives i with edges[i-1] < z <= edges[i]
-    labels = (torch.bucketize(z, edges[1:-1], right=False)).clamp(0, N_CLASSES - 1)
-    points = torch.stack([xx.reshape(-1), yy.reshape(-1)], dim=1)
-    return points, labels, edges
+    labels = torch.bucketize(z, edges[1:-1], right=False).clamp_(0, N_CLASSES - 1)
+    return labels, edges
+
+
+def grid_points(index: torch.Tensor, grid: int) -> torch.Tensor:
+    """The (len(index), 2) points (x, y) of row-major grid indices."""
+    axis = _axis(grid)
+    return torch.stack([axis[index % grid], axis[index // grid]], dim=1)
 
 
 def _draw(labels: torch.Tensor, per_class: int, gen: torch.Generator) -> torch.Tensor:
@@ -61,7 +79,8 @@ def _draw(labels: torch.Tensor, per_class: int, gen: torch.Generator) -> torch.T
 
 @register_sizes("peaks")
 def peaks_sizes(options: PeaksOptions) -> Sizes:
-    return Sizes(options.n_train, options.n_val, (2,), N_CLASSES)
+    """The drawn sets, and the grid² points the loader labels before it draws them."""
+    return Sizes(options.n_train, options.n_val, (2,), N_CLASSES, options.grid ** 2)
 
 
 @register("peaks")
@@ -69,11 +88,13 @@ def load_peaks(options: PeaksOptions, seed: int, preprocessing: dict | None = No
                ) -> Dataset:
     """Draw the training and validation sets independently from the grid (the points as
     they are: there is no `preprocessing` to fit or apply)."""
-    points, labels, edges = grid_labels(options.grid)
+    labels, edges = grid_labels(options.grid)
     gen = torch.Generator().manual_seed(seed)
     train = _draw(labels, options.n_train // N_CLASSES, gen)
     val = _draw(labels, options.n_val // N_CLASSES, gen)
-    return Dataset("peaks", points[train], labels[train], points[val], labels[val],
+    g = options.grid
+    return Dataset("peaks", grid_points(train, g), labels[train], grid_points(val, g),
+                   labels[val],
                    N_CLASSES, "generated",
                    {"bin_edges": edges.tolist(),
                     "preprocessing": {"kind": "identity", "domain": [list(DOMAIN)] * 2}})

@@ -239,3 +239,26 @@ def test_a_hierarchy_coarsened_by_two_needs_more():
                              coarse=coarse) for c, coarse in ((2, 254), (4, 84))}
     state = 1000 * 235 * 8
     assert by[2].states - by[4].states == pytest.approx(memory.COARSE_COPIES * 170 * state)
+
+
+def test_the_peaks_grid_is_counted_and_holds_what_the_loader_needs():
+    """peaks_sizes left out the grid² points the loader labels, so dataset.grid=10⁸ passed
+    the preflight and the loader asked for 8·10¹⁶ bytes (a traceback, not a refusal)."""
+    from lptrain.data.peaks import PeaksOptions, load_peaks, peaks_sizes
+    options = PeaksOptions(n_train=500, n_val=100, grid=1500)
+    sizes = peaks_sizes(options)
+    assert sizes.read == 1500 ** 2
+    with _HeapPeak() as heap:
+        load_peaks(options, 0)
+    counted = sizes.read * math.prod(sizes.feature_shape) * 8 * 2   # as preflight.need
+    assert 0.3 * counted < heap.peak <= counted, heap.peak / counted
+
+
+def test_a_peaks_grid_that_does_not_fit_is_refused_before_loading():
+    from helpers import composed
+    from lptrain import app, preflight
+    from lptrain.errors import ConfigError
+    for grid in (100_000_000, 1_000_000):          # 10¹⁶ and 10¹² points
+        with pytest.raises(ConfigError, match="^memory: .* more than the .* so more ranks do "
+                           "not help: use a smaller dataset \\(dataset.grid\\)$"):
+            preflight.plan(app.options(composed(f"dataset.grid={grid}")), None)
