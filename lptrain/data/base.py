@@ -115,6 +115,13 @@ def load_dataset(options, seed: int, preprocessing: dict | None = None) -> Datas
     return loader(options, seed, preprocessing)
 
 
+def check_split(n_train: int, n_val: int, n: int) -> None:
+    """ConfigError unless n_train and n_val samples can be drawn apart from n."""
+    if n_train < 0 or n_val < 0 or n_train + n_val > n:
+        raise ConfigError(f"dataset.n_train+n_val={n_train}+{n_val}: need non-negative "
+                          f"sizes summing to at most the {n} samples")
+
+
 def stratified_split(labels: torch.Tensor, n_train: int, n_val: int,
                      generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Sorted indices of a seeded, disjoint split that keeps class proportions.
@@ -124,9 +131,7 @@ def stratified_split(labels: torch.Tensor, n_train: int, n_val: int,
     exact and every class is within one sample of its share.
     """
     n = labels.numel()
-    if n_train < 0 or n_val < 0 or n_train + n_val > n:
-        raise ConfigError(f"dataset.n_train+n_val={n_train}+{n_val}: need non-negative "
-                          f"sizes summing to at most the {n} samples")
+    check_split(n_train, n_val, n)
     classes, counts = labels.unique(return_counts=True)
     k_train = _apportion(counts, n_train, counts)
     k_val = _apportion(counts, n_val, counts - k_train)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lptrain.data.base import (Dataset, Sizes, chosen, data_dirs, package_dir,
+from lptrain.data.base import (Dataset, Sizes, check_split, chosen, data_dirs, package_dir,
                                packaged_remedy, register, register_sizes, stratified_split)
 from lptrain.data.matfile import MatFileError, read_variables
 from lptrain.data.preprocessing import recorded, standardise
@@ -161,8 +161,14 @@ def normalise(x_train: torch.Tensor, x_val: torch.Tensor, spec: dict | None = No
 
 @register_sizes("indian_pines")
 def indian_pines_sizes(options: IndianPinesOptions) -> Sizes:
-    """The 220-band size whatever the variant (an upper bound for the checks)."""
-    return Sizes(options.n_train, options.n_val, (BANDS["full"],), N_CLASSES)
+    """The 220-band size whatever the variant (an upper bound for the checks), and the
+    labelled pixels of the scene's ground truth (only that small file is read): sizes
+    they cannot hold are refused here, before the memory check suggests one."""
+    files, _ = find_scene(data_dirs(options), options.variant, not chosen(options))
+    gt = read_npy(files[1], 2) if files[1].suffix == ".npy" else read_mat(files[1], 2)
+    labelled = int((gt > 0).sum())
+    check_split(options.n_train, options.n_val, labelled)
+    return Sizes(options.n_train, options.n_val, (BANDS["full"],), N_CLASSES, labelled)
 
 
 @register("indian_pines")

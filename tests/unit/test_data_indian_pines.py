@@ -329,3 +329,17 @@ def test_tensorly_copy_has_the_published_class_counts(monkeypatch, tmp_path, fal
     assert data.x_train.shape == (4000, 200) and data.x_val.shape == (2000, 200)
     got = torch.bincount(data.y_train, minlength=16).double()
     assert (got - torch.tensor(PINES_COUNTS) * 4000 / 10249).abs().max() < 1
+
+
+def test_sizes_count_the_labelled_pixels_and_refuse_more(tmp_path, no_tensorly):
+    """n_train=100000 got a memory refusal suggesting dataset.n_train=75414, of a scene of
+    10249 labelled pixels: the sizes the scene cannot hold are refused first."""
+    from lptrain.data.base import dataset_sizes
+    _, gt = write_scene(tmp_path)
+    labelled = int((gt > 0).sum())
+    sizes = dataset_sizes(options(tmp_path, n_train=40, n_val=20))
+    assert sizes.n_source == labelled == 112
+    with pytest.raises(ConfigError, match=rf"^dataset.n_train\+n_val=100000\+20: need "
+                                          rf"non-negative sizes summing to at most the "
+                                          rf"{labelled} samples$"):
+        dataset_sizes(options(tmp_path, n_train=100000, n_val=20))
