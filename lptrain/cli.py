@@ -16,8 +16,8 @@ from pathlib import Path
 
 from lptrain.errors import (FAILED, REFUSED, LptrainError, RunFileError, one_line,
                             resume_command)
-from lptrain.command_args import (check_flags, check_hydra_keys, check_launcher,
-                                  check_writable, directory_args, hydra_failure,
+from lptrain.command_args import (check_dir_values, check_flags, check_hydra_keys,
+                                  check_launcher, check_writable, directory_args, hydra_failure,
                                   hydra_raising, informational, multirun, overrides_first,
                                   value, version_line)
 from lptrain.jobs import END, Job, JobChannel
@@ -163,6 +163,7 @@ def _lead(args: list[str], ranks: int) -> int:
     try:
         check_flags(args)
         check_launcher(args, ranks)
+        check_dir_values(args)
         args = _resume_args(args)
         if informational(args):      # --help, --cfg job, --info ...: nothing to write
             if multirun(args):       # Hydra's answer is a 20-line traceback

@@ -88,6 +88,24 @@ def directory_args(args: list[str]) -> tuple[list[str], str]:
     return [*args, dir_override(key, chosen)], chosen
 
 
+# a key's default directory where the key is left out (resume= has none)
+DIR_KEYS = {"hydra.run.dir": "a new outputs/<date>/<time>",
+            "hydra.sweep.dir": "a new multirun/<date>/<time>", "resume": None}
+
+
+def check_dir_values(args: list[str]) -> None:
+    """An empty directory (`hydra.run.dir=`, `resume=''`) is the current one to Hydra and
+    to Path(""): a run was written, or looked for, there without a word (ConfigError)."""
+    from lptrain.errors import ConfigError
+    for arg in args:
+        key, given, rest = arg.partition("=")
+        if given and key.lstrip("+") in DIR_KEYS and dir_value(rest) == "":
+            default = DIR_KEYS[key.lstrip("+")]
+            raise ConfigError(f"{arg}: no directory given (an empty one is the current "
+                              f"directory); name one" + (f", or leave {key} out for "
+                                                         f"{default}" if default else ""))
+
+
 def check_hydra_keys(args: list[str]) -> None:
     """Hydra's own keys (hydra.run.dir=...) parse as overrides: Hydra would report a bad
     one after lptrain made the directory, in three lines (ConfigError)."""

@@ -34,6 +34,7 @@ FILES = {
     "test_config_refusals.py": "unit",
     "test_config_sweeps.py": "unit",
     "test_context.py": "unit",
+    "test_dir_values.py": "unit",
     "test_control_estimate.py": "unit",
     "test_control_plans.py": "unit",
     "test_control_runs.py": "unit",
