@@ -13,6 +13,7 @@ from lptrain.data import LOADERS
 from lptrain.data.indian_pines import VARIANTS
 from lptrain.data.mnist import SCALINGS
 from lptrain.metrics.tensorboard import LOGGERS
+from lptrain.mgrit.options import MAX_CYCLES, MAX_RELAX
 from lptrain.mgrit.options import COARSE_WEIGHTS, CONTROLS, CYCLES, LEVEL_OPS
 from lptrain.model.activations import ACTIVATIONS
 from lptrain.model.network import KINDS, OPENINGS
@@ -122,30 +123,38 @@ KEYS = {
     "mgrit.cfactor0": "coarsening factor of the finest level",
     "mgrit.cfactor": "coarsening factor of the coarser levels",
     "mgrit.min_coarse": "a coarse level keeps at least this many steps",
-    "mgrit.nrelax0": "CF sweeps after the first F-relaxation on the finest level",
-    "mgrit.nrelax": "CF sweeps after the first F-relaxation on coarser levels (1: FCF)",
+    "mgrit.nrelax0": f"CF sweeps after the first F-relaxation on the finest level (0 to "
+                     f"{MAX_RELAX})",
+    "mgrit.nrelax": f"CF sweeps after the first F-relaxation on coarser levels (1: FCF; "
+                     f"0 to {MAX_RELAX})",
     "mgrit.skip_first_down": "a cold start's first cycle is a coarse propagation of u_0",
     "mgrit.warm_down": "a warm start's first cycle relaxes the coarse levels before restricting",
     "mgrit.cycle": "the multigrid cycle",
     "mgrit.tol": "absolute residual tolerance of a forward solve",
     "mgrit.rtol": "residual tolerance relative to the first residual; 0: off",
-    "mgrit.max_iter": "most forward iterations per solve (mode=mgrit)",
+    "mgrit.max_iter": f"most forward iterations per solve (mode=mgrit; 1 to "
+                       f"{MAX_CYCLES})",
     "mgrit.coarse_weights": "a coarse step's weights: the mean over its layers (average) or "
                             "its first layer's (inject)",
     "mgrit.adj_tol": "residual tolerance of an adjoint solve; null: mgrit.tol",
-    "mgrit.adj_max_iter": "most adjoint iterations per solve; null: mgrit.max_iter",
-    "mgrit.fwd_iters": "simultaneous: forward iterations per step (the first plan)",
-    "mgrit.adj_iters": "simultaneous: adjoint iterations per step (the first plan)",
+    "mgrit.adj_max_iter": f"most adjoint iterations per solve (1 to {MAX_CYCLES}); null: "
+                          f"mgrit.max_iter",
+    "mgrit.fwd_iters": f"simultaneous: forward iterations per step (the first plan; 1 "
+                       f"to {MAX_CYCLES})",
+    "mgrit.adj_iters": f"simultaneous: adjoint iterations per step (the first plan; 1 "
+                       f"to {MAX_CYCLES})",
     "mgrit.control": "simultaneous: plan the iterations to keep the gradient error below "
                      "grad_tol (error), or keep them (fixed)",
     "mgrit.grad_tol": "simultaneous: target of the estimated relative gradient error",
     "mgrit.control_min_iters": "simultaneous: fewest iterations planned per solve",
-    "mgrit.control_max_iters": "simultaneous: most iterations planned per solve",
+    "mgrit.control_max_iters": f"simultaneous: most iterations planned per solve (at most "
+                                f"{MAX_CYCLES})",
     "mgrit.calibrate_every": "simultaneous: evaluations between calibrations of the error "
                              "estimate against an exact gradient; 0: never",
     "mgrit.adaptive": "simultaneous: add iterations where residuals are large",
     "mgrit.adaptive_ratio": "... large: above this ratio times the gradient norm",
-    "mgrit.adaptive_max_extra": "... at most this many extra iterations per solve",
+    "mgrit.adaptive_max_extra": f"... at most this many extra iterations per solve (0 to "
+                                 f"{MAX_CYCLES})",
     "mgrit.level_ops": "the solver's level operations: fused, or plain (the slower "
                        "reference, the same iterates)",
     "optimizer.name": "the optimizer; set by the optimizer choice",

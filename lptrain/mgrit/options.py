@@ -9,6 +9,12 @@ from lptrain.errors import require
 from lptrain.mgrit.solver import CYCLES, LEVEL_OPS, CycleOptions
 
 COARSE_WEIGHTS = ("inject", "average")
+# Upper bounds, so that a typo cannot start a solve that never ends (a stop signal is acted
+# on between optimizer iterations only). A few CF sweeps are all a relaxation uses (FCF:
+# 1); MGRIT solves to rounding in tens of cycles, and at most in one per C-point.
+MAX_RELAX = 32      # mgrit.nrelax0, mgrit.nrelax
+MAX_CYCLES = 1000   # iterations per solve: max_iter, adj_max_iter, fwd_iters, adj_iters,
+                    # control_max_iters, adaptive_max_extra
 CONTROLS = ("fixed", "error")    # the one-shot controller (train/control.py ControlOptions)
 
 
@@ -49,6 +55,7 @@ class MGRITOptions:
         for key in ("min_coarse", "nrelax0", "nrelax", "adaptive_max_extra",
                     "calibrate_every"):
             require(getattr(self, key) >= 0, f"mgrit.{key}", getattr(self, key), "must be >= 0")
+        self._bounded()
         require(self.cycle in CYCLES, "mgrit.cycle", self.cycle, f"choose one of {CYCLES}")
         require(self.coarse_weights in COARSE_WEIGHTS, "mgrit.coarse_weights",
                 self.coarse_weights, f"choose one of {COARSE_WEIGHTS}")
@@ -69,6 +76,17 @@ class MGRITOptions:
                 self.adj_max_iter, "must be >= 1")
         require(self.adaptive_ratio > 0, "mgrit.adaptive_ratio", self.adaptive_ratio,
                 "must be > 0")
+
+    def _bounded(self) -> None:
+        """The counts within MAX_RELAX and MAX_CYCLES (ConfigError naming the key)."""
+        for key in ("nrelax0", "nrelax"):
+            require(getattr(self, key) <= MAX_RELAX, f"mgrit.{key}", getattr(self, key),
+                    f"must be at most {MAX_RELAX} (CF sweeps per relaxation)")
+        for key in ("max_iter", "adj_max_iter", "fwd_iters", "adj_iters",
+                    "control_max_iters", "adaptive_max_extra"):
+            n = getattr(self, key)
+            require(n is None or n <= MAX_CYCLES, f"mgrit.{key}", n,
+                    f"must be at most {MAX_CYCLES} (iterations per solve)")
 
     def cycle_options(self, linear: bool = False):
         """The solver's CycleOptions for these options (linear: the adjoint's solver)."""

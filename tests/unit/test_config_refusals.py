@@ -190,6 +190,22 @@ def test_numbers_the_code_cannot_handle_are_refused_naming_the_key(override, mes
     assert str(err.value).startswith(message), err.value
 
 
+@pytest.mark.parametrize("override, message", [
+    ("mgrit.nrelax=1000000000", "mgrit.nrelax=1000000000: must be at most 32 (CF sweeps "
+                                "per relaxation)"),
+    ("mgrit.nrelax0=33", "mgrit.nrelax0=33: must be at most 32"),
+    *((f"mgrit.{key}=1001", f"mgrit.{key}=1001: must be at most 1000 (iterations per solve)")
+      for key in ("max_iter", "adj_max_iter", "fwd_iters", "adj_iters",
+                  "control_max_iters", "adaptive_max_extra")),
+])
+def test_iteration_counts_have_an_upper_bound(override, message):
+    """mode=mgrit mgrit.nrelax=1000000000 ran for ever: a stop signal is acted on only
+    between optimizer iterations."""
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+        options(_compose(override))
+    options(_compose(override.split("=")[0] + "=" + message.split("at most ")[1].split()[0]))
+
+
 def test_a_step_given_to_a_built_in_network_says_which_network_takes_one():
     """Was 'add a keyword argument of the step with +network.step._target_=VALUE', whose
     advice led to a second error."""
