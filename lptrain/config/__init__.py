@@ -269,6 +269,15 @@ def _did_you_mean(key: str) -> str:
     return f"; did you mean {siblings[near[0]]}?" if near else ""
 
 
+def _choice_of(group: str, class_name: str) -> str:
+    """' (optimizer=lbfgs)': the choice of `group` whose options class is `class_name`, as
+    a user chooses it (the class name said nothing); '' where none is."""
+    from lptrain.config.schema import schema_nodes
+    names = [node.removesuffix("_schema") for node, cls in schema_nodes().get(group, {}).items()
+             if cls.__name__ == class_name]
+    return f" ({group}={names[0]})" if names else ""
+
+
 def one_line_error(exc: Exception):
     """The ConfigError of a Hydra or OmegaConf error: its key and first line, and for a
     missing group option the options there are (schema nodes left out)."""
@@ -296,7 +305,8 @@ def one_line_error(exc: Exception):
     known = re.fullmatch(r"Key '[\w-]+' not in '(\w+)'", head)
     if key and known and not key.startswith("hydra."):   # Hydra's own: --cfg hydra
         # its schema's class name said nothing to a user
-        head = (f"not an option of this {key.rpartition('.')[0]} choice ({known[1]}); "
+        group = key.rpartition(".")[0]
+        head = (f"not an option of this {group} choice{_choice_of(group, known[1])}; "
                 f"lptrain --cfg job shows its options" if _documented(key) else
                 "no such key" + _did_you_mean(key) + " (lptrain --cfg job shows them)")
     if key == "network.step._target_" and "not in struct" in head:

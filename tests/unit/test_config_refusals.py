@@ -43,14 +43,22 @@ def test_a_key_a_config_sets_is_said_with_its_reason_and_origin():
     ("netwrk.width=4", "netwrk: no such key; did you mean network?"),
     ("mgrit.fwd_iter=4", "mgrit.fwd_iter: no such key; did you mean mgrit.fwd_iters?"),
     ("network.zzz=4", "network.zzz: no such key (lptrain --cfg job shows them)"),
-    # another choice's key: said so, with the class that lacks it
-    ("optimizer.lr=0.1", "optimizer.lr: not an option of this optimizer choice (LBFGSOptions); "
-                         "lptrain --cfg job shows its options")])
+    # another choice's key: said so, with the choice that lacks it (was its class name)
+    ("optimizer.lr=0.1", "optimizer.lr: not an option of this optimizer choice "
+                         "(optimizer=lbfgs); lptrain --cfg job shows its options"),
+    ("optimizer=sgd optimizer.memory=3", "optimizer.memory: not an option of this optimizer "
+                                         "choice (optimizer=sgd); "),
+    ("optimizer=adam optimizer.memory=3", "optimizer.memory: not an option of this "
+                                          "optimizer choice (optimizer=adam); "),
+    ("dataset.path=/tmp", "dataset.path: not an option of this dataset choice "
+                          "(dataset=peaks); "),
+    ("dataset=mnist dataset.grid=5", "dataset.grid: not an option of this dataset choice "
+                                     "(dataset=mnist); ")])
 def test_a_misspelt_key_is_named_with_the_nearest_one(given, message):
     """Was "Key 'widht' not in 'NetworkOptions'": a class name, no way out."""
     from lptrain.config import check_command
     with pytest.raises(ConfigError, match="^" + re.escape(message)):
-        check_command([given])
+        check_command(given.split())
 
 
 def test_a_switch_given_a_number_is_refused():
