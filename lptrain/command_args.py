@@ -115,13 +115,15 @@ def check_hydra_keys(args: list[str]) -> None:
     from lptrain.errors import ConfigError
     parser = OverridesParser.create()
     for arg in args:
+        key, given, rest = arg.partition("=")
+        hint = (f"; a value with '=', ',', quotes, brackets or non-ASCII letters goes "
+                f"in quotes: {dir_override(key, rest)}" if given and rest else "")
         try:
-            parser.parse_override(arg)
+            swept = parser.parse_override(arg).is_sweep_override()
         except HydraException as exc:
-            key, given, rest = arg.partition("=")
-            hint = (f"; a value with '=', ',', quotes, brackets or non-ASCII letters goes "
-                    f"in quotes: {dir_override(key, rest)}" if given and rest else "")
             raise ConfigError(f"{arg}: {str(exc).splitlines()[0]}{hint}") from None
+        if swept and key.lstrip("+") in DIR_KEYS:    # a ',': Hydra's list of values
+            raise ConfigError(f"{arg}: a ',' makes it several directories{hint}")
 
 
 def one_value_each(args: list[str]) -> None:

@@ -21,3 +21,20 @@ def test_an_empty_directory_is_refused(tmp_path, monkeypatch, capsys, arg, more,
         f"lptrain: error: {arg}: no directory given (an empty one is the current "
         f"directory); name one{default}"]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("key", ["hydra.run.dir", "hydra.sweep.dir"])
+def test_a_directory_with_a_comma_is_refused_naming_the_quoted_form(tmp_path, capsys, key):
+    """hydra.run.dir=runs/a,b got Hydra's 'Ambiguous value for argument', and with -m
+    'Sweeping over Hydra's configuration is not supported'; '=', '[' and 'ü' got the
+    quoted form, as README says."""
+    from lptrain import cli
+    from lptrain.rundir import dir_override
+    run = tmp_path / "a,b"
+    args = [f"{key}={run}", "train.iterations=1", *(["-m"] if "sweep" in key else [])]
+    assert cli._lead(args, 1) == REFUSED
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"lptrain: error: {key}={run}: a ',' makes it several directories; a value with "
+        f"'=', ',', quotes, brackets or non-ASCII letters goes in quotes: "
+        f"{dir_override(key, run)}"]
+    assert list(tmp_path.iterdir()) == []
