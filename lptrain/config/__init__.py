@@ -39,11 +39,38 @@ def compose_checked(overrides: Sequence[str], job: str | None = None):
     cfg = hydra_compose(config_name="config", overrides=list(overrides),
                         return_hydra_config=True)
     refuse_schema_nodes(cfg.hydra.runtime.choices)
+    refuse_renamed(cfg, overrides)
     with open_dict(cfg):
         if job is not None:
             _as_a_job(cfg.hydra, job == "sweep")
         del cfg["hydra"]
     return cfg
+
+
+# groups whose choices share one options class: only `name` says which choice it is
+NAMED_GROUPS = ("mode", "network")
+
+
+def refuse_renamed(cfg, overrides: Sequence[str]) -> None:
+    """`mode.name=mgrit` alone trained in mgrit mode with `mode: serial` recorded, and
+    `network.name=conv` failed on an unrelated key: a name given apart from its choice is
+    refused where it differs from the choice's own (ConfigError, as schema.check_chosen
+    says it of dataset.name and optimizer.name)."""
+    from hydra import compose as hydra_compose
+
+    from lptrain.errors import ConfigError
+    for o in overrides:
+        group = _key_value(o)[0].removesuffix(".name")
+        if group not in NAMED_GROUPS or _key_value(o)[0] != f"{group}.name":
+            continue
+        given = cfg[group].name
+        rest = [x for x in overrides if x != o]
+        if hydra_compose(config_name="config", overrides=rest)[group].name == given:
+            continue
+        choice = cfg.hydra.runtime.choices[group]
+        other = given if given in yaml_choices(group) else "NAME"
+        raise ConfigError(f"{group}.name={given!r}: the {group} chosen is {choice}; choose "
+                          f"another with {group}={other} (`lptrain --help` lists them)")
 
 
 def _as_a_job(hydra, sweep: bool) -> None:

@@ -135,6 +135,24 @@ def test_a_name_alone_does_not_choose_another_kind(override, message):
     assert str(err.value).startswith(message)
 
 
+@pytest.mark.parametrize("given, message", [
+    ("mode.name=mgrit", "mode.name='mgrit': the mode chosen is serial; choose another with "
+                        "mode=mgrit (`lptrain --help` lists them)"),
+    ("network.name=conv", "network.name='conv': the network chosen is dense; choose another "
+                          "with network=conv"),
+    ("network=dense_wide network.name=custom", "network.name='custom': the network chosen "
+                                               "is dense_wide; choose another with "
+                                               "network=custom"),
+])
+def test_a_mode_or_network_name_alone_is_refused(given, message):
+    """mode.name=mgrit trained in mgrit mode while .hydra/hydra.yaml recorded mode: serial;
+    network.name=conv failed on an unrelated key. The name its choice sets passes."""
+    from lptrain.config import check_command
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+        check_command(given.split())
+    check_command(["mode=mgrit", "mode.name=mgrit", "network=dense_wide", "network.name=dense"])
+
+
 def _float_keys(cfg, path: str = "") -> list[str]:
     out = []
     for key, value in cfg.items():
