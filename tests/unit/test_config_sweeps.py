@@ -23,7 +23,7 @@ def test_a_samplers_intervals_are_checked_before_any_job():
     assert sweep_samples(["a=interval(0.5,1)", "b=1,2"]) == [
         ["a=0.5", "b=1"], ["a=1.0", "b=1"], ["a=0.5", "b=2"]]
     with pytest.raises(ConfigError, match=r"^optimizer.lr: not an option of this optimizer "
-                                          r"choice \(LBFGSOptions\)"):
+                                          r"choice \(optimizer=lbfgs\)"):
         check_command(["optimizer.lr=interval(0.5,1.0)"])
     with pytest.raises(ConfigError, match=re.escape(        # optuna samples floats
             "train.iterations: Value '2.0' of type 'float' could not be converted to "
