@@ -16,6 +16,7 @@ which a lambda or a function defined inside another has none of.
 from __future__ import annotations
 
 import copy
+import functools
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,18 +53,24 @@ class CoarseSteps:
         self._built: dict[CoarseStep, tuple[nn.Module, list[str]]] = {}
 
     def __reduce_ex__(self, protocol):
-        """Pickled with the factory, refused in one line where that cannot be pickled:
-        pickle's own error named a `<lambda>` but not the argument or the remedy."""
-        try:
-            pickle.dumps(self.factory, protocol)
-        except (pickle.PicklingError, AttributeError, TypeError) as exc:
-            name = getattr(self.factory, "__name__", None) or repr(self.factory)
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        """Pickled with the factory, refused in one line where that has no importable
+        name: pickle's own error named a `<lambda>` but not the argument or the remedy.
+        Checked by name, not by a trial pickle, which would recurse forever on a factory
+        that holds the module being pickled (a bound method, a partial of the model)."""
+        name = _local_name(self.factory)
+        if name is not None:
             raise pickle.PicklingError(
                 f"coarse_steps={name} cannot be pickled (torch.save(module), "
-                f"multiprocessing): {reason}; give a named function defined at the top "
-                f"level of a module (def coarse(c): ...)") from None
+                f"multiprocessing): it has no importable name; give a named function "
+                f"defined at the top level of a module (def coarse(c): ...)")
         return super().__reduce_ex__(protocol)
+
+    def __copy__(self) -> "CoarseSteps":
+        """A shallow copy (the same factory and built modules), not by pickling, so a
+        lambda factory copies as it did before pickling was checked."""
+        other = object.__new__(CoarseSteps)
+        other.__dict__.update(self.__dict__)
+        return other
 
     def __deepcopy__(self, memo) -> "CoarseSteps":
         """A copy with copies of the built modules and the same factory (any callable,
@@ -122,3 +129,15 @@ class CoarseSteps:
             y = self.f(step, x, P)
         g, tracked = self.module(step, u, P)
         return Linear(y, x, None, layout, with_params(g, {k: P[k] for k in tracked}))
+
+
+def _local_name(factory) -> str | None:
+    """The name of `factory`'s function (through partials and bound methods) where
+    pickle cannot look it up (its qualified name has a `<lambda>` or `<locals>`), else
+    None."""
+    while isinstance(factory, functools.partial):
+        factory = factory.func
+    qualname = getattr(factory, "__qualname__", None)
+    if isinstance(qualname, str) and ("<lambda>" in qualname or "<locals>" in qualname):
+        return factory.__name__
+    return None

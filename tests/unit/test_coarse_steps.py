@@ -2,6 +2,7 @@
 uses them (exact coarse steps converge in one cycle), which parameters follow the fine
 layers, and that converged solves equal serial whatever the coarse steps."""
 import copy
+import functools
 import io
 import pickle
 
@@ -11,6 +12,7 @@ from torch import nn
 
 from lptrain import CoarseStep, LayerParallel, MGRITOptions
 from lptrain.errors import ConfigError
+from lptrain.model.coarse_steps import CoarseSteps
 from lptrain.parallel.coarse import UserCoarse, coarse_steps_of
 
 N, T = 8, 2.0
@@ -189,6 +191,55 @@ def test_a_named_coarse_factory_pickles_and_a_lambda_is_refused_in_one_line():
     assert "\n" not in str(caught.value)
     with torch.no_grad():
         assert torch.equal(copy.deepcopy(anonymous)(u0), anonymous(u0))
+
+
+class WithCoarse(nn.Module):
+    """A user's network whose coarse factory refers to the network itself: a bound
+    method, or a partial holding the network."""
+
+    def __init__(self, partial: bool):
+        super().__init__()
+        factory = functools.partial(own_coarse, self) if partial else self.coarse
+        self.lp = LayerParallel([dense(n) for n in range(N)], T=T, coarse_steps=factory,
+                                mgrit=MGRITOptions(**OPTS, tol=0.0, max_iter=2))
+
+    def coarse(self, c: CoarseStep) -> nn.Module:
+        return own_coarse(self, c)
+
+    def forward(self, u):
+        return self.lp(u)
+
+
+def own_coarse(net: nn.Module, c: CoarseStep) -> nn.Module:
+    # parameters of its own (no fine layer's name), drawn by the seeded factory
+    return nn.Sequential(nn.Tanh(), nn.Linear(3, 3)).double()
+
+
+@pytest.mark.parametrize("partial", [False, True])
+def test_a_factory_that_holds_the_module_pickles_with_it(partial):
+    """The pickling check pickled the factory in a pickler of its own: a bound method
+    (coarse_steps=self.coarse) or a partial holding the network pickled the network
+    again, which checked again, until RecursionError. It saves and loads now, and the
+    loaded network's output is bitwise the same."""
+    net, u0 = WithCoarse(partial), inputs(5, 3)
+    with torch.no_grad():
+        before = net(u0)
+    buffer = io.BytesIO()
+    torch.save(net, buffer)
+    buffer.seek(0)
+    with torch.no_grad():
+        assert torch.equal(torch.load(buffer, weights_only=False)(u0), before)
+
+
+def test_copy_copy_takes_a_lambda_factory():
+    """copy.copy went through __reduce_ex__, which refuses a lambda since pickling was
+    checked: a shallow copy keeps the factory and the built modules instead."""
+    steps = CoarseSteps(lambda c: Renamed())
+    step = CoarseStep(level=1, index=0, layers=range(0, 2), h=0.5)
+    built, _ = steps.module(step, inputs(5, 3), {})
+    other = copy.copy(steps)
+    assert other.factory is steps.factory
+    assert other.module(step, inputs(5, 3), {})[0] is built
 
 
 def test_stacked_fine_steps_and_coarse_steps_give_the_unstacked_iterates():
