@@ -185,7 +185,8 @@ def _heading(config_yaml: str, opts: Config, plan, data, net, saved, path: Path,
     title = (f"{opts.mode.name} {data.name} N={opts.network.layers} "
              f"P={grid.size} ({grid.layer} layer x {grid.data} data"
              f"{', auto' if plan.auto else ''})")
-    notes = hierarchy_notes(opts, steps) + step_notes(net) + data_notes(data) + plan.notes
+    notes = (hierarchy_notes(opts, steps) + step_notes(net)
+             + data_notes(data, plan.sizes.n_val) + plan.notes)
     if saved is not None and rank0:
         notes += resume_notes(saved, opts, run_status(path), grid, last_iteration(path),
                               (root_attr(path, ms.THREADS), torch.get_num_threads()))
@@ -248,12 +249,13 @@ def hierarchy_notes(opts: Config, steps: list[int] | None) -> list[str]:
     return [f"MGRIT levels (steps): {N} only, so MGRIT steps serially", f"  ({why})"]
 
 
-def data_notes(data) -> list[str]:
+def data_notes(data, n_val: int) -> list[str]:
     """A line under the title where `val` and the validation accuracies are on the
-    dataset's test set (lptrain-eval names that split `test`)."""
+    dataset's test set (lptrain-eval names that split `test`). n_val: the whole split's
+    images, as `data` may be one data group's shard of them."""
     if data.validation_set != "test":
         return []
-    return [f"validation: {data.name}'s test set ({data.x_val.shape[0]} images)"]
+    return [f"validation: {data.name}'s test set ({n_val} images)"]
 
 
 def step_notes(net) -> list[str]:
