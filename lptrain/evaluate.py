@@ -8,7 +8,12 @@ last good parameters (model-last.pt). The dataset is the run's own (same options
 seed, hence the same split) unless overridden; `dataset=NAME` starts from that dataset's
 defaults. The raw samples are mapped by the model's recorded preprocessing (as
 `model.predict` maps them: the statistics of the run's training set), so overrides choose
-samples, never how they are scaled. One process, no MPI.
+samples, never how they are scaled; a model of an earlier version, which recorded none, is
+evaluated with preprocessing fitted afresh to the (overridden) training split. An override
+of the split's sizes can move the run's training samples into the validation split (it is
+drawn after the training one from the same shuffled order), or draw other held-out ones:
+lptrain-eval compares with the run's split and warns (counting them) or notes so. One
+process, no MPI.
 """
 from __future__ import annotations
 
@@ -75,6 +80,8 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val",
         raise DataError(f"dataset {data.name}: samples of shape {data.feature_shape} in "
                         f"{data.n_classes} classes, the model takes {model.feature_shape} in "
                         f"{model.n_classes}")
+    checked = _against_run(model, overrides, options, seed, data) if split == "val" \
+        else {"split_changed": None, "trained_on": None}
     x, y = (data.x_val, data.y_val) if split == "val" else (data.x_train, data.y_train)
     name = data.validation_set if split == "val" else split    # what the split is
     # the validation split in the run's chunks (its numbers, bitwise); the training split
@@ -90,7 +97,53 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val",
     return {"model": str(model_path(run, which)), "which": model.which,
             "iteration": model.iteration,
             "dataset": data.name, "split": name, "samples": int(x.shape[0]),
-            "loss": loss, "accuracy": accuracy}
+            "loss": loss, "accuracy": accuracy, **checked}
+
+
+def _against_run(model, overrides: list[str], options, seed: int, data) -> dict:
+    """Whether overrides that choose other samples of the run's dataset changed its
+    validation split ("split_changed") and how many of `data`'s validation samples the
+    run trained on ("trained_on"); both None with no override, another dataset, or where
+    the run's own samples cannot be read. Those are loaded with the run's options (only a
+    `dataset.path` override kept) and mapped as `data` is, so equal rows are the same raw
+    sample."""
+    import torch
+
+    from lptrain.data import load_dataset
+    from lptrain.errors import LptrainError
+    unknown = {"split_changed": None, "trained_on": None}
+    moved = [o for o in overrides if o.partition("=")[0] == "dataset.path"]
+    own, _ = dataset_for(model, moved)
+    if not overrides or own.name != options.name:
+        return unknown
+    try:        # a check of the overrides: not a reason to refuse the evaluation
+        run = load_dataset(own, seed, model.preprocessing or data.meta.get("preprocessing"))
+    except LptrainError:
+        return unknown
+    if run.feature_shape != data.feature_shape:
+        return unknown
+    seen = {_key(row) for row in run.x_train}
+    return {"split_changed": not (torch.equal(run.x_val, data.x_val)
+                                  and torch.equal(run.y_val, data.y_val)),
+            "trained_on": sum(_key(row) in seen for row in data.x_val)}
+
+
+def _key(sample) -> bytes:
+    """A sample's features as bytes, to find it in a set."""
+    return sample.contiguous().numpy().tobytes()
+
+
+def _split_lines(r: dict) -> list[str]:
+    """The note (or warning) lptrain-eval prints where overrides changed the validation
+    split of the run (a smaller dataset.n_train, say, draws it from other samples)."""
+    if not r.get("split_changed"):
+        return []
+    if r["trained_on"]:
+        return [f"{PROG}: warning: {r['trained_on']} of these {r['samples']} samples are "
+                f"among the run's training samples (the overrides change the validation "
+                f"split): not a held-out score"]
+    return [f"{PROG}: note: the overrides change the validation split: these "
+            f"{r['samples']} samples are not the run's (none of them trained on)"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model: {r['model']} ({r['which']} parameters, iteration {r['iteration']})")
     print(f"{r['dataset']} {r['split']}: {r['samples']} samples, loss {r['loss']:.6g}, "
           f"accuracy {r['accuracy']:.4f}")
+    for line in _split_lines(r):
+        print(line, file=sys.stderr, flush=True)
     return 0
 
 

@@ -52,6 +52,7 @@ def test_overrides_of_scaling_or_training_subset_change_no_score(mnist_run, over
     assert (own["loss"], own["accuracy"]) == raw
     other = evaluate.evaluate(run, overrides)
     assert (other["loss"], other["accuracy"]) == raw
+    assert (other["split_changed"], other["trained_on"]) == (False, 0)
     assert load_dataset(evaluate.dataset_for(model, overrides)[0], 3).x_val.ne(
         data.x_val).any()                       # what the loader alone would have scored
 
@@ -85,3 +86,56 @@ def test_indian_pines_standardises_by_a_given_spec(tmp_path, monkeypatch):
     # a spec of another kind or band count is not this data's: the loader fits its own
     for wrong in ({"kind": "pixels", "scaling": "unit"}, {**spec, "mean": spec["mean"][:5]}):
         assert torch.equal(load_dataset(other, 1, wrong).x_val, load_dataset(other, 1).x_val)
+
+
+@pytest.fixture
+def ip_run(tmp_path, monkeypatch):
+    """A run directory whose model.pt (random parameters) was saved from an Indian Pines
+    scene split 40 / 30 with seed 3, and that scene's labels."""
+    monkeypatch.setattr(ip, "package_dir", lambda name: None)
+    _, labels = _scene(tmp_path)
+    cfg = composed("dataset=indian_pines", f"dataset.path={tmp_path}", "dataset.n_train=40",
+                   "dataset.n_val=30", "seed=3")
+    config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
+    options, seed = evaluate.dataset_for(SimpleNamespace(config_yaml=config_yaml), [])
+    data = load_dataset(options, seed)
+    net = ResNet(NetworkOptions(width=4, layers=2), data.feature_shape, 16)
+    record = model_record(net.init_params(0, torch.float64), net, config_yaml, "float64",
+                          data, 3, "best")
+    (tmp_path / "run").mkdir()
+    save_torch(record, tmp_path / "run" / MODEL_FILE)
+    return tmp_path / "run", labels
+
+
+def _drawn(labels, n_train, n_val):
+    return stratified_split(labels, n_train, n_val, torch.Generator().manual_seed(3))
+
+
+@pytest.mark.parametrize("n_train, n_val", [(20, 30), (40, 20)])
+def test_lptrain_eval_says_where_overrides_change_the_validation_split(ip_run, capsys,
+                                                                      n_train, n_val):
+    """README said a smaller dataset.n_train "changes no score", but the validation split
+    is drawn after the training one from the same shuffled order: lptrain-eval scored
+    some of the run's training pixels as validation ones, silently. It now counts them
+    and warns (a smaller n_val alone: a note that the split is not the run's)."""
+    run, labels = ip_run
+    overrides = [f"dataset.n_train={n_train}", f"dataset.n_val={n_val}"]
+    trained = set(_drawn(labels, 40, 30)[0].tolist())
+    want = sum(i in trained for i in _drawn(labels, n_train, n_val)[1].tolist())
+    assert (n_train < 40) == (want > 0)
+    r = evaluate.evaluate(run, overrides)
+    assert (r["split_changed"], r["trained_on"], r["samples"]) == (True, want, n_val)
+    assert evaluate.main([str(run), *overrides]) == 0
+    err = capsys.readouterr().err.splitlines()
+    kind = "warning" if want else "note"
+    assert len(err) == 1 and err[0].startswith(f"lptrain-eval: {kind}: ")
+    assert (f"{want} of these {n_val} samples" in err[0]) == (want > 0)
+
+
+def test_lptrain_eval_of_the_runs_own_split_says_nothing(ip_run, capsys):
+    run, _ = ip_run
+    for overrides in ([], ["dataset.n_train=40"]):
+        r = evaluate.evaluate(run, overrides)
+        assert r["split_changed"] in (None, False) and not r["trained_on"]
+        assert evaluate.main([str(run), *overrides]) == 0
+        assert capsys.readouterr().err == ""
