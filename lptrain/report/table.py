@@ -18,7 +18,8 @@ from lptrain.metrics.timing import summarize as summarize_timing
 from lptrain.rundir import run_alive
 
 # row key -> (column header, format of a number); significant digits keep their trailing
-# zeros (#), so that a column reads alike: 0.3530 under 0.6356, not 0.353
+# zeros (#), so that a column reads alike: 0.3530 under 0.6356, not 0.353 (a whole number's
+# trailing point goes: _cell)
 COLUMNS = {
     "label": ("run", "{}"),
     "mode": ("mode", "{}"),
@@ -187,7 +188,12 @@ def _line(cells: list[str]) -> str:
 def _cell(value, fmt: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return MISSING
-    return fmt.format(value).replace("|", "\\|")
+    text = fmt.format(value)
+    # '#' keeps the zeros, and also the point of a number that fills the digits with its
+    # integer part (1234.0 -> '1234.', 123.4 -> '123.'): a bare point reads as a typo
+    if text.endswith("."):
+        text = text[:-1]
+    return text.replace("|", "\\|")
 
 
 def _last(a: np.ndarray | None) -> float | None:

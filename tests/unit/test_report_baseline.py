@@ -108,3 +108,15 @@ def test_a_columns_numbers_keep_their_significant_zeros():
     cells = [line.split(" | ") for line in to_markdown(rows).splitlines()[2:]]
     assert [c[7] for c in cells] == ["0.3530", "0.6356", "12.00"]     # final loss
     assert [c[12] for c in cells] == ["0.0180", "0.104", "2.50"]      # iteration time
+
+
+@pytest.mark.parametrize("value, objective, time", [
+    (1234.0, "1234", "1.23e+03"), (123.4, "123.4", "123"), (100.0, "100.0", "100"),
+    (5000.0, "5000", "5.00e+03"), (12345.0, "1.234e+04", "1.23e+04"), (10.0, "10.00", "10.0"),
+    (1.0, "1.000", "1.00"), (-987.0, "-987.0", "-987")])
+def test_a_whole_number_that_fills_its_digits_has_no_bare_point(value, objective, time):
+    """'{:#.4g}' wrote an objective of 1234.0 as '1234.' and '{:#.3g}' an iteration time
+    of 123.4 as '123.': the '#' that keeps significant zeros kept the point too."""
+    cells = to_markdown([{"objective": value, "iteration_time": value}]).splitlines()[2]
+    cells = cells.split(" | ")
+    assert (cells[6], cells[12]) == (objective, time)
