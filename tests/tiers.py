@@ -45,6 +45,7 @@ FILES = {
     "test_data_indian_pines.py": "unit",
     "test_data_mnist.py": "unit",
     "test_data_split.py": "unit",
+    "test_dataset_contract.py": "unit",
     "test_data_record.py": "unit",
     "test_mgrit_shortfall.py": "training",
     "test_ddp_groups.py": "unit",

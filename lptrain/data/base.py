@@ -54,8 +54,12 @@ def _registrar(table: dict):
     return register_as
 
 
-# name -> loader(options, seed, preprocessing=None) -> Dataset; options is the dataset's
-# config node, preprocessing a recorded spec to apply (load_dataset)
+# name -> loader(options, seed, preprocessing=None) -> Dataset, called with all three
+# (load_dataset): options the dataset's options dataclass (a parameter named and annotated
+# `options`: the config schema is read from it), seed the run's, preprocessing None (fit
+# to the training split) or a saved model's recorded spec to apply where it is of the
+# loader's kind; the loader records the spec it used in meta["preprocessing"]
+# (docs/architecture.md "Where to add", with an example)
 LOADERS: dict[str, Callable[..., Dataset]] = {}
 register = _registrar(LOADERS)      # @register(name): a loader
 
