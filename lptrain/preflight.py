@@ -143,12 +143,12 @@ def _memory_advice(opts, sizes: Sizes, net: ResNet, grid: Grid, need_g: memory.N
     rank holds all parameters and the optimizer's vectors of their size."""
     held = need_g.base + need_g.params
     source = source_bytes(sizes)
-    if held + source > limit:
+    if held + source > limit and source > held:     # more ranks help neither: the larger
         return (f"every rank reads all {sizes.read} samples of the source "
                 f"({memory.gb(source)}) before it takes its shard, so more ranks do not "
                 f"help: use a smaller dataset"
                 + (" (dataset.grid)" if opts.dataset.name == "peaks" else ""))
-    if held > limit:
+    if held + source > limit:
         return (f"every rank holds all {net.layout.size} parameters and the optimizer's "
                 f"vectors ({memory.gb(held)} with the runtime), so more ranks do not help: "
                 f"use a smaller network (network.width, network.channels or network.layers)"

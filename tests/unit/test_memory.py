@@ -262,3 +262,15 @@ def test_a_peaks_grid_that_does_not_fit_is_refused_before_loading():
         with pytest.raises(ConfigError, match="^memory: .* more than the .* so more ranks do "
                            "not help: use a smaller dataset \\(dataset.grid\\)$"):
             preflight.plan(app.options(composed(f"dataset.grid={grid}")), None)
+
+
+def test_parameters_beyond_memory_name_the_network_not_the_dataset():
+    """The advice named the dataset (its 65536 points, 2 MB) for a network of 9·10⁵ GB of
+    parameters: where neither more ranks nor fewer samples would do, the larger of the
+    two that every rank holds is the one to shrink."""
+    from helpers import composed
+    from lptrain import app, preflight
+    from lptrain.errors import ConfigError
+    with pytest.raises(ConfigError, match="^memory: .* so more ranks do not help: use a "
+                       "smaller network \\(network.width"):
+        preflight.plan(app.options(composed("network.width=1000000")), None)
