@@ -151,8 +151,9 @@ class ResNet:
             return self._custom_state_shape()
         if o.name == "dense":
             if len(self.in_shape) != 1:
-                raise ConfigError(f"network=dense: expects feature vectors, data has shape "
-                                  f"{self.in_shape}; use network=conv for images")
+                raise ConfigError(f"network.name=dense: a dense network takes feature "
+                                  f"vectors, the data has samples of shape {self.in_shape}; "
+                                  f"use network=conv for images")
             require(o.opening != "pad" or o.width >= self.in_shape[0], "network.width",
                     o.width, f"opening=pad needs width >= {self.in_shape[0]} features")
             return (o.width,)

@@ -251,6 +251,17 @@ def test_pooling_needs_a_conv_network():
         dense_net(pool=2)
 
 
+def test_a_dense_network_on_images_names_the_key_it_reads():
+    """`dataset=mnist network=dense_wide` said `network=dense: ...`, a choice the user
+    had not typed (dense_wide sets network.name=dense): the key it reads is named."""
+    from lptrain.model.network import NetworkOptions, ResNet
+    o = NetworkOptions(name="dense", width=4, layers=2, T=1.0)
+    with pytest.raises(ConfigError, match=r"^network.name=dense: a dense network takes "
+                       r"feature vectors, the data has samples of shape \(1, 28, 28\); "
+                       r"use network=conv for images$"):
+        ResNet(o, (1, 28, 28), 10)
+
+
 @pytest.mark.parametrize("length, phase", [(2, 0), (4, 0), (4, 2), (3, 1), (9, 0)])
 def test_block_mean_weights_equal_the_means_of_each_block(length, phase):
     # the propagators' coarse weights (coarse_weights=average) come from one reduction
