@@ -112,9 +112,11 @@ def _against_run(model, overrides: list[str], options, seed: int, data) -> dict:
     from lptrain.data import load_dataset
     from lptrain.errors import LptrainError
     unknown = {"split_changed": None, "trained_on": None}
+    if not overrides:
+        return unknown
     moved = [o for o in overrides if o.partition("=")[0] == "dataset.path"]
     own, _ = dataset_for(model, moved)
-    if not overrides or own.name != options.name:
+    if own.name != options.name:
         return unknown
     try:        # a check of the overrides: not a reason to refuse the evaluation
         run = load_dataset(own, seed, model.preprocessing or data.meta.get("preprocessing"))

@@ -10,7 +10,7 @@ import torch
 from lptrain.data.base import (Dataset, Sizes, check_split, chosen, data_dirs, package_dir,
                                packaged_remedy, register, register_sizes, stratified_split)
 from lptrain.data.matfile import MatFileError, read_variables
-from lptrain.data.preprocessing import recorded, standardise
+from lptrain.data.preprocessing import recorded, standardise, standardise_stats
 from lptrain.errors import DataError, require
 
 N_CLASSES = 16
@@ -151,7 +151,7 @@ def normalise(x_train: torch.Tensor, x_val: torch.Tensor, spec: dict | None = No
     those of `spec` (a recorded `standardise`) where it has one of each per band."""
     spec = recorded(spec, "standardise")
     if spec is not None and len(spec["mean"]) == x_train.shape[1]:
-        mean, std = (torch.tensor(spec[k], dtype=torch.float64) for k in ("mean", "std"))
+        mean, std = standardise_stats(spec)
     else:
         mean = x_train.mean(dim=0)
         std = x_train.std(dim=0, correction=0)

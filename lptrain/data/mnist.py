@@ -1,7 +1,6 @@
 """MNIST and Fashion-MNIST loaders: IDX files, offline fallbacks, pixel scaling."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -13,7 +12,8 @@ from lptrain.data.base import (VALIDATION_SET, Dataset, Sizes, chosen, data_dirs
                                package_dir, packaged_remedy, register, register_sizes,
                                stratified_split)
 from lptrain.data.idx import idx_header, read_idx
-from lptrain.data.preprocessing import PIXEL_SCALINGS, pixel_values, recorded
+from lptrain.data.preprocessing import (PIXEL_SCALINGS, pixel_values, recorded,
+                                        recorded_pixel_values)
 from lptrain.errors import DataError, require
 
 N_CLASSES = 10
@@ -160,9 +160,7 @@ def pixel_table(train: np.ndarray, scaling: str) -> tuple[np.ndarray, dict]:
 
 def recorded_table(spec: dict) -> np.ndarray:
     """The lookup table of a recorded `pixels` spec (pixel_table's for its training set)."""
-    unit = np.arange(256, dtype=np.float64) / 255
-    return pixel_values(unit, spec["scaling"], spec.get("pixel_mean", math.nan),
-                        spec.get("pixel_std", math.nan))
+    return recorded_pixel_values(np.arange(256, dtype=np.float64) / 255, spec)
 
 
 def scale(images: np.ndarray, table: np.ndarray) -> torch.Tensor:

@@ -59,11 +59,15 @@ def standardise(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch
     return (x - mean) / std
 
 
+def standardise_stats(spec: dict, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, std) of a recorded `standardise` spec, float64 tensors."""
+    return tuple(torch.tensor(spec[k], dtype=torch.float64, device=device)
+                 for k in ("mean", "std"))
+
+
 @register("standardise")
 def _standardise(x: torch.Tensor, spec: dict) -> torch.Tensor:
-    mean, std = (torch.tensor(spec[k], dtype=torch.float64, device=x.device)
-                 for k in ("mean", "std"))
-    return standardise(x, mean, std)
+    return standardise(x, *standardise_stats(spec, x.device))
 
 
 PIXEL_SCALINGS = ("authors", "unit", "standard")
@@ -82,6 +86,12 @@ def pixel_values(unit: np.ndarray, scaling: str, mean: float, std: float) -> np.
     raise ValueError(f"pixel scaling {scaling!r}: choose one of {list(PIXEL_SCALINGS)}")
 
 
+def recorded_pixel_values(unit: np.ndarray, spec: dict) -> np.ndarray:
+    """pixel_values with the scaling and statistics of a recorded `pixels` spec."""
+    return pixel_values(unit, spec["scaling"], spec.get("pixel_mean", math.nan),
+                        spec.get("pixel_std", math.nan))
+
+
 @register("pixels")
 def _pixels(x: torch.Tensor, spec: dict) -> torch.Tensor:
     low, high = (float(x.min()), float(x.max())) if x.numel() else (0.0, 0.0)
@@ -89,6 +99,4 @@ def _pixels(x: torch.Tensor, spec: dict) -> torch.Tensor:
         raise ValueError(f"pixels from {low:g} to {high:g}: expected grey levels in "
                          f"0..{GREY_LEVELS}")
     unit = x.detach().cpu().numpy() / GREY_LEVELS
-    scaled = pixel_values(unit, spec["scaling"], spec.get("pixel_mean", math.nan),
-                          spec.get("pixel_std", math.nan))
-    return torch.from_numpy(scaled).to(x.device)
+    return torch.from_numpy(recorded_pixel_values(unit, spec)).to(x.device)

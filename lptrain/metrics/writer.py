@@ -244,8 +244,7 @@ class MetricsWriter:
             write()
             self._file.flush()
         except (OSError, RuntimeError) as exc:
-            self.failure = s.MetricsFileError(f"{self.path}: cannot write "
-                                              f"({write_failure(exc)})")
+            self.failure = self._cannot_write(exc)
             self.rows_lost = True
             self._fail_safely()
 
@@ -264,12 +263,15 @@ class MetricsWriter:
                 self._file.attrs[name] = value
             self._file.flush()
         except (OSError, RuntimeError) as exc:
-            self.failure = self.failure or s.MetricsFileError(
-                f"{self.path}: cannot write ({write_failure(exc)})")
+            self.failure = self.failure or self._cannot_write(exc)
             discard(self._file, fd)
             return False
         self._file.close()
         return True
+
+    def _cannot_write(self, exc: BaseException) -> s.MetricsFileError:
+        """The writer's failure for a write of the file that raised `exc`."""
+        return s.MetricsFileError(f"{self.path}: cannot write ({write_failure(exc)})")
 
     def _append_row(self, group: str, fields: dict) -> None:
         for name in fields:

@@ -180,8 +180,7 @@ def _finish(ax, x: str, ylabel: str, log: bool) -> None:
     ax.set_ylabel(ylabel)
     if x == s.ITERATION:
         _integer_ticks(ax)
-    ys = np.concatenate([np.asarray(line.get_ydata(), float).ravel() for line in ax.lines]
-                        or [np.empty(0)])
+    ys = _line_data(ax, "y")
     ys = ys[ys > 0]                       # NaN compares False
     if log and ys.size and (ys.max() >= LOG_SPAN * ys.min() or ys.max() == ys.min()):
         ax.set_yscale("log", nonpositive="mask")
@@ -194,8 +193,7 @@ def _integer_ticks(ax) -> None:
     """Ticks at whole iterations only: a short run's axis ticked 0.5, 1.25, ...; where
     every point is at one iteration (a run of one), a tick there alone, as the integer
     locator falls back to 0.96, 0.98, ... with fewer than two integers in view."""
-    xs = np.concatenate([np.asarray(line.get_xdata(), float).ravel() for line in ax.lines]
-                        or [np.empty(0)])
+    xs = _line_data(ax, "x")
     xs = xs[np.isfinite(xs)]
     if xs.size and xs.min() == xs.max():
         ax.set_xticks([xs[0]])
@@ -203,11 +201,17 @@ def _integer_ticks(ax) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
 
 
+def _line_data(ax, axis: str) -> np.ndarray:
+    """Every point's `axis` ("x" or "y") coordinate over the lines of `ax`, as floats."""
+    get = "get_xdata" if axis == "x" else "get_ydata"
+    return np.concatenate([np.asarray(getattr(line, get)(), float).ravel()
+                           for line in ax.lines] or [np.empty(0)])
+
+
 def _nothing_drawn(ax) -> None:
     """An axis with no point to show says so, over the runs' iterations where they have
     some, instead of matplotlib's empty -0.04..0.04 square."""
-    xs = np.concatenate([np.asarray(line.get_xdata(), float).ravel() for line in ax.lines]
-                        or [np.empty(0)])
+    xs = _line_data(ax, "x")
     xs = xs[np.isfinite(xs)]
     if xs.size:
         lo, hi = float(xs.min()), float(xs.max())
