@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from lptrain.errors import require
+from lptrain.errors import ConfigError, require
 from lptrain.mgrit.solver import CYCLES, LEVEL_OPS, CycleOptions
 
 COARSE_WEIGHTS = ("inject", "average")
@@ -63,9 +63,10 @@ class MGRITOptions:
                 f"choose one of {CONTROLS}")
         require(0 < self.grad_tol < math.inf, "mgrit.grad_tol", self.grad_tol,
                 "must be a positive number")
-        require(self.control_max_iters >= self.control_min_iters, "mgrit.control_max_iters",
-                self.control_max_iters,
-                f"must be >= mgrit.control_min_iters ({self.control_min_iters})")
+        if self.control_max_iters < self.control_min_iters:   # either may be the one typed
+            raise ConfigError(f"mgrit.control_min_iters={self.control_min_iters} and "
+                              f"mgrit.control_max_iters={self.control_max_iters}: the "
+                              f"fewest iterations planned exceed the most")
         require(self.level_ops in LEVEL_OPS, "mgrit.level_ops", self.level_ops,
                 f"choose one of {tuple(LEVEL_OPS)}")
         require(self.tol >= 0, "mgrit.tol", self.tol, "must be >= 0")

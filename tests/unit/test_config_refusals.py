@@ -260,3 +260,20 @@ def test_a_group_given_no_name_is_one_line(given, message):
     if not given.startswith("hydra/"):
         with pytest.raises(ConfigError, match="^" + re.escape(message)):
             compose(given.split())    # the tools' composition (lptrain-model, -eval)
+
+
+@pytest.mark.parametrize("overrides", [["mgrit.control_min_iters=7"],
+                                       ["mgrit.control_max_iters=0"],
+                                       ["mgrit.control_min_iters=3", "mgrit.control_max_iters=2"]])
+def test_crossed_plan_bounds_name_both_values(overrides):
+    """Was 'mgrit.control_max_iters=6: must be >= ...' for control_min_iters=7: it led
+    with the key the user had not typed."""
+    min_, max_ = (options(_compose()).mgrit.control_min_iters,
+                  options(_compose()).mgrit.control_max_iters)
+    for o in overrides:
+        key, value = o.split("=")
+        min_, max_ = (int(value), max_) if key.endswith("min_iters") else (min_, int(value))
+    with pytest.raises(ConfigError) as err:
+        options(_compose(*overrides))
+    assert str(err.value) == (f"mgrit.control_min_iters={min_} and mgrit.control_max_iters="
+                              f"{max_}: the fewest iterations planned exceed the most")
