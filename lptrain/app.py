@@ -8,6 +8,7 @@ import torch
 from omegaconf import OmegaConf
 
 from lptrain.config.schema import Config, ModeOptions
+from lptrain.config.inert import unused_notes
 from lptrain.config.typed import options  # noqa: F401 (cli and tools call app.options)
 from lptrain.data import load_dataset
 from lptrain.errors import ConfigError, DivergedError, StalledError, require
@@ -99,13 +100,15 @@ def _over_data_groups(terms, ex, grid):
     return DataParallelOracle(terms, ex.data) if grid.data > 1 else terms
 
 
-def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
+def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False, typed=()):
     """Train one configuration; rank 0 writes run_dir/metrics.h5, model.pt (the best
     validated parameters), model-last.pt and checkpoint.pt.
 
     `stop` (a train.guard.StopSignals) ends the run after the iteration at which any
     rank received SIGINT/SIGHUP/SIGTERM (Interrupted). With `resume` the run continues from
-    run_dir/checkpoint.pt, appending to its metrics.h5. Returns the Outcome.
+    run_dir/checkpoint.pt, appending to its metrics.h5. `typed`: the command-line
+    overrides, of which those the run does not read are named under its title. Returns
+    the Outcome.
     """
     opts = options(cfg)
     config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
@@ -121,7 +124,7 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False):
     done = None if saved is None else saved.iteration
     path = run_dir / ms.FILE_NAME
     attrs, title, notes = _heading(config_yaml, opts, plan, data, net, saved, path,
-                                   rank0)
+                                   rank0, typed)
     saver = ModelSaver(run_dir, net, config_yaml, opts.dtype, data, rank0,
                        validation_chunk(batches_of(data, opts)))
     if saved is not None and saved.pending is not None:
@@ -174,7 +177,7 @@ def _metrics_kept(run_dir: Path) -> None:
 
 
 def _heading(config_yaml: str, opts: Config, plan, data, net, saved, path: Path,
-             rank0: bool) -> tuple:
+             rank0: bool, typed=()) -> tuple:
     """(metrics.h5's attributes, the console's title, its notes) of this run."""
     grid, steps = plan.grid, level_steps(opts, plan.grid)
     attrs = {ms.MODE: opts.mode.name, ms.WORLD_SIZE: grid.size, ms.LAYER_RANKS: grid.layer,
@@ -186,7 +189,8 @@ def _heading(config_yaml: str, opts: Config, plan, data, net, saved, path: Path,
              f"P={grid.size} ({grid.layer} layer x {grid.data} data"
              f"{', auto' if plan.auto else ''})")
     notes = (hierarchy_notes(opts, steps) + step_notes(net)
-             + data_notes(data, plan.sizes.n_val) + plan.notes)
+             + data_notes(data, plan.sizes.n_val) + plan.notes
+             + unused_notes(opts, typed, images=len(net.state_shape) == 3))
     if saved is not None and rank0:
         notes += resume_notes(saved, opts, run_status(path), grid, last_iteration(path),
                               (root_attr(path, ms.THREADS), torch.get_num_threads()))

@@ -322,7 +322,7 @@ def _run_job(job: Job) -> float | None:
     run_dir = Path(job.run_dir)
     try:
         outcome = app.run(job.cfg, comm, run_dir, _stop[0] if _stop else None,
-                          resume=job.resume)
+                          resume=job.resume, typed=job.typed)
         if _stop:
             signal_at_the_end(job, comm, _stop[0])
         return float(outcome.objective)

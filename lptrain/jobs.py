@@ -31,6 +31,7 @@ class Job:
     env: dict = field(default_factory=dict)   # variables the job sets (hydra.job.env_set)
     resume: bool = False       # continue the checkpoint in run_dir (resume=)
     sweep_dir: str = ""        # the multirun's directory ("" for a single run)
+    typed: tuple = ()          # the job's command-line overrides (Hydra's overrides.task)
 
     @classmethod
     def of_hydra(cls, cfg, hydra_cfg, resume: bool = False) -> Job:
@@ -42,7 +43,7 @@ class Job:
         sweep = str(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else ""
         return cls(resolved, str(hydra_cfg.runtime.output_dir), os.getcwd(),
                    {str(k): str(v) for k, v in hydra_cfg.job.env_set.items()}, resume,
-                   sweep)
+                   sweep, tuple(str(o) for o in hydra_cfg.overrides.task))
 
     @contextmanager
     def entered(self):

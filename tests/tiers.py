@@ -27,6 +27,7 @@ FILES = {
     "test_checkpoint_formats.py": "training",
     "test_cli_task.py": "training",
     "test_help_format.py": "unit",
+    "test_inert_settings.py": "training",
     "test_collective.py": "unit",
     "test_coarse_steps.py": "numeric",
     "test_compact_warm.py": "numeric",

@@ -15,21 +15,23 @@ from lptrain.errors import ConfigError
 from lptrain.jobs import END, JOB, Job, JobChannel
 
 
-def _hydra_cfg(output_dir="out/0", env_set=None):
+def _hydra_cfg(output_dir="out/0", env_set=None, task=()):
     return OmegaConf.create({"runtime": {"output_dir": output_dir},
                              "job": {"env_set": env_set or {}}, "mode": None,
-                             "sweep": {"dir": "sweep"}})
+                             "sweep": {"dir": "sweep"}, "overrides": {"task": list(task)}})
 
 
 def test_a_job_carries_rank_0s_resolved_values(monkeypatch, tmp_path):
     monkeypatch.setenv("LPTRAIN_TEST_WIDTH", "6")
     cfg = OmegaConf.create({"network": {"width": "${oc.env:LPTRAIN_TEST_WIDTH}"}})
-    job = Job.of_hydra(cfg, _hydra_cfg(str(tmp_path), {"A": 1}), resume=True)
+    job = Job.of_hydra(cfg, _hydra_cfg(str(tmp_path), {"A": 1}, ["mode=serial", "+x.y=2"]),
+                       resume=True)
     monkeypatch.setenv("LPTRAIN_TEST_WIDTH", "9")     # another rank's environment
     assert job.cfg.network.width == "6"
     assert cfg.network.width == "9"                    # the original is left as it was
     assert (job.run_dir, job.cwd, job.env, job.resume) == (str(tmp_path), os.getcwd(),
                                                            {"A": "1"}, True)
+    assert job.typed == ("mode=serial", "+x.y=2")     # what the run's notes are made of
 
 
 def test_entering_a_job_sets_and_restores_cwd_and_variables(monkeypatch, tmp_path):
