@@ -247,6 +247,11 @@ def require(ok: bool, key: str, value, what: str) -> None:
         raise ConfigError(f"{key}={value!r}: {what}")
 
 
+def one_of(names) -> str:
+    """'choose one of a, b, c': the choices a refusal offers, worded alike everywhere."""
+    return "choose one of " + ", ".join(map(str, names))
+
+
 def counted(n: int, noun: str) -> str:
     """'1 C-interval', '4 C-intervals': a count and its noun, for messages."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

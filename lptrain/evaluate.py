@@ -32,7 +32,7 @@ def dataset_for(model, overrides: list[str]):
     from omegaconf.errors import OmegaConfBaseException
 
     from lptrain.config.schema import check_chosen, dataset_options
-    from lptrain.errors import ConfigError
+    from lptrain.errors import ConfigError, one_of
     saved = OmegaConf.create(model.config_yaml)
     node = OmegaConf.to_container(saved.dataset, resolve=True)
     for item in overrides:
@@ -44,7 +44,7 @@ def dataset_for(model, overrides: list[str]):
             node = {"name": value}
     kinds = dataset_options()
     if node["name"] not in kinds:
-        raise ConfigError(f"dataset={node['name']!r}: unknown, choose one of {sorted(kinds)}")
+        raise ConfigError(f"dataset={node['name']!r}: unknown, {one_of(sorted(kinds))}")
     try:
         merged = OmegaConf.merge(OmegaConf.structured(kinds[node["name"]](**node)),
                                  OmegaConf.from_dotlist([o[len("dataset."):] for o in overrides

@@ -22,12 +22,12 @@ def refuse_schema_nodes(choices: Mapping[str, str | None]) -> None:
     """ConfigError if a group's choice (Hydra's runtime choices) is one of the schema
     nodes that group's configs extend: `mode=mode_schema` would run on the bare schema."""
     from lptrain.config.schema import schema_nodes
-    from lptrain.errors import ConfigError
+    from lptrain.errors import ConfigError, one_of
     for group, nodes in schema_nodes().items():
         chosen = choices.get(group)
         if chosen in nodes:
             raise ConfigError(f"{group}={chosen}: the schema the {group} configs extend, not "
-                              f"a choice; choose one of {', '.join(yaml_choices(group))}")
+                              f"a choice; {one_of(yaml_choices(group))}")
 
 
 def compose_checked(overrides: Sequence[str], job: str | None = None):

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from lptrain.errors import ConfigError, require
+from lptrain.errors import ConfigError, one_of, require
 from lptrain.metrics.tensorboard import LOGGERS
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.model.dtypes import DTYPES as _TORCH_DTYPES
@@ -50,7 +50,7 @@ class RateOptions:
     def __post_init__(self):
         require(self.lr > 0, "optimizer.lr", self.lr, "must be > 0")
         require(self.schedule in SCHEDULES, "optimizer.schedule", self.schedule,
-                f"choose one of {tuple(SCHEDULES)}")
+                one_of(SCHEDULES))
         require(0 <= self.lr_min <= self.lr, "optimizer.lr_min", self.lr_min,
                 f"must be in [0, optimizer.lr = {self.lr}]")
 
@@ -92,7 +92,7 @@ class ModeOptions:
     warm_batches: int = 64       # simultaneous + mini-batches: batches whose states are kept
 
     def __post_init__(self):
-        require(self.name in MODES, "mode", self.name, f"choose one of {MODES}")
+        require(self.name in MODES, "mode", self.name, one_of(MODES))
         require(self.warm_batches >= 1, "mode.warm_batches", self.warm_batches,
                 "must be >= 1 (the batch being trained keeps its states between its "
                 "solves)")
@@ -146,10 +146,10 @@ class Config:
         require(self.checkpoint_every is None or self.checkpoint_every >= 0,
                 "checkpoint_every", self.checkpoint_every,
                 "must be >= 0 (0: only when stopped and at the end) or null (automatic)")
-        require(self.dtype in DTYPES, "dtype", self.dtype, f"choose one of {DTYPES}")
-        require(self.device in DEVICES, "device", self.device, f"choose one of {DEVICES}")
+        require(self.dtype in DTYPES, "dtype", self.dtype, one_of(DTYPES))
+        require(self.device in DEVICES, "device", self.device, one_of(DEVICES))
         require(0 <= self.seed < 2 ** 32, "seed", self.seed, "must be in [0, 2**32 - 1]")
-        require(self.logger in LOGGERS, "logger", self.logger, f"choose one of {LOGGERS}")
+        require(self.logger in LOGGERS, "logger", self.logger, one_of(LOGGERS))
 
 
 def dataset_options() -> dict[str, type]:

@@ -8,7 +8,7 @@ from typing import Callable
 
 import torch
 
-from lptrain.errors import ConfigError, DataError, install_hint
+from lptrain.errors import ConfigError, DataError, install_hint, one_of
 
 
 VALIDATION_SET = "validation_set"   # meta key of a loader whose validation split is a test set
@@ -90,8 +90,7 @@ def dataset_sizes(options) -> Sizes:
     try:
         fn = SIZES[options.name]
     except KeyError:
-        raise ConfigError(f"dataset={options.name!r}: unknown, choose one of "
-                          f"{sorted(SIZES)}") from None
+        raise ConfigError(f"dataset={options.name!r}: unknown, {one_of(sorted(SIZES))}") from None
     return fn(options)
 
 
@@ -114,8 +113,7 @@ def load_dataset(options, seed: int, preprocessing: dict | None = None) -> Datas
     try:
         loader = LOADERS[options.name]
     except KeyError:
-        raise ConfigError(f"dataset={options.name!r}: unknown, choose one of "
-                          f"{sorted(LOADERS)}") from None
+        raise ConfigError(f"dataset={options.name!r}: unknown, {one_of(sorted(LOADERS))}") from None
     return loader(options, seed, preprocessing)
 
 

@@ -11,7 +11,7 @@ from lptrain.data.base import (Dataset, Sizes, check_split, chosen, data_dirs, p
                                packaged_remedy, register, register_sizes, stratified_split)
 from lptrain.data.matfile import MatFileError, read_variables
 from lptrain.data.preprocessing import recorded, standardise, standardise_stats
-from lptrain.errors import DataError, require
+from lptrain.errors import DataError, one_of, require
 
 N_CLASSES = 16
 VARIANTS = ("auto", "corrected", "full")
@@ -35,7 +35,7 @@ class IndianPinesOptions:
         require(self.n_train >= 1, "dataset.n_train", self.n_train, "must be positive")
         require(self.n_val >= 1, "dataset.n_val", self.n_val, "must be positive")
         require(self.variant in VARIANTS, "dataset.variant", self.variant,
-                f"must be one of {list(VARIANTS)}")
+                one_of(VARIANTS))
 
 
 def read_mat(path: Path, ndim: int) -> np.ndarray:

@@ -14,7 +14,7 @@ from lptrain.data.base import (VALIDATION_SET, Dataset, Sizes, chosen, data_dirs
 from lptrain.data.idx import idx_header, read_idx
 from lptrain.data.preprocessing import (PIXEL_SCALINGS, pixel_values, recorded,
                                         recorded_pixel_values)
-from lptrain.errors import DataError, require
+from lptrain.errors import DataError, one_of, require
 
 N_CLASSES = 10
 SIDE = 28
@@ -45,7 +45,7 @@ class MnistOptions:
             require(value is None or value >= 1, f"dataset.{key}", value,
                     "must be a positive number of images, or null for all")
         require(self.scaling in SCALINGS, "dataset.scaling", self.scaling,
-                f"must be one of {list(SCALINGS)}")
+                one_of(SCALINGS))
 
 
 @dataclass

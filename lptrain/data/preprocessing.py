@@ -21,6 +21,8 @@ from typing import Callable
 import numpy as np
 import torch
 
+from lptrain.errors import one_of
+
 # kind -> transform(x, spec): raw float64 samples (n, *feature_shape) -> features
 TRANSFORMS: dict[str, Callable[[torch.Tensor, dict], torch.Tensor]] = {}
 
@@ -83,7 +85,7 @@ def pixel_values(unit: np.ndarray, scaling: str, mean: float, std: float) -> np.
         return unit
     if scaling == "standard":
         return (unit - mean) / std
-    raise ValueError(f"pixel scaling {scaling!r}: choose one of {list(PIXEL_SCALINGS)}")
+    raise ValueError(f"pixel scaling {scaling!r}: {one_of(PIXEL_SCALINGS)}")
 
 
 def recorded_pixel_values(unit: np.ndarray, spec: dict) -> np.ndarray:

@@ -15,7 +15,7 @@ from typing import Sequence
 import h5py
 
 from lptrain import __version__
-from lptrain.errors import DivergedError, Interrupted, one_line
+from lptrain.errors import DivergedError, Interrupted, one_line, one_of
 from lptrain.metrics import schema as s
 from lptrain.metrics.columns import Columns, append_history, append_per_rank
 from lptrain.metrics.h5_faults import descriptor, discard, write_failure
@@ -206,7 +206,7 @@ class MetricsWriter:
         if self._closed:
             return
         if status not in s.FINAL_STATUSES:
-            raise ValueError(f"status={status!r}: choose one of {s.FINAL_STATUSES}")
+            raise ValueError(f"status={status!r}: {one_of(s.FINAL_STATUSES)}")
         if self.failure is not None:         # rows of the last iteration came from the reserve
             self._fail_safely()
             return

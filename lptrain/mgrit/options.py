@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from lptrain.errors import ConfigError, require
+from lptrain.errors import ConfigError, one_of, require
 from lptrain.mgrit.solver import CYCLES, LEVEL_OPS, CycleOptions
 
 COARSE_WEIGHTS = ("inject", "average")
@@ -56,11 +56,11 @@ class MGRITOptions:
                     "calibrate_every"):
             require(getattr(self, key) >= 0, f"mgrit.{key}", getattr(self, key), "must be >= 0")
         self._bounded()
-        require(self.cycle in CYCLES, "mgrit.cycle", self.cycle, f"choose one of {CYCLES}")
+        require(self.cycle in CYCLES, "mgrit.cycle", self.cycle, one_of(CYCLES))
         require(self.coarse_weights in COARSE_WEIGHTS, "mgrit.coarse_weights",
-                self.coarse_weights, f"choose one of {COARSE_WEIGHTS}")
+                self.coarse_weights, one_of(COARSE_WEIGHTS))
         require(self.control in CONTROLS, "mgrit.control", self.control,
-                f"choose one of {CONTROLS}")
+                one_of(CONTROLS))
         require(0 < self.grad_tol < math.inf, "mgrit.grad_tol", self.grad_tol,
                 "must be a positive number")
         if self.control_max_iters < self.control_min_iters:   # either may be the one typed
@@ -68,7 +68,7 @@ class MGRITOptions:
                               f"mgrit.control_max_iters={self.control_max_iters}: the "
                               f"fewest iterations planned exceed the most")
         require(self.level_ops in LEVEL_OPS, "mgrit.level_ops", self.level_ops,
-                f"choose one of {tuple(LEVEL_OPS)}")
+                one_of(LEVEL_OPS))
         require(self.tol >= 0, "mgrit.tol", self.tol, "must be >= 0")
         require(0 <= self.rtol < 1, "mgrit.rtol", self.rtol, "must be in [0, 1)")
         require(self.adj_tol is None or self.adj_tol >= 0, "mgrit.adj_tol", self.adj_tol,

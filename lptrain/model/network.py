@@ -8,7 +8,7 @@ from typing import Any, Dict
 import torch
 import torch.nn.functional as F
 
-from lptrain.errors import ConfigError, require
+from lptrain.errors import ConfigError, one_of, require
 from lptrain.model.activations import ACTIVATIONS
 from lptrain.model.custom import CustomStep, check_spec
 from lptrain.model.custom_steps import ModuleThetaSteps
@@ -63,7 +63,7 @@ class NetworkOptions:
     step: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
-        require(self.name in KINDS, "network.name", self.name, f"choose {sorted(KINDS)}")
+        require(self.name in KINDS, "network.name", self.name, one_of(sorted(KINDS)))
         if self.name == "custom":
             check_spec(self.step, required=False)    # built (and required) by ResNet
         else:
@@ -77,14 +77,14 @@ class NetworkOptions:
                 f"the layer step h = T/N = {self.T / self.layers:.3g} (N = {self.layers}) "
                 f"is below {MIN_H:g}: take T >= {MIN_H * self.layers:.3g}")
         require(self.activation in ACTIVATIONS, "network.activation", self.activation,
-                f"choose {sorted(ACTIVATIONS)}")
+                one_of(sorted(ACTIVATIONS)))
         require(self.bias in ("scalar", "vector"), "network.bias", self.bias,
-                "choose scalar or vector")
+                one_of(("scalar", "vector")))
         require(self.opening in OPENINGS[self.name], "network.opening", self.opening,
-                f"choose {OPENINGS[self.name]} for network={self.name}")
+                f"{one_of(OPENINGS[self.name])} for network={self.name}")
         require(self.pool >= 1, "network.pool", self.pool, "must be >= 1 (1: no pooling)")
         require(self.init in ("uniform", "normal"), "network.init", self.init,
-                "choose uniform or normal")
+                one_of(("uniform", "normal")))
         for key in ("init_opening", "init_hidden", "init_classifier"):
             require(0 <= getattr(self, key) <= MAX_INIT, f"network.{key}", getattr(self, key),
                     f"must be in [0, {MAX_INIT:g}] (a scale of the initial weights)")
@@ -171,7 +171,7 @@ class ResNet:
         kinds = VECTOR_OPENINGS if vectors else tuple(k for k in OPENINGS["custom"]
                                                      if k not in VECTOR_OPENINGS)
         require(o.opening in kinds, "network.opening", o.opening,
-                f"choose {kinds} for network=custom on "
+                f"{one_of(kinds)} for network=custom on "
                 f"{'feature vectors' if vectors else 'images'} of shape {self.in_shape}")
         if vectors:
             require(o.opening != "pad" or o.width >= self.in_shape[0], "network.width",

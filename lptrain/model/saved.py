@@ -22,7 +22,7 @@ import zipfile
 from pathlib import Path
 
 import torch
-from lptrain.errors import InputFileError, RunFileError, first_line, reason
+from lptrain.errors import InputFileError, RunFileError, first_line, one_of, reason
 from lptrain.model.network import ResNet
 
 MODEL_FILE = "model.pt"
@@ -256,7 +256,7 @@ def model_path(run: str | Path, which: str | None = None) -> Path:
     if run.is_file():
         return run
     if which is not None and which not in MODEL_FILES:
-        raise ValueError(f"which={which!r}: choose one of {sorted(MODEL_FILES)}")
+        raise ValueError(f"which={which!r}: {one_of(sorted(MODEL_FILES))}")
     return run / MODEL_FILES[which or "best"]
 
 

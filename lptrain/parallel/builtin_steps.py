@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lptrain.errors import ConfigError
+from lptrain.errors import ConfigError, one_of
 from lptrain.model.activations import ACTIVATIONS, Activation
 from lptrain.model.module_steps import ModuleSteps
 from lptrain.model.steps import STEPPERS
@@ -67,7 +67,7 @@ class BuiltinSteps(ModuleSteps):
         if kind not in STEPPERS:
             raise ConfigError(f"kind={kind!r}: built-in steps are {sorted(STEPPERS)}")
         if activation not in ACTIVATIONS:
-            raise ConfigError(f"activation={activation!r}: choose one of {sorted(ACTIVATIONS)}")
+            raise ConfigError(f"activation={activation!r}: {one_of(sorted(ACTIVATIONS))}")
         _check_shapes(kind, K, b)
         self.kind, self.act = kind, ACTIVATIONS[activation]
         self._K = K.detach().clone().contiguous()

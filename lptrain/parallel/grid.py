@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from lptrain.errors import ConfigError, counted
+from lptrain.errors import ConfigError, counted, one_of
 
 AUTO = "auto"
 TIE = 0.05      # auto: a grid within 5 % of the fastest counts as fast, the most layer ranks win
@@ -117,7 +117,7 @@ def candidates(size: int, layer_ranks, data_ranks: int | None, max_layer: int,
         return [Grid(d, size // d) for d in divisors(size) if d <= max_layer]
     if size % layer:
         raise ConfigError(f"parallel.layer_ranks={layer}: must divide the {size} ranks "
-                          f"(choose one of {divisors(size)})")
+                          f"({one_of(divisors(size))})")
     given = given or f"parallel.layer_ranks={layer}"
     if layer > 1 and not layered:
         raise ConfigError(f"{given}: mode=serial distributes only the batch; use 1 layer "

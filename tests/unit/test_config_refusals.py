@@ -277,3 +277,21 @@ def test_crossed_plan_bounds_name_both_values(overrides):
         options(_compose(*overrides))
     assert str(err.value) == (f"mgrit.control_min_iters={min_} and mgrit.control_max_iters="
                               f"{max_}: the fewest iterations planned exceed the most")
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["mgrit.coarse_weights=x"], "mgrit.coarse_weights"), (["mgrit.control=x"], "mgrit.control"),
+    (["mgrit.cycle=x"], "mgrit.cycle"), (["mgrit.level_ops=x"], "mgrit.level_ops"),
+    (["dtype=x"], "dtype"), (["device=x"], "device"), (["logger=x"], "logger"),
+    (["network.bias=x"], "network.bias"), (["network.init=x"], "network.init"),
+    (["network.activation=x"], "network.activation"), (["network.opening=x"], "network.opening"),
+    (["optimizer=adam", "optimizer.schedule=x"], "optimizer.schedule"),
+    (["dataset=mnist", "dataset.scaling=x"], "dataset.scaling"),
+    (["dataset=indian_pines", "dataset.variant=x"], "dataset.variant")])
+def test_every_choice_refusal_lists_the_choices_alike(overrides, key):
+    """The choices were worded four ways: ('a', 'b'), ['a', 'b'], 'a or b', and
+    'must be one of'."""
+    with pytest.raises(ConfigError) as err:
+        options(_compose(*overrides))
+    assert re.fullmatch(rf"{re.escape(key)}='x': choose one of [\w.-]+(, [\w.-]+)+( .*)?",
+                        str(err.value)), err.value

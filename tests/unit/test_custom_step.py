@@ -101,7 +101,7 @@ def test_initial_parameters_are_the_modules_own_and_seeded():
     ({"_target_": "custom_step_pkg.Single", "width": 5}, "dense",     # was accepted
      r"maps a torch.float64 state to torch.float32: a residual branch must keep"),
     ({"_target_": "custom_step_pkg.DenseStep", "width": 5}, "conv",
-     r"network.opening='conv': choose \('dense', 'pad'\)"),
+     r"network.opening='conv': choose one of dense, pad for network=custom"),
 ])
 def test_bad_steps_are_refused_in_one_line(step, opening, message):
     o = NetworkOptions(name="custom", width=5, opening=opening, step=step)
