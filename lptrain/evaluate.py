@@ -97,7 +97,23 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val",
     return {"model": str(model_path(run, which)), "which": model.which,
             "iteration": model.iteration,
             "dataset": data.name, "split": name, "samples": int(x.shape[0]),
-            "loss": loss, "accuracy": accuracy, **checked}
+            "loss": loss, "accuracy": accuracy, **checked,
+            "not_applied": not_applied(model.preprocessing, overrides)}
+
+
+def not_applied(spec: dict | None, overrides: list[str]) -> list[tuple[str, str]]:
+    """[(override, the model's value)] for each dataset.KEY=VALUE whose KEY the model's
+    recorded preprocessing decides (e.g. the pixel scaling) with another value: the
+    samples are mapped as the model was trained, whatever the override says."""
+    if spec is None:
+        return []
+    last = {item.partition("=")[0]: item for item in overrides}     # as OmegaConf merges
+    found = []
+    for key, item in last.items():
+        kept = spec.get(key[len("dataset."):]) if key.startswith("dataset.") else None
+        if isinstance(kept, str) and kept != item.partition("=")[2]:
+            found.append((item, kept))
+    return found
 
 
 def _against_run(model, overrides: list[str], options, seed: int, data) -> dict:
@@ -180,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model: {r['model']} ({r['which']} parameters, iteration {r['iteration']})")
     print(f"{r['dataset']} {r['split']}: {r['samples']} samples, loss {r['loss']:.6g}, "
           f"accuracy {r['accuracy']:.4f}")
-    for line in _split_lines(r):
+    for line in _split_lines(r) + [
+            f"{PROG}: note: {item} not applied: the samples are mapped as the model was "
+            f"trained ({kept})" for item, kept in r["not_applied"]]:
         print(line, file=sys.stderr, flush=True)
     return 0
 

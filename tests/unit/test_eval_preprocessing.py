@@ -53,8 +53,22 @@ def test_overrides_of_scaling_or_training_subset_change_no_score(mnist_run, over
     other = evaluate.evaluate(run, overrides)
     assert (other["loss"], other["accuracy"]) == raw
     assert (other["split_changed"], other["trained_on"]) == (False, 0)
+    # said, not silently dropped: the scaling typed is not the model's (standard)
+    assert other["not_applied"] == [(o, "standard") for o in overrides
+                                    if o.startswith("dataset.scaling=")]
+    assert own["not_applied"] == []
     assert load_dataset(evaluate.dataset_for(model, overrides)[0], 3).x_val.ne(
         data.x_val).any()                       # what the loader alone would have scored
+
+
+def test_the_command_says_which_override_it_did_not_apply(mnist_run, capsys):
+    run, _, _ = mnist_run
+    assert evaluate.main([str(run), "dataset.scaling=standard", "dataset.scaling=unit"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["lptrain-eval: note: dataset.scaling=unit not applied: the samples are "
+                   "mapped as the model was trained (standard)"]
+    assert evaluate.main([str(run), "dataset.scaling=unit", "dataset.scaling=standard"]) == 0
+    assert capsys.readouterr().err == ""        # the last one counts, and is the model's
 
 
 def _scene(directory, bands=200, seed=0):
