@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lptrain.errors import Interrupted, LptrainError
+from lptrain.errors import Interrupted, LptrainError, counted
 from lptrain.train.control import FAR, grew, stagnated
 from lptrain.train.guard import Progress
 from lptrain.train.protocol import Batch
@@ -263,7 +263,10 @@ class _Notes:
     def _out_of_reach(self, k: int, stats: dict, console, mgrit) -> bool:
         """Say, once, that solves run at control_max_iters left the estimated gradient
         error far above mgrit.grad_tol REACH_ITERATIONS iterations in a row (the plans
-        are for the next evaluation: a spike of one is planned away). Whether it did."""
+        are for the next evaluation: a spike of one is planned away). Whether it did.
+        Under mgrit.control=fixed no plan reaches for grad_tol: nothing to say."""
+        if mgrit.control != "error":
+            return False
         most = mgrit.control_max_iters
         ran = min(stats.get("fwd_iterations", 0), stats.get("adj_iterations", 0))
         error = stats.get("grad_error", math.nan)
@@ -272,7 +275,7 @@ class _Notes:
         self.beyond = self.beyond + 1 if far else 0
         if self.beyond < REACH_ITERATIONS:
             return False
-        return _said(console, f"iteration {k}: with {most} iterations a solve "
+        return _said(console, f"iteration {k}: with {counted(most, 'iteration')} a solve "
                      f"(mgrit.control_max_iters) the", f"  estimated gradient error "
                      f"{error:.1e} stays far above mgrit.grad_tol {mgrit.grad_tol:g};",
                      "  try mode=mgrit, a larger control_max_iters, or smaller layer steps",
@@ -292,9 +295,10 @@ def _calibrated_above(k: int, stats: dict, console, mgrit) -> bool:
     """Say, once, that a calibration measured the true gradient error well above
     mgrit.grad_tol (the scaled estimates lag behind it). Whether it did. Where the plans
     are at control_max_iters already, a smaller grad_tol adds no iteration (the image
-    recipes cap them at 2): the advice names the cap instead."""
+    recipes cap them at 2): the advice names the cap instead. Under mgrit.control=fixed
+    grad_tol is no target (the calibration is recorded in mgrit/true_error only)."""
     true = stats.get("true_error", math.nan)
-    if not true > CALIBRATED_ABOVE * mgrit.grad_tol:
+    if mgrit.control != "error" or not true > CALIBRATED_ABOVE * mgrit.grad_tol:
         return False
     most = mgrit.control_max_iters
     capped = min(stats.get("fwd_plan", -1), stats.get("adj_plan", -1)) >= most

@@ -84,12 +84,30 @@ class _Lines:
         self.lines.append(line)
 
 
-def _notes():
+def _notes(control="error", most=6):
     from types import SimpleNamespace
 
     from lptrain.train.loop import _Notes
     console = _Lines()
-    return _Notes(console, SimpleNamespace(control_max_iters=6, grad_tol=0.005)), console
+    return _Notes(console, SimpleNamespace(control_max_iters=most, grad_tol=0.005,
+                                           control=control)), console
+
+
+def test_a_fixed_plan_is_told_nothing_of_the_controllers_target():
+    """mgrit.control=fixed: the run said grad_tol and control_max_iters were not used,
+    then advised 'a smaller mgrit.grad_tol' or 'a larger control_max_iters', and whether
+    it said so depended on their values."""
+    notes, console = _notes("fixed", most=1)
+    at_most = dict(fwd_iterations=1, adj_iterations=1, fwd_plan=1, adj_plan=1, grad_error=0.09,
+                   true_error=0.09)
+    for k in range(1, 10):
+        notes.after(k, at_most)
+    assert console.lines == []
+    notes, console = _notes("error", most=1)
+    for k in range(1, 4):
+        notes.after(k, at_most)
+    assert console.lines[0].startswith("iteration 1: a calibration")
+    assert console.lines[4].startswith("iteration 3: with 1 iteration a solve")
 
 
 def test_out_of_reach_needs_solves_run_at_their_most_three_times_in_a_row():
