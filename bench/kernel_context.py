@@ -21,6 +21,16 @@ run's forward is the stepper's own sweep (`stepper.sweep`, model/serial.py): the
 sweep as serial training runs it (states and activations into buffers of all N
 layers, a few rotating) against N × apply_save alone, warm and cold, alternating.
 
+    .venv/bin/python bench/kernel_context.py adjoint [OVERRIDES ...] [--rounds R]
+
+The serial backward sweep's kernels (act_vjp and vjp_from_g per layer, one stacked
+vjp_weights) timed where they run (the sweep of model/serial.py, layer by layer) and
+alone under three conditions, alternating: every operand cold (the model's pools);
+λ and f′ ⊙ λ hot (one copy, reused: what the previous kernel produced) and the saved
+activations and states cold; the same with those from pools of one sweep's storage
+(N states per operand).  Prints µs per call and the backward's ms per iteration,
+with `adjoint` (model/serial.py) timed whole.
+
     .venv/bin/python bench/kernel_context.py pair [OVERRIDES ...] [--rounds R]
 
 Two ranks on one host: the kernels of the configured one-shot iteration timed as
@@ -127,12 +137,15 @@ class Iteration:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=("serial", "mgrit", "simultaneous", "pair", "_timed"))
+    p.add_argument("mode", choices=("serial", "adjoint", "mgrit", "simultaneous", "pair",
+                                    "_timed"))
     p.add_argument("overrides", nargs="*")
     p.add_argument("--rounds", type=int, default=5)
     a = p.parse_args()
     if a.mode == "serial":
         return sweep_check(a.overrides, a.rounds)
+    if a.mode == "adjoint":
+        return adjoint_check(a.overrides, a.rounds)
     if a.mode in ("pair", "_timed"):
         return pair(a.overrides, a.rounds, a.mode == "_timed")
     it = Iteration(a.mode, a.overrides)
@@ -176,6 +189,86 @@ def sweep_check(overrides, rounds: int, buffers: int = 4) -> None:
     print("|---:|" + "---:|" * len(POOLS))
     print(f"| {statistics.median(swept[buffers:]) * 1e3:.2f} | " + " | ".join(
         f"{statistics.median(alone[pool]) * 1e3:.2f}" for pool in POOLS) + " |")
+
+
+BACKWARD = ("act_vjp", "vjp_from_g", "vjp_weights")
+OPERANDS = {"all cold": "cold", "λ hot, rest cold": "cold",
+            "λ hot, rest from the sweep's storage": "storage"}
+
+
+def adjoint_check(overrides, rounds: int) -> None:
+    """The serial backward's kernels in the run against alone (module docstring)."""
+    from lptrain.model.serial import Buffers, adjoint, propagate
+    opts, _ = compose(overrides)
+    net, theta, batch = build_network(opts)
+    stepper, shape = net.stepper(theta), net.state_dims(batch)
+    N, h = stepper.n_layers, net.h
+    kernels = [("act_vjp", 1), ("vjp_from_g", 1), ("vjp_weights", N)]
+    storage = N * math.prod(shape) * theta.element_size()
+    fns = {}
+    for cond, pools in OPERANDS.items():
+        calls = measure.kernel_calls(net, theta, batch, kernels,
+                                     pool_bytes=storage if pools == "storage" else None)
+        hot = cond != "all cold"
+        for (name, m), fn in calls.items():
+            fns[(cond, name)] = _hot_lambda(stepper, net.h, fn.pool, name) \
+                if hot and name != "vjp_weights" else fn
+    u0, lamN = 0.5 * torch.randn(shape, dtype=theta.dtype), torch.randn(shape, dtype=theta.dtype)
+    bufs, whole, ran = Buffers(), [], collections.defaultdict(list)
+    alone = collections.defaultdict(list)
+    with torch.no_grad():
+        for _ in range(rounds):         # alternating, so that a change of speed hits all
+            for _ in range(5):
+                states, saved = propagate(stepper, u0, h, buffers=bufs)
+                t0 = time.thread_time()
+                adjoint(stepper, states, saved, lamN, h)
+                whole.append(time.thread_time() - t0)
+                states, saved = propagate(stepper, u0, h, buffers=bufs)
+                _timed_adjoint(stepper, states, saved, lamN, h, ran)
+            for key, sec in measure.seconds_per_call(fns, rounds=1).items():
+                alone[key].append(sec)
+    med = statistics.median
+    print(f"adjoint {' '.join(overrides)}: N = {N}, batch {batch}, {theta.dtype}, "
+          f"µs per call (CPU), medians over {rounds} alternating rounds")
+    print("| kernel | in the run | " + " | ".join(OPERANDS) + " |")
+    print("|---|---:|" + "---:|" * len(OPERANDS))
+    for name in BACKWARD:
+        print(f"| {name}{f' × {N}' if name == 'vjp_weights' else ''} | {med(ran[name]) * 1e6:.1f}"
+              " | " + " | ".join(f"{med(alone[(c, name)]) * 1e6:.1f}" for c in OPERANDS) + " |")
+
+    def sweep(t):
+        return N * (t("act_vjp") + t("vjp_from_g")) + t("vjp_weights")
+    print(f"backward, ms: adjoint() whole {med(whole) * 1e3:.2f}, its kernels in the run "
+          f"{sweep(lambda k: med(ran[k])) * 1e3:.2f}; alone: " + ", ".join(
+              f"{c} {sweep(lambda k, c=c: med(alone[(c, k)])) * 1e3:.2f}" for c in OPERANDS))
+
+
+def _hot_lambda(stepper, h: float, pool, name: str):
+    """`name` on the pool's next saved activations (cold) with λ and f′ ⊙ λ one reused
+    copy each (hot: in a sweep the previous kernel produced them)."""
+    lam, g, res, K = pool.lam[0].clone(), pool.g[0].clone(), pool.res, pool.K
+    if name == "act_vjp":
+        return lambda: stepper.act.vjp(pool.saved[pool.next()], lam, out=res)
+    hs = h * stepper.act.scale_out
+    return lambda: stepper.vjp_from_g(g, lam, K, hs, out=res)
+
+
+def _timed_adjoint(stepper, states, saved, lamN, h: float, ran) -> None:
+    """model/serial.py's backward sweep (WEIGHTS_AFTER_SWEEP) with each kernel's CPU
+    seconds appended to ran[name]."""
+    act, lam, hs = stepper.act, lamN, h * stepper.act.scale_out
+    K, g, clock = stepper.K.unbind(0), saved.unbind(0), time.thread_time
+    for n in range(stepper.n_layers - 1, -1, -1):
+        t0 = clock()
+        act.vjp(g[n], lam, out=g[n])
+        t1 = clock()
+        lam = stepper.vjp_from_g(g[n], lam, K[n], hs)
+        t2 = clock()
+        ran["act_vjp"].append(t1 - t0)
+        ran["vjp_from_g"].append(t2 - t1)
+    t0 = clock()
+    stepper.vjp_weights(states[:stepper.n_layers], saved)
+    ran["vjp_weights"].append(clock() - t0)
 
 
 def pair(overrides, rounds: int, child: bool) -> None:
