@@ -8,7 +8,7 @@ import torch
 from omegaconf import OmegaConf
 
 from lptrain.config.schema import Config, ModeOptions
-from lptrain.config.inert import unused_notes
+from lptrain.config.inert import Built, unused_notes
 from lptrain.config.typed import options  # noqa: F401 (cli and tools call app.options)
 from lptrain.data import load_dataset
 from lptrain.errors import ConfigError, DivergedError, StalledError, require
@@ -190,7 +190,8 @@ def _heading(config_yaml: str, opts: Config, plan, data, net, saved, path: Path,
              f"{', auto' if plan.auto else ''})")
     notes = (hierarchy_notes(opts, steps) + step_notes(net)
              + data_notes(data, plan.sizes.n_val) + plan.notes
-             + unused_notes(opts, typed, images=len(net.state_shape) == 3))
+             + unused_notes(opts, typed, Built(len(net.state_shape) == 3,
+                                               None if steps is None else len(steps))))
     if saved is not None and rank0:
         notes += resume_notes(saved, opts, run_status(path), grid, last_iteration(path),
                               (root_attr(path, ms.THREADS), torch.get_num_threads()))

@@ -22,9 +22,24 @@ SIMULTANEOUS_ONLY = ("mgrit.fwd_iters", "mgrit.adj_iters", "mgrit.control", "mgr
 
 
 @dataclass(frozen=True)
+class Built:
+    """What the run built that decides what it reads: whether its states are images, and
+    the levels of its MGRIT hierarchy (None: no MGRIT)."""
+
+    images: bool = False
+    levels: int | None = None
+
+
+# the hierarchy's settings below the finest level, and those of any MGRIT iteration
+COARSER = ("mgrit.cfactor", "mgrit.nrelax", "mgrit.cycle")
+ITERATING = COARSER + ("mgrit.nrelax0", "mgrit.coarse_weights", "mgrit.warm_down",
+                       "mgrit.skip_first_down", "mgrit.level_ops")
+
+
+@dataclass(frozen=True)
 class Unused:
     """`keys` (a key ending in '.' stands for its whole group) are not read by a run
-    where `applies(opts, images)` holds; `why` says what makes them so."""
+    where `applies(opts, built)` holds; `why` says what makes them so."""
 
     keys: tuple[str, ...]
     why: str
@@ -36,24 +51,29 @@ class Unused:
 
 
 RULES = (
-    Unused(("mgrit.",), "mode=serial runs no MGRIT", lambda o, images: o.mode.name == SERIAL),
+    Unused(("mgrit.",), "mode=serial runs no MGRIT", lambda o, b: o.mode.name == SERIAL),
     Unused(SIMULTANEOUS_ONLY, "read by mode=simultaneous only",
-           lambda o, images: o.mode.name == MGRIT),
+           lambda o, b: o.mode.name == MGRIT),
+    Unused(ITERATING, "one MGRIT level: the layers are stepped serially",
+           lambda o, b: b.levels == 1),
+    Unused(COARSER, "two MGRIT levels: the coarse one is stepped serially",
+           lambda o, b: b.levels == 2),
     Unused(("mode.warm_batches",), "kept by mode=simultaneous on mini-batches only",
-           lambda o, images: o.mode.name != SIMULTANEOUS or o.train.batch_size is None),
+           lambda o, b: o.mode.name != SIMULTANEOUS or o.train.batch_size is None),
     Unused(("mgrit.grad_tol", "mgrit.control_min_iters", "mgrit.control_max_iters"),
            "mgrit.control=fixed runs fwd_iters / adj_iters",
-           lambda o, images: o.mgrit.control == "fixed"),
+           lambda o, b: o.mgrit.control == "fixed"),
     Unused(("mgrit.adaptive_ratio", "mgrit.adaptive_max_extra"), "mgrit.adaptive is off",
-           lambda o, images: not o.mgrit.adaptive),
+           lambda o, b: not o.mgrit.adaptive),
     Unused(("optimizer.lr_min",), "optimizer.schedule=constant",
-           lambda o, images: getattr(o.optimizer, "schedule", None) == "constant"),
+           lambda o, b: getattr(o.optimizer, "schedule", None) == "constant"),
     Unused(("network.channels",), "the states are feature vectors: network.width",
-           lambda o, images: not images),
+           lambda o, b: not b.images),
     Unused(("network.width",), "the states are images: network.channels",
-           lambda o, images: images),
-    Unused(("network.bias", "network.init_hidden"), "network=custom: the step module makes its weights",
-           lambda o, images: o.network.name == "custom"),
+           lambda o, b: b.images),
+    Unused(("network.bias", "network.init_hidden"),
+           "network=custom: the step module makes its weights",
+           lambda o, b: o.network.name == "custom"),
 )
 
 
@@ -62,23 +82,23 @@ def typed_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
-def unused(opts, overrides: Sequence[str], images: bool) -> list[tuple[list[str], str]]:
+def unused(opts, overrides: Sequence[str], built: Built) -> list[tuple[list[str], str]]:
     """[(the overrides, why)] per rule that leaves typed keys unused; each override under
     the first rule that covers it and applies."""
     found: dict[int, list[str]] = {}
     for override in overrides:
         key = typed_key(override)
         for i, rule in enumerate(RULES):
-            if rule.covers(key) and rule.applies(opts, images):
+            if rule.covers(key) and rule.applies(opts, built):
                 found.setdefault(i, []).append(override.lstrip("+"))
                 break
     return [(found[i], RULES[i].why) for i in sorted(found)]
 
 
-def unused_notes(opts, overrides: Sequence[str], images: bool, width: int = 80) -> list[str]:
+def unused_notes(opts, overrides: Sequence[str], built: Built, width: int = 80) -> list[str]:
     """The console lines under the run's title that name the unused overrides."""
     lines = []
-    for typed, why in unused(opts, overrides, images):
+    for typed, why in unused(opts, overrides, built):
         text = f"not used: {' '.join(typed)} ({why})"
         lines += textwrap.wrap(text, width - 1, subsequent_indent="  ",
                                break_on_hyphens=False)

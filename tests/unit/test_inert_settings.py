@@ -5,10 +5,11 @@ import pytest
 
 from helpers import composed
 from lptrain import app
-from lptrain.config.inert import RULES, typed_key, unused, unused_notes
+from lptrain.config.inert import RULES, Built, typed_key, unused, unused_notes
 from lptrain.config.meanings import KEYS
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
+from lptrain.parallel.grid import Grid
 
 SMALL = ["network.layers=8", "network.width=4", "dataset.n_train=200", "dataset.n_val=50",
          "seed=5", "eval_every=2", "train.iterations=4"]
@@ -28,6 +29,12 @@ CASES = {
                "mgrit.grad_tol=1e-7", "mgrit.control_min_iters=2",
                "mgrit.control_max_iters=9", "mgrit.calibrate_every=1", "mgrit.adaptive=true",
                "mgrit.adaptive_ratio=1e-9", "mgrit.adaptive_max_extra=7"]),
+    "one level": (SMALL + ["mode=simultaneous", "mgrit.levels=1"],
+                  ["mgrit.cfactor=2", "mgrit.nrelax=3", "mgrit.cycle=F", "mgrit.nrelax0=2",
+                   "mgrit.coarse_weights=inject", "mgrit.warm_down=false",
+                   "mgrit.skip_first_down=false", "mgrit.level_ops=plain"]),
+    "two levels": (SMALL + ["mode=simultaneous", "mgrit.levels=2"],
+                   ["mgrit.cfactor=2", "mgrit.nrelax=3", "mgrit.cycle=F"]),
     "fixed": (SMALL + ["mode=simultaneous", "mgrit.control=fixed"],
               ["mgrit.grad_tol=1e-9", "mgrit.control_min_iters=3",
                "mgrit.control_max_iters=9"]),
@@ -43,13 +50,15 @@ CASES = {
 }
 
 
-def _images(overrides):
-    return "dataset=mnist" in overrides
+def _built(opts, overrides):
+    """What app.run's heading passes: images or not, the hierarchy's levels on 1 rank."""
+    steps = app.level_steps(opts, Grid(1, 1))
+    return Built("dataset=mnist" in overrides, None if steps is None else len(steps))
 
 
 def _named(base, extra):
     opts = app.options(composed(*base, *extra))
-    return [o for typed, _ in unused(opts, base + extra, _images(base)) for o in typed]
+    return [o for typed, _ in unused(opts, base + extra, _built(opts, base)) for o in typed]
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -63,6 +72,11 @@ def test_read_settings_are_not_named():
                   ["mgrit.grad_tol=1e-4", "mgrit.levels=2", "mode.warm_batches=2"]) \
         == ["mode.warm_batches=2"]
     assert _named(SMALL + ["mode=mgrit"], ["mgrit.levels=2", "mgrit.tol=1e-8"]) == []
+    # three levels read the coarser settings; two levels read the finest one's
+    assert _named(SMALL + ["mode=mgrit", "network.layers=32"],
+                  ["mgrit.cfactor=2", "mgrit.nrelax=3", "mgrit.cycle=F"]) == []
+    assert _named(SMALL + ["mode=mgrit", "mgrit.levels=2"],
+                  ["mgrit.nrelax0=1", "mgrit.coarse_weights=inject", "mgrit.cfactor0=2"]) == []
     assert _named(SMALL + ["optimizer=adam", "optimizer.schedule=cosine"],
                   ["optimizer.lr_min=0.001"]) == []
 
@@ -77,7 +91,7 @@ def test_every_rule_is_checked_by_a_case_and_names_real_keys():
 
 def test_the_notes_fit_the_terminal():
     opts = app.options(composed(*SMALL, "mode=serial"))
-    lines = unused_notes(opts, [f"+mgrit.key{i}=value{i}" for i in range(12)], False)
+    lines = unused_notes(opts, [f"+mgrit.key{i}=value{i}" for i in range(12)], Built())
     assert len(lines) > 1 and all(len(line) < 80 for line in lines)
     assert lines[0].startswith("not used: mgrit.key0=value0 ")
     assert lines[-1].endswith("(mode=serial runs no MGRIT)")
