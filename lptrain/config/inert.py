@@ -23,10 +23,11 @@ SIMULTANEOUS_ONLY = ("mgrit.fwd_iters", "mgrit.adj_iters", "mgrit.control", "mgr
 
 @dataclass(frozen=True)
 class Built:
-    """What the run built that decides what it reads: whether its states are images, and
-    the levels of its MGRIT hierarchy (None: no MGRIT)."""
+    """What the run built that decides what it reads: whether its states are images
+    (None: not known), and the levels of its MGRIT hierarchy (None: no MGRIT, or not
+    known)."""
 
-    images: bool = False
+    images: bool | None = False
     levels: int | None = None
 
 
@@ -68,9 +69,9 @@ RULES = (
     Unused(("optimizer.lr_min",), "optimizer.schedule=constant",
            lambda o, b: getattr(o.optimizer, "schedule", None) == "constant"),
     Unused(("network.channels",), "the states are feature vectors: network.width",
-           lambda o, b: not b.images),
+           lambda o, b: b.images is False),
     Unused(("network.width",), "the states are images: network.channels",
-           lambda o, b: b.images),
+           lambda o, b: b.images is True),
     Unused(("network.bias", "network.init_hidden"),
            "network=custom: the step module makes its weights",
            lambda o, b: o.network.name == "custom"),
@@ -80,6 +81,11 @@ RULES = (
 def typed_key(override: str) -> str:
     """The dotted key (or group) of a command-line override: `+a.b=1` -> `a.b`."""
     return override.split("=", 1)[0].lstrip("+~")
+
+
+def reads(opts, built: Built, key: str) -> bool:
+    """Whether a run of `opts` that built `built` reads `key` (no rule leaves it unused)."""
+    return not any(rule.covers(key) and rule.applies(opts, built) for rule in RULES)
 
 
 def unused(opts, overrides: Sequence[str], built: Built) -> list[tuple[list[str], str]]:

@@ -49,14 +49,45 @@ def run_labels(runs: Sequence[RunMetrics]) -> list[str]:
 
 def _parts(key: str, runs: Sequence[RunMetrics], sources: list[list[dict]]):
     """The label part of each run for `key`, or None where the runs show the same value.
-    A run shows the value it typed, else the group Hydra chose, else its config's; a
-    serial run shows no mgrit setting (it runs no MGRIT)."""
-    values = [None if run.mode == s.MODE_SERIAL and key.startswith("mgrit")
-              else _value(key, [source[i] for source in sources])
+    A run shows the value it typed, else the group Hydra chose, else its config's, and
+    none where it does not read the key (a serial run's mgrit settings: config/inert.py,
+    as its console said)."""
+    values = [_value(key, [source[i] for source in sources]) if _reads(run, key) else None
               for i, run in enumerate(runs)]
+    first: dict = {}          # one text per value: `0` and `0.0` are one learning rate
+    values = [None if v is None else first.setdefault(_number(v), v) for v in values]
     if len({str(v) for v in values}) == 1:
         return None       # seed=0 typed in one run and the default in the others
     return [[] if v is None else [f"{key}={v}"] for v in values]
+
+
+def _reads(run: RunMetrics, key: str) -> bool:
+    """Whether the run read `key`, judged from its stored config and MGRIT levels (a
+    config too old or foreign to judge counts as read)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from lptrain.config.inert import Built, reads
+    from lptrain.model.network import VECTOR_OPENINGS
+    try:
+        cfg = OmegaConf.create(run.attrs.get(s.CONFIG) or "{}")
+        levels = str(run.attrs.get(s.MGRIT_LEVELS) or "")
+        opening = OmegaConf.select(cfg, "network.opening")
+        built = Built(None if opening is None else opening not in VECTOR_OPENINGS,
+                      len(levels.split("/")) if levels else None)
+        return reads(cfg, built, key.replace("/", "."))
+    except (OmegaConfBaseException, AttributeError, TypeError, ValueError):
+        return True
+
+
+def _number(value):
+    """The number a value's text is (`0`, `0.0` and 0.0 alike), else the text."""
+    if isinstance(value, bool):
+        return str(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return str(value)
 
 
 def _show(key: str, new, parts: list[list[str]], shown: list[str], typed: bool = False

@@ -82,6 +82,27 @@ def test_labels_show_every_typed_difference_then_what_tells_runs_apart(tmp_path)
     assert run_labels(runs) == ["mgrit mgrit.levels=2", "serial"]   # serial runs no MGRIT
 
 
+def test_labels_leave_out_what_a_run_did_not_read(tmp_path):
+    """Were `mgrit mgrit.grad_tol=0.01` and `... 0.1` for two mode=mgrit runs whose
+    consoles said grad_tol was not used; Peaks runs labelled by network.channels; and
+    `optimizer.lr_min=0` beside `optimizer.lr_min=0.0`, one value in two texts."""
+    config = ("mode:\n  name: {mode}\nnetwork:\n  opening: dense\n  channels: {c}\n"
+              "optimizer:\n  schedule: cosine\n  lr_min: {lr_min}\nmgrit:\n"
+              "  grad_tol: {tol}\n  control: error\n  adaptive: false\ntrain:\n"
+              "  batch_size: null\n")
+    jobs = {"a": ("mgrit", 0.01, 4, "0"), "b": ("mgrit", 0.1, 8, "0.0"),
+            "c": ("simultaneous", 0.1, 8, "0.001")}
+    for name, (mode, tol, c, lr_min) in jobs.items():
+        path = fake_run(tmp_path / name, mode, 0.1)
+        with h5py.File(path, "a", locking=False) as f:
+            f.attrs[s.CONFIG] = config.format(mode=mode, c=c, tol=tol, lr_min=lr_min)
+        _typed(tmp_path / name, [f"mgrit.grad_tol={tol}", f"network.channels={c}",
+                                 f"optimizer.lr_min={lr_min}"])
+    runs = [read_metrics(tmp_path / n / s.FILE_NAME) for n in "abc"]
+    assert run_labels(runs) == ["mgrit optimizer.lr_min=0 #1", "mgrit optimizer.lr_min=0 #2",
+                                "simultaneous mgrit.grad_tol=0.1 optimizer.lr_min=0.001"]
+
+
 def test_labels_show_each_jobs_value_of_an_interpolated_override(tmp_path):
     """Were '#1'/'#2': `seed=${hydra:job.num}` is the same typed text in every job (a
     sweep's job stores it escaped), which hid the seed each job ran with."""
