@@ -16,6 +16,7 @@ import errno
 import io
 import os
 import pickle
+import re
 import struct
 import warnings
 import zipfile
@@ -204,6 +205,11 @@ def _is_archive(path: Path) -> bool:
 
 def _first_line(exc: Exception) -> str:
     """torch's load errors run to many lines of advice; say what is wrong in one."""
+    pickled = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
+    if pickled:      # torch.save(model): a pickled object, whose loading runs its code
+        return (f"a pickled Python object holding {pickled.group(1)}, as torch.save(obj) "
+                f"writes; lptrain reads the files it saves: load this one with "
+                f"torch.load(path, weights_only=False), only if you trust it")
     if isinstance(exc, _UNPICKLING):
         return "not a torch file of tensors and plain values"
     return first_line(exc)

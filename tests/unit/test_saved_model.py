@@ -158,6 +158,17 @@ def test_logits_are_the_training_codes_sweep(serial_run, which):
         model(torch.zeros(3, 5, dtype=torch.float64))
 
 
+def test_a_pickled_model_given_to_load_model_is_named_for_what_it_is(serial_run, tmp_path):
+    """Was 'unreadable saved model (not a torch file of tensors and plain values)' for
+    the file torch.save(model) writes, which the README mentions."""
+    from lptrain.errors import InputFileError
+    torch.save(load_model(serial_run[0]), tmp_path / "whole.pt")
+    with pytest.raises(InputFileError, match=re.escape(
+            "a pickled Python object holding lptrain.") + r".*load this one with "
+            r"torch.load\(path, weights_only=False\), only if you trust it\)$"):
+        load_model(tmp_path / "whole.pt")
+
+
 def test_a_loaded_model_copies_pickles_and_exports_as_a_module(serial_run):
     model = load_model(serial_run[0])
     x = torch.randn(7, 2, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
