@@ -96,6 +96,11 @@ class ModuleSteps:
             self.ensure(n)
 
     # -- layers ----------------------------------------------------------------------
+    def sample_shape(self) -> tuple | None:
+        """The shape of one sample's state the layers take (None in an entry: any size;
+        None: any shape, as a user's layers may take)."""
+        return None
+
     def ensure(self, n: int, halo: bool = False) -> nn.Module:
         """f_n, built (by the factory) or taken (from the sequence) if not here yet.
 

@@ -86,6 +86,11 @@ class BuiltinSteps(ModuleSteps):
     def conv(cls, K, b, activation: str = "tanh") -> "BuiltinSteps":
         return cls("conv", K, b, activation)
 
+    def sample_shape(self) -> tuple:
+        """(w,) for dense steps, (c, any, any) for conv steps."""
+        w = self._K.shape[1]
+        return (w,) if self.kind == "dense" else (w, None, None)
+
     def _layer(self, n: int) -> StepperLayer:
         return StepperLayer(self.kind, self._K[n], self._b[n], self.act)
 
@@ -175,6 +180,10 @@ class BuiltinSteps(ModuleSteps):
 
 
 def _check_shapes(kind: str, K: torch.Tensor, b: torch.Tensor) -> None:
+    for name, t in (("K", K), ("b", b)):
+        if not t.is_floating_point():
+            raise ConfigError(f"{kind} steps: {name} is {t.dtype}; the weights must be "
+                              f"floating point, e.g. torch.float64")
     want = 3 if kind == "dense" else 5
     if K.dim() != want or K.shape[1] != K.shape[2] or (kind == "conv"
                                                        and tuple(K.shape[3:]) != (3, 3)):

@@ -49,6 +49,8 @@ def layer_count(steps, n_layers, prebuilt: bool, coarse_steps) -> int:
             raise ConfigError(f"n_layers={n_layers} but {N} layers were given")
     if N is None:
         raise ConfigError("n_layers=None: a layer factory needs the number of layers")
+    if not (isinstance(N, int) and N >= 1):
+        raise ConfigError(f"LayerParallel: {N!r} layers; give at least one")
     return N
 
 
@@ -76,6 +78,33 @@ def check_limits(max_iter, tol) -> None:
                             or not 0 <= tol < math.inf):
         raise ConfigError(f"tol={tol!r}: a finite number >= 0 (the forward solve's "
                           f"residual tolerance; 0: max_iter iterations), or None for mgrit's")
+
+
+def check_tensor(u0) -> None:
+    """ConfigError where the input is not a floating-point tensor (a numpy array or
+    integers failed deep in the solve; a user's layers may take states of any shape)."""
+    if not isinstance(u0, torch.Tensor):
+        kind = type(u0)
+        raise ConfigError(f"LayerParallel: the input is a {kind.__module__}.{kind.__name__}; "
+                          f"give a torch.Tensor (torch.as_tensor(x))")
+    if not u0.is_floating_point():
+        raise ConfigError(f"LayerParallel: the input is {u0.dtype}; give floating-point "
+                          f"states, e.g. x.to(torch.float64)")
+
+
+def check_sample_shape(u0: torch.Tensor, shape: tuple | None) -> None:
+    """ConfigError where a sample of the input is not of the steps' `shape` (a None entry:
+    any size; `shape` None: the steps take any). The ranks have the same input, so each
+    raises alike."""
+    if shape is None:
+        return
+    sample = tuple(u0.shape[1:])
+    if len(sample) == len(shape) and all(w is None or w == n for w, n in zip(shape, sample)):
+        return
+    wanted = ", ".join("batch" if i == 0 else "any" if w is None else str(w)
+                       for i, w in enumerate((0, *shape)))
+    raise ConfigError(f"LayerParallel: the input has shape {tuple(u0.shape)}; the steps "
+                      f"take ({wanted})")
 
 
 def check_dtype(u0: torch.Tensor, dtypes: set) -> None:

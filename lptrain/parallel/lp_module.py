@@ -3,6 +3,7 @@ and whose backward runs the adjoint MGRIT (lp_autograd.py), each rank holding on
 own layers."""
 from __future__ import annotations
 
+import math
 import warnings
 from contextlib import ExitStack
 from dataclasses import fields
@@ -13,7 +14,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from lptrain.errors import ConfigError
+from lptrain.errors import ConfigError, counted
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.model.coarse_steps import CoarseSteps
 from lptrain.model.module_steps import STACKED, ModuleSteps, seeded
@@ -23,8 +24,8 @@ from lptrain.parallel.ddp import check_ddp_group
 from lptrain.parallel.halo import owned_layers
 from lptrain.parallel.lp_autograd import _Solve
 from lptrain.parallel.lp_checks import (agree_on_loading, check_arguments, check_averaged,
-                                        check_dtype, layer_count,
-                                        check_limits)
+                                        check_dtype, check_limits, check_sample_shape,
+                                        check_tensor, layer_count)
 from lptrain.parallel.lp_grads import average_gradients, clip_grad_norm_
 from lptrain.parallel.module_faults import agreed, all_arrived, ends_every_rank, refuse_tied
 from lptrain.parallel.module_solver import ModuleSolver
@@ -145,6 +146,7 @@ class LayerParallel(nn.Module):
         return self._forward(u0, max_iter, tol)
 
     def _forward(self, u0, max_iter, tol):
+        check_tensor(u0)
         index = self._indexed_params()
         grad = torch.is_grad_enabled() and (u0.requires_grad or any(map(_REQUIRES_GRAD,
                                                                         index.params)))
@@ -154,6 +156,7 @@ class LayerParallel(nn.Module):
                     if self.exchange.size > 1 else None)
         check_ddp_group(self, self.owned, self._ddp_checked)
         check_same(self.exchange, u0, "input", self._same_checked)
+        check_sample_shape(u0, self.steps.sample_shape())
         check_dtype(u0, dtypes)
         if grad:
             return _Solve.apply(self, (max_iter, tol, index.names), u0, *index.params)
@@ -341,13 +344,16 @@ class LayerParallel(nn.Module):
 
 def _warn_unconverged(which: str, res, tol: float, rtol: float) -> None:
     """A warning where a solve with a tolerance stopped at its iteration limit (a fixed
-    solve, tol = rtol = 0, stops there by design)."""
-    if (tol > 0 or rtol > 0) and not res.converged:
-        warnings.warn(f"LayerParallel: the {which} MGRIT solve stopped after "
-                      f"{res.iterations} iterations at residual {res.residual:.3g} "
-                      f"(tol={tol:g}, rtol={rtol:g}); raise max_iter, or check that each "
-                      f"layer computes the same f at every call", RuntimeWarning,
-                      stacklevel=4)
+    solve, tol = rtol = 0, stops there by design), or at a residual that is not finite
+    (NaN or inf in the input or the layers: more iterations cannot help)."""
+    if not (tol > 0 or rtol > 0) or res.converged:
+        return
+    advice = "raise max_iter, or check that each layer computes the same f at every call" \
+        if math.isfinite(res.residual) else \
+        "the states are not finite: check the input and the layers' parameters for NaN or inf"
+    warnings.warn(f"LayerParallel: the {which} MGRIT solve stopped after "
+                  f"{counted(res.iterations, 'iteration')} at residual {res.residual:.3g} "
+                  f"(tol={tol:g}, rtol={rtol:g}); {advice}", RuntimeWarning, stacklevel=4)
 
 
 class _Index(NamedTuple):

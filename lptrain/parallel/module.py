@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from lptrain.errors import ConfigError
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.model.network import NetworkOptions, ResNet
 from lptrain.parallel.builtin_steps import BuiltinSteps
@@ -34,6 +35,9 @@ class LayerParallelResNet(LayerParallel):
 def initial_weights(width: int, layers: int, T: float, activation: str, bias: str,
                     init_scale: float, seed: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """(K, b) of the dense network's θ drawn from `seed` (validated by NetworkOptions)."""
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ConfigError(f"dtype={dtype}: the weights must be floating point, e.g. "
+                          f"torch.float64")
     opts = NetworkOptions(width=width, layers=layers, T=T, activation=activation, bias=bias,
                           opening="pad", init="normal", init_hidden=init_scale,
                           gamma_tik=0.0, gamma_class=0.0, gamma_ddt=0.0)

@@ -116,6 +116,61 @@ def test_an_input_of_another_dtype_than_the_layers_is_refused_before_the_solve()
         assert mod(inputs(2, 3).bfloat16()).shape == (2, 3)
 
 
+@pytest.mark.parametrize("x, message", [
+    (torch.zeros(3, 5), "the input has shape (3, 5); the steps take (batch, 4)"),
+    (torch.zeros(4), "the input has shape (4,); the steps take (batch, 4)"),
+    (torch.zeros(2, 3, 4), "the input has shape (2, 3, 4); the steps take (batch, 4)"),
+    (torch.tensor(1.0), "the input has shape (); the steps take (batch, 4)"),
+    (torch.zeros(3, 4, dtype=torch.int64), "the input is torch.int64; give floating-point"),
+    (torch.zeros(3, 4).numpy(), "the input is a numpy.ndarray; give a torch.Tensor")])
+def test_an_input_the_built_in_steps_cannot_take_is_refused_before_the_solve(x, message):
+    """Were torch's errors from inside the solve (shapes transposed by its layout, an
+    IndexError, 'no attribute requires_grad'); on 2 ranks they ended every rank."""
+    from lptrain import LayerParallelResNet
+    from lptrain.errors import ConfigError
+    mod = LayerParallelResNet(width=4, layers=8)
+    x = x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+    with pytest.raises(ConfigError, match="^LayerParallel: " + re.escape(message)):
+        mod(x)
+    assert mod(torch.zeros(3, 4, dtype=torch.float64)).shape == (3, 4)
+
+
+def test_conv_steps_take_their_channels_at_any_image_size():
+    from lptrain.errors import ConfigError
+    from lptrain.parallel.builtin_steps import BuiltinSteps
+    steps = BuiltinSteps.conv(torch.zeros(8, 2, 2, 3, 3, dtype=torch.float64),
+                              torch.zeros(8, 2, dtype=torch.float64))
+    mod = LayerParallel(steps, T=1.0)
+    assert mod(torch.zeros(3, 2, 5, 6, dtype=torch.float64)).shape == (3, 2, 5, 6)
+    with pytest.raises(ConfigError, match=re.escape("the steps take (batch, 2, any, any)")):
+        mod(torch.zeros(3, 3, 5, 5, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: LayerParallel([], T=1.0), "LayerParallel: 0 layers; give at least one"),
+    (lambda: __import__("lptrain").LayerParallelResNet(4, 8, dtype=torch.int64),
+     "dtype=torch.int64: the weights must be floating point"),
+])
+def test_no_layers_or_integer_weights_are_refused_in_one_line(build, message):
+    """Were 'SolverError: invalid hierarchy: N=0 ...' and torch's 'Only Tensors of
+    floating point ... can require gradients'."""
+    from lptrain.errors import ConfigError
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+        build()
+
+
+def test_a_solve_stopped_by_a_non_finite_state_says_so():
+    """Advised 'raise max_iter' for a NaN in the input after 1 of 50 iterations."""
+    from lptrain import LayerParallelResNet
+    x = torch.zeros(3, 4, dtype=torch.float64)
+    x[0, 0] = float("nan")
+    with pytest.warns(RuntimeWarning) as caught:
+        LayerParallelResNet(width=4, layers=8)(x)
+    text = str(caught[0].message)
+    assert "after 1 iteration at residual nan" in text
+    assert "the states are not finite" in text and "raise max_iter" not in text
+
+
 @pytest.mark.parametrize("limits, message", [
     (dict(max_iter=0), "max_iter=0: a positive int"), (dict(max_iter=2.5), "max_iter=2.5"),
     (dict(tol=-1.0), "tol=-1.0: a finite number >= 0"), (dict(tol=float("nan")), "tol=nan")])
