@@ -23,7 +23,7 @@ from lptrain.metrics.writer import open_writer
 from lptrain.model.dtypes import DTYPES
 from lptrain.model.network import ResNet
 from lptrain.model.signature import check_fits
-from lptrain.modes import LAYERED, SERIAL, SIMULTANEOUS
+from lptrain.modes import SERIAL, SIMULTANEOUS
 from lptrain import preflight
 from lptrain.model.saved import MODEL_FILES, remove_leftovers
 from lptrain.parallel.blocks import layout
@@ -41,6 +41,8 @@ from lptrain.train.loop import batch_samples, batches_of, train, validation_chun
 from lptrain.train.objective import Objective
 from lptrain.train.optimizers import OPTIMIZERS
 from lptrain.train.run_state import RunState
+from lptrain.title_notes import (data_notes, hierarchy_notes, joined, level_steps,
+                                 resume_notes, step_notes)
 from lptrain.train.stall import NO_STEP
 from lptrain.train.terms import make_oracle
 
@@ -184,7 +186,7 @@ def _heading(config_yaml: str, opts: Config, plan, data, net, saved, path: Path,
              ms.DATA_RANKS: grid.data, ms.SEED: opts.seed,
              ms.CONFIG: config_yaml, ms.DATASET_SOURCE: data.source,
              ms.VALIDATION_SET: data.validation_set,
-             ms.MGRIT_LEVELS: _joined(steps, "/"), ms.THREADS: torch.get_num_threads()}
+             ms.MGRIT_LEVELS: joined(steps, "/"), ms.THREADS: torch.get_num_threads()}
     title = (f"{opts.mode.name} {data.name} N={opts.network.layers} "
              f"P={grid.size} ({grid.layer} layer x {grid.data} data"
              f"{', auto' if plan.auto else ''})")
@@ -230,50 +232,6 @@ def _summary(console, writer, outcome, opts: Config, path: Path, saved_lines) ->
         console.message(_stall_message(opts, outcome))
 
 
-def level_steps(opts: Config, grid) -> list[int] | None:
-    """In the MGRIT modes, the steps on each level of the hierarchy the solver builds for
-    these layers, finest first (`mgrit.levels` and the coarsening factors are bounds, so
-    a short network gets fewer levels, and a factor beyond N none to coarsen to)."""
-    if opts.mode.name not in LAYERED:
-        return None
-    return [lv.n_points - 1 for lv in opts.mgrit.hierarchy(opts.network.layers,
-                                                          grid.layer).levels]
-
-
-def hierarchy_notes(opts: Config, steps: list[int] | None) -> list[str]:
-    """The lines under the run's title that say what its `level_steps` are, and why a
-    run in an MGRIT mode steps serially where it got one level."""
-    if steps is None:
-        return []
-    if len(steps) > 1:
-        return ["MGRIT levels (steps): " + _joined(steps, " / ")]
-    N, m = opts.network.layers, opts.mgrit
-    why = "mgrit.levels=1" if m.levels == 1 else "a single layer" if N == 1 else \
-        f"mgrit.cfactor0={m.cfactor0} leaves fewer than mgrit.min_coarse={m.min_coarse} " \
-        "coarse steps"
-    return [f"MGRIT levels (steps): {N} only, so MGRIT steps serially", f"  ({why})"]
-
-
-def data_notes(data, n_val: int) -> list[str]:
-    """A line under the title where `val` and the validation accuracies are on the
-    dataset's test set (lptrain-eval names that split `test`). n_val: the whole split's
-    images, as `data` may be one data group's shard of them."""
-    if data.validation_set != "test":
-        return []
-    return [f"validation: {data.name}'s test set ({n_val} images)"]
-
-
-def step_notes(net) -> list[str]:
-    """A line under the title where a command-line step holds modules that do nothing in
-    the eval mode it runs in (dropout, batch normalisation with its initial statistics)."""
-    inert = net.custom.inert if net.custom is not None else []
-    return [f"network.step: its {', '.join(inert)} run in eval mode"] if inert else []
-
-
-def _joined(numbers, sep: str) -> str | None:
-    return None if numbers is None else sep.join(map(str, numbers))
-
-
 def placement(opts: Config, grid, data, net) -> Placement:
     """Where this run keeps its warm starts (train.checkpoint.Placement): the layout of
     any grid follows from the network, the MGRIT options and the training set's size."""
@@ -283,43 +241,6 @@ def placement(opts: Config, grid, data, net) -> Placement:
         return layout(g, opts.mgrit.hierarchy(opts.network.layers, g.layer), n)
     return Placement(grid, layout_of, batch_samples(n, opts.train.batch_size, opts.seed),
                      1 + net.batch_axis)
-
-
-def resume_notes(saved: RunState, opts: Config, status: tuple[str, str], grid=None,
-                 recorded: int = 0, threads: tuple = (None, None)) -> list[str]:
-    """Where a resume starts and what it changes beyond more iterations: the iterations
-    the earlier start `recorded` after its checkpoint are run again, the grid may differ
-    from the checkpoint's, a stalled run trains on, and a learning-rate schedule over
-    train.iterations is stretched (or shortened) to the new length."""
-    notes = [f"resumed from the checkpoint of iteration {saved.iteration}"]
-    first, last = saved.iteration + 1, min(recorded, opts.train.iterations)
-    if last > first:
-        notes += [f"  iterations {first}-{last} of the earlier start are run again"]
-    elif last == first:
-        notes += [f"  iteration {first} of the earlier start is run again"]
-    was = getattr(saved, "grid", None)
-    if grid is not None and was is not None and (was.layer, was.data) != (grid.layer,
-                                                                           grid.data):
-        notes += [f"  on {grid.layer} layer x {grid.data} data ranks (it ran on "
-                  f"{was.layer} x {was.data})"]
-    if None not in threads and threads[0] != threads[1]:   # (the earlier start's, now)
-        notes += [f"  on {threads[1]} threads per rank (it ran on {threads[0]}: the "
-                  f"results differ in rounding)"]
-    if not getattr(saved, "warm_starts", True) and opts.mode.name != SERIAL:
-        notes += ["  no warm starts in its checkpoint (a full disk): the MGRIT solves "
-                  "start cold"]
-    if status[0] == ms.STALLED:
-        notes += [f"the run had stalled; resumed, it trains on with train.patience="
-                  f"{opts.train.patience} afresh", f"  ({status[1]})"]
-    before = OmegaConf.create(saved.config).train.iterations
-    schedule = getattr(opts.optimizer, "schedule", "constant")
-    if before != opts.train.iterations and schedule != "constant":
-        longer = opts.train.iterations > before
-        notes += [f"optimizer.schedule={schedule} {'stretched' if longer else 'shortened'} "
-                  f"to train.iterations={opts.train.iterations} (was {before}):",
-                  f"  from iteration {saved.iteration + 1} the rate follows the "
-                  + ("longer schedule" if longer else "shorter schedule (it drops)")]
-    return notes
 
 
 def _stall_message(opts: Config, outcome) -> str:

@@ -95,12 +95,12 @@ def test_the_test_set_note_counts_every_image_on_a_data_parallel_grid(tmp_path, 
     """The note under the console's title counted the data group's shard of the test
     set (half of it on two data groups); it counts the whole split."""
     from types import SimpleNamespace
-    from lptrain import app
+    from lptrain import app, title_notes
     write_set(tmp_path, n_train=N_TRAIN, n_val=N_VAL)
     opts = mnist.MnistOptions(path=str(tmp_path))
     shard = app._shard(load_dataset(opts, 0), SimpleNamespace(data=2), 0)
     assert shard.x_val.shape[0] == N_VAL // 2
-    assert app.data_notes(shard, dataset_sizes(opts).n_val) == \
+    assert title_notes.data_notes(shard, dataset_sizes(opts).n_val) == \
         [f"validation: mnist's test set ({N_VAL} images)"]
 
 

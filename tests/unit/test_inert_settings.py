@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from helpers import composed
-from lptrain import app
+from lptrain import app, title_notes
 from lptrain.config.inert import RULES, Built, typed_key, unused, unused_notes
 from lptrain.config.meanings import KEYS
 from lptrain.metrics import schema as ms
@@ -52,7 +52,7 @@ CASES = {
 
 def _built(opts, overrides):
     """What app.run's heading passes: images or not, the hierarchy's levels on 1 rank."""
-    steps = app.level_steps(opts, Grid(1, 1))
+    steps = title_notes.level_steps(opts, Grid(1, 1))
     return Built("dataset=mnist" in overrides, None if steps is None else len(steps))
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from lptrain import app
+from lptrain import app, title_notes
 from lptrain.errors import ConfigError, Interrupted
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
@@ -190,7 +190,7 @@ def test_a_resume_says_what_it_changes_beyond_more_iterations():
     saved = SimpleNamespace(config=OmegaConf.to_yaml(cfg), iteration=7)
     longer = app.options(_cfg("optimizer=adam_cosine", "train.batch_size=50",
                               "train.iterations=20"))
-    notes = app.resume_notes(saved, longer, ("stalled", "no progress for 20 epochs"))
+    notes = title_notes.resume_notes(saved, longer, ("stalled", "no progress for 20 epochs"))
     assert notes == ["resumed from the checkpoint of iteration 7",
                      "the run had stalled; resumed, it trains on with train.patience=20 "
                      "afresh", "  (no progress for 20 epochs)",
@@ -200,24 +200,24 @@ def test_a_resume_says_what_it_changes_beyond_more_iterations():
     # fewer iterations than the earlier start was given: shortened (it said 'longer')
     saved.config = OmegaConf.to_yaml(_cfg("optimizer=adam_cosine", "train.batch_size=50",
                                           "train.iterations=100"))
-    assert app.resume_notes(saved, longer, ("interrupted", ""))[1:] == [
+    assert title_notes.resume_notes(saved, longer, ("interrupted", ""))[1:] == [
         "optimizer.schedule=cosine shortened to train.iterations=20 (was 100):",
         "  from iteration 8 the rate follows the shorter schedule (it drops)"]
     # another thread count (OMP_NUM_THREADS unset on the resume): silently off bitwise
-    assert app.resume_notes(saved, longer, ("interrupted", ""),
+    assert title_notes.resume_notes(saved, longer, ("interrupted", ""),
                             threads=(1, 2))[1] == (
         "  on 2 threads per rank (it ran on 1: the results differ in rounding)")
-    assert len(app.resume_notes(saved, longer, ("interrupted", ""),
+    assert len(title_notes.resume_notes(saved, longer, ("interrupted", ""),
                                 threads=(2, 2))) == 3     # the schedule's two lines
     # a lean checkpoint (a full disk left out the warm starts): the resume said nothing
     lean = SimpleNamespace(config=saved.config, iteration=7, warm_starts=False)
     one_shot = app.options(_cfg("mode=simultaneous", "train.iterations=100"))
-    notes = app.resume_notes(lean, one_shot, ("failed", ""))
+    notes = title_notes.resume_notes(lean, one_shot, ("failed", ""))
     assert notes[1:] == ["  no warm starts in its checkpoint (a full disk): the MGRIT "
                          "solves start cold"] and len(notes[1]) <= 80
     constant = app.options(_cfg("optimizer=adam", "train.batch_size=50",
                                 "train.iterations=20"))
-    assert app.resume_notes(saved, constant, ("interrupted", "")) == [
+    assert title_notes.resume_notes(saved, constant, ("interrupted", "")) == [
         "resumed from the checkpoint of iteration 7"]
 
 
@@ -232,15 +232,15 @@ def test_a_resume_says_where_it_starts_and_on_which_grid():
     from lptrain.parallel.grid import Grid
     cfg = _cfg("train.iterations=20")
     saved = SimpleNamespace(config=OmegaConf.to_yaml(cfg), iteration=10, grid=Grid(1, 1))
-    notes = app.resume_notes(saved, app.options(cfg), ("interrupted", ""), Grid(2, 1), 13)
+    notes = title_notes.resume_notes(saved, app.options(cfg), ("interrupted", ""), Grid(2, 1), 13)
     assert notes == ["resumed from the checkpoint of iteration 10",
                      "  iterations 11-13 of the earlier start are run again",
                      "  on 2 layer x 1 data ranks (it ran on 1 x 1)"]
-    assert app.resume_notes(saved, app.options(cfg), ("interrupted", ""), Grid(1, 1),
+    assert title_notes.resume_notes(saved, app.options(cfg), ("interrupted", ""), Grid(1, 1),
                             10) == ["resumed from the checkpoint of iteration 10"]
     # a resume to fewer iterations than the earlier start recorded runs only those again
     shorter = app.options(_cfg("train.iterations=11"))
-    assert app.resume_notes(saved, shorter, ("interrupted", ""), Grid(1, 1), 13)[1] == \
+    assert title_notes.resume_notes(saved, shorter, ("interrupted", ""), Grid(1, 1), 13)[1] == \
         "  iteration 11 of the earlier start is run again"
 
 

@@ -1,0 +1,91 @@
+"""The lines under a run's title: its MGRIT hierarchy, where it validates, its step's
+eval-mode modules, and what a resume starts from and changes (app.py puts them with the
+title; the console shows them once)."""
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+
+from lptrain.metrics import schema as ms
+from lptrain.modes import LAYERED, SERIAL
+
+
+def level_steps(opts, grid) -> list[int] | None:
+    """In the MGRIT modes, the steps on each level of the hierarchy the solver builds for
+    these layers, finest first (`mgrit.levels` and the coarsening factors are bounds, so
+    a short network gets fewer levels, and a factor beyond N none to coarsen to)."""
+    if opts.mode.name not in LAYERED:
+        return None
+    return [lv.n_points - 1 for lv in opts.mgrit.hierarchy(opts.network.layers,
+                                                          grid.layer).levels]
+
+
+def hierarchy_notes(opts, steps: list[int] | None) -> list[str]:
+    """The lines under the run's title that say what its `level_steps` are, and why a
+    run in an MGRIT mode steps serially where it got one level."""
+    if steps is None:
+        return []
+    if len(steps) > 1:
+        return ["MGRIT levels (steps): " + joined(steps, " / ")]
+    N, m = opts.network.layers, opts.mgrit
+    why = "mgrit.levels=1" if m.levels == 1 else "a single layer" if N == 1 else \
+        f"mgrit.cfactor0={m.cfactor0} leaves fewer than mgrit.min_coarse={m.min_coarse} " \
+        "coarse steps"
+    return [f"MGRIT levels (steps): {N} only, so MGRIT steps serially", f"  ({why})"]
+
+
+def data_notes(data, n_val: int) -> list[str]:
+    """A line under the title where `val` and the validation accuracies are on the
+    dataset's test set (lptrain-eval names that split `test`). n_val: the whole split's
+    images, as `data` may be one data group's shard of them."""
+    if data.validation_set != "test":
+        return []
+    return [f"validation: {data.name}'s test set ({n_val} images)"]
+
+
+def step_notes(net) -> list[str]:
+    """A line under the title where a command-line step holds modules that do nothing in
+    the eval mode it runs in (dropout, batch normalisation with its initial statistics)."""
+    inert = net.custom.inert if net.custom is not None else []
+    return [f"network.step: its {', '.join(inert)} run in eval mode"] if inert else []
+
+
+def joined(numbers, sep: str) -> str | None:
+    """'32 / 8 / 2' (sep ' / ') of the numbers, None for None."""
+    return None if numbers is None else sep.join(map(str, numbers))
+
+
+def resume_notes(saved, opts, status: tuple[str, str], grid=None,
+                 recorded: int = 0, threads: tuple = (None, None)) -> list[str]:
+    """Where a resume starts and what it changes beyond more iterations: the iterations
+    the earlier start `recorded` after its checkpoint are run again, the grid may differ
+    from the checkpoint's, a stalled run trains on, and a learning-rate schedule over
+    train.iterations is stretched (or shortened) to the new length."""
+    notes = [f"resumed from the checkpoint of iteration {saved.iteration}"]
+    first, last = saved.iteration + 1, min(recorded, opts.train.iterations)
+    if last > first:
+        notes += [f"  iterations {first}-{last} of the earlier start are run again"]
+    elif last == first:
+        notes += [f"  iteration {first} of the earlier start is run again"]
+    was = getattr(saved, "grid", None)
+    if grid is not None and was is not None and (was.layer, was.data) != (grid.layer,
+                                                                           grid.data):
+        notes += [f"  on {grid.layer} layer x {grid.data} data ranks (it ran on "
+                  f"{was.layer} x {was.data})"]
+    if None not in threads and threads[0] != threads[1]:   # (the earlier start's, now)
+        notes += [f"  on {threads[1]} threads per rank (it ran on {threads[0]}: the "
+                  f"results differ in rounding)"]
+    if not getattr(saved, "warm_starts", True) and opts.mode.name != SERIAL:
+        notes += ["  no warm starts in its checkpoint (a full disk): the MGRIT solves "
+                  "start cold"]
+    if status[0] == ms.STALLED:
+        notes += [f"the run had stalled; resumed, it trains on with train.patience="
+                  f"{opts.train.patience} afresh", f"  ({status[1]})"]
+    before = OmegaConf.create(saved.config).train.iterations
+    schedule = getattr(opts.optimizer, "schedule", "constant")
+    if before != opts.train.iterations and schedule != "constant":
+        longer = opts.train.iterations > before
+        notes += [f"optimizer.schedule={schedule} {'stretched' if longer else 'shortened'} "
+                  f"to train.iterations={opts.train.iterations} (was {before}):",
+                  f"  from iteration {saved.iteration + 1} the rate follows the "
+                  + ("longer schedule" if longer else "shorter schedule (it drops)")]
+    return notes
