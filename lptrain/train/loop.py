@@ -294,9 +294,10 @@ CALIBRATED_ABOVE = 2.0
 def _calibrated_above(k: int, stats: dict, console, mgrit) -> bool:
     """Say, once, that a calibration measured the true gradient error well above
     mgrit.grad_tol (the scaled estimates lag behind it). Whether it did. Where the plans
-    are at control_max_iters already, a smaller grad_tol adds no iteration (the image
-    recipes cap them at 2): the advice names the cap instead. Under mgrit.control=fixed
-    grad_tol is no target (the calibration is recorded in mgrit/true_error only)."""
+    are at control_max_iters already, a smaller grad_tol adds no iteration (the
+    fashion_mnist recipe caps them at 2): the advice names the cap instead. Under
+    mgrit.control=fixed grad_tol is no target (the calibration is recorded in
+    mgrit/true_error only)."""
     true = stats.get("true_error", math.nan)
     if mgrit.control != "error" or not true > CALIBRATED_ABOVE * mgrit.grad_tol:
         return False
