@@ -1,5 +1,5 @@
 """Settings a run does not read: a note for each key typed on the command line that the
-chosen mode, controller, batch or network leaves unused.
+chosen mode, controller, batch, MGRIT hierarchy or network leaves unused.
 
 Such a key is accepted (a sweep may cross it with a mode that reads it), but a run it
 cannot change should say so: `mode=serial mgrit.levels=2,3,4` is three identical runs.
