@@ -64,8 +64,10 @@ class KernelCosts:
         w = shared_weight(ranks, self.host_ranks)
 
         def blend(alone: dict, shared: dict) -> dict:   # a kept kernel that another
-            # question measured alone only (missing() measures those asked for) stays so
-            return {key: t + w * (shared.get(key, t) - t) for key, t in alone.items()}
+            # question measured alone only (missing() measures those asked for) stays so;
+            # beside others a call costs no less than alone (a lower shared time is the
+            # noise of a loaded host: it predicted 2.2x on 2 ranks)
+            return {key: t + w * (max(shared.get(key, t), t) - t) for key, t in alone.items()}
         return replace(self.alone(), one=blend(self.one, self.shared_one),
                        full=blend(self.full, self.shared_full))
 
