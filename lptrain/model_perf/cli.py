@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import sys
+import textwrap
 from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
@@ -26,6 +27,7 @@ from lptrain.model_perf import measure
 from lptrain.model_perf.costs import KernelCosts, given_costs
 from lptrain.model_perf.options import PROG, check_args, numbers, parse, ranks_of
 from lptrain.model_perf.predict import Collecting, Counts, Machine, Model
+from lptrain.model_perf.record import solve_cycles
 from lptrain.model_perf.report import comparison_table, grid_section, plot, scaling_table
 from lptrain.model_perf.simulate import Link
 from lptrain.model_perf.summary import split_of, summary
@@ -240,6 +242,12 @@ def run(args) -> list[Path]:
     if not go_on:
         return []
     opts, cfg = compose(args.overrides)
+    from lptrain.model_perf.grid import ignored
+    unread = ignored(args.overrides)
+    if unread:     # it predicts every mode and split, one-shot solves with a fixed plan
+        text = (f"not used: {' '.join(unread)} (the model predicts every mode and split, "
+                f"one-shot solves with mgrit.fwd_iters / adj_iters)")
+        _progress("\n  ".join(textwrap.wrap(text, 78 - len(PROG), break_on_hyphens=False)))
     net, theta, batch = build_network(opts)
     model = make_model(opts, net, theta, batch)
     if args.step_time is None:      # measured costs: the records' glue is one of them
@@ -295,13 +303,15 @@ def terminal_setup(opts, model: Model, cnt: Counts, cost_note: str, the_link: Li
                    ) -> list[str]:
     """The inputs but the optimizer's in four lines (all of them: the report's list)."""
     o, net = opts.mgrit, model.net
-    sim = cnt.simultaneous(o)
+    asked = {SIMULTANEOUS: cnt.simultaneous(o), MGRIT: (cnt.mgrit_fwd, cnt.mgrit_adj)}
+    run = {mode: solve_cycles(mode, o, *k) for mode, k in asked.items()}   # as trained
+    sim, mg = (f"{run[m][0]:.2g} + {run[m][1]:.2g}" + (" (max_iter)" if run[m] != asked[m]
+                                                        else "") for m in (SIMULTANEOUS, MGRIT))
     levels = len(o.hierarchy(net.opts.layers, 1).levels)
     costs = cost_note.split(" (")[0].split(":")[0]
     return [f"{opts.network.name}, N = {net.opts.layers}, batch {model.batch}, {opts.dtype} "
             f"on {opts.device}; MGRIT {levels} levels, cfactor {o.cfactor0} / {o.cfactor}",
-            f"solve cycles: simultaneous {sim[0]:.2g} + {sim[1]:.2g}, mgrit "
-            f"{cnt.mgrit_fwd:.2g} + {cnt.mgrit_adj:.2g}; {cnt.trials:.3g} "
+            f"solve cycles: simultaneous {sim}, mgrit {mg}; {cnt.trials:.3g} "
             f"evaluation{'' if cnt.trials == 1 else 's'}/it",   # 80 columns: values of 3
             f"kernel costs {costs}" + (f"; {model.glue.note}" if model.glue else ""),
             f"messages: {the_link.latency:.2g} s + bytes / {the_link.bandwidth:.2g} B/s"]

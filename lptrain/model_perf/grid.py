@@ -47,16 +47,33 @@ def measured_machine(model: Model, theta, predictions, device: str, threads: int
 
 
 # MGRIT options the model's times do not depend on: its records stop solves after the
-# counted cycles (no tolerance) and run one-shot with the fixed plan (record.py)
-MODEL_BLIND = ("tol", "rtol", "max_iter", "adj_tol", "adj_max_iter", "control", "grad_tol",
-               "control_min_iters", "control_max_iters", "calibrate_every", "adaptive",
-               "adaptive_ratio", "adaptive_max_extra")
+# counted cycles (no tolerance) and run one-shot with the fixed plan (record.py); the
+# iteration limits are not among them: they cap the cycles (record.solve_cycles)
+MODEL_BLIND = ("tol", "rtol", "adj_tol", "control", "grad_tol", "control_min_iters",
+               "control_max_iters", "calibrate_every", "adaptive", "adaptive_ratio",
+               "adaptive_max_extra")
+
+
+def ignored(overrides) -> list[str]:
+    """The overrides lptrain-model's predictions cannot depend on: it predicts every mode
+    and every split, and its records run the one-shot solves with a fixed plan."""
+    blind = {f"mgrit.{k}" for k in MODEL_BLIND if k not in ("tol", "rtol", "adj_tol")}
+    found = []
+    for item in overrides:
+        key = item.split("=", 1)[0].lstrip("+~")
+        if key in blind or key in ("mode", "mode.name") or key == "parallel" \
+                or key.startswith("parallel."):
+            found.append(item.lstrip("+"))
+    return found
 
 
 def model_mgrit(mgrit) -> dict:
     """The MGRIT options a configuration's times depend on (kept times' key): a sweep
-    over mgrit.grad_tol had timed this host's kernels again for every value."""
-    return {k: v for k, v in asdict(mgrit).items() if k not in MODEL_BLIND}
+    over mgrit.grad_tol had timed this host's kernels again for every value. Of the
+    tolerances only whether there is one: mode=mgrit's solves without run max_iter."""
+    return {**{k: v for k, v in asdict(mgrit).items() if k not in MODEL_BLIND},
+            "fixed": [mgrit.tol <= 0 and mgrit.rtol <= 0,
+                      mgrit.adjoint_tol <= 0 and mgrit.rtol <= 0]}
 
 
 class MeasuredTimer:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from lptrain.model_perf.costs import shared_weight
-from lptrain.model_perf.record import Kernel, Record, record_iteration
+from lptrain.model_perf.record import Kernel, Record, record_iteration, solve_cycles
 from lptrain.model_perf.simulate import Link, simulate
 from lptrain.modes import MGRIT, SERIAL, SIMULTANEOUS
 from lptrain.parallel.grid import Grid, c_intervals
@@ -131,8 +131,9 @@ class Model:
         return c_intervals(self.net.opts.layers, o.cfactor0, o.levels, o.min_coarse)
 
     def record(self, mode: str, layer: int, data: int, fwd: int = 1, adj: int = 1) -> Record:
-        if mode == SERIAL:
-            fwd = adj = 1
+        """The iteration whose solves run fwd / adj cycles, or as many as training runs
+        when asked for them (record.solve_cycles: one record where a limit caps both)."""
+        fwd, adj = (1, 1) if mode == SERIAL else solve_cycles(mode, self.mgrit, fwd, adj)
         key = (mode, layer, data, fwd, adj)
         if key not in self._records:
             rec = record_iteration(self.net, mode, self.mgrit, layer, data, fwd, adj,

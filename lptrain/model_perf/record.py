@@ -294,6 +294,22 @@ def gradient_of(oracle, ev):
     return grad
 
 
+def solve_cycles(mode: str, mgrit_opts, fwd: float, adj: float) -> tuple:
+    """The (forward, adjoint) cycles a solve of `mode` runs when asked for fwd / adj, as
+    training runs them: mode=mgrit stops at max_iter / adj_max_iter, and runs them all
+    without a tolerance (tol = rtol = 0: a fixed solve); a one-shot solve runs fwd / adj,
+    unless they reach both limits, where its first rung is already the top one
+    (train/oneshot.py Rungs), which solves with max_iter / adj_max_iter."""
+    o = mgrit_opts
+    most = (o.max_iter, o.adjoint_max_iter)
+    if mode == MGRIT:
+        fixed = (o.tol <= 0 and o.rtol <= 0, o.adjoint_tol <= 0 and o.rtol <= 0)
+        return tuple(n if f else min(k, n) for k, n, f in zip((fwd, adj), most, fixed))
+    if mode == SIMULTANEOUS and fwd >= most[0] and adj >= most[1]:
+        return most
+    return fwd, adj
+
+
 def _check(mode: str, mgrit_opts, n_layers: int, layer: int, fwd: int, fwd_checks: int,
            adj: int, adj_checks: int) -> None:
     """The solves did the cycles asked for: a warm solve of k cycles measures its
@@ -302,7 +318,7 @@ def _check(mode: str, mgrit_opts, n_layers: int, layer: int, fwd: int, fwd_check
     if len(hier.levels) < 2:
         want = (0, 0)
     else:
-        want = (min(fwd, mgrit_opts.max_iter) + 1, min(adj, mgrit_opts.adjoint_max_iter) + 1)
+        want = tuple(k + 1 for k in solve_cycles(mode, mgrit_opts, fwd, adj))
     if (fwd_checks, adj_checks) != want:
         raise RecordingError(f"mode={mode}: asked for {fwd} forward and {adj} adjoint "
                              f"cycles, the solves measured their residual {fwd_checks} and "
