@@ -294,8 +294,9 @@ def run(args) -> list[Path]:
     png = plot(preds, baseline, args.out / "speedup_model.png", measured, args.paper,
                f"{title}\n{opts.dataset.name}: {setup[0]}",     # what is modelled
                opts.dataset.name)
-    print(summary(title, setup, preds, baseline, model.max_layer, auto, compared, (md, png)),
-          end="")
+    auto_times = {key: grids[key][1].get(g) for key, g in auto.items() if key in grids}
+    print(summary(title, setup, preds, baseline, model.max_layer, auto, compared, (md, png),
+                  auto_times), end="")
     return [md, png]
 
 

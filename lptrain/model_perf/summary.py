@@ -29,9 +29,10 @@ def _cell(t: float | None, baseline: float) -> str:
 
 
 def scaling_lines(preds: Sequence[Prediction], baseline: float, max_p: int,
-                  auto: dict) -> list[str]:
+                  auto: dict, auto_times: dict | None = None) -> list[str]:
     """One line per P: each mode's seconds and speedup, then auto's split for mgrit and
-    simultaneous (auto[(P, mode)]: a Grid)."""
+    simultaneous (auto[(P, mode)]: a Grid); below, the predicted seconds of an auto
+    split that is not P x 1 (auto_times[(P, mode)]), which the P x 1 columns are not."""
     lines = [f"{ITERATION_TIME} [s], speedup over serial on 1 rank ({baseline:.4g} s)",
              f"{'P':>5}  " + "".join(f"{h:<{CELL}}" for h in _HEAD) + "auto split"]
     for p in preds:
@@ -41,6 +42,14 @@ def scaling_lines(preds: Sequence[Prediction], baseline: float, max_p: int,
                            if g is not None)
         lines.append(f"{p.ranks:>5}  {cells}{split}".rstrip())
     lines.append("L x D: L layer ranks, D data ranks; auto split: mgrit / simultaneous")
+    for p in preds:
+        other = [(mode, auto[(p.ranks, mode)], (auto_times or {}).get((p.ranks, mode)))
+                 for mode in (MGRIT, SIMULTANEOUS) if (p.ranks, mode) in auto]
+        shown = [f"{mode} {g.layer}x{g.data} {t:.4g} s ({baseline / t:.2f}×)"
+                 for mode, g, t in other if g.data > 1 and t]
+        if shown:
+            lines += textwrap.wrap(f"P = {p.ranks} as auto splits it: " + ", ".join(shown),
+                                   WIDTH, subsequent_indent="  ")
     if any(not p.possible for p in preds):
         lines.append(f"-: more layer ranks than the {max_p} C-intervals of the finest level")
     return lines
@@ -85,9 +94,10 @@ def split_of(run) -> str:
 
 
 def summary(title: str, setup: Sequence[str], preds: Sequence[Prediction], baseline: float,
-            max_p: int, auto: dict, compared: Sequence[tuple], files: Sequence) -> str:
+            max_p: int, auto: dict, compared: Sequence[tuple], files: Sequence,
+            auto_times: dict | None = None) -> str:
     """The terminal text: title, a few setup lines, the table, measured runs, the files."""
-    lines = [title, *setup, "", *scaling_lines(preds, baseline, max_p, auto)]
+    lines = [title, *setup, "", *scaling_lines(preds, baseline, max_p, auto, auto_times)]
     if compared:
         lines += ["", "measured runs:", *measured_lines(compared)]
     lines += ["", f"full report: {files[0]}", f"plot: {files[1]}"]

@@ -44,3 +44,18 @@ def test_the_table_fits_an_80_column_terminal():
     for lines in (scaling_lines(_preds(), 0.3187, 256, _auto()),
                   scaling_lines(slow, 1e-6, 1024, auto)):
         assert max(len(line) for line in lines) <= WIDTH
+
+
+def test_an_auto_split_that_is_not_p_by_1_gets_its_own_time():
+    """peaks_deep at P = 64: the row's simultaneous 64 x 1 said 4.98x, auto took 32 x 2
+    (0.0416 s, 6.3x), whose time the terminal never showed."""
+    times = {(16, MGRIT): 0.2, (16, SIMULTANEOUS): 0.1113, (1024, MGRIT): 0.004,
+             (1024, SIMULTANEOUS): 0.002}
+    lines = scaling_lines(_preds(), 0.3187, 256, _auto(), times)
+    assert "P = 16 as auto splits it: mgrit 4x4 0.2 s (1.59×)" in lines
+    assert any(line.startswith("P = 1024 as auto splits it: mgrit 256x4 0.004 s (79.67×), "
+                               "simultaneous") for line in lines)
+    assert not any(line.startswith("P = 1 ") for line in lines)          # 1 x 1 is P x 1
+    assert all(len(line) <= WIDTH for line in lines)
+    assert not any("as auto splits" in line
+                   for line in scaling_lines(_preds(), 0.3187, 256, _auto()))
