@@ -16,7 +16,8 @@ whole iteration's CPU time.
 
     .venv/bin/python bench/kernel_context.py serial [OVERRIDES ...] [--rounds R]
 
-The recorded serial iteration steps layer by layer (N apply_save calls), where the
+The serial forward sweep's per-layer kernel (the model records and times the sweep
+whole since stop 57, `serial_forward`; before, N apply_save calls), where the
 run's forward is the stepper's own sweep (`stepper.sweep`, model/serial.py): the
 sweep as serial training runs it (states and activations into buffers of all N
 layers, a few rotating) against N × apply_save alone, warm and cold, alternating.

@@ -176,7 +176,8 @@ def kernel_names():
     """The kernels the speedup model records and measures (model_perf/measure.py)."""
     return ("apply", "apply_save", "apply_plus", "apply_save_plus", "linearize", "vjp_saved",
             "vjp_and_g", "vjp_from_g", "act_vjp", "vjp_weights", "opening", "opening_vjp",
-            "classify", "classify_grad", "regulariser", "regulariser_grad")
+            "classify", "classify_grad", "regulariser", "regulariser_grad", "serial_forward",
+            "serial_forward_nosave", "serial_adjoint")
 
 
 def serial_objective_and_grad(net, theta, x, y):

@@ -58,8 +58,11 @@ def adjoint(stepper, states: torch.Tensor, saved: torch.Tensor, lamN: torch.Tens
     the weight products of all layers in one batched call after the sweep, from
     f′ ⊙ λ_{n+1} written over `saved` (which the sweep consumes): the sweep's per-layer
     work is then two kernels, whose fixed cost per call does not shrink with a shard
-    of the batch.
+    of the batch.  A stepper with its own loop (`adjoint_sweep`) runs that instead.
     """
+    own = getattr(stepper, "adjoint_sweep", None)
+    if own is not None:
+        return own(states, saved, lamN, h)
     if getattr(stepper, "WEIGHTS_AFTER_SWEEP", False):
         return _adjoint_then_weights(stepper, states, saved, lamN, h)
     N = stepper.n_layers

@@ -25,6 +25,9 @@ from lptrain.model_perf.record import Glue
 STEP_KERNELS = ("apply", "apply_save", "apply_plus", "apply_save_plus", "linearize")
 ADJOINT_KERNELS = ("vjp_saved", "vjp_and_g", "vjp_from_g")
 WEIGHT_KERNELS = ("vjp_weights",)
+# the serial sweeps (one kernel of N layers in the record): each layer's kernels
+SWEEP_LAYER_KERNELS = {"serial_forward": ("apply_save",), "serial_forward_nosave": ("apply",),
+                       "serial_adjoint": ("vjp_from_g", "vjp_weights")}
 
 
 def shared_weight(ranks: int, host_ranks: int) -> float:
@@ -88,6 +91,8 @@ class KernelCosts:
         return max(o + (t - o) * (b - 1) / (self.batch - 1), 0.0)
 
     def _given(self, name: str, b: float) -> float:
+        if name in SWEEP_LAYER_KERNELS:      # per layer of the sweep
+            return sum(self._given(part, b) for part in SWEEP_LAYER_KERNELS[name])
         step, adjoint, weights, o = self.given
         t = step if name in STEP_KERNELS else adjoint if name in ADJOINT_KERNELS \
             else weights if name in WEIGHT_KERNELS else 0.0

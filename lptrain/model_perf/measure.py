@@ -42,7 +42,7 @@ def seconds_alone_and_shared(fns: dict, copies: int, budget: float = 0.02, round
     """({key: seconds of one call alone}, {key: ... while `copies` forked neighbours call
     the same fn}) on the CPU, both timed in the same visits (neighbours.py)."""
     from lptrain.model_perf.neighbours import Neighbours
-    with Neighbours(list(fns.values()), copies) as nb:
+    with Neighbours([whole(fn) for fn in fns.values()], copies) as nb:
         alone, shared = _timed(fns, "cpu", budget, rounds, nb)
         ended, idle = copies - nb.alive(), sum(c == 0 for c in nb.calls())
         if ended or idle:
@@ -68,8 +68,9 @@ def _timed(fns: dict, device: str, budget: float, rounds: int, nb) -> tuple[dict
     clock = cost_clock(device)
     reps, longest = {}, 0.0
     for key, fn in fns.items():
-        fn()
+        whole(fn)()
         sync()
+        _prepare(fn)
         t0 = time.perf_counter()
         fn()
         sync()
@@ -87,8 +88,9 @@ def _timed(fns: dict, device: str, budget: float, rounds: int, nb) -> tuple[dict
                         nb.play(i)
                     else:
                         nb.rest()
-                    _busy(fn, settle)
+                    _busy(whole(fn), settle)
                 for _ in range(reps[key]):
+                    _prepare(fn)
                     t0 = clock()
                     fn()
                     sync()
@@ -98,6 +100,20 @@ def _timed(fns: dict, device: str, budget: float, rounds: int, nb) -> tuple[dict
     q = 0.2 if gpu else 0.5
     return tuple({key: sorted(t)[int(q * (len(t) - 1))] for key, t in d.items()}
                  for d in (seen, beside))
+
+
+def _prepare(fn) -> None:
+    """What a kernel call needs done first, untimed (SerialSweep's `prepare`)."""
+    prepare = getattr(fn, "prepare", None)
+    if prepare is not None:
+        prepare()
+
+
+def whole(fn):
+    """fn with its untimed preparation: what a neighbour, or a call not timed, runs."""
+    if getattr(fn, "prepare", None) is None:
+        return fn
+    return lambda: (fn.prepare(), fn())
 
 
 def _busy(fn, seconds: float) -> None:
@@ -128,14 +144,22 @@ def kernel_calls(net, theta: torch.Tensor, batch: int, kernels, pool_bytes: int 
     new state every step, and what it reads (states, adjoints, the activations the
     forward kept) was written out of cache's reach (bench/kernel_context.py compares
     kernels alone and in the iteration).  The kernels of one shape share the pools.
+    The serial sweeps (SERIAL_SWEEPS, composite kernels of N layers) run the sweeps
+    themselves instead, on their own reused buffers (SerialSweeps): their states and
+    activations stay where the other sweep left them, and λ passes from one layer to
+    the next in cache, as in a serial iteration.
     The values are random: the cost of a kernel does not depend on them, its shapes do.
     """
     gen = torch.Generator().manual_seed(batch)
     stepper = net.stepper(theta)
     pool_bytes = pool_bytes or cold_bytes()
     pools: dict = {}
-    out = {}
+    out, sweeps = {}, None
     for name, m in sorted(set(kernels)):
+        if name in SERIAL_SWEEPS:
+            sweeps = sweeps or SerialSweeps(net, theta, batch, gen)
+            out[(name, m)] = SerialSweep(name, sweeps)
+            continue
         shape = net.state_dims(batch) if m == 1 else (m, *net.state_dims(batch))
         if shape not in pools:
             size = math.prod(shape) * theta.element_size()
@@ -192,6 +216,52 @@ def _call(name: str, net, theta, stepper, batch: int, pool: _Pool, gen):
     if name not in table:
         raise ValueError(f"kernel {name!r}: not one the model can measure ({sorted(table)})")
     return _KernelCall(table[name], pool)
+
+
+SERIAL_SWEEPS = ("serial_forward", "serial_forward_nosave", "serial_adjoint")
+
+
+class SerialSweeps:
+    """The serial sweeps of all N layers as the serial oracle runs them (model/serial.py
+    `propagate` and `adjoint`): on the states the network's opening gives for `batch`
+    random samples, in buffers every sweep reuses (the oracle's `Buffers`), so that a
+    sweep finds its storage where the other sweep left it, as in an iteration."""
+
+    def __init__(self, net, theta, batch: int, gen):
+        from lptrain.model.serial import Buffers
+        x = torch.randn((batch, *net.in_shape), generator=gen, dtype=theta.dtype
+                        ).to(theta.device)
+        self.stepper, self.h = net.stepper(theta), net.h
+        self.u0 = net.opening(theta, x)
+        self.lamN = torch.randn(self.u0.shape, generator=gen, dtype=theta.dtype
+                                ).to(theta.device)
+        self.buffers, self.swept = Buffers(), None
+
+    def forward(self, save: bool = True) -> None:
+        from lptrain.model.serial import propagate
+        self.swept = propagate(self.stepper, self.u0, self.h, save, self.buffers)
+
+    def adjoint(self):
+        """The adjoint sweep of the last forward one (which it consumes)."""
+        from lptrain.model.serial import adjoint
+        states, saved = self.swept
+        return adjoint(self.stepper, states, saved, self.lamN, self.h)
+
+
+class SerialSweep:
+    """One composite kernel of the record (SERIAL_SWEEPS) on `sweeps`.  serial_adjoint's
+    `prepare`, untimed, is the forward sweep that writes the states and activations it
+    reads (and overwrites)."""
+
+    def __init__(self, name: str, sweeps: SerialSweeps):
+        self.name, self.sweeps = name, sweeps
+        if name == "serial_adjoint":
+            self.prepare = sweeps.forward
+
+    def __call__(self):
+        if self.name == "serial_adjoint":
+            return self.sweeps.adjoint()
+        return self.sweeps.forward(self.name == "serial_forward")
 
 
 class _KernelCall:

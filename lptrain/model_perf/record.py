@@ -6,7 +6,8 @@ app.py builds it (train/oracles.py, mgrit_oracle.py, oneshot.py; data_parallel.p
 a batch of the group's shard size.  Three parts with one role each:
 
 - the network at zero cost (zero_cost.py) supplies the kernels: its stepper's give
-  zeros instead of computing; it reports each call (name, states stacked);
+  zeros instead of computing; it reports each call (name, states stacked), the serial
+  mode's forward and adjoint sweeps as one call each of N layers;
 - a scripted exchange per group (scripted.py) supplies the messages (zeros) and sums;
   the solvers' residual-norm sums are scripted: a solve to a tolerance stops after
   the cycles asked for;

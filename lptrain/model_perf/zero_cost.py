@@ -4,7 +4,9 @@ reported to an observer (`mgrit.protocols.Observer.kernel`).
 What record.py needs of the network while it runs the real optimizer iteration: the
 stepper's kernels (names: measure.py) return zeros of their result's shape instead
 of computing, the opening, classifier and regulariser compute (they are cheap and give
-the loss); weights and everything else are the real network's.  Each call is told to
+the loss); weights and everything else are the real network's.  The serial sweeps
+(model/serial.py) are the stepper's kernels too: each is one call of N layers, which
+measure.py times by running the sweep as the serial oracle does.  Each call is told to
 the observer with the states it was on (stacked intervals count each) and its own
 time, which the observer keeps apart from the time spent around the kernels.
 """
@@ -53,7 +55,19 @@ class ZeroCostStepper:
         self._state_dims = state_dims      # dims of one state; one more: a stack of them
         self.act = ZeroCostActivation(real.act, report)
 
-    sweep = None     # a serial sweep steps layer by layer here, each step reported
+    def sweep(self, states, saved, h: float) -> None:
+        """The serial forward sweep (model/serial.py `propagate`): one kernel of N
+        layers, serial_forward (serial_forward_nosave when it keeps no activations)."""
+        name = "serial_forward" if saved is not None else "serial_forward_nosave"
+        self._report(name, states[1:], _zeros, states[1:], states[1:])
+
+    def adjoint_sweep(self, states, saved, lamN, h: float):
+        """The serial adjoint sweep (model/serial.py `adjoint`): one kernel of N layers,
+        serial_adjoint; (λ_0, gK, gb) zeros."""
+        def zeros():
+            return (torch.zeros_like(lamN), torch.zeros_like(self._real.K),
+                    torch.zeros_like(self._real.b))
+        return self._report("serial_adjoint", states[1:], zeros)
 
     def __getattr__(self, name):
         return getattr(self._real, name)

@@ -114,11 +114,13 @@ def test_serial_records_one_sweep_each_way_and_the_data_sums():
     net, _ = dense_net(layers=7)
     r = record_iteration(net, "serial", OPTS, 1, 3)
     value, gradient = r.value[0], r.gradient[0]
-    assert _calls(value, "apply_save") == 7 and _calls(value, "opening") == 1
-    assert [_calls(gradient, k) for k in ("act_vjp", "vjp_from_g")] == [7] * 2
-    # the dense weight products: one batched call on all 7 layers after the sweep
-    assert [(op.states, op.calls) for op in gradient
-            if isinstance(op, Kernel) and op.name == "vjp_weights"] == [(7, 1)]
+    # each sweep one composite kernel of the 7 layers, none of its per-layer kernels
+    assert [(op.name, op.states, op.calls) for op in value + gradient
+            if isinstance(op, Kernel) and op.name.startswith("serial")] == \
+        [("serial_forward", 7, 1), ("serial_adjoint", 7, 1)]
+    assert {name for name, _ in r.kernels()} == {
+        "opening", "serial_forward", "classify_grad", "regulariser", "serial_adjoint",
+        "opening_vjp", "regulariser_grad"}
     # loss, hits and the gradient are summed over the 3 data groups (the layer group of
     # one rank sums too, at no cost)
     sums = [op for ops in (value, gradient) for op in ops
@@ -171,6 +173,46 @@ def test_one_rank_prediction_is_the_sum_of_its_recorded_kernel_costs(mode):
     want = 1.5 * total(r.value) + total(r.gradient)
     got = model.grid_time(Grid(1, 1), mode, m, Counts(1.5, 3, 2), (3, 2))
     assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_a_serial_prediction_charges_the_measured_sweeps():
+    # the sweeps' own costs, the forward once per trial, and no per-layer kernel's
+    from helpers import dense_net
+    net, _ = dense_net(layers=12)
+    model, costs = Model(net, OPTS, batch=40), fake_costs(40)
+    m, counts = Machine(costs, Link(1e-3, 1e6)), Counts(trials=2)
+    before = model.grid_time(Grid(1, 1), "serial", m, counts)
+    costs.full[("serial_forward", 12)] += 0.5
+    costs.full[("serial_adjoint", 12)] += 0.25
+    for name in ("apply_save", "act_vjp", "vjp_from_g", "vjp_weights"):
+        costs.full[(name, 1)] += 1.0
+        costs.full[(name, 12)] += 1.0
+    assert model.grid_time(Grid(1, 1), "serial", m, counts) == \
+        pytest.approx(before + 2 * 0.5 + 0.25, rel=1e-12)
+
+
+def test_measured_sweeps_run_the_serial_code():
+    # serial_adjoint on the states and activations its untimed forward sweep wrote gives
+    # model/serial.py's adjoint of the same inputs
+    import torch
+
+    from helpers import dense_net
+    from lptrain.model.serial import adjoint, propagate
+    from lptrain.model_perf import measure
+    net, theta = dense_net(layers=6)
+    calls = measure.kernel_calls(net, theta, 5, {("serial_forward", 6), ("serial_adjoint", 6)})
+    fwd, adj = calls[("serial_forward", 6)], calls[("serial_adjoint", 6)]
+    assert fwd.sweeps is adj.sweeps and not hasattr(fwd, "prepare")
+    measure.whole(adj)()                       # each timed call after a forward sweep
+    adj.prepare()
+    lam0, gK, gb = adj()
+    sw = adj.sweeps
+    states, saved = propagate(net.stepper(theta), sw.u0, net.h)
+    want = adjoint(net.stepper(theta), states, saved, sw.lamN, net.h)
+    for got, ref in zip((lam0, gK, gb), want):
+        torch.testing.assert_close(got, ref, rtol=0, atol=0)
+    fwd()
+    torch.testing.assert_close(sw.swept[0], states, rtol=0, atol=0)
 
 
 def test_fractional_cycles_interpolate_between_records():
@@ -231,6 +273,9 @@ def test_kernel_costs_are_affine_in_the_shard():
     given = kc.given_costs(10, 2.0, 3.0, 5.0, overhead=1.0)
     assert given.call("apply_save", 4, 5) == pytest.approx(4 * 1.5)
     assert given.call("vjp_weights", 1, 10) == 5.0 and given.call("classify", 1, 10) == 0.0
+    # a serial sweep of 4 layers: 4 of each layer's kernels
+    assert given.call("serial_forward", 4, 5) == pytest.approx(4 * 1.5)
+    assert given.call("serial_adjoint", 4, 5) == pytest.approx(4 * (2.0 + 3.0))
 
 
 def test_predictions_refuse_more_layer_ranks_than_intervals():
@@ -264,8 +309,29 @@ def test_costs_are_kept_per_host_and_configuration(tmp_path, monkeypatch):
     assert len(calls) == 3 and len(list((tmp_path / "kernel_costs").iterdir())) == 2
 
 
+def test_costs_kept_before_the_composite_sweeps_get_them_measured(tmp_path, monkeypatch):
+    # a file kept when the serial record held per-layer kernels: the sweeps are missing,
+    # measured and added; the kept per-layer costs stay
+    from helpers import dense_net
+    monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path))
+    net, theta = dense_net(layers=4)
+    asked = []
+
+    def fake(net_, theta_, batch, kernels, device, neighbours=0):
+        asked.append(set(kernels))
+        return {(name, m, b): 1e-3 * b for name, m in kernels for b in (1, batch)}, {}
+    monkeypatch.setattr("lptrain.model_perf.measure.measure_kernels", fake)
+    old = {("apply_save", 1), ("act_vjp", 1), ("vjp_from_g", 1), ("vjp_weights", 4)}
+    kc.measured(net, theta, 16, old, "cpu", 1)
+    sweeps = {("serial_forward", 4), ("serial_adjoint", 4)}
+    costs, _ = kc.measured(net, theta, 16, sweeps | {("opening", 1)}, "cpu", 1)
+    assert asked == [old, sweeps | {("opening", 1)}]
+    assert set(costs.full) == old | sweeps | {("opening", 1)}
+
+
 def test_measured_kernels_run_the_networks_own_functions():
     from helpers import conv_net
+    from lptrain.model_perf import measure
     from lptrain.model_perf.measure import kernel_calls
     net, theta = conv_net()
     kinds = {(name, m) for name in kernel_names() for m in (1, 3)
@@ -274,7 +340,7 @@ def test_measured_kernels_run_the_networks_own_functions():
     calls = kernel_calls(net, theta, 5, kinds)
     assert set(calls) == kinds
     for fn in calls.values():
-        fn()
+        measure.whole(fn)()        # with its untimed preparation (the serial adjoint's)
 
 
 def test_measured_kernels_read_a_new_copy_of_every_input_each_call():
