@@ -15,7 +15,8 @@ from lptrain.parallel.grid import Grid
 OPTS = MGRITOptions(levels=2, cfactor0=2, cfactor=2, fwd_iters=2, adj_iters=2)
 NAMES = ("apply", "apply_save", "apply_plus", "apply_save_plus", "linearize", "vjp_saved",
          "vjp_and_g", "vjp_from_g", "act_vjp", "vjp_weights", "opening", "opening_vjp",
-         "classify", "classify_grad", "regulariser", "regulariser_grad")
+         "classify", "classify_grad", "regulariser", "regulariser_grad", "serial_forward",
+         "serial_adjoint")
 
 
 def _costs(batch: int, host_ranks: int, factor: float) -> kc.KernelCosts:

@@ -53,7 +53,7 @@ def _costs(batch: int) -> KernelCosts:
     for name in ("apply", "apply_save", "apply_plus", "apply_save_plus", "linearize",
                  "vjp_saved", "vjp_and_g", "vjp_from_g", "act_vjp", "vjp_weights",
                  "opening", "opening_vjp", "classify", "classify_grad", "regulariser",
-                 "regulariser_grad"):
+                 "regulariser_grad", "serial_forward", "serial_adjoint"):
         for m in range(1, 17):
             costs.full[(name, m)] = 1e-3 * m
             costs.one[(name, m)] = 1e-4 * m
