@@ -166,7 +166,28 @@ def figure(preds: Sequence[Prediction], baseline: float, measured: Measured | No
     width = int(fig.get_figwidth() * 72 / (TITLE_PT * CHAR_EM))
     fig.suptitle("\n".join(textwrap.fill(line, width) for line in title.splitlines()),
                  fontsize=TITLE_PT)
+    for ax in (ax_t, ax_s):
+        _apart(ax)
     return fig
+
+
+def _apart(ax) -> None:
+    """Fixed P ticks without labels that overlap (P = 4096 beside 10000 on a log2 axis):
+    each kept where its label starts right of the last kept one's."""
+    if not isinstance(ax.xaxis.get_major_locator(), FixedLocator):
+        return
+    renderer = ax.figure.canvas.get_renderer()
+    ax.figure.draw_without_rendering()          # the constrained layout: final positions
+    kept, right = [], -float("inf")
+    for tick in ax.xaxis.get_major_ticks():
+        label = tick.label1
+        if not label.get_visible() or not label.get_text():
+            continue
+        box = label.get_window_extent(renderer)
+        if box.x0 > right + 2:
+            kept.append(tick.get_loc())
+            right = box.x1
+    ax.xaxis.set_major_locator(FixedLocator(kept))
 
 
 def grid_section(ranks, auto: dict, grids) -> str:

@@ -288,6 +288,23 @@ def test_only_runs_of_the_modelled_configuration_give_the_counts():
     assert note.endswith("1 measured run of another config not counted")
 
 
+def test_far_apart_large_rank_counts_get_labels_that_do_not_overlap():
+    """--ranks 1,4096,10000 printed '409610000' under both x axes."""
+    from lptrain.model_perf.predict import Prediction
+    from lptrain.model_perf.report import figure
+    preds = [Prediction(p, 1.0 / p, 2.0 / p, 1.5 / p) for p in (1, 4096, 10000)]
+    fig = figure(preds, 1.0)
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes[:2]:
+        boxes = [t.label1.get_window_extent(renderer) for t in ax.xaxis.get_major_ticks()
+                 if t.label1.get_visible() and t.label1.get_text()
+                 and ax.get_xlim()[0] <= t.get_loc() <= ax.get_xlim()[1]]
+        assert len(boxes) >= 2
+        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:]))
+    few = figure([Prediction(p, 1.0 / p, 2.0 / p, 1.5 / p) for p in (1, 2, 4, 8)], 1.0)
+    assert [t.get_loc() for t in few.axes[0].xaxis.get_major_ticks()] == [1, 2, 4, 8]
+
+
 def test_the_plots_title_wraps_a_long_command_inside_the_figure():
     """The title is the command, which a custom step's overrides make long."""
     from helpers import title_inside
