@@ -40,7 +40,9 @@ class Job:
         from omegaconf import OmegaConf
         resolved = copy.deepcopy(cfg)      # ${now:}, ${oc.env:} ... take rank 0's values
         OmegaConf.resolve(resolved)
-        sweep = str(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else ""
+        sweep = ""
+        if hydra_cfg.mode == RunMode.MULTIRUN:     # as typed: relative to where it started
+            sweep = os.path.join(str(hydra_cfg.runtime.cwd), str(hydra_cfg.sweep.dir))
         return cls(resolved, str(hydra_cfg.runtime.output_dir), os.getcwd(),
                    {str(k): str(v) for k, v in hydra_cfg.job.env_set.items()}, resume,
                    sweep, tuple(str(o) for o in hydra_cfg.overrides.task))

@@ -15,10 +15,21 @@ from lptrain.errors import ConfigError
 from lptrain.jobs import END, JOB, Job, JobChannel
 
 
-def _hydra_cfg(output_dir="out/0", env_set=None, task=()):
-    return OmegaConf.create({"runtime": {"output_dir": output_dir},
-                             "job": {"env_set": env_set or {}}, "mode": None,
-                             "sweep": {"dir": "sweep"}, "overrides": {"task": list(task)}})
+def _hydra_cfg(output_dir="out/0", env_set=None, task=(), mode=None, sweep="sweep"):
+    return OmegaConf.create({"runtime": {"output_dir": output_dir, "cwd": "/started/here"},
+                             "job": {"env_set": env_set or {}}, "mode": mode,
+                             "sweep": {"dir": sweep}, "overrides": {"task": list(task)}})
+
+
+@pytest.mark.parametrize("typed, kept", [("sub/sweep", "/started/here/sub/sweep"),
+                                         ("/abs/sweep", "/abs/sweep")])
+def test_a_sweeps_job_keeps_its_sweep_directory_where_it_started(typed, kept):
+    """hydra.sweep.dir=sub/relsw3: the stop line said 'resume with: lptrain
+    resume=sub/relsw3', which works only from the directory the sweep started in."""
+    from hydra.types import RunMode
+    job = Job.of_hydra(OmegaConf.create({}), _hydra_cfg("/o/0", mode=RunMode.MULTIRUN,
+                                                        sweep=typed))
+    assert job.sweep_dir == kept
 
 
 def test_a_job_carries_rank_0s_resolved_values(monkeypatch, tmp_path):
