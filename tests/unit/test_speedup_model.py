@@ -288,7 +288,9 @@ def test_predictions_refuse_more_layer_ranks_than_intervals():
     assert not too_many.possible and too_many.serial > 0
 
 
-def test_costs_are_kept_per_host_and_configuration(tmp_path, monkeypatch):
+def _fake_measuring(tmp_path, monkeypatch) -> tuple:
+    """(net, θ, the kernel sets measure_kernels was asked for): a cache in tmp_path and
+    made-up costs of 1 ms per sample for whatever is asked."""
     from helpers import dense_net
     monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path))
     net, theta = dense_net(layers=4)
@@ -298,6 +300,11 @@ def test_costs_are_kept_per_host_and_configuration(tmp_path, monkeypatch):
         calls.append(set(kernels))
         return {(name, m, b): 1e-3 * b for name, m in kernels for b in (1, batch)}, {}
     monkeypatch.setattr("lptrain.model_perf.measure.measure_kernels", fake)
+    return net, theta, calls
+
+
+def test_costs_are_kept_per_host_and_configuration(tmp_path, monkeypatch):
+    net, theta, calls = _fake_measuring(tmp_path, monkeypatch)
     want = {("apply", 1), ("vjp_saved", 2)}
     c1, _ = kc.measured(net, theta, 16, want, "cpu", 1)
     c2, note = kc.measured(net, theta, 16, want | {("linearize", 1)}, "cpu", 1)
@@ -312,15 +319,7 @@ def test_costs_are_kept_per_host_and_configuration(tmp_path, monkeypatch):
 def test_costs_kept_before_the_composite_sweeps_get_them_measured(tmp_path, monkeypatch):
     # a file kept when the serial record held per-layer kernels: the sweeps are missing,
     # measured and added; the kept per-layer costs stay
-    from helpers import dense_net
-    monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path))
-    net, theta = dense_net(layers=4)
-    asked = []
-
-    def fake(net_, theta_, batch, kernels, device, neighbours=0):
-        asked.append(set(kernels))
-        return {(name, m, b): 1e-3 * b for name, m in kernels for b in (1, batch)}, {}
-    monkeypatch.setattr("lptrain.model_perf.measure.measure_kernels", fake)
+    net, theta, asked = _fake_measuring(tmp_path, monkeypatch)
     old = {("apply_save", 1), ("act_vjp", 1), ("vjp_from_g", 1), ("vjp_weights", 4)}
     kc.measured(net, theta, 16, old, "cpu", 1)
     sweeps = {("serial_forward", 4), ("serial_adjoint", 4)}
