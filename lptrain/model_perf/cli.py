@@ -363,7 +363,7 @@ def auto_splits(ranks, opts, net) -> dict:
 def _same_structure(other: Model, model: Model) -> bool:
     """Whether a run's model has the modelled one's layers and the MGRIT options its
     times depend on."""
-    from lptrain.model_perf.grid import model_mgrit
+    from lptrain.model_perf.costs import model_mgrit
     return other.net.opts.layers == model.net.opts.layers and \
         model_mgrit(other.mgrit) == model_mgrit(model.mgrit)
 

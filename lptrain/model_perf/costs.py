@@ -116,6 +116,23 @@ def given_costs(batch: int, step: float, adjoint: float, weights: float,
     return KernelCosts(batch, given=(step, adjoint, weights, overhead))
 
 
+# MGRIT options the model's times do not depend on: its records stop solves after the
+# counted cycles (no tolerance) and run one-shot with the fixed plan (record.py); the
+# iteration limits are not among them: they cap the cycles (record.solve_cycles)
+MODEL_BLIND = ("tol", "rtol", "adj_tol", "control", "grad_tol", "control_min_iters",
+               "control_max_iters", "calibrate_every", "adaptive", "adaptive_ratio",
+               "adaptive_max_extra")
+
+
+def model_mgrit(mgrit) -> dict:
+    """The MGRIT options a configuration's times depend on (kept times' key): a sweep
+    over mgrit.grad_tol had timed this host's kernels again for every value. Of the
+    tolerances only whether there is one: mode=mgrit's solves without run max_iter."""
+    return {**{k: v for k, v in asdict(mgrit).items() if k not in MODEL_BLIND},
+            "fixed": [mgrit.tol <= 0 and mgrit.rtol <= 0,
+                      mgrit.adjoint_tol <= 0 and mgrit.rtol <= 0]}
+
+
 def cache_dir() -> Path:
     """Where measured costs are kept (see the module docstring)."""
     if os.environ.get("LPTRAIN_CACHE"):

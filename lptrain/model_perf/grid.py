@@ -18,6 +18,7 @@ import shutil
 from dataclasses import asdict
 from typing import Sequence
 
+from lptrain.model_perf.costs import MODEL_BLIND, model_mgrit
 from lptrain.model_perf.measure import DEFAULT_LINK
 from lptrain.model_perf.predict import Collecting, Counts, Machine, Model
 from lptrain.modes import LAYERED, MGRIT
@@ -46,14 +47,6 @@ def measured_machine(model: Model, theta, predictions, device: str, threads: int
     return Machine(costs, link), note
 
 
-# MGRIT options the model's times do not depend on: its records stop solves after the
-# counted cycles (no tolerance) and run one-shot with the fixed plan (record.py); the
-# iteration limits are not among them: they cap the cycles (record.solve_cycles)
-MODEL_BLIND = ("tol", "rtol", "adj_tol", "control", "grad_tol", "control_min_iters",
-               "control_max_iters", "calibrate_every", "adaptive", "adaptive_ratio",
-               "adaptive_max_extra")
-
-
 def ignored(overrides) -> list[str]:
     """The overrides lptrain-model's predictions cannot depend on: it predicts every mode
     and every split, and its records run the one-shot solves with a fixed plan."""
@@ -65,15 +58,6 @@ def ignored(overrides) -> list[str]:
                 or key.startswith("parallel."):
             found.append(item.lstrip("+"))
     return found
-
-
-def model_mgrit(mgrit) -> dict:
-    """The MGRIT options a configuration's times depend on (kept times' key): a sweep
-    over mgrit.grad_tol had timed this host's kernels again for every value. Of the
-    tolerances only whether there is one: mode=mgrit's solves without run max_iter."""
-    return {**{k: v for k, v in asdict(mgrit).items() if k not in MODEL_BLIND},
-            "fixed": [mgrit.tol <= 0 and mgrit.rtol <= 0,
-                      mgrit.adjoint_tol <= 0 and mgrit.rtol <= 0]}
 
 
 class MeasuredTimer:
@@ -110,13 +94,18 @@ class MeasuredTimer:
         model = self.model
         if model is None or (model.batch, model.mini_batches, model.dtype, model.mgrit) != \
                 (batch, mini_batches, dtype, o.mgrit):
-            model = Model(self.net, o.mgrit, batch, mini_batches, dtype)
+            # the records' glue as lptrain-model keeps it: both predict from the same
+            from lptrain.model_perf.kept_glue import kept_for
+            model = self.model = Model(self.net, o.mgrit, batch, mini_batches, dtype)
+            model.glue = kept_for(model, o.device, threads)
         theta = self.net.init_params(o.seed, dtype, o.device)
 
         def times(m):
             return {g: model.grid_time(g, self.mode, m, self.counts) for g in grids}
         m, costs = measured_machine(model, theta, times, o.device, threads)
         found = times(m)
+        if model.glue is not None:
+            model.glue.save()
         unkept = keep_times(key, found)
         how = "this host's kernels timed now" if costs.startswith("measured now") else \
             "predicted now from this host's kernel costs, kept earlier"

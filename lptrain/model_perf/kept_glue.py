@@ -23,8 +23,7 @@ def glue_config(model, device: str, threads: int) -> dict:
     """What a configuration's records and their glue depend on: the kernel costs' key
     (network, batch, dtype, device, threads), the MGRIT options the records use and
     whether the batch is a mini-batch."""
-    from lptrain.model_perf.costs import cost_config
-    from lptrain.model_perf.grid import model_mgrit
+    from lptrain.model_perf.costs import cost_config, model_mgrit
     dtype = str(model.dtype).removeprefix("torch.")
     return {"costs": cost_config(model.net, model.batch, dtype, device, threads),
             "mgrit": model_mgrit(model.mgrit), "mini_batches": model.mini_batches,

@@ -117,3 +117,25 @@ def test_lptrain_model_names_the_overrides_it_cannot_depend_on():
              "mgrit.max_iter=3", "mgrit.levels=2", "+mgrit.control=fixed", "seed=3"]
     assert ignored(typed) == ["mode=mgrit", "parallel.layer_ranks=4", "mgrit.grad_tol=0.01",
                               "mgrit.control=fixed"]
+
+
+def test_two_first_starts_predict_alike_from_the_kept_glue(tmp_path, monkeypatch):
+    """lptrain's own auto timer timed the records' glue afresh at every first start on a
+    host (lptrain-model kept it): two starts could rank near-equal splits differently."""
+    from helpers import fake_costs
+    from lptrain.model_perf.predict import Machine
+    from lptrain.model_perf.simulate import FREE_LINK
+    monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path))
+    opts, _ = compose(["mode=simultaneous", "network.layers=8", "dataset.n_train=40"])
+    net, _, _ = build_network(opts)
+    machine = Machine(fake_costs(40), FREE_LINK)
+    monkeypatch.setattr(mg, "measured_machine",
+                        lambda model, theta, times, *a: (machine, "measured now"))
+    first = mg.MeasuredTimer(opts, net, "simultaneous")
+    t1 = first.times(GRIDS)
+    assert first.model.glue.timed > 0 and first.model.glue.unkept is None
+    mg.forget_kept_times()                       # the next start predicts anew
+    second = mg.MeasuredTimer(opts, net, "simultaneous")
+    assert second.times(GRIDS) == t1
+    assert second.model.glue.reused == first.model.glue.timed and second.model.glue.timed == 0
+
