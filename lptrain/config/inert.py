@@ -12,6 +12,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from lptrain.metrics.reader import override_key
 from lptrain.modes import MGRIT, SERIAL, SIMULTANEOUS
 
 # read by the one-shot controller and its oracle only (train/oneshot.py, control.py)
@@ -78,14 +79,15 @@ RULES = (
 )
 
 
-def typed_key(override: str) -> str:
-    """The dotted key (or group) of a command-line override: `+a.b=1` -> `a.b`."""
-    return override.split("=", 1)[0].lstrip("+~")
+def _rule(opts, built: Built, key: str) -> int | None:
+    """The index of the first rule that leaves `key` unused in this run, else None."""
+    return next((i for i, rule in enumerate(RULES)
+                 if rule.covers(key) and rule.applies(opts, built)), None)
 
 
 def reads(opts, built: Built, key: str) -> bool:
     """Whether a run of `opts` that built `built` reads `key` (no rule leaves it unused)."""
-    return not any(rule.covers(key) and rule.applies(opts, built) for rule in RULES)
+    return _rule(opts, built, key) is None
 
 
 def unused(opts, overrides: Sequence[str], built: Built) -> list[tuple[list[str], str]]:
@@ -93,11 +95,9 @@ def unused(opts, overrides: Sequence[str], built: Built) -> list[tuple[list[str]
     the first rule that covers it and applies."""
     found: dict[int, list[str]] = {}
     for override in overrides:
-        key = typed_key(override)
-        for i, rule in enumerate(RULES):
-            if rule.covers(key) and rule.applies(opts, built):
-                found.setdefault(i, []).append(override.lstrip("+"))
-                break
+        i = _rule(opts, built, override_key(override))
+        if i is not None:
+            found.setdefault(i, []).append(override.lstrip("+"))
     return [(found[i], RULES[i].why) for i in sorted(found)]
 
 

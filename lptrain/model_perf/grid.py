@@ -50,10 +50,11 @@ def measured_machine(model: Model, theta, predictions, device: str, threads: int
 def ignored(overrides) -> list[str]:
     """The overrides lptrain-model's predictions cannot depend on: it predicts every mode
     and every split, and its records run the one-shot solves with a fixed plan."""
+    from lptrain.metrics.reader import override_key
     blind = {f"mgrit.{k}" for k in MODEL_BLIND if k not in ("tol", "rtol", "adj_tol")}
     found = []
     for item in overrides:
-        key = item.split("=", 1)[0].lstrip("+~")
+        key = override_key(item)
         if key in blind or key in ("mode", "mode.name") or key == "parallel" \
                 or key.startswith("parallel."):
             found.append(item.lstrip("+"))

@@ -29,13 +29,14 @@ def run_labels(runs: Sequence[RunMetrics]) -> list[str]:
     sources = [[typed_overrides(run) for run in runs],
                [hydra_choices(run) for run in runs],
                [flat_config(run.attrs.get(s.CONFIG, "")) for run in runs]]
+    reads = [_reader(run) for run in runs]
     ranks_vary = len({run.attrs.get(s.WORLD_SIZE) for run in runs}) > 1
     parts = [[run.mode] + ([f"P={run.attrs.get(s.WORLD_SIZE)}"] if ranks_vary else [])
              for run in runs]
     shown: list[str] = []
     for key in differing(sources[0], common_only=False):    # typed: all, even under a
-        _show(key, _parts(key, runs, sources), parts, shown, typed=True)   # typed group
-    rest = [(key, _parts(key, runs, sources))
+        _show(key, _parts(key, reads, sources), parts, shown, typed=True)   # typed group
+    rest = [(key, _parts(key, reads, sources))
             for rank in (1, 2) for key in differing(sources[rank], common_only=rank == 2)]
     while len(shown) < MAX_LABEL_KEYS:
         scored = [(_distinct([p + n for p, n in zip(parts, new)]), -i, key, new)
@@ -47,13 +48,13 @@ def run_labels(runs: Sequence[RunMetrics]) -> list[str]:
     return _unique([" ".join(p) for p in parts])
 
 
-def _parts(key: str, runs: Sequence[RunMetrics], sources: list[list[dict]]):
+def _parts(key: str, reads: Sequence, sources: list[list[dict]]):
     """The label part of each run for `key`, or None where the runs show the same value.
     A run shows the value it typed, else the group Hydra chose, else its config's, and
-    none where it does not read the key (a serial run's mgrit settings: config/inert.py,
-    as its console said)."""
-    values = [_value(key, [source[i] for source in sources]) if _reads(run, key) else None
-              for i, run in enumerate(runs)]
+    none where it does not read the key (reads[i]: run i's _reader; a serial run's
+    mgrit settings: config/inert.py, as its console said)."""
+    values = [_value(key, [source[i] for source in sources]) if read(key) else None
+              for i, read in enumerate(reads)]
     first: dict = {}          # one text per value: `0` and `0.0` are one learning rate
     values = [None if v is None else first.setdefault(_number(v), v) for v in values]
     if len({str(v) for v in values}) == 1:
@@ -61,23 +62,30 @@ def _parts(key: str, runs: Sequence[RunMetrics], sources: list[list[dict]]):
     return [[] if v is None else [f"{key}={v}"] for v in values]
 
 
-def _reads(run: RunMetrics, key: str) -> bool:
-    """Whether the run read `key`, judged from its stored config and MGRIT levels (a
-    config too old or foreign to judge counts as read)."""
+def _reader(run: RunMetrics):
+    """key -> whether the run read it, judged from its stored config (parsed once) and
+    MGRIT levels; a config too old or foreign to judge reads every key."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     from lptrain.config.inert import Built, reads
     from lptrain.model.network import VECTOR_OPENINGS
+    judged = (OmegaConfBaseException, AttributeError, TypeError, ValueError)
     try:
         cfg = OmegaConf.create(run.attrs.get(s.CONFIG) or "{}")
         levels = str(run.attrs.get(s.MGRIT_LEVELS) or "")
         opening = OmegaConf.select(cfg, "network.opening")
         built = Built(None if opening is None else opening not in VECTOR_OPENINGS,
                       len(levels.split("/")) if levels else None)
-        return reads(cfg, built, key.replace("/", "."))
-    except (OmegaConfBaseException, AttributeError, TypeError, ValueError):
-        return True
+    except judged:
+        return lambda key: True
+
+    def read(key: str) -> bool:
+        try:
+            return reads(cfg, built, key.replace("/", "."))
+        except judged:
+            return True
+    return read
 
 
 def _number(value):

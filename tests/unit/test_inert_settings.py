@@ -5,10 +5,10 @@ import pytest
 
 from helpers import composed
 from lptrain import app, title_notes
-from lptrain.config.inert import RULES, Built, typed_key, unused, unused_notes
+from lptrain.config.inert import RULES, Built, unused, unused_notes
 from lptrain.config.meanings import KEYS
 from lptrain.metrics import schema as ms
-from lptrain.metrics.reader import read_metrics
+from lptrain.metrics.reader import override_key, read_metrics
 from lptrain.parallel.grid import Grid
 
 SMALL = ["network.layers=8", "network.width=4", "dataset.n_train=200", "dataset.n_val=50",
@@ -82,7 +82,7 @@ def test_read_settings_are_not_named():
 
 
 def test_every_rule_is_checked_by_a_case_and_names_real_keys():
-    typed = {typed_key(o) for _, extra in CASES.values() for o in extra}
+    typed = {override_key(o) for _, extra in CASES.values() for o in extra}
     for rule in RULES:
         assert any(rule.covers(key) for key in typed), rule.keys
         for key in rule.keys:
