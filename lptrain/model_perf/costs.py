@@ -69,7 +69,7 @@ class KernelCosts:
         def blend(alone: dict, shared: dict) -> dict:   # a kept kernel that another
             # question measured alone only (missing() measures those asked for) stays so;
             # beside others a call costs no less than alone (a lower shared time is the
-            # noise of a loaded host: it predicted 2.2x on 2 ranks)
+            # noise of a loaded host, and would predict more than P times on P ranks)
             return {key: t + w * (max(shared.get(key, t), t) - t) for key, t in alone.items()}
         return replace(self.alone(), one=blend(self.one, self.shared_one),
                        full=blend(self.full, self.shared_full))
