@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from lptrain.config import override_key
 from lptrain.errors import ConfigError, InputFileError
-from lptrain.metrics.reader import job_number, override_key
+from lptrain.metrics.reader import job_number
 from lptrain.rundir import (SWEEP_FILE, WRITES_AT_THE_END, SavedFiles, check_overrides,
                             checkpoint_gone, dir_override, remove_new_files,
                             saved_overrides, stopped_how)

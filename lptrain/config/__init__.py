@@ -124,10 +124,14 @@ def compose(overrides: Sequence[str]):
         raise group_value_error(exc, overrides) from None
 
 
+def override_key(override: str) -> str:
+    """An override's key, without Hydra's `+`, `++` or `~` (`+seed=3` sets seed)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
 def _key_value(override: str) -> tuple[str, str]:
-    """An override's key, without Hydra's +, ++ or ~, and its value as typed."""
-    key, _, value = override.partition("=")
-    return key.lstrip("+~"), value
+    """An override's key (override_key) and its value as typed."""
+    return override_key(override), override.partition("=")[2]
 
 
 def group_value_error(exc: ValueError, overrides: Sequence[str]):

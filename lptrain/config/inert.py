@@ -12,7 +12,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from lptrain.metrics.reader import override_key
+from lptrain.config import override_key
 from lptrain.modes import MGRIT, SERIAL, SIMULTANEOUS
 
 # read by the one-shot controller and its oracle only (train/oneshot.py, control.py)

@@ -201,11 +201,6 @@ def interpolated(value: str) -> bool:
     return "${" in value or "$\\{" in value
 
 
-def override_key(override: str) -> str:
-    """An override's key, without Hydra's `+`, `++` or `~` (`+seed=3` sets seed)."""
-    return override.split("=", 1)[0].lstrip("+~")
-
-
 def _in_job_order(hit: Path) -> list:
     """_natural, but a multirun's job (its directory named by overrides, say) by its
     job number within its sweep's directory."""

@@ -50,7 +50,7 @@ def measured_machine(model: Model, theta, predictions, device: str, threads: int
 def ignored(overrides) -> list[str]:
     """The overrides lptrain-model's predictions cannot depend on: it predicts every mode
     and every split, and its records run the one-shot solves with a fixed plan."""
-    from lptrain.metrics.reader import override_key
+    from lptrain.config import override_key
     blind = {f"mgrit.{k}" for k in MODEL_BLIND if k not in ("tol", "rtol", "adj_tol")}
     found = []
     for item in overrides:

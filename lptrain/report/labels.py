@@ -14,8 +14,9 @@ from typing import Sequence
 
 import yaml
 
+from lptrain.config import override_key
 from lptrain.metrics import schema as s
-from lptrain.metrics.reader import RunMetrics, interpolated, override_key
+from lptrain.metrics.reader import RunMetrics, interpolated
 from lptrain.report.table import flat_config
 
 MAX_LABEL_KEYS = 4

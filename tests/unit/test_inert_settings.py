@@ -8,7 +8,8 @@ from lptrain import app, title_notes
 from lptrain.config.inert import RULES, Built, unused, unused_notes
 from lptrain.config.meanings import KEYS
 from lptrain.metrics import schema as ms
-from lptrain.metrics.reader import override_key, read_metrics
+from lptrain.config import override_key
+from lptrain.metrics.reader import read_metrics
 from lptrain.parallel.grid import Grid
 
 SMALL = ["network.layers=8", "network.width=4", "dataset.n_train=200", "dataset.n_val=50",
