@@ -56,7 +56,7 @@ test-fast: install ## tiers unit + numeric (no subprocess, no MPI), not slow
 
 clean: ## remove caches (keeps .venv, outputs/)
 	rm -rf .pytest_cache
-	find . -path ./.venv -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+	find . \( -path ./.venv -o -path ./outputs \) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # ---- experiments ---------------------------------------------------------------------
 LPTRAIN := $(VENV)/bin/lptrain
@@ -70,26 +70,33 @@ yield = $(if $(shell [ $(1) -gt $(CORES) ] && echo y),MPIR_CVAR_ENABLE_HEAVY_YIE
 YIELD_SH = env $$([ $$p -gt $(CORES) ] && echo MPIR_CVAR_ENABLE_HEAVY_YIELD=1)
 RUN_NP = $(if $(filter-out 1,$(NP)),$(call yield,$(NP))$(MPIEXEC) -n $(NP) ,)$(LPTRAIN)
 OUT ?= outputs
-# QUICK=1: a few minutes on 2 cores (fewer iterations; Indian Pines and MNIST: fewer samples)
+# QUICK=1: a few minutes on 2 cores (fewer iterations; Indian Pines and MNIST: fewer samples
+# and, for the MGRIT modes, a looser tolerance)
 QUICK_peaks := train.iterations=40
-QUICK_indian_pines := train.iterations=5 dataset.n_train=500 dataset.n_val=250 mgrit.tol=1e-8
-QUICK_mnist := train.iterations=3 dataset.n_train=300 dataset.n_val=100 mgrit.tol=1e-8
-OFF := 0 no No NO false False FALSE
+QUICK_indian_pines := train.iterations=5 dataset.n_train=500 dataset.n_val=250
+QUICK_MGRIT_indian_pines := mgrit.tol=1e-8
+QUICK_mnist := train.iterations=3 dataset.n_train=300 dataset.n_val=100
+QUICK_MGRIT_mnist := mgrit.tol=1e-8
+OFF := 0 n N no No NO off Off OFF false False FALSE
 QUICKON := $(filter-out $(OFF),$(QUICK))
 FRESHON := $(filter-out $(OFF),$(FRESH))
-quick = $(if $(QUICKON),$(QUICK_$(1)),)
+# $(call quick,DATASET,MODE) in the shell loop below ($$m: the mode)
+quick = $(if $(QUICKON),$(QUICK_$(1))$(if $(QUICK_MGRIT_$(1)), $$([ $(2) = serial ] || echo $(QUICK_MGRIT_$(1)))),)
+# what a full run takes, said before it starts (docs/paper_runs.md)
+FULL_mnist := full-batch float64 on 4800 images: 16-24 GB and 10 min to over an hour per mode on 2 cores; QUICK=1 runs in minutes
 
 # $(1) dataset key, $(2) experiment name, $(3) output folder. Run again, each mode's run
 # that ended as these settings on NP ranks would run it is kept, one stopped so (Ctrl-C)
 # resumed, any other replaced, one still running left alone (lptrain/runplan.py);
-# FRESH=1 replaces them all.
+# FRESH=1 replaces them all but one still running.
 define reproduce
 	@mkdir -p $(3)
+	@$(if $(QUICKON),,$(if $(FULL_$(1)),echo "$@: $(FULL_$(1))",true))
 	@for m in serial mgrit simultaneous; do \
-	  case $$( [ -n "$(FRESHON)" ] && echo fresh || $(PY) -m lptrain.runplan $(3)/$$m $(NP) experiment=$(2) mode=$$m $(call quick,$(1)) $(ARGS)) in \
+	  case $$($(PY) -m lptrain.runplan $(if $(FRESHON),--fresh )$(3)/$$m $(NP) experiment=$(2) mode=$$m $(call quick,$(1),$$m) $(ARGS)) in \
 	    kept) echo "$(3)/$$m: kept (it ended with these settings; FRESH=1 runs it again)";; \
-	    resume) $(RUN_NP) resume=$(3)/$$m || exit 1;; \
-	    fresh) rm -rf $(3)/$$m; $(RUN_NP) experiment=$(2) mode=$$m hydra.run.dir=$(3)/$$m $(call quick,$(1)) $(ARGS) || exit 1;; \
+	    resume) $(RUN_NP) resume=$(3)/$$m || { echo "$(3)/$$m: stopped; the same make command carries it on"; exit 1; };; \
+	    fresh) rm -rf $(3)/$$m; $(RUN_NP) experiment=$(2) mode=$$m hydra.run.dir=$(3)/$$m $(call quick,$(1),$$m) $(ARGS) || { echo "$(3)/$$m: stopped; the same make command carries it on"; exit 1; };; \
 	    running) echo "$(3)/$$m: a run is in progress there; wait for it or stop it"; exit 1;; \
 	    *) echo "$(3)/$$m: cannot tell what to do with it (python -m lptrain.runplan failed)"; exit 1;; \
 	  esac; \

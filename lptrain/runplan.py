@@ -1,9 +1,10 @@
 """What a Makefile target does with a run directory it is about to fill again
 (`make reproduce-*`, `compare-modes`): keep a run that ended as this command would run
-it, resume one stopped so, start afresh otherwise; a run still going is left alone.
+it, resume one stopped so, start afresh otherwise; a run still going is left alone,
+also where the target is told to start every run afresh (`FRESH=1`).
 
-`python -m lptrain.runplan DIR RANKS OVERRIDE...` prints `kept`, `resume`, `fresh` or
-`running`.
+`python -m lptrain.runplan [--fresh] DIR RANKS OVERRIDE...` prints `kept`, `resume`,
+`fresh` or `running`.
 """
 from __future__ import annotations
 
@@ -25,17 +26,19 @@ def _hydra(arg: str) -> bool:
     return arg.lstrip("+~").startswith("hydra")
 
 
-def plan(run_dir: str | Path, ranks: int, overrides: list[str]) -> str:
-    """RUNNING where a process still holds the run; KEPT where it ended as these
-    overrides on `ranks` ranks would run it now (its configuration, conf files included,
-    equal to theirs); RESUME where it stopped so with a checkpoint and iterations left;
-    else FRESH."""
+def plan(run_dir: str | Path, ranks: int, overrides: list[str], fresh: bool = False) -> str:
+    """RUNNING where a process still holds the run; else FRESH where `fresh` asks for
+    it; KEPT where it ended as these overrides on `ranks` ranks would run it now (its
+    configuration, conf files included, equal to theirs); RESUME where it stopped so
+    with a checkpoint and iterations left; else FRESH."""
     run_dir, given = Path(run_dir), [a for a in overrides if a and not _hydra(a)]
     metrics = run_dir / ms.FILE_NAME
     if not metrics.is_file():
         return FRESH
     if run_alive(run_dir):
         return RUNNING
+    if fresh:
+        return FRESH
     config = _same(run_dir, ranks, given)
     if config is None:
         return FRESH
@@ -64,5 +67,12 @@ def _same(run_dir: Path, ranks: int, overrides: list[str]) -> dict | None:
         return None
 
 
+def main(argv: list[str]) -> str:
+    """plan() of the command line `[--fresh] DIR RANKS OVERRIDE...`."""
+    fresh = argv[:1] == ["--fresh"]
+    run_dir, ranks, *overrides = argv[fresh:]
+    return plan(run_dir, int(ranks), overrides, fresh)
+
+
 if __name__ == "__main__":
-    print(plan(sys.argv[1], int(sys.argv[2]), sys.argv[3:]))
+    print(main(sys.argv[1:]))

@@ -66,6 +66,22 @@ def test_a_run_killed_after_its_iterations_or_still_running(tmp_path, monkeypatc
     (live / rundir.LOCK_FILE).write_text("thishost 12345 token\n")
     monkeypatch.setattr(rundir, "_owner_alive", lambda host, pid: True)
     assert plan(live, 1, [*GIVEN, "seed=1"]) == RUNNING
+    # FRESH=1 had deleted a live run's directory under it (held-out check)
+    assert plan(live, 1, GIVEN, fresh=True) == RUNNING
+
+
+def test_fresh_replaces_every_run_that_is_not_going(tmp_path):
+    kept, stopped = _run(tmp_path / "kept", ms.COMPLETED), \
+        _run(tmp_path / "stopped", ms.INTERRUPTED)
+    assert [plan(r, 1, GIVEN) for r in (kept, stopped)] == [KEPT, RESUME]
+    assert [plan(r, 1, GIVEN, fresh=True) for r in (kept, stopped)] == [FRESH, FRESH]
+
+
+def test_the_command_line_takes_fresh_first(tmp_path):
+    from lptrain.runplan import main
+    kept = _run(tmp_path / "kept", ms.COMPLETED)
+    assert [main([*flag, str(kept), "1", *GIVEN]) for flag in ([], ["--fresh"])] == \
+        [KEPT, FRESH]
 
 
 def test_a_resume_given_too_few_iterations_names_the_value_given():
