@@ -312,20 +312,15 @@ def _planned(cfg, hydra_cfg):
 
 
 def _run_job(job: Job) -> float | None:
-    """One job on this rank (every rank runs it together)."""
-    from lptrain import app
+    """One job on this rank (every rank runs it together). Whatever fails after the
+    world is up ends here, an import that fails on one rank included, so that no rank
+    is left waiting for one that stopped."""
     from lptrain.errors import Interrupted, LptrainError
-    from lptrain.parallel import auto
     from lptrain.parallel.context import world
-    auto.install(_model_timer)
     comm = world()
     run_dir = Path(job.run_dir)
     try:
-        outcome = app.run(job.cfg, comm, run_dir, _stop[0] if _stop else None,
-                          resume=job.resume, typed=job.typed)
-        if _stop:
-            signal_at_the_end(job, comm, _stop[0])
-        return float(outcome.objective)
+        return _train(job, comm, run_dir)
     except Interrupted as exc:       # every rank agreed on it after the same iteration
         if comm.Get_rank() == 0:
             say(f"{exc} (status interrupted); {_resume_line(job, run_dir, comm.Get_size())}")
@@ -357,6 +352,18 @@ def _run_job(job: Job) -> float | None:
 
 
 RANK0_FIRST = 2.0   # seconds ranks > 0 leave rank 0 to report an error they all hit
+
+
+def _train(job: Job, comm, run_dir: Path) -> float:
+    """The job's training on this rank; its final objective."""
+    from lptrain import app
+    from lptrain.parallel import auto
+    auto.install(_model_timer)
+    outcome = app.run(job.cfg, comm, run_dir, _stop[0] if _stop else None,
+                      resume=job.resume, typed=job.typed)
+    if _stop:
+        signal_at_the_end(job, comm, _stop[0])
+    return float(outcome.objective)
 
 
 def _model_timer(opts, net, mode: str):

@@ -274,3 +274,33 @@ def test_combined_flags_a_comma_under_cfg_and_a_refused_sweep_leave_nothing(
     assert capsys.readouterr().err.startswith("lptrain: error: Cannot find primary config "
                                               "'nonexist'")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failure_before_training_on_one_rank_ends_every_rank(monkeypatch, tmp_path,
+                                                                capsys):
+    """An import that failed on rank 1 alone, before its run began, escaped the job's
+    handler: rank 0 waited in its first collective until the job was killed."""
+    from lptrain.jobs import Job
+    from lptrain.mgrit import exchange
+    from lptrain.parallel import auto, context
+
+    class RankOneOfTwo:
+        def Get_rank(self):
+            return 1
+
+        def Get_size(self):
+            return 2
+
+    def broken(timer):
+        raise ImportError("cannot import name 'x' from 'lptrain.config'")
+    aborted = []
+    monkeypatch.setattr(context, "world", RankOneOfTwo)
+    monkeypatch.setattr(auto, "install", broken)
+    monkeypatch.setattr(exchange, "abort", lambda comm, code: aborted.append(code))
+    monkeypatch.setattr(cli, "RANK0_FIRST", 0.0)
+    with pytest.raises(SystemExit) as end:
+        cli._run_job(Job(cfg=None, run_dir=str(tmp_path)))
+    assert end.value.code == 1 and aborted == [1]
+    out = capsys.readouterr()
+    assert "rank 1: ImportError: cannot import name 'x'" in out.out + out.err
+    assert (tmp_path / "error-rank1.log").is_file()
