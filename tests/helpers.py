@@ -94,12 +94,15 @@ def fake_run(run_dir: Path, mode: str, step_time: float, n: int = 4, lr: float =
              ranks: int = 1, close: bool = True, timing: bool = False) -> Path:
     """A run directory whose metrics.h5 holds n iterations of known numbers (with
     `timing`, iteration i's timing/ row gives rank r i·(r+1) s computing, 0.1·i s
-    communicating, 0.2·r s waiting; MGRIT levels 16/4 outside serial mode)."""
+    communicating, 0.2·r s waiting; MGRIT levels 16/4 outside serial mode; the ranks
+    one layer group outside serial mode, data groups in it)."""
     run_dir.mkdir(parents=True)
     path = run_dir / s.FILE_NAME
+    layer = 1 if mode == s.MODE_SERIAL else ranks
     w = MetricsWriter(path, {s.MODE: mode, s.WORLD_SIZE: ranks, s.SEED: 0,
                              s.CONFIG: FAKE_RUN_CONFIG.format(mode=mode, lr=lr),
-                             s.MGRIT_LEVELS: None if mode == s.MODE_SERIAL else "16/4"})
+                             s.MGRIT_LEVELS: None if mode == s.MODE_SERIAL else "16/4",
+                             s.LAYER_RANKS: layer, s.DATA_RANKS: ranks // layer})
     for i in range(1, n + 1):
         w.log_train(iteration=i, objective=1.0 / i, loss=0.5 / i, accuracy=0.2 * i,
                     step_time=step_time, wall_time=step_time * i + 0.5)

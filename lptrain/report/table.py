@@ -25,6 +25,7 @@ COLUMNS = {
     "mode": ("mode", "{}"),
     "levels": ("MGRIT levels", "{}"),
     "ranks": ("ranks", "{}"),
+    "grid": ("layer x data", "{}"),
     "status": ("status", "{}"),
     "iterations": ("iterations", "{}"),
     "objective": ("final objective", "{:#.4g}"),
@@ -39,7 +40,7 @@ COLUMNS = {
     "speedup": ("speedup vs serial", "{:.2f}"),
     "computing": ("computing [%]", "{:.1f}"),
 }
-_TEXT = ("label", "mode", "levels", "status")  # left-aligned; the other columns are numbers
+_TEXT = ("label", "mode", "levels", "grid", "status")  # left-aligned; the other columns are numbers
 MISSING = "-"
 # config nodes and keys that say what a run trains: runs that agree on them are the same
 # problem, whose speedup is measured against its serial run
@@ -58,7 +59,12 @@ NOTES = ("final objective, loss and train acc: the last train/ row's (with mini-
          f"{ITERATION_TIME} of the serial run of the same problem (dataset, network, "
          "optimizer, dtype, batch size; on the fewest ranks; of the same seed where "
          "one is, else of all seeds; the median of several) over this run's, '-' where "
-         "the set has no such run with an iteration time. computing: the "
+         "the set has no such run with an iteration time. layer x data: the grid of "
+         "the ranks, ranks per layer group (MGRIT across the layers) x data groups "
+         "(shards of the batch). mean MGRIT fwd / adj it: the MGRIT iterations of the "
+         "accepted point's forward and adjoint solve, averaged over the iterations "
+         "(mgrit/fwd_iterations, adj_iterations; line-search trials and repeated "
+         "evaluations: mgrit/fwd_total). computing: the "
          "share of the ranks' time (timing/) spent computing rather than communicating or "
          f"waiting. status {KILLED}: metrics.h5 says running, but no lptrain process holds "
          "the run (a kill, or an error on another rank that ended the job first).\n")
@@ -87,6 +93,7 @@ def summarize(label: str, run: RunMetrics) -> dict:
         "mode": run.mode,
         "levels": run.attrs.get(s.MGRIT_LEVELS),
         "ranks": run.attrs.get(s.WORLD_SIZE),
+        "grid": _grid(run.attrs),
         "status": shown_status(run),
         "iterations": n,
         "objective": _last(train.get(s.OBJECTIVE)),
@@ -103,6 +110,13 @@ def summarize(label: str, run: RunMetrics) -> dict:
         "problem": problem_of(config),
         "seed": config.get("seed"),
     }
+
+
+def _grid(attrs) -> str | None:
+    """'L x D' of a run's last grid (metrics.h5's root attributes); None in files
+    written before the grid was recorded."""
+    layer, data = attrs.get(s.LAYER_RANKS), attrs.get(s.DATA_RANKS)
+    return None if layer is None or data is None else f"{int(layer)} x {int(data)}"
 
 
 def flat_config(text: str) -> dict:

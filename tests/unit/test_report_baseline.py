@@ -9,7 +9,7 @@ from lptrain.metrics import schema as s
 from lptrain.metrics.quantities import iteration_time
 from lptrain.metrics.reader import read_metrics
 from lptrain.metrics.writer import MetricsWriter
-from lptrain.report.table import NOTES, add_speedup, summarize, to_markdown
+from lptrain.report.table import COLUMNS, NOTES, add_speedup, summarize, to_markdown
 
 CONFIG = "mode:\n  name: {mode}\nseed: {seed}\n"
 
@@ -101,13 +101,18 @@ def test_a_one_iteration_runs_mgrit_figures_tick_that_iteration_on_log_axes(tmp_
     assert [ax.get_yscale() for ax in figs["mgrit_residuals"].axes] == ["log", "log"]
 
 
+def _at(key: str) -> int:
+    """The place of column `key` in a table line split at ' | '."""
+    return list(COLUMNS).index(key)
+
+
 def test_a_columns_numbers_keep_their_significant_zeros():
     """summary.md showed a final loss of 0.353 under 0.6356: '{:.4g}' drops zeros."""
     rows = [{"loss": loss, "objective": loss, "iteration_time": t}
             for loss, t in ((0.353, 0.018), (0.6356, 0.104), (12.0, 2.5))]
     cells = [line.split(" | ") for line in to_markdown(rows).splitlines()[2:]]
-    assert [c[7] for c in cells] == ["0.3530", "0.6356", "12.00"]     # final loss
-    assert [c[12] for c in cells] == ["0.0180", "0.104", "2.50"]      # iteration time
+    assert [c[_at("loss")] for c in cells] == ["0.3530", "0.6356", "12.00"]
+    assert [c[_at("iteration_time")] for c in cells] == ["0.0180", "0.104", "2.50"]
 
 
 @pytest.mark.parametrize("value, objective, time", [
@@ -119,4 +124,4 @@ def test_a_whole_number_that_fills_its_digits_has_no_bare_point(value, objective
     of 123.4 as '123.': the '#' that keeps significant zeros kept the point too."""
     cells = to_markdown([{"objective": value, "iteration_time": value}]).splitlines()[2]
     cells = cells.split(" | ")
-    assert (cells[6], cells[12]) == (objective, time)
+    assert (cells[_at("objective")], cells[_at("iteration_time")]) == (objective, time)

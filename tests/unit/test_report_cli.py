@@ -31,7 +31,8 @@ def test_report_writes_plots_and_summary(two_runs, tmp_path, capsys):
     assert "iteration time: the median duration of an optimizer" in summary[5]
     # no run has per-rank times here: the notes promised a section that never came
     assert "per rank" not in summary[5] and "follows below" not in summary[5]
-    assert summary[3].startswith("| simultaneous P=4 | simultaneous | 16/4 | 4 | completed | 4 |")
+    assert summary[3].startswith("| simultaneous P=4 | simultaneous | 16/4 | 4 | 4 x 1 "
+                                 "| completed | 4 |")
     assert summary[3].endswith("| 1.50 | 3.00 | 4.00 | - |")
     assert str(out / "summary.md") in capsys.readouterr().out
     # the same --out for serial runs only: the MGRIT figures of the report before went

@@ -32,6 +32,20 @@ def test_summary_rows_hold_the_final_numbers(two_runs):
     assert simultaneous["fwd_iterations"] == 1.5 and simultaneous["adj_iterations"] == 3
 
 
+def test_the_table_shows_each_runs_grid(tmp_path):
+    """A mode comparison on 2 ranks ran mgrit as 1 x 2 and simultaneous as 2 x 1 (auto),
+    and the table said `ranks 2` for both (held-out check)."""
+    fake_run(tmp_path / "0", s.MODE_SERIAL, 0.4, ranks=2)
+    fake_run(tmp_path / "1", s.MODE_SIMULTANEOUS, 0.1, ranks=2)
+    with h5py.File(fake_run(tmp_path / "2", s.MODE_MGRIT, 0.2), "a") as f:
+        del f.attrs[s.LAYER_RANKS]         # a file written before the grid was recorded
+    rows = _rows(tmp_path)
+    assert [r["grid"] for r in rows] == ["1 x 2", "2 x 1", None]
+    header, _, *lines = to_markdown(rows).splitlines()
+    column = header.split(" | ").index("layer x data")
+    assert [line.split(" | ")[column] for line in lines] == ["1 x 2", "2 x 1", "-"]
+
+
 def test_speedup_against_the_serial_run(two_runs):
     serial, simultaneous = _rows(two_runs)
     assert serial["speedup"] == pytest.approx(1.0)
@@ -80,8 +94,9 @@ def test_markdown_table():
                loss=0.0123456, val_accuracy=0.5, speedup=2.345, objective=math.nan)
     lines = to_markdown([row]).splitlines()
     assert len(lines) == 3
-    assert lines[0].startswith("| run | mode | MGRIT levels | ranks | status | iterations |")
-    assert lines[1].startswith("| :--- | :--- | :--- | ---: | :--- | ---: |")
+    assert lines[0].startswith("| run | mode | MGRIT levels | ranks | layer x data | status "
+                               "| iterations |")
+    assert lines[1].startswith("| :--- | :--- | :--- | ---: | :--- | :--- | ---: |")
     cells = [c.strip() for c in lines[2].strip("|").split(" | ")]
     assert len(cells) == len(COLUMNS)
     got = dict(zip(COLUMNS, cells))
