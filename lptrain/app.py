@@ -250,17 +250,21 @@ def _stall_message(opts: Config, outcome) -> str:
         hint = "the optimum may be reached, or the line search gives up too soon: raise " \
                "optimizer.max_ls or lower optimizer.step0"
         patience = ""                         # no part in this stop
-    elif opts.mode.name == SIMULTANEOUS:
-        hint = "try mode=mgrit, more mgrit.fwd_iters/adj_iters or mgrit.adaptive=true"
     elif hasattr(opts.optimizer, "gtol"):     # L-BFGS: its stopping test may come first
         hint = "the optimum may be reached (lower optimizer.gtol), or try another " \
                "optimizer, learning rate or network.init"
     else:                                     # a learning rate and its schedule
         hint = "the optimum may be reached, or try another optimizer.lr, " \
                "optimizer.schedule or network.init"
+    if outcome.stalled != NO_STEP and opts.mode.name == SIMULTANEOUS:
+        # the inexact gradient is one cause more; under the error-controlled plan the
+        # iteration counts follow mgrit.grad_tol, else they are the fixed plan's
+        knob = "a smaller mgrit.grad_tol" if opts.mgrit.control == "error" else \
+            "more mgrit.fwd_iters/adj_iters"
+        hint += f"; if the one-shot gradient holds it back (mode=mgrit tells), {knob}"
     n = outcome.iterations
-    return f"stalled after {n} iteration{'' if n == 1 else 's'}: {outcome.stalled}; " \
-           f"{hint}{patience}"
+    return f"stalled after {n} iteration{'' if n == 1 else 's'}: {outcome.stalled}" \
+           f"{patience}; {hint}"
 
 
 # what a resume may change: the run's length and records, and the grid (the warm starts

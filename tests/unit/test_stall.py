@@ -81,3 +81,26 @@ def test_the_stall_hint_names_options_the_optimizer_has(optimizer, mode, why):
     assert ("mode=mgrit" in message) == (why != NO_STEP and mode == "simultaneous")
     named = re.findall(r"optimizer\.(\w+)", _stall_message(opts, outcome))
     assert named and all(hasattr(opts.optimizer, key) for key in named), named
+
+
+@pytest.mark.parametrize("optimizer, control, knob", [
+    ("sgd", "error", "mgrit.grad_tol"), ("adam", "fixed", "mgrit.fwd_iters/adj_iters"),
+    ("lbfgs", "error", "mgrit.grad_tol")])
+def test_a_one_shot_stall_keeps_the_optimizers_hint(optimizer, control, knob):
+    """An SGD one-shot run that stalled as serial and mgrit runs of it did was told only
+    to raise mgrit.fwd_iters/adj_iters, which the error-controlled plan overrides and
+    which changed nothing (held-out check): the optimizer's hint comes first, then the
+    one-shot knob that sets its iterations."""
+    from lptrain.app import _stall_message
+    from lptrain.config import compose
+    from lptrain.train.loop import Outcome
+    opts, _ = compose([f"optimizer={optimizer}", "mode=simultaneous",
+                       f"mgrit.control={control}"])
+    outcome = Outcome(iterations=300, objective=1.0, loss=1.0, accuracy=0.5, val_loss=1.0,
+                      val_accuracy=0.5, best_val_accuracy=0.5, wall_time=1.0,
+                      converged=False, stalled="flat")
+    message = _stall_message(opts, outcome)
+    first = "optimizer.gtol" if optimizer == "lbfgs" else "optimizer.lr"
+    assert first in message and knob in message
+    assert message.index("train.patience") < message.index(first) < message.index(knob)
+    assert ("grad_tol" in message) == (control == "error")
