@@ -171,6 +171,8 @@ class Console:
             self._live.start()
             for note in self.notes:      # above the bar, which shows the title
                 self._out.print(Text(note), soft_wrap=not self._out.is_terminal)
+        else:     # a pipe or file: what was launched shows at once, not with the first
+            self._print_title()       # iteration's line (minutes later on a large run)
 
     def update(self, iteration: int, elapsed: float | None = None, **fields) -> None:
         """Show iteration `iteration` (finished iterations, up to `total`) and its fields.
@@ -273,9 +275,8 @@ class Console:
 
     def close(self) -> None:
         """Stop the live display, leaving its last state on screen; print the latest
-        iteration if its line was not due yet (a run that stopped early), or, in a pipe,
-        the title and notes where no iteration was shown (a run that diverged in its
-        first: only its error line had said anything). Later calls do nothing."""
+        iteration if its line was not due yet (a run that stopped early). Later calls do
+        nothing."""
         if not self.enabled:
             return
         if self._live is not None:
@@ -284,11 +285,6 @@ class Console:
         if self._iteration is not None and self._shown is not None \
                 and self._shown < self._updated:
             self._print_progress()
-        elif self._shown is None and not self.live and not self._closed:   # (a terminal's
-            # live display has shown the title from the start, the notes above it)
-            for line in (self.title, *self.notes):
-                log.info(line)
-                self._out.print(Text(line), soft_wrap=True)
         self._closed = True
 
     def __enter__(self) -> Console:
@@ -299,9 +295,14 @@ class Console:
         return False
 
     # -- internals -----------------------------------------------------------------------
+    def _print_title(self) -> None:
+        for line in (self.title, *self.notes):
+            log.info(line)
+            self._out.print(Text(line), soft_wrap=True)
+
     def _print_progress(self) -> None:
         lines = self.progress_lines()
-        if self._shown is None:
+        if self._shown is None and self.live:     # the log gets the title once
             lines[:0] = [self.title, *self.notes]
         for line in lines:
             log.info(line)
