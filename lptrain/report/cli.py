@@ -16,7 +16,7 @@ from typing import Sequence
 from lptrain.errors import reason
 from lptrain.metrics import schema as s
 from lptrain.metrics.reader import RunMetrics, find_metrics, read_metrics
-from lptrain.report.labels import hydra_choices, run_labels
+from lptrain.report.labels import hydra_choices, run_labels, typed_overrides
 from lptrain.report.plots import write_plots
 from lptrain.metrics.timing import markdown as timing_markdown
 from lptrain.report.table import (NOTES, PER_RANK_NOTE, add_speedup, flat_config, rank_times,
@@ -27,14 +27,15 @@ EXIT_INPUT = 2
 
 def report_context(runs: Sequence[RunMetrics]) -> str:
     """What the runs are, for the figures' titles: their datasets, the experiment they
-    ran (Hydra's record of the choice, `<run dir>/.hydra/hydra.yaml`) and their modes,
-    e.g. 'peaks, experiment=peaks_paper: serial, mgrit, simultaneous'."""
+    ran (Hydra's record of the choice, `<run dir>/.hydra/hydra.yaml`), the data
+    overrides they were all given (a cut experiment is not the experiment) and their
+    modes, e.g. 'peaks, experiment=peaks_paper: serial, mgrit, simultaneous'."""
     configs = [flat_config(run.attrs.get(s.CONFIG, "")) for run in runs]
     datasets = _distinct(str(c["dataset.name"]) for c in configs if "dataset.name" in c)
     chosen = [_experiment(run) for run in runs]
     experiments = [f"experiment={e}" + ("" if n == len(runs) else f" ({n} of {len(runs)} runs)")
                    for e in _distinct(e for e in chosen if e) for n in [chosen.count(e)]]
-    text = ", ".join([*datasets, *experiments])
+    text = ", ".join([*datasets, *experiments, *_shared_data_overrides(runs)])
     modes = ", ".join(_distinct(run.mode for run in runs))
     return f"{text}: {modes}" if text else modes
 
@@ -95,6 +96,15 @@ def _message(exc: OSError) -> str:
     if exc.errno is None:           # ours (and MetricsFileError): the message names the path
         return str(exc)
     return f"{exc.filename}: {reason(exc)}" if exc.filename else reason(exc)
+
+
+def _shared_data_overrides(runs: Sequence[RunMetrics]) -> list[str]:
+    """The `dataset.*` overrides every run was typed with, alike (e.g. QUICK=1's
+    dataset.n_train=500), as typed."""
+    typed = [typed_overrides(run) for run in runs]
+    first = typed[0] if typed else {}
+    return [f"{key}={value}" for key, value in first.items()
+            if key.startswith("dataset.") and all(t.get(key) == value for t in typed[1:])]
 
 
 def _experiment(run: RunMetrics) -> str | None:

@@ -73,6 +73,14 @@ def test_report_context_names_datasets_and_a_partial_experiment(tmp_path):
     _hydra_record(tmp_path / "b", "indian_pines_paper")
     assert report_context([read_metrics(p) for p in paths]) == \
         "indian_pines, experiment=indian_pines_paper (1 of 2 runs): mgrit, serial"
+    # a cut problem says so: the data overrides both runs were typed with
+    for run, n_val in (("a", 250), ("b", 100)):
+        (tmp_path / run / ".hydra").mkdir(exist_ok=True)
+        (tmp_path / run / ".hydra" / "overrides.yaml").write_text(
+            f"- dataset.n_train=500\n- dataset.n_val={n_val}\n- mode=x\n")
+    assert report_context([read_metrics(p) for p in paths]) == \
+        "indian_pines, experiment=indian_pines_paper (1 of 2 runs), dataset.n_train=500: " \
+        "mgrit, serial"
 
 
 def test_log_axes_where_values_span_decades_and_zeros_left_out(tmp_path):
