@@ -126,7 +126,8 @@ def _mgrit_figure(runs: Runs, names: tuple[str, str], log: bool, what: str,
             n = sum(_zeros_masked(line) for line in drawn)
             handle.set_label(f"{handle.get_label()} ({n} {'value' if n == 1 else 'values'} of 0 not drawn on the log axis)")
     _legend(fig, handles)
-    _title(fig, f"MGRIT {what} per solve", context)
+    # an iteration's line-search trials and repeated evaluations solve too (fwd_total)
+    _title(fig, f"MGRIT {what} of each iteration's accepted point", context)
     return fig
 
 
