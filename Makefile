@@ -108,7 +108,7 @@ endef
 
 .PHONY: compare-modes reproduce-peaks reproduce-indian-pines reproduce-mnist scaling bench
 
-compare-modes: install ## the 3 modes on peaks_paper: PNGs + table (NP=, QUICK=1)
+compare-modes: install ## as reproduce-peaks, in its own folder (NP=, QUICK=1)
 	$(call reproduce,peaks,peaks_paper,$(OUT)/compare-modes$(if $(QUICKON),-quick,))
 
 reproduce-peaks: install ## the paper's Peaks, 3 modes (NP=, QUICK=1)
