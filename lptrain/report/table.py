@@ -40,7 +40,8 @@ COLUMNS = {
     "speedup": ("speedup vs serial", "{:.2f}"),
     "computing": ("computing [%]", "{:.1f}"),
 }
-_TEXT = ("label", "mode", "levels", "grid", "status")  # left-aligned; the other columns are numbers
+# left-aligned; the other columns are numbers
+_TEXT = ("label", "mode", "levels", "grid", "status")
 MISSING = "-"
 # config nodes and keys that say what a run trains: runs that agree on them are the same
 # problem, whose speedup is measured against its serial run
