@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from lptrain.errors import ConfigError, one_of, require
-from lptrain.mgrit.solver import CYCLES, LEVEL_OPS, CycleOptions
+from lptrain.mgrit.solver import CYCLES, LEVEL_OPS, CycleOptions, fixed_solve
 
 COARSE_WEIGHTS = ("inject", "average")
 # Upper bounds, so that a typo cannot start a solve that never ends (a stop signal is acted
@@ -108,3 +108,8 @@ class MGRITOptions:
     @property
     def adjoint_max_iter(self) -> int:
         return self.max_iter if self.adj_max_iter is None else self.adj_max_iter
+
+    @property
+    def fixed_solves(self) -> tuple[bool, bool]:
+        """Whether the forward and the adjoint solve have no tolerance (fixed_solve)."""
+        return fixed_solve(self.tol, self.rtol), fixed_solve(self.adjoint_tol, self.rtol)

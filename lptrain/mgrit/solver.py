@@ -34,6 +34,12 @@ COARSE = 1e-4
 STALLED = 0.5
 
 
+def fixed_solve(tol: float, rtol: float) -> bool:
+    """Whether a solve to `tol` / `rtol` has no tolerance: it runs all its max_iter
+    cycles, so its last sweep is known before it runs."""
+    return tol <= 0 and rtol <= 0
+
+
 def reached(history: list[float], tol: float, rtol: float, floor: float,
             coarse: bool = False) -> bool:
     """Whether a solve whose residual norms so far are `history` has converged: below
@@ -186,7 +192,7 @@ class MGRIT:
         iteration's closing F-relaxation and the residual of the returned states.
         """
         ops, top, opt, history = self.ops, self.levels[0], self.options, []
-        fixed = tol <= 0 and rtol <= 0
+        fixed = fixed_solve(tol, rtol)
         final = not fixed
         # a resumed solve's first restriction follows the last solve's cycle
         cycled = resumed and self._cycled

@@ -129,8 +129,7 @@ def model_mgrit(mgrit) -> dict:
     over mgrit.grad_tol had timed this host's kernels again for every value. Of the
     tolerances only whether there is one: mode=mgrit's solves without run max_iter."""
     return {**{k: v for k, v in asdict(mgrit).items() if k not in MODEL_BLIND},
-            "fixed": [mgrit.tol <= 0 and mgrit.rtol <= 0,
-                      mgrit.adjoint_tol <= 0 and mgrit.rtol <= 0]}
+            "fixed": list(mgrit.fixed_solves)}
 
 
 def cache_dir() -> Path:

@@ -304,8 +304,8 @@ def solve_cycles(mode: str, mgrit_opts, fwd: float, adj: float) -> tuple:
     o = mgrit_opts
     most = (o.max_iter, o.adjoint_max_iter)
     if mode == MGRIT:
-        fixed = (o.tol <= 0 and o.rtol <= 0, o.adjoint_tol <= 0 and o.rtol <= 0)
-        return tuple(n if f else min(k, n) for k, n, f in zip((fwd, adj), most, fixed))
+        return tuple(n if f else min(k, n) for k, n, f in zip((fwd, adj), most,
+                                                             o.fixed_solves))
     if mode == SIMULTANEOUS and fwd >= most[0] and adj >= most[1]:
         return most
     return fwd, adj

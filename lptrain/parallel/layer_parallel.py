@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from lptrain.mgrit.options import MGRITOptions
-from lptrain.mgrit.solver import MGRIT, SolveResult
+from lptrain.mgrit.solver import MGRIT, SolveResult, fixed_solve
 from lptrain.parallel.stepper_family import StepperFamily
 
 
@@ -121,7 +121,7 @@ class LayerParallel:
             # products of their layers (each layer once over all ranks) while σ′ ⊙ λ is hot
             prop = self._adjoint = self.family.adjoint_propagator(
                 net.h, self.average, self.span, state, self._kept,
-                fixed=tol <= 0 and o.rtol <= 0)
+                fixed=fixed_solve(tol, o.rtol))
             res = self.adj.solve(prop, self.template(x), ev.lamN, warm, max_iter=max_iter,
                                  tol=tol, rtol=o.rtol)
         grad = torch.zeros_like(theta)

@@ -11,7 +11,7 @@ import torch
 
 from lptrain.mgrit.options import MGRITOptions
 from lptrain.mgrit.protocols import StepFamily
-from lptrain.mgrit.solver import MGRIT, SolveResult
+from lptrain.mgrit.solver import MGRIT, SolveResult, fixed_solve
 from lptrain.parallel.coarse import UserCoarse
 from lptrain.parallel.halo import owned_layers, share_params, transfers
 from lptrain.parallel.layer_parallel import next_first_state
@@ -63,7 +63,7 @@ class ModuleSolver:
         """
         o = self.options
         tol = o.tol if tol is None else tol
-        fixed = tol <= 0 and o.rtol <= 0
+        fixed = fixed_solve(tol, o.rtol)
         prop = self.family.forward_propagator(self.h, self.average, self.span, template,
                                               keep, fixed)
         return self.fwd.solve(prop, template, u0 if self.first else None, warm,
@@ -82,7 +82,7 @@ class ModuleSolver:
         state = Rows(states, -self.lo, 1, self.hi, self._next_first_state(states))
         tol = o.adjoint_tol if tol is None else tol
         prop = self.family.adjoint_propagator(self.h, self.average, self.span, state, kept,
-                                              tol <= 0 and o.rtol <= 0)
+                                              fixed_solve(tol, o.rtol))
         res = self.adj.solve(prop, template, lamN if self.last else None, warm,
                              max_iter=o.adjoint_max_iter if max_iter is None else max_iter,
                              tol=tol, rtol=o.rtol, reuse_warm=reuse_warm)

@@ -72,10 +72,11 @@ def figures(runs: Runs, context=lambda runs: "") -> dict[str, Figure]:
     solved = [run for _, run in runs if run.mgrit]
     if solved:
         residuals, factors = MGRIT_FIGURES
+        named = context(solved)
         out[residuals] = _mgrit_figure(runs, (s.FWD_RESIDUAL, s.ADJ_RESIDUAL), True,
-                                       "final residual", context(solved))
+                                       "final residual", named)
         out[factors] = _mgrit_figure(runs, (s.FWD_FACTOR, s.ADJ_FACTOR), False,
-                                     "convergence factor", context(solved))
+                                     "convergence factor", named)
     return out
 
 
