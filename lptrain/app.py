@@ -40,6 +40,7 @@ from lptrain.train.model_files import ModelSaver
 from lptrain.train.loop import batch_samples, batches_of, train, validation_chunk
 from lptrain.train.objective import Objective
 from lptrain.train.optimizers import OPTIMIZERS
+from lptrain.train.shards import split
 from lptrain.train.run_state import RunState
 from lptrain.title_notes import (data_notes, hierarchy_notes, joined, level_steps,
                                  resume_notes, step_notes)
@@ -88,7 +89,8 @@ def build(opts: Config, comm, plan: Plan | None = None):
         exact = _terms(opts, ModeOptions(name=SERIAL), net, ex)
         oracle = CalibratedOracle(oracle, terms,
                                   Objective(_over_data_groups(exact, ex, plan.grid), net))
-    optimizer = OPTIMIZERS[opts.optimizer.name](opts.optimizer, total=opts.train.iterations)
+    optimizer = OPTIMIZERS[opts.optimizer.name](opts.optimizer, total=opts.train.iterations,
+                                                shards=split(ex.world, theta.numel()))
     return ex.world, data, net, theta, oracle, optimizer
 
 

@@ -59,6 +59,8 @@ def need(opts, sizes: Sizes, net: ResNet, grid: Grid,
     feats = math.prod(sizes.feature_shape)
     shard = (math.ceil(sizes.n_train / grid.data) + math.ceil(sizes.n_val / grid.data))
     data_bytes = shard * feats * item + source_bytes(sizes)
+    # L-BFGS's pairs: a 1/P part on each rank, but whole on rank 0 while a checkpoint
+    # gathers them (train/shards.py); rank 0's need bounds every rank's
     vectors = 2 * getattr(opts.optimizer, "memory", 0) + 8
     warm = _kept_warm_starts(opts, sizes)
     val_chunk = min(batch, math.ceil(sizes.n_val / grid.data))

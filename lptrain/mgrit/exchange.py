@@ -58,6 +58,9 @@ class SerialExchange:
     def allgather(self, obj) -> list:
         return [obj]
 
+    def allgather_tensor(self, part: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        return part
+
     def gather(self, values: list) -> list:
         return [values]
 
@@ -222,6 +225,21 @@ class MPIExchange:
     def allgather(self, obj) -> list:
         """Every rank's `obj` (small Python values), in rank order, on every rank."""
         return self.comm.allgather(obj)
+
+    def allgather_tensor(self, part: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        """The ranks' 1-D parts joined in rank order, on every rank; `counts`: every
+        rank's part length (the same list on every rank; not on a mirrored view)."""
+        if self.size == 1:
+            return part
+        if self.mirror:
+            raise ValueError("allgather_tensor on a mirrored exchange: use the unmirrored one")
+        t0 = time.perf_counter()
+        whole = torch.empty(sum(counts), dtype=part.dtype)
+        send = part.detach().to("cpu").contiguous()
+        displ = [sum(counts[:r]) for r in range(self.size)]
+        self.comm.Allgatherv(_buffer(send), [_buffer(whole), (list(counts), displ)])
+        self.clock.comm += time.perf_counter() - t0
+        return whole.to(part.device)
 
     def iallgather_ints(self, values):
         """Every rank's few integers, non-blocking: (request, table (size, len(values)))

@@ -191,11 +191,14 @@ def with_optimizer(args, opts, m: Machine, theta) -> tuple[Machine, str]:
     import torch
 
     from lptrain.model_perf.optimizer_cost import measured_optimizer
+    from lptrain.train import shards
     cost, note = measured_optimizer(opts.optimizer, theta, torch.get_num_threads(),
                                     args.fresh, sharing(args))
     return replace(m, optimizer=cost.seconds, optimizer_per_pair=cost.per_pair,
-                   memory=cost.memory, optimizer_shared=cost.shared), \
-        f"optimizer {name}: {cost.seconds:.2g} s per iteration on every rank ({note})"
+                   memory=cost.memory, optimizer_shared=cost.shared,
+                   theta_bytes=theta.numel() * theta.element_size(),
+                   split_pairs=theta.numel() >= shards.LEAST), \
+        f"optimizer {name}: {cost.seconds:.2g} s per iteration on one rank ({note})"
 
 
 def setup_text(opts, model: Model, costs: KernelCosts, sources: dict, cnt: Counts) -> str:

@@ -1,7 +1,8 @@
 """Seconds of the optimizer's own arithmetic per iteration, measured on this host.
 
-After the gradient sums every rank holds the whole gradient and runs the optimizer on
-the whole parameter vector (train/optimizers.py): L-BFGS's two-loop recursion over its
+After the gradient sums every rank holds the whole gradient and runs the optimizer
+(train/optimizers.py; on P ranks L-BFGS recurses over a 1/P part of its pairs, which
+predict.Machine.optimizer_at charges): L-BFGS's two-loop recursion over its
 memory of m pairs, the line-search point θ + αd and the new pair; SGD's and Adam's
 updates.  On a wide network this is no small part of an iteration: on Indian Pines
 (1.3 M parameters, m = 20) about 4m passes over the parameters.  The record

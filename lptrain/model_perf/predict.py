@@ -56,13 +56,22 @@ class Machine:
     optimizer_per_pair: float = 0.0   # ... less this per L-BFGS pair short of `memory`
     memory: int = 0
     optimizer_shared: float | None = None   # `optimizer` with costs.host_ranks at once
+    theta_bytes: int = 0      # θ's size: the L-BFGS direction's parts joined on P ranks
+    split_pairs: bool = False   # L-BFGS's pairs split over the ranks (train/shards.py)
 
-    def optimizer_at(self, pairs: int | None = None) -> float:
+    def optimizer_at(self, pairs: int | None = None, ranks: int = 1) -> float:
         """The optimizer's seconds in an iteration whose L-BFGS recursion runs over
-        `pairs` pairs (None: the memory full, as in a long run)."""
-        if pairs is None:
-            return self.optimizer
-        return self.optimizer - self.optimizer_per_pair * max(self.memory - pairs, 0)
+        `pairs` pairs (None: the memory full, as in a long run) on `ranks` ranks: each
+        recurses over its part of the pairs (train/shards.py), with a sum of the parts
+        for each dot product and the direction's parts joined at the end."""
+        used = self.memory if pairs is None else min(pairs, self.memory)
+        seconds = self.optimizer - self.optimizer_per_pair * (self.memory - used)
+        if ranks <= 1 or self.memory == 0 or not self.split_pairs:
+            return seconds
+        recursion = self.optimizer_per_pair * used
+        sums = (2 * used + 2) * self.link.allreduce(8, ranks)
+        join = self.link.allreduce(self.theta_bytes // ranks, ranks)
+        return seconds - recursion + recursion / ranks + sums + join
 
     def on_host(self, ranks: int) -> "Machine":
         """The machine as each rank of a run on `ranks` ranks sees it: min(ranks, host
@@ -162,7 +171,8 @@ class Model:
         state = shard * math.prod(self.net.state_shape) * self.item
         value, gradient = (simulate(part, m.costs.seconds(shard), m.link, state,
                                     grid.data).compute for part in (rec.value, rec.gradient))
-        return [trials * v + g + m.optimizer for v, g in zip(value, gradient)]
+        return [trials * v + g + m.optimizer_at(None, grid.size)
+                for v, g in zip(value, gradient)]
 
     def grid_time(self, grid: Grid, mode: str, m: Machine, counts: Counts = Counts(),
                   cycles: tuple[float, float] | None = None, pairs: int | None = None
@@ -172,7 +182,8 @@ class Model:
         (default: counts' for mgrit, the options' for simultaneous); pairs: L-BFGS
         memory pairs of the iteration (default: full)."""
         m = m.on_host(grid.size)
-        return self._evaluations(grid, mode, m, counts, cycles) + m.optimizer_at(pairs)
+        return self._evaluations(grid, mode, m, counts, cycles) + \
+            m.optimizer_at(pairs, grid.size)
 
     def _evaluations(self, grid: Grid, mode: str, m: Machine, counts: Counts,
                      cycles: tuple[float, float] | None) -> float:

@@ -99,8 +99,9 @@ class Checkpointer:
             except LptrainError as exc:       # raised alike on every rank
                 model_error = exc
         run = None
+        optimizer = self.optimizer.state_dict()     # collective: L-BFGS's parts to rank 0
         if self.enabled:
-            run = RunState(iteration=k, theta=theta, optimizer=self.optimizer.state_dict(),
+            run = RunState(iteration=k, theta=theta, optimizer=optimizer,
                            batches=batches.state_dict(), rng=torch.get_rng_state(),
                            first_objective=self.progress.first_objective,
                            best=self.progress.best_state(),

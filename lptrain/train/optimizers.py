@@ -15,7 +15,9 @@ from torch.optim.adam import adam
 from torch.optim.sgd import sgd
 
 from lptrain.errors import DIVERGED_AT_START, DIVERGED_REMEDY, DivergedError, require
+from lptrain.mgrit.exchange import SerialExchange
 from lptrain.train.protocol import Oracle, Point
+from lptrain.train.shards import Shards
 from lptrain.train.schedules import SCHEDULES
 
 
@@ -64,14 +66,24 @@ class LBFGS:
     one-shot mode's inexact solves), re-evaluates θ more accurately and
     searches again along −g.  Only a failed search along −g at the most
     accurate solves ends the iteration without a step (`exhausted`).
+
+    With `shards` (train/shards.py: the ranks' parts of θ) each rank keeps and
+    recurses over its part of the curvature pairs; default: the whole vectors.
     """
 
     CURVATURE_EPS = 1e-10
 
-    def __init__(self, opts, total: int = 1):
+    def __init__(self, opts, total: int = 1, shards=None):
         self.o = opts         # `total` (train.iterations) is unused: no rate schedule
-        self.mem: deque = deque(maxlen=opts.memory)
+        self.shards = shards
+        self.mem: deque = deque(maxlen=opts.memory)   # (s, y, 1/sᵀy): this rank's parts
         self.current = None   # (point, gradient) at θ
+
+    def _parts(self, n: int):
+        """The split of θ's n entries (one part: the whole vector, unless given)."""
+        if self.shards is None:
+            self.shards = Shards(SerialExchange(), n)
+        return self.shards
 
     def _start(self, theta, oracle: Oracle):
         ev = oracle.value(theta)
@@ -81,39 +93,51 @@ class LBFGS:
         self.current = (ev.point, grad)
 
     # checkpoints: plain values and tensors only (torch.load(weights_only=True) reads them)
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict | None:
+        """The whole pairs on rank 0, None on the other ranks (collective when sharded)."""
+        flat = [v for s, y, _ in self.mem for v in (s, y)]
+        whole = flat if self.shards is None else self.shards.gather(flat)
+        if whole is None:
+            return None
         cur = self.current
-        return {"mem": [list(pair) for pair in self.mem],
+        return {"mem": [[whole[2 * i], whole[2 * i + 1], rho]
+                        for i, (_, _, rho) in enumerate(self.mem)],
                 "current": None if cur is None else {"point": vars(cur[0]), "grad": cur[1]}}
 
     def load_state_dict(self, state: dict) -> None:
-        self.mem = deque((tuple(p) for p in state["mem"]), maxlen=self.o.memory)
+        """Take this rank's parts of a checkpoint's whole pairs."""
+        pairs = state["mem"]
+        parts = self._parts(len(pairs[0][0])) if pairs else None
+        self.mem = deque(((parts.part(s).clone(), parts.part(y).clone(), rho)
+                          for s, y, rho in pairs), maxlen=self.o.memory)
         cur = state["current"]
         self.current = None if cur is None else (Point(**cur["point"]), cur["grad"])
 
     def direction(self, g: torch.Tensor) -> torch.Tensor:
-        """−H g by the two-loop recursion."""
-        q, alphas = g.clone(), []
+        """−H g by the two-loop recursion, on this rank's part of g."""
+        dot = self._parts(len(g)).dot
+        q, alphas = self.shards.part(g).clone(), []
         for s, y, rho in reversed(self.mem):
-            a = rho * float(s @ q)
+            a = rho * dot(s, q)
             q.sub_(y, alpha=a)
             alphas.append(a)
         if self.mem:
             s, y, _ = self.mem[-1]
-            q.mul_(float(s @ y) / float(y @ y))
+            q.mul_(dot(s, y) / dot(y, y))
         for (s, y, rho), a in zip(self.mem, reversed(alphas)):
-            b = rho * float(y @ q)
+            b = rho * dot(y, q)
             q.add_(s, alpha=a - b)
         return q.neg_()
 
     def _descent(self, g: torch.Tensor) -> tuple[torch.Tensor, float]:
         """The L-BFGS direction and its slope gᵀd, or −g where that is no descent."""
         d = self.direction(g)
-        slope = float(g @ d)
+        parts = self.shards
+        slope = parts.dot(parts.part(g), d)
         if slope >= 0:
             self.mem.clear()
-            d, slope = -g, -float(g @ g)
-        return d, slope
+            return -g, -parts.dot(parts.part(g), parts.part(g))
+        return parts.join(d), slope
 
     def _search(self, theta, d, slope, point, oracle: Oracle):
         """Armijo backtracking along d: (step, trials, accepted evaluation or None, the
@@ -160,9 +184,10 @@ class LBFGS:
         oracle.accept(trial)
         oracle.relax()
         reached = trial.point
-        s, y = new - theta, g_new - g
-        sy = float(s @ y)
-        skipped = int(sy <= self.CURVATURE_EPS * float(s.norm()) * float(y.norm()))
+        parts = self.shards
+        s, y = parts.part(new) - parts.part(theta), parts.part(g_new) - parts.part(g)
+        sy = parts.dot(s, y)
+        skipped = int(sy <= self.CURVATURE_EPS * parts.norm(s) * parts.norm(y))
         if not skipped:
             self.mem.append((s, y, 1.0 / sy))
         self.current = (reached, g_new)
@@ -184,10 +209,11 @@ class _TorchOptimizer:
     every run's start-up (BENCHMARKS.md "The test suite's time").
     The learning rate of step k follows opts.schedule over `total` steps
     (train.iterations); the step count is part of the state, so a resumed run
-    continues the schedule where it stopped.
+    continues the schedule where it stopped. `shards` is not used: every rank takes the
+    whole elementwise update, a few passes over θ.
     """
 
-    def __init__(self, opts, total: int = 1):
+    def __init__(self, opts, total: int = 1, shards=None):
         require(total >= 1, "train.iterations", total, "must be positive")
         self.o, self.total = opts, total
         self.rate = SCHEDULES[opts.schedule]

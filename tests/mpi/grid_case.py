@@ -16,7 +16,9 @@ from lptrain.app import build, options
 from lptrain.config.schema import register_configs
 from lptrain.metrics.console import Console
 from lptrain.parallel.grid import divisors
+from lptrain.train import shards
 from lptrain.train.loop import train
+from lptrain.train.optimizers import LBFGS
 
 CONF = Path(config.CONF_DIR)
 # Peaks on a dense net with 4 C-intervals (N = 16, c = 4): up to 4 layer ranks
@@ -65,9 +67,27 @@ def run_case(overrides: list[str], comm, layer_ranks: int) -> dict:
     ex, data, net, theta, oracle, opt = build(opts, comm)
     rows = Rows()
     theta, _ = train(theta, opt, oracle, data, opts, rows, Console(False, 1), ex)
-    return {"train": torch.tensor(rows.train, dtype=torch.float64),
-            "val": torch.tensor(rows.val, dtype=torch.float64), "theta": theta,
-            "mgrit": rows.mgrit}
+    out = {"train": torch.tensor(rows.train, dtype=torch.float64),
+           "val": torch.tensor(rows.val, dtype=torch.float64), "theta": theta,
+           "mgrit": rows.mgrit}
+    if isinstance(opt, LBFGS):
+        out.update(lbfgs_parts(opt, comm))
+    return out
+
+
+def lbfgs_parts(opt, comm) -> dict:
+    """This rank's part lengths of the pairs, the whole pairs a checkpoint gathers (rank
+    0), and whether every rank's parts come back bitwise from the whole ones."""
+    state = opt.state_dict()            # collective: the parts gathered on rank 0
+    whole = state if comm is None else comm.bcast(state, root=0)
+    again = LBFGS(opt.o, shards=opt.shards)
+    again.load_state_dict(whole)
+    same = all(torch.equal(a, b) for old, new in zip(opt.mem, again.mem)
+               for a, b in zip(old[:2], new[:2])) and len(again.mem) == len(opt.mem)
+    return {"part": [len(v) for s, y, _ in opt.mem for v in (s, y)],
+            "pairs": None if state is None else
+            torch.stack([v for s, y, _ in state["mem"] for v in (s, y)]),
+            "reloaded": same if comm is None else all(comm.allgather(same))}
 
 
 def grids(size: int, mode_overrides: list[str]) -> list[int]:
@@ -78,9 +98,13 @@ def grids(size: int, mode_overrides: list[str]) -> list[int]:
 def run(comm) -> dict:
     size = 1 if comm is None else comm.Get_size()
     out = {}
-    for name, overrides in CASES.items():
-        for layer in grids(size, overrides):
-            out[f"{name}/{layer}x{size // layer}"] = run_case(overrides, comm, layer)
+    least, shards.LEAST = shards.LEAST, 1    # split L-BFGS's pairs of this small θ too
+    try:
+        for name, overrides in CASES.items():
+            for layer in grids(size, overrides):
+                out[f"{name}/{layer}x{size // layer}"] = run_case(overrides, comm, layer)
+    finally:
+        shards.LEAST = least
     return out
 
 

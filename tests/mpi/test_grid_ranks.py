@@ -8,6 +8,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import grid_case  # noqa: E402
+from lptrain.parallel.grid import shard  # noqa: E402
 
 RANKS = 4
 pytestmark = pytest.mark.mpi
@@ -47,6 +48,22 @@ def test_grids_equal_one_rank(case, one_rank, on_four):
         for part in ("train", "val", "theta"):
             assert got[part].shape == ref[part].shape, (key, part)
             assert _rel(got[part], ref[part]) <= 1e-10, (key, part)
+
+
+@pytest.mark.parametrize("case", ["lbfgs-serial", "lbfgs-mgrit", "lbfgs-simultaneous"])
+def test_lbfgs_keeps_its_part_of_the_pairs_and_gathers_the_whole(case, one_rank, on_four):
+    """Each rank recurses over its part of θ (rank 0's: the first of 4 contiguous parts);
+    a checkpoint's gathered pairs are the one-rank run's."""
+    ref = one_rank[f"{case}/1x1"]
+    lo, hi = shard(ref["theta"].numel(), RANKS, 0)
+    assert set(ref["part"]) == {ref["theta"].numel()} and len(ref["part"]) >= 4
+    for key, got in on_four.items():
+        if key.split("/")[0] != case:
+            continue
+        assert got["part"] == [hi - lo] * len(ref["part"]), key
+        assert got["pairs"].shape == ref["pairs"].shape, key
+        assert _rel(got["pairs"], ref["pairs"]) <= 1e-10, key
+        assert got["reloaded"], key      # a resume's parts are the ones saved
 
 
 @pytest.mark.parametrize("case", ["lbfgs-simultaneous", "sgd-simultaneous"])

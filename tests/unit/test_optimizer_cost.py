@@ -142,6 +142,23 @@ def test_an_iteration_with_fewer_pairs_costs_less_by_their_share():
     assert [m.optimizer_at(p) for p in (None, 4, 1, 0)] == [3.0, 3.0, 1.5, 1.0]
 
 
+def test_on_p_ranks_each_recurses_over_its_part_of_the_pairs():
+    """The recursion (0.5 a pair) splits over the ranks; the rest (1.0) does not; each dot
+    product is a sum over the ranks and the direction's parts are joined."""
+    link = Link(1e-3, 1e6)
+    m = Machine(None, link, optimizer=3.0, optimizer_per_pair=0.5, memory=4,
+                theta_bytes=8000, split_pairs=True)
+    assert m.optimizer_at(None, 1) == m.optimizer_at(None) == 3.0
+    sums, join = 10 * link.allreduce(8, 4), link.allreduce(2000, 4)
+    assert m.optimizer_at(None, 4) == pytest.approx(1.0 + 2.0 / 4 + sums + join)
+    assert m.optimizer_at(2, 4) == pytest.approx(1.0 + 1.0 / 4 + 6 * link.allreduce(8, 4)
+                                                 + join)
+    adam = Machine(None, link, optimizer=3.0)       # no memory: every rank takes it whole
+    assert adam.optimizer_at(None, 4) == 3.0
+    small = dataclasses.replace(m, split_pairs=False)   # θ below shards.LEAST: whole
+    assert small.optimizer_at(None, 4) == 3.0
+
+
 def test_lbfgs_s_measured_pairs_cost_what_its_recursion_costs():
     """On a parameter vector large enough to time (400,000 float64): a pair's share is
     positive and at most the whole iteration's over the memory."""

@@ -376,3 +376,40 @@ def test_lbfgs_refuses_a_gradient_that_is_not_finite_at_the_accepted_trial():
                 torch.full_like(ev.theta, math.nan)
     with pytest.raises(DivergedError, match=r"^diverged: the gradient is not finite"):
         LBFGS(LBFGSOptions()).step(start, AtTrials())
+
+
+def test_theta_below_least_is_kept_whole_on_every_rank():
+    """The split: rank 1 of 4 holds shard(n, 4, 1) from LEAST entries on, else everything
+    (its sums and joins then never reach the other ranks)."""
+    from types import SimpleNamespace
+
+    from lptrain.parallel.grid import shard
+    from lptrain.train.shards import LEAST, split
+    four = SimpleNamespace(size=4, rank=1)
+    whole = split(four, LEAST - 1)
+    assert whole.whole and (whole.lo, whole.hi) == (0, LEAST - 1)
+    parts = split(four, LEAST)
+    assert not parts.whole and (parts.lo, parts.hi) == shard(LEAST, 4, 1)
+    assert parts.counts == [LEAST // 4] * 4
+    v = torch.arange(float(LEAST))
+    assert torch.equal(parts.part(v), v[parts.lo:parts.hi])
+    assert (split(four, 10, least=8).lo, split(four, 10, least=8).hi) == shard(10, 4, 1)
+
+
+def test_one_rank_recursion_is_the_plain_two_loop():
+    """With the whole vectors (one rank) the direction is the textbook two-loop recursion
+    bitwise: the split changes nothing there."""
+    o, theta = oracle_for()
+    opt = LBFGS(LBFGSOptions(memory=3))
+    for _ in range(5):
+        theta, _ = opt.step(theta, o)
+    g = opt.current[1]
+    q, alphas = g.clone(), []
+    for s, y, rho in reversed(opt.mem):
+        alphas.append(rho * float(s @ q))
+        q.sub_(y, alpha=alphas[-1])
+    s, y, _ = opt.mem[-1]
+    q.mul_(float(s @ y) / float(y @ y))
+    for (s, y, rho), a in zip(opt.mem, reversed(alphas)):
+        q.add_(s, alpha=a - rho * float(y @ q))
+    assert len(opt.mem) == 3 and torch.equal(opt.direction(g), -q)
