@@ -171,3 +171,15 @@ def test_a_full_batch_checkpoint_is_compact_and_continues_the_run(cls):
         results.append((ev.point.objective, grad.tolist(),
                         oracle.stats.fwd_history + oracle.stats.adj_history))
     assert results[0] == results[1] and results[2][2] != results[0][2]
+
+
+def test_the_least_recently_stored_batch_is_dropped():
+    """Capacity 2: batches 1, 2, then 1 again (its forward states only: the adjoint's are
+    kept), then 3 drops batch 2, the one stored longest ago."""
+    cache = WarmCache(2)
+    cache.store(1, "f1", "a1")
+    cache.store(2, "f2", "a2")
+    cache.store(1, "f1'")
+    cache.store(3, "f3", "a3")
+    assert not cache.holds(2) and cache.holds(1) and cache.holds(3)
+    assert cache.get(1) == ("f1'", "a1") and list(cache.cache) == [1, 3]

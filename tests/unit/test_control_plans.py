@@ -41,6 +41,7 @@ def test_factor_is_the_geometric_mean_and_clipped():
     (1, 1e-9, 0.1, 1),     # never below lo
     (5, 1e9, 0.5, 6),      # never above hi
     (2, math.nan, 0.1, 6),  # no estimate: the most
+    (2, 0.03, 0.5, 4),     # log(3)/log(2) = 1.58 more iterations: two, not one
 ])
 def test_next_iterations(k, eps, rho, want):
     assert next_iterations(k, eps, rho, 0.01, 1, 6) == want
@@ -199,3 +200,24 @@ def test_convergence_factor_is_geometric_mean_of_ratios(residuals, factor):
 def test_convergence_factor_of_uneven_ratios():
     # ratios 0.5 and 0.02: geometric mean sqrt(0.01) = 0.1
     assert convergence_factor([4.0, 2.0, 0.04]) == pytest.approx(0.1)
+
+
+def test_each_share_of_the_estimate_is_held_below_half_the_target():
+    """ε_u + ε_λ ≤ grad_tol: each share is planned against grad_tol / 2, so a forward
+    share of 0.6·grad_tol (below grad_tol, above half of it) asks for more iterations."""
+    c = IterationController(ControlOptions(fwd_iters=2, adj_iters=2, grad_tol=0.01))
+    c.update(0, measured(first=1.0, r_u=0.25, r_l=0.25, ratios=2), (0.006, 0.0001))
+    assert c.plan(0) == (3, 1)       # the adjoint share: one fewer still meets it
+
+
+def test_each_rung_scales_the_forward_and_the_adjoint_plan_apart():
+    """Rung 0 runs the plan (3 forward, 1 adjoint: different on purpose), rung r that
+    times RUNG_FACTOR^r, the top rung mode=mgrit's limits and tolerances."""
+    from lptrain.train.oneshot import Rungs
+    rungs = Rungs(MGRITOptions(fwd_iters=3, adj_iters=1, max_iter=100, adj_max_iter=90,
+                               tol=1e-9, adj_tol=1e-8))
+    assert rungs.budget() == (3, 0.0, 1, 0.0)
+    assert rungs.tighten() and rungs.budget() == (12, 0.0, 4, 0.0)
+    while rungs.tighten():
+        pass
+    assert rungs.budget() == (100, 1e-9, 90, 1e-8)

@@ -106,6 +106,35 @@ def test_a_tolerance_below_round_off_stops_at_the_round_off_floor(dtype):
     assert float((grad - ref).norm() / ref.norm()) <= 1e3 * eps
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_round_off_floor_scales_with_the_states(dtype):
+    """The residual's round-off grows with ‖u_C‖, which grows with the batch: the floor
+    is ROUNDOFF·eps·‖u_C‖, so a batch of 4000 stops as early as one of 64 (a floor of
+    ROUNDOFF·eps alone ran such solves to max_iter: mode=mgrit dtype=float32 did 6× the
+    work and warned of stagnation)."""
+    net, theta = dense_net(layers=32, T=2.0)
+    runs = []
+    for n in (64, 4000):
+        x, y = batch(net, n=n)
+        runs.append(solve(net, theta.to(dtype), x.to(dtype), y, levels=3, cfactor0=4,
+                          cfactor=2, tol=1e-300, max_iter=50)[0])
+    assert runs[1].state_norm > 5 * runs[0].state_norm
+    assert all(r.converged and r.iterations < 12 for r in runs), \
+        [(r.converged, r.iterations) for r in runs]
+
+
+def test_the_state_norm_is_the_two_norm_over_the_c_points():
+    """‖u_C‖ = sqrt(Σ_c ‖u_c‖²) over the finest C-points 0, c, 2c, …, N of the returned
+    states: the gradient-error estimate and the round-off floor scale with it."""
+    net, theta = dense_net(layers=32, T=2.0)
+    x, y = batch(net, n=64)
+    res, _, _, _ = solve(net, theta, x, y, levels=3, cfactor0=4, cfactor=2, tol=1e-12,
+                         max_iter=50)
+    c_points = res.states[0::4]
+    assert c_points.shape[0] == 9
+    assert res.state_norm == pytest.approx(float(c_points.norm()), rel=1e-12)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_a_half_precision_solve_iterates_to_its_round_off_not_to_the_bound(dtype):
     """The round-off bound 10·eps·‖u_C‖ is 8 % of the states in bfloat16: a solve ended

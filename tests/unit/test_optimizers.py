@@ -70,6 +70,35 @@ def test_lbfgs_steps_satisfy_armijo():
         theta = new
 
 
+def test_a_trial_that_decreases_too_little_is_rejected():
+    """½θ² from θ = 1 along −g: the full step reaches the minimum, a decrease of 0.5,
+    less than c1·α·|slope| = 0.9; backtracking by halves, α = 1/8 is the first to give
+    c1 = 0.9's sufficient decrease."""
+    opt = LBFGS(LBFGSOptions(c1=0.9))
+    new, info = opt.step(torch.ones(1, dtype=torch.float64), Quadratic())
+    assert info.ls_trials == 4 and info.step_size == 0.125
+    assert float(new) == 0.875
+
+
+def test_a_pair_of_too_little_curvature_is_skipped():
+    """g = Aθ with A a rotation by 90° plus 1e-12 of the identity: sᵀy = 1e-12·‖s‖² > 0,
+    below CURVATURE_EPS·‖s‖‖y‖, so the pair is left out of the memory."""
+    a = torch.tensor([[1e-12, -1.0], [1.0, 1e-12]], dtype=torch.float64)
+
+    class Rotating(Quadratic):
+        falls = 0.0
+
+        def gradient(self, ev):
+            return a @ ev.theta
+
+        def value(self, theta):          # every trial decreases the objective enough
+            self.falls -= 1e9
+            return Evaluated(Point(objective=self.falls, loss=0.0, accuracy=0.0), theta)
+    opt = LBFGS(LBFGSOptions())
+    _, info = opt.step(torch.tensor([1.0, 0.0], dtype=torch.float64), Rotating())
+    assert info.step_size == 1.0 and info.lbfgs_skipped == 1 and len(opt.mem) == 0
+
+
 def test_lbfgs_two_loop_matches_dense_bfgs_inverse():
     opt = LBFGS(LBFGSOptions(memory=5))
     gen = torch.Generator().manual_seed(0)

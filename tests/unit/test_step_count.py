@@ -72,3 +72,24 @@ def test_a_restriction_hands_its_coarse_steps_to_the_next_f_relaxation(
         assert steps_ref.get(length, 0) - steps.get(length, 0) == \
             once[length] + iters * per_cycle[length]
     assert steps[1] == steps_ref[1]
+
+
+def _cycle_steps(cycle: str, iters: int = 2) -> dict:
+    """The counted steps of a warm 4-level forward solve (N = 128, cf 4) per step length."""
+    net, theta = dense_net(layers=128, T=3.0, activation="tanh")
+    x, _ = batch(net)
+    lp = LayerParallel(net, MGRITOptions(levels=4, cycle=cycle), SerialExchange())
+    start = lp.forward(theta, x, max_iter=2, tol=0.0).states.clone()
+    counts = {}
+    count_solves(lp.fwd, counts, "fwd")
+    lp.forward(1.1 * theta, x, warm=start, max_iter=iters, tol=0.0)
+    return counts["fwd"].steps
+
+
+def test_an_f_cycle_visits_each_coarse_level_again_on_its_way_up():
+    """From level 1 an F-cycle runs an F-cycle on level 2 and then a V-cycle on it: the
+    coarsest level (steps of 64 layers) is solved twice per cycle, once in a V-cycle;
+    the finest level's work is the same."""
+    v, f = _cycle_steps("V"), _cycle_steps("F")
+    assert f[64] == 2 * v[64] and f[1] == v[1]
+    assert f[16] > v[16]
