@@ -1,6 +1,7 @@
 """Runs stopped on one grid and resumed on another, in process (app.run).
 
-`python resume_case.py BASE` under `mpiexec -n 2`: for every case and 2-rank grid it
+`python resume_case.py BASE` under `mpiexec -n 2` (L-BFGS's pairs split over the two
+ranks, train/shards.py, as on a large θ): for every case and 2-rank grid it
 resumes BASE/one/CASE (stopped on one rank) into BASE/from_one/CASE/GRID, stops a run of
 its own into BASE/two/CASE/GRID, then resumes each of those on the other 2-rank grid
 into BASE/across/CASE/GRID (a copy). test_resume_grids.py does the one-rank parts and
@@ -75,7 +76,16 @@ def resumed(case: str, comm, source: Path, run_dir: Path, layer_ranks: int = 1) 
 
 def main(base: Path) -> None:
     from lptrain.parallel.context import world
+    from lptrain.train import shards
     comm = world()
+    least, shards.LEAST = shards.LEAST, 1    # L-BFGS's pairs split over the 2 ranks
+    try:
+        _all_cases(comm, base)
+    finally:
+        shards.LEAST = least
+
+
+def _all_cases(comm, base: Path) -> None:
     for case in CASES:
         for grid in grids(case):
             resumed(case, comm, base / "one" / case, base / "from_one" / case / grid,
