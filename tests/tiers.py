@@ -49,6 +49,7 @@ FILES = {
     "test_dataset_contract.py": "unit",
     "test_data_record.py": "unit",
     "test_mgrit_shortfall.py": "training",
+    "test_data_groups.py": "numeric",
     "test_ddp_groups.py": "unit",
     "test_eval_preprocessing.py": "unit",
     "test_exchange.py": "unit",
