@@ -61,6 +61,9 @@ class SerialExchange:
     def allgather_tensor(self, part: torch.Tensor, counts: list[int]) -> torch.Tensor:
         return part
 
+    def gather_tensor(self, part: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        return part
+
     def gather(self, values: list) -> list:
         return [values]
 
@@ -240,6 +243,23 @@ class MPIExchange:
         self.comm.Allgatherv(_buffer(send), [_buffer(whole), (list(counts), displ)])
         self.clock.comm += time.perf_counter() - t0
         return whole.to(part.device)
+
+    def gather_tensor(self, part: torch.Tensor, counts: list[int]) -> torch.Tensor | None:
+        """The ranks' 1-D parts joined in rank order on rank 0 (None elsewhere), straight
+        into one buffer there; `counts` as for allgather_tensor."""
+        if self.size == 1:
+            return part
+        if self.mirror:
+            raise ValueError("gather_tensor on a mirrored exchange: use the unmirrored one")
+        t0 = time.perf_counter()
+        send = part.detach().to("cpu").contiguous()
+        whole, spec = None, None
+        if self.rank == 0:
+            whole = torch.empty(sum(counts), dtype=part.dtype)
+            spec = [_buffer(whole), (list(counts), [sum(counts[:r]) for r in range(self.size)])]
+        self.comm.Gatherv(_buffer(send), spec, root=0)
+        self.clock.comm += time.perf_counter() - t0
+        return None if whole is None else whole.to(part.device)
 
     def iallgather_ints(self, values):
         """Every rank's few integers, non-blocking: (request, table (size, len(values)))

@@ -68,18 +68,9 @@ class Shards:
 
     def gather(self, parts: list[torch.Tensor]) -> list[torch.Tensor] | None:
         """Whole vectors from each rank's list of parts, on rank 0 only (None
-        elsewhere); the other ranks' lists arrive one at a time."""
+        elsewhere), one vector at a time: rank 0 holds its parts and the whole vectors,
+        the other ranks nothing more."""
         if self.whole:
             return list(parts)
-        whole: list[torch.Tensor] = []
-
-        def put(rank: int, theirs) -> None:
-            if rank == 0:
-                whole.extend(torch.empty(self.n, dtype=p.dtype, device=p.device)
-                             for p in theirs)
-            lo, hi = self.bounds[rank]
-            for w, p in zip(whole, theirs):
-                w[lo:hi] = p.to(w.device)
-        self.exchange.gather_each([p.cpu() for p in parts] if self.exchange.rank else parts,
-                                  put)
+        whole = [self.exchange.gather_tensor(p, self.counts) for p in parts]
         return whole if self.exchange.rank == 0 else None
