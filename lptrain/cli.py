@@ -14,8 +14,7 @@ import time
 import traceback
 from pathlib import Path
 
-from lptrain.errors import (FAILED, REFUSED, LptrainError, RunFileError, one_line,
-                            resume_command)
+from lptrain.errors import FAILED, REFUSED, LptrainError, RunFileError, resume_command
 from lptrain.command_args import (check_dir_values, check_flags, check_hydra_keys,
                                   check_launcher, check_writable, directory_args, hydra_failure,
                                   hydra_raising, informational, multirun, overrides_first,
@@ -24,7 +23,7 @@ from lptrain.jobs import END, Job, JobChannel
 from lptrain.resume_args import resume_args, sweep_switch
 from lptrain.rundir import (RunLock, SavedFiles, dir_value, is_sweep, refuse_earlier_run,
                             remove_refused)
-from lptrain.stops import (PROG, again, resume_hint, say, signal_at_the_end,
+from lptrain.stops import (PROG, again, resume_hint, say, signal_at_the_end, unexpected,
                            stop_between_jobs, stop_if_signalled)
 
 from lptrain.config import CONF_MODULE, check_command
@@ -338,8 +337,7 @@ def _run_job(job: Job) -> float | None:
             trace.write_text(traceback.format_exc())
         except OSError:
             trace = None
-        message = (f"rank {comm.Get_rank()}: {type(exc).__name__}: {one_line(exc)}"
-                   + (f" (traceback in {trace})" if trace else ""))
+        message = unexpected(exc, comm.Get_rank(), trace, job, comm.Get_size())
         if comm.Get_rank() > 0:      # where every rank failed alike, rank 0's abort ends
             time.sleep(RANK0_FIRST)  # the job first: one line, not one per rank
         _say(message)

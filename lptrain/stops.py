@@ -57,6 +57,22 @@ def resume_hint(exc, job: Job, ranks: int) -> str:
     return f"; once fixed, resume with: {resume_command(again(job), ranks)}"
 
 
+def unexpected(exc: Exception, rank: int, trace: Path | None, job: Job, ranks: int) -> str:
+    """The one line of an error no rank expected. An MPI call that failed on a
+    surviving rank means, almost always, that another rank ended (killed, out of
+    memory) in a collective or message: say that, and what the run can carry on from."""
+    from lptrain.errors import one_line
+    from lptrain.train.checkpoint import CHECKPOINT_FILE
+    where = f" (traceback in {trace})" if trace else ""
+    if not type(exc).__module__.startswith("mpi4py"):
+        return f"rank {rank}: {type(exc).__name__}: {one_line(exc)}{where}"
+    kept = (f"; its last checkpoint is whole: resume with: "
+            f"{resume_command(again(job), ranks)}"
+            if (Path(job.run_dir) / CHECKPOINT_FILE).is_file() else "")
+    return (f"rank {rank}: an MPI call failed, most likely because another rank ended "
+            f"(killed or out of memory; MPI says: {one_line(exc)}){where}{kept}")
+
+
 def signal_at_the_end(job: Job, comm, stop) -> None:
     """Collective, after a run that ended by itself: a signal received in its last
     iteration or its closing lines stopped nothing; say so.  A single run exits as it

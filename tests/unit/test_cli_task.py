@@ -304,3 +304,24 @@ def test_a_failure_before_training_on_one_rank_ends_every_rank(monkeypatch, tmp_
     out = capsys.readouterr()
     assert "rank 1: ImportError: cannot import name 'x'" in out.out + out.err
     assert (tmp_path / "error-rank1.log").is_file()
+
+
+def test_an_mpi_call_that_failed_says_another_rank_ended(tmp_path):
+    """A rank killed during a collective leaves the others with an mpi4py error: the
+    line says what most likely happened and, where a checkpoint is on disk, how to carry
+    on from it; any other exception keeps its type and message."""
+    from lptrain.jobs import Job
+    from lptrain.stops import unexpected
+    from lptrain.train.checkpoint import CHECKPOINT_FILE
+    MPIError = type("Exception", (RuntimeError,), {"__module__": "mpi4py.MPI"})
+    job, trace = Job(cfg=None, run_dir=str(tmp_path)), tmp_path / "error-rank0.log"
+    lost = unexpected(MPIError("See the MPI_ERROR field"), 0, trace, job, 2)
+    assert lost.startswith("rank 0: an MPI call failed, most likely because another rank "
+                           "ended") and "MPI says: See the MPI_ERROR field" in lost
+    assert str(trace) in lost and "resume" not in lost
+    (tmp_path / CHECKPOINT_FILE).write_bytes(b"")
+    lost = unexpected(MPIError("x"), 0, None, job, 2)
+    assert lost.endswith(f"its last checkpoint is whole: resume with: "
+                         f"mpiexec -n 2 lptrain resume={tmp_path}"), lost
+    other = unexpected(ValueError("bad\nvalue"), 1, None, job, 2)
+    assert other == "rank 1: ValueError: bad ... value"
