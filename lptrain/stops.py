@@ -46,15 +46,23 @@ def again(job: Job) -> Path:
         Path(job.run_dir)
 
 
+def _from_checkpoint(job: Job, ranks: int) -> str | None:
+    """The command that resumes the job from its checkpoint; None where it has none."""
+    from lptrain.train.checkpoint import CHECKPOINT_FILE
+    if not (Path(job.run_dir) / CHECKPOINT_FILE).is_file():
+        return None
+    return resume_command(again(job), ranks)
+
+
 def resume_hint(exc, job: Job, ranks: int) -> str:
     """For a fault of the machine (a full disk, an unwritable file) that left a
     checkpoint to carry the run on from: how to, once fixed."""
     from lptrain.errors import FAILED, DivergedError, StalledError
-    from lptrain.train.checkpoint import CHECKPOINT_FILE
+    command = _from_checkpoint(job, ranks)
     if exc.exit_code != FAILED or isinstance(exc, (DivergedError, StalledError)) or \
-            not (Path(job.run_dir) / CHECKPOINT_FILE).is_file():
+            command is None:
         return ""
-    return f"; once fixed, resume with: {resume_command(again(job), ranks)}"
+    return f"; once fixed, resume with: {command}"
 
 
 def unexpected(exc: Exception, rank: int, trace: Path | None, job: Job, ranks: int) -> str:
@@ -62,13 +70,11 @@ def unexpected(exc: Exception, rank: int, trace: Path | None, job: Job, ranks: i
     surviving rank means, almost always, that another rank ended (killed, out of
     memory) in a collective or message: say that, and what the run can carry on from."""
     from lptrain.errors import one_line
-    from lptrain.train.checkpoint import CHECKPOINT_FILE
     where = f" (traceback in {trace})" if trace else ""
     if not type(exc).__module__.startswith("mpi4py"):
         return f"rank {rank}: {type(exc).__name__}: {one_line(exc)}{where}"
-    kept = (f"; its last checkpoint is whole: resume with: "
-            f"{resume_command(again(job), ranks)}"
-            if (Path(job.run_dir) / CHECKPOINT_FILE).is_file() else "")
+    command = _from_checkpoint(job, ranks)
+    kept = "" if command is None else f"; its last checkpoint is whole: resume with: {command}"
     return (f"rank {rank}: an MPI call failed, most likely because another rank ended "
             f"(killed or out of memory; MPI says: {one_line(exc)}){where}{kept}")
 

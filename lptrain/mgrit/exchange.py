@@ -85,6 +85,12 @@ def _buffer(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
+def _joined(whole: torch.Tensor, counts: list[int]) -> list:
+    """MPI's receive spec of ranks' parts joined in rank order into `whole`: its buffer,
+    each rank's count and where each part begins."""
+    return [_buffer(whole), (list(counts), [sum(counts[:r]) for r in range(len(counts))])]
+
+
 _LIVE: "weakref.WeakSet[MPIExchange]" = weakref.WeakSet()
 _EXIT_HOOK: list = []
 
@@ -239,8 +245,7 @@ class MPIExchange:
         t0 = time.perf_counter()
         whole = torch.empty(sum(counts), dtype=part.dtype)
         send = part.detach().to("cpu").contiguous()
-        displ = [sum(counts[:r]) for r in range(self.size)]
-        self.comm.Allgatherv(_buffer(send), [_buffer(whole), (list(counts), displ)])
+        self.comm.Allgatherv(_buffer(send), _joined(whole, counts))
         self.clock.comm += time.perf_counter() - t0
         return whole.to(part.device)
 
@@ -253,11 +258,9 @@ class MPIExchange:
             raise ValueError("gather_tensor on a mirrored exchange: use the unmirrored one")
         t0 = time.perf_counter()
         send = part.detach().to("cpu").contiguous()
-        whole, spec = None, None
-        if self.rank == 0:
-            whole = torch.empty(sum(counts), dtype=part.dtype)
-            spec = [_buffer(whole), (list(counts), [sum(counts[:r]) for r in range(self.size)])]
-        self.comm.Gatherv(_buffer(send), spec, root=0)
+        whole = torch.empty(sum(counts), dtype=part.dtype) if self.rank == 0 else None
+        self.comm.Gatherv(_buffer(send), None if whole is None else _joined(whole, counts),
+                          root=0)
         self.clock.comm += time.perf_counter() - t0
         return None if whole is None else whole.to(part.device)
 

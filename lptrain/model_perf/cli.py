@@ -197,7 +197,7 @@ def with_optimizer(args, opts, m: Machine, theta) -> tuple[Machine, str]:
     return replace(m, optimizer=cost.seconds, optimizer_per_pair=cost.per_pair,
                    memory=cost.memory, optimizer_shared=cost.shared,
                    theta_bytes=theta.numel() * theta.element_size(),
-                   split_pairs=theta.numel() >= shards.LEAST), \
+                   split_pairs=shards.splits(theta.numel())), \
         f"optimizer {name}: {cost.seconds:.2g} s per iteration on one rank ({note})"
 
 

@@ -28,11 +28,15 @@ from lptrain.parallel.grid import shard
 LEAST = 1 << 16
 
 
+def splits(n: int, least: int | None = None) -> bool:
+    """Whether θ of n entries is split over the ranks: from `least` (default LEAST) on."""
+    return n >= (LEAST if least is None else least)
+
+
 def split(exchange, n: int, least: int | None = None) -> "Shards":
     """The split of θ's n entries over `exchange`'s ranks, or the whole vectors on every
-    rank where n < least (default LEAST)."""
-    least = LEAST if least is None else least
-    return Shards(exchange if n >= least else SerialExchange(), n)
+    rank where it does not split (`splits`)."""
+    return Shards(exchange if splits(n, least) else SerialExchange(), n)
 
 
 class Shards:
