@@ -170,7 +170,7 @@ def _resumed(run_dir: Path, config_yaml: str, opts: Config, grid, ex, data, net,
     theta = restore(saved, optimizer, oracle, progress, state)
     if ex.rank == 0:        # what a kill mid-write left: the run's own files are whole
         remove_leftovers(run_dir, (CHECKPOINT_FILE, *MODEL_FILES.values()))
-    return saved, theta
+    return saved.handed_over(), theta
 
 
 def _metrics_kept(run_dir: Path) -> None:

@@ -71,6 +71,7 @@ FILES = {
     "test_lp_module_state.py": "numeric",
     "test_lp_module_training.py": "numeric",
     "test_matfile.py": "unit",
+    "test_zip_entry.py": "unit",
     "test_memory.py": "unit",
     "test_metrics_columns.py": "unit",
     "test_metrics_console_format.py": "unit",

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from lptrain.errors import InputFileError, RunFileError, first_line, one_of, reason
 from lptrain.model.network import ResNet
+from lptrain.model.zip_entry import EntryFile, entry_span
 
 MODEL_FILE = "model.pt"
 FORMAT = "lptrain-model"
@@ -159,18 +160,24 @@ _DAMAGED = (OSError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile, *_U
 
 
 def load_entry(path: Path, name: str, what: str):
-    """One entry of an AtomicArchive (tensors and plain values only)."""
+    """One entry of an AtomicArchive (tensors and plain values only), read from the file
+    in place (model/zip_entry.py: not in memory twice)."""
     try:
-        with zipfile.ZipFile(path) as z:
-            data = z.read(name)
-    except KeyError:
-        raise InputFileError(f"{path}: {what} has no entry {name}") from None
+        z = zipfile.ZipFile(path)
     except _DAMAGED as exc:
         raise InputFileError(f"{path}: unreadable {what} ({_first_line(exc)})") from None
-    try:
-        return _torch_load(io.BytesIO(data))
-    except _DAMAGED as exc:
-        raise InputFileError(f"{path}: unreadable {what} ({_first_line(exc)})") from None
+    with z:
+        try:
+            span = entry_span(z, name)
+            source = io.BytesIO(z.read(name)) if span is None else EntryFile(z.fp, *span)
+        except KeyError:
+            raise InputFileError(f"{path}: {what} has no entry {name}") from None
+        except _DAMAGED as exc:
+            raise InputFileError(f"{path}: unreadable {what} ({_first_line(exc)})") from None
+        try:
+            return _torch_load(source)
+        except _DAMAGED as exc:
+            raise InputFileError(f"{path}: unreadable {what} ({_first_line(exc)})") from None
 
 
 def load_torch(path: Path, what: str):

@@ -12,7 +12,7 @@ their own (train/checkpoint.py).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -66,6 +66,13 @@ class RunState:
     warm_starts: bool = True          # False: a lean checkpoint, warm starts left out
     pending: dict | None = None       # θ not yet checked: the last good (Progress.pending_state)
     signature: dict | None = None     # θ's names and shapes (ResNet.signature; None before)
+
+    def handed_over(self) -> "RunState":
+        """This state without the optimizer's, once restore() has given it to the run's
+        optimizer: L-BFGS keeps only this rank's part of its pairs (train/shards.py),
+        and the whole pairs, up to 2m parameter-sized vectors, would otherwise stay in
+        memory for the rest of the run."""
+        return replace(self, optimizer={})
 
     def to_record(self) -> dict:
         """The record entry of a checkpoint of the current format."""

@@ -286,3 +286,22 @@ def test_a_resume_removes_what_a_killed_write_left(tmp_path):
     keep.write_text("the user's")
     app.run(cfg, None, tmp_path, resume=True)
     assert not any(p.exists() for p in left) and keep.exists()
+
+
+def test_a_resumed_run_does_not_keep_the_checkpoints_optimizer_state(tmp_path, monkeypatch):
+    """After the optimizer has taken its state (L-BFGS: this rank's part of the pairs),
+    the run state the loop keeps holds none of it: the whole pairs, up to 2m vectors of
+    θ's size, would otherwise stay in memory for the rest of the run."""
+    cfg = _cfg("mode=serial", "train.iterations=6")
+    with pytest.raises(Interrupted):
+        app.run(cfg, None, tmp_path, StopAt(5))
+    seen = {}
+    train = app.train
+
+    def watched(theta, optimizer, *args):
+        seen["resume"], seen["pairs"] = args[-1], len(optimizer.mem)
+        return train(theta, optimizer, *args)
+    monkeypatch.setattr(app, "train", watched)
+    app.run(cfg, None, tmp_path, resume=True)
+    assert seen["pairs"] == 5                   # the optimizer has the checkpoint's pairs
+    assert seen["resume"].iteration == 5 and seen["resume"].optimizer == {}

@@ -1,0 +1,87 @@
+"""A checkpoint's entries are read from the file in place (model/zip_entry.py): the same
+values as the entry's bytes read whole, without those bytes in memory."""
+import io
+import zipfile
+
+import pytest
+import torch
+
+from lptrain.model.saved import AtomicArchive, load_entry
+from lptrain.model.zip_entry import EntryFile, entry_span
+
+
+def _archive(path):
+    """An archive of two torch entries, one of several tensors and plain values."""
+    gen = torch.Generator().manual_seed(3)
+    record = {"theta": torch.randn(1000, generator=gen, dtype=torch.float64),
+              "mem": [(torch.randn(700, generator=gen, dtype=torch.float64),
+                       torch.randn(700, generator=gen, dtype=torch.float64), 0.5)
+                      for _ in range(3)],
+              "iteration": 7, "name": "x"}
+    archive = AtomicArchive(path)
+    archive.add("record.pt", record)
+    archive.add("other.pt", {"v": torch.arange(5)})
+    archive.commit()
+    return record
+
+
+def test_an_entry_file_holds_the_entrys_bytes_and_seeks_within_them(tmp_path):
+    path = tmp_path / "a.zip"
+    _archive(path)
+    with zipfile.ZipFile(path) as z:
+        whole = z.read("other.pt")
+        start, size = entry_span(z, "other.pt")
+        f = EntryFile(z.fp, start, size)
+        assert size == len(whole) and f.read() == whole
+        assert f.seek(-10, io.SEEK_END) == size - 10 and f.read(4) == whole[-10:-6]
+        assert f.seek(3) == 3 and f.read(5) == whole[3:8] and f.tell() == 8
+        assert f.seek(2, io.SEEK_CUR) == 10 and f.read(1) == whole[10:11]
+        f.seek(size + 5)
+        assert f.read(3) == b""                 # past the end: nothing, as a file
+        with pytest.raises(ValueError, match="negative seek position -1"):
+            f.seek(-1)
+        with pytest.raises(KeyError):
+            entry_span(z, "missing.pt")
+
+
+def test_load_entry_reads_in_place_the_values_written(tmp_path, monkeypatch):
+    path = tmp_path / "a.zip"
+    record = _archive(path)
+
+    def whole(*args, **kwargs):
+        raise AssertionError("a stored entry was read into memory whole")
+    monkeypatch.setattr(zipfile.ZipFile, "read", whole)
+    got = load_entry(path, "record.pt", "checkpoint")
+    assert got["iteration"] == 7 and got["name"] == "x"
+    assert torch.equal(got["theta"], record["theta"])
+    for (s, y, rho), (s0, y0, rho0) in zip(got["mem"], record["mem"], strict=True):
+        assert torch.equal(s, s0) and torch.equal(y, y0) and rho == rho0
+    assert torch.equal(load_entry(path, "other.pt", "checkpoint")["v"], torch.arange(5))
+
+
+def test_a_compressed_entry_is_read_whole(tmp_path):
+    """An entry another tool rewrote compressed has no bytes in place: read whole."""
+    path = tmp_path / "a.zip"
+    record = _archive(path)
+    packed = tmp_path / "packed.zip"
+    with zipfile.ZipFile(path) as src, \
+            zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as dst:
+        for name in src.namelist():
+            dst.writestr(name, src.read(name))
+    with zipfile.ZipFile(packed) as z:
+        assert entry_span(z, "record.pt") is None
+    assert torch.equal(load_entry(packed, "record.pt", "checkpoint")["theta"],
+                       record["theta"])
+
+
+def test_a_damaged_local_header_is_an_unreadable_checkpoint(tmp_path):
+    from lptrain.errors import InputFileError
+    path = tmp_path / "a.zip"
+    _archive(path)
+    with zipfile.ZipFile(path) as z:
+        offset = z.getinfo("other.pt").header_offset
+    data = bytearray(path.read_bytes())
+    data[offset:offset + 4] = b"XXXX"
+    path.write_bytes(bytes(data))
+    with pytest.raises(InputFileError, match=f"{path}: unreadable checkpoint .*bad header"):
+        load_entry(path, "other.pt", "checkpoint")
