@@ -72,6 +72,7 @@ FILES = {
     "test_lp_module_training.py": "numeric",
     "test_matfile.py": "unit",
     "test_zip_entry.py": "unit",
+    "test_stored_pairs.py": "training",
     "test_memory.py": "unit",
     "test_metrics_columns.py": "unit",
     "test_metrics_console_format.py": "unit",

@@ -102,6 +102,14 @@ class AtomicArchive:
             with self._zip.open(name, "w", force_zip64=True) as entry:
                 torch.save(obj, entry)
 
+    def add_raw(self, name: str, tensors) -> None:
+        """The tensors' bytes one after another as entry `name` (stored: it lies in the
+        file as written, model/zip_entry.py)."""
+        with self._failing("cannot write"):
+            with self._zip.open(name, "w", force_zip64=True) as entry:
+                for t in tensors:
+                    entry.write(t.detach().cpu().contiguous().view(torch.uint8).numpy())
+
     def commit(self) -> None:
         with self._failing("cannot write"):
             self._zip.close()

@@ -1,17 +1,17 @@
 """Checkpoints: everything a run needs to continue exactly where it stopped.
 
 `<run dir>/checkpoint.pt` (written by rank 0, atomically: write + rename) holds the
-parameters, the optimizer's state (L-BFGS memory and current point and gradient; the
+parameters, the optimizer's state (L-BFGS memory, current point and gradient; the
 torch.optim state_dict of SGD and Adam), the order of the mini-batches (generator state
 and the rest of the epoch), the torch RNG state, the divergence rule's reference, the
-best validated parameters so far (model.pt's), the
-loop's validation record and elapsed time, and every rank's oracle state (its block of the warm-start
-states, compact: two state tensors per C-point of it and kept batch in the MGRIT modes,
-train/warm.py; none in serial mode). The
-world size and the layer × data grid that saved it are recorded.
+best validated parameters so far (model.pt's), the loop's validation record and elapsed
+time, and every rank's oracle state (its block of the warm-start states, compact: two
+state tensors per C-point of it and kept batch in the MGRIT modes, train/warm.py; none
+in serial mode). The world size and the layer × data grid that saved it are recorded.
 
-The file is an archive (model/saved.py AtomicArchive): the record as entry `record.pt`
-and rank r's oracle state as `oracle-r.pt`. Rank 0 receives and writes the ranks' states
+The file is an archive (model/saved.py AtomicArchive): the record as entry `record.pt`,
+L-BFGS's pairs raw as `pairs.bin` (train/stored_pairs.py: a resuming rank reads its part
+of them only) and rank r's oracle state as `oracle-r.pt`. Rank 0 receives and writes the ranks' states
 one at a time, so a checkpoint costs it one rank's warm starts, not all of them.
 
 Resume: on the grid that saved it every rank reads its own entry. On another rank count
@@ -21,7 +21,8 @@ samples an old rank held follows from the grid, the hierarchy and the batches, s
 of it is stored). MGRIT's iterates do not depend on the partition, so either way the
 resumed run continues the uninterrupted one. Files of format 2 (no grid recorded) still
 load: on the rank count that saved them as before, on another one without their warm
-starts (a cold start at the next iteration). Format 1 (one torch file, from development
+starts (a cold start at the next iteration); files of format 3 (the pairs in the record)
+load whole on every rank. Format 1 (one torch file, from development
 versions before the archive) is refused, naming it.
 
 When: every `checkpoint_every` iterations; when the ranks stop for a signal or because
@@ -58,6 +59,7 @@ from lptrain.parallel.grid import Grid
 from lptrain.train.collective import agree_on_error, collectively, in_turns
 from lptrain.train.regrid import fits, regrid
 from lptrain.train.run_state import FORMAT, FORMAT_VERSION, LoopState, RunState
+from lptrain.train.stored_pairs import PAIRS_ENTRY, pairs_apart, stored_in
 
 CHECKPOINT_FILE = "checkpoint.pt"
 RECORD_ENTRY = "record.pt"
@@ -139,7 +141,10 @@ class Checkpointer:
         if self.enabled:
             try:
                 archive = AtomicArchive(self.path)
+                record, pairs = pairs_apart(record)
                 archive.add(RECORD_ENTRY, record)
+                if pairs:
+                    archive.add_raw(PAIRS_ENTRY, pairs)
             except RunFileError as exc:
                 archive, error = None, exc
 
@@ -191,8 +196,8 @@ def load_checkpoint(path: Path, rank: int | None = None) -> dict:
         raise InputFileError(f"{path}: checkpoint format {record.get('format_version', 1)} "
                              f"as one torch file (format 1, from development versions) is "
                              f"not read by this lptrain; start the run anew")
-    record = check_record(load_entry(path, RECORD_ENTRY, "checkpoint"), path, FORMAT,
-                          FORMAT_VERSION)
+    record = stored_in(path, check_record(load_entry(path, RECORD_ENTRY, "checkpoint"),
+                                          path, FORMAT, FORMAT_VERSION))
     if rank is not None:
         record["oracle"] = saved_state(path, rank) if rank < record["world_size"] else None
     return record

@@ -19,7 +19,8 @@ import torch
 from lptrain.parallel.grid import Grid
 
 FORMAT = "lptrain-checkpoint"
-FORMAT_VERSION = 3     # 1: one torch file with every rank's oracle state; 2: no grid
+FORMAT_VERSION = 4     # 1: one torch file with every rank's oracle state; 2: no grid;
+#                        3: the L-BFGS pairs in the record (4: train/stored_pairs.py)
 
 
 @dataclass(kw_only=True)
