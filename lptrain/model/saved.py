@@ -102,13 +102,18 @@ class AtomicArchive:
             with self._zip.open(name, "w", force_zip64=True) as entry:
                 torch.save(obj, entry)
 
-    def add_raw(self, name: str, tensors) -> None:
-        """The tensors' bytes one after another as entry `name` (stored: it lies in the
-        file as written, model/zip_entry.py)."""
+    def add_raw(self, name: str, tensors) -> list[tuple[int, int, torch.dtype]]:
+        """The bytes of `tensors` (an iterable: each written as it comes) one after
+        another as entry `name`, stored as written (model/zip_entry.py); returns each
+        one's (offset in the entry, numel, dtype)."""
+        places, offset = [], 0
         with self._failing("cannot write"):
             with self._zip.open(name, "w", force_zip64=True) as entry:
                 for t in tensors:
                     entry.write(t.detach().cpu().contiguous().view(torch.uint8).numpy())
+                    places.append((offset, t.numel(), t.dtype))
+                    offset += t.numel() * t.element_size()
+        return places
 
     def commit(self) -> None:
         with self._failing("cannot write"):

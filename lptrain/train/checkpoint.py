@@ -59,7 +59,7 @@ from lptrain.parallel.grid import Grid
 from lptrain.train.collective import agree_on_error, collectively, in_turns
 from lptrain.train.regrid import fits, regrid
 from lptrain.train.run_state import FORMAT, FORMAT_VERSION, LoopState, RunState
-from lptrain.train.stored_pairs import PAIRS_ENTRY, pairs_apart, stored_in
+from lptrain.train.stored_pairs import PAIRS_ENTRY, has_pairs, stored_in, with_places
 
 CHECKPOINT_FILE = "checkpoint.pt"
 RECORD_ENTRY = "record.pt"
@@ -101,7 +101,7 @@ class Checkpointer:
             except LptrainError as exc:       # raised alike on every rank
                 model_error = exc
         run = None
-        optimizer = self.optimizer.state_dict()     # collective: L-BFGS's parts to rank 0
+        optimizer, vectors = self.optimizer.state_and_vectors()
         if self.enabled:
             run = RunState(iteration=k, theta=theta, optimizer=optimizer,
                            batches=batches.state_dict(), rng=torch.get_rng_state(),
@@ -111,12 +111,12 @@ class Checkpointer:
                            config=self.config, world_size=self.exchange.size, grid=self.grid,
                            signature=self.signature)
         state = self.oracle.state_dict()
-        error = self._write(run and run.to_record(), state)
+        error = self._write(run and run.to_record(), vectors, state)
         lean = False
         if _anywhere(self.exchange, error is not None) and \
                 _anywhere(self.exchange, bool(self.oracle.warm_entries(state))):
             run = run and replace(run, warm_starts=False)
-            lean = self._write(run and run.to_record(),
+            lean = self._write(run and run.to_record(), vectors,
                                self.oracle.with_warm_entries(state, [])) is None
         agree_on_error(self.exchange, error and RunFileError(f"{error}; {self._kept(k, lean)}"))
         if model_error is not None:
@@ -134,19 +134,21 @@ class Checkpointer:
             return f"the {self.path.name} written before is kept"
         return "no checkpoint was written"
 
-    def _write(self, record: dict | None, state) -> RunFileError | None:
-        """Rank 0 writes `record` and every rank's oracle `state` (each rank's is
-        received, written or not: collective); the error on rank 0, if any."""
+    def _write(self, record: dict | None, vectors, state) -> RunFileError | None:
+        """Rank 0 writes `record`, the optimizer's `vectors()` (stored_pairs.py: each
+        received whole and written, one at a time) and every rank's oracle `state` (each
+        rank's is received, written or not: collective); the error on rank 0, if any."""
         archive, error = None, None
+        whole = vectors()        # collective: every rank runs it through
         if self.enabled:
             try:
                 archive = AtomicArchive(self.path)
-                record, pairs = pairs_apart(record)
-                archive.add(RECORD_ENTRY, record)
-                if pairs:
-                    archive.add_raw(PAIRS_ENTRY, pairs)
+                places = archive.add_raw(PAIRS_ENTRY, whole) if has_pairs(record) else []
+                archive.add(RECORD_ENTRY, with_places(record, places))
             except RunFileError as exc:
                 archive, error = None, exc
+        for _ in whole:          # the other ranks' parts, and what a failed write left
+            pass
 
         def write(rank, part):
             nonlocal archive, error

@@ -95,14 +95,27 @@ class LBFGS:
     # checkpoints: plain values and tensors only (torch.load(weights_only=True) reads them)
     def state_dict(self) -> dict | None:
         """The whole pairs on rank 0, None on the other ranks (collective when sharded)."""
-        flat = [v for s, y, _ in self.mem for v in (s, y)]
-        whole = flat if self.shards is None else self.shards.gather(flat)
-        if whole is None:
+        state, vectors = self.state_and_vectors()
+        whole = list(vectors())
+        if self.shards is not None and not self.shards.whole and self.shards.exchange.rank:
             return None
+        each = iter(whole)
+        state["mem"] = [[next(each), next(each), rho] for _, _, rho in state["mem"]]
+        return state
+
+    def state_and_vectors(self):
+        """(state_dict with None for the pairs' vectors, a function whose generator
+        yields those vectors whole, s₁, y₁, s₂, …, one at a time on rank 0 and None on
+        the other ranks): a checkpoint streams them to the file (train/stored_pairs.py).
+        The generator is collective when sharded: every rank runs it through."""
         cur = self.current
-        return {"mem": [[whole[2 * i], whole[2 * i + 1], rho]
-                        for i, (_, _, rho) in enumerate(self.mem)],
-                "current": None if cur is None else {"point": vars(cur[0]), "grad": cur[1]}}
+        state = {"mem": [[None, None, rho] for _, _, rho in self.mem],
+                 "current": None if cur is None else {"point": vars(cur[0]), "grad": cur[1]}}
+        flat = [v for s, y, _ in self.mem for v in (s, y)]
+
+        def vectors():
+            return iter(flat) if self.shards is None else self.shards.each_whole(flat)
+        return state, vectors
 
     def load_state_dict(self, state: dict) -> None:
         """Take this rank's parts of a checkpoint's whole pairs."""
@@ -234,6 +247,10 @@ class _TorchOptimizer:
         inner = {"state": {0: self.state} if self.state else {},
                  "param_groups": [{**self.group(lr), "params": [0]}]}
         return {"torch": inner, "steps": self.steps}
+
+    def state_and_vectors(self):
+        """(state_dict, no vectors streamed apart): as LBFGS's."""
+        return self.state_dict(), lambda: iter(())
 
     def load_state_dict(self, state: dict) -> None:
         inner = state["torch"]

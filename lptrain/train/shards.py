@@ -72,9 +72,13 @@ class Shards:
 
     def gather(self, parts: list[torch.Tensor]) -> list[torch.Tensor] | None:
         """Whole vectors from each rank's list of parts, on rank 0 only (None
-        elsewhere), one vector at a time: rank 0 holds its parts and the whole vectors,
-        the other ranks nothing more."""
-        if self.whole:
-            return list(parts)
-        whole = [self.exchange.gather_tensor(p, self.counts) for p in parts]
-        return whole if self.exchange.rank == 0 else None
+        elsewhere), one vector at a time (each_whole)."""
+        whole = list(self.each_whole(parts))
+        return whole if self.whole or self.exchange.rank == 0 else None
+
+    def each_whole(self, parts: list[torch.Tensor]):
+        """Each whole vector from each rank's list of parts, one at a time: on rank 0,
+        None on the others (collective: every rank runs it through).  Rank 0 needs
+        room for one whole vector at a time, the other ranks none."""
+        for p in parts:
+            yield p if self.whole else self.exchange.gather_tensor(p, self.counts)

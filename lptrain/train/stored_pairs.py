@@ -3,9 +3,10 @@
 A record that holds the (s, y) pairs as tensors is read whole by every resuming rank,
 which keeps only its part of each vector (train/shards.py): 2m vectors of θ's size,
 about 4 GB for `experiment=indian_pines_deep` at m = 20, on every rank of a node at
-once.  From checkpoint format 4 the pairs' bytes lie one after another in the archive
-entry PAIRS_ENTRY (stored, not compressed), and the record says where each vector lies
-(`pairs_apart`).  Reading the record turns those places into `StoredVector`s
+once; and rank 0 gathers them all before writing.  From checkpoint format 4 the pairs'
+bytes lie one after another in the archive entry PAIRS_ENTRY (stored, not compressed),
+written as rank 0 receives each whole vector, and the record says where each vector
+lies (`with_places`).  Reading the record turns those places into `StoredVector`s
 (`stored_in`), which read a slice from the file when the optimizer takes its part.
 Records of format 3 and older hold the tensors themselves and load as before.
 """
@@ -22,27 +23,29 @@ from lptrain.model.zip_entry import entry_span
 PAIRS_ENTRY = "pairs.bin"
 
 
-def pairs_apart(record: dict) -> tuple[dict, list[torch.Tensor]]:
-    """(the record with each vector of its optimizer's pairs replaced by where it lies in
-    PAIRS_ENTRY, the vectors in that order); a record without pairs as it is."""
-    opt = record.get("optimizer")
-    mem = opt.get("mem") if isinstance(opt, dict) else None
-    if not mem:
-        return record, []
-    vectors, offset, places = [], 0, []
-    for s, y, rho in mem:
-        pair = []
-        for v in (s, y):
-            pair.append({"offset": offset, "numel": v.numel(),
-                         "dtype": str(v.dtype).removeprefix("torch.")})
-            offset += v.numel() * v.element_size()
-            vectors.append(v)
-        places.append([*pair, rho])
-    return {**record, "optimizer": {**opt, "mem": places}}, vectors
+def has_pairs(record: dict | None) -> bool:
+    """Whether `record`'s optimizer state has L-BFGS pairs."""
+    opt = (record or {}).get("optimizer")
+    return bool(opt.get("mem")) if isinstance(opt, dict) else False
+
+
+def with_places(record: dict, places: list) -> dict:
+    """`record`, whose optimizer's pairs hold None for their vectors (LBFGS.
+    state_and_vectors), with where the vectors lie in PAIRS_ENTRY: `places`, the
+    (offset, numel, dtype) of s₁, y₁, s₂, … as AtomicArchive.add_raw wrote them."""
+    if not has_pairs(record):
+        return record
+    opt = record["optimizer"]
+    if len(places) != 2 * len(opt["mem"]):
+        raise ValueError(f"{len(places)} vectors written for {len(opt['mem'])} pairs")
+    at = [{"offset": o, "numel": n, "dtype": str(d).removeprefix("torch.")}
+          for o, n, d in places]
+    mem = [[at[2 * i], at[2 * i + 1], rho] for i, (_, _, rho) in enumerate(opt["mem"])]
+    return {**record, "optimizer": {**opt, "mem": mem}}
 
 
 def stored_in(path: Path, record: dict) -> dict:
-    """`record` with the places of pairs_apart as StoredVectors of the checkpoint at
+    """`record` with the places of with_places as StoredVectors of the checkpoint at
     `path`; InputFileError when PAIRS_ENTRY is missing or shorter than they say."""
     opt = record.get("optimizer")
     mem = opt.get("mem") if isinstance(opt, dict) else None

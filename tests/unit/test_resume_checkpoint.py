@@ -64,8 +64,8 @@ class _Ranks:
 
 
 class _Optimizer:
-    def state_dict(self):
-        return {"k": 1}
+    def state_and_vectors(self):
+        return {"k": 1}, lambda: iter(())
 
 
 class _Batches:
@@ -234,3 +234,62 @@ def test_the_models_lines_stay_within_80_columns_for_long_runs():
     progress.best.iteration = progress.iteration = 12
     lines = ModelSaver.describe(saver, progress)
     assert len(lines) == 2 and all(len(line) <= 80 for line in lines)
+
+
+class _Streaming:
+    """An optimizer whose pairs' vectors stream apart, counting the ones drawn (each a
+    gather every rank takes part in)."""
+
+    def __init__(self):
+        self.vectors = [torch.arange(5.0) + 10 * i for i in range(4)]
+        self.drawn = 0
+
+    def state_and_vectors(self):
+        def vectors():
+            for v in self.vectors:
+                self.drawn += 1
+                yield v
+        return {"mem": [[None, None, 0.5], [None, None, 0.25]], "current": None}, vectors
+
+
+def test_the_pairs_stream_to_the_file_and_every_gather_is_taken_when_it_fails(
+        tmp_path, monkeypatch):
+    from lptrain.model import saved
+    from lptrain.train.stored_pairs import PAIRS_ENTRY
+    path = tmp_path / ck.CHECKPOINT_FILE
+    states = [{"cache": []}]
+    opt = _Streaming()
+
+    def checkpoint():
+        saver = ck.Checkpointer(path, 1, _Ranks(states), True, opt, _NoWarm(), _Progress(),
+                                "c")
+        saver.save(4, torch.arange(5.0), _Batches(), LoopState(wall_time=1.0))
+    checkpoint()
+    mem = ck.load_checkpoint(path)["optimizer"]["mem"]
+    assert [rho for *_, rho in mem] == [0.5, 0.25] and opt.drawn == 4
+    for got, want in zip((v for s, y, _ in mem for v in (s, y)), opt.vectors, strict=True):
+        assert torch.equal(got.clone(), want)
+    real = saved.AtomicArchive.add_raw
+
+    def fails_after_one(self, name, tensors):     # as a full disk fails a write
+        assert name == PAIRS_ENTRY
+        next(iter(tensors))
+        with self._failing("cannot write"):
+            raise OSError(28, "disk full")
+    monkeypatch.setattr(saved.AtomicArchive, "add_raw", fails_after_one)
+    opt.drawn, before = 0, path.read_bytes()
+    with pytest.raises(RunFileError, match="disk full"):
+        checkpoint()
+    assert opt.drawn == 4 and path.read_bytes() == before    # every vector drawn, once
+    monkeypatch.setattr(saved.AtomicArchive, "add_raw", real)
+
+
+class _NoWarm:
+    def state_dict(self):
+        return {"cache": []}
+
+    def warm_entries(self, state):
+        return state["cache"]
+
+    def with_warm_entries(self, state, entries):
+        return {**state, "cache": entries}
