@@ -18,6 +18,7 @@ from lptrain.parallel import memory
 from lptrain.parallel.auto import Recorded, agreed_grid, timer_for
 from lptrain.parallel.context import Node, make_exchange, node_of
 from lptrain.parallel.grid import Grid, c_intervals, candidates, coarse_steps, run_grids
+from lptrain.train import shards
 from lptrain.train.collective import collectively
 
 
@@ -59,9 +60,11 @@ def need(opts, sizes: Sizes, net: ResNet, grid: Grid,
     feats = math.prod(sizes.feature_shape)
     shard = (math.ceil(sizes.n_train / grid.data) + math.ceil(sizes.n_val / grid.data))
     data_bytes = shard * feats * item + source_bytes(sizes)
-    # L-BFGS's pairs: a 1/P part on each rank, but whole on rank 0 while a checkpoint
-    # gathers them (train/shards.py); rank 0's need bounds every rank's
-    vectors = 2 * getattr(opts.optimizer, "memory", 0) + 8
+    # L-BFGS's pairs: each rank's part where θ splits over the ranks (train/shards.py); a
+    # checkpoint passes them through rank 0 one whole vector at a time, and a resume
+    # reads each rank's part only (train/stored_pairs.py): one vector more
+    ranks = grid.size if shards.splits(net.layout.size) else 1
+    vectors = math.ceil(2 * getattr(opts.optimizer, "memory", 0) / ranks) + 9
     warm = _kept_warm_starts(opts, sizes)
     val_chunk = min(batch, math.ceil(sizes.n_val / grid.data))
     mo = opts.mgrit

@@ -274,3 +274,24 @@ def test_parameters_beyond_memory_name_the_network_not_the_dataset():
     with pytest.raises(ConfigError, match="^memory: .* so more ranks do not help: use a "
                        "smaller network \\(network.width"):
         preflight.plan(app.options(composed("network.width=1000000")), None)
+
+
+def test_lbfgs_pairs_are_counted_as_each_ranks_part_where_theta_splits():
+    """From shards.LEAST parameters each rank keeps 1/P of the 2m pairs, and a checkpoint
+    passes one whole vector through rank 0 (train/stored_pairs.py); below it every rank
+    keeps the whole pairs."""
+    from helpers import composed
+    from lptrain import app, preflight
+    from lptrain.data.base import dataset_sizes
+    from lptrain.parallel.grid import Grid
+    from lptrain.train import shards
+    for width, split in ((8, False), (100, True)):     # 2.5·10³ and 3.3·10⁵ parameters
+        opts = app.options(composed(f"network.width={width}", "network.layers=32"))
+        sizes = dataset_sizes(opts.dataset)
+        net = preflight._network(opts, sizes, "cpu")
+        assert shards.splits(net.layout.size) == split
+        vector = net.layout.size * 8
+        m = opts.optimizer.memory
+        by = {p: preflight.need(opts, sizes, net, Grid(1, p)).params for p in (1, 4)}
+        assert by[1] == (2 * m + 9) * vector
+        assert by[4] == ((2 * m) // 4 + 9 if split else 2 * m + 9) * vector
