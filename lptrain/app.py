@@ -168,7 +168,8 @@ def _resumed(run_dir: Path, config_yaml: str, opts: Config, grid, ex, data, net,
     here = placement(opts, grid, data, net)
     state = read_oracle_state(ex, checkpoint, saved, here, oracle)
     # collective: a rank reads its part of L-BFGS's pairs here (train/stored_pairs.py)
-    theta = collectively(ex, lambda: restore(saved, optimizer, oracle, progress, state))
+    theta = collectively(ex, lambda: restore(saved, optimizer, oracle, progress, state,
+                                             progress.theta.device))
     if ex.rank == 0:        # what a kill mid-write left: the run's own files are whole
         remove_leftovers(run_dir, (CHECKPOINT_FILE, *MODEL_FILES.values()))
     return saved.handed_over(), theta

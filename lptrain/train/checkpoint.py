@@ -59,7 +59,8 @@ from lptrain.parallel.grid import Grid
 from lptrain.train.collective import agree_on_error, collectively, in_turns
 from lptrain.train.regrid import fits, regrid
 from lptrain.train.run_state import FORMAT, FORMAT_VERSION, LoopState, RunState
-from lptrain.train.stored_pairs import PAIRS_ENTRY, has_pairs, stored_in, with_places
+from lptrain.train.stored_pairs import (PAIRS_ENTRY, StoredVector, has_pairs, stored_in,
+                                        with_places)
 
 CHECKPOINT_FILE = "checkpoint.pt"
 RECORD_ENTRY = "record.pt"
@@ -273,16 +274,30 @@ def read_oracle_state(exchange, path: Path, run: RunState, here: Placement, orac
     return in_turns(exchange, read)
 
 
-def restore(run: RunState, optimizer, oracle, progress, state: dict | None) -> torch.Tensor:
+def restore(run: RunState, optimizer, oracle, progress, state: dict | None,
+            device="cpu") -> torch.Tensor:
     """Load a checkpoint's run state and this rank's oracle `state` (oracle_state; None:
-    the warm starts start cold) into the run's parts; returns θ. The loop's part
-    (run.loop, run.batches) goes to train/loop.py train."""
-    optimizer.load_state_dict(run.optimizer)
+    the warm starts start cold) into the run's parts, their tensors on the run's `device`
+    (a checkpoint is read onto the CPU; torch's RNG state stays there); returns θ. The
+    loop's part (run.loop, run.batches) goes to train/loop.py train."""
+    theta = run.theta.to(device)
+    optimizer.load_state_dict(_on(run.optimizer, device))
     if state is not None:
-        oracle.load_state_dict(state)
+        oracle.load_state_dict(_on(state, device))
     torch.set_rng_state(run.rng)
-    progress.theta, progress.iteration = run.theta, run.iteration
+    progress.theta, progress.iteration = theta, run.iteration
     progress.first_objective = run.first_objective
-    progress.load_best(run.best)     # None before the best was kept
-    progress.load_pending(run.pending, run.theta, run.iteration)   # SGD, Adam: unchecked
-    return run.theta
+    progress.load_best(_on(run.best, device))     # None before the best was kept
+    progress.load_pending(_on(run.pending, device), theta, run.iteration)  # SGD, Adam
+    return theta
+
+
+def _on(value, device):
+    """`value` with every tensor in it (and every stored vector) on `device`."""
+    if isinstance(value, (torch.Tensor, StoredVector)):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: _on(v, device) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on(v, device) for v in value)
+    return value

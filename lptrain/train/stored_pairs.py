@@ -82,9 +82,15 @@ class StoredVector:
     """A vector of `numel` values of `dtype` at byte `start` of the file `path`, read
     when sliced (what LBFGS.load_state_dict and train/shards.py take of a pair)."""
 
-    def __init__(self, path: Path, start: int, numel: int, dtype: torch.dtype):
+    def __init__(self, path: Path, start: int, numel: int, dtype: torch.dtype,
+                 device="cpu"):
         self.path, self.start, self.numel, self.dtype = Path(path), start, numel, dtype
+        self.device = device              # where a slice goes once read
         self.item = torch.tensor([], dtype=dtype).element_size()
+
+    def to(self, device) -> "StoredVector":
+        """This vector, its slices sent to `device` once read."""
+        return StoredVector(self.path, self.start, self.numel, self.dtype, device)
 
     def __len__(self) -> int:
         return self.numel
@@ -104,7 +110,7 @@ class StoredVector:
                     raise InputFileError(f"{self.path}: checkpoint's {PAIRS_ENTRY} ends "
                                          f"early")
                 done += got
-        return out
+        return out.to(self.device)
 
     def clone(self) -> torch.Tensor:
         """The whole vector (one rank keeps all of it)."""

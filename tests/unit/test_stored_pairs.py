@@ -148,3 +148,30 @@ def test_a_short_or_missing_pairs_entry_is_one_clear_error(stopped, tmp_path):
     s = StoredVector(path, path.stat().st_size - 16, 4, torch.float64)
     with pytest.raises(InputFileError, match="ends early"):
         s[0:4]
+
+
+def test_restore_sends_every_tensor_of_the_run_to_its_device(stopped):
+    """A checkpoint is read onto the CPU; restore() sends θ, the optimizer's pairs and
+    point, the kept parameters and the oracle's state to the run's device, and leaves
+    torch's RNG state on the CPU. Tested with a dtype in place of a device (this machine
+    has one device): every tensor that is sent arrives as float32."""
+    from lptrain.train.guard import Progress
+    from lptrain.train.optimizers import LBFGS
+    run, pairs = stopped
+    saved = ck.read_run_state(run / ck.CHECKPOINT_FILE)
+    opts = app.options(composed(*ARGS, f"train.iterations={K}"))
+    optimizer, progress, seen = LBFGS(opts.optimizer), Progress(saved.theta), {}
+
+    class Oracle:
+        def load_state_dict(self, state):
+            seen.update(state)
+    state = {"cache": [[3, torch.zeros(2, dtype=torch.float64), None]]}
+    theta = ck.restore(saved, optimizer, Oracle(), progress, state, torch.float32)
+    assert theta.dtype == progress.theta.dtype == torch.float32
+    assert torch.equal(theta, saved.theta.float())
+    assert [(s.dtype, y.dtype) for s, y, _ in optimizer.mem] == [(torch.float32,) * 2] * 3
+    assert torch.equal(optimizer.mem[0][0], pairs[0][0].float())
+    assert optimizer.current[1].dtype == torch.float32
+    assert progress.best.theta.dtype == torch.float32
+    assert seen["cache"][0][0] == 3 and seen["cache"][0][1].dtype == torch.float32
+    assert torch.equal(torch.get_rng_state(), saved.rng)
