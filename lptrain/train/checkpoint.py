@@ -11,8 +11,9 @@ in serial mode). The world size and the layer × data grid that saved it are rec
 
 The file is an archive (model/saved.py AtomicArchive): the record as entry `record.pt`,
 L-BFGS's pairs raw as `pairs.bin` (train/stored_pairs.py: a resuming rank reads its part
-of them only) and rank r's oracle state as `oracle-r.pt`. Rank 0 receives and writes the ranks' states
-one at a time, so a checkpoint costs it one rank's warm starts, not all of them.
+of them only) and rank r's oracle state as `oracle-r.pt`. Rank 0 receives and writes the
+pairs one vector at a time and the ranks' states one rank at a time, so a checkpoint
+costs it one vector and one rank's warm starts, not all of them.
 
 Resume: on the grid that saved it every rank reads its own entry. On another rank count
 or grid each rank reads the entries of the old ranks that held some of its layers and
@@ -22,8 +23,8 @@ of it is stored). MGRIT's iterates do not depend on the partition, so either way
 resumed run continues the uninterrupted one. Files of format 2 (no grid recorded) still
 load: on the rank count that saved them as before, on another one without their warm
 starts (a cold start at the next iteration); files of format 3 (the pairs in the record)
-load whole on every rank. Format 1 (one torch file, from development
-versions before the archive) is refused, naming it.
+load whole on every rank. Format 1 (one torch file, from development versions before the
+archive) is refused, naming it.
 
 When: every `checkpoint_every` iterations; when the ranks stop for a signal or because
 metrics.h5 can no longer be written (a full disk: the checkpoint may then use the space
