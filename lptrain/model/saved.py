@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from lptrain.errors import InputFileError, RunFileError, first_line, one_of, reason
 from lptrain.model.network import ResNet
-from lptrain.model.zip_entry import EntryFile, entry_span
+from lptrain.model.zip_entry import EntryFile, check_crc, crc_blocks, entry_span
 
 MODEL_FILE = "model.pt"
 FORMAT = "lptrain-model"
@@ -102,16 +102,17 @@ class AtomicArchive:
             with self._zip.open(name, "w", force_zip64=True) as entry:
                 torch.save(obj, entry)
 
-    def add_raw(self, name: str, tensors) -> list[tuple[int, int, torch.dtype]]:
+    def add_raw(self, name: str, tensors) -> list[tuple]:
         """The bytes of `tensors` (an iterable: each written as it comes) one after
         another as entry `name`, stored as written (model/zip_entry.py); returns each
-        one's (offset in the entry, numel, dtype)."""
+        one's (offset in the entry, numel, dtype, CRC-32 of each of its blocks)."""
         places, offset = [], 0
         with self._failing("cannot write"):
             with self._zip.open(name, "w", force_zip64=True) as entry:
                 for t in tensors:
-                    entry.write(t.detach().cpu().contiguous().view(torch.uint8).numpy())
-                    places.append((offset, t.numel(), t.dtype))
+                    data = t.detach().cpu().contiguous().view(torch.uint8).numpy()
+                    entry.write(data)
+                    places.append((offset, t.numel(), t.dtype, crc_blocks(data)))
                     offset += t.numel() * t.element_size()
         return places
 
@@ -182,6 +183,8 @@ def load_entry(path: Path, name: str, what: str):
     with z:
         try:
             span = entry_span(z, name)
+            if span is not None:
+                check_crc(z.fp, *span, z.getinfo(name).CRC, name)
             source = io.BytesIO(z.read(name)) if span is None else EntryFile(z.fp, *span)
         except KeyError:
             raise InputFileError(f"{path}: {what} has no entry {name}") from None
@@ -196,11 +199,22 @@ def load_entry(path: Path, name: str, what: str):
 def load_torch(path: Path, what: str):
     """torch.load (tensors and plain Python values only), errors naming `path`."""
     try:
+        if _cut_zip(path):
+            raise zipfile.BadZipFile("truncated: it begins as a zip file but has no zip "
+                                     "directory at its end")
         return _torch_load(path)
     except FileNotFoundError:
         raise InputFileError(f"{path}: no {what} there") from None
     except _DAMAGED as exc:
         raise InputFileError(f"{path}: unreadable {what} ({_first_line(exc)})") from None
+
+
+def _cut_zip(path: Path) -> bool:
+    """Whether the file starts as a zip (torch's files and lptrain's archives do) but
+    has no zip directory at its end: written or copied only in part."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    return head == b"PK\x03\x04" and not zipfile.is_zipfile(path)
 
 
 def _torch_load(source):
@@ -232,7 +246,7 @@ def _first_line(exc: Exception) -> str:
                 f"torch.load(path, weights_only=False), only if you trust it")
     if isinstance(exc, _UNPICKLING):
         return "not a torch file of tensors and plain values"
-    return first_line(exc)
+    return first_line(exc).split(". This is an internal miniz error")[0]   # its advice
 
 
 def load_record(path: Path, what: str, fmt: str, version: int) -> dict:

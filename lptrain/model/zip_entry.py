@@ -4,15 +4,18 @@ A checkpoint's record entry holds L-BFGS's pairs: up to 2m parameter-sized vecto
 a gigabyte on Indian Pines.  Read with `ZipFile.read` it is in memory twice while torch
 builds its tensors (the entry's bytes, then the tensors); read through `EntryFile`, torch
 reads each tensor's bytes from the file into its storage, so a resuming rank holds the
-tensors only.  Only entries stored without compression (model/saved.py AtomicArchive
-writes those) lie in the file as they are; others are read whole.
+tensors only; the entry's CRC-32 is checked first (`check_crc`), as zipfile's own
+reads do.  Only entries stored without compression (model/saved.py AtomicArchive writes
+those) lie in the file as they are; others are read whole.
 """
 from __future__ import annotations
 
 import io
 import struct
 import zipfile
+import zlib
 
+BLOCK = 1 << 20     # bytes per CRC-32 of a vector in a raw entry (crc_blocks)
 _LOCAL_HEADER = struct.Struct("<4s5H3L2H")    # the local file header before each entry
 _LOCAL_MAGIC = b"PK\x03\x04"
 
@@ -33,6 +36,27 @@ def entry_span(z: zipfile.ZipFile, name: str) -> tuple[int, int] | None:
         raise zipfile.BadZipFile(f"entry {name}: bad header")
     name_len, extra_len = fields[-2], fields[-1]
     return info.header_offset + _LOCAL_HEADER.size + name_len + extra_len, info.file_size
+
+
+def check_crc(raw, start: int, size: int, crc: int, name: str) -> None:
+    """zipfile.BadZipFile unless the `size` bytes at `start` of the open file `raw` have
+    the CRC-32 `crc` (what zipfile's own reads check; torch's reader does not)."""
+    raw.seek(start)
+    value, left = 0, size
+    while left:
+        chunk = raw.read(min(left, BLOCK))
+        if not chunk:
+            raise zipfile.BadZipFile(f"entry {name} ends {left} bytes early")
+        value, left = zlib.crc32(chunk, value), left - len(chunk)
+    if value != crc:
+        raise zipfile.BadZipFile(f"Bad CRC-32 for file {name!r}")
+
+
+def crc_blocks(data) -> list[int]:
+    """The CRC-32 of each BLOCK bytes of the bytes-like `data` (the last one shorter):
+    a reader of part of the data checks the blocks it reads."""
+    view = memoryview(data).cast("B")
+    return [zlib.crc32(view[i:i + BLOCK]) for i in range(0, len(view), BLOCK)]
 
 
 class EntryFile(io.RawIOBase):

@@ -13,12 +13,13 @@ Records of format 3 and older hold the tensors themselves and load as before.
 from __future__ import annotations
 
 import zipfile
+import zlib
 from pathlib import Path
 
 import torch
 
 from lptrain.errors import InputFileError
-from lptrain.model.zip_entry import entry_span
+from lptrain.model.zip_entry import BLOCK, entry_span
 
 PAIRS_ENTRY = "pairs.bin"
 
@@ -32,14 +33,15 @@ def has_pairs(record: dict | None) -> bool:
 def with_places(record: dict, places: list) -> dict:
     """`record`, whose optimizer's pairs hold None for their vectors (LBFGS.
     state_and_vectors), with where the vectors lie in PAIRS_ENTRY: `places`, the
-    (offset, numel, dtype) of s₁, y₁, s₂, … as AtomicArchive.add_raw wrote them."""
+    (offset, numel, dtype, block CRCs) of s₁, y₁, s₂, … as AtomicArchive.add_raw wrote
+    them."""
     if not has_pairs(record):
         return record
     opt = record["optimizer"]
     if len(places) != 2 * len(opt["mem"]):
         raise ValueError(f"{len(places)} vectors written for {len(opt['mem'])} pairs")
-    at = [{"offset": o, "numel": n, "dtype": str(d).removeprefix("torch.")}
-          for o, n, d in places]
+    at = [{"offset": o, "numel": n, "dtype": str(d).removeprefix("torch."), "crc": crc,
+           "block": BLOCK} for o, n, d, crc in places]
     mem = [[at[2 * i], at[2 * i + 1], rho] for i, (_, _, rho) in enumerate(opt["mem"])]
     return {**record, "optimizer": {**opt, "mem": mem}}
 
@@ -71,26 +73,35 @@ def _vector(path: Path, start: int, size: int, place: dict) -> "StoredVector":
     if not isinstance(dtype, torch.dtype):
         raise InputFileError(f"{path}: checkpoint's pairs have dtype {place.get('dtype')!r}")
     item = torch.tensor([], dtype=dtype).element_size()
-    end = place["offset"] + place["numel"] * item
-    if end > size:
+    nbytes = place["numel"] * item
+    if place["offset"] + nbytes > size:
         raise InputFileError(f"{path}: checkpoint's {PAIRS_ENTRY} holds {size} bytes, "
-                             f"its record places a vector up to byte {end}")
-    return StoredVector(path, start + place["offset"], place["numel"], dtype)
+                             f"its record places a vector up to byte "
+                             f"{place['offset'] + nbytes}")
+    block, crc = int(place["block"]), list(place["crc"])
+    if block % item or len(crc) != -(-nbytes // block):
+        raise InputFileError(f"{path}: checkpoint's pairs have {len(crc)} checksums of "
+                             f"{block} bytes for a vector of {nbytes} bytes")
+    return StoredVector(path, start + place["offset"], place["numel"], dtype, crc, block)
 
 
 class StoredVector:
     """A vector of `numel` values of `dtype` at byte `start` of the file `path`, read
-    when sliced (what LBFGS.load_state_dict and train/shards.py take of a pair)."""
+    when sliced (what LBFGS.load_state_dict and train/shards.py take of a pair); `crc`
+    holds the CRC-32 of each `block` bytes of it, which a slice checks for the blocks
+    it reads."""
 
     def __init__(self, path: Path, start: int, numel: int, dtype: torch.dtype,
-                 device="cpu"):
+                 crc: list[int], block: int, device="cpu"):
         self.path, self.start, self.numel, self.dtype = Path(path), start, numel, dtype
+        self.crc, self.block = crc, block
         self.device = device              # where a slice goes once read
         self.item = torch.tensor([], dtype=dtype).element_size()
 
     def to(self, device) -> "StoredVector":
         """This vector, its slices sent to `device` once read."""
-        return StoredVector(self.path, self.start, self.numel, self.dtype, device)
+        return StoredVector(self.path, self.start, self.numel, self.dtype, self.crc,
+                            self.block, device)
 
     def __len__(self) -> int:
         return self.numel
@@ -99,10 +110,27 @@ class StoredVector:
         lo, hi, step = index.indices(self.numel)
         if step != 1:
             raise ValueError(f"a stored vector is read in contiguous slices, not step {step}")
-        out = torch.empty(max(hi - lo, 0), dtype=self.dtype)
-        view = memoryview(out.view(torch.uint8).numpy())
+        if hi <= lo:
+            return torch.empty(0, dtype=self.dtype).to(self.device)
+        first, last = lo * self.item // self.block, -(-hi * self.item // self.block)
+        begin = first * self.block
+        end = min(last * self.block, self.numel * self.item)
+        data = bytearray(end - begin)
+        self._read(begin, memoryview(data))
+        for b in range(first, last):
+            at = b * self.block - begin
+            if zlib.crc32(memoryview(data)[at:at + self.block]) != self.crc[b]:
+                raise InputFileError(f"{self.path}: damaged checkpoint ({PAIRS_ENTRY}: "
+                                     f"the bytes of a pair's block {b} do not match its "
+                                     f"CRC-32)")
+        values = torch.frombuffer(data, dtype=torch.uint8)
+        part = values[lo * self.item - begin:hi * self.item - begin]
+        return part.view(self.dtype).clone().to(self.device)
+
+    def _read(self, begin: int, view: memoryview) -> None:
+        """The vector's bytes from `begin` on into `view`."""
         with open(self.path, "rb") as f:
-            f.seek(self.start + lo * self.item)
+            f.seek(self.start + begin)
             done = 0
             while done < len(view):
                 got = f.readinto(view[done:])
@@ -110,7 +138,6 @@ class StoredVector:
                     raise InputFileError(f"{self.path}: checkpoint's {PAIRS_ENTRY} ends "
                                          f"early")
                 done += got
-        return out.to(self.device)
 
     def clone(self) -> torch.Tensor:
         """The whole vector (one rank keeps all of it)."""

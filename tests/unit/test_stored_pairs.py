@@ -60,11 +60,23 @@ def test_the_record_holds_where_the_pairs_lie_and_they_read_back_bitwise(stopped
         assert torch.equal(s[3:11], s0[3:11]) and torch.equal(y[n - 2:], y0[n - 2:])
 
 
-def test_a_slice_reads_its_own_bytes_only(stopped, monkeypatch):
-    """A rank's part costs it the part's bytes, not the vector's."""
+def _raw_vector(tmp_path, n=1000, block=64):
+    """A file holding n float64 values raw, and a StoredVector of them with CRCs of
+    `block` bytes."""
+    import zlib
+    values = torch.randn(n, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    data = values.view(torch.uint8).numpy().tobytes()
+    path = tmp_path / "raw.bin"
+    path.write_bytes(b"head" + data)
+    crc = [zlib.crc32(data[i:i + block]) for i in range(0, len(data), block)]
+    return path, values, StoredVector(path, 4, n, torch.float64, crc, block)
+
+
+def test_a_slice_reads_the_blocks_that_hold_it_only(tmp_path, monkeypatch):
+    """A rank's part costs it the part's bytes and at most two checksum blocks more,
+    not the vector's."""
     from lptrain.train import stored_pairs
-    run, pairs = stopped
-    s = ck.load_checkpoint(run / ck.CHECKPOINT_FILE)["optimizer"]["mem"][1][0]
+    path, values, s = _raw_vector(tmp_path)
     read = []
 
     class Counting:
@@ -85,9 +97,22 @@ def test_a_slice_reads_its_own_bytes_only(stopped, monkeypatch):
             read.append(got)
             return got
     monkeypatch.setattr(stored_pairs, "open", lambda *a: Counting(open(*a)), raising=False)
-    lo, hi = 5, 9
-    assert torch.equal(s[lo:hi], pairs[1][0][lo:hi])
-    assert sum(read) == (hi - lo) * s.item
+    assert torch.equal(s[100:110], values[100:110])    # bytes 800-880: blocks 12 and 13
+    assert sum(read) == 2 * 64
+    assert torch.equal(s[:], values) and torch.equal(s[995:], values[995:])
+    assert s[7:7].numel() == 0
+
+
+def test_a_damaged_block_is_refused_by_the_rank_that_reads_it(tmp_path):
+    path, values, s = _raw_vector(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[4 + 50 * 64 + 3] ^= 0x10                       # one bit in block 50
+    path.write_bytes(bytes(data))
+    assert torch.equal(s[100:110], values[100:110])    # blocks 12-13: intact
+    for part in (slice(395, 405), slice(None)):        # blocks 49-50, all
+        with pytest.raises(InputFileError, match=f"{path}: damaged checkpoint \\(pairs.bin: "
+                           "the bytes of a pair's block 50 do not match its CRC-32\\)"):
+            s[part]
 
 
 def _as_format_3(run, out):
@@ -145,7 +170,7 @@ def test_a_short_or_missing_pairs_entry_is_one_clear_error(stopped, tmp_path):
             else f"has no entry {PAIRS_ENTRY}"
         with pytest.raises(InputFileError, match=f"{target}: checkpoint.*{what}"):
             ck.load_checkpoint(target)
-    s = StoredVector(path, path.stat().st_size - 16, 4, torch.float64)
+    s = StoredVector(path, path.stat().st_size - 16, 4, torch.float64, [0], 64)
     with pytest.raises(InputFileError, match="ends early"):
         s[0:4]
 

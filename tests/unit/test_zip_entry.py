@@ -85,3 +85,40 @@ def test_a_damaged_local_header_is_an_unreadable_checkpoint(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(InputFileError, match=f"{path}: unreadable checkpoint .*bad header"):
         load_entry(path, "other.pt", "checkpoint")
+
+
+def test_a_changed_byte_inside_an_entry_is_refused_by_its_crc(tmp_path):
+    """torch's reader checks no checksum: read in place, a flipped byte in a tensor's
+    bytes would load as a wrong value. The entry's CRC-32 is checked first, as zipfile's
+    own reads do (a damaged checkpoint was refused so before it was read in place)."""
+    from lptrain.errors import InputFileError
+    path = tmp_path / "a.zip"
+    _archive(path)
+    with zipfile.ZipFile(path) as z:
+        start, size = entry_span(z, "record.pt")
+    data = bytearray(path.read_bytes())
+    data[start + size - 200] ^= 0x01          # inside the last tensor's bytes
+    path.write_bytes(bytes(data))
+    with pytest.raises(InputFileError, match=f"{path}: unreadable checkpoint \\(Bad CRC-32 "
+                                             f"for file 'record.pt'\\)"):
+        load_entry(path, "record.pt", "checkpoint")
+    assert torch.equal(load_entry(path, "other.pt", "checkpoint")["v"], torch.arange(5))
+
+
+@pytest.mark.parametrize("kept", [0.3, 0.5, 0.9])
+def test_a_truncated_checkpoint_or_model_is_said_to_be_truncated(tmp_path, kept):
+    """Cut short, a zip has no directory, and torch's reader said so in miniz's words
+    and advice (or as `[Errno 22] Invalid argument`, by where the cut falls)."""
+    from lptrain.errors import InputFileError
+    from lptrain.model.saved import load_torch, save_torch
+    from lptrain.train import checkpoint as ck
+    path, model = tmp_path / ck.CHECKPOINT_FILE, tmp_path / "model.pt"
+    _archive(path)
+    save_torch({"theta": torch.zeros(1000)}, model)
+    for file, what, read in ((path, "checkpoint", ck.load_checkpoint),
+                             (model, "model", lambda p: load_torch(p, "model"))):
+        file.write_bytes(file.read_bytes()[:int(file.stat().st_size * kept)])
+        with pytest.raises(InputFileError) as caught:
+            read(file)
+        assert str(caught.value) == (f"{file}: unreadable {what} (truncated: it begins as "
+                                     f"a zip file but has no zip directory at its end)")
