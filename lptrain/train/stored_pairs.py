@@ -6,8 +6,10 @@ about 4 GB for `experiment=indian_pines_deep` at m = 20, on every rank of a node
 once; and rank 0 gathers them all before writing.  From checkpoint format 4 the pairs'
 bytes lie one after another in the archive entry PAIRS_ENTRY (stored, not compressed),
 written as rank 0 receives each whole vector, and the record says where each vector
-lies (`with_places`).  Reading the record turns those places into `StoredVector`s
-(`stored_in`), which read a slice from the file when the optimizer takes its part.
+lies (`with_places`), with the CRC-32 of each 1 MiB block of it.  Reading the record
+turns those places into `StoredVector`s (`stored_in`), which read a slice from the file
+when the optimizer takes its part and check the blocks it lies in: between them the
+ranks check every byte.
 Records of format 3 and older hold the tensors themselves and load as before.
 """
 from __future__ import annotations
