@@ -197,11 +197,11 @@ def load_entry(path: Path, name: str, what: str):
 
 
 def load_torch(path: Path, what: str):
-    """torch.load (tensors and plain Python values only), errors naming `path`."""
+    """torch.load (tensors and plain Python values only), errors naming `path`: a file
+    that is not whole or whose entries do not match their CRC-32 (torch's reader checks
+    none) is refused before it is read."""
     try:
-        if _cut_zip(path):
-            raise zipfile.BadZipFile("truncated: it begins as a zip file but has no zip "
-                                     "directory at its end")
+        _check_whole(path)
         return _torch_load(path)
     except FileNotFoundError:
         raise InputFileError(f"{path}: no {what} there") from None
@@ -209,12 +209,28 @@ def load_torch(path: Path, what: str):
         raise InputFileError(f"{path}: unreadable {what} ({_first_line(exc)})") from None
 
 
-def _cut_zip(path: Path) -> bool:
-    """Whether the file starts as a zip (torch's files and lptrain's archives do) but
-    has no zip directory at its end: written or copied only in part."""
+def _check_whole(path: Path) -> None:
+    """zipfile.BadZipFile for an empty file, a file that begins as a zip (torch's files
+    and lptrain's archives do) but does not end with its zip directory (cut short, or
+    bytes added), and a zip whose entries' bytes do not match their CRC-32."""
     with open(path, "rb") as f:
         head = f.read(4)
-    return head == b"PK\x03\x04" and not zipfile.is_zipfile(path)
+        if not head:
+            raise zipfile.BadZipFile("an empty file")
+        if head != b"PK\x03\x04":
+            return                     # not a zip: torch's reader says what it is
+        f.seek(0, os.SEEK_END)
+        f.seek(max(f.tell() - _END_RECORD, 0))
+        if f.read(4) != b"PK\x05\x06":
+            raise zipfile.BadZipFile("not whole: it begins as a zip file but does not end "
+                                     "with its zip directory (cut short, or bytes added)")
+    with zipfile.ZipFile(path) as z:
+        bad = z.testzip()
+    if bad is not None:
+        raise zipfile.BadZipFile(f"Bad CRC-32 for file {bad!r}")
+
+
+_END_RECORD = 22     # bytes of a zip's end-of-directory record, the file's last (no comment)
 
 
 def _torch_load(source):

@@ -105,10 +105,12 @@ def test_a_changed_byte_inside_an_entry_is_refused_by_its_crc(tmp_path):
     assert torch.equal(load_entry(path, "other.pt", "checkpoint")["v"], torch.arange(5))
 
 
-@pytest.mark.parametrize("kept", [0.3, 0.5, 0.9])
+@pytest.mark.parametrize("kept", [0.3, 0.5, 0.9, 0.999])
 def test_a_truncated_checkpoint_or_model_is_said_to_be_truncated(tmp_path, kept):
-    """Cut short, a zip has no directory, and torch's reader said so in miniz's words
-    and advice (or as `[Errno 22] Invalid argument`, by where the cut falls)."""
+    """Cut short, a zip has no directory at its end, and torch's reader said so in
+    miniz's words and advice (or as `[Errno 22] Invalid argument`, or found the
+    directory of a torch file nested in the archive's last 64 KB, by where the cut
+    falls)."""
     from lptrain.errors import InputFileError
     from lptrain.model.saved import load_torch, save_torch
     from lptrain.train import checkpoint as ck
@@ -120,5 +122,28 @@ def test_a_truncated_checkpoint_or_model_is_said_to_be_truncated(tmp_path, kept)
         file.write_bytes(file.read_bytes()[:int(file.stat().st_size * kept)])
         with pytest.raises(InputFileError) as caught:
             read(file)
-        assert str(caught.value) == (f"{file}: unreadable {what} (truncated: it begins as "
-                                     f"a zip file but has no zip directory at its end)")
+        assert str(caught.value) == (f"{file}: unreadable {what} (not whole: it begins "
+                                     f"as a zip file but does not end with its zip "
+                                     f"directory (cut short, or bytes added))")
+
+
+def test_a_damaged_or_empty_model_file_is_refused(tmp_path):
+    """torch's reader checks no CRC-32: a model file with damaged tensor bytes loaded
+    (0xFF bytes: a model of nan loss). The entries' checksums are checked first."""
+    from lptrain.errors import InputFileError
+    from lptrain.model.saved import load_torch, save_torch
+    path = tmp_path / "model.pt"
+    save_torch({"theta": torch.arange(1000.0)}, path)
+    with zipfile.ZipFile(path) as z:
+        name = next(n for n in z.namelist() if n.endswith("data/0"))
+        start, size = entry_span(z, name)
+    data = bytearray(path.read_bytes())
+    data[start + 100:start + 164] = b"\xff" * 64
+    path.write_bytes(bytes(data))
+    with pytest.raises(InputFileError, match=f"{path}: unreadable saved model \\(Bad CRC-32 "
+                                             f"for file '{name}'\\)"):
+        load_torch(path, "saved model")
+    path.write_bytes(b"")
+    with pytest.raises(InputFileError, match=f"{path}: unreadable saved model \\(an empty "
+                                             f"file\\)"):
+        load_torch(path, "saved model")
