@@ -95,13 +95,18 @@ class LBFGS:
     # checkpoints: plain values and tensors only (torch.load(weights_only=True) reads them)
     def state_dict(self) -> dict | None:
         """The whole pairs on rank 0, None on the other ranks (collective when sharded)."""
-        state, vectors = self.state_and_vectors()
-        whole = list(vectors())
-        if self.shards is not None and not self.shards.whole and self.shards.exchange.rank:
+        flat = self._vectors()
+        whole = flat if self.shards is None else self.shards.gather(flat)
+        if whole is None:
             return None
+        state, _ = self.state_and_vectors()
         each = iter(whole)
         state["mem"] = [[next(each), next(each), rho] for _, _, rho in state["mem"]]
         return state
+
+    def _vectors(self) -> list[torch.Tensor]:
+        """This rank's parts of the pairs' vectors: s₁, y₁, s₂, …"""
+        return [v for s, y, _ in self.mem for v in (s, y)]
 
     def state_and_vectors(self):
         """(state_dict with None for the pairs' vectors, a function whose generator
@@ -111,7 +116,7 @@ class LBFGS:
         cur = self.current
         state = {"mem": [[None, None, rho] for _, _, rho in self.mem],
                  "current": None if cur is None else {"point": vars(cur[0]), "grad": cur[1]}}
-        flat = [v for s, y, _ in self.mem for v in (s, y)]
+        flat = self._vectors()
 
         def vectors():
             return iter(flat) if self.shards is None else self.shards.each_whole(flat)

@@ -51,10 +51,9 @@ def with_places(record: dict, places: list) -> dict:
 def stored_in(path: Path, record: dict) -> dict:
     """`record` with the places of with_places as StoredVectors of the checkpoint at
     `path`; InputFileError when PAIRS_ENTRY is missing or shorter than they say."""
-    opt = record.get("optimizer")
-    mem = opt.get("mem") if isinstance(opt, dict) else None
-    if not mem or not isinstance(mem[0][0], dict):
+    if not has_pairs(record) or not isinstance(record["optimizer"]["mem"][0][0], dict):
         return record                         # no pairs, or tensors (format ≤ 3)
+    opt = record["optimizer"]
     try:
         with zipfile.ZipFile(path) as z:
             span = entry_span(z, PAIRS_ENTRY)
@@ -66,7 +65,7 @@ def stored_in(path: Path, record: dict) -> dict:
         raise InputFileError(f"{path}: checkpoint's {PAIRS_ENTRY} is compressed")
     start, size = span
     pairs = [[*(_vector(path, start, size, place) for place in (s, y)), rho]
-             for s, y, rho in mem]
+             for s, y, rho in opt["mem"]]
     return {**record, "optimizer": {**opt, "mem": pairs}}
 
 
@@ -74,7 +73,7 @@ def _vector(path: Path, start: int, size: int, place: dict) -> "StoredVector":
     dtype = getattr(torch, str(place.get("dtype")), None)
     if not isinstance(dtype, torch.dtype):
         raise InputFileError(f"{path}: checkpoint's pairs have dtype {place.get('dtype')!r}")
-    item = torch.tensor([], dtype=dtype).element_size()
+    item = dtype.itemsize
     nbytes = place["numel"] * item
     if place["offset"] + nbytes > size:
         raise InputFileError(f"{path}: checkpoint's {PAIRS_ENTRY} holds {size} bytes, "
@@ -98,7 +97,7 @@ class StoredVector:
         self.path, self.start, self.numel, self.dtype = Path(path), start, numel, dtype
         self.crc, self.block = crc, block
         self.device = device              # where a slice goes once read
-        self.item = torch.tensor([], dtype=dtype).element_size()
+        self.item = dtype.itemsize
 
     def to(self, device) -> "StoredVector":
         """This vector, its slices sent to `device` once read."""
