@@ -1,11 +1,11 @@
 """One stored entry of a zip file read in place, as a file of its own.
 
-A checkpoint's record entry holds L-BFGS's pairs: up to 2m parameter-sized vectors, half
-a gigabyte on Indian Pines.  Read with `ZipFile.read` it is in memory twice while torch
-builds its tensors (the entry's bytes, then the tensors); read through `EntryFile`, torch
-reads each tensor's bytes from the file into its storage, so a resuming rank holds the
-tensors only; the entry's CRC-32 is checked first (`check_crc`), as zipfile's own
-reads do.  Only entries stored without compression (model/saved.py AtomicArchive writes
+A checkpoint's record entry holds several parameter-sized vectors (θ, its gradient, the
+best θ; in format 3 also L-BFGS's 2m pairs).  Read with `ZipFile.read` it is in memory
+twice while torch builds its tensors (the entry's bytes, then the tensors); read through
+`EntryFile`, torch reads each tensor's bytes from the file into its storage, so a
+resuming rank holds the tensors only; the entry's CRC-32 is checked first (`check_crc`),
+as zipfile's own reads do.  Only entries stored without compression (model/saved.py AtomicArchive writes
 those) lie in the file as they are; others are read whole.
 """
 from __future__ import annotations
