@@ -88,22 +88,39 @@ FULL_mnist := full-batch float64 on 4800 images: 16-24 GB and 10 min to over an 
 # $(1) dataset key, $(2) experiment name, $(3) output folder. Run again, each mode's run
 # that ended as these settings on NP ranks would run it is kept, one stopped so (Ctrl-C)
 # resumed, any other replaced, one still running left alone (lptrain/runplan.py);
-# FRESH=1 replaces them all but one still running.
+# FRESH=1 replaces them all but one still running. A run stopped by a signal (exit status
+# 129, 130, 143) ends the target at once; a refused one (2: the command must change) runs
+# no further mode; a failed or diverged one lets the others run (they say so by running). The report then shows
+# the runs there are, and the target exits with the first failure's status.
+CARRY_ON = $(if $(FRESHON),run the make command again without FRESH=1 to carry it on,the same make command carries it on)
 define reproduce
 	@mkdir -p $(3)
 	@$(if $(QUICKON),,$(if $(FULL_$(1)),echo "$@: $(FULL_$(1))",true))
-	@for m in serial mgrit simultaneous; do \
+	@failed=0; for m in serial mgrit simultaneous; do \
 	  case $$($(PY) -m lptrain.runplan $(if $(FRESHON),--fresh )$(3)/$$m $(NP) experiment=$(2) mode=$$m $(call quick,$(1),$$m) $(ARGS)) in \
-	    kept) echo "$(3)/$$m: kept (it ended with these settings; FRESH=1 runs it again)";; \
-	    resume) $(RUN_NP) resume=$(3)/$$m || { echo "$(3)/$$m: stopped; the same make command carries it on"; exit 1; };; \
-	    fresh) rm -rf $(3)/$$m; $(RUN_NP) experiment=$(2) mode=$$m hydra.run.dir=$(3)/$$m $(call quick,$(1),$$m) $(ARGS) || { echo "$(3)/$$m: stopped; the same make command carries it on"; exit 1; };; \
+	    kept) true;; \
+	    kept-failed) [ $$failed = 0 ] && failed=1; true;; \
+	    resume) $(RUN_NP) resume=$(3)/$$m;; \
+	    fresh) rm -rf $(3)/$$m; $(RUN_NP) experiment=$(2) mode=$$m hydra.run.dir=$(3)/$$m $(call quick,$(1),$$m) $(ARGS);; \
 	    running) echo "$(3)/$$m: a run is in progress there; wait for it or stop it"; exit 1;; \
 	    *) echo "$(3)/$$m: cannot tell what to do with it (python -m lptrain.runplan failed)"; exit 1;; \
+	  esac; status=$$?; \
+	  case $$status in \
+	    0) ;; \
+	    129|130|143) echo "$(3)/$$m: stopped; $(CARRY_ON)"; exit $$status;; \
+	    2) echo "$(3)/$$m: refused (exit status 2, the line above says why); no further mode runs"; \
+	       [ $$failed = 0 ] && failed=2; break;; \
+	    *) echo "$(3)/$$m: did not complete (exit status $$status, see above)"; \
+	       [ $$failed = 0 ] && failed=$$status;; \
 	  esac; \
-	done
-	@rm -rf $(3)/report
-	@$(REPORT) $(3)/serial $(3)/mgrit $(3)/simultaneous --out $(3)/report
-	@echo "figures and summary.md in $(3)/report"
+	done; \
+	rm -rf $(3)/report; \
+	runs=$$(for m in serial mgrit simultaneous; do [ -f $(3)/$$m/metrics.h5 ] && echo $(3)/$$m; done); \
+	if [ -n "$$runs" ]; then \
+	  if $(REPORT) $$runs --out $(3)/report; then echo "figures and summary.md in $(3)/report"; \
+	  elif [ $$failed = 0 ]; then failed=1; fi; \
+	fi; \
+	exit $$failed
 endef
 
 .PHONY: compare-modes reproduce-peaks reproduce-indian-pines reproduce-mnist scaling bench

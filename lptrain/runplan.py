@@ -3,8 +3,9 @@
 it, resume one stopped so, start afresh otherwise; a run still going is left alone,
 also where the target is told to start every run afresh (`FRESH=1`).
 
-`python -m lptrain.runplan [--fresh] DIR RANKS OVERRIDE...` prints `kept`, `resume`,
-`fresh` or `running`.
+`python -m lptrain.runplan [--fresh] DIR RANKS OVERRIDE...` prints `kept`, `kept-failed`
+(kept, but it diverged: running it again with the same settings diverges again),
+`resume`, `fresh` or `running`; for a kept run it says on stderr how the run ended.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from lptrain.metrics.reader import last_iteration, root_attrs, run_status
 from lptrain.rundir import run_alive, saved_overrides
 from lptrain.train.checkpoint import CHECKPOINT_FILE
 
-KEPT, RESUME, FRESH, RUNNING = "kept", "resume", "fresh", "running"
+KEPT, KEPT_FAILED, RESUME, FRESH, RUNNING = "kept", "kept-failed", "resume", "fresh", "running"
 ENDED = (ms.COMPLETED, ms.STALLED, ms.DIVERGED)    # nothing to carry on
 
 
@@ -29,7 +30,8 @@ def _hydra(arg: str) -> bool:
 def plan(run_dir: str | Path, ranks: int, overrides: list[str], fresh: bool = False) -> str:
     """RUNNING where a process still holds the run; else FRESH where `fresh` asks for
     it; KEPT where it ended as these overrides on `ranks` ranks would run it now (its
-    configuration, conf files included, equal to theirs); RESUME where it stopped so
+    configuration, conf files included, equal to theirs), KEPT_FAILED where it diverged
+    so; RESUME where it stopped so
     with a checkpoint and iterations left; else FRESH."""
     run_dir, given = Path(run_dir), [a for a in overrides if a and not _hydra(a)]
     metrics = run_dir / ms.FILE_NAME
@@ -44,7 +46,7 @@ def plan(run_dir: str | Path, ranks: int, overrides: list[str], fresh: bool = Fa
         return FRESH
     status, _ = run_status(metrics)
     if status in ENDED:
-        return KEPT
+        return KEPT_FAILED if status == ms.DIVERGED else KEPT
     left = last_iteration(metrics) < config["train"]["iterations"]
     return RESUME if left and (run_dir / CHECKPOINT_FILE).is_file() else FRESH
 
@@ -67,11 +69,26 @@ def _same(run_dir: Path, ranks: int, overrides: list[str]) -> dict | None:
         return None
 
 
+def kept_line(run_dir: str | Path) -> str:
+    """What the target says of a run it keeps: how the run ended, and how to run it
+    again."""
+    metrics = Path(run_dir) / ms.FILE_NAME
+    status, _ = run_status(metrics)
+    last = last_iteration(metrics)
+    how = f"diverged at iteration {last}" if status == ms.DIVERGED else \
+        f"{status} after {last} iterations"
+    return f"{run_dir}: kept ({how}, with these settings; FRESH=1 runs it again)"
+
+
 def main(argv: list[str]) -> str:
-    """plan() of the command line `[--fresh] DIR RANKS OVERRIDE...`."""
+    """plan() of the command line `[--fresh] DIR RANKS OVERRIDE...`; a kept run's line
+    on stderr."""
     fresh = argv[:1] == ["--fresh"]
     run_dir, ranks, *overrides = argv[fresh:]
-    return plan(run_dir, int(ranks), overrides, fresh)
+    action = plan(run_dir, int(ranks), overrides, fresh)
+    if action in (KEPT, KEPT_FAILED):
+        print(kept_line(run_dir), file=sys.stderr)
+    return action
 
 
 if __name__ == "__main__":

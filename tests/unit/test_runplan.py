@@ -9,7 +9,7 @@ from lptrain import rundir
 from lptrain.config import compose
 from lptrain.metrics import schema as ms
 from lptrain.metrics.writer import open_writer
-from lptrain.runplan import FRESH, KEPT, RESUME, RUNNING, plan
+from lptrain.runplan import FRESH, KEPT, KEPT_FAILED, RESUME, RUNNING, plan
 from lptrain.train.checkpoint import CHECKPOINT_FILE
 
 GIVEN = ["experiment=peaks_paper", "mode=mgrit", "train.iterations=40"]
@@ -33,7 +33,8 @@ def _run(path, status, checkpoint=True, saved=GIVEN, ranks=1, rows=1):
 
 
 @pytest.mark.parametrize("status, checkpoint, expected", [
-    (ms.COMPLETED, True, KEPT), (ms.STALLED, False, KEPT), (ms.DIVERGED, True, KEPT),
+    (ms.COMPLETED, True, KEPT), (ms.STALLED, False, KEPT),
+    (ms.DIVERGED, True, KEPT_FAILED),
     (ms.INTERRUPTED, True, RESUME), (ms.FAILED, True, RESUME), (ms.RUNNING, True, RESUME),
     (ms.INTERRUPTED, False, FRESH)])         # stopped before its first checkpoint
 def test_a_run_of_the_same_settings_is_kept_or_resumed(tmp_path, status, checkpoint,
@@ -77,11 +78,25 @@ def test_fresh_replaces_every_run_that_is_not_going(tmp_path):
     assert [plan(r, 1, GIVEN, fresh=True) for r in (kept, stopped)] == [FRESH, FRESH]
 
 
-def test_the_command_line_takes_fresh_first(tmp_path):
+def test_the_command_line_takes_fresh_first(tmp_path, capsys):
     from lptrain.runplan import main
-    kept = _run(tmp_path / "kept", ms.COMPLETED)
+    kept = _run(tmp_path / "kept", ms.COMPLETED, rows=3)
     assert [main([*flag, str(kept), "1", *GIVEN]) for flag in ([], ["--fresh"])] == \
         [KEPT, FRESH]
+    assert capsys.readouterr().err == \
+        f"{kept}: kept (completed after 3 iterations, with these settings; FRESH=1 runs " \
+        "it again)\n"
+
+
+def test_a_kept_diverged_run_says_so(tmp_path, capsys):
+    """A diverged run was kept with "it ended with these settings", its divergence
+    unnamed (held-out check)."""
+    from lptrain.runplan import main
+    run = _run(tmp_path / "mgrit", ms.DIVERGED, rows=2)
+    assert main([str(run), "1", *GIVEN]) == KEPT_FAILED
+    assert capsys.readouterr().err == \
+        f"{run}: kept (diverged at iteration 2, with these settings; FRESH=1 runs it " \
+        "again)\n"
 
 
 def test_a_resume_given_too_few_iterations_names_the_value_given():
