@@ -156,6 +156,19 @@ def find_metrics(paths: Sequence[Path]) -> list[Path]:
     return found
 
 
+def runs_without_metrics(paths: Sequence[Path]) -> list[Path]:
+    """The run directories among and below the directories `paths` (those holding the
+    `.hydra` folder a run of the lptrain command writes first) that hold no metrics
+    file: a sweep's job refused or stopped before its first iteration."""
+    found = []
+    for path in (p for p in paths if p.is_dir()):
+        for directory, subdirs, files in os.walk(path, followlinks=True):
+            subdirs[:] = sorted(d for d in subdirs if d != ".hydra")
+            if os.path.isdir(os.path.join(directory, ".hydra")) and s.FILE_NAME not in files:
+                found.append(Path(directory))
+    return sorted(dict.fromkeys(found), key=lambda d: _in_job_order(d / s.FILE_NAME))
+
+
 def _below(root: Path) -> list[Path]:
     """The metrics files in `root` and below, through symbolic links to directories too
     (runs gathered for a comparison as links), each directory once (no link cycles),

@@ -3,8 +3,10 @@
     lptrain-report PATH [PATH ...] [--out DIR]
 
 PATH is a metrics.h5 file, a run directory, or any directory above run directories (a
-Hydra multirun directory): directories are searched recursively for metrics.h5. A
-missing or unreadable input prints one line on stderr and exits with status 2.
+Hydra multirun directory): directories are searched recursively for metrics.h5; a run
+directory below without one (a job refused or stopped before its first iteration) is
+named on stderr. A missing or unreadable input prints one line on stderr and exits
+with status 2.
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from typing import Sequence
 
 from lptrain.errors import reason
 from lptrain.metrics import schema as s
-from lptrain.metrics.reader import RunMetrics, find_metrics, read_metrics
+from lptrain.metrics.reader import (RunMetrics, find_metrics, read_metrics,
+                                    runs_without_metrics)
 from lptrain.report.labels import hydra_choices, run_labels, typed_overrides
 from lptrain.report.plots import write_plots
 from lptrain.metrics.timing import markdown as timing_markdown
@@ -82,6 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.out.exists() and not args.out.is_dir():
             raise OSError(f"--out {args.out}: a file; name a directory for the report")
         runs = [read_metrics(path) for path in find_metrics(args.paths)]
+        for directory in runs_without_metrics(args.paths):
+            print(f"lptrain-report: note: {directory}: no {s.FILE_NAME} (a run refused or "
+                  f"stopped before its first iteration, its lptrain.log says why); left "
+                  f"out", file=sys.stderr)
         written = build_report(runs, args.out)
     except OSError as exc:  # MetricsFileError included
         print(f"lptrain-report: error: {_message(exc)}", file=sys.stderr)

@@ -20,6 +20,7 @@ from lptrain.metrics.reader import RunMetrics, interpolated
 from lptrain.report.table import flat_config
 
 MAX_LABEL_KEYS = 4
+SHORT_DIGITS = 4       # significant digits of a long number in a label, at least
 _NOT_LABELS = ("hydra", "resume", s.MODE)   # the mode is a label's first word
 
 
@@ -60,7 +61,22 @@ def _parts(key: str, reads: Sequence, sources: list[list[dict]]):
     values = [None if v is None else first.setdefault(_number(v), v) for v in values]
     if len({str(v) for v in values}) == 1:
         return None       # seed=0 typed in one run and the default in the others
-    return [[] if v is None else [f"{key}={v}"] for v in values]
+    texts = _short_numbers(values)
+    return [[] if v is None else [f"{key}={texts[v]}"] for v in values]
+
+
+def _short_numbers(values) -> dict:
+    """value -> its text in a label: a number with more than SHORT_DIGITS significant
+    digits (a sweeper's draw, 0.501030153150023) at the fewest digits, SHORT_DIGITS or
+    more, that keep the runs' different values apart; anything else as it is."""
+    given = [v for v in dict.fromkeys(values) if v is not None]
+    numbers = [v for v in given if isinstance(_number(v), float)
+               and not _number(v).is_integer()]         # a count or a seed as typed
+    for digits in range(SHORT_DIGITS, 18):
+        texts = {v: f"{_number(v):.{digits}g}" for v in numbers}
+        if len(set(texts.values())) == len(numbers):
+            break
+    return {v: texts[v] if v in texts and len(texts[v]) < len(str(v)) else v for v in given}
 
 
 def _reader(run: RunMetrics):

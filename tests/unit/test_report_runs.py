@@ -32,6 +32,18 @@ def _typed(run_dir: Path, overrides: list[str], **choices: str) -> None:
         f"      {k.replace('__', '/')}: {v}\n" for k, v in choices.items()))
 
 
+def test_labels_shorten_a_sweepers_long_numbers_as_far_as_they_stay_apart(tmp_path):
+    """An Optuna trial was labelled `optimizer.step0=0.501030153150023` (held-out
+    check)."""
+    typed = {"a": "0.501030153150023", "b": "0.501040153150023", "c": "0.7", "d": "2"}
+    for name, value in typed.items():
+        fake_run(tmp_path / name, "serial", 0.4)
+        _typed(tmp_path / name, [f"optimizer.step0={value}", "train.iterations=100000"])
+    labels = run_labels([read_metrics(tmp_path / n / s.FILE_NAME) for n in typed])
+    assert labels == ["serial optimizer.step0=0.50103", "serial optimizer.step0=0.50104",
+                      "serial optimizer.step0=0.7", "serial optimizer.step0=2"]
+
+
 def test_labels_name_what_the_user_chose_before_what_it_implies(tmp_path):
     """Were the first four config keys that differ: runs of the lptrain command with
     another network were labelled by `network.init_hidden=...` and the like."""
@@ -169,3 +181,23 @@ def test_find_metrics_accepts_files_run_dirs_and_multirun_dirs(two_runs, tmp_pat
         assert find_metrics([two_runs]) == [two_runs / j / s.FILE_NAME for j in ("0", "1")]
     finally:
         (two_runs / "alias").unlink()
+
+
+def test_a_sweeps_jobs_without_metrics_are_named(tmp_path, capsys):
+    """A job refused by the memory check (only .hydra and lptrain.log in its directory)
+    was left out of the report without a word (held-out check)."""
+    from lptrain.report.cli import main
+    from lptrain.metrics.reader import runs_without_metrics
+    sweep = tmp_path / "sweep"
+    for job in (0, 2, 10):
+        fake_run(sweep / str(job), "serial", 0.1)
+    for job in (1, 11):                         # refused: Hydra's files only
+        (sweep / str(job) / ".hydra").mkdir(parents=True)
+    (sweep / "0" / ".hydra").mkdir()            # a run with its metrics: not named
+    assert runs_without_metrics([sweep, sweep / "1", tmp_path / "none"]) == \
+        [sweep / "1", sweep / "11"]
+    assert main([str(sweep), "--out", str(tmp_path / "report")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"lptrain-report: note: {sweep / job}: no metrics.h5 (a run refused or "
+                   "stopped before its first iteration, its lptrain.log says why); left out"
+                   for job in ("1", "11")]
