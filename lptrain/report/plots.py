@@ -44,6 +44,7 @@ LEGEND_CHAR_PT, LEGEND_HANDLE_CHARS = 5.5, 6   # a label character's width at "s
                                                # and the entry's handle and gap, in characters
 TITLE_CHAR_PT = 6.0     # a title character's width at "medium" size
 MGRIT_MARKS = 30       # at most about this many markers on an MGRIT curve
+SMALL_POWER = -2       # MGRIT panels below 10^this are written as m x 10^k, alike
 LOG_SPAN = 10.0         # a log axis where the largest value is this many times the least
 STYLE_KEY = "lines: training (every iteration)    hollow markers: validation"
 MGRIT_FIGURES = ("mgrit_residuals", "mgrit_factors")    # only where some run has solves
@@ -120,6 +121,7 @@ def _mgrit_figure(runs: Runs, names: tuple[str, str], log: bool, what: str,
                 if solve == "forward":
                     handles.append(line)
         _finish(ax, s.ITERATION, f"{solve} MGRIT {what}", log=log)
+    _one_scale(axes)
     for handle, *drawn in zip(handles, *lines):   # a run no panel shows (N = 1: exact)
         if not any(_drawable(line) for line in drawn):
             handle.set_label(f"{handle.get_label()} (none drawn: 0 or NaN)")
@@ -130,6 +132,23 @@ def _mgrit_figure(runs: Runs, names: tuple[str, str], log: bool, what: str,
     # an iteration's line-search trials and repeated evaluations solve too (fwd_total)
     _title(fig, f"MGRIT {what} of each iteration's accepted point", context)
     return fig
+
+
+def _one_scale(axes) -> None:
+    """The linear panels of one figure written alike: where their largest value is
+    below 10^SMALL_POWER, each as multiples of the same power of ten (matplotlib chose
+    per panel: 0.000175 beside 1.75 and 1e-5); a power of ten always as x 10^k."""
+    linear = [ax for ax in axes if ax.get_yscale() == "linear"]
+    for ax in linear:              # a power of ten as x 10^k, not 1e-5 (one style)
+        ax.ticklabel_format(axis="y", useMathText=True)
+    ys = np.concatenate([np.abs(_line_data(ax, "y")) for ax in linear] or [np.empty(0)])
+    ys = ys[np.isfinite(ys) & (ys > 0)]
+    if not ys.size or ys.max() >= 10.0 ** SMALL_POWER:
+        return
+    power = int(np.floor(np.log10(ys.max())))
+    for ax in linear:
+        ax.ticklabel_format(axis="y", style="sci", scilimits=(power, power),
+                            useMathText=True)
 
 
 def _drawable(line) -> bool:

@@ -191,3 +191,23 @@ def test_legends_sit_below_the_axes_covering_no_curve(figures_of):
         assert labels[:len(runs)] == runs, name
     key = figs["loss_vs_iteration"].legends[0].get_title().get_text()
     assert "lines: training" in key and "markers: validation" in key
+
+
+def test_small_mgrit_factors_are_written_alike_on_both_panels(tmp_path):
+    """Forward factors to 1.75e-4 were ticked 0.000025 ... 0.000175, the adjoint's to
+    1.4e-5 as 0.2 ... 1.4 with a 1e-5 beside them (held-out check)."""
+    from lptrain.report.plots import figures
+    path = fake_run(tmp_path / "run", s.MODE_MGRIT, 0.1)
+    with h5py.File(path, "a", locking=False) as f:
+        f[s.MGRIT][s.FWD_FACTOR][:] = [2.5e-5, 1.75e-4, 1e-4, 5e-5]
+        f[s.MGRIT][s.ADJ_FACTOR][:] = [2e-6, 1.4e-5, 1e-5, 8e-6]
+    fig = figures([("a", read_metrics(path))])["mgrit_factors"]
+    fig.canvas.draw()
+    offsets = [ax.yaxis.get_offset_text().get_text() for ax in fig.axes[:2]]
+    assert offsets[0] == offsets[1] and "10^{\N{MINUS SIGN}4}" in offsets[0], offsets
+    with h5py.File(path, "a", locking=False) as f:    # factors of 0.1: decimals
+        f[s.MGRIT][s.FWD_FACTOR][:] = [0.1, 0.2, 0.15, 0.1]
+    fig = figures([("a", read_metrics(path))])["mgrit_factors"]
+    fig.canvas.draw()
+    forward, adjoint = (ax.yaxis.get_offset_text().get_text() for ax in fig.axes[:2])
+    assert forward == "" and "10^{\N{MINUS SIGN}5}" in adjoint, adjoint    # not 1e-5
