@@ -43,6 +43,8 @@ def refuse_earlier_run(directory: str | Path, key: str, ranks: int = 1) -> None:
              if p.is_file()]
     if found:
         sweep = key == "hydra.sweep.dir" and is_sweep(directory)
+        if key == "hydra.sweep.dir" and not sweep and found[0].parent != directory:
+            raise RunFileError(_jobs_there(directory, key, found, ranks), exit_code=REFUSED)
         earlier, what = (directory, "sweep") if sweep else (found[0].parent, "run")
         from lptrain.train.checkpoint import CHECKPOINT_FILE
         if not sweep and not (earlier / CHECKPOINT_FILE).is_file():
@@ -53,6 +55,21 @@ def refuse_earlier_run(directory: str | Path, key: str, ranks: int = 1) -> None:
         raise RunFileError(f"{key}={directory}: holds an earlier run ({found[0]}); choose "
                            f"another directory, or continue that {what} with "
                            f"`{resume_command(earlier, ranks)}`", exit_code=REFUSED)
+
+
+def _jobs_there(directory: Path, key: str, found: list[Path], ranks: int) -> str:
+    """The refusal of a sweep into the directory of a sweeper's jobs that wrote no
+    multirun.yaml (Optuna's): no resume= of the sweep, one of a stopped job."""
+    from lptrain.metrics import schema as ms
+    from lptrain.metrics.reader import run_status
+    from lptrain.train.checkpoint import CHECKPOINT_FILE
+    stopped = [p.parent for p in found if (p.parent / CHECKPOINT_FILE).is_file()
+               and run_status(p)[0] in (ms.INTERRUPTED, ms.RUNNING, ms.FAILED)]
+    resume = f", or resume its stopped job {stopped[0].name} alone with " \
+             f"`{resume_command(stopped[0], ranks)}`" if stopped else ""
+    return (f"{key}={directory}: holds an earlier sweep's jobs ({found[0]}); choose "
+            f"another directory (a study kept in the sweeper's storage carries on "
+            f"there){resume}")
 
 
 REFUSED_LEAVES = (".hydra", "lptrain.log", LOCK_FILE)   # what a refused run writes

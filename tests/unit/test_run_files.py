@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import h5py
 import pytest
 
 from lptrain.errors import FAILED, REFUSED, RunDirectoryBusy, RunFileError, launch_words
@@ -212,9 +213,30 @@ def test_an_earlier_run_without_a_checkpoint_is_not_offered_a_resume(tmp_path):
 
 
 def test_sweep_with_an_earlier_job_is_refused(tmp_path):
+    """An Optuna sweep (no multirun.yaml) run again into its directory was told to
+    `resume=` one completed job, which continues nothing (held-out check)."""
     (tmp_path / "3").mkdir()
     (tmp_path / "3" / s.FILE_NAME).write_bytes(b"")
-    with pytest.raises(RunFileError, match="hydra.sweep.dir"):
+    (tmp_path / "3" / "checkpoint.pt").write_bytes(b"")
+    with pytest.raises(RunFileError, match="hydra.sweep.dir") as err:
+        refuse_earlier_run(tmp_path, "hydra.sweep.dir")
+    assert str(err.value) == (
+        f"hydra.sweep.dir={tmp_path}: holds an earlier sweep's jobs ({tmp_path}/3/"
+        f"metrics.h5); choose another directory (a study kept in the sweeper's storage "
+        f"carries on there)")
+    (tmp_path / "4").mkdir()
+    with w.MetricsWriter(tmp_path / "4" / s.FILE_NAME, ATTRS) as stopped:
+        _rows(stopped, 1, 2)
+    with h5py.File(tmp_path / "4" / s.FILE_NAME, "a") as f:     # stopped by Ctrl-C
+        f.attrs[s.STATUS] = s.INTERRUPTED
+    (tmp_path / "4" / "checkpoint.pt").write_bytes(b"")
+    with pytest.raises(RunFileError) as err:
+        refuse_earlier_run(tmp_path, "hydra.sweep.dir")
+    assert str(err.value).endswith(
+        f"carries on there), or resume its stopped job 4 alone with `lptrain "
+        f"resume={tmp_path}/4`")
+    (tmp_path / "multirun.yaml").write_text("hydra: {}\n")    # Hydra's basic sweeper
+    with pytest.raises(RunFileError, match=r"continue that sweep with `lptrain resume="):
         refuse_earlier_run(tmp_path, "hydra.sweep.dir")
 
 
