@@ -16,6 +16,7 @@ class _Solve(torch.autograd.Function):
     def forward(ctx, mod, limits, u0, *params):    # mod: the LayerParallel
         max_iter, tol, ctx.names = limits       # names: (layer, name) of each parameter
         uN, res, kept, ctx.f = mod._forward_solve(u0, True, max_iter, tol)
+        ctx.training = mod.training        # a training solve renews the warm starts
         ctx.autocast = _autocast_state(u0.device.type)    # f's precision, for its VJPs
         ctx.mod, ctx.states = mod, mod.solver.fwd.take(res.states)   # lent until backward
         ctx.released = None                # the states' version when given back
@@ -33,7 +34,7 @@ class _Solve(torch.autograd.Function):
                                "later forward reused its states; run the forward again")
         with mod._as_in_forward(ctx.names, params), _autocast(ctx.autocast):
             lam0, grads = mod._backward_solve(ctx.states, grad_uN, ctx.needs_input_grad[2],
-                                              ctx.kept, ctx.f)
+                                              ctx.kept, ctx.f, ctx.training)
         ctx.kept = None
         mod.solver.fwd.release(ctx.states)   # the next forward may write into it
         ctx.released = ctx.states._version

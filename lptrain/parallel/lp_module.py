@@ -175,16 +175,19 @@ class LayerParallel(nn.Module):
                 **{f"mgrit.{f.name}": getattr(o, f.name) for f in fields(o)}}
 
     def _forward_solve(self, u0, keep: bool, max_iter=None, tol=None):
-        """u_N on every rank, this rank's states (keep: they become the next warm start),
-        the adjoint's `kept` and the f it solved with: (dropout keys, pinned buffers),
-        what its backward must evaluate."""
+        """u_N on every rank, this rank's states (keep, in training mode: they become
+        the next warm start), the adjoint's `kept` and the f it solved with: (dropout
+        keys, pinned buffers), what its backward must evaluate."""
         s = self.solver
         x = s.family.to_state(u0.detach())
         warm = self._warm[0] if self.warm_start else None
         if warm is not None and (warm.shape[1:] != x.shape or warm.dtype != x.dtype):
             warm = None                      # another batch shape: a cold start
         kept = {} if keep else None
-        reuse = keep and warm is not None       # its warm start is replaced below
+        # only a training forward renews the warm start: an eval-mode forward with
+        # gradients (validation without no_grad, saliency) reads it and leaves it
+        renew = keep and self.training and self.warm_start
+        reuse = renew and warm is not None      # its warm start is replaced below
         if reuse:
             self._warm[0] = None                # (a failed solve leaves a cold start)
         with ends_every_rank(self.exchange, "forward solve"):
@@ -192,7 +195,7 @@ class LayerParallel(nn.Module):
         self.last_forward = res
         _warn_unconverged("forward", res, self.options.tol if tol is None else tol,
                           self.options.rtol)
-        if keep and self.warm_start:
+        if renew:
             # the C-points where they lie: the states are lent to the backward, then
             # only the next forward with gradients writes there (MGRIT.c_point_rows)
             self._warm[0] = s.fwd.c_point_rows(res.states)
@@ -221,17 +224,20 @@ class LayerParallel(nn.Module):
         return res, pins, draws
 
     def _backward_solve(self, states, grad_uN, want_input: bool, kept=None,
-                        f=(None, None)):
+                        f=(None, None), training: bool = True):
         """λ_0 (if wanted) and this rank's parameter gradients, solving with the forward's
-        f (`_forward_solve`'s: the same dropout masks and pinned buffers)."""
+        f (`_forward_solve`'s: the same dropout masks and pinned buffers); the backward
+        of a `training` forward renews the adjoint's warm start."""
         s = self.solver
         all_arrived(self.exchange, "backward", grad_uN.numel())
         check_same(self.exchange, grad_uN, "gradient of the output", self._same_checked)
         lamN = s.adjoint_state(grad_uN)
+        renew = training and self.warm_start
         warm = self._warm[1] if self.warm_start else None
         if warm is not None and (warm.shape[1:] != lamN.shape or warm.dtype != lamN.dtype):
             warm = None
-        if warm is not None:
+        reuse = renew and warm is not None
+        if reuse:
             self._warm[1] = None                # (a failed solve leaves a cold start)
         draws, pins = f
         with ends_every_rank(self.exchange, "adjoint solve"):
@@ -239,13 +245,13 @@ class LayerParallel(nn.Module):
             lent = lend_copies(self.steps, self._local(), pins)
             try:    # the linearisations run the forward's f: they must not update buffers
                 res, grads = s.backward(states, lamN, lamN, warm, kept=kept,
-                                        reuse_warm=warm is not None)
+                                        reuse_warm=reuse)
             finally:
                 take_back(lent, self.steps)
                 self.steps.draws = None
         self.last_backward = res
         _warn_unconverged("adjoint", res, self.options.adjoint_tol, self.options.rtol)
-        if self.warm_start:
+        if renew:
             self._warm[1] = s.adj.c_point_rows(res.states)
         lam0 = None
         if want_input:

@@ -48,6 +48,48 @@ def test_no_grad_evaluation_keeps_the_training_warm_start():
     assert not out.requires_grad and torch.equal(mod._warm[0][1:], warm[1:])
 
 
+def _sgd_losses(between) -> list[float]:
+    """Six SGD steps of one-shot training (warm starts, one MGRIT iteration a solve),
+    `between(mod)` run after each step."""
+    torch.manual_seed(0)
+    mod = LayerParallel(dense, T=2.0, n_layers=8, warm_start=True,
+                        mgrit=MGRITOptions(levels=2, cfactor0=2, tol=0.0, max_iter=1,
+                                           adj_max_iter=1))
+    opt = torch.optim.SGD(mod.parameters(), lr=0.05)
+    u0, losses = inputs(6, 3), []
+    for _ in range(6):
+        opt.zero_grad()
+        loss = (mod(u0) ** 2).sum()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        between(mod)
+    return losses
+
+
+def _eval_forward(batch: int, backward: bool):
+    def between(mod):
+        mod.eval()
+        u = inputs(batch, 3, seed=9).requires_grad_()
+        out = mod(u).sum()            # with gradients on: validation without no_grad
+        if backward:
+            out.backward()            # a saliency map: the input's gradient
+        mod.zero_grad()
+        mod.train()
+    return between
+
+
+@pytest.mark.parametrize("batch, backward", [(6, False), (2, False), (6, True)])
+def test_an_eval_mode_forward_leaves_the_training_warm_starts(batch, backward):
+    """An eval-mode forward with gradients on replaced the training warm start: a
+    validation batch of another shape made every next training solve cold (losses
+    1.6e-2 apart), one of the same shape moved them by 1e-3 (held-out check)."""
+    plain = _sgd_losses(lambda mod: None)
+    assert _sgd_losses(_eval_forward(batch, backward)) == plain
+    cold = _sgd_losses(lambda mod: mod._warm.__setitem__(0, None))   # the test can fail
+    assert cold != plain
+
+
 def test_in_place_parameter_changes_before_backward_are_refused():
     mod = LayerParallel(dense, T=1.0, n_layers=4, mgrit=MGRITOptions(levels=2, cfactor0=2))
     loss = mod(inputs(2, 3)).sum()
