@@ -172,6 +172,11 @@ class Classifier(nn.Module):
         if y.dtype.is_floating_point or y.dtype == torch.bool:
             raise ValueError(f"evaluate: labels of dtype {y.dtype}; give class indices")
         y = y.long()
+        bad = ((y < 0) | (y >= self.n_classes)).nonzero()
+        if len(bad):
+            raise ValueError(f"evaluate: label {int(y[bad[0, 0]])} of sample "
+                             f"{int(bad[0, 0])}; the model's classes are 0 to "
+                             f"{self.n_classes - 1} ({len(bad)} labels outside)")
         n, loss, correct, theta = x.shape[0], 0.0, 0, self._flat()
         for part in chunks(n, chunk):
             l, c, *_ = self.net.classify(theta, self._final_states(x[part], theta),

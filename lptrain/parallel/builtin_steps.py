@@ -48,6 +48,10 @@ class StepperLayer(nn.Module):
         self.kind, self.act = kind, act
         self.K, self.b = nn.Parameter(K), nn.Parameter(b)     # views of the stacks
 
+    def extra_repr(self) -> str:
+        """What print() shows of the layer: its kind, K's shape and the activation."""
+        return f"{self.kind}, K {tuple(self.K.shape)}, activation={self.act.name}"
+
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         if self.kind == "dense":
             return self.act(F.linear(u, self.K, self.b))

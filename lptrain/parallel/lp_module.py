@@ -113,6 +113,12 @@ class LayerParallel(nn.Module):
         self.register_load_state_dict_post_hook(self._agree_on_loading)
         self._loading = None      # (prefix, error_msgs, its length) while loading
 
+    def extra_repr(self) -> str:
+        """What print() shows besides this rank's layers: depth, time and ranks."""
+        here = f"{self.owned[0]}..{self.owned[-1]}" if len(self.owned) else "none"
+        return (f"n_layers={self.n_layers}, T={self.T}, ranks={self.exchange.size} "
+                f"(layers here: {here}), warm_start={self.warm_start}")
+
     def _indexed_params(self) -> "_Index":
         """This rank's layers' parameters in the autograd inputs' order and their (layer,
         name); remembered while every module of the layers holds the same parameter and

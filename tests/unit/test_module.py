@@ -102,3 +102,15 @@ def test_initial_weights_are_the_commands_with_the_pad_opening():
         net = ResNet(opts.network, (2,), 5)
         K_cli, b_cli = net.hidden_views(net.init_params(opts.seed, torch.float64))
         assert (torch.equal(K_cli, K) and torch.equal(b_cli, b)) == same, opening
+
+
+def test_print_shows_depth_ranks_and_each_layers_kind_and_shape():
+    """print(LayerParallelResNet(...)) was N lines of `StepperLayer()` (held-out check)."""
+    text = str(LayerParallelResNet(width=3, layers=2, T=2.0, activation="relu"))
+    assert text.splitlines() == [
+        "LayerParallelResNet(",
+        "  n_layers=2, T=2.0, ranks=1 (layers here: 0..1), warm_start=False",
+        "  (layers): ModuleDict(",
+        "    (0): StepperLayer(dense, K (3, 3), activation=relu)",
+        "    (1): StepperLayer(dense, K (3, 3), activation=relu)",
+        "  )", ")"]

@@ -367,6 +367,11 @@ def test_evaluate_takes_numpy_and_any_integer_labels_and_refuses_nothing(serial_
         model.evaluate(x, y[:3])
     with pytest.raises(ValueError, match="dtype torch.float32"):
         model.evaluate(x, np.zeros(7, np.float32))
+    # a label outside the classes was torch's "Target 7 is out of bounds" (held-out check)
+    with pytest.raises(ValueError) as err:
+        model.evaluate(x, torch.tensor([0, 1, 7, 2, 0, -1, 3]))
+    assert str(err.value) == ("evaluate: label 7 of sample 2; the model's classes are 0 "
+                              "to 4 (2 labels outside)")
 
 
 def test_lptrain_eval_says_the_required_run_and_points_to_the_last_model(
