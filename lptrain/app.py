@@ -233,7 +233,7 @@ def _summary(console, writer, outcome, opts: Config, path: Path, saved_lines) ->
         console.message(line)
     if outcome.stalled:
         writer.close(ms.STALLED, error=outcome.stalled)
-        console.message(_stall_message(opts, outcome))
+        console.paragraph(_stall_message(opts, outcome))
 
 
 def placement(opts: Config, grid, data, net) -> Placement:
@@ -248,7 +248,7 @@ def placement(opts: Config, grid, data, net) -> Placement:
 
 
 def _stall_message(opts: Config, outcome) -> str:
-    """One line: that the run stalled, why, and what to try."""
+    """That the run stalled, why, and what to try (one line: the console breaks it)."""
     patience = f" (train.patience={opts.train.patience})"
     if outcome.stalled == NO_STEP:            # the line search gave up, exact solves too
         hint = "the optimum may be reached, or the line search gives up too soon: raise " \

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import textwrap
 import time
 from dataclasses import dataclass
 from typing import IO, Callable, Sequence
@@ -249,6 +250,14 @@ class Console:
         if self.enabled:
             log.info(text)
             self._out.print(Text(text), soft_wrap=not self._out.is_terminal)
+
+    def paragraph(self, text: str) -> None:
+        """Print `text` broken between words into lines of the console's width, the
+        lines after the first indented by two spaces (as the run's other notes are),
+        on a terminal and in a pipe alike."""
+        for line in textwrap.wrap(text, self.width, subsequent_indent="  ",
+                                  break_long_words=False, break_on_hyphens=False):
+            self.message(line)
 
     def error(self, text: str) -> None:
         """Print one red line on stderr."""

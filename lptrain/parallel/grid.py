@@ -103,21 +103,21 @@ def candidates(size: int, layer_ranks, data_ranks: int | None, max_layer: int,
     given = None        # where the layer ranks follow from data_ranks: the key given
     if data_ranks is not None:
         if data_ranks < 1 or size % data_ranks:
-            raise ConfigError(f"parallel.data_ranks={data_ranks}: must divide the {size} "
-                              f"ranks")
+            raise ConfigError(f"parallel.data_ranks={data_ranks}: must divide the job's "
+                              f"{counted(size, 'rank')}")
         if layer == AUTO:
             layer = size // data_ranks
             given = f"parallel.data_ranks={data_ranks} (so {layer} layer ranks)"
         elif layer * data_ranks != size:
             raise ConfigError(f"parallel.layer_ranks={layer}: times parallel.data_ranks="
-                              f"{data_ranks} must equal the {size} ranks")
+                              f"{data_ranks} must equal the job's {counted(size, 'rank')}")
     if layer == AUTO:
         if not layered:
             return [Grid(1, size)]
         return [Grid(d, size // d) for d in divisors(size) if d <= max_layer]
     if size % layer:
-        raise ConfigError(f"parallel.layer_ranks={layer}: must divide the {size} ranks "
-                          f"({one_of(divisors(size))})")
+        raise ConfigError(f"parallel.layer_ranks={layer}: must divide the job's "
+                          f"{counted(size, 'rank')} ({one_of(divisors(size))})")
     given = given or f"parallel.layer_ranks={layer}"
     if layer > 1 and not layered:
         raise ConfigError(f"{given}: mode=serial distributes only the batch; use 1 layer "

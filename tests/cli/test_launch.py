@@ -46,8 +46,8 @@ def test_a_split_that_does_not_divide_the_ranks_fails_on_every_rank_alike(tmp_pa
     # `mpiexec -n 2 lptrain` itself (the other 2-rank runs share the ranks of one launch)
     proc = lptrain(["mode=simultaneous", "parallel.layer_ranks=3", "hydra.run.dir=run"],
                    tmp_path, 2, TIMEOUT, fresh=True)
-    assert _one_line_error(proc) == ("parallel.layer_ranks=3: must divide the 2 ranks "
-                                     "(choose one of 1, 2)")
+    assert _one_line_error(proc) == ("parallel.layer_ranks=3: must divide the job's 2 "
+                                     "ranks (choose one of 1, 2)")
 
 
 @pytest.mark.parametrize("variable", ["OMPI_COMM_WORLD_SIZE", "PMIX_RANK"])

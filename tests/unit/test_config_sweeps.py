@@ -58,7 +58,7 @@ def test_a_sweeps_split_is_checked_on_the_commands_ranks_before_any_job():
     then job 1 was refused (README: a bad value of a sweep is found before any job)."""
     from lptrain.config import check_command
     with pytest.raises(ConfigError, match=re.escape(
-            "parallel.layer_ranks=3: must divide the 2 ranks (choose one of 1, 2)")):
+            "parallel.layer_ranks=3: must divide the job's 2 ranks (choose one of 1, 2)")):
         check_command(["-m", "mode=mgrit", "parallel.layer_ranks=1,3"], ranks=2)
     with pytest.raises(ConfigError, match=r"parallel.layer_ranks=4: only 2 C-intervals"):
         check_command(["-m", "mode=mgrit", "network.layers=64,8", "parallel.layer_ranks=4"],

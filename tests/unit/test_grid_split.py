@@ -36,12 +36,12 @@ def test_auto_offers_every_divisor_up_to_the_c_intervals():
 
 
 @pytest.mark.parametrize(("size", "layer", "data", "most", "layered", "words"), [
-    (4, "3", None, 8, True, "parallel.layer_ranks=3: must divide the 4 ranks"),
+    (4, "3", None, 8, True, "parallel.layer_ranks=3: must divide the job's 4 ranks"),
     (16, "16", None, 8, True, "parallel.layer_ranks=16: only 8 C-intervals"),
     (2, "2", None, 1, True, "only 1 C-interval on the finest level; use at most 1 layer "
                             "rank,"),                      # was '1 C-intervals'
     (6, "4", 3, 8, True, "parallel.layer_ranks=4: times parallel.data_ranks=3"),
-    (4, "auto", 3, 8, True, "parallel.data_ranks=3: must divide the 4 ranks"),
+    (4, "auto", 3, 8, True, "parallel.data_ranks=3: must divide the job's 4 ranks"),
     (4, "2", None, 8, False, "parallel.layer_ranks=2: mode=serial"),
     # the layer ranks data_ranks implies: the key the user gave (held-out: named
     # parallel.layer_ranks, which they never typed)

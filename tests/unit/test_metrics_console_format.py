@@ -115,3 +115,25 @@ def test_progress_numbers_keep_their_digits_without_a_bare_point():
         ["J 0.5000", "loss 0.4934", "0.250 s/it"]
     assert stat_parts({s.OBJECTIVE: 1234.5, s.LOSS: 2000.0}, 123.4) == \
         ["J 1234", "loss 2000", "123 s/it"]          # review: 'J 1234.', '123. s/it'
+
+
+def test_a_paragraph_breaks_between_words_with_an_indent(plain_env):
+    """The stall message came as one 287-character line in a pipe and wrapped without an
+    indent on a terminal, where every other note is broken (held-out check)."""
+    from lptrain.app import _stall_message
+    from lptrain.config import compose
+    from lptrain.train.loop import Outcome
+    opts, _ = compose(["mode=simultaneous", "optimizer=sgd", "train.patience=3"])
+    outcome = Outcome(iterations=5, objective=1.0, loss=1.0, accuracy=0.5, val_loss=1.0,
+                      val_accuracy=0.5, best_val_accuracy=0.5, wall_time=1.0,
+                      converged=False, stalled="the objective has not decreased for 3 "
+                      "iterations (best 1.4641)")
+    text = _stall_message(opts, outcome)
+    out = io.StringIO()
+    Console(True, 3, "run", file=out, width=80).paragraph(text)
+    title, *lines = out.getvalue().splitlines()
+    assert title == "run" and len(text) > 200 and len(lines) == 4
+    assert all(len(line) <= 80 for line in lines)
+    assert lines[0].startswith("stalled after 5 iterations: the objective")
+    assert all(line.startswith("  ") and line[2] != " " for line in lines[1:])
+    assert " ".join(line.strip() for line in lines) == text
