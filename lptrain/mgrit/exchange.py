@@ -93,6 +93,9 @@ def _joined(whole: torch.Tensor, counts: list[int]) -> list:
 
 _LIVE: "weakref.WeakSet[MPIExchange]" = weakref.WeakSet()
 _EXIT_HOOK: list = []
+# the pending sends of exchanges collected before the end (a module replaced in a loop):
+# dropped unfinished, their requests held the communicator past MPI_Finalize
+_ORPHANED: list[list] = []
 
 
 ABORT_GRACE = 0.5     # seconds for the launcher to forward a rank's last lines
@@ -110,12 +113,27 @@ def abort(comm, code: int) -> None:
 
 
 def release_sent() -> None:
-    """Forget, on every live exchange, the sends that have gone. Run at exit, before MPI
-    finalises (registered after mpi4py's own exit handler, so it runs first): the last
-    sends of a solve arrive after the solver's last look, and their requests would
-    otherwise be references to the communicator that MPI_Finalize reports as pending."""
+    """Forget, on every live exchange and of collected ones (_ORPHANED), the sends that
+    have gone. Run at exit, before MPI finalises (registered after mpi4py's own exit
+    handler, so it runs first): the last sends of a solve arrive after the solver's last
+    look, and their requests would otherwise be references to the communicator that
+    MPI_Finalize reports as pending."""
     for exchange in list(_LIVE):
         exchange.wait()
+    _tidy_orphans()
+
+
+def _tidy_orphans() -> None:
+    """Test the sends of collected exchanges, and forget those that have gone."""
+    for pending in _ORPHANED:
+        _release(pending)
+    _ORPHANED[:] = [pending for pending in _ORPHANED if pending]
+
+
+def _release(pending: list) -> None:
+    """Drop from `pending` (in place: a collected exchange's list lives on in _ORPHANED)
+    the sends that have gone."""
+    pending[:] = [(req, buf) for req, buf in pending if not req.Test()]
 
 
 class MPIExchange:
@@ -135,11 +153,13 @@ class MPIExchange:
         self.comm, self.mirror = comm, mirror
         self.size = comm.Get_size()
         self.rank = self._map(comm.Get_rank())
-        self._pending: list = []
+        self._pending: list = []        # (request, buffer) of sends not known gone
         self.clock = clock or Clock()
         if not _EXIT_HOOK:        # now: mpi4py, imported for `comm`, registered its own
             _EXIT_HOOK.append(atexit.register(release_sent))
         _LIVE.add(self)
+        _tidy_orphans()
+        weakref.finalize(self, _ORPHANED.append, self._pending).atexit = False
 
     def _map(self, r: int) -> int:
         return self.size - 1 - r if self.mirror else r
@@ -188,7 +208,7 @@ class MPIExchange:
             self.clock.comm += time.perf_counter() - t0
 
     def _release(self) -> None:
-        self._pending = [(req, buf) for req, buf in self._pending if not req.Test()]
+        _release(self._pending)
 
     def allreduce_sum(self, value: float) -> float:
         t0 = time.perf_counter()
