@@ -4,7 +4,6 @@ import torch
 
 from lptrain.errors import ConfigError
 from lptrain.mgrit.hierarchy import build_levels
-from lptrain.mgrit.options import MGRITOptions
 from lptrain.parallel.grid import Grid, c_intervals, candidates, choose, shard
 from lptrain.train.loop import Batches
 
