@@ -82,21 +82,64 @@ def _terminal(stream) -> bool:
 
 
 _COMMAND = re.compile(r"((?<=resume with: ).*$|`[^`]*`)")   # a command to copy: kept whole
+# MPI launchers whose output streams a rank's are forwarded to, and how far up the
+# process tree one is looked for (MPICH: rank <- hydra_pmi_proxy <- mpiexec)
+LAUNCHERS = ("mpiexec", "mpiexec.hydra", "mpirun", "orterun", "prterun")
+LAUNCHER_DEPTH = 4
 
 
 def for_terminal(text: str, stream, columns: int | None = None) -> str:
     """`text` (one line) as `stream` should get it: a terminal's lines broken between
     words at its width (it broke them mid-word: the resume command split in two), a
     command to copy (after 'resume with: ', or in backticks) on one line where it fits;
-    a pipe or file gets the line whole."""
+    a pipe or file gets the line whole, unless it is the pipe of an MPI launcher that
+    writes to a terminal (`launcher_columns`)."""
     if not _terminal(stream):
-        return text
-    try:      # the stream's own terminal (stdout may go to a file)
-        width = columns or os.get_terminal_size(stream.fileno()).columns
-    except (AttributeError, OSError, ValueError):
-        width = shutil.get_terminal_size().columns
+        width = launcher_columns(stream)
+        if width is None:
+            return text
+    else:
+        try:      # the stream's own terminal (stdout may go to a file)
+            width = columns or os.get_terminal_size(stream.fileno()).columns
+        except (AttributeError, OSError, ValueError):
+            width = shutil.get_terminal_size().columns
     kept = _COMMAND.sub(lambda m: m.group(0).replace(" ", "\0"), text)
     kept = kept.replace("resume with: ", "resume\0with: ")
     lines = textwrap.wrap(kept, width, subsequent_indent="  ", break_long_words=False,
                           break_on_hyphens=False, expand_tabs=False)
     return "\n".join(line.replace("\0", " ") for line in lines) or text
+
+
+def launcher_columns(stream, parent: int | None = None) -> int | None:
+    """The columns of the terminal that the MPI launcher above this process (one of
+    LAUNCHERS, up to LAUNCHER_DEPTH ancestors: `parent` first, else the parent process)
+    writes `stream`'s descriptor (stdout or stderr) to, where it writes to one; None
+    where it does not (a pipe, a file), where no launcher is above, or where /proc
+    cannot tell (not Linux)."""
+    try:
+        fd = stream.fileno()
+        pid = os.getppid() if parent is None else parent
+        for _ in range(LAUNCHER_DEPTH):
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:]
+            if name in LAUNCHERS:
+                return _terminal_columns(f"/proc/{pid}/fd/{fd}")
+            pid = int(rest.split()[1])
+            if pid <= 1:
+                return None
+    except (AttributeError, OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _terminal_columns(path: str) -> int | None:
+    """The width of the terminal `path` (a /proc/PID/fd entry) leads to, None if it leads
+    to none."""
+    if not os.readlink(path).startswith(("/dev/pts/", "/dev/tty")):
+        return None
+    fd = os.open(path, os.O_WRONLY | os.O_NOCTTY)
+    try:
+        return os.get_terminal_size(fd).columns
+    finally:
+        os.close(fd)

@@ -169,3 +169,54 @@ def test_a_line_on_stderr_breaks_between_words_on_a_terminal_only():
     hint = "lptrain: error: no tensorboard: install lptrain's tensorboard extra: " \
            "`pip install 'lptrain[tensorboard]'`"
     assert "`pip install 'lptrain[tensorboard]'`" in for_terminal(hint, Terminal(), 80)
+
+
+LAUNCHED = """import sys
+from lptrain.metrics.streams import for_terminal, launcher_columns
+print(launcher_columns(sys.stderr), file=sys.stdout)
+print(for_terminal(sys.argv[1], sys.stderr), file=sys.stdout)
+"""
+
+
+def _under_launcher(tmp_path, name: str, terminal: bool) -> list[str]:
+    """What LAUNCHED prints when started by a script called `name` whose stderr is a
+    terminal of 63 columns (or a file), its own stderr a pipe to it, as a rank's is."""
+    import fcntl
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+    from pathlib import Path
+    launcher = tmp_path / name
+    launcher.write_text('#!/bin/sh\n"$PY" "$CHILD" "$LINE" 2>&1 | cat\n')   # a pipe
+    launcher.chmod(0o755)
+    (tmp_path / "child.py").write_text(LAUNCHED)
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 63, 0, 0))
+    err = slave if terminal else open(tmp_path / "err", "w")
+    stop = ("lptrain: interrupted by SIGINT after iteration 26 (status interrupted); "
+            "resume with: /venv/bin/mpiexec -n 2 /venv/bin/lptrain resume=/tmp/a/run")
+    repo = str(Path(__file__).resolve().parents[2])
+    try:
+        out = subprocess.run([str(launcher)], stderr=err, stdout=subprocess.PIPE, text=True,
+                             timeout=60, env={"PY": sys.executable, "LINE": stop,
+                                              "CHILD": str(tmp_path / "child.py"),
+                                              "PYTHONPATH": repo, "PATH": "/usr/bin:/bin"})
+    finally:
+        os.close(master)
+        os.close(slave)
+    return out.stdout.splitlines()
+
+
+def test_a_line_under_an_mpi_launcher_in_a_terminal_is_broken_at_its_width(tmp_path):
+    """Under mpiexec a rank's stderr is the launcher's pipe, so the stop line came whole
+    and the terminal broke the resume command mid-path at 80 columns (held-out check):
+    the launcher's own terminal gives the width."""
+    lines = _under_launcher(tmp_path, "mpiexec", terminal=True)
+    assert lines == ["63", "lptrain: interrupted by SIGINT after iteration 26 (status",
+                     "  interrupted); resume with:",
+                     "  /venv/bin/mpiexec -n 2 /venv/bin/lptrain resume=/tmp/a/run"]
+    # a launcher writing to a file, and a parent that is no launcher: the line whole
+    assert _under_launcher(tmp_path, "mpiexec", terminal=False)[0] == "None"
+    assert len(_under_launcher(tmp_path, "other", terminal=True)) == 2
