@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import textwrap
 import time
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lptrain.metrics import schema as s
-from lptrain.metrics.streams import colour_off
+from lptrain.metrics.streams import colour_off, launcher_columns
 from lptrain.metrics.quantities import format_duration, iteration_time
 
 VAL_ACCURACY = "val_accuracy"  # validation accuracy (validation/accuracy in the file)
@@ -161,6 +162,8 @@ class Console:
         if not enabled:
             return
         self._start, self._before = clock(), 0.0     # _before: a resumed run's earlier time
+        if width is None and "COLUMNS" not in os.environ:    # a rank: mpiexec's terminal
+            width = launcher_columns(file or sys.stdout)
         self._out = _Terminal(file=file, highlight=False, width=width, no_color=colour_off())
         # stderr=True resolves sys.stderr at print time, so it lands above a live display
         self._err = _Terminal(file=err_file, stderr=err_file is None, highlight=False,

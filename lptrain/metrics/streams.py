@@ -117,6 +117,8 @@ def launcher_columns(stream, parent: int | None = None) -> int | None:
     where it does not (a pipe, a file), where no launcher is above, or where /proc
     cannot tell (not Linux)."""
     try:
+        if stream.isatty():
+            return None                     # its own terminal: rich measures it
         fd = stream.fileno()
         pid = os.getppid() if parent is None else parent
         for _ in range(LAUNCHER_DEPTH):

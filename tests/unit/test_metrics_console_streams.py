@@ -171,16 +171,20 @@ def test_a_line_on_stderr_breaks_between_words_on_a_terminal_only():
     assert "`pip install 'lptrain[tensorboard]'`" in for_terminal(hint, Terminal(), 80)
 
 
-LAUNCHED = """import sys
+LAUNCHED = """import io, sys
+from lptrain.metrics.console import Console
 from lptrain.metrics.streams import for_terminal, launcher_columns
-print(launcher_columns(sys.stderr), file=sys.stdout)
-print(for_terminal(sys.argv[1], sys.stderr), file=sys.stdout)
+with open(sys.argv[2], "w") as out:
+    print(launcher_columns(sys.stderr), Console(True, 3, "t", file=sys.stdout).width,
+          file=out)
+    print(for_terminal(sys.argv[1], sys.stderr), file=out)
 """
 
 
 def _under_launcher(tmp_path, name: str, terminal: bool) -> list[str]:
-    """What LAUNCHED prints when started by a script called `name` whose stderr is a
-    terminal of 63 columns (or a file), its own stderr a pipe to it, as a rank's is."""
+    """What LAUNCHED writes when started by a script called `name` whose stdout and
+    stderr are a terminal of 63 columns (or a file), its own a pipe to it, as a rank's
+    are."""
     import fcntl
     import pty
     import struct
@@ -189,34 +193,36 @@ def _under_launcher(tmp_path, name: str, terminal: bool) -> list[str]:
     import termios
     from pathlib import Path
     launcher = tmp_path / name
-    launcher.write_text('#!/bin/sh\n"$PY" "$CHILD" "$LINE" 2>&1 | cat\n')   # a pipe
+    launcher.write_text('#!/bin/sh\n"$PY" "$CHILD" "$LINE" "$RESULT" 2>&1 | cat\n')
     launcher.chmod(0o755)
     (tmp_path / "child.py").write_text(LAUNCHED)
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 63, 0, 0))
-    err = slave if terminal else open(tmp_path / "err", "w")
     stop = ("lptrain: interrupted by SIGINT after iteration 26 (status interrupted); "
             "resume with: /venv/bin/mpiexec -n 2 /venv/bin/lptrain resume=/tmp/a/run")
     repo = str(Path(__file__).resolve().parents[2])
-    try:
-        out = subprocess.run([str(launcher)], stderr=err, stdout=subprocess.PIPE, text=True,
-                             timeout=60, env={"PY": sys.executable, "LINE": stop,
-                                              "CHILD": str(tmp_path / "child.py"),
-                                              "PYTHONPATH": repo, "PATH": "/usr/bin:/bin"})
-    finally:
-        os.close(master)
-        os.close(slave)
-    return out.stdout.splitlines()
+    result = tmp_path / "result"
+    with open(tmp_path / "file", "w") as file:
+        out = slave if terminal else file
+        try:
+            subprocess.run([str(launcher)], stdout=out, stderr=out, timeout=60, check=True,
+                           env={"PY": sys.executable, "LINE": stop, "RESULT": str(result),
+                                "CHILD": str(tmp_path / "child.py"), "PYTHONPATH": repo,
+                                "PATH": "/usr/bin:/bin"})
+        finally:
+            os.close(master)
+            os.close(slave)
+    return result.read_text().splitlines()
 
 
 def test_a_line_under_an_mpi_launcher_in_a_terminal_is_broken_at_its_width(tmp_path):
     """Under mpiexec a rank's stderr is the launcher's pipe, so the stop line came whole
     and the terminal broke the resume command mid-path at 80 columns (held-out check):
-    the launcher's own terminal gives the width."""
+    the launcher's own terminal gives the width, the console's too."""
     lines = _under_launcher(tmp_path, "mpiexec", terminal=True)
-    assert lines == ["63", "lptrain: interrupted by SIGINT after iteration 26 (status",
+    assert lines == ["63 63", "lptrain: interrupted by SIGINT after iteration 26 (status",
                      "  interrupted); resume with:",
                      "  /venv/bin/mpiexec -n 2 /venv/bin/lptrain resume=/tmp/a/run"]
     # a launcher writing to a file, and a parent that is no launcher: the line whole
-    assert _under_launcher(tmp_path, "mpiexec", terminal=False)[0] == "None"
+    assert _under_launcher(tmp_path, "mpiexec", terminal=False)[0] == "None 80"
     assert len(_under_launcher(tmp_path, "other", terminal=True)) == 2
