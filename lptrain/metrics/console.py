@@ -8,7 +8,8 @@ levels) are printed once above it. Through a pipe or into a file (CI, `| tee`, e
 under mpiexec) it prints plain lines instead, never escape codes, at a time-based cadence
 (`Cadence`): the title and its notes once, then per shown iteration its position and
 values broken between groups at the console's width (80 columns unless COLUMNS says
-otherwise), so that a terminal behind a pipe never wraps them mid-value. With
+otherwise, or a rank finds the terminal its MPI launcher writes to), so that a terminal
+behind a pipe never wraps them mid-value. With
 `enabled=False` (ranks other than 0) every method does nothing.
 
 Every plain line (progress, messages, errors, the summary as `name: value` lines) also goes
