@@ -294,10 +294,11 @@ def run(args) -> list[Path]:
     md = args.out / "speedup_model.md"
     md.write_text(text)
     setup = terminal_setup(opts, model, cnt, cost_note, the_link) + [optimizer_note]
+    auto_times = {key: grids[key][1].get(g) for key, g in auto.items() if key in grids}
+    drawn = sum(map(len, measured.values()))
     png = plot(preds, baseline, args.out / "speedup_model.png", measured, args.paper,
                f"{title}\n{opts.dataset.name}: {setup[0]}",     # what is modelled
-               opts.dataset.name)
-    auto_times = {key: grids[key][1].get(g) for key, g in auto.items() if key in grids}
+               opts.dataset.name, auto_times, len(compared) - drawn)
     print(summary(title, setup, preds, baseline, model.max_layer, auto, compared, (md, png),
                   auto_times), end="")
     return [md, png]

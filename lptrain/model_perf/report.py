@@ -98,20 +98,25 @@ FEW_RANKS = 12     # rank counts labelled one by one; more: the log axis's power
 
 def plot(preds: Sequence[Prediction], baseline: float, path: Path,
          measured: Measured | None = None, paper: bool = False, title: str = "",
-         dataset: str = "") -> Path:
+         dataset: str = "", auto: dict | None = None, left_out: int = 0) -> Path:
     """`figure(...)` written to `path`."""
-    figure(preds, baseline, measured, paper, title, dataset).savefig(path, dpi=120)
+    figure(preds, baseline, measured, paper, title, dataset, auto,
+           left_out).savefig(path, dpi=120)
     return path
 
 
 def figure(preds: Sequence[Prediction], baseline: float, measured: Measured | None = None,
-           paper: bool = False, title: str = "", dataset: str = "") -> Figure:
+           paper: bool = False, title: str = "", dataset: str = "",
+           auto: dict | None = None, left_out: int = 0) -> Figure:
     """Iteration time and speedup against P (log2 axes, ticks as plain numbers); the
-    model's lines with a dot at each P predicted; measured runs of the modelled
-    configuration as filled circles on the line's split (serial 1 x P, the others P x 1),
-    hollow on another split; measured speedups over the measured serial run on one rank
-    where there is one; the paper's speedups of `dataset` (all three where it has none);
-    the title (the command) wrapped to the figure's width."""
+    model's lines with a dot at each P predicted (mgrit and simultaneous on P x 1 layer
+    ranks, as far as the layers allow), and dashed the split `layer_ranks=auto` takes
+    (`auto`: {(P, mode): predicted seconds}); measured runs of the modelled configuration
+    as filled circles on the line's split (serial 1 x P, the others P x 1), hollow on
+    another split, and the count of `left_out` runs of another configuration said in
+    the legend; measured speedups over the measured serial run on one rank where there
+    is one; the paper's speedups of `dataset` (all three where it has none); the title
+    (the command) wrapped to the figure's width."""
     fig = Figure(figsize=(11, 5.5), layout="constrained")   # room for the legends below
     FigureCanvasAgg(fig)
     ax_t, ax_s = fig.subplots(1, 2)
@@ -126,6 +131,13 @@ def figure(preds: Sequence[Prediction], baseline: float, measured: Measured | No
             ax_t.plot(ps, ts, ".-", color=_STYLE[mode], label=f"{_LABEL[mode]} (model)")
             ax_s.plot(ps, [baseline / t for t in ts], ".-", color=_STYLE[mode],
                       label=f"{_LABEL[mode]} (model)")
+        chosen = sorted((p, t) for (p, m), t in (auto or {}).items()
+                        if m == mode and t is not None)
+        if chosen:
+            ps, ts = zip(*chosen)
+            for ax, ys in ((ax_t, ts), (ax_s, [baseline / t for t in ts])):
+                ax.plot(ps, ys, "--", color=_STYLE[mode], lw=1,
+                        label=f"{_LABEL[mode]}, auto split (model)")
         for line, face, what in ((True, _STYLE[mode], "measured"),
                                  (False, "none", "measured, other split")):
             seen = sorted((p, _mean(v)) for (m, p, split), v in measured.items()
@@ -143,6 +155,9 @@ def figure(preds: Sequence[Prediction], baseline: float, measured: Measured | No
             starred.add(cores)
             ax_s.plot([cores], [speedup], "*", ms=12, color=f"C{4 + i}",
                       label=f"paper: {name} {speedup}× on {cores} cores")
+    if left_out:      # said where the runs are looked for, not left out unsaid
+        ax_t.plot([], [], " ", label=f"{left_out} measured run{'s' if left_out > 1 else ''}"
+                  f" of other settings: not drawn")
     ax_s.axhline(1.0, color="grey", lw=0.8, ls=":")
     for ax, label in ((ax_t, f"{ITERATION_TIME} [s]"),
                       (ax_s, "speedup over serial on 1 rank")):
@@ -166,7 +181,7 @@ def figure(preds: Sequence[Prediction], baseline: float, measured: Measured | No
     width = int(fig.get_figwidth() * 72 / (TITLE_PT * CHAR_EM))
     fig.suptitle("\n".join(textwrap.fill(line, width) for line in title.splitlines()),
                  fontsize=TITLE_PT)
-    for ax in (ax_t, ax_s):
+    for ax in (ax_t, ax_s, ax_t):     # the second panel's ticks may move the first's
         _apart(ax)
     return fig
 

@@ -29,8 +29,9 @@ from lptrain.model_perf.predict import Counts, Machine, Model
 from lptrain.parallel.grid import Grid
 
 # config keys that change the cost of one step (the model's costs assume the CLI's values)
-COST_KEYS = ("network.name", "network.width", "network.channels", "train.batch_size",
-             "dataset.name", "dataset.n_train", "dtype", "device")
+COST_KEYS = ("network.name", "network.width", "network.channels", "network.activation",
+             "network.bias", "network.opening", "network.pool", "network.step._target_",
+             "train.batch_size", "dataset.name", "dataset.n_train", "dtype", "device")
 
 
 @dataclass(frozen=True)
@@ -157,14 +158,18 @@ def _int(value) -> int | None:
 
 
 def _on_its_ranks(m) -> np.ndarray:
-    """Mask of the train/ rows computed on the run's `world_size` ranks (a run resumed on
-    another rank count holds rows of several; timing/ says which)."""
+    """Mask of the train/ rows computed on the run's last grid: its `world_size` ranks
+    split as its `layer_ranks` (a run resumed on another grid holds rows of several;
+    timing/ says which)."""
     iterations = m.train.get(s.ITERATION, np.array([], dtype=np.int64))
     ranks = m.timing.get(s.WORLD_SIZE)
     if ranks is None:
         return np.ones(len(iterations), dtype=bool)
-    other = m.timing[s.ITERATION][ranks != int(m.attrs.get(s.WORLD_SIZE, 1))]
-    return ~np.isin(iterations, other)
+    other = ranks != int(m.attrs.get(s.WORLD_SIZE, 1))
+    layer, last = m.timing.get(s.LAYER_RANKS), m.attrs.get(s.LAYER_RANKS)
+    if layer is not None and last is not None:      # 1 x 2 resumed as 2 x 1
+        other |= layer != int(last)
+    return ~np.isin(iterations, m.timing[s.ITERATION][other])
 
 
 def _mean(a) -> float | None:
@@ -240,7 +245,8 @@ def predict_run(run: MeasuredRun, model: Model, m: Machine):
             for w in set(work)}
     t = float(np.median([each[w] for w in work]))
     fwd, adj = cycles(means)
-    note = f"{grid.layer} x {grid.data} ranks, {run.trials:.2g} evaluations"
+    note = f"{grid.layer} x {grid.data} ranks, {run.trials:.2g} " \
+           f"evaluation{'' if run.trials == 1 else 's'}"
     if run.mode != s.MODE_SERIAL:
         note += f", {fwd:.2g} fwd + {adj:.2g} adj cycles"
     if len(each) > 1:

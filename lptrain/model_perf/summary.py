@@ -45,11 +45,13 @@ def scaling_lines(preds: Sequence[Prediction], baseline: float, max_p: int,
     for p in preds:
         other = [(mode, auto[(p.ranks, mode)], (auto_times or {}).get((p.ranks, mode)))
                  for mode in (MGRIT, SIMULTANEOUS) if (p.ranks, mode) in auto]
-        shown = [f"{mode} {g.layer}x{g.data} {t:.4g} s ({baseline / t:.2f}×)"
+        # each mode's split, time and speedup on one line (\0: a space not to break at)
+        shown = [f"{mode}\0{g.layer}x{g.data}\0{t:.4g}\0s\0({baseline / t:.2f}×)"
                  for mode, g, t in other if g.data > 1 and t]
         if shown:
-            lines += textwrap.wrap(f"P = {p.ranks} as auto splits it: " + ", ".join(shown),
-                                   WIDTH, subsequent_indent="  ")
+            lines += [part.replace("\0", " ") for part in textwrap.wrap(
+                f"P = {p.ranks} as auto splits it: " + ", ".join(shown), WIDTH,
+                subsequent_indent="  ")]
     if any(not p.possible for p in preds):
         lines.append(f"-: more layer ranks than the {max_p} C-intervals of the finest level")
     return lines

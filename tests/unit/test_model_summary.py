@@ -53,9 +53,21 @@ def test_an_auto_split_that_is_not_p_by_1_gets_its_own_time():
              (1024, SIMULTANEOUS): 0.002}
     lines = scaling_lines(_preds(), 0.3187, 256, _auto(), times)
     assert "P = 16 as auto splits it: mgrit 4x4 0.2 s (1.59×)" in lines
-    assert any(line.startswith("P = 1024 as auto splits it: mgrit 256x4 0.004 s (79.67×), "
-                               "simultaneous") for line in lines)
+    assert any(line.startswith("P = 1024 as auto splits it: mgrit 256x4 0.004 s (79.67×),")
+               for line in lines)
     assert not any(line.startswith("P = 1 ") for line in lines)          # 1 x 1 is P x 1
     assert all(len(line) <= WIDTH for line in lines)
     assert not any("as auto splits" in line
                    for line in scaling_lines(_preds(), 0.3187, 256, _auto()))
+
+
+def test_an_auto_splits_time_keeps_its_unit_and_speedup_on_its_line():
+    """'simultaneous 4x4 0.01297' ended a line and '  s (1.10×)' began the next at 80
+    columns (held-out check)."""
+    times = {(16, MGRIT): 0.02396, (16, SIMULTANEOUS): 0.01297}
+    auto = {**_auto(), (16, SIMULTANEOUS): Grid(4, 4)}
+    lines = scaling_lines(_preds(), 0.01427, 256, auto, times)
+    at16 = [line for line in lines if "as auto splits it" in line and "P = 16" in line]
+    at16 = lines[lines.index(at16[0]):lines.index(at16[0]) + 2]
+    assert at16 == ["P = 16 as auto splits it: mgrit 4x4 0.02396 s (0.60×),",
+                    "  simultaneous 4x4 0.01297 s (1.10×)"]

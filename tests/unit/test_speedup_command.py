@@ -217,6 +217,20 @@ def test_a_measured_run_resumed_on_another_rank_count_counts_its_latest_ranks(tm
     assert mismatch(run, {"seed": 0}, threads=2) == []
 
 
+def test_a_measured_run_of_another_activation_or_bias_is_flagged():
+    """Runs of the default network (tanh, vector bias) measured beside a model of
+    experiment=peaks_paper (smooth ReLU, scalar bias) were not flagged, though both
+    change what a step costs (held-out check)."""
+    from lptrain.config import compose
+    from lptrain.model_perf.runs import MeasuredRun, mismatch
+    _, default = compose([])
+    _, paper = compose(["experiment=peaks_paper"])
+    run = MeasuredRun(Path("run"), "mgrit", 1, 1.0, 1.0, 2.0, 2.0, default)
+    flagged = mismatch(run, paper, threads=1)
+    assert "network.activation='tanh'" in flagged and "network.bias='vector'" in flagged
+    assert mismatch(run, default, threads=1) == []
+
+
 def test_lptrain_model_prints_the_split_auto_takes(tmp_path, monkeypatch):
     # both from this host's kept costs (here made up, and kept under tmp_path)
     from lptrain.data.base import dataset_sizes
@@ -318,6 +332,29 @@ def test_the_plots_title_wraps_a_long_command_inside_the_figure():
     assert fig.get_suptitle().replace("\n", " ") == command
     fig = figure([Prediction(1, 1.0, 2.0, 1.5)], 1.0, title="a\nb")    # lines kept
     assert fig.get_suptitle() == "a\nb"
+
+
+def test_the_plot_draws_the_auto_split_and_says_what_it_left_out():
+    """With --paper at P = 256 the mgrit and simultaneous lines ended at P = 8 (their
+    P x 1 splits), though the table predicts the split auto takes up to 256; measured
+    runs of another configuration were left out of the figure unsaid (held-out
+    check)."""
+    from lptrain.model_perf.predict import Prediction
+    from lptrain.model_perf.report import figure
+    preds = [Prediction(1, 1.0, 2.0, 1.5), Prediction(2, 0.5, 1.0, 0.8),
+             Prediction(4, 0.3, None, None)]
+    auto = {(1, "mgrit"): 2.0, (2, "mgrit"): 1.0, (4, "mgrit"): 0.6,
+            (1, "simultaneous"): 1.5, (2, "simultaneous"): 0.8, (4, "simultaneous"): 0.5}
+    fig = figure(preds, 1.0, auto=auto, left_out=2)
+    for ax in fig.axes:
+        dashed = {ln.get_label(): list(ln.get_xdata()) for ln in ax.lines
+                  if ln.get_linestyle() == "--"}
+        assert dashed == {"mgrit, auto split (model)": [1, 2, 4],
+                          "simultaneous, auto split (model)": [1, 2, 4]}
+    named = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "2 measured runs of other settings: not drawn" in named
+    assert not any("not drawn" in t.get_text() for ax in figure(preds, 1.0).axes
+                   for t in ax.get_legend().get_texts())
 
 
 def test_the_plot_keeps_measured_runs_apart_by_split_and_baseline():

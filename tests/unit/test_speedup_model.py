@@ -474,3 +474,26 @@ def test_an_iteration_with_a_repeated_evaluation_is_charged_it(tmp_path):
     assert run.work == (Work(2, 4, 8), Work(2, 3, 3))
     # the run's means (the curves for other P, the note) count the repeat alike
     assert (run.trials, run.fwd, run.adj) == (2.0, 3.5, 5.5)
+
+
+def test_a_run_resumed_on_another_split_is_measured_on_its_last_one(tmp_path):
+    """A 2-rank mgrit run of 1 x 2, resumed as 2 x 1: its median over every row (0.1806 s)
+    was compared with the prediction for 2 x 1, whose own rows took 0.190 s (held-out
+    check)."""
+    from lptrain.metrics import schema as ms
+    from lptrain.metrics.writer import open_writer
+    from lptrain.model_perf.runs import load_run
+    path = tmp_path / ms.FILE_NAME
+    attrs = {ms.MODE: "mgrit", ms.WORLD_SIZE: 2, ms.SEED: 0, ms.CONFIG: "seed: 0\n",
+             ms.LAYER_RANKS: 1, ms.DATA_RANKS: 2}
+    with open_writer(path, attrs, enabled=True) as writer:        # 1 x 2: 1 s
+        for k in range(1, 6):
+            writer.log_train(iteration=k, step_time=1.0)
+            writer.log_timing(k, [1.0, 1.0], [0.0, 0.0], [0.0, 0.0])
+    attrs.update({ms.LAYER_RANKS: 2, ms.DATA_RANKS: 1})
+    with open_writer(path, attrs, enabled=True, resume_after=5) as writer:   # 2 x 1: 3 s
+        for k in range(6, 10):
+            writer.log_train(iteration=k, step_time=3.0)
+            writer.log_timing(k, [3.0, 3.0], [0.0, 0.0], [0.0, 0.0])
+    run = load_run(path)
+    assert (run.layer, run.iteration_time, len(run.work)) == (2, 3.0, 3)
