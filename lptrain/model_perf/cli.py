@@ -62,7 +62,8 @@ def kernel_costs(args, model: Model, theta, kernels, device) -> tuple[KernelCost
 
     from lptrain.model_perf.costs import measured
     costs, note = measured(model.net, theta, model.batch, kernels, device,
-                           torch.get_num_threads(), args.fresh, sharing(args))
+                           torch.get_num_threads(), args.fresh, sharing(args),
+                           progress=_said_wrapped)
     return costs, f"{note}: batch {model.batch}, {torch.get_num_threads()} thread(s)"
 
 
@@ -250,7 +251,7 @@ def run(args) -> list[Path]:
     if unread:     # it predicts every mode and split, one-shot solves with a fixed plan
         text = (f"not used: {' '.join(unread)} (the model predicts every mode and split, "
                 f"one-shot solves with mgrit.fwd_iters / adj_iters)")
-        _progress("\n  ".join(textwrap.wrap(text, 78 - len(PROG), break_on_hyphens=False)))
+        _said_wrapped(text)
     net, theta, batch = build_network(opts)
     model = make_model(opts, net, theta, batch)
     if args.step_time is None:      # measured costs: the records' glue is one of them
@@ -325,6 +326,12 @@ def terminal_setup(opts, model: Model, cnt: Counts, cost_note: str, the_link: Li
 def _progress(text: str) -> None:
     """A line on stderr while the model is built: that and what it is doing."""
     print(f"{PROG}: {text}", file=sys.stderr, flush=True)
+
+
+def _said_wrapped(text: str) -> None:
+    """`_progress` of a longer text, broken into lines of 80 columns."""
+    _progress("\n  ".join(textwrap.wrap(text, 78 - len(PROG), break_on_hyphens=False,
+                                         break_long_words=False)))
 
 
 class _Done:

@@ -18,7 +18,7 @@ import socket
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from lptrain.errors import reason
+from lptrain.errors import counted, reason
 from lptrain.model_perf.record import Glue
 
 # kernel families of the costs one can give `lptrain-model` instead of measuring
@@ -203,10 +203,11 @@ def cost_config(net, batch: int, dtype: str, device: str, threads: int) -> dict:
 
 
 def measured(net, theta, batch: int, kernels, device: str, threads: int, fresh: bool = False,
-             host_ranks: int = 1) -> tuple[KernelCosts, str]:
+             host_ranks: int = 1, progress=None) -> tuple[KernelCosts, str]:
     """(costs of `kernels` on this host, alone and beside host_ranks − 1 neighbours, where
     they came from): kept ones, the missing measured now and kept (all with fresh).
-    With host_ranks 1 the kept file's shared costs stay in it, unused."""
+    With host_ranks 1 the kept file's shared costs stay in it, unused. `progress` (a
+    callable) hears, before any is timed, how many are."""
     from lptrain.model_perf.measure import measure_kernels
     host_ranks = 1 if str(device).startswith("cuda") else host_ranks
     config = cost_config(net, batch, str(theta.dtype).removeprefix("torch."), device, threads)
@@ -215,6 +216,12 @@ def measured(net, theta, batch: int, kernels, device: str, threads: int, fresh: 
     if host_ranks > 1 and costs.host_ranks != host_ranks:   # kept beside another count
         costs = replace(costs.alone(), host_ranks=host_ranks)
     todo = costs.missing(kernels, shared=host_ranks > 1)
+    if todo and progress is not None:
+        n = host_ranks - 1
+        beside = f", alone and beside {n} cop{'y' if n == 1 else 'ies'} of itself" \
+            if n else ""
+        progress(f"timing {counted(len(todo), 'kernel')} at 1 and {batch} samples on this "
+                 f"host{beside} (once for this configuration, then kept: {path.parent})")
     if todo:
         alone, shared = measure_kernels(net, theta, batch, todo, device, host_ranks - 1)
         for name, states in todo:

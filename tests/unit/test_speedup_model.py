@@ -314,6 +314,13 @@ def test_costs_are_kept_per_host_and_configuration(tmp_path, monkeypatch):
     assert len(calls) == 2 and "earlier" in note
     kc.measured(net, theta, 32, want, "cpu", 1)         # another batch: another file
     assert len(calls) == 3 and len(list((tmp_path / "kernel_costs").iterdir())) == 2
+    # what is timed is said first (lptrain-model was silent for minutes there: a
+    # held-out check), and nothing where every cost is kept
+    said = []
+    kc.measured(net, theta, 16, want | {("linearize", 2)}, "cpu", 1, progress=said.append)
+    kc.measured(net, theta, 16, want, "cpu", 1, progress=said.append)
+    assert said == [f"timing 1 kernel at 1 and 16 samples on this host (once for this "
+                    f"configuration, then kept: {tmp_path / 'kernel_costs'})"]
 
 
 def test_costs_kept_before_the_composite_sweeps_get_them_measured(tmp_path, monkeypatch):
