@@ -68,8 +68,8 @@ def _jobs_there(directory: Path, key: str, found: list[Path], ranks: int) -> str
     resume = f", or resume its stopped job {stopped[0].name} alone with " \
              f"`{resume_command(stopped[0], ranks)}`" if stopped else ""
     return (f"{key}={directory}: holds an earlier sweep's jobs ({found[0]}); choose "
-            f"another directory (a study kept in the sweeper's storage carries on "
-            f"there){resume}")
+            f"another directory (a study kept in the sweeper's storage carries on in the "
+            f"new one){resume}")
 
 
 REFUSED_LEAVES = (".hydra", "lptrain.log", LOCK_FILE)   # what a refused run writes

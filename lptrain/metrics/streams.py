@@ -110,24 +110,23 @@ def for_terminal(text: str, stream, columns: int | None = None) -> str:
     return "\n".join(line.replace("\0", " ") for line in lines) or text
 
 
-def launcher_columns(stream, parent: int | None = None) -> int | None:
+def launcher_columns(stream) -> int | None:
     """The columns of the terminal that the MPI launcher above this process (one of
-    LAUNCHERS, up to LAUNCHER_DEPTH ancestors: `parent` first, else the parent process)
-    writes `stream`'s descriptor (stdout or stderr) to, where it writes to one; None
-    where it does not (a pipe, a file), where no launcher is above, or where /proc
-    cannot tell (not Linux)."""
+    LAUNCHERS, up to LAUNCHER_DEPTH ancestors) writes `stream`'s descriptor (stdout or
+    stderr) to, where it writes to one; None where it does not (a pipe, a file), where
+    no launcher is above, or where /proc cannot tell (not Linux)."""
     try:
         if stream.isatty():
             return None                     # its own terminal: rich measures it
-        fd = stream.fileno()
-        pid = os.getppid() if parent is None else parent
+        fd, pid = stream.fileno(), os.getppid()
         for _ in range(LAUNCHER_DEPTH):
             with open(f"/proc/{pid}/stat") as f:
                 stat = f.read()
-            name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:]
+            # "pid (name) state ppid ...": the name may hold spaces and parentheses
+            name, after = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")"):]
             if name in LAUNCHERS:
                 return _terminal_columns(f"/proc/{pid}/fd/{fd}")
-            pid = int(rest.split()[1])
+            pid = int(after.split()[2])
             if pid <= 1:
                 return None
     except (AttributeError, OSError, ValueError, IndexError):

@@ -223,7 +223,7 @@ def test_sweep_with_an_earlier_job_is_refused(tmp_path):
     assert str(err.value) == (
         f"hydra.sweep.dir={tmp_path}: holds an earlier sweep's jobs ({tmp_path}/3/"
         f"metrics.h5); choose another directory (a study kept in the sweeper's storage "
-        f"carries on there)")
+        f"carries on in the new one)")
     (tmp_path / "4").mkdir()
     with w.MetricsWriter(tmp_path / "4" / s.FILE_NAME, ATTRS) as stopped:
         _rows(stopped, 1, 2)
@@ -233,7 +233,7 @@ def test_sweep_with_an_earlier_job_is_refused(tmp_path):
     with pytest.raises(RunFileError) as err:
         refuse_earlier_run(tmp_path, "hydra.sweep.dir")
     assert str(err.value).endswith(
-        f"carries on there), or resume its stopped job 4 alone with `lptrain "
+        f"carries on in the new one), or resume its stopped job 4 alone with `lptrain "
         f"resume={tmp_path}/4`")
     (tmp_path / "multirun.yaml").write_text("hydra: {}\n")    # Hydra's basic sweeper
     with pytest.raises(RunFileError, match=r"continue that sweep with `lptrain resume="):
