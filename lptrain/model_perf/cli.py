@@ -63,7 +63,7 @@ def kernel_costs(args, model: Model, theta, kernels, device) -> tuple[KernelCost
     from lptrain.model_perf.costs import measured
     costs, note = measured(model.net, theta, model.batch, kernels, device,
                            torch.get_num_threads(), args.fresh, sharing(args),
-                           progress=_said_wrapped)
+                           progress=_progress)
     return costs, f"{note}: batch {model.batch}, {torch.get_num_threads()} thread(s)"
 
 

@@ -216,12 +216,9 @@ def measured(net, theta, batch: int, kernels, device: str, threads: int, fresh: 
     if host_ranks > 1 and costs.host_ranks != host_ranks:   # kept beside another count
         costs = replace(costs.alone(), host_ranks=host_ranks)
     todo = costs.missing(kernels, shared=host_ranks > 1)
-    if todo and progress is not None:
-        n = host_ranks - 1
-        beside = f", alone and beside {n} cop{'y' if n == 1 else 'ies'} of itself" \
-            if n else ""
-        progress(f"timing {counted(len(todo), 'kernel')} at 1 and {batch} samples on this "
-                 f"host{beside} (once for this configuration, then kept: {path.parent})")
+    if todo and progress is not None:        # one line: minutes may follow
+        progress(f"timing {counted(len(todo), 'kernel')} on this host (once; kept for "
+                 f"later runs)")
     if todo:
         alone, shared = measure_kernels(net, theta, batch, todo, device, host_ranks - 1)
         for name, states in todo:
