@@ -90,13 +90,14 @@ FULL_mnist := full-batch float64 on 4800 images: 16-24 GB and 10 min to over an 
 # resumed, any other replaced, one still running left alone (lptrain/runplan.py);
 # FRESH=1 replaces them all but one still running. A run stopped by a signal (exit status
 # 129, 130, 143) ends the target at once; a refused one (2: the command must change) runs
-# no further mode; a failed or diverged one lets the others run (they say so by running). The report then shows
-# the runs there are, and the target exits with the first failure's status.
+# no further mode; a failed or diverged one lets the others run. The report then shows the
+# runs of this command's settings (a mode not reached keeps its folder, out of the report),
+# and the target exits with the first failure's status.
 CARRY_ON = $(if $(FRESHON),run the make command again without FRESH=1 to carry it on,the same make command carries it on)
 define reproduce
 	@mkdir -p $(3)
 	@$(if $(QUICKON),,$(if $(FULL_$(1)),echo "$@: $(FULL_$(1))",true))
-	@failed=0; for m in serial mgrit simultaneous; do \
+	@failed=0; runs=; for m in serial mgrit simultaneous; do \
 	  case $$($(PY) -m lptrain.runplan $(if $(FRESHON),--fresh )$(3)/$$m $(NP) experiment=$(2) mode=$$m $(call quick,$(1),$$m) $(ARGS)) in \
 	    kept) true;; \
 	    kept-failed) [ $$failed = 0 ] && failed=1; true;; \
@@ -105,6 +106,7 @@ define reproduce
 	    running) echo "$(3)/$$m: a run is in progress there; wait for it or stop it"; exit 1;; \
 	    *) echo "$(3)/$$m: cannot tell what to do with it (python -m lptrain.runplan failed)"; exit 1;; \
 	  esac; status=$$?; \
+	  [ -f $(3)/$$m/metrics.h5 ] && runs="$$runs $(3)/$$m"; \
 	  case $$status in \
 	    0) ;; \
 	    129|130|143) echo "$(3)/$$m: stopped; $(CARRY_ON)"; exit $$status;; \
@@ -115,7 +117,6 @@ define reproduce
 	  esac; \
 	done; \
 	rm -rf $(3)/report; \
-	runs=$$(for m in serial mgrit simultaneous; do [ -f $(3)/$$m/metrics.h5 ] && echo $(3)/$$m; done); \
 	if [ -n "$$runs" ]; then \
 	  if $(REPORT) $$runs --out $(3)/report; then echo "figures and summary.md in $(3)/report"; \
 	  elif [ $$failed = 0 ]; then failed=1; fi; \
