@@ -163,8 +163,10 @@ class Console:
         if not enabled:
             return
         self._start, self._before = clock(), 0.0     # _before: a resumed run's earlier time
-        if width is None and "COLUMNS" not in os.environ:    # a rank: mpiexec's terminal
-            width = launcher_columns(file or sys.stdout)
+        # a rank: the terminal mpiexec writes to, which breaks nothing between words
+        behind = launcher_columns(file or sys.stdout) \
+            if width is None and "COLUMNS" not in os.environ else None
+        self._behind, width = behind is not None, behind or width
         self._out = _Terminal(file=file, highlight=False, width=width, no_color=colour_off())
         # stderr=True resolves sys.stderr at print time, so it lands above a live display
         self._err = _Terminal(file=err_file, stderr=err_file is None, highlight=False,
@@ -250,10 +252,23 @@ class Console:
 
     def message(self, text: str) -> None:
         """Print one line of plain text (above the bar when it is live); a terminal wraps
-        it between words, a pipe or file gets it whole."""
+        it between words (one behind mpiexec's pipe: `_fitted`), a pipe or file gets it
+        whole."""
         if self.enabled:
             log.info(text)
-            self._out.print(Text(text), soft_wrap=not self._out.is_terminal)
+            for line in self._fitted(text):
+                self._out.print(Text(line), soft_wrap=not self._out.is_terminal)
+
+    def _fitted(self, line: str) -> list[str]:
+        """`line` as a terminal behind mpiexec's pipe should get it: broken between words
+        at its width, its indent kept and the lines after the first indented two spaces
+        more; elsewhere whole."""
+        if not self._behind or len(line) <= self.width:
+            return [line]
+        lead = line[:len(line) - len(line.lstrip(" "))]
+        return textwrap.wrap(line.lstrip(" "), self.width, initial_indent=lead,
+                             subsequent_indent=lead + "  ", break_long_words=False,
+                             break_on_hyphens=False) or [line]
 
     def paragraph(self, text: str) -> None:
         """Print `text` broken between words into lines of the console's width, the
@@ -311,7 +326,8 @@ class Console:
     def _print_title(self) -> None:
         for line in (self.title, *self.notes):
             log.info(line)
-            self._out.print(Text(line), soft_wrap=True)
+            for part in self._fitted(line):
+                self._out.print(Text(part), soft_wrap=True)
 
     def _print_progress(self) -> None:
         lines = self.progress_lines()

@@ -175,9 +175,10 @@ LAUNCHED = """import io, sys
 from lptrain.metrics.console import Console
 from lptrain.metrics.streams import for_terminal, launcher_columns
 with open(sys.argv[2], "w") as out:
-    print(launcher_columns(sys.stderr), Console(True, 3, "t", file=sys.stdout).width,
-          file=out)
+    console = Console(True, 3, "t", file=sys.stdout, notes=[sys.argv[1][9:]])
+    print(launcher_columns(sys.stderr), console.width, file=out)
     print(for_terminal(sys.argv[1], sys.stderr), file=out)
+    console.message("  " + sys.argv[1][9:80])
 """
 
 
@@ -193,7 +194,7 @@ def _under_launcher(tmp_path, name: str, terminal: bool) -> list[str]:
     import termios
     from pathlib import Path
     launcher = tmp_path / name
-    launcher.write_text('#!/bin/sh\n"$PY" "$CHILD" "$LINE" "$RESULT" 2>&1 | cat\n')
+    launcher.write_text('#!/bin/sh\n"$PY" "$CHILD" "$LINE" "$RESULT" 2>&1 | tee "$SHOWN"\n')
     launcher.chmod(0o755)
     (tmp_path / "child.py").write_text(LAUNCHED)
     master, slave = pty.openpty()
@@ -207,12 +208,13 @@ def _under_launcher(tmp_path, name: str, terminal: bool) -> list[str]:
         try:
             subprocess.run([str(launcher)], stdout=out, stderr=out, timeout=60, check=True,
                            env={"PY": sys.executable, "LINE": stop, "RESULT": str(result),
+                                "SHOWN": str(tmp_path / "shown"),
                                 "CHILD": str(tmp_path / "child.py"), "PYTHONPATH": repo,
                                 "PATH": "/usr/bin:/bin"})
         finally:
             os.close(master)
             os.close(slave)
-    return result.read_text().splitlines()
+    return result.read_text().splitlines() + (tmp_path / "shown").read_text().splitlines()
 
 
 def test_a_line_under_an_mpi_launcher_in_a_terminal_is_broken_at_its_width(tmp_path):
@@ -220,9 +222,17 @@ def test_a_line_under_an_mpi_launcher_in_a_terminal_is_broken_at_its_width(tmp_p
     and the terminal broke the resume command mid-path at 80 columns (held-out check):
     the launcher's own terminal gives the width, the console's too."""
     lines = _under_launcher(tmp_path, "mpiexec", terminal=True)
-    assert lines == ["63 63", "lptrain: interrupted by SIGINT after iteration 26 (status",
-                     "  interrupted); resume with:",
-                     "  /venv/bin/mpiexec -n 2 /venv/bin/lptrain resume=/tmp/a/run"]
-    # a launcher writing to a file, and a parent that is no launcher: the line whole
-    assert _under_launcher(tmp_path, "mpiexec", terminal=False)[0] == "None 80"
-    assert len(_under_launcher(tmp_path, "other", terminal=True)) == 2
+    assert lines[:4] == ["63 63", "lptrain: interrupted by SIGINT after iteration 26 (status",
+                         "  interrupted); resume with:",
+                         "  /venv/bin/mpiexec -n 2 /venv/bin/lptrain resume=/tmp/a/run"]
+    # the console's title notes and messages too (they ran past the edge, mid-word):
+    # at 63 columns, an indent kept
+    assert lines[4:] == ["t", "interrupted by SIGINT after iteration 26 (status interrupted);",
+                         "  resume with: /venv/bin/mpiexec -n 2 /venv/bin/lptrain",
+                         "  resume=/tmp/a/run",
+                         "  interrupted by SIGINT after iteration 26 (status",
+                         "    interrupted); resume w"]
+    # a launcher writing to a file, and a parent that is no launcher: the lines whole
+    lines = _under_launcher(tmp_path, "mpiexec", terminal=False)
+    assert lines[0] == "None 80" and len(lines) == 5
+    assert len(_under_launcher(tmp_path, "other", terminal=True)) == 5
