@@ -97,28 +97,30 @@ CARRY_ON = $(if $(FRESHON),run the make command again without FRESH=1 to carry i
 define reproduce
 	@mkdir -p $(3)
 	@$(if $(QUICKON),,$(if $(FULL_$(1)),echo "$@: $(FULL_$(1))",true))
-	@failed=0; runs=; for m in serial mgrit simultaneous; do \
+	@w=$$(tput cols 2>/dev/null || echo 80); say() { if [ -t 1 ]; then echo "$$1" | fmt -w "$$w" -g "$$w"; \
+	         else echo "$$1"; fi; }; \
+	failed=0; runs=; for m in serial mgrit simultaneous; do \
 	  case $$($(PY) -m lptrain.runplan $(if $(FRESHON),--fresh )$(3)/$$m $(NP) experiment=$(2) mode=$$m $(call quick,$(1),$$m) $(ARGS)) in \
 	    kept) true;; \
 	    kept-failed) [ $$failed = 0 ] && failed=1; true;; \
 	    resume) $(RUN_NP) resume=$(3)/$$m;; \
 	    fresh) rm -rf $(3)/$$m; $(RUN_NP) experiment=$(2) mode=$$m hydra.run.dir=$(3)/$$m $(call quick,$(1),$$m) $(ARGS);; \
-	    running) echo "$(3)/$$m: a run is in progress there; wait for it or stop it"; exit 1;; \
-	    *) echo "$(3)/$$m: cannot tell what to do with it (python -m lptrain.runplan failed)"; exit 1;; \
+	    running) say "$(3)/$$m: a run is in progress there; wait for it or stop it"; exit 1;; \
+	    *) say "$(3)/$$m: cannot tell what to do with it (python -m lptrain.runplan failed)"; exit 1;; \
 	  esac; status=$$?; \
 	  [ -f $(3)/$$m/metrics.h5 ] && runs="$$runs $(3)/$$m"; \
 	  case $$status in \
 	    0) ;; \
-	    129|130|143) echo "$(3)/$$m: stopped; $(CARRY_ON)"; exit $$status;; \
-	    2) echo "$(3)/$$m: refused (exit status 2, the line above says why); no further mode runs"; \
+	    129|130|143) say "$(3)/$$m: stopped; $(CARRY_ON)"; exit $$status;; \
+	    2) say "$(3)/$$m: refused (exit status 2, the line above says why); no further mode runs"; \
 	       [ $$failed = 0 ] && failed=2; break;; \
-	    *) echo "$(3)/$$m: did not complete (exit status $$status, see above)"; \
+	    *) say "$(3)/$$m: did not complete (exit status $$status, see above)"; \
 	       [ $$failed = 0 ] && failed=$$status;; \
 	  esac; \
 	done; \
 	rm -rf $(3)/report; \
 	if [ -n "$$runs" ]; then \
-	  if $(REPORT) $$runs --out $(3)/report; then echo "figures and summary.md in $(3)/report"; \
+	  if $(REPORT) $$runs --out $(3)/report; then say "figures and summary.md in $(3)/report"; \
 	  elif [ $$failed = 0 ]; then failed=1; fi; \
 	fi; \
 	exit $$failed
