@@ -86,8 +86,9 @@ def main(argv: list[str]) -> str:
     fresh = argv[:1] == ["--fresh"]
     run_dir, ranks, *overrides = argv[fresh:]
     action = plan(run_dir, int(ranks), overrides, fresh)
-    if action in (KEPT, KEPT_FAILED):
-        print(kept_line(run_dir), file=sys.stderr)
+    if action in (KEPT, KEPT_FAILED):      # a terminal's lines broken between words
+        from lptrain.metrics.streams import for_terminal
+        print(for_terminal(kept_line(run_dir), sys.stderr), file=sys.stderr)
     return action
 
 
