@@ -116,6 +116,16 @@ def wrap_parts(parts: list[str], width: int) -> list[str]:
     return lines
 
 
+def broken(line: str, width: int) -> list[str]:
+    """`line` broken between words into lines of at most `width` columns (a word wider
+    gets a line of its own), its indent kept and the lines after the first indented two
+    spaces more, as the run's notes are."""
+    lead = line[:len(line) - len(line.lstrip(" "))]
+    return textwrap.wrap(line.lstrip(" "), width, initial_indent=lead,
+                         subsequent_indent=lead + "  ", break_long_words=False,
+                         break_on_hyphens=False) or [line]
+
+
 @dataclass(frozen=True)
 class Cadence:
     """When the plain console prints a progress line: always at the first and the last
@@ -260,22 +270,16 @@ class Console:
                 self._out.print(Text(line), soft_wrap=not self._out.is_terminal)
 
     def _fitted(self, line: str) -> list[str]:
-        """`line` as a terminal behind mpiexec's pipe should get it: broken between words
-        at its width, its indent kept and the lines after the first indented two spaces
-        more; elsewhere whole."""
+        """`line` as a terminal behind mpiexec's pipe should get it, `broken` at its
+        width; elsewhere whole."""
         if not self._behind or len(line) <= self.width:
             return [line]
-        lead = line[:len(line) - len(line.lstrip(" "))]
-        return textwrap.wrap(line.lstrip(" "), self.width, initial_indent=lead,
-                             subsequent_indent=lead + "  ", break_long_words=False,
-                             break_on_hyphens=False) or [line]
+        return broken(line, self.width)
 
     def paragraph(self, text: str) -> None:
-        """Print `text` broken between words into lines of the console's width, the
-        lines after the first indented by two spaces (as the run's other notes are),
-        on a terminal and in a pipe alike."""
-        for line in textwrap.wrap(text, self.width, subsequent_indent="  ",
-                                  break_long_words=False, break_on_hyphens=False):
+        """Print `text` `broken` at the console's width, on a terminal and in a pipe
+        alike."""
+        for line in broken(text, self.width):
             self.message(line)
 
     def error(self, text: str) -> None:
