@@ -52,11 +52,11 @@ def check_crc(raw, start: int, size: int, crc: int, name: str) -> None:
         raise zipfile.BadZipFile(f"Bad CRC-32 for file {name!r}")
 
 
-def crc_blocks(data) -> list[int]:
-    """The CRC-32 of each BLOCK bytes of the bytes-like `data` (the last one shorter):
+def crc_blocks(data, block: int = BLOCK) -> list[int]:
+    """The CRC-32 of each `block` bytes of the bytes-like `data` (the last one shorter):
     a reader of part of the data checks the blocks it reads."""
     view = memoryview(data).cast("B")
-    return [zlib.crc32(view[i:i + BLOCK]) for i in range(0, len(view), BLOCK)]
+    return [zlib.crc32(view[i:i + block]) for i in range(0, len(view), block)]
 
 
 class EntryFile(io.RawIOBase):

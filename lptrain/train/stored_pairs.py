@@ -15,13 +15,12 @@ Records of format 3 and older hold the tensors themselves and load as before.
 from __future__ import annotations
 
 import zipfile
-import zlib
 from pathlib import Path
 
 import torch
 
 from lptrain.errors import InputFileError
-from lptrain.model.zip_entry import BLOCK, entry_span
+from lptrain.model.zip_entry import BLOCK, crc_blocks, entry_span
 
 PAIRS_ENTRY = "pairs.bin"
 
@@ -118,12 +117,13 @@ class StoredVector:
         end = min(last * self.block, self.numel * self.item)
         data = bytearray(end - begin)
         self._read(begin, memoryview(data))
-        for b in range(first, last):
-            at = b * self.block - begin
-            if zlib.crc32(memoryview(data)[at:at + self.block]) != self.crc[b]:
-                raise InputFileError(f"{self.path}: damaged checkpoint ({PAIRS_ENTRY}: "
-                                     f"the bytes of a pair's block {b} do not match its "
-                                     f"CRC-32)")
+        found = crc_blocks(data, self.block)       # of blocks first .. last - 1
+        bad = [first + i for i, (got, kept) in enumerate(zip(found, self.crc[first:last]))
+               if got != kept]
+        if bad:
+            raise InputFileError(f"{self.path}: damaged checkpoint ({PAIRS_ENTRY}: the "
+                                 f"bytes of a pair's block {bad[0]} do not match its "
+                                 f"CRC-32)")
         values = torch.frombuffer(data, dtype=torch.uint8)
         part = values[lo * self.item - begin:hi * self.item - begin]
         return part.view(self.dtype).clone().to(self.device)
