@@ -159,6 +159,7 @@ def run(mode: str, overrides: list[str], longer: float = 1.0,
                 stalled=out.stalled if out.iterations <= its else None,
                 wall=sum(r["step_time"] for r in train_rows), opts=opts, net=net,
                 theta=theta, n_train=data.x_train.shape[0], trajectory=progress.objectives,
+                vals=progress.vals,
                 trials=sum(r["ls_trials"] for r in train_rows) / max(len(train_rows), 1),
                 fwd=sum(r["fwd_total"] for r in m) / n, adj=sum(r["adj_total"] for r in m) / n,
                 accepted=sum(r["fwd_iterations"] + r["adj_iterations"] for r in m) / n,
@@ -232,15 +233,25 @@ def spread(ser: dict, sim: dict, noisy: list[dict], eps: float) -> str:
     return f" {min(ratios):.3f}–{max(ratios):.3f} ({len(ratios)} at {eps:g}) | {inside} |"
 
 
+def at(result: dict, k: int) -> tuple[float, float]:
+    """(exact objective, validation accuracy) of a run() result at iteration k <= its
+    iterations: its configured iteration count's, or an earlier iterate's."""
+    if k >= result["iterations"]:
+        return result["objective"], result["val"]
+    return result["trajectory"][k - 1], result["vals"][k - 1]
+
+
 def row(name: str, ser: dict, sim: dict, noisy: tuple[list[dict], float] = ([], 0.0)) -> str:
-    ratio = sim["objective"] / ser["objective"]
-    dval = sim["val"] - ser["val"]
+    k = min(ser["iterations"], sim["iterations"])   # a run that stalled ended earlier:
+    (ser_j, ser_val), (sim_j, sim_val) = at(ser, k), at(sim, k)   # the same iteration
+    ratio = sim_j / ser_j
+    dval = sim_val - ser_val
     dwindow = sim["val_window"] - ser["val_window"]
     its = iterations_to(sim["trajectory"], ser["objective"])
-    ok = passes(ratio, dval, sim["stalled"])
+    ok = passes(ratio, dval, sim["stalled"] and not ser["stalled"])
     reach = f"{its}" if its else f"> {len(sim['trajectory'])}"
-    return (f"| {name} | {sim['iterations']} | {ser['objective']:.4f} | {sim['objective']:.4f} "
-            f"| {ratio:.3f} | {ser['val']:.3f} | {sim['val']:.3f} | {dval:+.3f} | {dwindow:+.3f} "
+    return (f"| {name} | {k} | {ser_j:.4f} | {sim_j:.4f} "
+            f"| {ratio:.3f} | {ser_val:.3f} | {sim_val:.3f} | {dval:+.3f} | {dwindow:+.3f} "
             f"| {sim['accepted']:.2f} / {sim['total']:.2f} | {sim['grad_error']:.1e} "
             f"| {sim['factor']:.2f} "
             f"| {sim['failed']} | {sim['rung']} "
