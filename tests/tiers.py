@@ -58,6 +58,7 @@ FILES = {
     "test_grid_times.py": "unit",
     "test_record_glue.py": "numeric",
     "test_guard.py": "unit",
+    "test_loop_clock.py": "training",
     "test_hierarchy.py": "unit",
     "test_host_sharing.py": "numeric",
     "test_indexing.py": "unit",

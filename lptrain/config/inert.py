@@ -8,7 +8,6 @@ run with the keys changed is bitwise the run without them.
 """
 from __future__ import annotations
 
-import textwrap
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -101,11 +100,8 @@ def unused(opts, overrides: Sequence[str], built: Built) -> list[tuple[list[str]
     return [(found[i], RULES[i].why) for i in sorted(found)]
 
 
-def unused_notes(opts, overrides: Sequence[str], built: Built, width: int = 80) -> list[str]:
-    """The console lines under the run's title that name the unused overrides."""
-    lines = []
-    for typed, why in unused(opts, overrides, built):
-        text = f"not used: {' '.join(typed)} ({why})"
-        lines += textwrap.wrap(text, width - 1, subsequent_indent="  ",
-                               break_on_hyphens=False)
-    return lines
+def unused_notes(opts, overrides: Sequence[str], built: Built) -> list[str]:
+    """The notes under the run's title that name the unused overrides, one per rule (the
+    console breaks them at its width)."""
+    return [f"not used: {' '.join(typed)} ({why})"
+            for typed, why in unused(opts, overrides, built)]

@@ -4,13 +4,13 @@ On an interactive terminal (as rich decides: a TTY, TERM not dumb) a live displa
 in place: the run's title, a bar, the finished/total iterations, the elapsed time and the
 estimated time left on one line (the title on a line of its own above when the terminal
 is too narrow for both), the latest values below; the title's notes (e.g. the MGRIT
-levels) are printed once above it. Through a pipe or into a file (CI, `| tee`, every rank
-under mpiexec) it prints plain lines instead, never escape codes, at a time-based cadence
-(`Cadence`): the title and its notes once, then per shown iteration its position and
-values broken between groups at the console's width (80 columns unless COLUMNS says
-otherwise, or a rank finds the terminal its MPI launcher writes to), so that a terminal
-behind a pipe never wraps them mid-value. With
-`enabled=False` (ranks other than 0) every method does nothing.
+levels) are printed once above it, broken between words at the terminal's width.
+Through a pipe or into a file (CI, `| tee`, every rank under mpiexec) it prints plain
+lines instead, never escape codes, at a time-based cadence (`Cadence`): the title and its
+notes once, then per shown iteration its position and values broken between groups at
+the console's width (80 columns unless COLUMNS says otherwise, or a rank finds the
+terminal its MPI launcher writes to), so that a terminal behind a pipe never wraps them
+mid-value. With `enabled=False` (ranks other than 0) every method does nothing.
 
 Every plain line (progress, messages, errors, the summary as `name: value` lines) also goes
 to the "lptrain" logger, live display or not: the lptrain command's Hydra job log
@@ -169,6 +169,7 @@ class Console:
         self._first = self._iteration = self._first_at = None  # first, latest iteration
         self._updated = self._shown = None     # clock at the latest update / printed line
         self._elapsed = 0.0                    # the run's elapsed seconds at that update
+        self._doing: str | None = None         # what the run does between iterations
         self._live, self.live = None, False
         if not enabled:
             return
@@ -187,7 +188,7 @@ class Console:
                               refresh_per_second=4)
             self._live.start()
             for note in self.notes:      # above the bar, which shows the title
-                self._out.print(Text(note), soft_wrap=not self._out.is_terminal)
+                self._out.print(Text("\n".join(broken(note, self.width))), soft_wrap=True)
         else:     # a pipe or file: what was launched shows at once, not with the first
             self._print_title()       # iteration's line (minutes later on a large run)
 
@@ -217,11 +218,16 @@ class Console:
         self._values.update({k: v for k, v in fields.items() if v is not None})
         if self._first is None:
             self._first, self._first_at = iteration, now
-        self._iteration, self._updated = iteration, now
+        self._iteration, self._updated, self._doing = iteration, now, None
         self._elapsed = now - self._start + self._before if elapsed is None else elapsed
         if (self._shown is None or iteration >= self.total
                 or now - self._shown >= self.cadence.gap(self._run_seconds())):
             self._print_progress()
+
+    def doing(self, what: str | None) -> None:
+        """What the run does now outside an iteration (`validating`): the live display
+        shows it in place of the ETA until the next update; lines printed are unchanged."""
+        self._doing = what
 
     def carry_on(self, step_times, seconds: float = 0.0) -> None:
         """A resumed run: its earlier iterations' durations count in the iteration time
@@ -249,8 +255,7 @@ class Console:
         now = self._clock()
         right = Text(self._position(now) if self._iteration is not None else
                      f"0/{self.total}  {format_duration(now - self._start + self._before)} "
-                     f"elapsed  eta "
-                     f"{format_duration(float('nan'))}")
+                     f"elapsed  " + (self._doing or f"eta {format_duration(float('nan'))}"))
         parts = stat_parts(self._values, self.iteration_time(), self._iteration)
         return Group(*_bar_lines(self.title, self._iteration or 0, self.total, right, width),
                      *(Text(line) for line in wrap_parts(parts, width)))
@@ -361,8 +366,9 @@ class Console:
     def _position(self, now: float | None = None) -> str:
         """'12/300  0:00:28 elapsed  eta 0:00:42' (elapsed at `now`, else at the update)."""
         elapsed = self._elapsed + (0.0 if now is None else now - self._updated)
-        return (f"{self._iteration}/{self.total}  {format_duration(elapsed)} elapsed  "
-                f"eta {format_duration(self._eta())}")
+        doing = self._doing if now is not None and self._doing else \
+            f"eta {format_duration(self._eta())}"
+        return f"{self._iteration}/{self.total}  {format_duration(elapsed)} elapsed  {doing}"
 
 
 def _bar_lines(title: str, completed: int, total: int, right: Text, width: int) -> list:

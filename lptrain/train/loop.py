@@ -136,7 +136,7 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
     chunk = validation_chunk(batches)
     if resume is None:
         start = time.perf_counter()
-        val = _validate(0, theta, oracle, data, writer, chunk)
+        val = _validate(0, theta, oracle, data, writer, chunk, console)
         best, k0, val_at = val[1], 0, 0
         progress.validated(0, *val, theta)
     else:
@@ -162,15 +162,16 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
         t0, c0, w0 = time.perf_counter(), exchange.clock.comm, exchange.clock.wait
         theta, info = optimizer.step(theta, oracle)
         dt = time.perf_counter() - t0
-        wall = time.perf_counter() - start   # the run's wall time: to its last iteration
-        stats = _log_step(k, info, dt, wall, oracle, writer)
-        _log_timing(k, dt, exchange, c0, w0, writer)
+        stats = oracle.record()      # collective on a data grid: every rank, every time
         stalled = stall.update(info.objective, info.exhausted)
         last = k == opts.train.iterations or info.converged or stalled
         validate = k % opts.eval_every == 0 or last
         if validate:
-            val = _validate(k, theta, oracle, data, writer, chunk)
+            val = _validate(k, theta, oracle, data, writer, chunk, console)
             best, val_at = max(best, val[1]), k
+        wall = time.perf_counter() - start   # the run's wall time: to the end of this
+        _log_step(k, info, dt, wall, stats, writer)     # iteration, its validation included
+        _log_timing(k, dt, exchange, c0, w0, writer)
         console.update(k, wall, objective=info.objective, loss=info.loss,
                        accuracy=info.accuracy, val_accuracy=val[1], val_iteration=val_at,
                        step_time=dt,
@@ -206,17 +207,16 @@ def _outcome(k: int, info, val, best: float, wall: float, stalled) -> Outcome:
                    at_start=info.at_start)
 
 
-def _log_step(k: int, info, dt: float, wall: float, oracle, writer) -> dict | None:
-    """Iteration k's train/ row and the oracle's MGRIT record (returned; None: none)."""
+def _log_step(k: int, info, dt: float, wall: float, stats: dict | None, writer) -> None:
+    """Iteration k's train/ row and its MGRIT row (stats: the oracle's record; None:
+    none)."""
     writer.log_train(iteration=k, objective=info.objective, loss=info.loss,
                      accuracy=info.accuracy, grad_norm=info.grad_norm,
                      step_size=info.step_size, step_time=dt, wall_time=wall,
                      ls_trials=info.ls_trials, lbfgs_skipped=info.lbfgs_skipped,
                      lbfgs_reset=info.lbfgs_reset, ls_failed=info.ls_failed)
-    stats = oracle.record()          # collective on a data grid: every rank, every time
     if stats is not None:            # a non-finite objective's: its forward solve alone
         writer.log_mgrit(iteration=k, **stats)
-    return stats
 
 
 def _checked(stop, exchange, k, writer, save, signals: bool = True):
@@ -353,7 +353,8 @@ def _shortfall(k: int, stats: dict, console, mgrit=None) -> bool:
     return short > 0
 
 
-def _validate(k, theta, oracle, data, writer, chunk):
+def _validate(k, theta, oracle, data, writer, chunk, console):
+    console.doing("validating")     # the live display says so until the next update
     loss, acc = oracle.validate(theta, data.x_val, data.y_val, chunk)
     writer.log_validation(iteration=k, loss=loss, accuracy=acc)
     return loss, acc

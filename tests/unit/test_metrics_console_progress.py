@@ -281,3 +281,27 @@ def test_a_run_that_ends_before_its_first_row_still_shows_its_title():
         c.update(1, loss=0.5)
     c.close()                                     # later calls do nothing
     assert out.getvalue().count("serial peaks N=32") == 1
+
+
+NOT_USED = ("not used: mgrit.levels=2 mgrit.cfactor0=2 mgrit.grad_tol=0.01 "
+            "(mode=serial runs no MGRIT)")
+
+
+def test_a_long_note_goes_whole_to_a_pipe_and_the_log(plain_env):
+    out = io.StringIO()
+    with _Logged() as logged:
+        Console(True, 3, "peaks", notes=[NOT_USED], file=out, width=40).close()
+    assert out.getvalue().splitlines() == ["peaks", NOT_USED]
+    assert logged.lines == ["peaks", NOT_USED]
+
+
+def test_a_long_note_above_a_live_bar_is_broken_at_the_terminal_s_width(tty_env):
+    """At 60 columns the 'not used' note, broken at a fixed 80 before, was wrapped again by
+    the terminal, its second line without an indent (held-out)."""
+    out = io.StringIO()
+    c = Console(True, 5, "peaks", notes=[NOT_USED], file=out, width=60)
+    c.close()
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue()).splitlines()
+    first = [i for i, ln in enumerate(plain) if ln.startswith("not used:")][0]
+    assert plain[first:first + 2] == ["not used: mgrit.levels=2 mgrit.cfactor0=2",
+                                      "  mgrit.grad_tol=0.01 (mode=serial runs no MGRIT)"]
