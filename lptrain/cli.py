@@ -35,6 +35,7 @@ _resuming: list = []      # the run directory given with resume=
 _sweep: list = []         # the SweepJobs of a sweep directory given with resume=
 _channel: list = []       # the JobChannel main() opened (empty when called otherwise)
 _typed: list[str] = []    # the command's own arguments (rank 0)
+_results: list = []       # a sweep's JobResult of each job the task ended (rank 0)
 
 
 def _say(msg: str) -> None:
@@ -199,6 +200,8 @@ def _lead(args: list[str], ranks: int) -> int:
         status = _hydra(args, directory, multirun(args))
         if status is not None:
             _failures.append(status)
+        elif multirun(args) and _results:
+            _closing(directory)
     finally:
         if saved and REFUSED in _failures:    # the run stays as it was
             _put_back(saved.restore)
@@ -223,6 +226,15 @@ def _hydra(args: list[str], directory: str | None = None, sweep: bool = False) -
         _say(line)
         return status
     return None
+
+
+def _closing(directory: str) -> None:
+    """The line after a sweep's last job, on stdout with the jobs' summaries (each job's
+    log has its own run; the sweep has none)."""
+    from lptrain.metrics.streams import for_terminal
+    from lptrain.sweeps import sweep_summary
+    line = f"{PROG}: {sweep_summary(dir_value(directory), _results)}"
+    print(for_terminal(line, sys.stdout), flush=True)
 
 
 def _put_back(restore) -> None:
@@ -265,7 +277,7 @@ def _task(cfg) -> float | None:
             _put_back(lambda: _sweep[0].put_back(Path(HydraConfig.get().runtime.output_dir)))
             stop_between_jobs(_stop[0] if _stop else None, _resuming[0],
                               _channel[0].size if _channel else 1)
-            return None if plan is None else plan.objective
+            return _ended(None if plan is None else plan.objective)
         resume = plan.action == "resume"
     job = Job.of_hydra(cfg, HydraConfig.get(), resume=resume)
     channel = _channel[0] if _channel else None
@@ -278,6 +290,19 @@ def _task(cfg) -> float | None:
         channel.busy = False
     if _sweep and REFUSED in _failures[failed:]:     # the job stays as it was
         _put_back(lambda: _sweep[0].put_back(Path(job.run_dir)))
+    return _ended(objective)
+
+
+def _ended(objective: float | None) -> float | None:
+    """`objective`, noted as the result of the sweep's job under way (its closing line)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from lptrain.sweeps import JobResult
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode == RunMode.MULTIRUN:       # a single run has no job number
+        _results.append(JobResult(hydra_cfg.job.num, tuple(hydra_cfg.overrides.task),
+                                  objective))
     return objective
 
 

@@ -14,6 +14,7 @@ Rank 0 alone uses this module (cli.py); the other ranks run the jobs it hands th
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,3 +218,30 @@ class SweepJobs:
 def _shown(overrides: dict[str, str], keys: list[str]) -> str:
     """The overrides of `keys`, comma-separated, `no KEY` for one not given."""
     return ", ".join(overrides.get(k, f"no {k}") for k in keys)
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """A sweep job as the task ended it: Hydra's job number, its task overrides and its
+    final objective (None: the job failed or was refused)."""
+
+    number: int
+    overrides: tuple[str, ...]
+    objective: float | None
+
+
+def sweep_summary(directory, results: list[JobResult]) -> str:
+    """The line that closes a sweep: its jobs, how many finished, the lowest final
+    objective with the job that reached it (by the overrides that tell the jobs apart),
+    and the command that shows them all."""
+    finished = [r for r in results if r.objective is not None]
+    ranked = [r for r in finished if math.isfinite(r.objective)]
+    text = (f"sweep of {len(results)} job{'s' * (len(results) != 1)} in {directory}: "
+            f"{len(finished)} finished, {len(results) - len(finished)} failed")
+    if ranked:
+        best = min(ranked, key=lambda r: r.objective)
+        common = set.intersection(*(set(r.overrides) for r in results))
+        apart = " ".join(o for o in best.overrides if o not in common)
+        text += f"; lowest final objective {best.objective:.6g} (#{best.number}" \
+                f"{' ' + apart if apart else ''})"
+    return text + f"; plots and a table of all: `lptrain-report {directory}`"

@@ -3,9 +3,11 @@ stdout and stderr that outlive a terminal that hung up."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import re
 import shutil
+import sys
 import textwrap
 
 _COLOUR = {"ours": False}   # NO_COLOR set by no_color_in_pipes, not by the user
@@ -144,3 +146,14 @@ def _terminal_columns(path: str) -> int | None:
         return os.get_terminal_size(fd).columns
     finally:
         os.close(fd)
+
+
+class HydraLines(logging.Formatter):
+    """Hydra's own log lines on the console (hydra/hydra_logging/lptrain.yaml): its tabs
+    (`[HYDRA] \\t#0 : mode=serial`) and runs of spaces as one space, and the line broken
+    between words at the terminal's width as lptrain's own lines are (`for_terminal`);
+    a pipe or file gets it whole."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = " ".join(super().format(record).split())
+        return for_terminal(text, sys.stdout)

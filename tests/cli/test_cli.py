@@ -320,6 +320,15 @@ def test_multirun_sweeps_seeds(tmp_path):
     objectives = [m.train[ms.OBJECTIVE] for m in metrics]
     assert all(math.isfinite(x) for o in objectives for x in o)
     assert not np.allclose(objectives[0], objectives[1])   # the seeds were applied
+    # Hydra's job lines without its tab; a closing line names the best job, how to report
+    best = min((o[-1], k) for k, o in enumerate(objectives))
+    lines, sweep = proc.stdout.splitlines(), sweep.relative_to(tmp_path)   # as Hydra named it
+    assert [ln.split("[HYDRA] ")[1] for ln in lines if "[HYDRA] #" in ln] == \
+        [f"#{k} : seed={k + 1} " + " ".join(unseeded) for k in range(2)]
+    assert lines[-1] == (f"lptrain: sweep of 2 jobs in {sweep}: 2 finished, 0 failed; "
+                         f"lowest final objective {best[0]:.6g} (#{best[1]} "
+                         f"seed={best[1] + 1}); plots and a table of all: "
+                         f"`lptrain-report {sweep}`")
 
 
 @pytest.mark.mpi

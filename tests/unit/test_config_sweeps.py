@@ -80,3 +80,19 @@ def test_a_sweeps_split_is_checked_on_the_commands_ranks_before_any_job():
         ["network.layers=64", "parallel.layer_ranks=2", "seed=1"],
         ["network.layers=64", "parallel.layer_ranks=1", "seed=2"],
         ["network.layers=1", "parallel.layer_ranks=2", "seed=1"]]
+
+
+def test_a_sweep_closes_with_its_jobs_its_best_and_the_report_command():
+    from lptrain.sweeps import JobResult, sweep_summary
+    jobs = [JobResult(0, ("optimizer=sgd", "optimizer.lr=0.1"), 1.3455),
+            JobResult(1, ("optimizer=sgd", "optimizer.lr=1e9"), None),        # diverged
+            JobResult(2, ("optimizer=sgd", "optimizer.lr=0.01"), float("nan")),  # ran
+            JobResult(3, ("optimizer=sgd", "optimizer.lr=0.05"), 0.91234567)]
+    assert sweep_summary("multirun/x", jobs) == (
+        "sweep of 4 jobs in multirun/x: 3 finished, 1 failed; lowest final objective "
+        "0.912346 (#3 optimizer.lr=0.05); plots and a table of all: "
+        "`lptrain-report multirun/x`")
+    assert sweep_summary("s", jobs[1:2]) == (
+        "sweep of 1 job in s: 0 finished, 1 failed; plots and a table of all: "
+        "`lptrain-report s`")
+    assert "(#0)" in sweep_summary("s", jobs[:1])       # one job: nothing tells it apart

@@ -236,3 +236,14 @@ def test_a_line_under_an_mpi_launcher_in_a_terminal_is_broken_at_its_width(tmp_p
     lines = _under_launcher(tmp_path, "mpiexec", terminal=False)
     assert lines[0] == "None 80" and len(lines) == 5
     assert len(_under_launcher(tmp_path, "other", terminal=True)) == 5
+
+
+def test_hydra_s_job_lines_lose_their_tab(capsys):
+    """`[HYDRA] \t#0 : mode=serial`: the tab jumped to column 24 or 32 and the line ran
+    past 80 columns mid-word on a terminal (held-out)."""
+    import logging
+    from lptrain.metrics.streams import HydraLines
+    record = logging.LogRecord("hydra", logging.INFO, "x", 1, "\t#2 : mode=simultaneous  a=1",
+                               None, None)
+    assert HydraLines("[HYDRA] %(message)s").format(record) == \
+        "[HYDRA] #2 : mode=simultaneous a=1"
