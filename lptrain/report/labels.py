@@ -47,7 +47,17 @@ def run_labels(runs: Sequence[RunMetrics]) -> list[str]:
             break
         _, _, key, new = max(scored)
         _show(key, new, parts, shown)
-    return _unique([" ".join(p) for p in parts])
+    return _unique([" ".join(_built(p, run) for p in part) for part, run in zip(parts, runs)])
+
+
+def _built(part: str, run: RunMetrics) -> str:
+    """A label part as shown: `mgrit.levels=N`, an upper bound, with the hierarchy the
+    run built where that has fewer levels (`mgrit.levels=10 (built 30/15)`)."""
+    key, _, value = part.partition("=")
+    levels = str(run.attrs.get(s.MGRIT_LEVELS) or "")
+    if key != "mgrit.levels" or not levels or str(len(levels.split("/"))) == value:
+        return part
+    return f"{part} (built {levels})"
 
 
 def _parts(key: str, reads: Sequence, sources: list[list[dict]]):

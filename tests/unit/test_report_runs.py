@@ -76,7 +76,9 @@ def test_labels_show_every_typed_difference_then_what_tells_runs_apart(tmp_path)
             ["mgrit.cfactor0=4", "mgrit.levels=3", "network.width=8",
              "network.activation=relu", "seed=1"]]
     for job, typed in enumerate(jobs):
-        fake_run(tmp_path / "sweep" / str(job), "mgrit", 0.1)
+        path = fake_run(tmp_path / "sweep" / str(job), "mgrit", 0.1)
+        with h5py.File(path, "a", locking=False) as f:     # the hierarchies they built
+            f.attrs[s.MGRIT_LEVELS] = ("16/8", "16/4/1")[job]
         _typed(tmp_path / "sweep" / str(job), typed)
     runs = [read_metrics(p) for p in find_metrics([tmp_path / "sweep"])]
     assert run_labels(runs) == [f"mgrit {' '.join(typed)}" for typed in jobs]
@@ -201,3 +203,16 @@ def test_a_sweeps_jobs_without_metrics_are_named(tmp_path, capsys):
     assert err == [f"lptrain-report: note: {sweep / job}: no metrics.h5 (a run refused or "
                    "stopped before its first iteration, its lptrain.log says why); left out"
                    for job in ("1", "11")]
+
+
+def test_a_levels_bound_shows_the_hierarchy_a_run_built(tmp_path):
+    """`mgrit.levels=10` labelled a run whose hierarchy was 30/15 (held-out): the setting
+    is an upper bound."""
+    for name, (levels, built) in {"a": (10, "30/15"), "b": (3, "32/8/2")}.items():
+        path = fake_run(tmp_path / name, "simultaneous", 0.4)
+        with h5py.File(path, "a", locking=False) as f:
+            f.attrs[s.CONFIG] = f"mode:\n  name: simultaneous\nmgrit:\n  levels: {levels}\n"
+            f.attrs[s.MGRIT_LEVELS] = built
+    runs = [read_metrics(tmp_path / n / s.FILE_NAME) for n in "ab"]
+    assert run_labels(runs) == ["simultaneous mgrit.levels=10 (built 30/15)",
+                                "simultaneous mgrit.levels=3"]
