@@ -405,16 +405,23 @@ def _row(cells: list, bar_width: int, completed: int, total: int, right: Text) -
 
 
 def _format_value(value, unit: str = "") -> str:
-    """'0.123457', '12', '29.13 s', '3725 s (1:02:05)', an accuracy (unit 'fraction')
-    '0.7400'; '-' for None."""
+    """'0.123457', '1.12710', '12', '29.10 s', '3725 s (1:02:05)', an accuracy (unit
+    'fraction') '0.7400'; '-' for None. Floats keep their trailing zeros, so that values
+    of one kind show as many digits."""
     if value is None:
         return "-"
     if unit == FRACTION:
         return f"{value:.4f}"
     if unit == "s" and isinstance(value, (int, float)):
-        text = f"{value:.4g} s"
+        text = f"{_digits_kept(value, 4)} s"
         # rounded as the seconds are (145.96 s read '146 s (0:02:25)')
         whole = round(value) if math.isfinite(value) else value
         return f"{text} ({format_duration(whole)})" if value >= 60 else text
-    text = f"{value:.6g}" if isinstance(value, float) else str(value)
+    text = _digits_kept(value, 6) if isinstance(value, float) else str(value)
     return f"{text} {unit}" if unit else text
+
+
+def _digits_kept(value: float, digits: int) -> str:
+    """`value` to `digits` significant digits, trailing zeros kept ('4.110'), no point
+    left bare ('3725')."""
+    return f"{value:#.{digits}g}".rstrip(".") if math.isfinite(value) else f"{value}"

@@ -72,7 +72,7 @@ class ModelSaver:
         80 columns."""
         best, last = progress.best, f"{self.paths['last'].name}: iteration {progress.iteration}"
         held = [last] if best is None else [
-            f"best validation accuracy {best.accuracy:.4g} at iteration {best.iteration}", last]
+            f"best validation accuracy {best.accuracy:.4f} at iteration {best.iteration}", last]
         one = "  " + "; ".join(held)
         return [f"model: {self.paths['best']}",
                 *([one] if len(one) <= CONSOLE_COLUMNS else ["  " + h for h in held])]

@@ -56,7 +56,7 @@ def test_iteration_time_is_the_median_after_the_first():
     assert iteration_time([]) is None and iteration_time(None) is None
     assert format_duration(3725.9) == "1:02:05" and format_duration(math.nan) == "-:--:--"
     from lptrain.metrics.console import _format_value
-    assert _format_value(145.96, "s") == "146 s (0:02:26)"      # one rounding for both
+    assert _format_value(145.96, "s") == "146.0 s (0:02:26)"      # one rounding for both
 
 
 def test_disabled_console_prints_nothing(capsys):

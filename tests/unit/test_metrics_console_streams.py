@@ -41,7 +41,7 @@ def test_output_through_a_pipe_is_plain_text():
     assert progress[-1].endswith("fwd 2 it 2.5e-06")
     assert "done" in lines
     assert any("final loss" in line and "0.025" in line for line in lines)
-    assert any("wall time" in line and "1.5 s" in line for line in lines)
+    assert any("wall time" in line and "1.500 s" in line for line in lines)
     assert res.stderr == "error: boom\n"
 
 

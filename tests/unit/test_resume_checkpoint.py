@@ -229,7 +229,7 @@ def test_the_models_lines_stay_within_80_columns_for_long_runs():
     progress = SimpleNamespace(best=SimpleNamespace(accuracy=0.995, iteration=3000),
                                iteration=3000)
     assert ModelSaver.describe(saver, progress) == [
-        "model: /r/model.pt", "  best validation accuracy 0.995 at iteration 3000",
+        "model: /r/model.pt", "  best validation accuracy 0.9950 at iteration 3000",
         "  model-last.pt: iteration 3000"]
     progress.best.iteration = progress.iteration = 12
     lines = ModelSaver.describe(saver, progress)

@@ -92,7 +92,7 @@ def test_a_resumed_runs_summary_shows_the_whole_runs_times(tmp_path, caplog, mon
         outcome = app.run(cfg, None, tmp_path, resume=True)
     m = read_metrics(tmp_path / ms.FILE_NAME)
     assert iteration_time(m.train[ms.STEP_TIME]) == 100.0       # 7 of the 11 counted
-    assert "iteration time: 100 s (0:01:40)" in caplog.messages
+    assert "iteration time: 100.0 s (0:01:40)" in caplog.messages
     assert outcome.wall_time == m.train[ms.WALL_TIME][-1]
     # the progress lines' elapsed time counted from the resume (was '0:00:00 elapsed'),
     # the loop's: the last one is the wall time
