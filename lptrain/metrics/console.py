@@ -266,18 +266,18 @@ class Console:
         return self._out.width if self.enabled else 80
 
     def message(self, text: str) -> None:
-        """Print one line of plain text (above the bar when it is live); a terminal wraps
-        it between words (one behind mpiexec's pipe: `_fitted`), a pipe or file gets it
-        whole."""
+        """Print one line of plain text (above the bar when it is live), `_fitted`: on a
+        terminal broken between words at its width, in a pipe or file whole."""
         if self.enabled:
-            log.info(text)
-            for line in self._fitted(text):
-                self._out.print(Text(line), soft_wrap=not self._out.is_terminal)
+            log.info(text)      # one print: a live display redraws between two
+            self._out.print(Text("\n".join(self._fitted(text))),
+                            soft_wrap=not self._out.is_terminal)
 
     def _fitted(self, line: str) -> list[str]:
-        """`line` as a terminal behind mpiexec's pipe should get it, `broken` at its
-        width; elsewhere whole."""
-        if not self._behind or len(line) <= self.width:
+        """`line` as a terminal (also one behind mpiexec's pipe) should get it, `broken`
+        at its width (the terminal itself would break it without an indent); a pipe or
+        file gets it whole."""
+        if not (self._behind or self._out.is_terminal) or len(line) <= self.width:
             return [line]
         return broken(line, self.width)
 
@@ -300,6 +300,8 @@ class Console:
         if not self.enabled:
             return
         title = f"{self.title}: summary"
+        if len(title) + 2 > self.width:      # the run's title is on screen above it
+            title = "summary"
         # at least as wide as its title, so the title stays one line whatever the values
         table = Table(title=title, show_header=False, min_width=len(title) + 2)
         table.add_column("quantity", style="bold")

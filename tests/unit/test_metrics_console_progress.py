@@ -199,8 +199,10 @@ def test_messages_wrap_between_words_on_a_terminal_only(tty_env, monkeypatch):
     c.close()
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
     lines = [line.rstrip() for line in plain.splitlines()]
+    # its second line indented, as the run's notes (at 60 columns a model line went on
+    # unindented: held-out)
     assert lines[:2] == ["model: /runs/a/model.pt (best validation",
-                         "accuracy 0.87, iteration 50); last: x"]
+                         "  accuracy 0.87, iteration 50); last: x"]
     for name in TTY_VARS:
         monkeypatch.delenv(name, raising=False)
     out = io.StringIO()
@@ -305,3 +307,17 @@ def test_a_long_note_above_a_live_bar_is_broken_at_the_terminal_s_width(tty_env)
     first = [i for i, ln in enumerate(plain) if ln.startswith("not used:")][0]
     assert plain[first:first + 2] == ["not used: mgrit.levels=2 mgrit.cfactor0=2",
                                       "  mgrit.grad_tol=0.01 (mode=serial runs no MGRIT)"]
+
+
+def test_a_summary_title_wider_than_the_terminal_is_left_to_the_bar(tty_env):
+    """At 60 columns the title broke as '…(1 layer x 1 data):' over 'summary' (held-out);
+    the live bar above shows the run's title."""
+    title = "simultaneous fashion_mnist N=32 P=1 (1 layer x 1 data)"
+    for width, shown in ((60, "summary"), (80, f"{title}: summary")):
+        out = io.StringIO()
+        c = Console(True, 1, title, file=out, width=width)
+        c.update(1, loss=0.5)
+        c.close()
+        c.summary({"iterations": 1})
+        plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue()).splitlines()
+        assert plain[-4].strip() == shown, plain
