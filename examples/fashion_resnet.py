@@ -1,7 +1,10 @@
 """A user's own convolutional ResNet on Fashion-MNIST, its residual layers layer-parallel.
 
-    python examples/fashion_resnet.py                  # one process
-    mpiexec -n 2 python examples/fashion_resnet.py     # the 16 layers split over 2 ranks
+    python examples/fashion_resnet.py                          # one process
+    mpiexec -n 2 python -m mpi4py examples/fashion_resnet.py   # 16 layers on 2 ranks
+
+(`-m mpi4py`: an exception or Ctrl-C on one rank ends every rank instead of leaving
+the others waiting in their next message.)
 
 Every rank runs this same script on the same batches; the residual layers are
 split over the ranks and trained one-shot (two MGRIT iterations per solve,

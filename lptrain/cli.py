@@ -23,8 +23,8 @@ from lptrain.jobs import END, Job, JobChannel
 from lptrain.resume_args import resume_args, sweep_switch
 from lptrain.rundir import (RunLock, SavedFiles, dir_value, is_sweep, refuse_earlier_run,
                             remove_refused)
-from lptrain.stops import (PROG, again, resume_hint, say, signal_at_the_end, unexpected,
-                           stop_between_jobs, stop_if_signalled)
+from lptrain.stops import (PROG, AgreedExit, again, resume_hint, say, signal_at_the_end,
+                           stop_between_jobs, stop_if_signalled, unexpected)
 
 from lptrain.config import CONF_MODULE, check_command
 log = logging.getLogger("lptrain")
@@ -356,7 +356,10 @@ def _run_job(job: Job) -> float | None:
             message = str(exc) + _split_hint(str(exc), ranks) + resume_hint(exc, job, ranks)
             _say(message)
             log.error(message)
-    except Exception as exc:         # unexpected: log, say it once, end every rank
+    except AgreedExit:               # every rank leaves together
+        raise
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:   # unexpected, a user's
+        # step's sys.exit too: log, say it once, end every rank
         trace = run_dir / f"error-rank{comm.Get_rank()}.log"
         try:
             trace.write_text(traceback.format_exc())

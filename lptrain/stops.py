@@ -17,6 +17,11 @@ PROG = "lptrain"
 log = logging.getLogger("lptrain")
 
 
+class AgreedExit(SystemExit):
+    """An exit every rank takes together, after agreeing on it (a signal in a sweep's
+    job): not a failure to end the other ranks for (cli._run_job)."""
+
+
 def say(message: str, level: int | None = logging.WARNING) -> None:
     """One line `lptrain: message` on stderr (rank 0), and in the log at `level` (None:
     not logged)."""
@@ -65,14 +70,15 @@ def resume_hint(exc, job: Job, ranks: int) -> str:
     return f"; once fixed, resume with: {command}"
 
 
-def unexpected(exc: Exception, rank: int, trace: Path | None, job: Job, ranks: int) -> str:
+def unexpected(exc: BaseException, rank: int, trace: Path | None, job: Job, ranks: int) -> str:
     """The one line of an error no rank expected. An MPI call that failed on a
     surviving rank means, almost always, that another rank ended (killed, out of
     memory) in a collective or message: say that, and what the run can carry on from."""
     from lptrain.errors import one_line
     where = f" (traceback in {trace})" if trace else ""
     if not type(exc).__module__.startswith("mpi4py"):
-        return f"rank {rank}: {type(exc).__name__}: {one_line(exc)}{where}"
+        text = one_line(exc)
+        return f"rank {rank}: {type(exc).__name__}{': ' + text if text else ''}{where}"
     command = _from_checkpoint(job, ranks)
     kept = "" if command is None else f"; its last checkpoint is whole: resume with: {command}"
     return (f"rank {rank}: an MPI call failed, most likely because another rank ended "
@@ -99,7 +105,7 @@ def signal_at_the_end(job: Job, comm, stop) -> None:
                         "on: sweep again, an Optuna study from its hydra.sweeper.storage)")
         say(message)
     if sweep:
-        sys.exit(128 + signum)
+        raise AgreedExit(128 + signum)
 
 
 def stop_between_jobs(stop, sweep_dir: Path, ranks: int) -> None:

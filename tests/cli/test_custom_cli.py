@@ -82,3 +82,20 @@ def test_an_error_every_rank_hits_is_said_once(tmp_path):
     assert len(ours) == 1 and ours[0].startswith("lptrain: error: rank 0: RuntimeError: "
                                                  "fails at call "), proc.stderr[-3000:]
     assert (tmp_path / "run" / "error-rank0.log").is_file()
+
+
+@pytest.mark.parametrize("how, name", [("exit", "SystemExit: 3"),
+                                       ("interrupt", "KeyboardInterrupt")])
+def test_a_step_that_exits_on_one_rank_ends_every_rank_in_one_line(how, name, tmp_path):
+    """A step's sys.exit (or KeyboardInterrupt) on rank 1 of a layer split left rank 0
+    waiting in its next message: the job hung, with no line (held-out)."""
+    step = ["network=custom", "network.step._target_=custom_step_pkg.ExitsOnRankOne",
+            "+network.step.width=${network.width}", f"+network.step.how={how}",
+            "network.width=4", "mode=simultaneous", "parallel.layer_ranks=2"]
+    proc = lptrain(["hydra.run.dir=run", *step, *TINY, "train.iterations=5"], cwd=tmp_path,
+                   env=PKG_ENV, ranks=2, fresh=True)
+    ours = [ln for ln in proc.stderr.splitlines() if ln.startswith("lptrain: error:")]
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert ours == [f"lptrain: error: rank 1: {name} (traceback in "
+                    f"{tmp_path / 'run' / 'error-rank1.log'})"], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr

@@ -2,6 +2,8 @@
 (`network.step._target_=custom_step_pkg.MyStep`, tests/ on the path)."""
 from __future__ import annotations
 
+import sys
+
 import torch
 from torch import nn
 
@@ -146,3 +148,24 @@ class UnbuiltOnRankOne(MyStep):
         if MPI.COMM_WORLD.Get_rank() == 1:
             raise RuntimeError("this step cannot be built on rank 1")
         super().__init__(**kwargs)
+
+
+class ExitsOnRankOne(DenseStep):
+    """DenseStep whose `after`-th call on rank 1 of MPI's world calls sys.exit(3) (a
+    user's step that ends the process its own way), or raises KeyboardInterrupt where
+    `how` says so; rank 0 goes on into the next message."""
+
+    calls = 0
+
+    def __init__(self, width: int, hidden: int = 3, after: int = 30, how: str = "exit"):
+        super().__init__(width, hidden)
+        self.after, self.how = after, how
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        from mpi4py import MPI
+        ExitsOnRankOne.calls += 1
+        if MPI.COMM_WORLD.Get_rank() == 1 and ExitsOnRankOne.calls >= self.after:
+            if self.how == "interrupt":
+                raise KeyboardInterrupt
+            sys.exit(3)
+        return super().forward(u)
