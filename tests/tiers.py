@@ -163,7 +163,8 @@ EXCEPTIONS = {
         "test_default_directories_never_collide": "cli",
         "test_a_file_that_cannot_be_written_ends_in_one_line_without_a_crash": "cli",
         "test_lock_names_its_owner_and_takes_over_a_stale_one": "cli",
-        "test_lock_of_a_live_lptrain_process_on_this_host_is_honoured": "cli"},
+        "test_lock_of_a_live_lptrain_process_on_this_host_is_honoured": "cli",
+        "test_a_file_another_process_writes_is_refused": "cli"},
 }
 
 

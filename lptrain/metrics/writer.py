@@ -101,11 +101,13 @@ class MetricsWriter:
         if self.path.is_file() and not h5py.is_hdf5(self.path):
             raise s.MetricsInputError(f"{path}: cannot reopen metrics file (not an HDF5 file, "
                                       f"{self.path.stat().st_size} bytes)")
+        _refuse_another_writer(self.path)
         try:
             self._file = h5py.File(self.path, "r+", locking=False)
         except OSError as exc:
             raise s.MetricsInputError(f"{path}: cannot reopen metrics file ({exc})") from None
         try:
+            _read_whole(self._file)
             self._continue(iteration, attrs)
         except (OSError, RuntimeError, KeyError, ValueError) as exc:
             # HDF5's own checks of a file damaged inside (a heap, a dataspace message)
@@ -406,3 +408,29 @@ def _append_scalar(column, dtype: str, value) -> None:
     if value is None:
         value = s.FILL[dtype]
     column.append(int(value) if dtype == s.INT else float(value))
+
+
+def _refuse_another_writer(path: Path) -> None:
+    """MetricsInputError where another process holds `path` open for writing. lptrain
+    opens its files without HDF5's file lock (a reader must not stop the run, nor the
+    run a reader), so a writer elsewhere (h5py's "a", which locks) would go unseen and
+    its flushes would overwrite the resumed run's; a locked read is what its lock
+    refuses. A file system without locks says nothing either way."""
+    try:
+        h5py.File(path, "r", locking=True).close()
+    except BlockingIOError:
+        raise s.MetricsInputError(f"{path}: open for writing in another process; close "
+                                  f"it there, then resume again") from None
+    except OSError:
+        pass          # no locks here, or a damaged file: the open that follows says so
+
+
+def _read_whole(f: h5py.File) -> None:
+    """Read every root attribute and column of `f` once: HDF5 finds a damaged heap or
+    chunk only where it reads, and a run resumed on one left a file no reader opens."""
+    dict(f.attrs.items())
+    for group in s.GROUPS:
+        if group in f:
+            for column in f[group].values():
+                if isinstance(column, h5py.Dataset):
+                    column[...]

@@ -471,3 +471,35 @@ def test_a_refused_runs_directory_goes_only_where_it_holds_what_the_refusal_wrot
     assert tmp_path.exists()                        # not empty: kept
     assert not remove_refused(kept) and (kept / "notes.txt").exists()
     assert not remove_refused(tmp_path / "absent")
+
+
+def test_a_file_damaged_inside_is_refused_before_a_resume_writes_on(tmp_path):
+    """800 bytes overwritten in the global heap of the string attributes: the resume
+    trained on (exit 0) and left a file no reader opens (held-out)."""
+    from helpers import fake_run
+    path = fake_run(tmp_path / "run", "serial", 0.4)
+    data = bytearray(path.read_bytes())
+    data[2048:2848] = b"\xde\xad\xbe\xef" * 200
+    path.write_bytes(bytes(data))
+    with pytest.raises(s.MetricsInputError, match="cannot reopen metrics file .damaged: "
+                                                   ".*bad global heap"):
+        w.MetricsWriter.reopen(path, 1, {})
+
+
+def test_a_file_another_process_writes_is_refused(tmp_path):
+    """Held open with h5py's "a" elsewhere, the file took the resumed run's rows and lost
+    them all at the other writer's close (held-out)."""
+    from helpers import fake_run
+    path = fake_run(tmp_path / "run", "serial", 0.4)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, h5py; f = h5py.File(sys.argv[1], 'a'); "
+         "print('open', flush=True); sys.stdin.read()", str(path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "open\n"
+        with pytest.raises(s.MetricsInputError, match="open for writing in another process"):
+            w.MetricsWriter.reopen(path, 1, {})
+    finally:
+        holder.communicate("", timeout=60)
+    w.MetricsWriter.reopen(path, 1, {}).close()          # closed there: carried on
+    assert read_metrics(path).n_iterations == 1
