@@ -187,6 +187,8 @@ class Console:
             self._live = Live(console=self._out, get_renderable=self.display,
                               refresh_per_second=4)
             self._live.start()
+            for line in (self.title, *self.notes):   # the log: when the run started
+                log.info(line)
             for note in self.notes:      # above the bar, which shows the title
                 self._out.print(Text("\n".join(broken(note, self.width))), soft_wrap=True)
         else:     # a pipe or file: what was launched shows at once, not with the first
@@ -342,8 +344,6 @@ class Console:
 
     def _print_progress(self) -> None:
         lines = self.progress_lines()
-        if self._shown is None and self.live:     # the log gets the title once
-            lines[:0] = [self.title, *self.notes]
         for line in lines:
             log.info(line)
             if not self.live:
