@@ -11,7 +11,7 @@ from lptrain.config.schema import Config, ModeOptions
 from lptrain.config.inert import Built, unused_notes
 from lptrain.config.typed import options  # noqa: F401 (cli and tools call app.options)
 from lptrain.data import load_dataset
-from lptrain.errors import ConfigError, DivergedError, StalledError, require
+from lptrain.errors import ConfigError, DivergedError, StalledError
 from lptrain.metrics import schema as ms
 from lptrain.metrics.console import FRACTION, Console
 from lptrain.metrics.reader import last_iteration, root_attr, run_status
@@ -54,14 +54,6 @@ def _cast(data, dtype, device):
                           data.y_val.to(device), data.n_classes, data.source, data.meta)
 
 
-def _check(opts: Config, n_train: int) -> None:
-    bs = opts.train.batch_size
-    require(bs is None or bs <= n_train, "train.batch_size", bs,
-            f"larger than the {n_train} training samples")
-    require(bs is None or opts.optimizer.name != "lbfgs", "train.batch_size", bs,
-            "optimizer=lbfgs is full batch: set train.batch_size=null or use sgd/adam")
-
-
 def _shard(data, grid, group: int):
     """The data group's contiguous shard of the training and validation samples."""
     def part(x, y):
@@ -76,7 +68,6 @@ def _shard(data, grid, group: int):
 def build(opts: Config, comm, plan: Plan | None = None):
     """World exchange, data shard, network, θ₀, oracle and optimizer for these options."""
     plan = plan or preflight.plan(opts, comm)
-    _check(opts, plan.sizes.n_train)
     ex = grid_exchanges(comm, plan.grid)
     group = plan.grid.coords(ex.world.rank)[1]
     data = _shard(load_dataset(opts.dataset, opts.seed), plan.grid, group)

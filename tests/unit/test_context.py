@@ -68,3 +68,21 @@ def test_keep_freed_memory_sets_glibc_s_allocator_without_a_library_search(monke
         raise AssertionError(f"find_library({name!r}) called")
     monkeypatch.setattr(ctypes.util, "find_library", searched)
     assert keep_freed_memory() == (platform.libc_ver()[0] == "glibc")
+
+
+@pytest.mark.parametrize("overrides, says", [
+    (["optimizer=adam", "train.batch_size=100000"], "larger than the 5000 training samples"),
+    (["train.batch_size=100"], "optimizer=lbfgs is full batch")])
+def test_a_batch_that_cannot_be_is_refused_before_the_network_and_the_split(
+        monkeypatch, overrides, says):
+    """On 2 ranks the refusal came after a minute of timing the automatic split
+    (held-out): it needs only the data's size."""
+    from lptrain import preflight
+    from lptrain.config import compose
+
+    def built(*args):
+        raise AssertionError("the network was built before the batch was checked")
+    monkeypatch.setattr(preflight, "_network", built)
+    opts, _ = compose(overrides)
+    with pytest.raises(ConfigError, match=says):
+        preflight.plan(opts, None)
