@@ -127,6 +127,8 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False, typed=()):
     checkpointer = Checkpointer(run_dir / CHECKPOINT_FILE, opts.checkpoint_every, ex, rank0,
                                 optimizer, oracle, progress, config_yaml, plan.grid, saver,
                                 net.signature())
+    if saved is not None and saved.warm_starts:      # the file this start carries on
+        checkpointer.full_at = saved.iteration
     h5 = collectively(ex, lambda: open_writer(path, attrs, rank0, done))
     with h5, \
             with_logger(h5, opts.logger, run_dir, rank0, attrs, done) as logged, \

@@ -28,7 +28,8 @@ archive) is refused, naming it.
 
 When: every `checkpoint_every` iterations; when the ranks stop for a signal or because
 metrics.h5 can no longer be written (a full disk: the checkpoint may then use the space
-that file kept in reserve); at the end. When a checkpoint cannot be written (a full disk),
+that file kept in reserve); at the end. When a checkpoint cannot be written (a full disk)
+and this start has written no full one (nor resumed from one, which is exact to resume),
 rank 0 tries a lean one, the same record with every rank's warm starts left out (a few
 parameter-sized tensors instead of up to 2 × (N/(cP)) × batch × width values per rank and batch):
 the run still ends with the error, but its finished iterations can be resumed once the
@@ -84,6 +85,7 @@ class Checkpointer:
         self.auto = every is None
         self.next = AUTO_FIRST if self.auto else every
         self.saved_at: int | None = None
+        self.full_at: int | None = None   # the iteration of this start's latest full file
         self.seconds = 0.0          # spent in the latest save (rank 0)
 
     def save(self, k: int, theta, batches, loop: LoopState, force: bool = False) -> None:
@@ -115,7 +117,10 @@ class Checkpointer:
         state = self.oracle.state_dict()
         error = self._write(run and run.to_record(), vectors, state)
         lean = False
-        if _anywhere(self.exchange, error is not None) and \
+        # a full checkpoint of this start on disk is kept rather than replaced by a lean
+        # newer one: its resume is exact and redoes a few iterations, a lean one's starts
+        # cold and drifts from the run it carries on
+        if _anywhere(self.exchange, error is not None) and self.full_at is None and \
                 _anywhere(self.exchange, bool(self.oracle.warm_entries(state))):
             run = run and replace(run, warm_starts=False)
             lean = self._write(run and run.to_record(), vectors,
@@ -123,7 +128,7 @@ class Checkpointer:
         agree_on_error(self.exchange, error and RunFileError(f"{error}; {self._kept(k, lean)}"))
         if model_error is not None:
             raise model_error
-        self.saved_at = k
+        self.saved_at = self.full_at = k
         self.seconds = time.perf_counter() - t0
         self.next = k + self._interval(k, loop.wall_time)
 
@@ -132,6 +137,9 @@ class Checkpointer:
         if lean:      # the resume command follows (stops.resume_hint)
             return (f"wrote {self.path.name} of iteration {k} without the warm starts "
                     f"instead (a resume's MGRIT solves start cold)")
+        if self.full_at is not None:
+            return (f"the {self.path.name} of iteration {self.full_at} is kept (a resume "
+                    f"goes on from there exactly)")
         if self.path.is_file():
             return f"the {self.path.name} written before is kept"
         return "no checkpoint was written"

@@ -99,6 +99,7 @@ def _three_rank_checkpoint(path):
     saver = ck.Checkpointer(path, 1, _Ranks(states), True, _Optimizer(), Oracle(), _Progress(),
                             "c")
     saver.save(4, torch.arange(3.0), _Batches(), LoopState(wall_time=1.0))
+    _three_rank_checkpoint.saver = saver
     return states
 
 
@@ -179,6 +180,22 @@ def test_a_checkpoint_without_room_for_the_warm_starts_is_written_without_them(
         assert (record["iteration"], record["warm_starts"]) == (4, False)
         assert record["oracle"] == {"cache": []}
         assert torch.equal(record["theta"], torch.arange(3.0))
+
+
+def test_a_full_checkpoint_is_kept_rather_than_replaced_by_a_lean_one(tmp_path, monkeypatch):
+    """A disk that filled after the first checkpoint: the full file of iteration 4 was
+    replaced by a lean one of iteration 8, whose resume starts cold and drifted from the
+    uninterrupted run by 5 % (held-out); the full one's resume is exact."""
+    path = tmp_path / ck.CHECKPOINT_FILE
+    _three_rank_checkpoint(path)
+    _failing_writes(monkeypatch, lambda name, obj: "No space left on device"
+                    if name.startswith("oracle-") and obj["cache"] else None)
+    with pytest.raises(RunFileError, match=r"No space left on device\); the checkpoint.pt "
+                                           r"of iteration 4 is kept \(a resume goes on"):
+        _three_rank_checkpoint.saver.save(8, torch.arange(3.0), _Batches(),
+                                          LoopState(wall_time=2.0), force=True)
+    record = ck.load_checkpoint(path, rank=1)
+    assert (record["iteration"], record["warm_starts"]) == (4, True)
 
 
 class _OrderedModels:
