@@ -198,6 +198,10 @@ def not_resumable(run_dir: Path) -> str:
         return (f"its run ended before its first iteration (no {ms.FILE_NAME} there; its "
                 f"lptrain.log, if any, says why): nothing to resume; start the run again "
                 f"without resume=")
+    if (run_dir / CHECKPOINT_FILE).is_file():       # the overrides it was run with: gone
+        return (f"its {CHECKPOINT_FILE} is there but not .hydra/overrides.yaml, the "
+                f"overrides the run was started with, which a resume runs again; put the "
+                f"file back (a copy of the run's .hydra/)")
     return (f"no {CHECKPOINT_FILE} (or .hydra/overrides.yaml) there; only runs of this "
             f"lptrain version can be resumed")
 

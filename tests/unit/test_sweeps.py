@@ -117,6 +117,10 @@ def test_a_single_run_without_a_checkpoint_says_how_it_ended(tmp_path):
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "elsewhere" / "notes.txt").write_text("")
     assert "only runs of this lptrain version" in not_resumable(tmp_path / "elsewhere")
+    # its checkpoint there, its .hydra/ deleted: it named the checkpoint as missing
+    (tmp_path / "elsewhere" / "checkpoint.pt").write_bytes(b"")
+    assert not_resumable(tmp_path / "elsewhere").startswith(
+        "its checkpoint.pt is there but not .hydra/overrides.yaml")
     # killed while it started: only its lock there, which sent users looking for a
     # version problem too (held-out check)
     (tmp_path / "starting").mkdir()
