@@ -2,6 +2,8 @@
 with the initial weights of the command line's dense network."""
 from __future__ import annotations
 
+from numbers import Integral, Real
+
 import torch
 
 from lptrain.errors import ConfigError
@@ -35,6 +37,12 @@ class LayerParallelResNet(LayerParallel):
 def initial_weights(width: int, layers: int, T: float, activation: str, bias: str,
                     init_scale: float, seed: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """(K, b) of the dense network's θ drawn from `seed` (validated by NetworkOptions)."""
+    for name, value, kind in (("width", width, Integral), ("layers", layers, Integral),
+                              ("T", T, Real), ("init_scale", init_scale, Real),
+                              ("seed", seed, Integral)):
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise ConfigError(f"{name}={value!r}: must be "
+                              f"{'an integer' if kind is Integral else 'a number'}")
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise ConfigError(f"dtype={dtype}: the weights must be floating point, e.g. "
                           f"torch.float64")

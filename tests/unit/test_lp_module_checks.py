@@ -150,6 +150,11 @@ def test_conv_steps_take_their_channels_at_any_image_size():
     (lambda: LayerParallel([], T=1.0), "LayerParallel: 0 layers; give at least one"),
     (lambda: __import__("lptrain").LayerParallelResNet(4, 8, dtype=torch.int64),
      "dtype=torch.int64: the weights must be floating point"),
+    # held-out: torch's "'>' not supported between instances of 'str' and 'int'"
+    (lambda: __import__("lptrain").LayerParallelResNet(4, "16"),
+     "layers='16': must be an integer"),
+    (lambda: __import__("lptrain").LayerParallelResNet(4, 8, T=None),
+     "T=None: must be a number"),
 ])
 def test_no_layers_or_integer_weights_are_refused_in_one_line(build, message):
     """Were 'SolverError: invalid hierarchy: N=0 ...' and torch's 'Only Tensors of
