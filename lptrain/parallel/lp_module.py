@@ -75,6 +75,9 @@ class LayerParallel(nn.Module):
         super().__init__()
         check_arguments(T, n_layers, mgrit)
         self.options = mgrit or MGRITOptions()
+        if comm is not None and not callable(getattr(comm, "Get_size", None)):
+            raise ConfigError(f"comm={comm!r}: give an mpi4py communicator "
+                              f"(MPI.COMM_WORLD, a split of it) or None for one process")
         self.exchange = make_exchange(comm)
         prebuilt = isinstance(steps, ModuleSteps)         # e.g. BuiltinSteps.dense(K, b)
         N = layer_count(steps, n_layers, prebuilt, coarse_steps)

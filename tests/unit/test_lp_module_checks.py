@@ -155,6 +155,8 @@ def test_conv_steps_take_their_channels_at_any_image_size():
      "layers='16': must be an integer"),
     (lambda: __import__("lptrain").LayerParallelResNet(4, 8, T=None),
      "T=None: must be a number"),
+    (lambda: __import__("lptrain").LayerParallelResNet(4, 8, comm=42),
+     "comm=42: give an mpi4py communicator"),
 ])
 def test_no_layers_or_integer_weights_are_refused_in_one_line(build, message):
     """Were 'SolverError: invalid hierarchy: N=0 ...' and torch's 'Only Tensors of
