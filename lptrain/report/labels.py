@@ -1,4 +1,5 @@
-"""Run labels for lptrain-report: each run's mode, its ranks, and what sets it apart.
+"""Run labels for lptrain-report: each run's mode, its ranks, and what sets it apart
+(one run alone: the overrides its command typed).
 
 What sets runs apart is looked for where the user chose it first: the overrides typed
 on the command line (`.hydra/overrides.yaml` beside metrics.h5), then the config groups
@@ -36,6 +37,11 @@ def run_labels(runs: Sequence[RunMetrics]) -> list[str]:
     parts = [[run.mode] + ([f"P={run.attrs.get(s.WORLD_SIZE)}"] if ranks_vary else [])
              for run in runs]
     shown: list[str] = []
+    if len(runs) == 1:       # nothing to tell it from: its command's own overrides
+        typed = sources[0][0]
+        parts[0] += [f"{k}={v}" for k, v in typed.items() if k in _labelled([typed])
+                     and reads[0](k)]
+        return [" ".join(_built(p, runs[0]) for p in parts[0])]
     for key in differing(sources[0], common_only=False):    # typed: all, even under a
         _show(key, _parts(key, reads, sources), parts, shown, typed=True)   # typed group
     rest = [(key, _parts(key, reads, sources))
@@ -142,9 +148,15 @@ def differing(values: Sequence[dict], common_only: bool) -> list[str]:
     keys = list(dict.fromkeys(k for v in values for k in v))
     if common_only:
         keys = [k for k in keys if all(k in v for v in values)]
+    return [k for k in _labelled(values, keys) if len({repr(v.get(k)) for v in values}) > 1]
+
+
+def _labelled(values: Sequence[dict], keys=None) -> list[str]:
+    """The keys of `values` (or `keys`) a label may show: not the mode, Hydra's own
+    settings, resume= or a path."""
+    keys = list(dict.fromkeys(k for v in values for k in v)) if keys is None else keys
     return [k for k in keys
-            if len({repr(v.get(k)) for v in values}) > 1
-            and k.replace("/", ".").split(".")[0] not in _NOT_LABELS
+            if k.replace("/", ".").split(".")[0] not in _NOT_LABELS
             and not any("/" in str(v.get(k, "")) for v in values)]
 
 

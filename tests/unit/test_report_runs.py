@@ -216,3 +216,14 @@ def test_a_levels_bound_shows_the_hierarchy_a_run_built(tmp_path):
     runs = [read_metrics(tmp_path / n / s.FILE_NAME) for n in "ab"]
     assert run_labels(runs) == ["simultaneous mgrit.levels=10 (built 30/15)",
                                 "simultaneous mgrit.levels=3"]
+
+
+def test_one_run_is_labelled_with_the_overrides_its_command_typed(tmp_path):
+    """A one-job report was labelled with the mode alone: the value swept for that job,
+    say, did not show (stop 61's note)."""
+    fake_run(tmp_path / "a", "serial", 0.4)
+    _typed(tmp_path / "a", ["optimizer.step0=0.5", "hydra.run.dir=/x/y", "seed=3",
+                            "mgrit.levels=2", "dataset.path=/data/x"])
+    # mgrit.levels: not read by a serial run (its console said so); paths left out
+    assert run_labels([read_metrics(tmp_path / "a" / s.FILE_NAME)]) == \
+        ["serial optimizer.step0=0.5 seed=3"]
