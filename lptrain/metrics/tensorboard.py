@@ -32,6 +32,7 @@ from lptrain.metrics.reader import interpolated
 LOGGERS = ("none", "tensorboard")
 DIR_NAME = "tensorboard"
 OWNER_FILE = "lptrain-run"     # in a run's event directory: the run directory writing there
+HPARAMS_FILE = "lptrain-hparams"   # there: the event files of the HParams written last
 MAX_NAME = 200                 # characters of a run name taken from overrides
 _HISTORIES = {s.FWD_ITERATIONS: s.FWD_HISTORY, s.ADJ_ITERATIONS: s.ADJ_HISTORY}
 # the HParams dashboard's metrics: tag -> what it is
@@ -125,6 +126,8 @@ class Scalars:
         if run_dir is not None:
             (self.directory / OWNER_FILE).write_text(f"{Path(run_dir).resolve()}\n")
         purge = None if resume_after is None else resume_after + 1
+        if resume_after is not None:       # an ended run carried on: its HParams end anew
+            _drop_hparams(self.directory)
         self.tb = SummaryWriter(log_dir=str(self.directory), flush_secs=10, purge_step=purge)
         self.attrs = attrs or {}
         # the final numbers are the whole run's: a resumed one's begin with its rows
@@ -194,11 +197,34 @@ class Scalars:
         try:
             metrics = self.final()
             if ended and (self.attrs or metrics):
-                # run_name '.': the run's own directory, not a timestamped one below it
+                before = set(_event_files(self.directory))
+                # run_name '.': the run's own directory, not a timestamped one below it;
+                # torch writes the record (and the final numbers) to event files of its own
                 self.tb.add_hparams(hparams(self.attrs), metrics, run_name=".",
                                     global_step=metrics.get("final/iterations"))
+                made = sorted(set(_event_files(self.directory)) - before)
+                (self.directory / HPARAMS_FILE).write_text("".join(f"{n}\n" for n in made))
         finally:
             self.tb.close()
+
+
+def _event_files(directory: Path) -> list[str]:
+    return [p.name for p in directory.glob("events.out.tfevents.*")]
+
+
+def _drop_hparams(directory: Path) -> None:
+    """Remove the event files of the HParams an earlier start wrote when its run ended
+    (HPARAMS_FILE names them): TensorBoard shows a run's first record, which would keep
+    the earlier start's configuration and final numbers beside the resumed run's."""
+    listed = directory / HPARAMS_FILE
+    try:
+        names = listed.read_text().split()
+    except OSError:
+        return                            # none written, or written by an older lptrain
+    for name in names:
+        if "/" not in name and name.startswith("events.out.tfevents."):
+            (directory / name).unlink(missing_ok=True)
+    listed.unlink(missing_ok=True)
 
 
 def _left_out(field, value) -> bool:

@@ -150,6 +150,20 @@ def test_a_stopped_run_leaves_its_hparams_to_the_run_that_carries_it_on(tmp_path
     assert [e.step for e in events.Scalars("final/objective")] == [10]
 
 
+def test_a_completed_run_carried_on_ends_with_one_hparams_record(tmp_path):
+    """A completed run of 4 iterations carried on to 6: the dashboard kept the first
+    start's record (train.iterations 4) beside the 6-iteration numbers, and final/* had a
+    point at each end (held-out)."""
+    pytest.importorskip("tensorboard")
+    app.run(_cfg("logger=tensorboard", "mode=simultaneous"), None, tmp_path)
+    app.run(_cfg("logger=tensorboard", "mode=simultaneous", "train.iterations=6"), None,
+            tmp_path, resume=True)
+    events = _events(tmp_path / tensorboard.DIR_NAME)
+    assert _hparams(events)["train.iterations"] == 6
+    assert [e.step for e in events.Scalars("final/objective")] == [6]
+    _finals_are_the_files(events, read_metrics(tmp_path / ms.FILE_NAME))
+
+
 def _sweep(root: Path, jobs: dict[str, list[str]], task: list[str]) -> None:
     """The files Hydra writes for a multirun: multirun.yaml and each job's overrides."""
     root.mkdir()
