@@ -64,7 +64,7 @@ def read_metrics(path: str | Path) -> RunMetrics:
         raise s.MetricsInputError(f"{path}: not a metrics file (not HDF5); give a run's "
                                   f"directory or its {s.FILE_NAME}")
     try:
-        with h5py.File(path, "r", locking=False) as f:
+        with _opened(path) as f:
             attrs = {name: _plain(value) for name, value in f.attrs.items()}
             groups = {name: _read_group(f, name) for name in s.GROUPS}
     except (OSError, RuntimeError, KeyError, ValueError) as exc:
@@ -74,6 +74,18 @@ def read_metrics(path: str | Path) -> RunMetrics:
         raise s.MetricsInputError(f"{path}: not an lptrain metrics file "
                                   f"(no {s.STATUS!r} attribute)")
     return RunMetrics(path=path, attrs=attrs, **groups)
+
+
+def _opened(path: Path) -> h5py.File:
+    """`path` open to read, without HDF5's file lock (a live writer must not block the
+    reader); where this process has it open already with the lock (h5py's default, a
+    notebook's `h5py.File(path)`), HDF5 refuses other locking flags: then with its own."""
+    try:
+        return h5py.File(path, "r", locking=False)
+    except OSError as exc:
+        if "locking flag values don't match" not in str(exc):
+            raise
+        return h5py.File(path, "r")
 
 
 def run_status(path: str | Path) -> tuple[str, str]:

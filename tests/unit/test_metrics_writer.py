@@ -385,3 +385,13 @@ def test_a_file_damaged_inside_is_refused_in_one_line_on_resume(tmp_path):
             assert exc.exit_code == 2
             damaged += "(damaged: " in str(exc)
     assert damaged >= 5
+
+
+def test_a_file_this_process_has_open_in_h5py_is_read(tmp_path):
+    """A notebook's `h5py.File(path)` (locked, h5py's default) made read_metrics call the
+    file 'unreadable' (HDF5: 'file locking flag values don't match'; held-out)."""
+    import h5py
+    from helpers import fake_run
+    path = fake_run(tmp_path / "run", "serial", 0.4)
+    with h5py.File(path, "r"):
+        assert read_metrics(path).n_iterations == read_metrics(path).n_iterations > 0
