@@ -119,8 +119,9 @@ def not_applied(spec: dict | None, overrides: list[str]) -> list[tuple[str, str]
 def _against_run(model, overrides: list[str], options, seed: int, data) -> dict:
     """Whether overrides that choose other samples of the run's dataset changed its
     validation split ("split_changed") and how many of `data`'s validation samples the
-    run trained on ("trained_on"); both None with no override, another dataset, or where
-    the run's own samples cannot be read. Those are loaded with the run's options (only a
+    run trained on ("trained_on"); without overrides, False and the count in the run's
+    own split; both None for another dataset, or where the run's own samples cannot be
+    read. Those are loaded with the run's options (only a
     `dataset.path` override kept) and mapped as `data` is, so equal rows are the same raw
     sample."""
     import torch
@@ -128,8 +129,10 @@ def _against_run(model, overrides: list[str], options, seed: int, data) -> dict:
     from lptrain.data import load_dataset
     from lptrain.errors import LptrainError
     unknown = {"split_changed": None, "trained_on": None}
-    if not overrides:
-        return unknown
+    if not overrides:            # the run's own split: its training samples are `data`'s
+        seen = {_key(row) for row in data.x_train}
+        return {"split_changed": False,
+                "trained_on": sum(_key(row) in seen for row in data.x_val)}
     moved = [o for o in overrides if o.partition("=")[0] == "dataset.path"]
     own, _ = dataset_for(model, moved)
     if own.name != options.name:
@@ -153,7 +156,13 @@ def _key(sample) -> bytes:
 
 def _split_lines(r: dict) -> list[str]:
     """The note (or warning) lptrain-eval prints where overrides changed the validation
-    split of the run (a smaller dataset.n_train, say, draws it from other samples)."""
+    split of the run (a smaller dataset.n_train, say, draws it from other samples), or
+    where the run's own validation samples include training samples (Peaks draws both
+    sets from its grid with replacement)."""
+    if r.get("split_changed") is False and r.get("trained_on"):
+        return [f"{PROG}: note: {r['trained_on']} of these {r['samples']} samples are also "
+                f"among the run's training samples (its dataset drew both sets with "
+                f"replacement), as in the run's own validation"]
     if not r.get("split_changed"):
         return []
     if r["trained_on"]:

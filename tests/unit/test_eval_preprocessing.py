@@ -153,3 +153,25 @@ def test_lptrain_eval_of_the_runs_own_split_says_nothing(ip_run, capsys):
         assert r["split_changed"] in (None, False) and not r["trained_on"]
         assert evaluate.main([str(run), *overrides]) == 0
         assert capsys.readouterr().err == ""
+
+
+def test_lptrain_eval_of_a_peaks_run_says_which_validation_points_it_trained_on(
+        tmp_path, capsys):
+    """Peaks draws both sets from its grid with replacement, balanced by class: 52 of the
+    default run's 200 validation points are training points too; lptrain-eval warned of
+    overlap only where overrides changed the split (held-out)."""
+    from helpers import composed
+    from lptrain import app
+    app.run(composed("network.layers=4", "network.width=4", "dataset.n_train=500",
+                     "dataset.n_val=100", "train.iterations=2"), None, tmp_path)
+    data = load_dataset(evaluate.dataset_for(load_model(tmp_path), [])[0], 0)
+    train = {tuple(x.tolist()) for x in data.x_train}
+    want = sum(tuple(x.tolist()) in train for x in data.x_val)
+    assert want > 0
+    r = evaluate.evaluate(tmp_path, [])
+    assert (r["split_changed"], r["trained_on"]) == (False, want)
+    assert evaluate.main([str(tmp_path)]) == 0
+    assert capsys.readouterr().err == (
+        f"lptrain-eval: note: {want} of these 100 samples are also among the run's training "
+        f"samples (its dataset drew both sets with replacement), as in the run's own "
+        f"validation\n")
