@@ -14,7 +14,7 @@ import torch
 from torch.optim.adam import adam
 from torch.optim.sgd import sgd
 
-from lptrain.errors import DIVERGED_AT_START, DIVERGED_REMEDY, DivergedError, require
+from lptrain.errors import DIVERGED_REMEDY, DivergedError, require
 from lptrain.mgrit.exchange import SerialExchange
 from lptrain.train.protocol import Oracle, Point
 from lptrain.train.shards import Shards
@@ -48,13 +48,12 @@ def finite_gradient(g: torch.Tensor) -> torch.Tensor:
     return g
 
 
-def _finite(point, first: bool = False) -> None:
-    """DivergedError unless the objective is finite (`first`: at the initial
-    parameters, where no step size is to blame)."""
+def _finite(point) -> None:
+    """DivergedError unless the objective is finite (the first evaluation's is the
+    loop's to judge: LBFGS.step)."""
     if not math.isfinite(point.objective):
-        raise DivergedError(f"diverged: objective {point.objective} "
-                            + (DIVERGED_AT_START if first else
-                               f"at the current parameters: {DIVERGED_REMEDY}"))
+        raise DivergedError(f"diverged: objective {point.objective} at the current "
+                            f"parameters: {DIVERGED_REMEDY}")
 
 
 class LBFGS:
@@ -85,9 +84,9 @@ class LBFGS:
             self.shards = Shards(SerialExchange(), n)
         return self.shards
 
-    def _start(self, theta, oracle: Oracle):
-        ev = oracle.value(theta)
-        _finite(ev.point, first=self.current is None)
+    def _start(self, theta, oracle: Oracle, ev=None):
+        ev = ev or oracle.value(theta)
+        _finite(ev.point)
         grad = finite_gradient(oracle.gradient(ev))
         oracle.accept(ev)
         self.current = (ev.point, grad)
@@ -172,7 +171,14 @@ class LBFGS:
 
     def step(self, theta: torch.Tensor, oracle: Oracle):
         if self.current is None:
-            self._start(theta, oracle)
+            ev = oracle.value(theta)
+            if not math.isfinite(ev.point.objective):   # as SGD's: no step from here, the
+                oracle.accept(ev)        # loop's divergence rule ends the run, its row and
+                p = ev.point             # the failed solve's record kept
+                return theta, StepInfo(objective=p.objective, loss=p.loss,
+                                       accuracy=p.accuracy, grad_norm=math.nan,
+                                       step_size=0.0, at_start=True)
+            self._start(theta, oracle, ev)
         trials = failed = 0
         while True:
             point, g = self.current

@@ -169,3 +169,10 @@ class ExitsOnRankOne(DenseStep):
                 raise KeyboardInterrupt
             sys.exit(3)
         return super().forward(u)
+
+
+class NotFinite(DenseStep):
+    """DenseStep whose output is NaN: a network whose objective is not finite at θ₀."""
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return super().forward(u) * float("nan")

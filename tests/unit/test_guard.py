@@ -91,6 +91,29 @@ def test_a_diverging_sgd_run_keeps_the_parameters_before_the_bad_step():
     assert progress.best.iteration == 0
 
 
+@pytest.mark.parametrize("optimizer", ["lbfgs", "sgd"])
+def test_a_run_not_finite_at_the_initial_parameters_keeps_its_row(optimizer):
+    """L-BFGS raised at its first evaluation, before any row: metrics.h5 had no train/
+    group, and the failed solve's MGRIT record was lost (held-out); SGD kept both."""
+    from helpers import MemoryWriter
+    from lptrain.app import build
+    from lptrain.config import compose
+    from lptrain.metrics.console import Console
+    from lptrain.train.loop import train
+    opts, _ = compose([f"optimizer={optimizer}", "train.iterations=3", "mode=simultaneous",
+                       "network=custom", "network.step._target_=custom_step_pkg.NotFinite",
+                       "+network.step.width=4", "network.width=4", "network.layers=4",
+                       "mgrit.levels=2", "mgrit.cfactor0=2", "dataset.n_train=100",
+                       "dataset.n_val=20"])
+    ex, data, net, theta, oracle, opt = build(opts, None)
+    rows = MemoryWriter()
+    with pytest.raises(DivergedError, match=r"^diverged: objective nan at the initial "
+                                            r"parameters, before any step"):
+        train(theta, opt, oracle, data, opts, rows, Console(False, 1), ex, Progress(theta))
+    assert [r["iteration"] for r in rows.train] == [1] and math.isnan(rows.train[0]["objective"])
+    assert [r["iteration"] for r in rows.mgrit] == [1]
+
+
 def test_an_sgd_run_carried_on_keeps_what_the_whole_run_keeps_where_it_diverges(tmp_path):
     """A run of one iteration (completed) carried on to 20: it diverges at iteration 2 as
     the whole run does, and both model files are iteration 0's; the carried-on run had
