@@ -198,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_intermixed_args(argv)     # flags between the overrides too
     if args.run is None:
         parser.error("the following argument is required: run")
+    if not args.run.strip():        # Path("") is the current directory
+        parser.error("run: an empty path; give a run directory or a model file")
     from lptrain.errors import LptrainError
     try:
         r = evaluate(args.run, args.overrides, args.split, args.which)

@@ -308,11 +308,11 @@ def model_record(theta: torch.Tensor, net: ResNet, config_yaml: str, dtype: str,
 def model_path(run: str | Path, which: str | None = None) -> Path:
     """`run` itself if it is a file, else the run directory's file of `which` (default
     best: model.pt)."""
+    if which is not None and which not in MODEL_FILES:    # a file's too: 'worst' is none
+        raise ValueError(f"which={which!r}: {one_of(sorted(MODEL_FILES))}")
     run = Path(run)
     if run.is_file():
         return run
-    if which is not None and which not in MODEL_FILES:
-        raise ValueError(f"which={which!r}: {one_of(sorted(MODEL_FILES))}")
     return run / MODEL_FILES[which or "best"]
 
 
@@ -342,4 +342,8 @@ def load_model(run: str | Path, which: str | None = None, device: str = "cpu"):
         raise InputFileError(f"{path}: holds the {held} parameters, not the {which} ones"
                              + ("" if record.get("which") else
                                 " (written by an lptrain that kept only the last)"))
-    return Classifier(record, source=str(path)).to(device).eval()
+    model = Classifier(record, source=str(path))
+    try:
+        return model.to(device).eval()
+    except (AssertionError, RuntimeError) as exc:   # torch's "not compiled with CUDA"
+        raise ValueError(f"device={device!r}: {exc}") from None

@@ -87,6 +87,12 @@ def test_the_default_model_is_the_best_validated_one(serial_run):
         load_model(path / MODEL_FILES["last"], "best")
     with pytest.raises(ValueError, match="which='worst'"):
         load_model(path, "worst")
+    # a file with 'worst' said it holds the best parameters, not the worst (held-out)
+    with pytest.raises(ValueError, match="which='worst': choose one of best, last"):
+        load_model(path / MODEL_FILES["last"], "worst")
+    if not torch.cuda.is_available():     # torch's bare AssertionError before
+        with pytest.raises(ValueError, match="^device='cuda': "):
+            load_model(path, device="cuda")
 
 
 def test_evaluation_in_chunks_equals_one_pass(serial_run):
