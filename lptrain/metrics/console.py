@@ -255,7 +255,8 @@ class Console:
         """What the live display shows now: the bar line, the values below it."""
         width = self._out.width
         now = self._clock()
-        right = Text(self._position(now) if self._iteration is not None else
+        ticking = None if self._closed else now
+        right = Text(self._position(ticking) if self._iteration is not None else
                      f"0/{self.total}  {format_duration(now - self._start + self._before)} "
                      f"elapsed  " + (self._doing or f"eta {format_duration(float('nan'))}"))
         parts = stat_parts(self._values, self.iteration_time(), self._iteration)
@@ -321,7 +322,8 @@ class Console:
         if not self.enabled:
             return
         if self._live is not None:
-            self._live.stop()
+            self._closed = True      # its last frame: the last update's time, not a clock
+            self._live.stop()        # that ran on through the final checkpoint
             self._live = None
         if self._iteration is not None and self._shown is not None \
                 and self._shown < self._updated:
@@ -407,7 +409,8 @@ def _row(cells: list, bar_width: int, completed: int, total: int, right: Text) -
 
 
 def _format_value(value, unit: str = "") -> str:
-    """'0.123457', '1.12710', '12', '29.10 s', '3725 s (1:02:05)', an accuracy (unit
+    """'0.123457', '1.12710', '12', '29.10 s', '3725 s (1:02:05)', '37250 s (10:20:50)',
+    an accuracy (unit
     'fraction') '0.7400'; '-' for None. Floats keep their trailing zeros, so that values
     of one kind show as many digits."""
     if value is None:
@@ -415,10 +418,11 @@ def _format_value(value, unit: str = "") -> str:
     if unit == FRACTION:
         return f"{value:.4f}"
     if unit == "s" and isinstance(value, (int, float)):
-        text = f"{_digits_kept(value, 4)} s"
-        # rounded as the seconds are (145.96 s read '146 s (0:02:25)')
-        whole = round(value) if math.isfinite(value) else value
-        return f"{text} ({format_duration(whole)})" if value >= 60 else text
+        # whole seconds from 1000 on (not 3.725e+04); h:mm:ss as the progress line has
+        # it (seconds rounded down: 119.6 s is 0:01:59)
+        text = f"{value:.0f}" if math.isfinite(value) and value >= 1e3 else \
+            _digits_kept(value, 4)
+        return f"{text} s ({format_duration(value)})" if value >= 60 else f"{text} s"
     text = _digits_kept(value, 6) if isinstance(value, float) else str(value)
     return f"{text} {unit}" if unit else text
 

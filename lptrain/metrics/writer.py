@@ -44,9 +44,10 @@ class MetricsWriter:
     error on every rank at the end of the iteration.
 
     `with MetricsWriter(path, attrs) as w:` closes with status `completed` on a normal exit,
-    `diverged` on DivergedError, `interrupted` on KeyboardInterrupt or Interrupted (a
-    signal the ranks agreed to stop for) and `failed` on any
-    other exception (the message goes to the `error` attribute); the exception propagates.
+    `diverged` on DivergedError, `interrupted` on Interrupted (a signal the ranks agreed
+    to stop for) and `failed` on any other exception, a KeyboardInterrupt that a user's
+    code raised included (the message goes to the `error` attribute); the exception
+    propagates.
     """
 
     _reserve_for: int | None = None    # the iteration written from the reserve
@@ -346,11 +347,11 @@ def _ending(exc) -> tuple[str, str | None]:
     """(status, error) a run that ends with exception `exc` (None: none) records."""
     if exc is None:
         return s.COMPLETED, None
-    if isinstance(exc, (KeyboardInterrupt, Interrupted)):
-        return s.INTERRUPTED, str(exc) if isinstance(exc, Interrupted) else None
+    if isinstance(exc, Interrupted):     # lptrain's signals never raise KeyboardInterrupt:
+        return s.INTERRUPTED, str(exc)   # one comes from a user's code, a failure
     if isinstance(exc, DivergedError):
         return s.DIVERGED, str(exc)
-    return s.FAILED, f"{type(exc).__name__}: {exc}"
+    return s.FAILED, f"{type(exc).__name__}: {exc}".rstrip(": ")
 
 
 def open_writer(path: str | Path, attrs: dict, enabled: bool,

@@ -162,6 +162,7 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
         t0, c0, w0 = time.perf_counter(), exchange.clock.comm, exchange.clock.wait
         theta, info = optimizer.step(theta, oracle)
         dt = time.perf_counter() - t0
+        spent = (exchange.clock.comm - c0, exchange.clock.wait - w0)   # the step's alone
         stats = oracle.record()      # collective on a data grid: every rank, every time
         stalled = stall.update(info.objective, info.exhausted)
         last = k == opts.train.iterations or info.converged or stalled
@@ -171,7 +172,7 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
             best, val_at = max(best, val[1]), k
         wall = time.perf_counter() - start   # the run's wall time: to the end of this
         _log_step(k, info, dt, wall, stats, writer)     # iteration, its validation included
-        _log_timing(k, dt, exchange, c0, w0, writer)
+        _log_timing(k, dt, exchange, *spent, writer)
         console.update(k, wall, objective=info.objective, loss=info.loss,
                        accuracy=info.accuracy, val_accuracy=val[1], val_iteration=val_at,
                        step_time=dt,
@@ -360,8 +361,9 @@ def _validate(k, theta, oracle, data, writer, chunk, console):
     return loss, acc
 
 
-def _log_timing(k, dt, exchange, c0, w0, writer):
-    comm, wait = exchange.clock.comm - c0, exchange.clock.wait - w0
+def _log_timing(k, dt, exchange, comm, wait, writer):
+    """Iteration k's timing/ row: each rank's step of dt seconds, of which comm and wait
+    in communication calls and waiting for messages (not the validation after it)."""
     rows = exchange.gather([max(dt - comm - wait, 0.0), comm, wait])
     if rows is not None:
         writer.log_timing(iteration=k, compute=[r[0] for r in rows],

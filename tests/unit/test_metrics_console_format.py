@@ -56,7 +56,8 @@ def test_iteration_time_is_the_median_after_the_first():
     assert iteration_time([]) is None and iteration_time(None) is None
     assert format_duration(3725.9) == "1:02:05" and format_duration(math.nan) == "-:--:--"
     from lptrain.metrics.console import _format_value
-    assert _format_value(145.96, "s") == "146.0 s (0:02:26)"      # one rounding for both
+    assert _format_value(145.96, "s") == "146.0 s (0:02:25)"     # h:mm:ss as the bar has it
+    assert _format_value(37250.3, "s") == "37250 s (10:20:50)"   # not 3.725e+04
 
 
 def test_disabled_console_prints_nothing(capsys):

@@ -153,8 +153,17 @@ def test_context_manager_records_failed_with_error(tmp_path):
 
 
 def test_context_manager_records_interrupted(tmp_path):
+    from lptrain.errors import Interrupted
+    m = _status_after(tmp_path, Interrupted(2, 1))          # SIGINT after iteration 1
+    assert m.status == s.INTERRUPTED and "SIGINT" in m.attrs[s.ERROR]
+
+
+def test_a_keyboard_interrupt_of_a_users_code_is_a_failure(tmp_path):
+    """lptrain's own signal handling never raises KeyboardInterrupt: one from a user's
+    step was recorded as 'interrupted', and its resume blamed a checkpoint 'moved or
+    deleted' that was never written (held-out)."""
     m = _status_after(tmp_path, KeyboardInterrupt())
-    assert m.status == s.INTERRUPTED and s.ERROR not in m.attrs
+    assert m.status == s.FAILED and m.attrs[s.ERROR] == "KeyboardInterrupt"
 
 
 def test_context_manager_records_diverged(tmp_path):
