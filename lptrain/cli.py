@@ -231,9 +231,11 @@ def _hydra(args: list[str], directory: str | None = None, sweep: bool = False) -
 def _closing(directory: str) -> None:
     """The line after a sweep's last job, on stdout with the jobs' summaries (each job's
     log has its own run; the sweep has none)."""
+    from lptrain.errors import report_command
     from lptrain.metrics.streams import for_terminal
     from lptrain.sweeps import sweep_summary
-    line = f"{PROG}: {sweep_summary(dir_value(directory), _results)}"
+    where = dir_value(directory)
+    line = f"{PROG}: {sweep_summary(where, _results, report_command(where))}"
     print(for_terminal(line, sys.stdout), flush=True)
 
 

@@ -215,6 +215,16 @@ def resume_command(path, ranks: int = 1) -> str:
     return f"{launch}{program} " + shlex.quote(f"resume={path}")
 
 
+def report_command(path) -> str:
+    """`lptrain-report PATH` to paste into the same shell: the environment's script, bare
+    where PATH finds that very file (as `launch_words`), PATH quoted where it needs it."""
+    script = os.path.join(sys.prefix, "bin", "lptrain-report")
+    found = shutil.which("lptrain-report", path=os.environ.get("PATH"))
+    bare = not os.path.isfile(script) or (
+        found is not None and os.path.realpath(found) == os.path.realpath(script))
+    return f"{'lptrain-report' if bare else shlex.quote(script)} {shlex.quote(str(path))}"
+
+
 def text_lines(exc: BaseException) -> list[str]:
     """The non-blank lines of an exception's text, stripped."""
     return [line.strip() for line in str(exc).splitlines() if line.strip()]

@@ -230,10 +230,10 @@ class JobResult:
     objective: float | None
 
 
-def sweep_summary(directory, results: list[JobResult]) -> str:
+def sweep_summary(directory, results: list[JobResult], report: str) -> str:
     """The line that closes a sweep: its jobs, how many finished, the lowest final
     objective with the job that reached it (by the overrides that tell the jobs apart),
-    and the command that shows them all."""
+    and the command that shows them all (`report`, as errors.report_command gives it)."""
     finished = [r for r in results if r.objective is not None]
     ranked = [r for r in finished if math.isfinite(r.objective)]
     text = (f"sweep of {len(results)} job{'s' * (len(results) != 1)} in {directory}: "
@@ -244,4 +244,4 @@ def sweep_summary(directory, results: list[JobResult]) -> str:
         apart = " ".join(o for o in best.overrides if o not in common)
         text += f"; lowest final objective {best.objective:.6g} (#{best.number}" \
                 f"{' ' + apart if apart else ''})"
-    return text + f"; plots and a table of all: `lptrain-report {directory}`"
+    return text + f"; plots and a table of all: `{report}`"

@@ -10,7 +10,6 @@ split, which divides the work exactly.
 """
 from __future__ import annotations
 
-import textwrap
 from typing import Callable, Protocol, Sequence
 
 from lptrain.errors import LptrainError
@@ -32,9 +31,6 @@ class DataParallelFirst:
         return {g: float(g.layer) for g in grids}
 
 
-NOTE_COLUMNS = 75     # the timer's notes, wrapped (a long path may still be longer)
-
-
 class Recorded:
     """A GridTimer that keeps what `timer` answered, for the line saying how the split
     was chosen (`note`; a timer may add its own `note`: where its costs came from)."""
@@ -47,9 +43,9 @@ class Recorded:
         return self.found
 
     def notes(self, chosen: Grid) -> list[str]:
-        """Lines of at most ~75 columns: the split and its predicted time beside the
-        next best, then the timer's own notes (`note`: where its times came from,
-        `assumed`: what they assume), indented."""
+        """Notes, one line each (the console breaks them at its width): the split and
+        its predicted time beside the next best, then the timer's own notes (`note`:
+        where its times came from, `assumed`: what they assume), indented."""
         own = getattr(self.timer, "note", None)
         text = f"auto split {chosen.layer} x {chosen.data}"
         lines = []
@@ -65,11 +61,7 @@ class Recorded:
                 else:
                     text += f"; next best {layer} x {data}: {t:.3g} s/it"
         assumed = getattr(self.timer, "assumed", None)
-        return [text, *lines, *(line for n in (own, assumed) if n
-                                for line in textwrap.wrap(
-                                    n, NOTE_COLUMNS, initial_indent="  ",
-                                    subsequent_indent="    ", break_on_hyphens=False,
-                                    break_long_words=False))]      # a path stays whole
+        return [text, *lines, *(f"  {n}" for n in (own, assumed) if n)]
 
 
 _factory: Callable | None = None     # the installed (opts, net, mode) -> GridTimer

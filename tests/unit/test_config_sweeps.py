@@ -88,11 +88,27 @@ def test_a_sweep_closes_with_its_jobs_its_best_and_the_report_command():
             JobResult(1, ("optimizer=sgd", "optimizer.lr=1e9"), None),        # diverged
             JobResult(2, ("optimizer=sgd", "optimizer.lr=0.01"), float("nan")),  # ran
             JobResult(3, ("optimizer=sgd", "optimizer.lr=0.05"), 0.91234567)]
-    assert sweep_summary("multirun/x", jobs) == (
+    assert sweep_summary("multirun/x", jobs, "lptrain-report multirun/x") == (
         "sweep of 4 jobs in multirun/x: 3 finished, 1 failed; lowest final objective "
         "0.912346 (#3 optimizer.lr=0.05); plots and a table of all: "
         "`lptrain-report multirun/x`")
-    assert sweep_summary("s", jobs[1:2]) == (
+    assert sweep_summary("s", jobs[1:2], "lptrain-report s") == (
         "sweep of 1 job in s: 0 finished, 1 failed; plots and a table of all: "
         "`lptrain-report s`")
-    assert "(#0)" in sweep_summary("s", jobs[:1])       # one job: nothing tells it apart
+    assert "(#0)" in sweep_summary("s", jobs[:1], "r")   # one job: nothing tells it apart
+
+
+def test_the_report_command_can_be_pasted(monkeypatch, tmp_path):
+    """The closing line said `lptrain-report /tmp/sw 1` (a space, unquoted) and the bare
+    name where the environment's bin is not on PATH (held-out)."""
+    import sys
+    from lptrain.errors import report_command
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "lptrain-report").write_text("#!/bin/sh\n")
+    (bin_dir / "lptrain-report").chmod(0o755)
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "venv"))
+    monkeypatch.setenv("PATH", "/usr/bin")
+    assert report_command("/tmp/sw 1") == f"{bin_dir / 'lptrain-report'} '/tmp/sw 1'"
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin")
+    assert report_command("multirun/x") == "lptrain-report multirun/x"

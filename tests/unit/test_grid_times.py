@@ -91,7 +91,10 @@ def test_lptrain_models_auto_column_reuses_its_records(tmp_path, monkeypatch):
 
 
 def test_the_timers_notes_fit_the_console():
-    """An unwritable cache's note was one line of 155 columns."""
+    """An unwritable cache's note was one line of 155 columns; then broken at a fixed 75,
+    which a 60-column terminal broke again (held-out): one line per note, which the
+    console breaks at its width."""
+    from lptrain.metrics.console import broken
     from lptrain.parallel.auto import Recorded
 
     class Timer:
@@ -105,8 +108,11 @@ def test_the_timers_notes_fit_the_console():
     rec = Recorded(Timer())
     rec.times(GRIDS)
     lines = rec.notes(Grid(1, 2))
-    assert all(len(line) <= 75 for line in lines), lines
-    assert " ".join(ln.strip() for ln in lines[1:-1]) == Timer.note
+    assert lines[1:] == [f"  {Timer.note}", f"  {Timer.assumed}"]
+    for width in (60, 80):
+        parts = broken(lines[1], width)
+        assert all(len(p) <= width for p in parts) and len(parts) > 1
+        assert " ".join(p.strip() for p in parts) == Timer.note
 
 
 def test_lptrain_model_names_the_overrides_it_cannot_depend_on():
