@@ -8,6 +8,7 @@ anything is solved: inside a solve on several ranks a failure would end every ra
 from __future__ import annotations
 
 import math
+from numbers import Integral, Real
 
 import torch
 
@@ -17,10 +18,10 @@ from lptrain.mgrit.options import MGRITOptions
 
 def check_arguments(T, n_layers, mgrit) -> None:
     """ConfigError naming a constructor argument no module can use."""
-    if isinstance(T, bool) or not isinstance(T, (int, float)) or not 0 < T < math.inf:
+    if isinstance(T, bool) or not isinstance(T, Real) or not 0 < T < math.inf:
         raise ConfigError(f"T={T!r}: the final time must be a positive finite number")
-    if n_layers is not None and (isinstance(n_layers, bool) or not isinstance(n_layers, int)
-                                 or n_layers < 1):
+    if n_layers is not None and (isinstance(n_layers, bool)
+                                 or not isinstance(n_layers, Integral) or n_layers < 1):
         raise ConfigError(f"n_layers={n_layers!r}: the number of layers must be a "
                           f"positive int")
     if mgrit is not None and not isinstance(mgrit, MGRITOptions):

@@ -73,7 +73,8 @@ class LayerParallel(nn.Module):
                  mgrit: MGRITOptions | None = None, comm=None, warm_start: bool = False,
                  stack: bool = False, coarse_steps=None):
         super().__init__()
-        check_arguments(T, n_layers, mgrit)
+        check_arguments(T, n_layers, mgrit)       # numbers of any kind: as Python's
+        T, n_layers = float(T), None if n_layers is None else int(n_layers)
         self.options = mgrit or MGRITOptions()
         if comm is not None and not callable(getattr(comm, "Get_size", None)):
             raise ConfigError(f"comm={comm!r}: give an mpi4py communicator "

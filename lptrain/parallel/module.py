@@ -43,6 +43,10 @@ def initial_weights(width: int, layers: int, T: float, activation: str, bias: st
         if isinstance(value, bool) or not isinstance(value, kind):
             raise ConfigError(f"{name}={value!r}: must be "
                               f"{'an integer' if kind is Integral else 'a number'}")
+    if not 0 <= seed < 2 ** 32:            # as the command's seed, torch's generator
+        raise ConfigError(f"seed={seed!r}: must be in [0, 2**32 - 1]")
+    width, layers, seed, T, init_scale = int(width), int(layers), int(seed), float(T), \
+        float(init_scale)
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise ConfigError(f"dtype={dtype}: the weights must be floating point, e.g. "
                           f"torch.float64")

@@ -157,6 +157,8 @@ def test_conv_steps_take_their_channels_at_any_image_size():
      "T=None: must be a number"),
     (lambda: __import__("lptrain").LayerParallelResNet(4, 8, comm=42),
      "comm=42: give an mpi4py communicator"),
+    (lambda: __import__("lptrain").LayerParallelResNet(4, 8, seed=2 ** 70),
+     "seed=1180591620717411303424: must be in [0, 2**32 - 1]"),
 ])
 def test_no_layers_or_integer_weights_are_refused_in_one_line(build, message):
     """Were 'SolverError: invalid hierarchy: N=0 ...' and torch's 'Only Tensors of
@@ -216,3 +218,13 @@ def test_a_layer_or_coarse_step_that_returns_no_update_is_refused_on_every_path(
                          n_layers=8, mgrit=MGRITOptions(**options), **kw)
     with pytest.raises(ValueError, match=message):
         body(torch.randn(3, 4))
+
+
+def test_numpy_numbers_build_the_module_python_numbers_build():
+    """np.int64 sizes and seeds, np.float32 T: a seed crashed in torch's generator, T was
+    refused as no 'positive finite number' (held-out)."""
+    import numpy as np
+    x = torch.randn(3, 4, dtype=torch.float64)
+    want = LayerParallelResNet(4, 8, T=2.0, seed=3)(x)
+    got = LayerParallelResNet(np.int64(4), np.int64(8), T=np.float32(2.0), seed=np.int64(3))
+    assert torch.equal(got(x), want)
