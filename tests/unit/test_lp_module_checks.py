@@ -224,6 +224,7 @@ def test_numpy_numbers_build_the_module_python_numbers_build():
     """np.int64 sizes and seeds, np.float32 T: a seed crashed in torch's generator, T was
     refused as no 'positive finite number' (held-out)."""
     import numpy as np
+    from lptrain import LayerParallelResNet
     x = torch.randn(3, 4, dtype=torch.float64)
     want = LayerParallelResNet(4, 8, T=2.0, seed=3)(x)
     got = LayerParallelResNet(np.int64(4), np.int64(8), T=np.float32(2.0), seed=np.int64(3))
