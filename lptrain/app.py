@@ -134,8 +134,8 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False, typed=()):
             with_logger(h5, opts.logger, run_dir, rank0, attrs, done) as logged, \
             Console(rank0, opts.train.iterations, title, notes=notes) as console:
         writer = TallyingWriter(logged)
-        console.carry_on(h5.earlier(ms.TRAIN, ms.STEP_TIME),
-                         0.0 if saved is None else saved.loop.wall_time)  # as the loop counts
+        console.carry_on(h5.earlier(ms.TRAIN, ms.STEP_TIME),      # as the loop counts
+                         *(() if saved is None else (saved.loop.wall_time, saved.iteration)))
         try:
             _, outcome = train(theta, optimizer, oracle, data, opts, writer, console, ex,
                                progress, stop, checkpointer, saved)
@@ -218,12 +218,12 @@ def _summary(console, writer, outcome, opts: Config, path: Path, saved_lines) ->
             console.message(line)
     # lines of their own: a table cell would fold a long path
     if path.exists() or not console.enabled:
-        console.message(f"metrics: {path}")
+        console.message(f"metrics: {path}", whole=True)
     else:       # removed while the run wrote it: the rows went to a file no name reaches
         console.error(f"metrics: {path} was removed during the run; its rows are lost "
                       f"and the run cannot be resumed (the models are kept)")
-    for line in saved_lines:
-        console.message(line)
+    for line in saved_lines:              # `model: PATH`, then what it holds
+        console.message(line, whole=line.startswith("model: "))
     if outcome.stalled:
         writer.close(ms.STALLED, error=outcome.stalled)
         console.paragraph(_stall_message(opts, outcome))

@@ -170,6 +170,7 @@ class Console:
         self._updated = self._shown = None     # clock at the latest update / printed line
         self._elapsed = 0.0                    # the run's elapsed seconds at that update
         self._doing: str | None = None         # what the run does between iterations
+        self._done = 0                         # iterations done before this start
         self._live, self.live = None, False
         if not enabled:
             return
@@ -231,12 +232,13 @@ class Console:
         shows it in place of the ETA until the next update; lines printed are unchanged."""
         self._doing = what
 
-    def carry_on(self, step_times, seconds: float = 0.0) -> None:
+    def carry_on(self, step_times, seconds: float = 0.0, done: int = 0) -> None:
         """A resumed run: its earlier iterations' durations count in the iteration time
-        (as lptrain-report counts them), before this start's, and the `seconds` it had
-        run in the elapsed time (as in its wall time)."""
+        (as lptrain-report counts them), before this start's, the `seconds` it had run in
+        the elapsed time (as in its wall time), and the live bar starts at the `done`
+        iterations of its checkpoint."""
         self._step_times[:0] = [float(t) for t in step_times]
-        self._before = float(seconds)
+        self._before, self._done = float(seconds), int(done)
 
     def iteration_time(self) -> float | None:
         """The iteration time [s] of the run's iterations so far (metrics/quantities.py)."""
@@ -257,10 +259,12 @@ class Console:
         now = self._clock()
         ticking = None if self._closed else now
         right = Text(self._position(ticking) if self._iteration is not None else
-                     f"0/{self.total}  {format_duration(now - self._start + self._before)} "
+                     f"{self._done}/{self.total}  "
+                     f"{format_duration(now - self._start + self._before)} "
                      f"elapsed  " + (self._doing or f"eta {format_duration(float('nan'))}"))
         parts = stat_parts(self._values, self.iteration_time(), self._iteration)
-        return Group(*_bar_lines(self.title, self._iteration or 0, self.total, right, width),
+        return Group(*_bar_lines(self.title, self._iteration or self._done, self.total,
+                                 right, width),
                      *(Text(line) for line in wrap_parts(parts, width)))
 
     @property
@@ -268,13 +272,15 @@ class Console:
         """The console's columns (80 unless the terminal or COLUMNS says otherwise)."""
         return self._out.width if self.enabled else 80
 
-    def message(self, text: str) -> None:
+    def message(self, text: str, whole: bool = False) -> None:
         """Print one line of plain text (above the bar when it is live), `_fitted`: on a
-        terminal broken between words at its width, in a pipe or file whole."""
+        terminal broken between words at its width, in a pipe or file whole. `whole`: a
+        line that holds a path (which may have spaces) goes whole to a terminal too,
+        which wraps it at its edge and copies it back whole."""
         if self.enabled:
             log.info(text)      # one print: a live display redraws between two
-            self._out.print(Text("\n".join(self._fitted(text))),
-                            soft_wrap=not self._out.is_terminal)
+            self._out.print(Text(text if whole else "\n".join(self._fitted(text))),
+                            soft_wrap=whole or not self._out.is_terminal)
 
     def _fitted(self, line: str) -> list[str]:
         """`line` as a terminal (also one behind mpiexec's pipe) should get it, `broken`

@@ -324,3 +324,27 @@ def test_a_summary_title_wider_than_the_terminal_is_left_to_the_bar(tty_env):
         c.summary({"iterations": 1})
         plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue()).splitlines()
         assert plain[-4].strip() == shown, plain
+
+
+def test_a_resumed_runs_live_bar_starts_where_it_stopped(tty_env):
+    """The bar of a run resumed after 16 of 80 iterations showed 0/80 and 0:00:00 until
+    its first new iteration ended (held-out)."""
+    clock = Clock(100.0)
+    c = Console(True, 80, "peaks", file=io.StringIO(), clock=clock)
+    c.carry_on([0.3] * 16, 5.0, 16)
+    clock.now = 102.0
+    text = "".join(seg.text for seg in c._out.render(c.display()))
+    c.close()
+    assert "16/80  0:00:07 elapsed" in text, text
+
+
+def test_a_path_goes_whole_to_a_terminal(tty_env):
+    """Broken between words, 'metrics: /tmp/dir with space/x/metrics.h5' put a newline
+    and an indent inside the path a user copies (held-out)."""
+    line = "metrics: /tmp/a dir with spaces/another run dir/x/metrics.h5"
+    out = io.StringIO()
+    c = Console(True, 1, "peaks", file=out, width=40)
+    c.message(line, whole=True)
+    c.close()
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    assert line in plain.replace("\r", "")
