@@ -132,10 +132,11 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False, typed=()):
     h5 = collectively(ex, lambda: open_writer(path, attrs, rank0, done))
     with h5, \
             with_logger(h5, opts.logger, run_dir, rank0, attrs, done) as logged, \
-            Console(rank0, opts.train.iterations, title, notes=notes) as console:
+            Console(rank0, opts.train.iterations, title, notes=notes,
+                    **({} if saved is None else dict(done=saved.iteration,
+                                                     before=saved.loop.wall_time))) as console:
         writer = TallyingWriter(logged)
-        console.carry_on(h5.earlier(ms.TRAIN, ms.STEP_TIME),      # as the loop counts
-                         *(() if saved is None else (saved.loop.wall_time, saved.iteration)))
+        console.carry_on(h5.earlier(ms.TRAIN, ms.STEP_TIME))     # as the loop counts
         try:
             _, outcome = train(theta, optimizer, oracle, data, opts, writer, console, ex,
                                progress, stop, checkpointer, saved)

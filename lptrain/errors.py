@@ -222,7 +222,10 @@ def report_command(path) -> str:
     found = shutil.which("lptrain-report", path=os.environ.get("PATH"))
     bare = not os.path.isfile(script) or (
         found is not None and os.path.realpath(found) == os.path.realpath(script))
-    return f"{'lptrain-report' if bare else shlex.quote(script)} {shlex.quote(str(path))}"
+    where = str(path)
+    if where.startswith("-"):              # not an option to the command
+        where = f"./{where}"
+    return f"{'lptrain-report' if bare else shlex.quote(script)} {shlex.quote(where)}"
 
 
 def text_lines(exc: BaseException) -> list[str]:

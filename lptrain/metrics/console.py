@@ -153,13 +153,15 @@ class Console:
     """Progress display of one training run (see the module docstring).
 
     `clock` (seconds, monotonic) times the elapsed time, the ETA and the cadence; `width`
-    overrides the terminal's width.
+    overrides the terminal's width; `done` and `before`: a resumed run's iterations and
+    seconds before this start, which its live bar starts from.
     """
 
     def __init__(self, enabled: bool, total: int, title: str = "training", *,
                  notes: Sequence[str] = (), file: IO[str] | None = None,
                  err_file: IO[str] | None = None, cadence: Cadence = Cadence(),
-                 clock: Callable[[], float] = time.monotonic, width: int | None = None):
+                 clock: Callable[[], float] = time.monotonic, width: int | None = None,
+                 done: int = 0, before: float = 0.0):
         self.enabled, self.total, self.title = enabled, total, title
         self._closed = False
         self.notes = tuple(notes)        # lines that go with the title, shown once
@@ -170,11 +172,11 @@ class Console:
         self._updated = self._shown = None     # clock at the latest update / printed line
         self._elapsed = 0.0                    # the run's elapsed seconds at that update
         self._doing: str | None = None         # what the run does between iterations
-        self._done = 0                         # iterations done before this start
+        self._done = done                      # iterations done before this start
         self._live, self.live = None, False
         if not enabled:
             return
-        self._start, self._before = clock(), 0.0     # _before: a resumed run's earlier time
+        self._start, self._before = clock(), float(before)   # a resumed run's earlier time
         # a rank: the terminal mpiexec writes to, which breaks nothing between words
         behind = launcher_columns(file or sys.stdout) \
             if width is None and "COLUMNS" not in os.environ else None
@@ -232,13 +234,11 @@ class Console:
         shows it in place of the ETA until the next update; lines printed are unchanged."""
         self._doing = what
 
-    def carry_on(self, step_times, seconds: float = 0.0, done: int = 0) -> None:
+    def carry_on(self, step_times) -> None:
         """A resumed run: its earlier iterations' durations count in the iteration time
-        (as lptrain-report counts them), before this start's, the `seconds` it had run in
-        the elapsed time (as in its wall time), and the live bar starts at the `done`
-        iterations of its checkpoint."""
+        (as lptrain-report counts them), before this start's (its earlier seconds and
+        iterations: the constructor's `before` and `done`)."""
         self._step_times[:0] = [float(t) for t in step_times]
-        self._before, self._done = float(seconds), int(done)
 
     def iteration_time(self) -> float | None:
         """The iteration time [s] of the run's iterations so far (metrics/quantities.py)."""

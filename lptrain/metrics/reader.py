@@ -78,14 +78,16 @@ def read_metrics(path: str | Path) -> RunMetrics:
 
 def _opened(path: Path) -> h5py.File:
     """`path` open to read, without HDF5's file lock (a live writer must not block the
-    reader); where this process has it open already with the lock (h5py's default, a
-    notebook's `h5py.File(path)`), HDF5 refuses other locking flags: then with its own."""
-    try:
-        return h5py.File(path, "r", locking=False)
-    except OSError as exc:
-        if "locking flag values don't match" not in str(exc):
-            raise
-        return h5py.File(path, "r")
+    reader); where this process has it open already with a lock (h5py's default, a
+    notebook's `h5py.File(path)`, or `locking=True`), HDF5 refuses other locking flags:
+    then with the flags it holds."""
+    for locking in (False, None, True):      # ours, then the kinds a caller may hold
+        try:
+            return h5py.File(path, "r", locking=locking)
+        except OSError as exc:
+            if "flag values don't match" not in str(exc) or locking is True:
+                raise
+    raise AssertionError("unreachable")
 
 
 def run_status(path: str | Path) -> tuple[str, str]:

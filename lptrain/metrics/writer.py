@@ -351,7 +351,8 @@ def _ending(exc) -> tuple[str, str | None]:
         return s.INTERRUPTED, str(exc)   # one comes from a user's code, a failure
     if isinstance(exc, DivergedError):
         return s.DIVERGED, str(exc)
-    return s.FAILED, f"{type(exc).__name__}: {exc}".rstrip(": ")
+    text = str(exc)
+    return s.FAILED, f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def open_writer(path: str | Path, attrs: dict, enabled: bool,

@@ -18,8 +18,10 @@ from lptrain.mgrit.options import MGRITOptions
 
 def check_arguments(T, n_layers, mgrit) -> None:
     """ConfigError naming a constructor argument no module can use."""
-    if isinstance(T, bool) or not isinstance(T, Real) or not 0 < T < math.inf:
-        raise ConfigError(f"T={T!r}: the final time must be a positive finite number")
+    if isinstance(T, bool) or not isinstance(T, Real) or not 0 < _as_float(T) < math.inf:
+        shown = f"{T!r}" if len(repr(T)) <= 40 else f"{repr(T)[:20]}... ({len(repr(T))} " \
+            f"characters)"
+        raise ConfigError(f"T={shown}: the final time must be a positive finite number")
     if n_layers is not None and (isinstance(n_layers, bool)
                                  or not isinstance(n_layers, Integral) or n_layers < 1):
         raise ConfigError(f"n_layers={n_layers!r}: the number of layers must be a "
@@ -27,6 +29,14 @@ def check_arguments(T, n_layers, mgrit) -> None:
     if mgrit is not None and not isinstance(mgrit, MGRITOptions):
         raise ConfigError(f"mgrit={mgrit!r}: give an lptrain.MGRITOptions, e.g. "
                           f"MGRITOptions(levels=3, max_iter=10)")
+
+
+def _as_float(x) -> float:
+    """`x` as a Python float; nan where it has none (an int beyond float's range)."""
+    try:
+        return float(x)
+    except (OverflowError, ValueError):
+        return math.nan
 
 
 def layer_count(steps, n_layers, prebuilt: bool, coarse_steps) -> int:

@@ -45,13 +45,24 @@ def initial_weights(width: int, layers: int, T: float, activation: str, bias: st
                               f"{'an integer' if kind is Integral else 'a number'}")
     if not 0 <= seed < 2 ** 32:            # as the command's seed, torch's generator
         raise ConfigError(f"seed={seed!r}: must be in [0, 2**32 - 1]")
+    for name, value in (("T", T), ("init_scale", init_scale)):
+        try:
+            float(value)
+        except OverflowError:                # an int of 400 digits
+            raise ConfigError(f"{name}: an integer of {len(str(abs(value)))} digits, "
+                              f"beyond a float's range") from None
     width, layers, seed, T, init_scale = int(width), int(layers), int(seed), float(T), \
         float(init_scale)
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise ConfigError(f"dtype={dtype}: the weights must be floating point, e.g. "
                           f"torch.float64")
-    opts = NetworkOptions(width=width, layers=layers, T=T, activation=activation, bias=bias,
-                          opening="pad", init="normal", init_hidden=init_scale,
-                          gamma_tik=0.0, gamma_class=0.0, gamma_ddt=0.0)
+    try:              # its checks name the command's keys: the arguments' names here
+        opts = NetworkOptions(width=width, layers=layers, T=T, activation=activation,
+                              bias=bias, opening="pad", init="normal",
+                              init_hidden=init_scale, gamma_tik=0.0, gamma_class=0.0,
+                              gamma_ddt=0.0)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("network.init_hidden=", "init_scale=")
+                          .replace("network.", "")) from None
     net = ResNet(opts, (width,), 1)
     return net.hidden_views(net.init_params(seed, dtype))

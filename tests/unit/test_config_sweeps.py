@@ -112,3 +112,4 @@ def test_the_report_command_can_be_pasted(monkeypatch, tmp_path):
     assert report_command("/tmp/sw 1") == f"{bin_dir / 'lptrain-report'} '/tmp/sw 1'"
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin")
     assert report_command("multirun/x") == "lptrain-report multirun/x"
+    assert report_command("-dash") == "lptrain-report ./-dash"     # not an option

@@ -159,6 +159,12 @@ def test_conv_steps_take_their_channels_at_any_image_size():
      "comm=42: give an mpi4py communicator"),
     (lambda: __import__("lptrain").LayerParallelResNet(4, 8, seed=2 ** 70),
      "seed=1180591620717411303424: must be in [0, 2**32 - 1]"),
+    (lambda: __import__("lptrain").LayerParallelResNet(4, 8, T=10 ** 400),
+     "T: an integer of 401 digits, beyond a float's range"),
+    (lambda: LayerParallel([torch.nn.Linear(2, 2)], T=10 ** 400),
+     "T=10000000000000000000... (401 characters): the final time must be"),
+    (lambda: __import__("lptrain").LayerParallelResNet(4, 8, init_scale=-1.0),
+     "init_scale=-1.0: must be in [0, 100]"),            # not network.init_hidden
 ])
 def test_no_layers_or_integer_weights_are_refused_in_one_line(build, message):
     """Were 'SolverError: invalid hierarchy: N=0 ...' and torch's 'Only Tensors of

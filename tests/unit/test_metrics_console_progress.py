@@ -329,12 +329,14 @@ def test_a_summary_title_wider_than_the_terminal_is_left_to_the_bar(tty_env):
 def test_a_resumed_runs_live_bar_starts_where_it_stopped(tty_env):
     """The bar of a run resumed after 16 of 80 iterations showed 0/80 and 0:00:00 until
     its first new iteration ended (held-out)."""
-    clock = Clock(100.0)
-    c = Console(True, 80, "peaks", file=io.StringIO(), clock=clock)
-    c.carry_on([0.3] * 16, 5.0, 16)
+    clock, out = Clock(100.0), io.StringIO()
+    c = Console(True, 80, "peaks", file=out, clock=clock, done=16, before=5.0)
+    first = "".join(seg.text for seg in c._out.render(c.display()))   # before carry_on
+    c.carry_on([0.3] * 16)
     clock.now = 102.0
     text = "".join(seg.text for seg in c._out.render(c.display()))
     c.close()
+    assert "16/80  0:00:05 elapsed" in first and "0/80" not in first, first
     assert "16/80  0:00:07 elapsed" in text, text
 
 

@@ -164,6 +164,9 @@ def test_a_keyboard_interrupt_of_a_users_code_is_a_failure(tmp_path):
     deleted' that was never written (held-out)."""
     m = _status_after(tmp_path, KeyboardInterrupt())
     assert m.status == s.FAILED and m.attrs[s.ERROR] == "KeyboardInterrupt"
+    (tmp_path / "b").mkdir()
+    m = _status_after(tmp_path / "b", RuntimeError("path /tmp/x y:  "))   # kept as raised
+    assert m.attrs[s.ERROR] == "RuntimeError: path /tmp/x y:  "
 
 
 def test_context_manager_records_diverged(tmp_path):
@@ -402,5 +405,6 @@ def test_a_file_this_process_has_open_in_h5py_is_read(tmp_path):
     import h5py
     from helpers import fake_run
     path = fake_run(tmp_path / "run", "serial", 0.4)
-    with h5py.File(path, "r"):
-        assert read_metrics(path).n_iterations == read_metrics(path).n_iterations > 0
+    for locking in (None, True):       # h5py's default; its option given (another text)
+        with h5py.File(path, "r", locking=locking):
+            assert read_metrics(path).n_iterations > 0
