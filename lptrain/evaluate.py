@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import math
 import sys
 from pathlib import Path
 
@@ -86,8 +87,13 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val",
     x, y = (data.x_val, data.y_val) if split == "val" else (data.x_train, data.y_train)
     name = data.validation_set if split == "val" else split    # what the split is
     # the validation split in the run's chunks (its numbers, bitwise); the training split
-    # in large ones (a run of batch size 1 took one sample at a time)
-    chunk = None if split == "val" else max(model.validation_chunk or 0, EVAL_CHUNK)
+    # in chunks whose states fit STATE_BYTES, at least the run's (a run of batch size 1
+    # took one sample at a time; 4096 MNIST images a chunk peaked at 3.8 GB, 100: 0.4 GB
+    # and twice as fast)
+    chunk = None if split == "val" else max(
+        model.validation_chunk or 1,
+        min(EVAL_CHUNK, STATE_BYTES // (math.prod(model.net.state_shape)
+                                        * model.theta.element_size()) or 1))
     try:
         loss, accuracy = model.evaluate(x, y, chunk)
     except Exception as exc:     # e.g. a user's step that raises: one line, as lptrain's
@@ -148,6 +154,9 @@ def _against_run(model, overrides: list[str], options, seed: int, data) -> dict:
     return {"split_changed": not (torch.equal(run.x_val, data.x_val)
                                   and torch.equal(run.y_val, data.y_val)),
             "trained_on": sum(_key(row) in seen for row in data.x_val)}
+
+
+STATE_BYTES = 2 ** 23    # one layer's states of a training-split chunk: 8 MiB
 
 
 def _key(sample) -> bytes:
