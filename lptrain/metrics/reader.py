@@ -49,7 +49,8 @@ class RunMetrics:
 
 
 def read_metrics(path: str | Path) -> RunMetrics:
-    """Read `path`, also while a run is still writing it or after the run was killed.
+    """Read `path` (a metrics.h5 or a run's directory), also while a run is still writing
+    it or after the run was killed.
 
     The file is opened read-only without HDF5 file locking, so a live writer does not
     block the reader. A row that a writer did not finish (it reached only some datasets,
@@ -58,6 +59,8 @@ def read_metrics(path: str | Path) -> RunMetrics:
     MetricsInputError when the file is missing, not HDF5, or not written by lptrain.
     """
     path = Path(path)
+    if path.is_dir():                 # a run's directory: its file
+        path = path / s.FILE_NAME
     if not path.is_file():
         raise s.MetricsInputError(f"{path}: no such metrics file")
     if not h5py.is_hdf5(path):       # a model.pt or checkpoint.pt given in its place, say

@@ -287,8 +287,8 @@ the batch; a group that stopped keeps its last), so a run on a 1 × D grid recor
 the same run on one rank does where the groups take the same iterations (fixed and
 one-shot solves, and solves to a tolerance near round-off).
 
-Read a file with `lptrain.metrics.reader.read_metrics(path)` (also while the run is still
-writing it); compare runs with `lptrain-report PATH ... --out DIR`. This page is generated
+Read a file with `lptrain.metrics.reader.read_metrics(path)` (path: the file or its run
+directory; also while the run is still writing it); compare runs with `lptrain-report PATH ... --out DIR`. This page is generated
 by `python -m lptrain.metrics.schema`.
 """
 

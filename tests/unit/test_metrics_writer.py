@@ -408,3 +408,14 @@ def test_a_file_this_process_has_open_in_h5py_is_read(tmp_path):
     for locking in (None, True):       # h5py's default; its option given (another text)
         with h5py.File(path, "r", locking=locking):
             assert read_metrics(path).n_iterations > 0
+
+
+def test_a_run_directory_reads_as_its_file(tmp_path):
+    """read_metrics(run_dir) said 'no such metrics file', while its own message for a
+    file that is not HDF5 says to give a run's directory (held-out)."""
+    from helpers import fake_run
+    path = fake_run(tmp_path / "run", "serial", 0.4)
+    assert read_metrics(tmp_path / "run").n_iterations == read_metrics(path).n_iterations
+    with pytest.raises(s.MetricsInputError, match="empty/metrics.h5: no such metrics file"):
+        (tmp_path / "empty").mkdir()
+        read_metrics(tmp_path / "empty")
