@@ -137,9 +137,7 @@ def _against_run(model, overrides: list[str], options, seed: int, data) -> dict:
     from lptrain.errors import LptrainError
     unknown = {"split_changed": None, "trained_on": None}
     if not overrides:            # the run's own split: its training samples are `data`'s
-        seen = {_key(row) for row in data.x_train}
-        return {"split_changed": False,
-                "trained_on": sum(_key(row) in seen for row in data.x_val)}
+        return {"split_changed": False, "trained_on": _trained_on(data.x_train, data.x_val)}
     moved = [o for o in overrides if o.partition("=")[0] == "dataset.path"]
     own, _ = dataset_for(model, moved)
     if own.name != options.name:
@@ -150,10 +148,15 @@ def _against_run(model, overrides: list[str], options, seed: int, data) -> dict:
         return unknown
     if run.feature_shape != data.feature_shape:
         return unknown
-    seen = {_key(row) for row in run.x_train}
     return {"split_changed": not (torch.equal(run.x_val, data.x_val)
                                   and torch.equal(run.y_val, data.y_val)),
-            "trained_on": sum(_key(row) in seen for row in data.x_val)}
+            "trained_on": _trained_on(run.x_train, data.x_val)}
+
+
+def _trained_on(x_train, x_val) -> int:
+    """How many of the samples x_val are among x_train."""
+    seen = {_key(row) for row in x_train}
+    return sum(_key(row) in seen for row in x_val)
 
 
 STATE_BYTES = 2 ** 23    # one layer's states of a training-split chunk: 8 MiB

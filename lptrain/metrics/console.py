@@ -257,11 +257,7 @@ class Console:
         """What the live display shows now: the bar line, the values below it."""
         width = self._out.width
         now = self._clock()
-        ticking = None if self._closed else now
-        right = Text(self._position(ticking) if self._iteration is not None else
-                     f"{self._done}/{self.total}  "
-                     f"{format_duration(now - self._start + self._before)} "
-                     f"elapsed  " + (self._doing or f"eta {format_duration(float('nan'))}"))
+        right = Text(self._position(None if self._closed else now))
         parts = stat_parts(self._values, self.iteration_time(), self._iteration)
         return Group(*_bar_lines(self.title, self._iteration or self._done, self.total,
                                  right, width),
@@ -374,11 +370,17 @@ class Console:
         return expected if math.isfinite(expected) else 0.0
 
     def _position(self, now: float | None = None) -> str:
-        """'12/300  0:00:28 elapsed  eta 0:00:42' (elapsed at `now`, else at the update)."""
-        elapsed = self._elapsed + (0.0 if now is None else now - self._updated)
-        doing = self._doing if now is not None and self._doing else \
-            f"eta {format_duration(self._eta())}"
-        return f"{self._iteration}/{self.total}  {format_duration(elapsed)} elapsed  {doing}"
+        """'12/300  0:00:28 elapsed  eta 0:00:42': elapsed at `now` (a live display's
+        clock; what the run is `doing` in place of the ETA), else at the update; before
+        this start's first update, the iterations done before it and the clock's time."""
+        if self._iteration is None:
+            iteration, eta, ticking = self._done, math.nan, True
+            elapsed = (self._clock() if now is None else now) - self._start + self._before
+        else:
+            iteration, eta, ticking = self._iteration, self._eta(), now is not None
+            elapsed = self._elapsed + (0.0 if now is None else now - self._updated)
+        doing = self._doing if ticking and self._doing else f"eta {format_duration(eta)}"
+        return f"{iteration}/{self.total}  {format_duration(elapsed)} elapsed  {doing}"
 
 
 def _bar_lines(title: str, completed: int, total: int, right: Text, width: int) -> list:
@@ -416,9 +418,8 @@ def _row(cells: list, bar_width: int, completed: int, total: int, right: Text) -
 
 def _format_value(value, unit: str = "") -> str:
     """'0.123457', '1.12710', '12', '29.10 s', '3725 s (1:02:05)', '37250 s (10:20:50)',
-    an accuracy (unit
-    'fraction') '0.7400'; '-' for None. Floats keep their trailing zeros, so that values
-    of one kind show as many digits."""
+    an accuracy (unit 'fraction') '0.7400'; '-' for None. Floats keep their trailing
+    zeros, so that values of one kind show as many digits."""
     if value is None:
         return "-"
     if unit == FRACTION:

@@ -39,8 +39,7 @@ def run_labels(runs: Sequence[RunMetrics]) -> list[str]:
     shown: list[str] = []
     if len(runs) == 1:       # nothing to tell it from: its command's own overrides
         typed = sources[0][0]
-        parts[0] += [f"{k}={v}" for k, v in typed.items() if k in _labelled([typed])
-                     and reads[0](k)]
+        parts[0] += [f"{k}={typed[k]}" for k in _labelled([typed]) if reads[0](k)]
         return [" ".join(_built(p, runs[0]) for p in parts[0])]
     for key in differing(sources[0], common_only=False):    # typed: all, even under a
         _show(key, _parts(key, reads, sources), parts, shown, typed=True)   # typed group

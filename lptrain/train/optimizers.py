@@ -48,6 +48,16 @@ def finite_gradient(g: torch.Tensor) -> torch.Tensor:
     return g
 
 
+def _unstepped(theta, ev, oracle: Oracle):
+    """(θ, StepInfo) of a first evaluation whose objective is not finite: no step from
+    there; the loop's divergence rule ends the run with the iteration's row, and the
+    oracle's record is this evaluation's (the solve that failed)."""
+    oracle.accept(ev)
+    p = ev.point
+    return theta, StepInfo(objective=p.objective, loss=p.loss, accuracy=p.accuracy,
+                           grad_norm=math.nan, step_size=0.0, at_start=True)
+
+
 def _finite(point) -> None:
     """DivergedError unless the objective is finite (the first evaluation's is the
     loop's to judge: LBFGS.step)."""
@@ -85,7 +95,7 @@ class LBFGS:
         return self.shards
 
     def _start(self, theta, oracle: Oracle, ev=None):
-        ev = ev or oracle.value(theta)
+        ev = oracle.value(theta) if ev is None else ev
         _finite(ev.point)
         grad = finite_gradient(oracle.gradient(ev))
         oracle.accept(ev)
@@ -172,12 +182,8 @@ class LBFGS:
     def step(self, theta: torch.Tensor, oracle: Oracle):
         if self.current is None:
             ev = oracle.value(theta)
-            if not math.isfinite(ev.point.objective):   # as SGD's: no step from here, the
-                oracle.accept(ev)        # loop's divergence rule ends the run, its row and
-                p = ev.point             # the failed solve's record kept
-                return theta, StepInfo(objective=p.objective, loss=p.loss,
-                                       accuracy=p.accuracy, grad_norm=math.nan,
-                                       step_size=0.0, at_start=True)
+            if not math.isfinite(ev.point.objective):
+                return _unstepped(theta, ev, oracle)
             self._start(theta, oracle, ev)
         trials = failed = 0
         while True:
@@ -286,12 +292,8 @@ class _TorchOptimizer:
 
     def step(self, theta, oracle: Oracle):
         ev = oracle.value(theta)
-        point = ev.point
-        if not math.isfinite(point.objective):   # no step from here: the loop's divergence
-            oracle.accept(ev)      # its record is this evaluation's (the solve that failed)
-            return theta, StepInfo(objective=point.objective, loss=point.loss,   # rule ends
-                                   accuracy=point.accuracy, grad_norm=math.nan,  # the run,
-                                   step_size=0.0, at_start=True)                 # its row kept
+        if not math.isfinite(ev.point.objective):
+            return _unstepped(theta, ev, oracle)
         g = finite_gradient(oracle.gradient(ev))
         oracle.accept(ev)
         point = ev.point            # the gradient's own (an evaluation taken again: its)
