@@ -16,9 +16,9 @@ from pathlib import Path
 
 from lptrain.errors import FAILED, REFUSED, LptrainError, RunFileError, resume_command
 from lptrain.command_args import (check_dir_values, check_flags, check_hydra_keys,
-                                  check_launcher, check_writable, directory_args, hydra_failure,
-                                  hydra_raising, informational, multirun, overrides_first,
-                                  value, version_line)
+                                  check_launcher, check_writable, checked_args, config_source,
+                                  directory_args, hydra_failure, hydra_raising, informational,
+                                  multirun, overrides_first, value, version_line)
 from lptrain.jobs import END, Job, JobChannel
 from lptrain.resume_args import resume_args, sweep_switch
 from lptrain.rundir import (RunLock, SavedFiles, dir_value, is_sweep, refuse_earlier_run,
@@ -159,7 +159,6 @@ def _split_hint(message: str, ranks: int) -> str:
 def _lead(args: list[str], ranks: int) -> int:
     """Rank 0: check the command, claim its directory, run Hydra; the exit status."""
     _typed[:] = args
-    checkable = all(a in ("-m", "--multirun") or not a.startswith("-") for a in args)
     try:
         check_flags(args)
         check_launcher(args, ranks)
@@ -172,16 +171,16 @@ def _lead(args: list[str], ranks: int) -> int:
                 raise ConfigError(f"{word}: --cfg, --info and --hydra-help show one "
                                   f"configuration, not a sweep's; drop {word} (and give "
                                   f"one value per key)")
-            # its overrides (key=value; a flag's own value has no '=') are checked first:
-            # Hydra reports a bad one in five lines with a pointer to HYDRA_FULL_ERROR
-            check_command([a for a in args if a in ("-m", "--multirun")
-                           or ("=" in a and not a.startswith("-"))])
+            # its overrides are checked first: Hydra reports a bad one in five lines
+            # with a pointer to HYDRA_FULL_ERROR
+            check_command(checked_args(args) or [], source=config_source(args))
             return _hydra(args) or 0      # Hydra's own error (a comma value) in one line
         check_hydra_keys([a for a in args if a.lstrip("+").startswith("hydra.")])
-        if checkable:
+        checked = checked_args(args)
+        if checked is not None:
             # the split on these ranks, job by job; a resumed sweep's finished jobs had
             # theirs, and its preflight checks the jobs it runs
-            check_command(args, None if _sweep else ranks)
+            check_command(checked, None if _sweep else ranks, config_source(args))
         given = value(args, "hydra.sweep.dir" if multirun(args) else "hydra.run.dir")
         fresh = not _resuming and (given is None or not Path(dir_value(given)).exists())
         # the folders above it this command makes (a default one's date and outputs/)

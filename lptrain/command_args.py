@@ -60,6 +60,30 @@ def check_flags(args: list[str]) -> None:
     parser.parse_args(args)
 
 
+def _parsed(args: list[str]):
+    """Hydra's parser's reading of a command that check_flags took."""
+    from hydra._internal.utils import get_args_parser
+    return get_args_parser().parse_args(overrides_first(args))
+
+
+def config_source(args: list[str]):
+    """Where the command's configuration comes from (--config-name, --config-path,
+    --config-dir: the user's own; else lptrain's)."""
+    from lptrain.config.source import ConfigSource
+    ns = _parsed(args)
+    return ConfigSource(ns.config_name or "config", ns.config_path, ns.config_dir)
+
+
+def checked_args(args: list[str]) -> list[str] | None:
+    """The command's overrides (and -m) as check_command takes them, flags and their
+    values left out; None for a rerun of a saved job (--experimental-rerun), which
+    Hydra composes from its pickle."""
+    ns = _parsed(args)
+    if ns.experimental_rerun is not None:
+        return None
+    return [*(["-m"] if ns.multirun else []), *ns.overrides]
+
+
 def informational(args: list[str]) -> bool:
     return any(a.split("=", 1)[0] in INFO_FLAGS for a in args)
 

@@ -33,6 +33,7 @@ FILES = {
     "test_compact_warm.py": "numeric",
     "test_config_compose.py": "unit",
     "test_config_refusals.py": "unit",
+    "test_config_source.py": "unit",
     "test_config_sweeps.py": "unit",
     "test_context.py": "unit",
     "test_dir_values.py": "unit",

@@ -30,16 +30,17 @@ def refuse_schema_nodes(choices: Mapping[str, str | None]) -> None:
                               f"a choice; {one_of(yaml_choices(group))}")
 
 
-def compose_checked(overrides: Sequence[str], job: str | None = None):
-    """The composed config (its `hydra` node removed) after refusing schema nodes; Hydra's
-    compose API, inside initialize_config_dir(CONF_DIR). With `job` ("run" or
-    "sweep") Hydra's config is set as such a job's (as_a_job)."""
+def compose_checked(overrides: Sequence[str], job: str | None = None, name: str = "config"):
+    """The composed config `name` (its `hydra` node removed) after refusing schema nodes;
+    Hydra's compose API, inside source.initialized(). With `job` ("run" or "sweep")
+    Hydra's config is set as such a job's (as_a_job)."""
     from hydra import compose as hydra_compose
     from omegaconf import open_dict
-    cfg = hydra_compose(config_name="config", overrides=list(overrides),
+    cfg = hydra_compose(config_name=name, overrides=list(overrides),
                         return_hydra_config=True)
     refuse_schema_nodes(cfg.hydra.runtime.choices)
-    refuse_renamed(cfg, overrides)
+    refuse_renamed(cfg, overrides, name)
+    refuse_mixed(cfg, overrides, name)
     with open_dict(cfg):
         if job is not None:
             _as_a_job(cfg.hydra, job == "sweep")
@@ -51,7 +52,7 @@ def compose_checked(overrides: Sequence[str], job: str | None = None):
 NAMED_GROUPS = ("mode", "network")
 
 
-def refuse_renamed(cfg, overrides: Sequence[str]) -> None:
+def refuse_renamed(cfg, overrides: Sequence[str], name: str = "config") -> None:
     """`mode.name=mgrit` alone trained in mgrit mode with `mode: serial` recorded, and
     `network.name=conv` failed on an unrelated key: a name given apart from its choice is
     refused where it differs from the choice's own (ConfigError, as schema.check_chosen
@@ -65,12 +66,48 @@ def refuse_renamed(cfg, overrides: Sequence[str]) -> None:
             continue
         given = cfg[group].name
         rest = [x for x in overrides if x != o]
-        if hydra_compose(config_name="config", overrides=rest)[group].name == given:
+        if hydra_compose(config_name=name, overrides=rest)[group].name == given:
             continue
         choice = cfg.hydra.runtime.choices[group]
         other = given if given in yaml_choices(group) else "NAME"
         raise ConfigError(f"{group}.name={given!r}: the {group} chosen is {choice}; choose "
                           f"another with {group}={other} (`lptrain --help` lists them)")
+
+
+# groups whose options hold the keys of their own node (a recipe's are elsewhere)
+NODE_GROUPS = ("dataset", "network", "optimizer", "mode", "mgrit")
+
+
+def refuse_mixed(cfg, overrides: Sequence[str], name: str = "config") -> None:
+    """`experiment=peaks_paper network=dense_wide` trained peaks_paper's width, T and
+    activation under `network: dense_wide`: an experiment's keys are merged after the
+    groups' options, so a group chosen on the command line over the experiment's own
+    choice took the experiment's values of its keys. ConfigError naming them (keys given
+    on the command line win over both and are not counted)."""
+    from hydra import compose as hydra_compose
+
+    from lptrain.config.meanings import GROUPS
+    from lptrain.errors import ConfigError
+    given = dict(_key_value(o) for o in overrides)
+    choices = cfg.hydra.runtime.choices
+    chosen = [g for g in NODE_GROUPS if g in given]
+    if "experiment" not in given or choices.get("experiment") is None or not chosen:
+        return
+    rest = [o for o in overrides if _key_value(o)[0] != "experiment"]
+    pinned = [f"{g}={choices[g]}" for g in GROUPS
+              if g not in given and g != "experiment" and choices.get(g) is not None]
+    plain = hydra_compose(config_name=name, overrides=[*rest, *pinned])  # no overlay
+    own = hydra_compose(config_name=name, return_hydra_config=True,
+                        overrides=[o for o in overrides if _key_value(o)[0] not in chosen]
+                        ).hydra.runtime.choices
+    for g in chosen:
+        keys = [f"{g}.{k}" for k in cfg[g] if cfg[g][k] != plain[g].get(k)
+                and f"{g}.{k}" not in given]
+        if own[g] != choices[g] and keys:
+            raise ConfigError(
+                f"{g}={choices[g]}: experiment={choices.experiment} sets {', '.join(keys)} "
+                f"over its values (the experiment's own choice is {g}={own[g]}); leave "
+                f"{g}= out, or give the keys their values on the command line")
 
 
 def _as_a_job(hydra, sweep: bool) -> None:
@@ -227,36 +264,39 @@ def multirun(args: list[str]) -> bool:
                for a in args)
 
 
-def check_command(args: list[str], ranks: int | None = None) -> None:
+def check_command(args: list[str], ranks: int | None = None, source=None) -> None:
     """Compose and type-check a command's overrides once per swept value (the lptrain
     command, rank 0, before anything is written), with Hydra's own group choices
-    (`hydra/launcher=`, `hydra/sweeper=`); Hydra's report becomes one ConfigError line.
+    (`hydra/launcher=`, `hydra/sweeper=`) and its search path (`hydra.searchpath=`), from
+    the command's configuration `source` (source.ConfigSource: lptrain's by default);
+    Hydra's report becomes one ConfigError line. `args` are the overrides and -m.
     With `ranks`, each job's layer × data split is tried on that many ranks."""
-    from hydra import initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     from lptrain.config.schema import register_configs
+    from lptrain.config.source import ConfigSource, initialized
     from lptrain.config.typed import options
     from lptrain.modes import LAYERED
     from lptrain.parallel.grid import run_grids
     register_configs()
+    source = source or ConfigSource()
     overrides = [a for a in args if not a.startswith("-") and not a.startswith("hydra")
                  and not a.startswith("+hydra")]
-    # a sweep's job resumed alone keeps its number (resume_args.resume_args)
-    overrides += [a for a in args if a.startswith("hydra.job.num=")]
+    # a sweep's job resumed alone keeps its number (resume_args.resume_args); the
+    # search path finds the user's group options
+    overrides += [a for a in args if a.startswith(("hydra.job.num=", "hydra.searchpath="))]
     groups = [a for a in args if a.startswith("hydra/")]  # launcher, sweeper: must exist
     sweep = multirun(args)
     job = "sweep" if sweep else "run"
     try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            with _hydra_config_restored():
-                for combination in sweep_samples(overrides):
-                    cfg = compose_checked([*combination, *groups], job=job)
-                    check_switches(cfg, combination)
-                    typed = options(cfg)
-                    if ranks is not None:       # the split on these ranks, job by job
-                        run_grids(typed, ranks, typed.mode.name in LAYERED)
+        with initialized(source), _hydra_config_restored():
+            for combination in sweep_samples(overrides):
+                cfg = compose_checked([*combination, *groups], job=job, name=source.name)
+                check_switches(cfg, combination)
+                typed = options(cfg)
+                if ranks is not None:       # the split on these ranks, job by job
+                    run_grids(typed, ranks, typed.mode.name in LAYERED)
     except (HydraException, OmegaConfBaseException) as exc:
         error = _float_interval_hint(one_line_error(exc), overrides)
         if not sweep and ("hydra:job.num" in str(error) or "hydra.job.num" in str(error)):

@@ -1,0 +1,54 @@
+"""Where a command's configuration comes from: lptrain's config directory, or the user's
+own (Hydra's --config-name, --config-path and --config-dir), set up for the compose API
+the way the `lptrain` command's Hydra sets it up for the run."""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+# the module whose hydra.main the command runs: a relative --config-path is read from it
+ENTRY_MODULE = "lptrain.cli"
+CONF_PATH = "pkg://lptrain.conf"
+
+
+@dataclass(frozen=True)
+class ConfigSource:
+    """name: the primary config (--config-name); path: the directory searched instead of
+    lptrain's conf/ (--config-path: absolute, pkg://, or relative to the lptrain
+    package, as Hydra reads it); extra_dir: a directory searched ahead of it
+    (--config-dir), whose group options and experiments join lptrain's."""
+
+    name: str = "config"
+    path: str | None = None
+    extra_dir: str | None = None
+
+
+@contextmanager
+def initialized(source: ConfigSource = ConfigSource()):
+    """Hydra's compose API set up with the search path of `source` (Hydra's global state
+    as it was afterwards); ConfigError for a --config-dir that is not a directory."""
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_automatic_config_search_path
+    from hydra.core.config_search_path import SearchPathQuery
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+    from hydra.version import setbase
+    from lptrain.errors import ConfigError
+    path = create_automatic_config_search_path(None, ENTRY_MODULE, source.path or CONF_PATH)
+    if source.path is not None and os.path.isabs(source.path) and \
+            not os.path.isdir(source.path):
+        raise ConfigError(f"--config-path {source.path!r}: no such directory")
+    if source.extra_dir is not None:
+        extra = os.path.abspath(source.extra_dir)
+        if not os.path.isdir(extra):
+            raise ConfigError(f"--config-dir {source.extra_dir!r}: no such directory "
+                              f"({extra})")
+        path.prepend(provider="command-line", path=f"file://{extra}",
+                     anchor=SearchPathQuery(provider="schema"))
+    backup = get_gh_backup()
+    setbase("1.3")
+    Hydra.create_main_hydra2(task_name="lptrain", config_search_path=path)
+    try:
+        yield
+    finally:
+        restore_gh_from_backup(backup)

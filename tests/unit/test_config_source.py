@@ -1,0 +1,89 @@
+"""The command's check reads the configuration where the run reads it: the user's own
+config directory (--config-dir, hydra.searchpath) and primary config (--config-name)."""
+from __future__ import annotations
+
+import pytest
+
+from lptrain.command_args import checked_args, config_source
+from lptrain.config import check_command
+from lptrain.config.schema import register_configs
+from lptrain.config.source import ConfigSource
+from lptrain.errors import ConfigError
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _schema():
+    register_configs()
+
+
+@pytest.fixture
+def own(tmp_path):
+    """A user's config directory: an experiment, a network option, a primary config."""
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - override /optimizer: adam\n"
+        "network:\n  layers: 6\n")
+    (tmp_path / "network").mkdir()
+    (tmp_path / "network" / "small.yaml").write_text(
+        "defaults:\n  - network_schema\nname: dense\nwidth: 3\nlayers: 4\n")
+    (tmp_path / "images.yaml").write_text(
+        "defaults:\n  - config\n  - override dataset: mnist\n  - _self_\n")
+    return tmp_path
+
+
+def test_the_users_group_options_are_checked_from_their_directory(own):
+    """`--config-dir DIR experiment=mine` was refused (`Could not find
+    'experiment/mine'`) though Hydra's run finds it: the check composed lptrain's
+    config directory alone."""
+    with pytest.raises(ConfigError, match="Could not find 'experiment/mine'"):
+        check_command(["experiment=mine"])
+    source = ConfigSource(extra_dir=str(own))
+    check_command(["experiment=mine", "optimizer=sgd"], source=source)
+    check_command(["experiment=mine", f"hydra.searchpath=[file://{own}]"])
+    with pytest.raises(ConfigError, match="network.widht: no such key"):
+        check_command(["network=small", "network.widht=2"], source=source)
+
+
+def test_a_group_chosen_over_an_experiments_keys_is_refused(own):
+    """`experiment=peaks_paper network=dense_wide` trained peaks_paper's width, T and
+    activation with `network: dense_wide` recorded: the overlay's keys are merged after
+    the group's option. The keys are named; given on the command line they win over
+    both, and the experiment's own choice mixes nothing."""
+    source = ConfigSource(extra_dir=str(own))
+    with pytest.raises(ConfigError, match=r"^network=small: experiment=mine sets "
+                                          r"network.layers over its values \(the "
+                                          r"experiment's own choice is network=dense\)"):
+        check_command(["experiment=mine", "network=small"], source=source)
+    check_command(["experiment=mine", "network=small", "network.layers=4"], source=source)
+    check_command(["experiment=mine", "network=dense"], source=source)
+    with pytest.raises(ConfigError, match=r"^network=dense_wide: experiment=peaks_paper "
+                                          r"sets network.width, network.layers, network.T"):
+        check_command(["experiment=peaks_paper", "network=dense_wide"])
+    with pytest.raises(ConfigError, match=r"^dataset=mnist: experiment=peaks_deep sets "
+                                          r"dataset.n_train, dataset.n_val over"):
+        check_command(["dataset=mnist", "experiment=peaks_deep"])
+    check_command(["experiment=peaks_paper", "optimizer=adam", "mode=simultaneous"])
+
+
+def test_the_users_primary_config_is_the_one_checked(own):
+    """`--config-name images dataset.scaling=unit` was refused as not an option of
+    dataset=peaks: the check composed lptrain's primary config."""
+    with pytest.raises(ConfigError, match=r"dataset.scaling: not an option"):
+        check_command(["dataset.scaling=unit"])
+    check_command(["dataset.scaling=unit"], source=ConfigSource("images", extra_dir=str(own)))
+
+
+def test_a_missing_directory_is_named(tmp_path):
+    with pytest.raises(ConfigError, match=r"^--config-dir '.*nowhere': no such directory"):
+        check_command([], source=ConfigSource(extra_dir=str(tmp_path / "nowhere")))
+    with pytest.raises(ConfigError, match=r"^--config-path '.*nowhere': no such directory"):
+        check_command([], source=ConfigSource(path=str(tmp_path / "nowhere")))
+
+
+def test_the_commands_flags_and_overrides_are_told_apart():
+    args = ["seed=3", "--config-dir", "/u/conf", "-cn", "mine", "--cfg", "job", "-m",
+            "~train", "hydra.searchpath=[file:///x]"]
+    assert config_source(args) == ConfigSource("mine", None, "/u/conf")
+    assert checked_args(args) == ["-m", "seed=3", "~train", "hydra.searchpath=[file:///x]"]
+    assert config_source(["seed=3"]) == ConfigSource()
+    assert checked_args(["--experimental-rerun", "/r/config.pickle"]) is None
