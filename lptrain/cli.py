@@ -17,8 +17,9 @@ from pathlib import Path
 from lptrain.errors import FAILED, REFUSED, LptrainError, RunFileError, resume_command
 from lptrain.command_args import (check_dir_values, check_flags, check_hydra_keys,
                                   check_launcher, check_writable, checked_args, config_source,
-                                  directory_args, hydra_failure, hydra_raising, informational,
-                                  multirun, overrides_first, value, version_line)
+                                  configured_args, directory_args, hydra_failure,
+                                  hydra_raising, informational, multirun, overrides_first,
+                                  value, version_line)
 from lptrain.jobs import END, Job, JobChannel
 from lptrain.resume_args import resume_args, sweep_switch
 from lptrain.rundir import (RunLock, SavedFiles, dir_value, is_sweep, refuse_earlier_run,
@@ -181,6 +182,7 @@ def _lead(args: list[str], ranks: int) -> int:
             # the split on these ranks, job by job; a resumed sweep's finished jobs had
             # theirs, and its preflight checks the jobs it runs
             check_command(checked, None if _sweep else ranks, config_source(args))
+        args = configured_args(args)
         given = value(args, "hydra.sweep.dir" if multirun(args) else "hydra.run.dir")
         fresh = not _resuming and (given is None or not Path(dir_value(given)).exists())
         # the folders above it this command makes (a default one's date and outputs/)

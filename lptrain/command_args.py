@@ -84,6 +84,28 @@ def checked_args(args: list[str]) -> list[str] | None:
     return [*(["-m"] if ns.multirun else []), *ns.overrides]
 
 
+def configured_args(args: list[str]) -> list[str]:
+    """The command with what its configuration decides before Hydra runs: -m where the
+    user's config sets hydra.mode: MULTIRUN, and the run (or sweep) directory resolved
+    where the command line gives it with an interpolation (`${now:%Y}`) or the user's
+    config names it: lptrain locks, checks and refuses the directory the run writes, not
+    its literal name (nor a default one the run would not use)."""
+    from lptrain.config.source import ConfigSource, configured_hydra
+    checked, source = checked_args(args), config_source(args)
+    dirs = [value(args, k) or "" for k in ("hydra.run.dir", "hydra.sweep.dir")]
+    if checked is None or (source == ConfigSource() and "${" not in "".join(dirs)):
+        return args
+    sweep, configured = configured_hydra([a for a in checked if a != "-m"], source,
+                                         multirun(args))
+    if sweep and not multirun(args):
+        args = ["-m", *args]
+    key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
+    given = value(args, key)
+    if configured is None or (given is not None and "${" not in given):
+        return args
+    return [*(a for a in args if not a.startswith(key + "=")), dir_override(key, configured)]
+
+
 def informational(args: list[str]) -> bool:
     return any(a.split("=", 1)[0] in INFO_FLAGS for a in args)
 

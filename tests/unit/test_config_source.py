@@ -87,3 +87,31 @@ def test_the_commands_flags_and_overrides_are_told_apart():
     assert checked_args(args) == ["-m", "seed=3", "~train", "hydra.searchpath=[file:///x]"]
     assert config_source(["seed=3"]) == ConfigSource()
     assert checked_args(["--experimental-rerun", "/r/config.pickle"]) is None
+
+
+def test_the_directory_the_run_writes_is_the_one_claimed(own, tmp_path):
+    """`hydra.run.dir=runs/${now:%Y}` was locked and checked under its literal name, so a
+    second run rewrote the first one's .hydra/ before failing; a run directory, or
+    hydra.mode: MULTIRUN, set in the user's config was ignored (the run went to
+    outputs/<date>/<time>, and a sweep left such an empty directory behind)."""
+    from datetime import datetime
+
+    from lptrain.command_args import configured_args
+    year = datetime.now().strftime("%Y")
+    assert configured_args(["seed=1", "hydra.run.dir=runs/${now:%Y}"]) == [
+        "seed=1", f"hydra.run.dir=runs/{year}"]
+    assert configured_args(["-m", "seed=1,2", "hydra.sweep.dir=m/${seed}"]) == [
+        "-m", "seed=1,2", "hydra.sweep.dir=m/1"]
+    assert configured_args(["seed=1", "hydra.run.dir=runs/a"]) == [
+        "seed=1", "hydra.run.dir=runs/a"]
+    (own / "placed.yaml").write_text(
+        f"defaults:\n  - config\n  - _self_\nhydra:\n  run:\n    dir: {tmp_path}/r_${{seed}}\n")
+    (own / "swept.yaml").write_text(
+        "defaults:\n  - config\n  - _self_\nhydra:\n  mode: MULTIRUN\n")
+    flags = ["--config-dir", str(own), "--config-name"]
+    assert configured_args([*flags, "placed", "seed=4"]) == [
+        *flags, "placed", "seed=4", f"hydra.run.dir={tmp_path}/r_4"]
+    assert configured_args([*flags, "placed", "hydra.run.dir=mine"])[-1] == \
+        "hydra.run.dir=mine"
+    assert configured_args([*flags, "swept", "seed=1,2"]) == [
+        "-m", *flags, "swept", "seed=1,2"]
