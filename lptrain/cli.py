@@ -174,7 +174,9 @@ def _lead(args: list[str], ranks: int) -> int:
                                   f"one value per key)")
             # its overrides are checked first: Hydra reports a bad one in five lines
             # with a pointer to HYDRA_FULL_ERROR
-            check_command(checked_args(args) or [], source=config_source(args))
+            checked = checked_args(args)
+            if checked is not None:
+                check_command(checked, source=config_source(args))
             return _hydra(args) or 0      # Hydra's own error (a comma value) in one line
         check_hydra_keys([a for a in args if a.lstrip("+").startswith("hydra.")])
         checked = checked_args(args)
@@ -269,10 +271,10 @@ def _task(cfg) -> float | None:
     _jobs[0] += 1
     try:     # a job a sweeper made up, or a command check_command could not check
         refuse_schema_nodes(HydraConfig.get().runtime.choices)
-    except ConfigError as exc:      # no rank runs it
+    except ConfigError as exc:      # no rank runs it; the sweep's closing line counts it
         _failures.append(exc.exit_code)
         _say(str(exc))
-        return None
+        return _ended(None)
     resume = bool(_resuming)
     if _sweep:         # a resumed sweep: each job as its directory calls for
         plan = _planned(cfg, HydraConfig.get())

@@ -77,9 +77,10 @@ def config_source(args: list[str]):
 def checked_args(args: list[str]) -> list[str] | None:
     """The command's overrides (and -m) as check_command takes them, flags and their
     values left out; None for a rerun of a saved job (--experimental-rerun), which
-    Hydra composes from its pickle."""
+    Hydra composes from its pickle, and for shell completion (-sc install=bash: its
+    words are commands to it, not overrides)."""
     ns = _parsed(args)
-    if ns.experimental_rerun is not None:
+    if ns.experimental_rerun is not None or ns.shell_completion:
         return None
     return [*(["-m"] if ns.multirun else []), *ns.overrides]
 

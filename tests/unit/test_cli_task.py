@@ -60,6 +60,25 @@ def test_task_refuses_a_schema_node_a_sweeper_chose(tmp_path, capsys):
     assert not (tmp_path / ms.FILE_NAME).exists()
 
 
+def test_a_sweeps_refused_job_counts_as_failed_in_its_closing_line(tmp_path, capsys):
+    """`-m 'optimizer=glob(adam*)'` also launches adam_schema, which is refused; the
+    sweep's closing line said '2 jobs: 2 finished, 0 failed' of the 3."""
+    from hydra.types import RunMode
+    failures, results = list(cli._failures), list(cli._results)
+    task = _job(tmp_path, [*TINY, "optimizer=adam_schema"])
+    hydra = copy.deepcopy(HydraConfig.get())
+    OmegaConf.set_readonly(hydra, False)
+    hydra.mode, hydra.job.num = RunMode.MULTIRUN, 2
+    HydraConfig.instance().set_config(OmegaConf.create({"hydra": hydra}))
+    try:
+        assert cli._task(task) is None
+        added = cli._results[len(results):]
+    finally:
+        cli._failures[:], cli._results[:] = failures, results
+    assert [(r.number, r.objective) for r in added] == [(2, None)]
+    assert "optimizer=adam_schema: the schema" in capsys.readouterr().err
+
+
 def test_hydra_raises_to_lptrain_unless_the_user_asked_for_its_traceback():
     from lptrain.command_args import FULL_ERROR, hydra_raising
     environ = {}

@@ -115,3 +115,10 @@ def test_the_directory_the_run_writes_is_the_one_claimed(own, tmp_path):
         "hydra.run.dir=mine"
     assert configured_args([*flags, "swept", "seed=1,2"]) == [
         "-m", *flags, "swept", "seed=1,2"]
+
+
+def test_shell_completion_words_are_not_overrides():
+    """`lptrain --shell-completion install=bash`, as --hydra-help advertises it, was
+    refused (`install: no such key`): its words are Hydra's completion commands."""
+    assert checked_args(["--shell-completion", "install=bash"]) is None
+    assert checked_args(["-sc", "query=bash"]) is None
