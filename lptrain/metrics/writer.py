@@ -127,6 +127,15 @@ class MetricsWriter:
         if s.STATUS not in self._file.attrs:
             raise s.MetricsInputError(f"{self.path}: not an lptrain metrics file (no "
                                       f"{s.STATUS!r} attribute)")
+        last = max((int(g[s.ITERATION][-1]) for g in map(self._file.get, s.GROUPS)
+                    if g is not None and s.ITERATION in g and len(g[s.ITERATION])),
+                   default=0)
+        if last < iteration:     # each row is flushed before its iteration's checkpoint
+            raise s.MetricsInputError(
+                f"{self.path}: its rows end at iteration {last}, the checkpoint is of "
+                f"iteration {iteration}: not this file's checkpoint (copied in from "
+                f"another start?); resume would leave iterations {last + 1}-{iteration} "
+                f"out of it")
         for group in s.GROUPS:
             if group in self._file:
                 truncate(self._file[group], iteration)

@@ -419,3 +419,20 @@ def test_a_run_directory_reads_as_its_file(tmp_path):
     with pytest.raises(s.MetricsInputError, match="empty/metrics.h5: no such metrics file"):
         (tmp_path / "empty").mkdir()
         read_metrics(tmp_path / "empty")
+
+
+def test_a_checkpoint_beyond_the_files_rows_is_refused_on_resume(tmp_path):
+    """A checkpoint of iteration 120 copied into a run whose metrics.h5 ends at 18 was
+    resumed with exit 0, leaving iterations 19-120 out of the file; each row is flushed
+    before its iteration's checkpoint, so the file never ends before its own checkpoint."""
+    path = tmp_path / s.FILE_NAME
+    with open_writer(path, ATTRS, True) as w:
+        for k in range(1, 4):
+            w.log_train(iteration=k, objective=1.0 / k, loss=0.5)
+    before = path.read_bytes()
+    with pytest.raises(s.MetricsInputError, match=re.escape(
+            f"{path}: its rows end at iteration 3, the checkpoint is of iteration 5: not "
+            f"this file's checkpoint (copied in from another start?)")) as err:
+        MetricsWriter.reopen(path, 5, ATTRS)
+    assert err.value.exit_code == 2 and path.read_bytes() == before
+    MetricsWriter.reopen(path, 3, ATTRS).close()
