@@ -191,7 +191,8 @@ def _lead(args: list[str], ranks: int) -> int:
         made = 2 if given is None else sum(not p.exists()
                                            for p in Path(dir_value(given)).parents)
         args, directory = directory_args(args)
-        problem = check_writable(directory)
+        problem = check_writable(directory, "hydra.sweep.dir" if multirun(args)
+                                 else "hydra.run.dir")
         if problem:
             raise RunFileError(problem, exit_code=REFUSED)
         _claim(directory, args, ranks)

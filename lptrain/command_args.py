@@ -151,6 +151,10 @@ def check_dir_values(args: list[str]) -> None:
             raise ConfigError(f"{arg}: no directory given (an empty one is the current "
                               f"directory); name one" + (f", or leave {key} out for "
                                                          f"{default}" if default else ""))
+        if given and key.lstrip("+") in DIR_KEYS and dir_value(rest).startswith("~"):
+            raise ConfigError(f"{arg}: a leading ~ is not your home directory here (it "
+                              f"would name a directory '~'); give "
+                              f"{key}={os.path.expanduser(dir_value(rest))}")
 
 
 def check_hydra_keys(args: list[str]) -> None:
@@ -165,6 +169,9 @@ def check_hydra_keys(args: list[str]) -> None:
         key, given, rest = arg.partition("=")
         hint = (f"; a value with '=', ',', quotes, brackets or non-ASCII letters goes "
                 f"in quotes: {dir_override(key, rest)}" if given and rest else "")
+        if key.lstrip("+") == "hydra.output_subdir" and rest in ("null", "''", '""', ""):
+            raise ConfigError(f"{arg}: a run without its .hydra/ files cannot be resumed "
+                              f"(lptrain reads its overrides there); keep the default")
         try:
             swept = parser.parse_override(arg).is_sweep_override()
         except HydraException as exc:
@@ -192,8 +199,9 @@ def one_value_each(args: list[str]) -> None:
                               f"a sweep, keeps its jobs)")
 
 
-def check_writable(directory: str) -> str | None:
-    """Why `directory` cannot be written (None: it can), tried with a probe file."""
+def check_writable(directory: str, key: str = "hydra.run.dir") -> str | None:
+    """Why `directory`, the value of `key`, cannot be written (None: it can), tried with
+    a probe file."""
     try:
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
@@ -201,7 +209,7 @@ def check_writable(directory: str) -> str | None:
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
-        return f"hydra.run.dir={directory!r}: cannot write there ({reason(exc)})"
+        return f"{key}={directory!r}: cannot write there ({reason(exc)})"
     return None
 
 

@@ -72,7 +72,8 @@ def _jobs_there(directory: Path, key: str, found: list[Path], ranks: int) -> str
             f"new one){resume}")
 
 
-REFUSED_LEAVES = (".hydra", "lptrain.log", LOCK_FILE)   # what a refused run writes
+# what a refused run (or sweep: its multirun.yaml) writes
+REFUSED_LEAVES = (".hydra", "lptrain.log", SWEEP_FILE, LOCK_FILE)
 
 
 def remove_refused(directory: str | Path, empty_parents: int = 0) -> bool:

@@ -283,6 +283,7 @@ def check_command(args: list[str], ranks: int | None = None, source=None) -> Non
     source = source or ConfigSource()
     overrides = [a for a in args if not a.startswith("-") and not a.startswith("hydra")
                  and not a.startswith("+hydra")]
+    refuse_deletions(overrides)
     # a sweep's job resumed alone keeps its number (resume_args.resume_args); the
     # search path finds the user's group options
     overrides += [a for a in args if a.startswith(("hydra.job.num=", "hydra.searchpath="))]
@@ -306,6 +307,17 @@ def check_command(args: list[str], ranks: int | None = None, source=None) -> Non
         raise error from None
     except ValueError as exc:        # Hydra's own groups too (hydra/job_logging=null)
         raise group_value_error(exc, [*overrides, *groups]) from None
+
+
+def refuse_deletions(overrides: list[str]) -> None:
+    """ConfigError for `~KEY`: `~train` ran on the schema's hidden defaults (100
+    iterations, not the documented 300) with no train section in the saved config."""
+    from lptrain.errors import ConfigError
+    for o in overrides:
+        if o.startswith("~"):
+            key = override_key(o)
+            raise ConfigError(f"{o}: lptrain's configuration keeps every key (a deleted one "
+                              f"falls back to a hidden default); give {key} a value instead")
 
 
 def _float_interval_hint(error, overrides: list[str]):
@@ -384,4 +396,14 @@ def one_line_error(exc: Exception):
         head += "; only network=custom takes a step: network=custom network.step._target_=..."
     elif key and key.startswith("network.step.") and "not in struct" in head:
         head += f"; add a keyword argument of the step with +{key}=VALUE"
-    return ConfigError(f"{key}: {head}" if key else head)
+    return ConfigError((f"{key}: {head}" if key else head) + _hydra_hint(str(exc)))
+
+
+def _hydra_hint(text: str) -> str:
+    """The way out Hydra's message gives on its later lines, where it has one: a value
+    with ',' outside a sweep, a new key of Hydra's own config."""
+    if text.startswith("Ambiguous value for argument"):
+        return ("; a ',' gives several values: add -m to sweep over them, quote the value "
+                "for a string or bracket it for a list ([a,b])")
+    append = [ln for ln in text.splitlines() if ln.startswith("To append to your config")]
+    return f"; t{append[0][1:]}" if append else ""

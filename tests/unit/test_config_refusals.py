@@ -295,3 +295,28 @@ def test_every_choice_refusal_lists_the_choices_alike(overrides, key):
         options(_compose(*overrides))
     assert re.fullmatch(rf"{re.escape(key)}='x': choose one of [\w.-]+(, [\w.-]+)+( .*)?",
                         str(err.value)), err.value
+
+
+@pytest.mark.parametrize("given", ["~train", "~seed", "~network.width"])
+def test_a_deleted_key_is_refused(given):
+    """`~train` ran on the schema's hidden defaults (100 iterations, not 300) with no
+    train section in the saved config; `~seed` dropped the key."""
+    from lptrain.config import check_command
+    with pytest.raises(ConfigError, match=rf"^{given}: lptrain's configuration keeps every "
+                                          rf"key .*; give {given[1:]} a value instead$"):
+        check_command([given])
+
+
+def test_hydras_way_out_is_kept_in_the_one_line():
+    """Hydra's '3. To sweep over it, add --multirun' and 'To append to your config use
+    +hydra.…' were cut with the lines after the first."""
+    from lptrain.config import one_line_error
+    exc = ConfigCompositionException("Ambiguous value for argument 'seed=1,2'\n1. To use "
+                                     "it as a list, use key=[value1,value2]\n3. To sweep "
+                                     "over it, add --multirun to your command line")
+    assert str(one_line_error(exc)).startswith(
+        "Ambiguous value for argument 'seed=1,2'; a ',' gives several values: add -m")
+    exc = ConfigCompositionException("Could not override 'hydra.job.env_set'.\nTo append "
+                                     "to your config use +hydra.job.env_set={FOO:bar}")
+    assert str(one_line_error(exc)).endswith(
+        "; to append to your config use +hydra.job.env_set={FOO:bar}")

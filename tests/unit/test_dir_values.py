@@ -38,3 +38,37 @@ def test_a_directory_with_a_comma_is_refused_naming_the_quoted_form(tmp_path, ca
         f"'=', ',', quotes, brackets or non-ASCII letters goes in quotes: "
         f"{dir_override(key, run)}"]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("arg", ["hydra.run.dir=~/x", "hydra.run.dir='~/x'", "resume=~/x"])
+def test_a_leading_tilde_is_refused_naming_the_home_directory(tmp_path, monkeypatch,
+                                                               capsys, arg):
+    """The fix lptrain suggested for `hydra.run.dir=~/x` (quote it) wrote the run into
+    a directory named '~' under the current one."""
+    import os
+
+    from lptrain import cli
+    monkeypatch.chdir(tmp_path)
+    assert cli._lead([arg, "train.iterations=1"], 1) == REFUSED
+    key = arg.split("=", 1)[0]
+    assert capsys.readouterr().err.strip() == (
+        f"lptrain: error: {arg}: a leading ~ is not your home directory here (it would "
+        f"name a directory '~'); give {key}={os.path.expanduser('~/x')}")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_without_its_hydra_files_is_refused(tmp_path, monkeypatch, capsys):
+    """hydra.output_subdir=null ran, and its resume was refused for a missing
+    .hydra/overrides.yaml that never existed."""
+    from lptrain import cli
+    monkeypatch.chdir(tmp_path)
+    assert cli._lead(["hydra.output_subdir=null", "train.iterations=1"], 1) == REFUSED
+    assert "cannot be resumed" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unwritable_sweep_directory_is_named_as_such(tmp_path):
+    from lptrain.command_args import check_writable
+    (tmp_path / "file").write_text("")
+    assert check_writable(str(tmp_path / "file" / "x"), "hydra.sweep.dir").startswith(
+        f"hydra.sweep.dir='{tmp_path}/file/x': cannot write there")

@@ -471,6 +471,10 @@ def test_a_refused_runs_directory_goes_only_where_it_holds_what_the_refusal_wrot
     assert tmp_path.exists()                        # not empty: kept
     assert not remove_refused(kept) and (kept / "notes.txt").exists()
     assert not remove_refused(tmp_path / "absent")
+    sweep = tmp_path / "sweep"            # a sweep refused in its sweeper's parameters
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    assert remove_refused(sweep) and not sweep.exists()
 
 
 def test_a_file_damaged_inside_is_refused_before_a_resume_writes_on(tmp_path):
