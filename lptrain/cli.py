@@ -18,8 +18,8 @@ from lptrain.errors import FAILED, REFUSED, LptrainError, RunFileError, resume_c
 from lptrain.command_args import (check_dir_values, check_flags, check_hydra_keys,
                                   check_launcher, check_writable, checked_args, config_source,
                                   configured_args, directory_args, hydra_failure,
-                                  hydra_raising, informational, multirun, overrides_first,
-                                  value, version_line)
+                                  hydra_raising, informational, launched_rank, multirun,
+                                  overrides_first, value, version_line)
 from lptrain.jobs import END, Job, JobChannel
 from lptrain.resume_args import resume_args, sweep_switch
 from lptrain.rundir import (RunLock, SavedFiles, dir_value, is_sweep, refuse_earlier_run,
@@ -91,11 +91,13 @@ def quiet_logging_errors() -> None:
 
 def main() -> None:
     if "--version" in sys.argv[1:]:      # before MPI and Hydra: Hydra's flag prints its own
-        print(version_line())
+        if launched_rank() == 0:         # under mpiexec: once
+            print(version_line())
         return
     if any(a in ("-h", "--help") for a in sys.argv[1:]):    # instead of Hydra's stock page
-        from lptrain.config.reference import text
-        print(text(), end="")
+        if launched_rank() == 0:
+            from lptrain.config.reference import text
+            print(text(), end="")
         return
     from lptrain.train.stop import StopSignals      # torch-free: before the heavy imports
     _stop.append(StopSignals().install())   # first: a signal from here on stops cleanly

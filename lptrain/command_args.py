@@ -18,6 +18,19 @@ INFO_FLAGS = ("-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-s
               "--shell-completion", "--version")
 
 
+# where the launchers (MPICH's, Open MPI's, PMIx) put a process's rank
+RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+
+
+def launched_rank(environ=os.environ) -> int:
+    """This process's rank as its launcher says before MPI starts (0 without one): the
+    flags answered without MPI (--help, --version) print on rank 0 only."""
+    for name in RANK_VARIABLES:
+        if environ.get(name, "").isdigit():
+            return int(environ[name])
+    return 0
+
+
 def value(args: list[str], key: str) -> str | None:
     """The value of the first `key=value` argument (None where absent)."""
     for a in args:

@@ -122,3 +122,12 @@ def test_shell_completion_words_are_not_overrides():
     refused (`install: no such key`): its words are Hydra's completion commands."""
     assert checked_args(["--shell-completion", "install=bash"]) is None
     assert checked_args(["-sc", "query=bash"]) is None
+
+
+def test_the_flags_answered_before_mpi_know_their_rank():
+    """`mpiexec -n 2 lptrain --help` printed the 319-line page twice."""
+    from lptrain.command_args import launched_rank
+    assert launched_rank({}) == 0
+    assert launched_rank({"PMI_RANK": "1"}) == 1
+    assert launched_rank({"OMPI_COMM_WORLD_RANK": "3", "PMI_FD": "7"}) == 3
+    assert launched_rank({"PMIX_RANK": "0"}) == 0
