@@ -40,6 +40,7 @@ class Job:
         from omegaconf import OmegaConf
         resolved = copy.deepcopy(cfg)      # ${now:}, ${oc.env:} ... take rank 0's values
         OmegaConf.resolve(resolved)
+        _from_launch_dir(resolved, str(hydra_cfg.runtime.cwd))
         sweep = ""
         if hydra_cfg.mode == RunMode.MULTIRUN:     # as typed: relative to where it started
             sweep = os.path.join(str(hydra_cfg.runtime.cwd), str(hydra_cfg.sweep.dir))
@@ -68,6 +69,18 @@ class Job:
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
+
+
+def _from_launch_dir(cfg, launched: str) -> None:
+    """A relative dataset.path read from the directory the command was started in where
+    the job runs elsewhere (hydra.job.chdir=true) and finds it only there: it was
+    looked for in the run directory and refused."""
+    path = cfg.get("dataset", {}).get("path")
+    if not path or os.path.isabs(path) or os.path.realpath(launched) == os.getcwd():
+        return
+    here = os.path.join(launched, path)
+    if os.path.exists(here) and not os.path.exists(path):
+        cfg.dataset.path = here
 
 
 class JobChannel:

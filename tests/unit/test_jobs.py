@@ -45,6 +45,25 @@ def test_a_job_carries_rank_0s_resolved_values(monkeypatch, tmp_path):
     assert job.typed == ("mode=serial", "+x.y=2")     # what the run's notes are made of
 
 
+def test_a_relative_data_path_is_read_where_the_command_started(monkeypatch, tmp_path):
+    """hydra.job.chdir=true dataset.path=mydata/fm was refused: the path was looked for
+    in the run directory, where the job had moved."""
+    (tmp_path / "mydata").mkdir()
+    (tmp_path / "run").mkdir()
+    monkeypatch.chdir(tmp_path / "run")            # Hydra's chdir into the run directory
+    hydra = _hydra_cfg(str(tmp_path / "run"))
+    hydra.runtime.cwd = str(tmp_path)
+    job = Job.of_hydra(OmegaConf.create({"dataset": {"path": "mydata"}}), hydra)
+    assert job.cfg.dataset.path == str(tmp_path / "mydata")
+    for kept in ("nowhere", str(tmp_path / "mydata")):     # not there; absolute already
+        assert Job.of_hydra(OmegaConf.create({"dataset": {"path": kept}}),
+                            hydra).cfg.dataset.path == kept
+    monkeypatch.chdir(tmp_path)                    # no chdir: the path stays as typed
+    hydra.runtime.cwd = str(tmp_path)
+    assert Job.of_hydra(OmegaConf.create({"dataset": {"path": "mydata"}}),
+                        hydra).cfg.dataset.path == "mydata"
+
+
 def test_entering_a_job_sets_and_restores_cwd_and_variables(monkeypatch, tmp_path):
     monkeypatch.setenv("LPTRAIN_TEST_KEPT", "before")
     monkeypatch.delenv("LPTRAIN_TEST_NEW", raising=False)
