@@ -49,6 +49,18 @@ def step_notes(net) -> list[str]:
     return [f"network.step: its {', '.join(inert)} run in eval mode"] if inert else []
 
 
+def thread_notes(node, threads: int) -> list[str]:
+    """A line under the title where rank 0's node runs more threads than it has cores
+    (OMP_NUM_THREADS × its ranks): they take turns on the cores, and a rank waiting in
+    MPI spins on one (README "Running on a cluster")."""
+    if threads * node.local_size <= node.cores:
+        return []
+    fit = max(1, node.cores // node.local_size)
+    ranks = f"{node.local_size} ranks x " if node.local_size > 1 else ""
+    return [f"{ranks}{threads} threads on this node's {node.cores} cores: they take turns "
+            f"(many times slower); OMP_NUM_THREADS={fit} fits"]
+
+
 def joined(numbers, sep: str) -> str | None:
     """'32 / 8 / 2' (sep ' / ') of the numbers, None for None."""
     return None if numbers is None else sep.join(map(str, numbers))

@@ -109,3 +109,16 @@ def test_a_run_says_the_levels_its_options_give(overrides, grid, want):
         steps = [lv.n_points - 1 for lv in
                  opts.mgrit.hierarchy(opts.network.layers, grid[0]).levels]
         assert want[0].endswith(" / ".join(map(str, steps)))
+
+
+def test_more_threads_than_cores_is_said_under_the_title():
+    """OMP_NUM_THREADS=2 on 2 ranks of a 2-core machine ran many times slower than
+    OMP_NUM_THREADS=1, and nothing said so."""
+    from lptrain.parallel.context import Node
+    from lptrain.title_notes import thread_notes
+    assert thread_notes(Node(0, 2, 2), 2) == [
+        "2 ranks x 2 threads on this node's 2 cores: they take turns (many times slower); "
+        "OMP_NUM_THREADS=1 fits"]
+    assert thread_notes(Node(0, 1, 2), 4)[0].startswith("4 threads on this node's 2 cores")
+    assert thread_notes(Node(0, 2, 2), 1) == thread_notes(Node(0, 1, 2), 2) == []
+    assert thread_notes(Node(0, 4, 16), 4) == []
