@@ -6,6 +6,10 @@ PIP := $(VENV)/bin/pip
 NP ?= 2
 MPIEXEC := $(VENV)/bin/mpiexec
 STAMP := $(VENV)/.installed
+# a venv whose lptrain was removed (pip uninstall) is installed again
+ifeq ($(wildcard $(VENV)/bin/lptrain),)
+$(shell rm -f $(STAMP))
+endif
 
 .DEFAULT_GOAL := help
 .PHONY: help install run test test-fast bench compare-modes clean
