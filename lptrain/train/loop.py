@@ -148,11 +148,13 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
         val_at = resume.loop.val_iteration
     info, k, wall = None, k0, time.perf_counter() - start
     notes = _Notes(console, opts.mgrit)
+    if resume is not None and resume.loop.notes is not None:
+        notes.load_state_dict(resume.loop.notes)
 
     def save(k, force=False):
         if checkpoint is not None:
             loop = LoopState(val=val, val_iteration=val_at, best=best,
-                             stall=stall.state_dict(),
+                             stall=stall.state_dict(), notes=notes.state_dict(),
                              wall_time=time.perf_counter() - start)
             checkpoint.save(k, theta, batches, loop, force)
 
@@ -252,6 +254,13 @@ class _Notes:
     def __init__(self, console, mgrit):
         self.console, self.mgrit, self.said = console, mgrit, set()
         self.beyond = 0      # iterations in a row out of the controller's reach
+
+    def state_dict(self) -> dict:
+        """What a resumed run needs so as not to say them again."""
+        return {"said": sorted(self.said), "beyond": self.beyond}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.said, self.beyond = set(state["said"]), state["beyond"]
 
     def after(self, k: int, stats: dict | None) -> None:
         if stats is None:

@@ -34,10 +34,11 @@ class LoopState:
     best: float = -math.inf
     wall_time: float = 0.0
     stall: dict | None = None         # None: a checkpoint written before the stall rule
+    notes: dict | None = None         # what the console has said once (loop._Notes)
 
     def to_record(self, iteration: int) -> dict:
         return {"val": list(self.val), "val_iteration": self.val_iteration,
-                "best": self.best, "stall": self.stall,
+                "best": self.best, "stall": self.stall, "notes": self.notes,
                 "wall_time": self.wall_time, "iteration": iteration}
 
     @classmethod
@@ -45,7 +46,7 @@ class LoopState:
         return cls(val=tuple(record.get("val", (math.nan, math.nan))),
                    val_iteration=record.get("val_iteration"),
                    best=record.get("best", -math.inf), wall_time=record["wall_time"],
-                   stall=record.get("stall"))
+                   stall=record.get("stall"), notes=record.get("notes"))
 
 
 @dataclass(kw_only=True)

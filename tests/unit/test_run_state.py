@@ -28,7 +28,9 @@ def _equal(a: RunState, b: RunState) -> bool:
 
 
 @pytest.mark.parametrize("changes", [{}, {"grid": None, "best": None, "warm_starts": False},
-                                     {"loop": LoopState(wall_time=1.0)}])
+                                     {"loop": LoopState(wall_time=1.0)},
+                                     {"loop": LoopState(wall_time=1.0, notes={
+                                         "said": ["repeated"], "beyond": 2})}])
 def test_a_run_state_reads_back_from_its_record(changes):
     run = _state(**changes)
     record = run.to_record()
@@ -62,3 +64,27 @@ def test_a_record_without_a_part_of_every_checkpoint_is_refused(tmp_path):
 def test_the_loop_state_starts_unvalidated():
     loop = LoopState()
     assert all(math.isnan(v) for v in loop.val) and loop.best == -math.inf
+
+
+def test_what_the_console_said_once_is_not_said_again_after_a_resume():
+    """`a one-shot gradient far above mgrit.grad_tol was taken again`, said once by an
+    uninterrupted run, was said again after each resume: the loop's record of what it
+    had said was not in the checkpoint."""
+    from lptrain.mgrit.options import MGRITOptions
+    from lptrain.train.loop import _Notes
+
+    class Console:
+        lines: list = []
+
+        def message(self, line, **_):
+            self.lines.append(line)
+    stats = {"unconverged": 1, "fwd_residual": 1.0, "adj_residual": 1.0,
+             "fwd_history": [], "adj_history": []}
+    said = _Notes(Console(), MGRITOptions())
+    said.after(3, stats)
+    assert len(Console.lines) == 3
+    loop = LoopState.from_record(LoopState(notes=said.state_dict()).to_record(3))
+    again = _Notes(Console(), MGRITOptions())
+    again.load_state_dict(loop.notes)
+    again.after(4, stats)
+    assert len(Console.lines) == 3
