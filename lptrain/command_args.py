@@ -70,7 +70,9 @@ def check_flags(args: list[str]) -> None:
         if a.startswith("-") and not a.startswith("--") and len(flag) > 2 and \
                 flag not in parser._option_string_actions:
             refuse(f"{a}: give Hydra's flags one by one, as written there")
-    parser.parse_args(args)
+    ns = parser.parse_args(args)
+    if ns.resolve and not (ns.cfg or ns.help):
+        refuse("--resolve: it goes with --cfg (--cfg job --resolve)")
 
 
 def _parsed(args: list[str]):

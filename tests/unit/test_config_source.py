@@ -131,3 +131,11 @@ def test_the_flags_answered_before_mpi_know_their_rank():
     assert launched_rank({"PMI_RANK": "1"}) == 1
     assert launched_rank({"OMPI_COMM_WORLD_RANK": "3", "PMI_FD": "7"}) == 3
     assert launched_rank({"PMIX_RANK": "0"}) == 0
+
+
+def test_resolve_alone_is_refused_before_anything_is_written():
+    """`lptrain --resolve` made outputs/<date>/<time>/error-hydra.log and exited 1."""
+    from lptrain.command_args import check_flags
+    with pytest.raises(ConfigError, match=r"^--resolve: it goes with --cfg"):
+        check_flags(["--resolve", "seed=1"])
+    check_flags(["--cfg", "job", "--resolve"])
