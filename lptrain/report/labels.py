@@ -52,7 +52,8 @@ def run_labels(runs: Sequence[RunMetrics]) -> list[str]:
             break
         _, _, key, new = max(scored)
         _show(key, new, parts, shown)
-    return _unique([" ".join(_built(p, run) for p in part) for part, run in zip(parts, runs)])
+    return _unique([" ".join(_built(p, run) for p in part) for part, run in zip(parts, runs)],
+                   runs)
 
 
 def _built(part: str, run: RunMetrics) -> str:
@@ -206,15 +207,28 @@ def _distinct(parts: list[list[str]]) -> int:
     return len({tuple(p) for p in parts})
 
 
-def _unique(labels: list[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    for label in labels:
-        seen[label] = seen.get(label, 0) + 1
-    count: dict[str, int] = {}
-    out = []
-    for label in labels:
-        if seen[label] > 1:
-            count[label] = count.get(label, 0) + 1
-            label = f"{label} #{count[label]}"
-        out.append(label)
+def _unique(labels: list[str], runs: Sequence[RunMetrics]) -> list[str]:
+    """Labels that two runs share get where each run is: a sweep's job number (`#0`, as
+    Hydra and the sweep's closing line name the job) or the shortest tail of the run's
+    directory that tells them apart (`(B_ref)`); their order where nothing does."""
+    out = list(labels)
+    for label in set(labels):
+        idx = [i for i, x in enumerate(labels) if x == label]
+        if len(idx) < 2:
+            continue
+        for i, tail in zip(idx, _tails([runs[i].path.parent for i in idx])):
+            out[i] = f"{label} #{tail}" if tail.isdigit() else f"{label} ({tail})"
     return out
+
+
+def _tails(dirs: list[Path]) -> list[str]:
+    """Each directory's fewest trailing parts that no other of `dirs` ends with ('run 1',
+    'run 2', ... where the directories are the same)."""
+    if len(set(dirs)) < len(dirs):
+        return [f"run {i}" for i in range(1, len(dirs) + 1)]
+
+    def tail(d: Path, k: int) -> str:
+        return "/".join(d.parts[-k:])
+    return [next((tail(d, k) for k in range(1, len(d.parts) + 1)
+                  if all(tail(o, k) != tail(d, k) for o in dirs if o != d)), str(d))
+            for d in dirs]

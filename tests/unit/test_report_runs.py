@@ -18,8 +18,8 @@ def test_labels_show_mode_ranks_and_differing_overrides(tmp_path):
              fake_run(tmp_path / "c", "mgrit", 0.1, lr=0.5, ranks=2)]
     labels = run_labels([read_metrics(p) for p in paths])
     # mode.* and the run_dir path are left out; optimizer.maxiter is equal everywhere
-    assert labels == ["serial P=1 optimizer.lr=1.0", "mgrit P=2 optimizer.lr=0.5 #1",
-                      "mgrit P=2 optimizer.lr=0.5 #2"]
+    assert labels == ["serial P=1 optimizer.lr=1.0", "mgrit P=2 optimizer.lr=0.5 (b)",
+                      "mgrit P=2 optimizer.lr=0.5 (c)"]
 
 
 def _typed(run_dir: Path, overrides: list[str], **choices: str) -> None:
@@ -113,7 +113,7 @@ def test_labels_leave_out_what_a_run_did_not_read(tmp_path):
         _typed(tmp_path / name, [f"mgrit.grad_tol={tol}", f"network.channels={c}",
                                  f"optimizer.lr_min={lr_min}"])
     runs = [read_metrics(tmp_path / n / s.FILE_NAME) for n in "abc"]
-    assert run_labels(runs) == ["mgrit optimizer.lr_min=0 #1", "mgrit optimizer.lr_min=0 #2",
+    assert run_labels(runs) == ["mgrit optimizer.lr_min=0 (a)", "mgrit optimizer.lr_min=0 (b)",
                                 "simultaneous mgrit.grad_tol=0.1 optimizer.lr_min=0.001"]
 
 
@@ -227,3 +227,15 @@ def test_one_run_is_labelled_with_the_overrides_its_command_typed(tmp_path):
     # mgrit.levels: not read by a serial run (its console said so); paths left out
     assert run_labels([read_metrics(tmp_path / "a" / s.FILE_NAME)]) == \
         ["serial optimizer.step0=0.5 seed=3"]
+
+
+def test_runs_of_one_label_are_told_apart_where_they_are(tmp_path):
+    """`lptrain-report B_ref B_int C_ref C_int` labelled two runs of one command '#1' and
+    '#2' (which directory is which?), and a sweep's jobs #0 and #1 as '#1' and '#2'."""
+    from lptrain.report.labels import _tails
+    paths = [fake_run(tmp_path / "s" / str(j), "serial", 0.4) for j in (0, 1)]
+    paths += [fake_run(tmp_path / x / "run", "serial", 0.4) for x in ("x", "y")]
+    labels = run_labels([read_metrics(p) for p in paths])
+    assert [label.split(" ", 1)[1] for label in labels] == ["#0", "#1", "(x/run)", "(y/run)"]
+    assert _tails([Path("/a/b"), Path("/a/b")]) == ["run 1", "run 2"]
+    assert _tails([Path("a/b"), Path("/x/a/b")]) == ["a/b", "x/a/b"]
