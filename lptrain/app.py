@@ -185,7 +185,7 @@ def _heading(config_yaml: str, opts: Config, plan, data, net, saved, path: Path,
              ms.CONFIG: config_yaml, ms.DATASET_SOURCE: data.source,
              ms.VALIDATION_SET: data.validation_set,
              ms.MGRIT_LEVELS: joined(steps, "/"), ms.THREADS: torch.get_num_threads()}
-    title = (f"{opts.mode.name} {data.name} N={opts.network.layers} "
+    title = (f"{opts.mode.name} {data.name} N={opts.network.layers} {opts.dtype} "
              f"P={grid.size} ({grid.layer} layer x {grid.data} data"
              f"{', auto' if plan.auto else ''})")
     notes = (hierarchy_notes(opts, steps) + thread_notes(plan.node, torch.get_num_threads())
