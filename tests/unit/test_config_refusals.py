@@ -320,3 +320,13 @@ def test_hydras_way_out_is_kept_in_the_one_line():
                                      "to your config use +hydra.job.env_set={FOO:bar}")
     assert str(one_line_error(exc)).endswith(
         "; to append to your config use +hydra.job.env_set={FOO:bar}")
+
+
+def test_a_group_added_with_plus_is_told_to_be_chosen():
+    """`+experiment=peaks_paper` got Hydra's defaults-list advice, 'To override a value
+    use 'override experiment: peaks_paper'', which a command line cannot take."""
+    from lptrain.config import check_command
+    with pytest.raises(ConfigError, match=r"^experiment is chosen already \(its default\); "
+                                          r"choose another with experiment=peaks_paper, "
+                                          r"without '\+'$"):
+        check_command(["+experiment=peaks_paper"])
