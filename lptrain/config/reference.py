@@ -175,7 +175,9 @@ usage: {PROG} [GROUP=CHOICE ...] [KEY=VALUE ...]   train one configuration
 
 INTRO = ("Defaults are those of `lptrain` without arguments; the keys of another optimizer "
          "or dataset show that choice's. A dataset also chooses its network and recipe, an "
-         "experiment overlays everything; the command line wins over both.")
+         "experiment overlays everything; keys on the command line win over both (a group "
+         "chosen beside an experiment that sets its keys is refused). The docs/ pages and "
+         "the README named below are in lptrain's source tree.")
 
 
 def text(width: int | None = None) -> str:
