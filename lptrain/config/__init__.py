@@ -408,7 +408,9 @@ def _hydra_hint(text: str) -> str:
     """The way out Hydra's message gives on its later lines, where it has one: a value
     with ',' outside a sweep, a new key of Hydra's own config."""
     if text.startswith("Ambiguous value for argument"):
-        return ("; a ',' gives several values: add -m to sweep over them, quote the value "
+        return ("; a ',' gives several values: a sweep over them needs -m; quote the value "
                 "for a string or bracket it for a list ([a,b])")
-    append = [ln for ln in text.splitlines() if ln.startswith("To append to your config")]
+    # lptrain's own keys take no '+' (schema); Hydra's config takes new ones
+    append = [ln for ln in text.splitlines()
+              if ln.startswith("To append to your config use +hydra.")]
     return f"; t{append[0][1:]}" if append else ""

@@ -288,7 +288,9 @@ def test_combined_flags_a_comma_under_cfg_and_a_refused_sweep_leave_nothing(
     monkeypatch.setattr(cli, "_failures", [])
     assert cli._lead(["--cfg", "job", "network.width=4,8"], 1) == REFUSED
     err = capsys.readouterr().err.splitlines()
-    assert err == ["lptrain: error: Ambiguous value for argument 'network.width=4,8'"]
+    assert err == ["lptrain: error: Ambiguous value for argument 'network.width=4,8'; a ',' "
+                   "gives several values: a sweep over them needs -m; quote the value for a "
+                   "string or bracket it for a list ([a,b])"]
     assert cli._lead(["-m", "--config-name=nonexist", "hydra.sweep.dir=g3"], 1) == REFUSED
     assert capsys.readouterr().err.startswith("lptrain: error: Cannot find primary config "
                                               "'nonexist'")

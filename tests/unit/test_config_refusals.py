@@ -315,11 +315,15 @@ def test_hydras_way_out_is_kept_in_the_one_line():
                                      "it as a list, use key=[value1,value2]\n3. To sweep "
                                      "over it, add --multirun to your command line")
     assert str(one_line_error(exc)).startswith(
-        "Ambiguous value for argument 'seed=1,2'; a ',' gives several values: add -m")
+        "Ambiguous value for argument 'seed=1,2'; a ',' gives several values: a sweep "
+        "over them needs -m")
     exc = ConfigCompositionException("Could not override 'hydra.job.env_set'.\nTo append "
                                      "to your config use +hydra.job.env_set={FOO:bar}")
     assert str(one_line_error(exc)).endswith(
         "; to append to your config use +hydra.job.env_set={FOO:bar}")
+    exc = ConfigCompositionException("Could not override 'foo'.\nTo append to your config "
+                                     "use +foo=1")       # lptrain's schema takes no '+'
+    assert "append" not in str(one_line_error(exc))
 
 
 def test_a_group_added_with_plus_is_told_to_be_chosen():
