@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -11,7 +12,7 @@ from lptrain.config.schema import Config, ModeOptions
 from lptrain.config.inert import Built, unused_notes
 from lptrain.config.typed import options  # noqa: F401 (cli and tools call app.options)
 from lptrain.data import load_dataset
-from lptrain.errors import ConfigError, DivergedError, StalledError
+from lptrain.errors import ConfigError, DivergedError, InputFileError, StalledError
 from lptrain.metrics import schema as ms
 from lptrain.metrics.console import FRACTION, Console
 from lptrain.metrics.reader import last_iteration, root_attr, run_status
@@ -150,17 +151,34 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False, typed=()):
     return outcome
 
 
+@contextmanager
+def _models_left(run_dir: Path):
+    """An unreadable checkpoint's InputFileError, with what of the run is left: its
+    saved models are whole, but only the checkpoint carries the run on."""
+    try:
+        yield
+    except InputFileError as exc:
+        kept = [name for name in MODEL_FILES.values() if (run_dir / name).is_file()]
+        if not kept:
+            raise
+        raise InputFileError(f"{exc}; its {' and '.join(kept)} are whole, but only the "
+                             f"checkpoint carries the run on: put back a copy of "
+                             f"{CHECKPOINT_FILE}, or start afresh elsewhere") from None
+
+
 def _resumed(run_dir: Path, config_yaml: str, opts: Config, grid, ex, data, net, optimizer,
              oracle, progress) -> tuple:
     """(the checkpoint's run state, θ) after restoring the optimizer, oracle and progress
     from run_dir's checkpoint; rank 0 removes what a kill mid-write left."""
     checkpoint = run_dir / CHECKPOINT_FILE
     collectively(ex, lambda: _metrics_kept(run_dir), enabled=ex.rank == 0)
-    saved = collectively(ex, lambda: read_run_state(checkpoint))
+    with _models_left(run_dir):
+        saved = collectively(ex, lambda: read_run_state(checkpoint))
     check_resumable(saved, config_yaml, opts)
     check_fits(net, saved.signature, saved.theta, "resume: the checkpoint")
     here = placement(opts, grid, data, net)
-    state = read_oracle_state(ex, checkpoint, saved, here, oracle)
+    with _models_left(run_dir):
+        state = read_oracle_state(ex, checkpoint, saved, here, oracle)
     # collective: a rank reads its part of L-BFGS's pairs here (train/stored_pairs.py)
     theta = collectively(ex, lambda: restore(saved, optimizer, oracle, progress, state,
                                              progress.theta.device))

@@ -305,3 +305,22 @@ def test_a_resumed_run_does_not_keep_the_checkpoints_optimizer_state(tmp_path, m
     app.run(cfg, None, tmp_path, resume=True)
     assert seen["pairs"] == 5                   # the optimizer has the checkpoint's pairs
     assert seen["resume"].iteration == 5 and seen["resume"].optimizer == {}
+
+
+def test_an_unreadable_checkpoint_says_what_is_left(tmp_path):
+    """A damaged checkpoint.pt was refused without a word of the models beside it or of
+    what would carry the run on."""
+    from lptrain.app import _models_left
+    from lptrain.errors import InputFileError
+    (tmp_path / "model.pt").write_bytes(b"x")
+    (tmp_path / "model-last.pt").write_bytes(b"x")
+    with pytest.raises(InputFileError, match=r"^c: unreadable checkpoint \(bad\); its model.pt "
+                                             r"and model-last.pt are whole, but only the "
+                                             r"checkpoint carries the run on: put back a "
+                                             r"copy of checkpoint.pt, or start afresh "
+                                             r"elsewhere$"):
+        with _models_left(tmp_path):
+            raise InputFileError("c: unreadable checkpoint (bad)")
+    with pytest.raises(InputFileError, match=r"^c: bad$"):     # no models: as it was
+        with _models_left(tmp_path / "none"):
+            raise InputFileError("c: bad")
