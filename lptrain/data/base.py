@@ -194,6 +194,12 @@ def search_dirs(path: str) -> list[Path]:
     return dirs
 
 
+def source_names(source: str) -> list[str]:
+    """The names of the files a Dataset.source lists ("generated": itself): what tells
+    another dataset's files from the same files moved elsewhere."""
+    return [Path(p).name for p in source.split(", ")]
+
+
 def package_dir(package: str) -> Path | None:
     """Install directory of a top-level package, found without importing it."""
     spec = importlib.util.find_spec(package)

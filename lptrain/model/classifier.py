@@ -52,6 +52,7 @@ class Classifier(nn.Module):
         self.config_yaml = record["config"]
         self.dataset_name = record["dataset"]["name"]
         self.dataset_meta = record["dataset"]["meta"]
+        self.dataset_source = record["dataset"].get("source")
         self.preprocessing = self.dataset_meta.get("preprocessing")
         self._convert_step()
 

