@@ -146,7 +146,8 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False, typed=()):
             saver.save_quietly(progress, rollback=isinstance(exc, DivergedError))
             raise
         saver.save(progress, ex)
-        _summary(console, writer, outcome, opts, path, saver.describe(progress))
+        _summary(console, writer, outcome, opts, path, saver.describe(progress),
+                 plan.sizes.n_train)
     if outcome.stalled and opts.train.fail_on_stall:
         raise StalledError(_stall_message(opts, outcome))
     return outcome
@@ -220,12 +221,15 @@ def _heading(config_yaml: str, opts: Config, plan, data, net, saved, path: Path,
     return attrs, title, notes
 
 
-def _summary(console, writer, outcome, opts: Config, path: Path, saved_lines) -> None:
+def _summary(console, writer, outcome, opts: Config, path: Path, saved_lines,
+             n_train: int) -> None:
     """The console's closing table and lines; a stalled run's status in metrics.h5."""
     console.close()
-    # with mini-batches the objective, loss and accuracy are those of the last batch; of
-    # the parameters the last step started from where the optimizer evaluates only there
-    batch = " (last batch)" if opts.train.batch_size is not None else \
+    # with mini-batches the objective, loss and accuracy are those of the last batch (a
+    # batch of all samples is the full batch: loop.batch_parts); of the parameters the
+    # last step started from where the optimizer evaluates only there
+    mini = opts.train.batch_size is not None and opts.train.batch_size < n_train
+    batch = " (last batch)" if mini else \
         " (before the last step)" if outcome.at_start else ""
     console.summary({"iterations": outcome.iterations,
                      f"objective{batch}": outcome.objective,

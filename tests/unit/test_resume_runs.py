@@ -349,3 +349,17 @@ def test_a_resume_that_would_read_other_data_files_is_refused(tmp_path):
                                           r"data/mnist/train-images-idx3-ubyte.gz"):
         check_same_data(metrics, idx)
     check_same_data(tmp_path / "none.h5", idx)        # no record of its source: as before
+
+
+@pytest.mark.parametrize("batch, label", [(200, "objective (before the last step)"),
+                                          (50, "objective (last batch)")])
+def test_a_batch_of_all_samples_is_summed_up_as_the_full_batch(tmp_path, caplog, batch,
+                                                               label):
+    """train.batch_size equal to dataset.n_train trains bitwise as the full batch, but
+    the summary called its objective the last batch's."""
+    import logging
+    cfg = _cfg("mode=serial", "optimizer=adam", f"train.batch_size={batch}",
+               "train.iterations=2")
+    with caplog.at_level(logging.INFO, logger="lptrain"):
+        app.run(cfg, None, tmp_path)
+    assert any(m.startswith(f"{label}: ") for m in caplog.messages)
