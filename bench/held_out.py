@@ -29,7 +29,8 @@ def held_out_accuracy(r: dict, overrides: list[str], n: int) -> float:
     opts, _ = compose([*overrides, f"dataset.n_val={n}"])
     data = load_dataset(opts.dataset, opts.seed)
     exact = Objective(SerialOracle(r["net"], SerialExchange()), r["net"])
-    return exact.validate(r["theta"], data.x_val, data.y_val)[1]
+    x = data.x_val.to(r["theta"].dtype)        # the run's dtype (dtype=float32)
+    return exact.validate(r["theta"], x, data.y_val)[1]
 
 
 def main() -> None:

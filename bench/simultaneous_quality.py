@@ -134,9 +134,11 @@ def run(mode: str, overrides: list[str], longer: float = 1.0,
     where given, returns the oracle to train with."""
     opts, _ = compose([f"mode={mode}", *overrides])
     its = opts.train.iterations
+    # the optimizer is built for `its` iterations: a learning-rate schedule over them is
+    # serial's (built for the longer run, it fell more slowly and flattered the row)
+    ex, data, net, theta, oracle, opt = build(opts, None)
     if longer != 1.0:
         opts.train.iterations = int(round(longer * its))
-    ex, data, net, theta, oracle, opt = build(opts, None)
     if noise:
         oracle = Noisy(oracle, *noise)
     if wrap:
