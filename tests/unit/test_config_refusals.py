@@ -330,7 +330,7 @@ def test_a_group_added_with_plus_is_told_to_be_chosen():
     """`+experiment=peaks_paper` got Hydra's defaults-list advice, 'To override a value
     use 'override experiment: peaks_paper'', which a command line cannot take."""
     from lptrain.config import check_command
-    with pytest.raises(ConfigError, match=r"^experiment is chosen already \(its default\); "
-                                          r"choose another with experiment=peaks_paper, "
+    with pytest.raises(ConfigError, match=r"^experiment is in the defaults list already; "
+                                          r"choose with experiment=peaks_paper, "
                                           r"without '\+'$"):
         check_command(["+experiment=peaks_paper"])

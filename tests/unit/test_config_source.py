@@ -115,6 +115,9 @@ def test_the_directory_the_run_writes_is_the_one_claimed(own, tmp_path):
         "hydra.run.dir=mine"
     assert configured_args([*flags, "swept", "seed=1,2"]) == [
         "-m", *flags, "swept", "seed=1,2"]
+    with pytest.raises(ConfigError, match=r"^hydra.run.dir: Interpolation key 'nonexist' "
+                                          r"not found$"):       # was a 60-line traceback
+        configured_args(["hydra.run.dir=runs/${nonexist}"])
 
 
 def test_shell_completion_words_are_not_overrides():

