@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from lptrain.command_args import multirun, one_value_each, value
-from lptrain.rundir import (SWEEP_FILE, dir_override, dir_value, is_sweep, not_resumable,
-                            saved_overrides)
+from lptrain.rundir import (SWEEP_FILE, carried_hydra, dir_override, dir_value, is_sweep,
+                            not_resumable, saved_hydra, saved_overrides)
 from lptrain.sweeps import SweepJobs, install_job_dirs, job_number, sweep_command
 
 
@@ -63,7 +63,10 @@ def resume_args(args: list[str]) -> Resumed:
     kept = [a for a in saved_overrides(saved) if a.split("=", 1)[0] not in given_keys]
     num = job_number(run_dir)      # a sweep's job resumed alone stays that job
     job = [] if num is None else [f"hydra.job.num={num}"]
-    return Resumed([*kept, *rest, *job, dir_override("hydra.run.dir", run_dir)], run_dir)
+    # its own config directory and primary config, hydra.job.chdir ... as it ran
+    carried = carried_hydra(saved_hydra(run_dir))
+    return Resumed([*carried, *kept, *rest, *job, dir_override("hydra.run.dir", run_dir)],
+                   run_dir)
 
 
 def sweep_switch(args: list[str]) -> str:

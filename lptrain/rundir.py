@@ -154,6 +154,49 @@ def saved_overrides(path: Path, text: str | None = None) -> list[str]:
     return saved
 
 
+# Hydra's own overrides a resume gives anew (the directory, the mode, a job's number) or
+# that belong to a sweep, not to the run of one of its jobs
+NOT_CARRIED = ("hydra.run.", "hydra.sweep.", "hydra.sweeper.", "hydra.launcher.",
+               "hydra/sweeper=", "hydra/launcher=", "hydra.mode=", "hydra.job.num=",
+               "hydra.job.id=")
+
+
+def saved_hydra(run_dir: Path) -> dict:
+    """The `hydra` node Hydra saved for a run (.hydra/hydra.yaml; {} where it is missing
+    or unreadable: the run's defaults are then lptrain's)."""
+    import yaml
+    try:
+        saved = yaml.safe_load((Path(run_dir) / ".hydra" / "hydra.yaml").read_text())
+    except (OSError, ValueError, yaml.YAMLError):
+        return {}
+    return saved.get("hydra") or {} if isinstance(saved, dict) else {}
+
+
+def carried_hydra(hydra: dict) -> list[str]:
+    """What of a run's saved `hydra` node its resume gives again: source_flags, and
+    Hydra's overrides it ran with (hydra.searchpath, hydra.job.chdir, ...) but
+    NOT_CARRIED."""
+    typed = ((hydra.get("overrides") or {}).get("hydra")) or []
+    return source_flags(hydra) + [a for a in typed if isinstance(a, str)
+                                  and not a.lstrip("+").startswith(NOT_CARRIED)]
+
+
+def source_flags(hydra: dict) -> list[str]:
+    """The flags that chose a run's (or sweep's) configuration, from its saved `hydra`
+    node: --config-name where not lptrain's, --config-path, --config-dir."""
+    name = (hydra.get("job") or {}).get("config_name")
+    flags = [] if name in (None, "config") else ["--config-name", str(name)]
+    for src in (hydra.get("runtime") or {}).get("config_sources") or []:
+        where = str(src.get("path"))
+        if src.get("provider") == "command-line" and src.get("schema") == "file":
+            flags += ["--config-dir", where]
+        elif src.get("provider") == "main" and (src.get("schema"), where) != ("pkg",
+                                                                               "lptrain.conf"):
+            flags += ["--config-path", where if src.get("schema") == "file"
+                      else f"{src.get('schema')}://{where}"]
+    return flags
+
+
 # how a run ends that writes its checkpoint as it stops (train/loop.py)
 WRITES_AT_THE_END = ("completed", "stalled", "interrupted")
 

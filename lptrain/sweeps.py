@@ -25,7 +25,7 @@ from lptrain.errors import ConfigError, InputFileError
 from lptrain.metrics.reader import job_number
 from lptrain.rundir import (SWEEP_FILE, WRITES_AT_THE_END, SavedFiles, check_overrides,
                             checkpoint_gone, dir_override, remove_new_files,
-                            saved_overrides, stopped_how)
+                            saved_overrides, source_flags, stopped_how)
 
 _SET_BY_RESUME = ("hydra.sweep.dir", "hydra.mode")   # given anew by the resumed command
 _SUBDIR = "hydra.sweep.subdir"
@@ -62,7 +62,9 @@ def sweep_command(directory: Path, given: list[str]) -> tuple[list[str], dict[st
     kept_hydra = [_pinned(a) if a.startswith(_SUBDIR + "=") else a for a in hydra
                   if a.split("=", 1)[0] not in _SET_BY_RESUME]
     kept_task = [a for a in task if override_key(a) not in keys]
-    command = ["-m", *kept_hydra, *kept_task, *given, dir_override("hydra.sweep.dir", directory)]
+    flags = source_flags(saved["hydra"])      # its own config directory, primary config
+    command = ["-m", *flags, *kept_hydra, *kept_task, *given,
+               dir_override("hydra.sweep.dir", directory)]
     return command, swept
 
 

@@ -142,3 +142,32 @@ def test_resolve_alone_is_refused_before_anything_is_written():
     with pytest.raises(ConfigError, match=r"^--resolve: it goes with --cfg"):
         check_flags(["--resolve", "seed=1"])
     check_flags(["--cfg", "job", "--resolve"])
+
+
+def test_a_resume_runs_with_the_configuration_source_the_run_had(tmp_path):
+    """A run of `--config-dir DIR experiment=mine` (or hydra.searchpath, or its own
+    primary config) could not be resumed: the resume rebuilt the command from
+    .hydra/overrides.yaml alone ('Could not find experiment/mine'), and a run with
+    hydra.job.chdir=true lost it."""
+    import yaml
+
+    from lptrain.resume_args import resume_args
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / "checkpoint.pt").write_bytes(b"")
+    (run / ".hydra" / "overrides.yaml").write_text("- experiment=mine\n")
+    hydra = {"job": {"config_name": "mine_primary"},
+             "runtime": {"config_sources": [
+                 {"path": "hydra.conf", "schema": "pkg", "provider": "hydra"},
+                 {"path": "lptrain.conf", "schema": "pkg", "provider": "main"},
+                 {"path": "/u/conf", "schema": "file", "provider": "command-line"}]},
+             "overrides": {"hydra": [f"hydra.run.dir={run}", "hydra.mode=RUN",
+                                     "hydra.job.chdir=true",
+                                     "hydra.searchpath=[file:///u/more]"]}}
+    (run / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": hydra}))
+    assert resume_args([f"resume={run}", "train.iterations=9"]).args == [
+        "--config-name", "mine_primary", "--config-dir", "/u/conf", "hydra.job.chdir=true",
+        "hydra.searchpath=[file:///u/more]", "experiment=mine", "train.iterations=9",
+        f"hydra.run.dir={run}"]
+    (run / ".hydra" / "hydra.yaml").unlink()            # a run without it: lptrain's
+    assert resume_args([f"resume={run}"]).args == ["experiment=mine", f"hydra.run.dir={run}"]
