@@ -27,7 +27,7 @@ from lptrain.rundir import (RunLock, SavedFiles, dir_value, is_sweep, refuse_ear
 from lptrain.stops import (PROG, AgreedExit, again, resume_hint, say, signal_at_the_end,
                            stop_between_jobs, stop_if_signalled, unexpected)
 
-from lptrain.config import CONF_MODULE, check_command
+from lptrain.config import CONF_MODULE, check_command, override_key
 log = logging.getLogger("lptrain")
 _failures: list[int] = []   # exit status of each failed job
 _jobs: list[int] = [0]      # jobs Hydra handed to the task
@@ -37,6 +37,7 @@ _sweep: list = []         # the SweepJobs of a sweep directory given with resume
 _channel: list = []       # the JobChannel main() opened (empty when called otherwise)
 _typed: list[str] = []    # the command's own arguments (rank 0)
 _results: list = []       # a sweep's JobResult of each job the task ended (rank 0)
+_source: list = []        # the command's config.source.ConfigSource (rank 0)
 
 
 def _say(msg: str) -> None:
@@ -182,6 +183,7 @@ def _lead(args: list[str], ranks: int) -> int:
             return _hydra(args) or 0      # Hydra's own error (a comma value) in one line
         check_hydra_keys([a for a in args if a.lstrip("+").startswith("hydra.")])
         checked = checked_args(args)
+        _source[:] = [config_source(args)]
         if checked is not None:
             # the split on these ranks, job by job; a resumed sweep's finished jobs had
             # theirs, and its preflight checks the jobs it runs
@@ -274,6 +276,7 @@ def _task(cfg) -> float | None:
     _jobs[0] += 1
     try:     # a job a sweeper made up, or a command check_command could not check
         refuse_schema_nodes(HydraConfig.get().runtime.choices)
+        _refuse_mixed_job(HydraConfig.get())
     except ConfigError as exc:      # no rank runs it; the sweep's closing line counts it
         _failures.append(exc.exit_code)
         _say(str(exc))
@@ -299,6 +302,17 @@ def _task(cfg) -> float | None:
     if _sweep and REFUSED in _failures[failed:]:     # the job stays as it was
         _put_back(lambda: _sweep[0].put_back(Path(job.run_dir)))
     return _ended(objective)
+
+
+def _refuse_mixed_job(hydra_cfg) -> None:
+    """A sweep's job with an experiment beside a group option its glob() chose (which the
+    command's check cannot expand): checked as a command of its own (config.mixed)."""
+    from lptrain.config.meanings import GROUPS
+    from lptrain.config.source import ConfigSource
+    task = [str(o) for o in hydra_cfg.overrides.task]
+    keys = {override_key(o) for o in task}
+    if "experiment" in keys and keys & (set(GROUPS) - {"experiment"}):
+        check_command(task, source=_source[0] if _source else ConfigSource())
 
 
 def _ended(objective: float | None) -> float | None:

@@ -40,6 +40,7 @@ def compose_checked(overrides: Sequence[str], job: str | None = None, name: str 
                         return_hydra_config=True)
     refuse_schema_nodes(cfg.hydra.runtime.choices)
     refuse_renamed(cfg, overrides, name)
+    from lptrain.config.mixed import refuse_mixed
     refuse_mixed(cfg, overrides, name)
     with open_dict(cfg):
         if job is not None:
@@ -72,42 +73,6 @@ def refuse_renamed(cfg, overrides: Sequence[str], name: str = "config") -> None:
         other = given if given in yaml_choices(group) else "NAME"
         raise ConfigError(f"{group}.name={given!r}: the {group} chosen is {choice}; choose "
                           f"another with {group}={other} (`lptrain --help` lists them)")
-
-
-# groups whose options hold the keys of their own node (a recipe's are elsewhere)
-NODE_GROUPS = ("dataset", "network", "optimizer", "mode", "mgrit")
-
-
-def refuse_mixed(cfg, overrides: Sequence[str], name: str = "config") -> None:
-    """`experiment=peaks_paper network=dense_wide` trained peaks_paper's width, T and
-    activation under `network: dense_wide`: an experiment's keys are merged after the
-    groups' options, so a group chosen on the command line over the experiment's own
-    choice took the experiment's values of its keys. ConfigError naming them (keys given
-    on the command line win over both and are not counted)."""
-    from hydra import compose as hydra_compose
-
-    from lptrain.config.meanings import GROUPS
-    from lptrain.errors import ConfigError
-    given = dict(_key_value(o) for o in overrides)
-    choices = cfg.hydra.runtime.choices
-    chosen = [g for g in NODE_GROUPS if g in given]
-    if "experiment" not in given or choices.get("experiment") is None or not chosen:
-        return
-    rest = [o for o in overrides if _key_value(o)[0] != "experiment"]
-    pinned = [f"{g}={choices[g]}" for g in GROUPS
-              if g not in given and g != "experiment" and choices.get(g) is not None]
-    plain = hydra_compose(config_name=name, overrides=[*rest, *pinned])  # no overlay
-    own = hydra_compose(config_name=name, return_hydra_config=True,
-                        overrides=[o for o in overrides if _key_value(o)[0] not in chosen]
-                        ).hydra.runtime.choices
-    for g in chosen:
-        keys = [f"{g}.{k}" for k in cfg[g] if cfg[g][k] != plain[g].get(k)
-                and f"{g}.{k}" not in given]
-        if own[g] != choices[g] and keys:
-            raise ConfigError(
-                f"{g}={choices[g]}: experiment={choices.experiment} sets {', '.join(keys)} "
-                f"over its values (the experiment's own choice is {g}={own[g]}); leave "
-                f"{g}= out, or give the keys their values on the command line")
 
 
 def _as_a_job(hydra, sweep: bool) -> None:

@@ -31,6 +31,7 @@ def initialized(source: ConfigSource = ConfigSource()):
     from hydra._internal.hydra import Hydra
     from hydra._internal.utils import create_automatic_config_search_path
     from hydra.core.config_search_path import SearchPathQuery
+    from hydra.core.global_hydra import GlobalHydra
     from hydra.initialize import get_gh_backup, restore_gh_from_backup
     from hydra.version import setbase
     from lptrain.errors import ConfigError
@@ -46,6 +47,7 @@ def initialized(source: ConfigSource = ConfigSource()):
         path.prepend(provider="command-line", path=f"file://{extra}",
                      anchor=SearchPathQuery(provider="schema"))
     backup = get_gh_backup()
+    GlobalHydra.instance().clear()     # inside Hydra's run (a sweep's job): its own again after
     setbase("1.3")
     Hydra.create_main_hydra2(task_name="lptrain", config_search_path=path)
     try:

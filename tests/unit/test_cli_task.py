@@ -79,6 +79,26 @@ def test_a_sweeps_refused_job_counts_as_failed_in_its_closing_line(tmp_path, cap
     assert "optimizer=adam_schema: the schema" in capsys.readouterr().err
 
 
+def test_a_globbed_job_that_mixes_an_experiment_with_a_group_is_refused(tmp_path, capsys):
+    """`-m experiment=peaks_paper 'network=glob(dense_w*)'` ran the mix that the command
+    line and choice() are refused for: the check before the jobs cannot expand glob()."""
+    failures = list(cli._failures)
+    task = _job(tmp_path, ["experiment=peaks_paper", "network=dense_wide"])
+    hydra = copy.deepcopy(HydraConfig.get())
+    OmegaConf.set_readonly(hydra, False)
+    hydra.overrides.task = ["experiment=peaks_paper", "network=dense_wide"]
+    HydraConfig.instance().set_config(OmegaConf.create({"hydra": hydra}))
+    try:
+        assert cli._task(task) is None
+        refused = cli._failures[len(failures):]
+    finally:
+        cli._failures[:] = failures
+    assert refused == [REFUSED]
+    assert capsys.readouterr().err.startswith("lptrain: error: network=dense_wide: "
+                                              "experiment=peaks_paper sets network.width")
+    assert not (tmp_path / ms.FILE_NAME).exists()
+
+
 def test_hydra_raises_to_lptrain_unless_the_user_asked_for_its_traceback():
     from lptrain.command_args import FULL_ERROR, hydra_raising
     environ = {}

@@ -63,6 +63,11 @@ def test_a_group_chosen_over_an_experiments_keys_is_refused(own):
                                           r"dataset.n_train, dataset.n_val over"):
         check_command(["dataset=mnist", "experiment=peaks_deep"])
     check_command(["experiment=peaks_paper", "optimizer=adam", "mode=simultaneous"])
+    # a recipe's keys are in other nodes: recipe=mnist lost its 480 iterations and batch
+    with pytest.raises(ConfigError, match=r"^recipe=mnist: experiment=peaks_paper sets "
+                                          r"train.iterations, train.batch_size over"):
+        check_command(["experiment=peaks_paper", "recipe=mnist"])
+    check_command(["experiment=mnist_paper", "recipe=default"])
 
 
 def test_the_users_primary_config_is_the_one_checked(own):
