@@ -102,8 +102,10 @@ def _network(opts, sizes: Sizes, device) -> ResNet:
 def check_batch(opts, n_train: int) -> None:
     """ConfigError where the mini-batch does not fit the data or the optimizer."""
     bs = opts.train.batch_size
+    # (a dataset's recipe sets it where the command does not: say how to change it)
     require(bs is None or bs <= n_train, "train.batch_size", bs,
-            f"larger than the {n_train} training samples")
+            f"larger than the {n_train} training samples; give train.batch_size={n_train} "
+            f"or less, or null for the full batch")
     require(bs is None or opts.optimizer.name != "lbfgs", "train.batch_size", bs,
             "optimizer=lbfgs is full batch: set train.batch_size=null or use sgd/adam")
 

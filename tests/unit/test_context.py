@@ -71,7 +71,8 @@ def test_keep_freed_memory_sets_glibc_s_allocator_without_a_library_search(monke
 
 
 @pytest.mark.parametrize("overrides, says", [
-    (["optimizer=adam", "train.batch_size=100000"], "larger than the 5000 training samples"),
+    (["optimizer=adam", "train.batch_size=100000"],
+     "larger than the 5000 training samples; give train.batch_size=5000 or less"),
     (["train.batch_size=100"], "optimizer=lbfgs is full batch")])
 def test_a_batch_that_cannot_be_is_refused_before_the_network_and_the_split(
         monkeypatch, overrides, says):
