@@ -213,7 +213,7 @@ def _heading(config_yaml: str, opts: Config, plan, data, net, saved, path: Path,
              f"{', auto' if plan.auto else ''})")
     notes = (hierarchy_notes(opts, steps) + thread_notes(plan.node, torch.get_num_threads())
              + step_notes(net)
-             + data_notes(data, plan.sizes.n_val) + plan.notes
+             + data_notes(data, plan.sizes) + plan.notes
              + unused_notes(opts, typed, Built(len(net.state_shape) == 3,
                                                None if steps is None else len(steps))))
     if saved is not None and rank0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
+from lptrain.data.base import source_files
 from lptrain.metrics import schema as ms
 from lptrain.modes import LAYERED, SERIAL
 
@@ -33,13 +34,18 @@ def hierarchy_notes(opts, steps: list[int] | None) -> list[str]:
     return [f"MGRIT levels (steps): {N} only, so MGRIT steps serially", f"  ({why})"]
 
 
-def data_notes(data, n_val: int) -> list[str]:
-    """A line under the title where `val` and the validation accuracies are on the
-    dataset's test set (lptrain-eval names that split `test`). n_val: the whole split's
-    images, as `data` may be one data group's shard of them."""
-    if data.validation_set != "test":
-        return []
-    return [f"validation: {data.name}'s test set ({n_val} images)"]
+def data_notes(data, sizes) -> list[str]:
+    """The lines under the title that say what the run trains on: its samples and the
+    files they come from (`dataset.n_train=null` is a number only the data knows), and
+    where `val` and the validation accuracies are on the dataset's test set
+    (lptrain-eval names that split `test`). `sizes`: the whole sets', as `data` may be
+    one data group's shard of them."""
+    names = source_files(data.source)
+    files = names[0] + (f" and {len(names) - 1} more" if len(names) > 1 else "")
+    lines = [f"data: {sizes.n_train} training, {sizes.n_val} validation samples ({files})"]
+    if data.validation_set == "test":
+        lines += [f"validation: {data.name}'s test set ({sizes.n_val} images)"]
+    return lines
 
 
 def step_notes(net) -> list[str]:

