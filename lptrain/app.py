@@ -45,7 +45,7 @@ from lptrain.train.optimizers import OPTIMIZERS
 from lptrain.train.shards import split
 from lptrain.train.run_state import RunState
 from lptrain.title_notes import (data_notes, hierarchy_notes, joined, level_steps,
-                                 resume_notes, step_notes, thread_notes)
+                                 precision_notes, resume_notes, step_notes, thread_notes)
 from lptrain.train.stall import NO_STEP
 from lptrain.train.terms import make_oracle
 
@@ -213,7 +213,7 @@ def _heading(config_yaml: str, opts: Config, plan, data, net, saved, path: Path,
              f"{', auto' if plan.auto else ''})")
     notes = (hierarchy_notes(opts, steps) + thread_notes(plan.node, torch.get_num_threads())
              + step_notes(net)
-             + data_notes(data, plan.sizes) + plan.notes
+             + data_notes(data, plan.sizes) + precision_notes(opts) + plan.notes
              + unused_notes(opts, typed, Built(len(net.state_shape) == 3,
                                                None if steps is None else len(steps))))
     if saved is not None and rank0:

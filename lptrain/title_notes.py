@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 
 from lptrain.data.base import source_files
 from lptrain.metrics import schema as ms
-from lptrain.modes import LAYERED, SERIAL
+from lptrain.modes import LAYERED, MGRIT, SERIAL
 
 
 def level_steps(opts, grid) -> list[int] | None:
@@ -46,6 +46,20 @@ def data_notes(data, sizes) -> list[str]:
     if data.validation_set == "test":
         lines += [f"validation: {data.name}'s test set ({sizes.n_val} images)"]
     return lines
+
+
+def precision_notes(opts) -> list[str]:
+    """A line under the title where mode=mgrit's tolerance lies below the dtype's
+    round-off: its solves stop at 10·ε·‖u_C‖ instead (docs/method.md §3), as converged,
+    with residuals far above mgrit.tol (float32 at the default 1e-10)."""
+    import torch
+
+    from lptrain.model.dtypes import DTYPES
+    tol, eps = opts.mgrit.tol, torch.finfo(DTYPES[opts.dtype]).eps
+    if opts.mode.name != MGRIT or not 0 < tol < 10 * eps:
+        return []
+    return [f"mgrit.tol={tol:g} is below {opts.dtype}'s round-off: solves stop there, "
+            f"at 10 eps |u| (eps {eps:.1e})"]
 
 
 def step_notes(net) -> list[str]:

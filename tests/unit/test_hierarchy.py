@@ -122,3 +122,18 @@ def test_more_threads_than_cores_is_said_under_the_title():
     assert thread_notes(Node(0, 1, 2), 4)[0].startswith("4 threads on this node's 2 cores")
     assert thread_notes(Node(0, 2, 2), 1) == thread_notes(Node(0, 1, 2), 2) == []
     assert thread_notes(Node(0, 4, 16), 4) == []
+
+
+def test_a_tolerance_below_the_dtypes_round_off_is_said_under_the_title():
+    """mode=mgrit dtype=float32 showed residuals like 2.4e-04 against mgrit.tol 1e-10,
+    with mgrit/unconverged 0: nothing said that its solves stop at round-off."""
+    from helpers import composed
+    from lptrain.config.typed import options
+    from lptrain.title_notes import precision_notes
+    assert precision_notes(options(composed("mode=mgrit", "dtype=float32"))) == [
+        "mgrit.tol=1e-10 is below float32's round-off: solves stop there, at 10 eps |u| "
+        "(eps 1.2e-07)"]
+    for given in (["mode=mgrit"], ["mode=simultaneous", "dtype=float32"],
+                  ["mode=mgrit", "dtype=float32", "mgrit.tol=1e-5"],
+                  ["mode=mgrit", "dtype=float32", "mgrit.tol=0"]):
+        assert precision_notes(options(composed(*given))) == []
