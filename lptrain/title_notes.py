@@ -41,7 +41,7 @@ def data_notes(data, sizes) -> list[str]:
     (lptrain-eval names that split `test`). `sizes`: the whole sets', as `data` may be
     one data group's shard of them."""
     names = source_files(data.source)
-    files = names[0] + (f" and {len(names) - 1} more" if len(names) > 1 else "")
+    files = names[0] + (f" +{len(names) - 1}" if len(names) > 1 else "")
     lines = [f"data: {sizes.n_train} training, {sizes.n_val} validation samples ({files})"]
     if data.validation_set == "test":
         lines += [f"validation: {data.name}'s test set ({sizes.n_val} images)"]
@@ -58,8 +58,8 @@ def precision_notes(opts) -> list[str]:
     tol, eps = opts.mgrit.tol, torch.finfo(DTYPES[opts.dtype]).eps
     if opts.mode.name != MGRIT or not 0 < tol < 10 * eps:
         return []
-    return [f"mgrit.tol={tol:g} is below {opts.dtype}'s round-off: solves stop there, "
-            f"at 10 eps |u| (eps {eps:.1e})"]
+    return [f"mgrit.tol={tol:g} is below {opts.dtype}'s round-off: solves stop at "
+            f"10 eps |u|"]
 
 
 def step_notes(net) -> list[str]:
@@ -78,8 +78,8 @@ def thread_notes(node, threads: int) -> list[str]:
     fit = max(1, node.cores // node.local_size)
     ranks = f"{node.local_size} ranks x " if node.local_size > 1 else ""
     cores = f"{node.cores} core" + ("s" if node.cores != 1 else "")
-    return [f"{ranks}{threads} threads on this node's {cores}: they take turns "
-            f"(many times slower); OMP_NUM_THREADS={fit} fits"]
+    return [f"{ranks}{threads} threads on {cores} take turns (many times slower): "
+            f"OMP_NUM_THREADS={fit}"]
 
 
 def joined(numbers, sep: str) -> str | None:
