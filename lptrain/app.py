@@ -9,10 +9,10 @@ import torch
 from omegaconf import OmegaConf
 
 from lptrain.config.schema import Config, ModeOptions
-from lptrain.data.base import source_names
 from lptrain.config.inert import Built, unused_notes
 from lptrain.config.typed import options  # noqa: F401 (cli and tools call app.options)
 from lptrain.data import load_dataset
+from lptrain.data.base import same_source
 from lptrain.errors import ConfigError, DivergedError, InputFileError, StalledError
 from lptrain.metrics import schema as ms
 from lptrain.metrics.console import FRACTION, Console
@@ -341,8 +341,7 @@ def check_same_data(metrics: Path, data) -> None:
     before, split = root_attrs(metrics, ms.DATASET_SOURCE, ms.VALIDATION_SET)
     if before is None:         # a file written before the source was recorded
         return
-    if source_names(before) != source_names(data.source) or \
-            split not in (None, data.validation_set):
+    if not same_source(before, data.source) or split not in (None, data.validation_set):
         raise ConfigError(f"resume: the run read {before}, this start would read "
                           f"{data.source} ({data.name}'s files have changed); put them back "
                           f"as they were, or start afresh in another directory")

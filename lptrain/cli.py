@@ -182,21 +182,21 @@ def _lead(args: list[str], ranks: int) -> int:
                 check_command(checked, source=config_source(args))
             return _hydra(args) or 0      # Hydra's own error (a comma value) in one line
         check_hydra_keys([a for a in args if a.lstrip("+").startswith("hydra.")])
-        checked = checked_args(args)
-        _source[:] = [config_source(args)]
+        checked, source = checked_args(args), config_source(args)
+        _source[:] = [source]
         if checked is not None:
             # the split on these ranks, job by job; a resumed sweep's finished jobs had
             # theirs, and its preflight checks the jobs it runs
-            check_command(checked, None if _sweep else ranks, config_source(args))
-        args = configured_args(args)
-        given = value(args, "hydra.sweep.dir" if multirun(args) else "hydra.run.dir")
+            check_command(checked, None if _sweep else ranks, source)
+        args = configured_args(args, checked, source)
+        key = "hydra.sweep.dir" if multirun(args) else "hydra.run.dir"
+        given = value(args, key)
         fresh = not _resuming and (given is None or not Path(dir_value(given)).exists())
         # the folders above it this command makes (a default one's date and outputs/)
         made = 2 if given is None else sum(not p.exists()
                                            for p in Path(dir_value(given)).parents)
         args, directory = directory_args(args)
-        problem = check_writable(directory, "hydra.sweep.dir" if multirun(args)
-                                 else "hydra.run.dir")
+        problem = check_writable(directory, key)
         if problem:
             raise RunFileError(problem, exit_code=REFUSED)
         _claim(directory, args, ranks)

@@ -100,14 +100,14 @@ def checked_args(args: list[str]) -> list[str] | None:
     return [*(["-m"] if ns.multirun else []), *ns.overrides]
 
 
-def configured_args(args: list[str]) -> list[str]:
+def configured_args(args: list[str], checked: list[str] | None, source) -> list[str]:
     """The command with what its configuration decides before Hydra runs: -m where the
     user's config sets hydra.mode: MULTIRUN, and the run (or sweep) directory resolved
     where the command line gives it with an interpolation (`${now:%Y}`) or the user's
     config names it: lptrain locks, checks and refuses the directory the run writes, not
-    its literal name (nor a default one the run would not use)."""
+    its literal name (nor a default one the run would not use). `checked` and `source`:
+    the command's checked_args and config_source."""
     from lptrain.config.source import ConfigSource, configured_hydra
-    checked, source = checked_args(args), config_source(args)
     dirs = [value(args, k) or "" for k in ("hydra.run.dir", "hydra.sweep.dir")]
     if checked is None or (source == ConfigSource() and "${" not in "".join(dirs)):
         return args

@@ -101,9 +101,9 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val",
         raise LptrainError(f"{model_path(run, which)}: the model failed on {data.name} "
                            f"{name}: {type(exc).__name__}: "
                            f"{lines[0] if lines else ''}".rstrip(": ")) from None
-    from lptrain.data.base import source_names
+    from lptrain.data.base import same_source
     other = model.dataset_source is not None and \
-        source_names(model.dataset_source) != source_names(data.source)
+        not same_source(model.dataset_source, data.source)
     return {"model": str(model_path(run, which)), "which": model.which,
             "iteration": model.iteration,
             "dataset": data.name, "split": name, "samples": int(x.shape[0]),

