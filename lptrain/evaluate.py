@@ -88,8 +88,8 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val",
     name = data.validation_set if split == "val" else split    # what the split is
     # the validation split in the run's chunks (its numbers, bitwise); the training split
     # in chunks whose states fit STATE_BYTES, at least the run's (a run of batch size 1
-    # took one sample at a time; 4096 MNIST images a chunk peaked at 3.8 GB, 100: 0.4 GB
-    # and twice as fast)
+    # took one sample at a time; larger chunks cost memory and time: BENCHMARKS.md
+    # "lptrain-eval on the training split")
     chunk = None if split == "val" else max(
         model.validation_chunk or 1,
         min(EVAL_CHUNK, STATE_BYTES // (math.prod(model.net.state_shape)
