@@ -67,11 +67,20 @@ class Activation:
         gradients of a sweep are accumulated from f′ ⊙ λ and scaled by this once."""
         return h * self.slope
 
+    def __reduce__(self):
+        """Pickled (torch.save of a model, deepcopy) by name: its functions are closures."""
+        return by_name, (self.name,)
+
     def vjp(self, saved, lam, out=None):
         """f′ ⊙ λ = σ′ ⊙ λ / slope (weight products: scale by `weight_factor(h)`)."""
         if self.f_vjp is not None:
             return self.f_vjp(saved, lam, out)
         return torch.mul(self.f_derivative(saved), lam, out=out)
+
+
+def by_name(name: str) -> Activation:
+    """The registered activation `name` (ACTIVATIONS)."""
+    return ACTIVATIONS[name]
 
 
 def tanh(z: torch.Tensor) -> torch.Tensor:

@@ -76,7 +76,8 @@ class Classifier(nn.Module):
         step = o.step.get("_target_", o.name) if o.step else o.name
         state = f"width {o.width}" if o.opening in ("dense", "pad") else f"{o.channels} channels"
         seen = "" if self.validation is None else f", validation accuracy {self.validation[1]:.4g}"
-        return (f"{step}: {o.layers} layers, {state}, T={o.T:g}, {o.activation}; "
+        act = f"{o.activation} opening" if o.step else o.activation   # a user's step: theirs
+        return (f"{step}: {o.layers} layers, {state}, T={o.T:g}, {act}; "
                 f"{self.dataset_name}, features {tuple(self.feature_shape)}, "
                 f"{self.n_classes} classes; {self.which} parameters after iteration "
                 f"{self.iteration}{seen}")

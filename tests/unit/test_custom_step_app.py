@@ -69,6 +69,7 @@ def test_saved_model_rebuilds_the_users_module_and_scores_like_the_run(tmp_path)
     model = load_model(tmp_path, "last")
     assert type(model.net.custom.template).__name__ == "MyStep"
     assert repr(model).startswith("Classifier(custom_step_pkg.MyStep: 4 layers, 2 channels")
+    assert ", T=5, tanh opening; mnist" in repr(model)   # σ is the opening's, not the step's
     from lptrain.evaluate import evaluate
     scores = evaluate(tmp_path, [], "val", "last")
     assert scores["loss"] == pytest.approx(float(m.validation[ms.LOSS][-1]), rel=1e-12)

@@ -184,6 +184,19 @@ def test_a_loaded_model_copies_pickles_and_exports_as_a_module(serial_run):
         assert torch.equal(other(x).detach(), want), how
 
 
+@pytest.mark.parametrize("activation", ["relu", "smoothrelu"])
+def test_models_of_every_activation_copy_and_pickle(tmp_path, activation):
+    """relu's and smooth ReLU's in-place functions are closures, which pickle refused
+    ("Can't pickle local object"): an activation is pickled by its registered name."""
+    run(tmp_path, f"network.activation={activation}", "train.iterations=1")
+    model = load_model(tmp_path)
+    x = torch.randn(7, 2, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    want = model(x).detach()
+    for how, other in copies_of(model, x).items():
+        assert torch.equal(other(x).detach(), want), how
+    assert copies_of(model, x)["pickle"].net.act is model.net.act
+
+
 def test_a_loaded_model_is_an_ordinary_module_with_exact_gradients(serial_run):
     """parameters() are the layout's blocks; backward through forward equals the training
     code's hand-written adjoint gradient (without the regulariser, which is training's)."""
