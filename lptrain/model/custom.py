@@ -29,6 +29,9 @@ from lptrain.model.module_steps import ModuleSteps, kept_update, seeded
 
 TARGET = "_target_"
 TRIAL_BATCH = 2         # samples of the state the step is tried on when it is built
+# two calls on one state may differ by this, relative to the update's size: a device's
+# kernels may sum in another order from call to call, a random step differs by O(1)
+REPEAT_TOL = 1e-4
 INERT = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
 TEMPLATE_SEED = 0       # torch's seed while the module whose buffers every layer uses is built
 
@@ -132,22 +135,39 @@ class CustomStep:
         return module.double().eval()
 
     def _try(self, module: nn.Module, dtype: torch.dtype, device) -> None:
-        """Run `module` (the template in `dtype` on `device`) once on a small state of
-        that dtype, the run's: it must keep the state's shape and dtype (a float32 run
+        """Run `module` (the template in `dtype` on `device`) twice on a small random state
+        of that dtype, the run's: it must keep the state's shape and dtype (a float32 run
         whose step returned float64 trained silently in float64 and saved a model that
-        failed in torch; one returning float32 was refused as if it changed the dtype)."""
-        u = torch.zeros(TRIAL_BATCH, *self.state_shape, dtype=dtype, device=device)
-        try:
-            with torch.no_grad():
-                y = module(u)
-        except Exception as exc:
-            raise ConfigError(f"{self.name} fails on a state of shape {tuple(u.shape)} "
-                              f"(batch, *state): {type(exc).__name__}: "
-                              f"{first_line(exc)}") from None
+        failed in torch; one returning float32 was refused as if it changed the dtype),
+        give finite values and the same values both times (a NaN was blamed on network.T
+        and the data, a random step trained on with gradient errors of 300 %)."""
+        with seeded(TEMPLATE_SEED):
+            u = torch.randn(TRIAL_BATCH, *self.state_shape, dtype=torch.float64)
+        u = u.to(dtype=dtype, device=device)
+        y, again = self._called(module, u), self._called(module, u)
         try:        # the rule every step of the run is held to (custom_steps.py)
             kept_update(self.name, u, y)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        if not torch.isfinite(y).all():
+            raise ConfigError(f"{self.name} returns non-finite values (nan or inf) for a "
+                              f"finite state of shape {tuple(u.shape)} (batch, *state)")
+        gap = (y - again).abs().max().item()
+        if gap > REPEAT_TOL * max(y.abs().max().item(), 1.0):
+            raise ConfigError(f"{self.name} gives another update for the same state when "
+                              f"called again (largest difference {gap:.3g}): a step must "
+                              f"be a deterministic function of the state, which MGRIT "
+                              f"computes more than once")
+
+    def _called(self, module: nn.Module, u: torch.Tensor):
+        """module(u) without a graph; ConfigError naming the step where it raises."""
+        try:
+            with torch.no_grad():
+                return module(u)
+        except Exception as exc:
+            raise ConfigError(f"{self.name} fails on a state of shape {tuple(u.shape)} "
+                              f"(batch, *state): {type(exc).__name__}: "
+                              f"{first_line(exc)}") from None
 
     # -- parameters ------------------------------------------------------------------
     def initial(self, n_layers: int, seed: int) -> torch.Tensor:

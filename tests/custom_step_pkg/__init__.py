@@ -172,7 +172,22 @@ class ExitsOnRankOne(DenseStep):
 
 
 class NotFinite(DenseStep):
-    """DenseStep whose output is NaN: a network whose objective is not finite at θ₀."""
+    """DenseStep whose output is NaN on batches of more than 2 samples (past the try at
+    build): a network whose objective is not finite at θ₀."""
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return super().forward(u) * (float("nan") if u.shape[0] > 2 else 1.0)
+
+
+class AlwaysNaN(DenseStep):
+    """DenseStep whose output is NaN for every state."""
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         return super().forward(u) * float("nan")
+
+
+class Noisy(DenseStep):
+    """DenseStep plus noise: not a function of the state."""
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return super().forward(u) + 0.1 * torch.randn_like(u)

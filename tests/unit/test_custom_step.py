@@ -100,6 +100,10 @@ def test_initial_parameters_are_the_modules_own_and_seeded():
      r"fails on a state of shape \(2, 5\)"),
     ({"_target_": "custom_step_pkg.Single", "width": 5}, "dense",     # was accepted
      r"maps a torch.float64 state to torch.float32: a residual branch must keep"),
+    ({"_target_": "custom_step_pkg.AlwaysNaN", "width": 5}, "dense",   # blamed on T, data
+     r"AlwaysNaN\(width=5\) returns non-finite values \(nan or inf\) for a finite state"),
+    ({"_target_": "custom_step_pkg.Noisy", "width": 5}, "dense",       # trained on silently
+     r"Noisy\(width=5\) gives another update for the same state when called again"),
     ({"_target_": "custom_step_pkg.DenseStep", "width": 5}, "conv",
      r"network.opening='conv': choose one of dense, pad for network=custom"),
 ])
