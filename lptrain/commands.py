@@ -4,28 +4,37 @@ Each puts its SIGINT/SIGTERM handling in place (`errors.stops_on_signals`) befor
 imports its command, whose imports (torch, matplotlib) take seconds: a Ctrl-C at any
 moment ends the command with one line and 128 + the signal. `lptrain` itself is
 lptrain/cli.py, which stops a run after an iteration instead.
+
+None of them uses MPI: started by `mpiexec -n P`, rank 0 runs the command and the other
+ranks end at once with 0 (each rank printed every line, and wrote the same files).
 """
 from __future__ import annotations
 
 from lptrain.errors import stops_on_signals
 
 
+def _once(prog: str, load) -> int:
+    """`stops_on_signals(prog, load)` on the launcher's rank 0; 0 on any other rank."""
+    from lptrain.command_args import launched_rank
+    return stops_on_signals(prog, load) if launched_rank() == 0 else 0
+
+
 def evaluate() -> int:
     def load():
         from lptrain.evaluate import main
         return main
-    return stops_on_signals("lptrain-eval", load)
+    return _once("lptrain-eval", load)
 
 
 def report() -> int:
     def load():
         from lptrain.report.cli import main
         return main
-    return stops_on_signals("lptrain-report", load)
+    return _once("lptrain-report", load)
 
 
 def model() -> int:
     def load():
         from lptrain.model_perf.cli import main
         return main
-    return stops_on_signals("lptrain-model", load)
+    return _once("lptrain-model", load)

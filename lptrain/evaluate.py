@@ -204,6 +204,7 @@ def _files_lines(r: dict) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `lptrain-eval`; returns the exit status."""
     from lptrain.help_format import WordsFormatter
+    from lptrain.metrics.streams import say
     parser = argparse.ArgumentParser(
         prog=PROG, description="Loss and accuracy of a run's saved model on a dataset split.",
         formatter_class=WordsFormatter,
@@ -230,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         r = evaluate(args.run, args.overrides, args.split, args.which)
     except LptrainError as exc:     # 2: the input (REFUSED); 1: the model failed (FAILED)
-        print(f"{PROG}: error: {exc}", file=sys.stderr, flush=True)
+        say(f"{PROG}: error: {exc}")
         return exc.exit_code
     print(f"model: {r['model']} ({r['which']} parameters, iteration {r['iteration']})")
     print(f"{r['dataset']} {r['split']}: {r['samples']} samples, loss {r['loss']:.6g}, "
@@ -238,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in _split_lines(r) + _files_lines(r) + [
             f"{PROG}: note: {item} not applied: the samples are mapped as the model was "
             f"trained ({kept})" for item, kept in r["not_applied"]]:
-        print(line, file=sys.stderr, flush=True)
+        say(line)
     return 0
 
 

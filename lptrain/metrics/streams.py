@@ -112,6 +112,12 @@ def for_terminal(text: str, stream, columns: int | None = None) -> str:
     return "\n".join(line.replace("\0", " ") for line in lines) or text
 
 
+def say(line: str, stream=None) -> None:
+    """Print one message line on `stream` (default stderr) as `for_terminal` gives it."""
+    stream = stream or sys.stderr
+    print(for_terminal(line, stream), file=stream, flush=True)
+
+
 def launcher_columns(stream) -> int | None:
     """The columns of the terminal that the MPI launcher above this process (one of
     LAUNCHERS, up to LAUNCHER_DEPTH ancestors) writes `stream`'s descriptor (stdout or

@@ -323,12 +323,16 @@ def load_model(run: str | Path, which: str | None = None, device: str = "cpu"):
     file (`which`, if given, must be what the file holds)."""
     # the module (torch.nn, the data transforms) is needed only to load
     from lptrain.model.classifier import Classifier
+    if not Path(run).exists():          # a typo: not "no saved model there"
+        raise InputFileError(f"{run}: no such file or directory")
+    if not (Path(run).is_dir() or Path(run).is_file()):
+        raise InputFileError(f"{run}: neither a run directory nor a model file")
     path = model_path(run, which)
     last = path.parent / MODEL_FILES["last"]
     if which is None and not path.exists() and Path(run).is_dir() and last.is_file():
-        raise InputFileError(f"{path}: no saved model there: the run ended before its first "
-                             f"validation; which='last' (lptrain-eval --which last) loads "
-                             f"{last.name}")
+        raise InputFileError(f"{path}: no saved model there, but {last.name} is (a run "
+                             f"writes {path.name} at its first validation); which='last' "
+                             f"(lptrain-eval --which last) loads it")
     try:
         record = load_record(path, "saved model", FORMAT, FORMAT_VERSION)
     except InputFileError:

@@ -17,6 +17,7 @@ from typing import Sequence
 
 from lptrain.errors import reason
 from lptrain.metrics import schema as s
+from lptrain.metrics.streams import say
 from lptrain.metrics.reader import (RunMetrics, find_metrics, read_metrics,
                                     runs_without_metrics)
 from lptrain.report.labels import hydra_choices, run_labels, typed_overrides
@@ -86,12 +87,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise OSError(f"--out {args.out}: a file; name a directory for the report")
         runs = [read_metrics(path) for path in find_metrics(args.paths)]
         for directory in runs_without_metrics(args.paths):
-            print(f"lptrain-report: note: {directory}: no {s.FILE_NAME} (a run refused or "
-                  f"stopped before its first iteration, its lptrain.log says why); left "
-                  f"out", file=sys.stderr)
+            say(f"lptrain-report: note: {directory}: no {s.FILE_NAME} (a run refused or "
+                f"stopped before its first iteration, its lptrain.log says why); left out")
         written = build_report(runs, args.out)
     except OSError as exc:  # MetricsFileError included
-        print(f"lptrain-report: error: {_message(exc)}", file=sys.stderr)
+        say(f"lptrain-report: error: {_message(exc)}")
         return EXIT_INPUT
     for path in written:
         print(path)

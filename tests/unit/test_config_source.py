@@ -144,6 +144,20 @@ def test_the_flags_answered_before_mpi_know_their_rank():
     assert launched_rank({"PMIX_RANK": "0"}) == 0
 
 
+def test_the_tools_run_once_under_a_launcher(monkeypatch):
+    """`mpiexec -n 2 lptrain-report RUN` printed every line twice, and both processes
+    wrote the same PNGs at once: rank 0 runs a tool, other ranks end with 0."""
+    from lptrain import commands
+    ran = []
+    monkeypatch.setattr(commands, "stops_on_signals", lambda prog, load: ran.append(prog) or 3)
+    monkeypatch.setenv("PMI_RANK", "1")
+    assert [commands.evaluate(), commands.report(), commands.model()] == [0, 0, 0]
+    assert ran == []
+    monkeypatch.setenv("PMI_RANK", "0")
+    assert [commands.evaluate(), commands.report(), commands.model()] == [3, 3, 3]
+    assert ran == ["lptrain-eval", "lptrain-report", "lptrain-model"]
+
+
 def test_resolve_alone_is_refused_before_anything_is_written():
     """`lptrain --resolve` made outputs/<date>/<time>/error-hydra.log and exited 1."""
     from lptrain.command_args import check_flags

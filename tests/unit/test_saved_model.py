@@ -1,6 +1,8 @@
 """model.pt: written by every run, loaded without MPI, reproducing the run's numbers."""
+import io
 import math
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -426,6 +428,28 @@ def test_lptrain_eval_says_the_required_run_and_points_to_the_last_model(
     assert evaluate.main([str(tmp_path)]) == 2
     assert "lptrain-eval --which last" in capsys.readouterr().err
     assert evaluate.main([str(tmp_path), "--which", "last"]) == 0
+
+
+def test_lptrain_eval_names_a_missing_path_as_such(tmp_path, capsys, monkeypatch):
+    """A typo was 'PATH/model.pt: no saved model there', /dev/null 'Not a directory'; a
+    terminal broke the line mid-word (held-out, stop 64)."""
+    assert evaluate.main([str(tmp_path / "nosuch")]) == 2
+    assert capsys.readouterr().err == (f"lptrain-eval: error: {tmp_path / 'nosuch'}: no such "
+                                       f"file or directory\n")
+    assert evaluate.main(["/dev/null"]) == 2
+    assert capsys.readouterr().err == ("lptrain-eval: error: /dev/null: neither a run "
+                                       "directory nor a model file\n")
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    monkeypatch.setenv("COLUMNS", "40")
+    assert evaluate.main([str(tmp_path / "a_rather_long_name")]) == 2
+    lines = sys.stderr.getvalue().splitlines()
+    assert len(lines) > 1 and all(len(line) <= 40 or " " not in line.strip()
+                                  for line in lines)
+    assert " ".join(line.strip() for line in lines).endswith("no such file or directory")
 
 
 def test_lptrain_eval_on_a_multirun_directory_names_a_job(serial_run, tmp_path, capsys):
