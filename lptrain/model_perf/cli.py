@@ -13,6 +13,7 @@ not given come from a ping-pong under `mpiexec -n 2`, else from defaults.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import textwrap
 from dataclasses import replace
@@ -22,6 +23,7 @@ from typing import Sequence
 from lptrain.config import compose
 from lptrain.errors import ConfigError, LptrainError
 from lptrain.metrics.quantities import ITERATION_TIME
+from lptrain.metrics.streams import say
 from lptrain.model.dtypes import DTYPES
 from lptrain.model_perf import measure
 from lptrain.model_perf.costs import KernelCosts, given_costs
@@ -52,6 +54,11 @@ def make_model(opts, net, theta, batch: int) -> Model:
     return Model(net, opts.mgrit, batch, opts.train.batch_size is not None, theta.dtype)
 
 
+# a load average from other processes at which kernel costs are no idle host's (one
+# core busy: a run beside them shares caches and memory bandwidth, BENCHMARKS.md)
+BUSY_LOAD = 1.0
+
+
 def kernel_costs(args, model: Model, theta, kernels, device) -> tuple[KernelCosts, str]:
     """Costs of `kernels` from the options where given, else this host's (costs.py)."""
     if args.step_time is not None and args.adjoint_time is not None:
@@ -64,6 +71,11 @@ def kernel_costs(args, model: Model, theta, kernels, device) -> tuple[KernelCost
     costs, note = measured(model.net, theta, model.batch, kernels, device,
                            torch.get_num_threads(), args.fresh, sharing(args),
                            progress=_progress)
+    if costs.load >= BUSY_LOAD:
+        note += f", timed at a load average of {costs.load:.1f} from other processes"
+        _progress(f"note: other processes kept this host's load average at "
+                  f"{costs.load:.1f} ({os.cpu_count()} cores) when its kernel costs were "
+                  f"timed: the predictions are a busy host's (--fresh times them anew)")
     return costs, f"{note}: batch {model.batch}, {torch.get_num_threads()} thread(s)"
 
 
@@ -165,8 +177,8 @@ def load_runs(paths: Sequence[Path]):
     for path in find_metrics(paths) if paths else []:
         run = load_run(path)
         if run is None:
-            print(f"{PROG}: {path}: fewer than 2 iterations (the first is not timed); "
-                  f"left out", file=sys.stderr)
+            say(f"{PROG}: {path}: fewer than 2 iterations (the first is not timed); "
+                f"left out")
         else:
             runs.append(run)
     return runs
@@ -325,7 +337,7 @@ def terminal_setup(opts, model: Model, cnt: Counts, cost_note: str, the_link: Li
 
 def _progress(text: str) -> None:
     """A line on stderr while the model is built: that and what it is doing."""
-    print(f"{PROG}: {text}", file=sys.stderr, flush=True)
+    say(f"{PROG}: {text}")
 
 
 def _said_wrapped(text: str) -> None:
@@ -402,7 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         run(args)       # prints the summary, with the files it wrote
     except (LptrainError, OSError, ValueError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        say(f"{PROG}: error: {exc}")
         return EXIT_ERROR
     return 0
 

@@ -49,6 +49,7 @@ class KernelCosts:
     host_ranks: int = 1          # ranks on a host when the shared costs were measured
     shared_one: dict = field(default_factory=dict)
     shared_full: dict = field(default_factory=dict)
+    load: float = 0.0            # the host's load average before they were timed: others'
 
     def missing(self, kernels, shared: bool | None = None) -> set:
         """The kernels of `kernels` ((name, states) pairs) without a cost, or (shared;
@@ -152,7 +153,8 @@ def load(path: Path, batch: int) -> KernelCosts:
     (empty ones when there is none or it is unreadable)."""
     try:
         kept = json.loads(path.read_text())
-        costs = KernelCosts(batch, host_ranks=int(kept.get("host_ranks", 1)))
+        costs = KernelCosts(batch, host_ranks=int(kept.get("host_ranks", 1)),
+                            load=float(kept.get("load", 0.0)))
         for name, states, one, full, *shared in kept["kernels"]:
             costs.one[(name, int(states))] = float(one)
             costs.full[(name, int(states))] = float(full)
@@ -171,7 +173,8 @@ def save(path: Path, costs: KernelCosts, config: dict) -> str | None:
                if (name, states) in costs.shared_full else [])]
             for (name, states), t in sorted(costs.full.items())]
     return keep_json(path, {"config": config, "batch": costs.batch,
-                            "host_ranks": costs.host_ranks, "kernels": rows})
+                            "host_ranks": costs.host_ranks, "load": costs.load,
+                            "kernels": rows})
 
 
 def keep_json(path: Path, payload: dict) -> str | None:
@@ -220,6 +223,7 @@ def measured(net, theta, batch: int, kernels, device: str, threads: int, fresh: 
         progress(f"timing {counted(len(todo), 'kernel')} on this host (once; kept for "
                  f"later runs)")
     if todo:
+        costs.load = max(costs.load, os.getloadavg()[0])    # the highest of those kept
         alone, shared = measure_kernels(net, theta, batch, todo, device, host_ranks - 1)
         for name, states in todo:
             costs.one[(name, states)] = alone[(name, states, 1)]

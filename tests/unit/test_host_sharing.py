@@ -110,3 +110,33 @@ def test_shared_costs_are_kept_beside_the_alone_ones(tmp_path, monkeypatch):
     assert c.on_host(2).full[("linearize", 1)] == c.full[("linearize", 1)]
     c, _ = kc.measured(net, theta, 16, want, "cpu", 1, host_ranks=4)   # another count: anew
     assert calls[-1] == (want, 3)
+
+
+def test_the_load_kernels_were_timed_under_is_kept_and_told(tmp_path, monkeypatch, capsys):
+    """`lptrain-model --measured` compared with runs 2-4x off on a busy host and said
+    nothing of the load (held-out, stop 64): the load average before timing is kept with
+    the costs, and a busy one is told on stderr and in speedup_model.md's sources."""
+    from types import SimpleNamespace
+
+    from helpers import dense_net
+    from lptrain.model_perf import cli
+    monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path))
+    net, theta = dense_net(layers=4)
+    monkeypatch.setattr("lptrain.model_perf.measure.measure_kernels",
+                        lambda n, t, batch, kernels, device, neighbours=0: (
+                            {(k, m, b): 1e-3 for k, m in kernels for b in (1, batch)}, {}))
+    loads = iter([0.2, 5.25, 0.1])
+    monkeypatch.setattr(kc.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
+    args = SimpleNamespace(step_time=None, adjoint_time=None, fresh=False, host_ranks=1,
+                           threads=1)
+    model = SimpleNamespace(net=net, batch=16)
+    c, note = cli.kernel_costs(args, model, theta, {("apply", 1)}, "cpu")
+    assert c.load == 0.2 and "load average" not in note + capsys.readouterr().err
+    c, note = cli.kernel_costs(args, model, theta, {("apply", 1), ("apply", 2)}, "cpu")
+    assert c.load == 5.25 and ", timed at a load average of 5.2 from other" in note
+    assert "load average at 5.2" in capsys.readouterr().err
+    c, note = cli.kernel_costs(args, model, theta, {("apply", 1)}, "cpu")   # kept: told again
+    assert c.load == 5.25 and "load average at 5.2" in capsys.readouterr().err
+    args.fresh = True                               # timed anew on an idle host: forgotten
+    c, note = cli.kernel_costs(args, model, theta, {("apply", 1)}, "cpu")
+    assert c.load == 0.1 and capsys.readouterr().err.count("load average") == 0
