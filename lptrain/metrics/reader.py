@@ -10,6 +10,7 @@ from typing import Sequence
 import h5py
 import numpy as np
 
+from lptrain.errors import counted
 from lptrain.metrics import schema as s
 
 
@@ -47,6 +48,28 @@ class RunMetrics:
         """Rows of train/, i.e. optimizer iterations logged."""
         return len(self.train.get(s.ITERATION, ()))
 
+    def __repr__(self) -> str:
+        """One line: the file, how the run stands and the rows of each group (the arrays
+        themselves filled screens)."""
+        rows = ", ".join(f"{g} {counted(len(next(iter(getattr(self, g).values()), ())), 'row')}"
+                         for g in s.GROUPS if getattr(self, g))
+        return (f"RunMetrics({str(self.path)!r}, {self.mode}, {self.status}, "
+                f"{rows or 'no rows'})")
+
+
+_TRUNCATED = re.compile(r"truncated file: eof = (\d+).*stored_eof = (\d+)")
+
+
+def _hdf5_reason(exc: Exception) -> str:
+    """HDF5's reason in words: a file cut short says how much of it is there (HDF5's own
+    text named its superblock's fields)."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    cut = _TRUNCATED.search(text)
+    if cut:
+        return (f"not whole: {cut.group(1)} of its {cut.group(2)} bytes; a copy cut short, "
+                f"or a disk that filled")
+    return text
+
 
 def read_metrics(path: str | Path) -> RunMetrics:
     """Read `path` (a metrics.h5 or a run's directory), also while a run is still writing
@@ -71,8 +94,8 @@ def read_metrics(path: str | Path) -> RunMetrics:
             attrs = {name: _plain(value) for name, value in f.attrs.items()}
             groups = {name: _read_group(f, name) for name in s.GROUPS}
     except (OSError, RuntimeError, KeyError, ValueError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise s.MetricsInputError(f"{path}: unreadable metrics file ({reason})") from None
+        raise s.MetricsInputError(f"{path}: unreadable metrics file "
+                                  f"({_hdf5_reason(exc)})") from None
     if s.STATUS not in attrs:
         raise s.MetricsInputError(f"{path}: not an lptrain metrics file "
                                   f"(no {s.STATUS!r} attribute)")

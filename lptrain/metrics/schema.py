@@ -141,7 +141,9 @@ FIELDS: dict[str, dict[str, Field]] = {
                      "optional: error message of a `failed` or `diverged` run, or why "
                      "a run `stalled` (no progress for train.patience iterations, with "
                      "mini-batches rounded up to whole epochs, or no "
-                     "step found with exact solves along steepest descent)"),
+                     "step found with exact solves along steepest descent), or what "
+                     "stopped an `interrupted` one (e.g. `interrupted by SIGINT after "
+                     "iteration 85`); a resume that carries on removes it"),
         STARTED_AT: Field(STR, "scalar", "", "ISO 8601 local time the file was created"),
         THREADS: Field(INT, "scalar", "", "optional: torch's intra-op threads per rank at "
                        "the latest start (rank 0's: `OMP_NUM_THREADS`, else the node's "

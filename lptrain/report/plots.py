@@ -177,8 +177,8 @@ def _x(run: RunMetrics, group: str, x: str) -> np.ndarray:
     if group == s.TRAIN:
         return data.get(x, unknown)
     train_it, wall = run.train.get(s.ITERATION), run.train.get(s.WALL_TIME)
-    if train_it is None or wall is None or len(train_it) == 0:
-        return unknown
+    if train_it is None or wall is None or len(train_it) == 0:   # no iteration yet
+        return np.where(iterations == 0, 0.0, unknown)
     if train_it[0] > 0:
         train_it, wall = np.r_[0, train_it], np.r_[0.0, wall]
     return np.interp(iterations, train_it, wall)
@@ -201,6 +201,8 @@ def _finish(ax, x: str, ylabel: str, log: bool) -> None:
     ax.set_ylabel(ylabel)
     if x == s.ITERATION:
         _integer_ticks(ax)
+    else:
+        _one_time(ax)
     ys = _line_data(ax, "y")
     ys = ys[ys > 0]                       # NaN compares False
     if log and ys.size and (ys.max() >= LOG_SPAN * ys.min() or ys.max() == ys.min()):
@@ -208,6 +210,17 @@ def _finish(ax, x: str, ylabel: str, log: bool) -> None:
     ax.grid(True, alpha=0.3)
     if not any(_drawable(line) for line in ax.lines):
         _nothing_drawn(ax)
+
+
+def _one_time(ax) -> None:
+    """A wall-time axis whose points are all at one time t (a run validated at 0 and
+    stopped before its first iteration) over 0 to 2t (or 1 s), not matplotlib's
+    t ± 0.04."""
+    xs = _line_data(ax, "x")
+    xs = xs[np.isfinite(xs)]
+    if xs.size and xs.min() == xs.max():
+        top = max(2.0 * float(xs[0]), 1.0)
+        ax.set_xlim(-0.05 * top, top)        # a marker at 0 whole
 
 
 def _integer_ticks(ax) -> None:

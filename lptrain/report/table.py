@@ -38,6 +38,7 @@ COLUMNS = {
     "fwd_iterations": ("mean MGRIT fwd it", "{:.2f}"),
     "adj_iterations": ("mean MGRIT adj it", "{:.2f}"),
     "speedup": ("speedup vs serial", "{:.2f}"),
+    "vs_serial": ("objective vs serial", "{:+.1e}"),
     "computing": ("computing [%]", "{:.1f}"),
 }
 # left-aligned; the other columns are numbers
@@ -60,7 +61,11 @@ NOTES = ("final objective, loss and train acc: the last train/ row's (with mini-
          f"{ITERATION_TIME} of the serial run of the same problem (dataset, network, "
          "optimizer, dtype, batch size; on the fewest ranks; of the same seed where "
          "one is, else of all seeds; the median of several) over this run's, '-' where "
-         "the set has no such run with an iteration time. layer x data: the grid of "
+         "the set has no such run with an iteration time. objective vs serial: this "
+         "run's final objective less that serial run's at the same iteration, relative "
+         "to it (the serial run itself +0; mode=simultaneous: its own objective, from "
+         "its inexact forward solve), '-' where no serial run of the problem reached "
+         "that iteration. layer x data: the grid of "
          "the ranks, ranks per layer group (MGRIT across the layers) x data groups "
          "(shards of the batch). mean MGRIT fwd / adj it: the MGRIT iterations of the "
          "accepted point's forward and adjoint solve, averaged over the iterations "
@@ -107,6 +112,8 @@ def summarize(label: str, run: RunMetrics) -> dict:
         "fwd_iterations": _mean(_counts(mgrit.get(s.FWD_ITERATIONS))),
         "adj_iterations": _mean(_counts(mgrit.get(s.ADJ_ITERATIONS))),
         "speedup": None,
+        "vs_serial": None,
+        "trajectory": (train.get(s.ITERATION), train.get(s.OBJECTIVE)),
         "computing": None if timing is None else timing.compute_share,
         "problem": problem_of(config),
         "seed": config.get("seed"),
@@ -167,18 +174,39 @@ def add_speedup(rows: list[dict]) -> list[dict]:
     median of their iteration times. Where the set holds no timed serial run of the
     problem, the speedup stays None.
     """
-    return [{**row, "speedup": _ratio(_baseline(row, rows), row)} for row in rows]
+    return [{**row, "speedup": _ratio(_baseline(row, rows), row),
+             "vs_serial": _against_serial(row, rows)} for row in rows]
+
+
+def _serial_runs(row: dict, rows: list[dict], timed: bool = True) -> list[dict]:
+    """The serial runs `row` is compared with (add_speedup): of its problem, on the fewest
+    ranks, of its seed where there are any; with `timed`, only those with an iteration
+    time."""
+    serial = [r for r in rows if r["mode"] == s.MODE_SERIAL and r.get("problem") ==
+              row.get("problem") and (not timed or r["iteration_time"] is not None)]
+    fewest = min((r.get("ranks") or 1 for r in serial), default=None)
+    fewer = [r for r in serial if (r.get("ranks") or 1) == fewest]
+    return [r for r in fewer if r.get("seed") == row.get("seed")] or fewer
 
 
 def _baseline(row: dict, rows: list[dict]) -> float | None:
     """The baseline's iteration time for `row` (add_speedup), None where there is none."""
-    serial = [r for r in rows if r["mode"] == s.MODE_SERIAL and r["iteration_time"]
-              is not None and r.get("problem") == row.get("problem")]
-    fewest = min((r.get("ranks") or 1 for r in serial), default=None)
-    timed = [r for r in serial if (r.get("ranks") or 1) == fewest]
-    paired = [r for r in timed if r.get("seed") == row.get("seed")]
-    times = [r["iteration_time"] for r in paired or timed]
+    times = [r["iteration_time"] for r in _serial_runs(row, rows)]
     return float(np.median(times)) if times else None
+
+
+def _against_serial(row: dict, rows: list[dict]) -> float | None:
+    """(row's last objective − serial's at that iteration) / |serial's|, of the first
+    serial run (_serial_runs) that reached the iteration; None where none did."""
+    its, values = row.get("trajectory") or (None, None)
+    if its is None or values is None or not len(its):
+        return None
+    for base in _serial_runs(row, rows, timed=False):
+        b_its, b_values = base.get("trajectory") or (None, None)
+        at = np.flatnonzero(np.asarray(b_its if b_its is not None else []) == its[-1])
+        if at.size and b_values[at[0]] != 0:
+            return float((values[-1] - b_values[at[0]]) / abs(b_values[at[0]]))
+    return None
 
 
 def _ratio(base: float | None, row: dict) -> float | None:

@@ -57,6 +57,9 @@ def test_round_trip_of_every_field(tmp_path):
     assert m.timing[s.COMPUTE].shape == (3, 3)
     np.testing.assert_array_equal(m.timing[s.COMPUTE][:, 0], [1.0, 2.0, 3.0])
     np.testing.assert_array_equal(m.timing[s.WAITING][2], [0.0, 0.5, 4.5])
+    # print(m) filled screens with every array (held-out, stop 64)
+    assert repr(m) == (f"RunMetrics({str(path)!r}, simultaneous, completed, train 3 rows, "
+                       f"validation 1 row, mgrit 3 rows, timing 3 rows)")
 
 
 def test_left_out_fields_are_filled(tmp_path):

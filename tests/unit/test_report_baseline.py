@@ -48,8 +48,30 @@ def test_a_one_iteration_serial_run_is_no_baseline(tmp_path):
     assert [r["iteration_time"] for r in rows] == pytest.approx([0.4, None, 2.8])
     assert [r["speedup"] for r in rows] == pytest.approx([1.0, None, 0.4 / 2.8])
     table = to_markdown(rows).splitlines()
-    assert table[3].split(" | ")[-5:-1] == ["-", "-", "-", "-"]    # time, fwd, adj, speedup
+    assert table[3].split(" | ")[-6:-2] == ["-", "-", "-", "-"]    # time, fwd, adj, speedup
     assert "'-' for a run of one iteration" in NOTES
+
+
+def test_the_objective_against_serials_at_the_same_iteration():
+    """summary.md showed 0.5911 / 0.5911 / 0.5912 for serial, mgrit and simultaneous: a
+    user could not see how closely layer-parallel training followed serial (held-out,
+    stop 64)."""
+    import numpy as np
+
+    def row(mode, ranks, objectives, seed=0):
+        its = np.arange(1, len(objectives) + 1)
+        return {"mode": mode, "ranks": ranks, "seed": seed, "iteration_time": 1.0,
+                "trajectory": (its, np.array(objectives))}
+    rows = add_speedup([row("serial", 2, [4.0, 2.0, 1.0]), row("serial", 1, [4.0, 2.0]),
+                        row("mgrit", 2, [4.0, 2.0 + 2e-7]), row("simultaneous", 1, [4.0, 3.0, 1.5]),
+                        row("mgrit", 1, [4.0, 2.0, 1.0, 0.5]), row("serial", 1, [8.0], seed=1)])
+    got = [r["vs_serial"] for r in rows]
+    # on the fewest ranks the serial run of 2 iterations: the 3-iteration runs have none
+    assert got[:5] == pytest.approx([None, 0.0, 1e-7, None, None])
+    assert got[5] == 0.0                                 # its own seed's serial: itself
+    rows[0]["ranks"] = 1                                 # now a serial run to 3 iterations
+    assert add_speedup(rows)[3]["vs_serial"] == pytest.approx(0.5)
+    assert "objective vs serial" in to_markdown(rows).splitlines()[0]
 
 
 def test_an_untimed_serial_run_on_fewer_ranks_takes_no_baseline_away():

@@ -33,7 +33,7 @@ def test_report_writes_plots_and_summary(two_runs, tmp_path, capsys):
     assert "per rank" not in summary[5] and "follows below" not in summary[5]
     assert summary[3].startswith("| simultaneous P=4 | simultaneous | 16/4 | 4 | 4 x 1 "
                                  "| completed | 4 |")
-    assert summary[3].endswith("| 1.50 | 3.00 | 4.00 | - |")
+    assert summary[3].endswith("| 1.50 | 3.00 | 4.00 | +0.0e+00 | - |")
     assert str(out / "summary.md") in capsys.readouterr().out
     # the same --out for serial runs only: the MGRIT figures of the report before went
     # on beside a summary of runs that solve nothing; other files there stay
@@ -118,3 +118,17 @@ def test_a_model_file_given_as_metrics_is_named_for_what_it_is(two_runs, tmp_pat
     assert capsys.readouterr().err == (f"lptrain-report: error: {model}: not a metrics file "
                                        f"(not HDF5); give a run's directory or its "
                                        f"metrics.h5\n")
+
+
+def test_a_metrics_file_cut_short_says_so_in_words(tmp_path, capsys):
+    """Was HDF5's own text: 'truncated file: eof = 100000, sblock->base_addr = 0,
+    stored_eof = 299296' (held-out, stop 64)."""
+    whole = fake_run(tmp_path / "run", "serial", 0.1)
+    data = whole.read_bytes()
+    cut = tmp_path / "cut" / s.FILE_NAME
+    cut.parent.mkdir()
+    cut.write_bytes(data[:1000])
+    assert main([str(cut), "--out", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err == (f"lptrain-report: error: {cut}: unreadable metrics "
+                                       f"file (not whole: 1000 of its {len(data)} bytes; a "
+                                       f"copy cut short, or a disk that filled)\n")

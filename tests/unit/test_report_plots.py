@@ -135,6 +135,22 @@ def test_a_run_stopped_before_its_first_iteration_says_so(tmp_path):
         assert [t.get_text() for t in figs[name].axes[0].texts] == ["no iterations yet"]
 
 
+def test_a_run_validated_at_0_and_stopped_shows_it_at_wall_time_0(tmp_path):
+    """Its validation showed on the iteration axes but not on the wall-time ones, which
+    spanned matplotlib's -0.04..0.04 around nothing (held-out, stop 64)."""
+    from lptrain.metrics.writer import MetricsWriter
+    from lptrain.report.plots import figures
+    path = tmp_path / s.FILE_NAME
+    with MetricsWriter(path, {s.MODE: s.MODE_SERIAL, s.WORLD_SIZE: 1, s.SEED: 0,
+                              s.CONFIG: "{}\n"}) as w:
+        w.log_validation(0, 2.3, 0.02)
+    run = read_metrics(path)
+    for name in ("loss_vs_wall_time", "accuracy_vs_wall_time"):
+        ax = figures([("early", run)])[name].axes[0]
+        assert [list(line.get_xdata()) for line in ax.lines[1:]] == [[0.0], [0.0]]
+        assert ax.get_xlim() == (-0.05, 1.0) and not ax.texts
+
+
 def test_a_run_of_one_iteration_shows_its_training_value(tmp_path):
     """A one-point line draws nothing: the training value of a 1-iteration run was
     invisible."""
