@@ -132,21 +132,21 @@ endef
 
 .PHONY: compare-modes reproduce-peaks reproduce-indian-pines reproduce-mnist scaling bench
 
-compare-modes: install ## as reproduce-peaks, in its own folder (NP=, QUICK=1)
+compare-modes: install ## as reproduce-peaks, in its own folder (NP=, QUICK=1, OUT=)
 	$(call reproduce,peaks,peaks_paper,$(OUT)/compare-modes$(if $(QUICKON),-quick,))
 
-reproduce-peaks: install ## the paper's Peaks, 3 modes (NP=, QUICK=1)
+reproduce-peaks: install ## the paper's Peaks, 3 modes (NP=, QUICK=1, OUT=)
 	$(call reproduce,peaks,peaks_paper,$(OUT)/reproduce-peaks$(if $(QUICKON),-quick,))
 
-reproduce-indian-pines: install ## the paper's Indian Pines, 3 modes (NP=, QUICK=1)
+reproduce-indian-pines: install ## the paper's Indian Pines, 3 modes (NP=, QUICK=1, OUT=)
 	$(call reproduce,indian_pines,indian_pines_paper,$(OUT)/reproduce-indian-pines$(if $(QUICKON),-quick,))
 
-reproduce-mnist: install ## the paper's MNIST, 3 modes (NP=, QUICK=1)
+reproduce-mnist: install ## the paper's MNIST, 3 modes (NP=, QUICK=1, OUT=)
 	$(call reproduce,mnist,mnist_paper,$(OUT)/reproduce-mnist$(if $(QUICKON),-quick,))
 
 SCALING_RANKS ?= 1 2 4
 SCALING_ITERS ?= 5
-scaling: install ## peaks_deep on 1, 2, 4 ranks: measured vs predicted
+scaling: install ## peaks_deep on 1, 2, 4 ranks: measured vs predicted (OUT=)
 	@rm -rf $(OUT)/scaling      # runs of another SCALING_RANKS would join the report
 	@mkdir -p $(OUT)/scaling
 	@for p in $(SCALING_RANKS); do for m in serial simultaneous; do \
