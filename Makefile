@@ -132,7 +132,7 @@ endef
 
 .PHONY: compare-modes reproduce-peaks reproduce-indian-pines reproduce-mnist scaling bench
 
-compare-modes: install ## as reproduce-peaks, in its own folder (NP=, QUICK=1, OUT=)
+compare-modes: install ## as reproduce-peaks, own folder (NP=, QUICK=1, OUT=)
 	$(call reproduce,peaks,peaks_paper,$(OUT)/compare-modes$(if $(QUICKON),-quick,))
 
 reproduce-peaks: install ## the paper's Peaks, 3 modes (NP=, QUICK=1, OUT=)
@@ -146,7 +146,7 @@ reproduce-mnist: install ## the paper's MNIST, 3 modes (NP=, QUICK=1, OUT=)
 
 SCALING_RANKS ?= 1 2 4
 SCALING_ITERS ?= 5
-scaling: install ## peaks_deep on 1, 2, 4 ranks: measured vs predicted (OUT=)
+scaling: install ## peaks_deep on 1, 2, 4 ranks: measured vs model (OUT=)
 	@rm -rf $(OUT)/scaling      # runs of another SCALING_RANKS would join the report
 	@mkdir -p $(OUT)/scaling
 	@for p in $(SCALING_RANKS); do for m in serial simultaneous; do \
