@@ -5,7 +5,8 @@ model.pt or a checkpoint) or that each rank performs on its own part (reading it
 checkpoint entry) may fail on one rank; the others would then wait forever in the next
 collective. These helpers turn such a failure into the same error on every rank: the
 failing rank raises its own, the others an LptrainError with the first failing rank's
-message and exit status, so that the job ends with one line and one exit code.
+message (naming that rank) and exit status, so that the job ends with one line and one
+exit code.
 """
 from __future__ import annotations
 
@@ -24,9 +25,10 @@ def agree_on_error(exchange, error: Exception | None) -> None:
     errors = exchange.allgather(mine)
     if error is not None:
         raise error
-    first = next((e for e in errors if e is not None), None)
-    if first is not None:
-        raise LptrainError(first[0], exit_code=first[1])
+    failed = [rank for rank, e in enumerate(errors) if e is not None]
+    if failed:      # the rank that says it is not the one that failed: name that one
+        message, status = errors[failed[0]]
+        raise LptrainError(f"{message} (on rank {failed[0]})", exit_code=status)
 
 
 def os_error(exc: OSError) -> RunFileError:

@@ -19,10 +19,10 @@ class Peers:
 
 
 def test_the_rank_without_the_error_raises_the_failing_ranks_message_and_status():
-    with pytest.raises(LptrainError, match="^metrics.h5: disk full$") as info:
+    with pytest.raises(LptrainError, match=r"^metrics.h5: disk full \(on rank 0\)$") as info:
         agree_on_error(Peers(1, ("metrics.h5: disk full", 1)), None)
     assert info.value.exit_code == 1
-    with pytest.raises(LptrainError, match="^data: holds no images$") as info:
+    with pytest.raises(LptrainError, match=r"^data: holds no images \(on rank 0\)$") as info:
         agree_on_error(Peers(1, ("data: holds no images", REFUSED)), None)
     assert info.value.exit_code == REFUSED
     agree_on_error(Peers(1, None), None)          # nobody failed: nothing raised
