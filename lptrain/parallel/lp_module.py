@@ -204,7 +204,7 @@ class LayerParallel(nn.Module):
             res, pins, draws = self._solve_forward(x, warm, max_iter, tol, kept, reuse)
         self.last_forward = res
         _warn_unconverged("forward", res, self.options.tol if tol is None else tol,
-                          self.options.rtol)
+                          self.options.rtol, self.exchange.rank)
         if renew:
             # the C-points where they lie: the states are lent to the backward, then
             # only the next forward with gradients writes there (MGRIT.c_point_rows)
@@ -260,7 +260,8 @@ class LayerParallel(nn.Module):
                 take_back(lent, self.steps)
                 self.steps.draws = None
         self.last_backward = res
-        _warn_unconverged("adjoint", res, self.options.adjoint_tol, self.options.rtol)
+        _warn_unconverged("adjoint", res, self.options.adjoint_tol, self.options.rtol,
+                          self.exchange.rank)
         if renew:
             self._warm[1] = s.adj.c_point_rows(res.states)
         lam0 = None
@@ -358,11 +359,12 @@ class LayerParallel(nn.Module):
         agree_on_loading(self.exchange, prefix, incompatible, errors, start)
 
 
-def _warn_unconverged(which: str, res, tol: float, rtol: float) -> None:
-    """A warning where a solve with a tolerance stopped at its iteration limit (a fixed
-    solve, tol = rtol = 0, stops there by design), or at a residual that is not finite
-    (NaN or inf in the input or the layers: more iterations cannot help)."""
-    if not (tol > 0 or rtol > 0) or res.converged:
+def _warn_unconverged(which: str, res, tol: float, rtol: float, rank: int = 0) -> None:
+    """A warning, on rank 0 (every rank's solve ends alike: each printed it), where a
+    solve with a tolerance stopped at its iteration limit (a fixed solve, tol = rtol = 0,
+    stops there by design), or at a residual that is not finite (NaN or inf in the input
+    or the layers: more iterations cannot help)."""
+    if not (tol > 0 or rtol > 0) or res.converged or rank != 0:
         return
     advice = "raise max_iter, or check that each layer computes the same f at every call" \
         if math.isfinite(res.residual) else \

@@ -183,6 +183,8 @@ def test_a_solve_that_misses_its_tolerance_warns():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         mod(u0, max_iter=60)                              # converged: silent
+        mod.exchange.rank = 1           # rank 1 of a job: rank 0 warns for both (each did)
+        mod(u0)
         LayerParallel(dense, T=2.0, n_layers=8,           # fixed iterations: by design
                       mgrit=MGRITOptions(**dict(CONVERGED, tol=0.0, max_iter=2)))(u0)
 
