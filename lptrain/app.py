@@ -236,6 +236,8 @@ def _summary(console, writer, outcome, opts: Config, path: Path, saved_lines,
                      f"objective{batch}": outcome.objective,
                      f"training loss{batch}": outcome.loss,
                      f"training accuracy{batch}": (outcome.accuracy, FRACTION),
+                     **({} if outcome.epoch_objective is None else
+                        {"objective (last epoch's mean)": outcome.epoch_objective}),
                      "validation accuracy": (outcome.val_accuracy, FRACTION),
                      "best validation accuracy": (outcome.best_val_accuracy, FRACTION),
                      "wall time": (outcome.wall_time, "s"),
@@ -252,6 +254,8 @@ def _summary(console, writer, outcome, opts: Config, path: Path, saved_lines,
                       f"and the run cannot be resumed (the models are kept)")
     for line in saved_lines:              # `model: PATH`, then what it holds
         console.message(line, whole=line.startswith("model: "))
+    if outcome.epoch_objective is not None:     # what a sweep ranks the run by
+        writer.set_attr(ms.EPOCH_OBJECTIVE, outcome.epoch_objective)
     if outcome.stalled:
         writer.close(ms.STALLED, error=outcome.stalled)
         console.paragraph(_stall_message(opts, outcome))

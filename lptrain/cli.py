@@ -403,7 +403,8 @@ RANK0_FIRST = 2.0   # seconds ranks > 0 leave rank 0 to report an error they all
 
 
 def _train(job: Job, comm, run_dir: Path) -> float:
-    """The job's training on this rank; its final objective."""
+    """The job's training on this rank; what a sweep ranks it by (Outcome.ranked: the
+    final objective, with mini-batches the last whole epoch's mean)."""
     from lptrain import app
     from lptrain.parallel import auto
     auto.install(_model_timer)
@@ -411,7 +412,7 @@ def _train(job: Job, comm, run_dir: Path) -> float:
                       resume=job.resume, typed=job.typed)
     if _stop:
         signal_at_the_end(job, comm, _stop[0])
-    return float(outcome.objective)
+    return float(outcome.ranked)
 
 
 def _model_timer(opts, net, mode: str):

@@ -180,7 +180,7 @@ class SweepJobs:
             return JobPlan("resume", done, m.status)
         objective = None
         if m.status != ms.DIVERGED and done:
-            objective = float(m.train[ms.OBJECTIVE][-1])
+            objective = float(m.attrs.get(ms.EPOCH_OBJECTIVE, m.train[ms.OBJECTIVE][-1]))
         return JobPlan("kept", done, m.status, objective)
 
     def _check_overrides(self, run_dir: Path, overrides: list[str]) -> None:

@@ -155,8 +155,9 @@ class MetricsWriter:
         for name, value in attrs.items():
             if name in s.START_ATTRS and value is not None:
                 self._file.attrs[name] = _attr_value(name, value)
-        if s.ERROR in self._file.attrs:
-            del self._file.attrs[s.ERROR]
+        for ended in (s.ERROR, s.EPOCH_OBJECTIVE):     # how the last start ended
+            if ended in self._file.attrs:
+                del self._file.attrs[ended]
         self._file.attrs[s.STATUS] = s.RUNNING
         self._file.flush()
 
@@ -392,6 +393,8 @@ def _attr_value(name: str, value):
         raise TypeError(f"attribute {name!r}: None cannot be stored")
     if s.FIELDS[s.ROOT][name].dtype == s.INT:
         return int(value)
+    if s.FIELDS[s.ROOT][name].dtype == s.FLOAT:
+        return float(value)
     return str(value)
 
 

@@ -114,6 +114,15 @@ class Outcome:
     converged: bool
     stalled: str | None = None    # why the run stopped making progress (train/stall.py)
     at_start: bool = False        # objective, loss, accuracy: of the last step's start
+    # mini-batches: the mean objective of the last whole epoch (None: the full batch, or
+    # no whole epoch yet); one batch's objective is too noisy to rank runs by
+    epoch_objective: float | None = None
+
+    @property
+    def ranked(self) -> float:
+        """What a sweep ranks this run by (cli.py returns it to the sweeper): the last
+        whole epoch's mean objective with mini-batches, else the final objective."""
+        return self.objective if self.epoch_objective is None else self.epoch_objective
 
 
 def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
@@ -194,20 +203,21 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
             break
     progress.finish()
     save(k, force=True)
-    return theta, _outcome(k, info, val, best, wall, stall.stalled)
+    return theta, _outcome(k, info, val, best, wall, stall)
 
 
-def _outcome(k: int, info, val, best: float, wall: float, stalled) -> Outcome:
+def _outcome(k: int, info, val, best: float, wall: float, stall: StallRule) -> Outcome:
     """How the run ended (`info` None: resumed at its last iteration, nothing done)."""
+    epoch = stall.last_epoch if stall.per_epoch > 1 else None
     if info is None:
         return Outcome(iterations=k, objective=math.nan, loss=math.nan, accuracy=math.nan,
                        val_loss=val[0], val_accuracy=val[1], best_val_accuracy=best,
-                       wall_time=wall, converged=False)
+                       wall_time=wall, converged=False, epoch_objective=epoch)
     return Outcome(iterations=k, objective=info.objective, loss=info.loss,
                    accuracy=info.accuracy, val_loss=val[0], val_accuracy=val[1],
                    best_val_accuracy=best, wall_time=wall,
-                   converged=bool(info.converged), stalled=stalled,
-                   at_start=info.at_start)
+                   converged=bool(info.converged), stalled=stall.stalled,
+                   at_start=info.at_start, epoch_objective=epoch)
 
 
 def _log_step(k: int, info, dt: float, wall: float, stats: dict | None, writer) -> None:

@@ -28,6 +28,7 @@ class StallRule:
         self.best = math.inf
         self.since = 0               # iterations (epochs with mini-batches) without progress
         self._epoch: list[float] = []
+        self.last_epoch: float | None = None   # mini-batches: the last whole epoch's mean
         self.stalled: str | None = None
 
     def update(self, objective: float, exhausted: bool = False) -> str | None:
@@ -39,7 +40,7 @@ class StallRule:
             self._epoch.append(objective)
             if len(self._epoch) < self.per_epoch:
                 return None
-            objective = sum(self._epoch) / len(self._epoch)
+            objective = self.last_epoch = sum(self._epoch) / len(self._epoch)
             self._epoch = []
         if objective < self.best:
             self.best, self.since = objective, 0
@@ -53,11 +54,13 @@ class StallRule:
         return self.stalled
 
     def state_dict(self) -> dict:
-        return {"best": self.best, "since": self.since, "epoch": list(self._epoch)}
+        return {"best": self.best, "since": self.since, "epoch": list(self._epoch),
+                "last_epoch": self.last_epoch}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state`; a run that had stalled and is resumed gets its patience
         afresh (else the first iteration without progress would stall it again)."""
         self.best, self.since, self._epoch = state["best"], state["since"], list(state["epoch"])
+        self.last_epoch = state.get("last_epoch")      # (not kept before stop 64)
         if self.patience and self.since >= self.patience:
             self.since = 0

@@ -44,6 +44,26 @@ def test_mini_batches_compare_epoch_means():
     assert p.update(5.0).endswith("for 2 epochs (best epoch mean 1.25)")
 
 
+def test_the_last_whole_epochs_mean_is_kept_and_carried_on():
+    """What a sweep ranks a mini-batch run by: one batch's objective named the worst of
+    three jobs by validation the best (held-out, stop 64)."""
+    p = StallRule(patience=0, batches_per_epoch=3)
+    for j in (3.0, 1.0, 2.0, 0.5):
+        p.update(j)
+    assert p.last_epoch == 2.0                      # the part of the next epoch: not yet
+    q = StallRule(patience=0, batches_per_epoch=3)
+    q.load_state_dict(p.state_dict())               # a resume
+    for j in (0.7, 0.3):
+        q.update(j)
+    assert q.last_epoch == pytest.approx(0.5)
+    old = {k: v for k, v in p.state_dict().items() if k != "last_epoch"}
+    q.load_state_dict(old)                          # a checkpoint from before stop 64
+    assert q.last_epoch is None
+    full = StallRule(patience=3)
+    full.update(1.0)
+    assert full.last_epoch is None
+
+
 def test_a_stalled_run_resumed_gets_its_patience_afresh():
     """Resumed, a stalled run stopped again after one iteration while its note said it
     trains on."""

@@ -262,3 +262,28 @@ def test_a_sweep_naming_jobs_by_overrides_keeps_their_directories(tmp_path):
         "    - hydra.mode=MULTIRUN\n", f"    - hydra.mode=MULTIRUN\n    - {pinned}\n"))
     assert pinned in sweep_command(tmp_path, [])[0]
 
+
+
+def test_a_mini_batch_run_is_ranked_by_its_last_whole_epochs_mean(tmp_path):
+    """A sweep named the job with the lowest last-batch objective best, the worst of three
+    by validation, and gave Optuna that value (held-out, stop 64): a mini-batch run
+    returns, records and is kept with the mean objective of its last whole epoch."""
+    import numpy as np
+
+    from helpers import composed
+    from lptrain import app
+    from lptrain.metrics.reader import read_metrics
+    run_dir = tmp_path / "sweep" / "0"
+    run_dir.mkdir(parents=True)
+    (run_dir / ".hydra").mkdir()
+    (run_dir / ".hydra" / "overrides.yaml").write_text("- seed=3\n")
+    cfg = composed("optimizer=sgd", "train.batch_size=50", "dataset.n_train=200",
+                   "dataset.n_val=40", "network.layers=4", "train.iterations=10", "seed=3")
+    outcome = app.run(cfg, None, run_dir)         # 4 batches an epoch: 2 whole, 2 more
+    m = read_metrics(run_dir)
+    last_epoch = float(np.mean(m.train[s.OBJECTIVE][4:8]))
+    assert outcome.ranked == outcome.epoch_objective == pytest.approx(last_epoch, rel=1e-12)
+    assert outcome.objective == m.train[s.OBJECTIVE][-1] != outcome.ranked
+    assert m.attrs[s.EPOCH_OBJECTIVE] == pytest.approx(last_epoch, rel=1e-12)
+    plan = SweepJobs(tmp_path / "sweep").plan(run_dir, 10, SEED)
+    assert plan == JobPlan("kept", 10, s.COMPLETED, m.attrs[s.EPOCH_OBJECTIVE])
