@@ -165,26 +165,33 @@ SPLIT_KEYS = ("network.layers", "mgrit.cfactor0", "mgrit.levels", "mgrit.min_coa
 JOINT_MOST = 32
 
 
-def sweep_samples(overrides: list[str]) -> list[list[str]]:
+def sweep_samples(overrides: list[str], group_options=None) -> list[list[str]]:
     """Override lists that together try every value of every sweep (`a=1,2`, `range`,
-    `choice`; both ends of an `interval`), the other sweeps at their first value: one
-    composition per value, but every combination of the SPLIT_KEYS' sweeps (a split only
-    one combination cannot take: `network.layers=64,1 parallel.layer_ranks=1,2`) where
-    there are at most JOINT_MOST. Without sweeps, the overrides themselves."""
+    `choice`; both ends of an `interval`; a group's `glob()` expanded over
+    `group_options(group)`, the group's options as Hydra lists them, where given), the
+    other sweeps at their first value: one composition per value, but every combination
+    of the SPLIT_KEYS' sweeps (a split only one combination cannot take:
+    `network.layers=64,1 parallel.layer_ranks=1,2`) where there are at most JOINT_MOST.
+    Without sweeps, the overrides themselves."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.override_parser.types import IntervalSweep
+    from hydra.core.override_parser.types import Glob, IntervalSweep
     from hydra.errors import HydraException
     parsed = OverridesParser.create().parse_overrides(overrides)
     values = []
     for o in parsed:
         try:
             swept = list(o.sweep_string_iterator()) if o.is_sweep_override() else None
-        except HydraException:     # glob(): needs Hydra's config loader; Hydra checks it
-            if not isinstance(o.value(), IntervalSweep):
+        except HydraException:     # glob(): needs Hydra's config loader
+            if isinstance(o.value(), Glob) and group_options is not None:
+                # left out, the group's keys in the other overrides were checked
+                # against its default choice (`optimizer=glob(sgd) optimizer.momentum=..`)
+                swept = _globbed(o, group_options(o.get_key_element()))
+            elif not isinstance(o.value(), IntervalSweep):
                 continue
-            # a sampler's interval (hydra/sweeper=optuna): both ends, of the type it
-            # samples (float, unless cast: int(interval(2, 8)))
-            swept = [str(v) for v in (o.value().start, o.value().end)]
+            else:
+                # a sampler's interval (hydra/sweeper=optuna): both ends, of the type it
+                # samples (float, unless cast: int(interval(2, 8)))
+                swept = [str(v) for v in (o.value().start, o.value().end)]
         values.append([f"{o.get_key_element()}={v}" for v in swept] if swept
                       else [o.input_line])
     if not values:
@@ -229,6 +236,28 @@ def multirun(args: list[str]) -> bool:
                for a in args)
 
 
+def _globbed(override, options: list[str]) -> list[str]:
+    """The options a group's glob() sweep takes; ConfigError where they include a schema
+    node (Hydra's glob lists the group's every node: each would be a failed job)."""
+    from lptrain.config.schema import schema_nodes
+    from lptrain.errors import ConfigError
+    group = override.get_key_element()
+    taken = override.value().filter(options)
+    schemas = [name for name in taken if name in schema_nodes().get(group, {})]
+    if schemas:
+        raise ConfigError(f"{override.input_line}: takes {', '.join(schemas)}, the schema "
+                          f"the {group} configs extend, not a choice; leave it out with "
+                          f"exclude, e.g. {group}='glob(*,exclude=*_schema)'")
+    return taken
+
+
+def _group_options(group: str) -> list[str]:
+    """The options of config group `group` as Hydra's initialised loader lists them
+    (glob() sweeps are expanded over these)."""
+    from hydra.core.global_hydra import GlobalHydra
+    return GlobalHydra.instance().config_loader().get_group_options(group)
+
+
 def check_command(args: list[str], ranks: int | None = None, source=None) -> None:
     """Compose and type-check a command's overrides once per swept value (the lptrain
     command, rank 0, before anything is written), with Hydra's own group choices
@@ -257,7 +286,7 @@ def check_command(args: list[str], ranks: int | None = None, source=None) -> Non
     job = "sweep" if sweep else "run"
     try:
         with initialized(source), _hydra_config_restored():
-            for combination in sweep_samples(overrides):
+            for combination in sweep_samples(overrides, _group_options):
                 cfg = compose_checked([*combination, *groups], job=job, name=source.name)
                 check_switches(cfg, combination)
                 typed = options(cfg)

@@ -113,3 +113,20 @@ def test_the_report_command_can_be_pasted(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin")
     assert report_command("multirun/x") == "lptrain-report multirun/x"
     assert report_command("-dash") == "lptrain-report ./-dash"     # not an option
+
+
+def test_a_glob_over_a_group_is_checked_as_the_choices_it_takes():
+    """`optimizer=glob(sgd) optimizer.momentum=0.5,0.9` was refused against the default
+    lbfgs (the glob was left out of the check), and `mode=glob(*)` ran its schema node
+    as a job that failed (held-out, stop 64)."""
+    from lptrain.config import check_command
+    check_command(["-m", "optimizer=glob(sgd)", "optimizer.momentum=0.5,0.9"])
+    with pytest.raises(ConfigError, match=r"^optimizer.momentum=1.5: must be in \[0, 1\)$"):
+        check_command(["-m", "optimizer=glob(sg*,exclude=*_schema)",
+                       "optimizer.momentum=0.5,1.5"])
+    with pytest.raises(ConfigError) as err:
+        check_command(["-m", "mode=glob(*)"])
+    assert str(err.value) == ("mode=glob(*): takes mode_schema, the schema the mode "
+                              "configs extend, not a choice; leave it out with exclude, "
+                              "e.g. mode='glob(*,exclude=*_schema)'")
+    check_command(["-m", "mode=glob(*,exclude=*_schema)"])
