@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import gc
 import logging
+import os
 import sys
 import time
 import traceback
@@ -376,8 +377,10 @@ def _run_job(job: Job) -> float | None:
         if comm.Get_rank() == 0:
             ranks = comm.Get_size()
             message = str(exc) + _split_hint(str(exc), ranks) + resume_hint(exc, job, ranks)
-            _say(message)
             log.error(message)
+            # a sweep's error line names its job (stderr apart from stdout did not)
+            _say(f"job {os.path.relpath(run_dir, job.sweep_dir)}: {message}"
+                 if job.sweep_dir else message)
     except AgreedExit:               # every rank leaves together
         raise
     except (Exception, SystemExit, KeyboardInterrupt) as exc:   # unexpected, a user's
