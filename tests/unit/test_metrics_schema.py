@@ -22,8 +22,8 @@ REQUIRED = {
                "communication", "waiting"},
     s.ROOT: {"lptrain_version", "mode", "world_size", "layer_ranks", "data_ranks", "seed",
              "config", "status",
-             "dataset_source", "validation_set", "mgrit_levels", "error", "started_at",
-             "threads"},
+             "dataset_source", "validation_set", "mgrit_levels", "error", "epoch_objective",
+             "started_at", "threads"},
 }
 
 
