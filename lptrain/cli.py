@@ -371,6 +371,7 @@ def _run_job(job: Job) -> float | None:
     except Interrupted as exc:       # every rank agreed on it after the same iteration
         if comm.Get_rank() == 0:
             say(f"{exc} (status interrupted); {_resume_line(job, run_dir, comm.Get_size())}")
+        _quiet_teardown()            # a second signal while exiting: 2 or 15, MPICH's banner
         sys.exit(exc.exit_code)
     except LptrainError as exc:      # raised identically on every rank
         _failures.append(exc.exit_code)

@@ -5,8 +5,10 @@ imports its command, whose imports (torch, matplotlib) take seconds: a Ctrl-C at
 moment ends the command with one line and 128 + the signal. `lptrain` itself is
 lptrain/cli.py, which stops a run after an iteration instead.
 
-None of them uses MPI: started by `mpiexec -n P`, rank 0 runs the command and the other
-ranks end at once with 0 (each rank printed every line, and wrote the same files).
+`lptrain-eval` and `lptrain-report` use no MPI: started by `mpiexec -n P`, rank 0 runs
+the command and the other ranks end at once with 0 (each rank printed every line, and
+wrote the same files). `lptrain-model` under mpiexec measures the link between ranks 0
+and 1 and goes on on rank 0 (model_perf/cli.py `link`): every rank runs it.
 """
 from __future__ import annotations
 
@@ -37,4 +39,4 @@ def model() -> int:
     def load():
         from lptrain.model_perf.cli import main
         return main
-    return _once("lptrain-model", load)
+    return stops_on_signals("lptrain-model", load)

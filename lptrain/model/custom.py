@@ -135,25 +135,38 @@ class CustomStep:
         return module.double().eval()
 
     def _try(self, module: nn.Module, dtype: torch.dtype, device) -> None:
-        """Run `module` (the template in `dtype` on `device`) twice on a small random state
-        of that dtype, the run's: it must keep the state's shape and dtype (a float32 run
-        whose step returned float64 trained silently in float64 and saved a model that
-        failed in torch; one returning float32 was refused as if it changed the dtype),
-        give finite values and the same values both times (a NaN was blamed on network.T
-        and the data, a random step trained on with gradient errors of 300 %)."""
+        """Run `module` (the template in `dtype` on `device`) twice on each of two small
+        states of that dtype, the run's, zero and random: it must keep the state's shape
+        and dtype (a float32 run whose step returned float64 trained silently in float64
+        and saved a model that failed in torch), give finite values on one of them at
+        least (a NaN was blamed on network.T and the data; a step defined for u >= 0
+        alone, log1p, is finite at 0), and the same values both times (a random step
+        trained on with gradient errors of 300 %)."""
+        zero = torch.zeros(TRIAL_BATCH, *self.state_shape, dtype=dtype, device=device)
         with seeded(TEMPLATE_SEED):
-            u = torch.randn(TRIAL_BATCH, *self.state_shape, dtype=torch.float64)
-        u = u.to(dtype=dtype, device=device)
-        y, again = self._called(module, u), self._called(module, u)
-        try:        # the rule every step of the run is held to (custom_steps.py)
-            kept_update(self.name, u, y)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        if not torch.isfinite(y).all():
-            raise ConfigError(f"{self.name} returns non-finite values (nan or inf) for a "
-                              f"finite state of shape {tuple(u.shape)} (batch, *state)")
-        gap = (y - again).abs().max().item()
-        if gap > REPEAT_TOL * max(y.abs().max().item(), 1.0):
+            rand = torch.randn(TRIAL_BATCH, *self.state_shape, dtype=torch.float64)
+        finite = False
+        for u in (zero, rand.to(dtype=dtype, device=device)):
+            y, again = self._called(module, u), self._called(module, u)
+            try:        # the rule every step of the run is held to (custom_steps.py)
+                kept_update(self.name, u, y)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+            finite = finite or bool(torch.isfinite(y).all())
+            self._same_twice(y, again)
+        if not finite:
+            raise ConfigError(f"{self.name} returns non-finite values (nan or inf) for "
+                              f"finite states of shape {tuple(zero.shape)} (batch, "
+                              f"*state), zero and random")
+
+    def _same_twice(self, y: torch.Tensor, again: torch.Tensor) -> None:
+        """ConfigError where two calls on one state differ beyond REPEAT_TOL of the
+        update's size (where both are finite; or where one is and the other not)."""
+        both = torch.isfinite(y) & torch.isfinite(again)
+        gap = (y - again).abs()[both].max().item() if both.any() else 0.0
+        scale = y[both].abs().max().item() if both.any() else 0.0
+        if gap > REPEAT_TOL * scale or not torch.equal(torch.isfinite(y),
+                                                       torch.isfinite(again)):
             raise ConfigError(f"{self.name} gives another update for the same state when "
                               f"called again (largest difference {gap:.3g}): a step must "
                               f"be a deterministic function of the state, which MGRIT "

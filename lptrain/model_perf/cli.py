@@ -71,12 +71,13 @@ def kernel_costs(args, model: Model, theta, kernels, device) -> tuple[KernelCost
     costs, note = measured(model.net, theta, model.batch, kernels, device,
                            torch.get_num_threads(), args.fresh, sharing(args),
                            progress=_progress)
-    if costs.load >= BUSY_LOAD:
-        note += f", timed at a load average of {costs.load:.1f} from other processes"
+    note = f"{note}: batch {model.batch}, {torch.get_num_threads()} thread(s)"
+    if costs.load >= BUSY_LOAD:     # the report's sources (the summary's line ends at ':')
+        note += f"; timed at a load average of {costs.load:.1f} from other processes"
         _progress(f"note: other processes kept this host's load average at "
                   f"{costs.load:.1f} ({os.cpu_count()} cores) when its kernel costs were "
                   f"timed: the predictions are a busy host's (--fresh times them anew)")
-    return costs, f"{note}: batch {model.batch}, {torch.get_num_threads()} thread(s)"
+    return costs, note
 
 
 def _threads(args) -> int:

@@ -62,10 +62,10 @@ NOTES = ("final objective, loss and train acc: the last train/ row's (with mini-
          "optimizer, dtype, batch size; on the fewest ranks; of the same seed where "
          "one is, else of all seeds; the median of several) over this run's, '-' where "
          "the set has no such run with an iteration time. objective vs serial: this "
-         "run's final objective less that serial run's at the same iteration, relative "
-         "to it (the serial run itself +0; mode=simultaneous: its own objective, from "
-         "its inexact forward solve), '-' where no serial run of the problem reached "
-         "that iteration. layer x data: the grid of "
+         "run's final objective less that serial run's of the same seed at the same "
+         "iteration, relative to it (the serial run itself +0; mode=simultaneous: its "
+         "own objective, from its inexact forward solve), '-' where no serial run of the "
+         "problem and seed reached that iteration. layer x data: the grid of "
          "the ranks, ranks per layer group (MGRIT across the layers) x data groups "
          "(shards of the batch). mean MGRIT fwd / adj it: the MGRIT iterations of the "
          "accepted point's forward and adjoint solve, averaged over the iterations "
@@ -180,13 +180,14 @@ def add_speedup(rows: list[dict]) -> list[dict]:
 
 def _serial_runs(row: dict, rows: list[dict], timed: bool = True) -> list[dict]:
     """The serial runs `row` is compared with (add_speedup): of its problem, on the fewest
-    ranks, of its seed where there are any; with `timed`, only those with an iteration
-    time."""
+    ranks, of its seed where there are any (with `timed`, else none: another seed's
+    objective is another start's), with `timed` only those with an iteration time."""
     serial = [r for r in rows if r["mode"] == s.MODE_SERIAL and r.get("problem") ==
               row.get("problem") and (not timed or r["iteration_time"] is not None)]
     fewest = min((r.get("ranks") or 1 for r in serial), default=None)
     fewer = [r for r in serial if (r.get("ranks") or 1) == fewest]
-    return [r for r in fewer if r.get("seed") == row.get("seed")] or fewer
+    paired = [r for r in fewer if r.get("seed") == row.get("seed")]
+    return paired or (fewer if timed else [])
 
 
 def _baseline(row: dict, rows: list[dict]) -> float | None:

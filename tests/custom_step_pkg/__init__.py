@@ -191,3 +191,17 @@ class Noisy(DenseStep):
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         return super().forward(u) + 0.1 * torch.randn_like(u)
+
+
+class Log1p(DenseStep):
+    """DenseStep of log1p(u): defined for u > -1 (the states of a relu opening)."""
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return super().forward(torch.log1p(u))
+
+
+class TinyNoise(DenseStep):
+    """An update of about 1e-3 with noise of 1e-5: not a function of the state."""
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return 1e-3 * super().forward(u) + 1e-5 * torch.randn_like(u)

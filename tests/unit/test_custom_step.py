@@ -101,7 +101,9 @@ def test_initial_parameters_are_the_modules_own_and_seeded():
     ({"_target_": "custom_step_pkg.Single", "width": 5}, "dense",     # was accepted
      r"maps a torch.float64 state to torch.float32: a residual branch must keep"),
     ({"_target_": "custom_step_pkg.AlwaysNaN", "width": 5}, "dense",   # blamed on T, data
-     r"AlwaysNaN\(width=5\) returns non-finite values \(nan or inf\) for a finite state"),
+     r"AlwaysNaN\(width=5\) returns non-finite values \(nan or inf\) for finite states"),
+    ({"_target_": "custom_step_pkg.TinyNoise", "width": 5}, "dense",   # passed: absolute
+     r"TinyNoise\(width=5\) gives another update for the same state"),
     ({"_target_": "custom_step_pkg.Noisy", "width": 5}, "dense",       # trained on silently
      r"Noisy\(width=5\) gives another update for the same state when called again"),
     ({"_target_": "custom_step_pkg.DenseStep", "width": 5}, "conv",
@@ -112,6 +114,14 @@ def test_bad_steps_are_refused_in_one_line(step, opening, message):
     with pytest.raises(ConfigError, match=message) as err:
         ResNet(o, (2,), 3).custom.steps(torch.float64, "cpu")    # tried where it runs
     assert "\n" not in str(err.value)
+
+
+def test_a_step_defined_for_non_negative_states_is_tried_at_zero_too():
+    """log1p(u): NaN on a random state, finite on the states a relu opening gives; it was
+    refused, and so were its saved models (held-out, stop 64)."""
+    o = NetworkOptions(name="custom", width=5, step={"_target_": "custom_step_pkg.Log1p",
+                                                     "width": 5})
+    ResNet(o, (2,), 3).custom.steps(torch.float64, "cpu")
 
 
 @pytest.mark.parametrize(("target", "dtype", "refused"), [

@@ -133,7 +133,7 @@ def test_the_load_kernels_were_timed_under_is_kept_and_told(tmp_path, monkeypatc
     c, note = cli.kernel_costs(args, model, theta, {("apply", 1)}, "cpu")
     assert c.load == 0.2 and "load average" not in note + capsys.readouterr().err
     c, note = cli.kernel_costs(args, model, theta, {("apply", 1), ("apply", 2)}, "cpu")
-    assert c.load == 5.25 and ", timed at a load average of 5.2 from other" in note
+    assert c.load == 5.25 and "; timed at a load average of 5.2 from other" in note
     assert "load average at 5.2" in capsys.readouterr().err
     c, note = cli.kernel_costs(args, model, theta, {("apply", 1)}, "cpu")   # kept: told again
     assert c.load == 5.25 and "load average at 5.2" in capsys.readouterr().err

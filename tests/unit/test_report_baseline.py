@@ -69,6 +69,8 @@ def test_the_objective_against_serials_at_the_same_iteration():
     # on the fewest ranks the serial run of 2 iterations: the 3-iteration runs have none
     assert got[:5] == pytest.approx([None, 0.0, 1e-7, None, None])
     assert got[5] == 0.0                                 # its own seed's serial: itself
+    other = add_speedup([row("serial", 1, [4.0, 2.0]), row("mgrit", 1, [3.0, 1.0], seed=1)])
+    assert other[1]["vs_serial"] is None and other[1]["speedup"] == 1.0   # another start
     rows[0]["ranks"] = 1                                 # now a serial run to 3 iterations
     assert add_speedup(rows)[3]["vs_serial"] == pytest.approx(0.5)
     assert "objective vs serial" in to_markdown(rows).splitlines()[0]
