@@ -15,7 +15,8 @@ import time
 import traceback
 from pathlib import Path
 
-from lptrain.errors import FAILED, REFUSED, LptrainError, RunFileError, resume_command
+from lptrain.errors import (FAILED, REFUSED, LptrainError, RunFileError, first_line,
+                            resume_command)
 from lptrain.command_args import (check_dir_values, check_flags, check_hydra_keys,
                                   check_launcher, check_writable, checked_args, config_source,
                                   configured_args, directory_args, hydra_failure,
@@ -104,19 +105,14 @@ def main() -> None:
     from lptrain.train.stop import StopSignals      # torch-free: before the heavy imports
     _stop.append(StopSignals().install())   # first: a signal from here on stops cleanly
     quiet_logging_errors()
-    import os
-
-    from lptrain.metrics.streams import no_color_in_pipes, survive_hangup
-    no_color_in_pipes(sys.stderr, os.environ)       # before Hydra imports a sweeper
-    survive_hangup(sys)
-    from lptrain.parallel.context import keep_freed_memory, limit_threads, node_of
-    # runs after every later exit handler: by then each file is closed, so the cyclic
-    # garbage collector's passes over the interpreter's teardown (a few hundred thousand
-    # objects: seconds on a loaded machine) would only free memory the OS frees anyway
-    atexit.register(gc.freeze)
-    keep_freed_memory()
-    comm = _world()
+    try:
+        comm = _started()
+    except Exception as exc:     # one rank alone (torch's import under a memory limit)
+        if launched_rank(os.environ, None) is None:
+            raise
+        _abort_before_mpi(exc)
     _stop[0].install()       # again: MPI's libraries (UCX) take SIGHUP for their debugging
+    from lptrain.parallel.context import limit_threads, node_of
     limit_threads(node_of(comm))
     channel = JobChannel(comm)
     _channel.append(channel)
@@ -136,6 +132,34 @@ def main() -> None:
             channel.finish(status)
     _quiet_teardown()
     sys.exit(status)
+
+
+def _started():
+    """Streams, allocator and exit handlers set, the heavy imports done, MPI up: the
+    world communicator."""
+    from lptrain.metrics.streams import no_color_in_pipes, survive_hangup
+    no_color_in_pipes(sys.stderr, os.environ)       # before Hydra imports a sweeper
+    survive_hangup(sys)
+    from lptrain.parallel.context import keep_freed_memory
+    # runs after every later exit handler: by then each file is closed, so the cyclic
+    # garbage collector's passes over the interpreter's teardown (a few hundred thousand
+    # objects: seconds on a loaded machine) would only free memory the OS frees anyway
+    atexit.register(gc.freeze)
+    keep_freed_memory()
+    return _world()
+
+
+def _abort_before_mpi(exc: Exception) -> None:
+    """A rank of an MPI launch that failed before MPI was up: one line, then MPI started
+    only to end the job. The other ranks wait in MPI_Init for it for ever, where their
+    stop handlers cannot run (SIGTERM and Ctrl-C did nothing for 11 minutes)."""
+    _say(f"rank {launched_rank()}: {type(exc).__name__}: {first_line(exc)} (while "
+         f"starting, before MPI)")
+    try:
+        from mpi4py import MPI
+        MPI.COMM_WORLD.Abort(1)
+    finally:
+        os._exit(1)
 
 
 def _quiet_teardown() -> None:

@@ -22,13 +22,13 @@ INFO_FLAGS = ("-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-s
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
 
 
-def launched_rank(environ=os.environ) -> int:
-    """This process's rank as its launcher says before MPI starts (0 without one): the
-    flags answered without MPI (--help, --version) print on rank 0 only."""
+def launched_rank(environ=os.environ, alone: int | None = 0) -> int | None:
+    """This process's rank as its launcher says before MPI starts (`alone` without one):
+    the flags answered without MPI (--help, --version) print on rank 0 only."""
     for name in RANK_VARIABLES:
         if environ.get(name, "").isdigit():
             return int(environ[name])
-    return 0
+    return alone
 
 
 def value(args: list[str], key: str) -> str | None:

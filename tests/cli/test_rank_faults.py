@@ -132,3 +132,24 @@ def test_a_full_disk_at_the_first_checkpoint_keeps_a_lean_one_to_resume(tmp_path
     assert m.status == ms.COMPLETED
     np.testing.assert_array_equal(m.train[ms.ITERATION], np.arange(1, 5))
     assert np.all(np.isfinite(m.train[ms.OBJECTIVE]))
+
+
+def test_a_rank_that_fails_before_mpi_starts_ends_the_job(tmp_path):
+    """Rank 1 failing to import torch (a memory limit) left rank 0 in MPI_Init for ever,
+    deaf to SIGTERM and Ctrl-C (held-out, stop 64): it now says so and aborts the job."""
+    from launch import ENV, LPTRAIN, MPIEXEC
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise ImportError("libtorch_cpu.so: failed to map '
+                                      'segment from shared object")\n')
+    wrapper = tmp_path / "rank1.sh"
+    wrapper.write_text(f'#!/bin/sh\n[ "$PMI_RANK" = 1 ] && export PYTHONPATH='
+                       f'{fake.parent}:"$PYTHONPATH"\nexec {LPTRAIN} "$@"\n')
+    wrapper.chmod(0o755)
+    proc = subprocess.run(["timeout", "150", MPIEXEC, "-n", "2", str(wrapper), *TINY,
+                           f"hydra.run.dir={tmp_path / 'run'}"], env=ENV,
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == FAILED, proc.stderr          # not 124: no hang
+    ours = [ln for ln in proc.stderr.splitlines() if ln.startswith("lptrain: ")]
+    assert ours == ["lptrain: error: rank 1: ImportError: libtorch_cpu.so: failed to map "
+                    "segment from shared object (while starting, before MPI)"], proc.stderr

@@ -142,6 +142,7 @@ def test_the_flags_answered_before_mpi_know_their_rank():
     assert launched_rank({"PMI_RANK": "1"}) == 1
     assert launched_rank({"OMPI_COMM_WORLD_RANK": "3", "PMI_FD": "7"}) == 3
     assert launched_rank({"PMIX_RANK": "0"}) == 0
+    assert launched_rank({}, None) is None and launched_rank({"PMI_RANK": "1"}, None) == 1
 
 
 def test_the_tools_run_once_under_a_launcher(monkeypatch):
