@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -211,7 +212,8 @@ def _heading(config_yaml: str, opts: Config, plan, data, net, saved, path: Path,
     title = (f"{opts.mode.name} {data.name} N={opts.network.layers} {opts.dtype} "
              f"P={grid.size} ({grid.layer} layer x {grid.data} data"
              f"{', auto' if plan.auto else ''})")
-    notes = (hierarchy_notes(opts, steps) + thread_notes(plan.node, torch.get_num_threads())
+    notes = (hierarchy_notes(opts, steps)
+             + thread_notes(plan.node, torch.get_num_threads(), os.environ)
              + step_notes(net)
              + data_notes(data, plan.sizes) + precision_notes(opts) + plan.notes
              + unused_notes(opts, typed, Built(len(net.state_shape) == 3,

@@ -69,17 +69,23 @@ def step_notes(net) -> list[str]:
     return [f"network.step: its {', '.join(inert)} run in eval mode"] if inert else []
 
 
-def thread_notes(node, threads: int) -> list[str]:
-    """A line under the title where rank 0's node runs more threads than it has cores
-    (OMP_NUM_THREADS × its ranks): they take turns on the cores, and a rank waiting in
-    MPI spins on one (README "Running on a cluster")."""
+def thread_notes(node, threads: int, environ=None) -> list[str]:
+    """A line under the title where OMP_NUM_THREADS (in `environ`) is set but no number
+    of threads (libgomp said so on each rank, lptrain nothing), and where rank 0's node
+    runs more threads than it has cores (OMP_NUM_THREADS × its ranks): they take turns
+    on the cores, and a rank waiting in MPI spins on one (README "Running on a
+    cluster")."""
+    given = (environ or {}).get("OMP_NUM_THREADS")
+    notes = [f"OMP_NUM_THREADS={given!r} is no number of threads: {threads} per rank, "
+             f"the node's cores shared by its ranks"] \
+        if given is not None and not (given.strip().isdigit() and int(given) > 0) else []
     if threads * node.local_size <= node.cores:
-        return []
+        return notes
     fit = max(1, node.cores // node.local_size)
     ranks = f"{node.local_size} ranks x " if node.local_size > 1 else ""
     cores = f"{node.cores} core" + ("s" if node.cores != 1 else "")
-    return [f"{ranks}{threads} threads on {cores} take turns (many times slower): "
-            f"OMP_NUM_THREADS={fit}"]
+    return notes + [f"{ranks}{threads} threads on {cores} take turns (many times slower): "
+                    f"OMP_NUM_THREADS={fit}"]
 
 
 def joined(numbers, sep: str) -> str | None:

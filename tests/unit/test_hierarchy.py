@@ -122,6 +122,12 @@ def test_more_threads_than_cores_is_said_under_the_title():
     assert thread_notes(Node(0, 1, 1), 2)[0].startswith("2 threads on 1 core take")
     assert thread_notes(Node(0, 2, 2), 1) == thread_notes(Node(0, 1, 2), 2) == []
     assert thread_notes(Node(0, 4, 16), 4) == []
+    # libgomp said it on each rank, lptrain nothing (held-out, stop 64)
+    for bad in ("0", "abc", "-1", "1.5", ""):
+        assert thread_notes(Node(0, 2, 2), 1, {"OMP_NUM_THREADS": bad}) == [
+            f"OMP_NUM_THREADS={bad!r} is no number of threads: 1 per rank, the node's cores "
+            f"shared by its ranks"]
+    assert thread_notes(Node(0, 2, 2), 1, {"OMP_NUM_THREADS": "1"}) == []
 
 
 def test_a_tolerance_below_the_dtypes_round_off_is_said_under_the_title():
