@@ -232,6 +232,10 @@ class JobResult:
     objective: float | None
 
 
+# group switches whose jobs train other problems: their objectives are not compared
+PROBLEM_GROUPS = ("dataset", "experiment")
+
+
 def sweep_summary(directory, results: list[JobResult], report: str) -> str:
     """The line that closes a sweep: its jobs, how many finished, the lowest final
     objective with the job that reached it (by the overrides that tell the jobs apart),
@@ -240,9 +244,13 @@ def sweep_summary(directory, results: list[JobResult], report: str) -> str:
     ranked = [r for r in finished if math.isfinite(r.objective)]
     text = (f"sweep of {len(results)} job{'s' * (len(results) != 1)} in {directory}: "
             f"{len(finished)} finished, {len(results) - len(finished)} failed")
-    if ranked:
+    common = set.intersection(*(set(r.overrides) for r in results)) if results else set()
+    problems = {o.split("=", 1)[0] for r in results for o in r.overrides
+                if o not in common and o.split("=", 1)[0] in PROBLEM_GROUPS}
+    if ranked and problems:     # a dataset's objective is no measure of another's
+        text += f"; no lowest named: the jobs train other {' and '.join(sorted(problems))}s"
+    elif ranked:
         best = min(ranked, key=lambda r: r.objective)
-        common = set.intersection(*(set(r.overrides) for r in results))
         apart = " ".join(o for o in best.overrides if o not in common)
         text += f"; lowest final objective {best.objective:.6g} (#{best.number}" \
                 f"{' ' + apart if apart else ''})"

@@ -96,6 +96,12 @@ def test_a_sweep_closes_with_its_jobs_its_best_and_the_report_command():
         "sweep of 1 job in s: 0 finished, 1 failed; plots and a table of all: "
         "`lptrain-report s`")
     assert "(#0)" in sweep_summary("s", jobs[:1], "r")   # one job: nothing tells it apart
+    # Peaks' objective is no measure of MNIST's (held-out, stop 64)
+    mixed = [JobResult(0, ("dataset=peaks", "seed=1"), 0.3),
+             JobResult(1, ("dataset=mnist", "seed=1"), 0.1)]
+    assert sweep_summary("s", mixed, "r") == (
+        "sweep of 2 jobs in s: 2 finished, 0 failed; no lowest named: the jobs train other "
+        "datasets; plots and a table of all: `r`")
 
 
 def test_the_report_command_can_be_pasted(monkeypatch, tmp_path):
