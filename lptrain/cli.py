@@ -43,8 +43,8 @@ _source: list = []        # the command's config.source.ConfigSource (rank 0)
 
 
 def _say(msg: str) -> None:
-    from lptrain.metrics.streams import for_terminal
-    print(for_terminal(f"{PROG}: error: {msg}", sys.stderr), file=sys.stderr, flush=True)
+    from lptrain.metrics.streams import say as said
+    said(f"{PROG}: error: {msg}")
 
 
 def _claim(directory: str, args: list[str], ranks: int) -> None:
@@ -265,11 +265,10 @@ def _closing(directory: str) -> None:
     """The line after a sweep's last job, on stdout with the jobs' summaries (each job's
     log has its own run; the sweep has none)."""
     from lptrain.errors import report_command
-    from lptrain.metrics.streams import for_terminal
+    from lptrain.metrics.streams import say as said
     from lptrain.sweeps import sweep_summary
     where = dir_value(directory)
-    line = f"{PROG}: {sweep_summary(where, _results, report_command(where))}"
-    print(for_terminal(line, sys.stdout), flush=True)
+    said(f"{PROG}: {sweep_summary(where, _results, report_command(where))}", sys.stdout)
 
 
 def _put_back(restore) -> None:

@@ -87,8 +87,8 @@ def main(argv: list[str]) -> str:
     run_dir, ranks, *overrides = argv[fresh:]
     action = plan(run_dir, int(ranks), overrides, fresh)
     if action in (KEPT, KEPT_FAILED):      # a terminal's lines broken between words
-        from lptrain.metrics.streams import for_terminal
-        print(for_terminal(kept_line(run_dir), sys.stderr), file=sys.stderr)
+        from lptrain.metrics.streams import say
+        say(kept_line(run_dir))
     return action
 
 

@@ -25,8 +25,8 @@ class AgreedExit(SystemExit):
 def say(message: str, level: int | None = logging.WARNING) -> None:
     """One line `lptrain: message` on stderr (rank 0), and in the log at `level` (None:
     not logged)."""
-    from lptrain.metrics.streams import for_terminal
-    print(for_terminal(f"{PROG}: {message}", sys.stderr), file=sys.stderr, flush=True)
+    from lptrain.metrics.streams import say as said
+    said(f"{PROG}: {message}")
     if level is not None:
         log.log(level, message)
 
