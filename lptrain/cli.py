@@ -152,7 +152,7 @@ def _started():
 def _abort_before_mpi(exc: Exception) -> None:
     """A rank of an MPI launch that failed before MPI was up: one line, then MPI started
     only to end the job. The other ranks wait in MPI_Init for it for ever, where their
-    stop handlers cannot run (SIGTERM and Ctrl-C did nothing for 11 minutes)."""
+    stop handlers cannot run (SIGTERM and Ctrl-C do nothing there)."""
     _say(f"rank {launched_rank()}: {type(exc).__name__}: {first_line(exc)} (while "
          f"starting, before MPI)")
     try:

@@ -141,7 +141,7 @@ class CustomStep:
         and saved a model that failed in torch), give finite values on one of them at
         least (a NaN was blamed on network.T and the data; a step defined for u >= 0
         alone, log1p, is finite at 0), and the same values both times (a random step
-        trained on with gradient errors of 300 %)."""
+        trained on with gradient errors far above the controller's target)."""
         zero = torch.zeros(TRIAL_BATCH, *self.state_shape, dtype=dtype, device=device)
         with seeded(TEMPLATE_SEED):
             rand = torch.randn(TRIAL_BATCH, *self.state_shape, dtype=torch.float64)

@@ -61,6 +61,6 @@ class StallRule:
         """Continue from `state`; a run that had stalled and is resumed gets its patience
         afresh (else the first iteration without progress would stall it again)."""
         self.best, self.since, self._epoch = state["best"], state["since"], list(state["epoch"])
-        self.last_epoch = state.get("last_epoch")      # (not kept before stop 64)
+        self.last_epoch = state.get("last_epoch")      # (absent from older checkpoints)
         if self.patience and self.since >= self.patience:
             self.since = 0
