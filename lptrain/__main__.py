@@ -1,5 +1,5 @@
 """`python -m lptrain`: the same as the `lptrain` command."""
-from lptrain.cli import main
+from lptrain.entry import main
 
 if __name__ == "__main__":
     main()

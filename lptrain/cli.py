@@ -92,7 +92,8 @@ def quiet_logging_errors() -> None:
     logging.raiseExceptions = False
 
 
-def main() -> None:
+def main(stop=None) -> None:
+    """The command; `stop`: the StopSignals lptrain/entry.py installed before the imports."""
     if "--version" in sys.argv[1:]:      # before MPI and Hydra: Hydra's flag prints its own
         if launched_rank() == 0:         # under mpiexec: once
             print(version_line())
@@ -103,7 +104,7 @@ def main() -> None:
             print(text(), end="")
         return
     from lptrain.train.stop import StopSignals      # torch-free: before the heavy imports
-    _stop.append(StopSignals().install())   # first: a signal from here on stops cleanly
+    _stop.append((stop or StopSignals()).install())   # a signal from here on stops cleanly
     quiet_logging_errors()
     try:
         comm = _started()

@@ -121,6 +121,33 @@ def test_python_dash_m_is_the_command(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+# the command's module stood in by one whose import is interrupted, as a Ctrl-C during
+# lptrain.cli's imports (Hydra, h5py, numpy: half a second) is
+INTERRUPTED_IMPORT = """import os, signal
+os.kill(os.getpid(), signal.SIGINT)
+def main(stop):
+    print("received", signal.Signals(stop.received).name)
+"""
+
+
+def test_a_signal_during_the_commands_imports_is_recorded_not_raised(tmp_path):
+    """Was a KeyboardInterrupt traceback: the handlers came after lptrain.cli's imports."""
+    (tmp_path / "slow_command.py").write_text(INTERRUPTED_IMPORT)
+    code = "from lptrain.entry import main; main('slow_command')"
+    env = {**ENV, "PYTHONPATH": f"{tmp_path}:{ENV.get('PYTHONPATH', REPO)}"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout == "received SIGINT\n"
+
+
+def test_the_console_script_installs_the_handlers_before_the_command():
+    tomllib = pytest.importorskip("tomllib")
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["lptrain"] == "lptrain.entry:main"
+    assert "from lptrain.entry import main" in (REPO / "lptrain" / "__main__.py").read_text()
+
+
 # a script run as `lptrain ARGS` that reports whether sympy was imported before and after
 NO_SYMPY = """import sys
 import lptrain.cli

@@ -1,0 +1,17 @@
+"""The `lptrain` command's first module: the stop handlers, then the command.
+
+lptrain.cli imports Hydra, h5py and numpy (half a second, more on a loaded host). A
+SIGINT there had raised a KeyboardInterrupt traceback and a SIGTERM had ended the rank
+without a word; with the handlers installed first, such a signal stops the command as
+one that lands while torch and MPI load does (lptrain/train/stop.py, cli.main).
+"""
+from __future__ import annotations
+
+import importlib
+
+
+def main(command: str = "lptrain.cli") -> None:
+    """Install the stop handlers, then import `command` and run its main with them."""
+    from lptrain.train.stop import StopSignals    # torch-free and light
+    early = StopSignals().install()
+    importlib.import_module(command).main(early)
