@@ -3,7 +3,7 @@
 Each puts its SIGINT/SIGTERM handling in place (`errors.stops_on_signals`) before it
 imports its command, whose imports (torch, matplotlib) take seconds: a Ctrl-C at any
 moment ends the command with one line and 128 + the signal. `lptrain` itself is
-lptrain/cli.py, which stops a run after an iteration instead.
+lptrain/entry.py and cli.py, which stop a run after an iteration instead.
 
 `lptrain-eval` and `lptrain-report` use no MPI: started by `mpiexec -n P`, rank 0 runs
 the command and the other ranks end at once with 0 (each rank printed every line, and
@@ -18,7 +18,30 @@ from lptrain.errors import stops_on_signals
 def _once(prog: str, load) -> int:
     """`stops_on_signals(prog, load)` on the launcher's rank 0; 0 on any other rank."""
     from lptrain.command_args import launched_rank
-    return stops_on_signals(prog, load) if launched_rank() == 0 else 0
+    return _written(prog, lambda: stops_on_signals(prog, load)) if launched_rank() == 0 \
+        else 0
+
+
+def _written(prog: str, run) -> int:
+    """run(), its output flushed; a write that fails (stdout to a full disk or /dev/full,
+    an image on a full disk) ends it in one line and 1, not a traceback and Python's
+    "Exception ignored" for the buffer it could not flush at exit."""
+    import os
+    import sys
+    try:
+        status = run()
+        sys.stdout.flush()
+        return status
+    except OSError as exc:
+        if exc.filename is not None or exc.strerror is None:    # a file named: main's
+            raise                                              # own one-line errors
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())     # the unwritten buffer goes nowhere
+        except (OSError, ValueError):
+            pass
+        print(f"{prog}: error: {exc.strerror} while writing its output", file=sys.stderr)
+        return 1
 
 
 def evaluate() -> int:
@@ -39,4 +62,4 @@ def model() -> int:
     def load():
         from lptrain.model_perf.cli import main
         return main
-    return stops_on_signals("lptrain-model", load)
+    return _written("lptrain-model", lambda: stops_on_signals("lptrain-model", load))

@@ -61,18 +61,31 @@ log = logging.getLogger("lptrain")
 
 
 class _Terminal(RichConsole):
-    """rich's console, going on quietly once its reader has gone (`| head`, a pager or
-    terminal closed): rich ends the process there (SystemExit 1), which failed the run
-    mid-training with no checkpoint. The run goes on; lptrain.log keeps every line."""
+    """rich's console, going on quietly once its output cannot be written: its reader has
+    gone (`| head`, a pager or terminal closed), where rich ends the process (SystemExit 1),
+    or a write failed (stdout to a full disk or /dev/full), where rich raises; either
+    failed the run mid-training with no checkpoint. The run goes on; lptrain.log keeps
+    every line."""
 
     def on_broken_pipe(self) -> None:
+        self._gone("was closed")
+
+    def _write_buffer(self) -> None:
+        try:
+            super()._write_buffer()
+        except BrokenPipeError:
+            raise                      # rich's _check_buffer calls on_broken_pipe
+        except OSError as exc:
+            self._gone(f"cannot be written ({exc.strerror or exc})")
+
+    def _gone(self, why: str) -> None:
         self.quiet = True
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, self.file.fileno())   # the stream's later flushes go nowhere
         except (OSError, ValueError, AttributeError):
             pass
-        log.warning("the console's output was closed; the run goes on (this log keeps "
+        log.warning(f"the console's output {why}; the run goes on (this log keeps "
                     "every line)")
 
 

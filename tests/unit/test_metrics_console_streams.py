@@ -65,6 +65,51 @@ def test_a_closed_output_lets_the_run_go_on(plain_env, caplog):
     assert "the console's output was closed; the run goes on" in caplog.text
 
 
+class _FullDisk(io.StringIO):
+    """stdout to /dev/full or a file on a full disk: every write raises ENOSPC."""
+
+    def write(self, text):
+        raise OSError(28, "No space left on device")
+
+
+def test_an_output_that_cannot_be_written_lets_the_run_go_on(plain_env, caplog):
+    """`lptrain > /dev/full` failed the run before its first iteration (rich raises any
+    error but a broken pipe)."""
+    c = Console(True, 10, CONSOLE_TITLE, file=_FullDisk())
+    with caplog.at_level(logging.WARNING, logger="lptrain"):
+        for k in range(1, 4):
+            c.update(k, objective=1.0 / k, step_time=0.1)
+        c.summary({"iterations": 3})
+    assert c._out.quiet
+    assert caplog.text.count("the console's output cannot be written (No space left on "
+                             "device); the run goes on") == 1
+
+
+@pytest.mark.parametrize("error, expect", [
+    (OSError(28, "No space left on device"),
+     "lptrain-report: error: No space left on device while writing its output\n"),
+    (BrokenPipeError(32, "Broken pipe"),
+     "lptrain-report: error: Broken pipe while writing its output\n")])
+def test_a_tool_whose_output_cannot_be_written_ends_in_one_line(error, expect, capfd,
+                                                                monkeypatch):
+    from lptrain import commands
+    monkeypatch.setattr(os, "dup2", lambda *a: None)    # keep pytest's captured stdout
+
+    def run():
+        raise error
+    assert commands._written("lptrain-report", run) == 1
+    assert capfd.readouterr().err == expect
+
+
+def test_a_tools_error_naming_a_file_is_not_taken_for_its_output():
+    from lptrain import commands
+
+    def run():
+        raise FileNotFoundError(2, "No such file or directory", "runs/x")
+    with pytest.raises(FileNotFoundError):
+        commands._written("lptrain-report", run)
+
+
 def test_no_colour_codes_where_the_output_is_no_terminal(monkeypatch):
     """Optuna's log lines (colorlog cannot tell a pipe from its formatter) reached files
     and pipes with escape codes."""
