@@ -27,7 +27,7 @@ from lptrain.resume_args import resume_args, sweep_switch
 from lptrain.rundir import (RunLock, SavedFiles, dir_value, is_sweep, refuse_earlier_run,
                             remove_refused)
 from lptrain.stops import (PROG, AgreedExit, again, resume_hint, say, signal_at_the_end,
-                           stop_between_jobs, stop_if_signalled, unexpected)
+                           stop_before_job, stop_if_signalled, unexpected)
 
 from lptrain.config import CONF_MODULE, check_command, override_key
 log = logging.getLogger("lptrain")
@@ -299,6 +299,7 @@ def _task(cfg) -> float | None:
     from lptrain.config import refuse_schema_nodes
     from lptrain.errors import ConfigError
     _jobs[0] += 1
+    _stop_before_job(HydraConfig.get())
     try:     # a job a sweeper made up, or a command check_command could not check
         refuse_schema_nodes(HydraConfig.get().runtime.choices)
         _refuse_mixed_job(HydraConfig.get())
@@ -311,8 +312,6 @@ def _task(cfg) -> float | None:
         plan = _planned(cfg, HydraConfig.get())
         if plan is None or plan.action == "kept":     # the job's files stay as they were
             _put_back(lambda: _sweep[0].put_back(Path(HydraConfig.get().runtime.output_dir)))
-            stop_between_jobs(_stop[0] if _stop else None, _resuming[0],
-                              _channel[0].size if _channel else 1)
             return _ended(None if plan is None else plan.objective)
         resume = plan.action == "resume"
     job = Job.of_hydra(cfg, HydraConfig.get(), resume=resume)
@@ -327,6 +326,17 @@ def _task(cfg) -> float | None:
     if _sweep and REFUSED in _failures[failed:]:     # the job stays as it was
         _put_back(lambda: _sweep[0].put_back(Path(job.run_dir)))
     return _ended(objective)
+
+
+def _stop_before_job(hydra_cfg) -> None:
+    """A sweep's job: stop the sweep before it when rank 0 received a signal since the
+    last job (or while Hydra set the sweep up), instead of starting it."""
+    from hydra.types import RunMode
+    if hydra_cfg.mode != RunMode.MULTIRUN or not _stop:
+        return
+    sweep_dir = Path(_resuming[0]) if _resuming else Path(hydra_cfg.sweep.dir)
+    stop_before_job(_stop[0], sweep_dir, _channel[0].size if _channel else 1,
+                    hydra_cfg.job.num)
 
 
 def _refuse_mixed_job(hydra_cfg) -> None:

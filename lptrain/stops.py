@@ -108,11 +108,14 @@ def signal_at_the_end(job: Job, comm, stop) -> None:
         raise AgreedExit(128 + signum)
 
 
-def stop_between_jobs(stop, sweep_dir: Path, ranks: int) -> None:
-    """Rank 0, after a job a resumed sweep kept (no rank ran it): a signal received
-    there stops the sweep before its next job (128 + the signal), which had started."""
+def stop_before_job(stop, sweep_dir: Path, ranks: int, number: int) -> None:
+    """Rank 0, before a sweep's job `number` starts: a signal received since the last
+    check (while Hydra set the sweep up, or a resumed sweep passed over its kept jobs)
+    stops the sweep here (128 + the signal); the job had started, and stopped after its
+    first iteration."""
     if stop is None or stop.received is None:
         return
-    say(f"interrupted by {signal.Signals(stop.received).name} between jobs; resume "
-        f"with: {resume_command(sweep_dir, ranks)}")
+    carry = f"resume with: {resume_command(sweep_dir, ranks)}" if is_sweep(sweep_dir) \
+        else "its sweeper saved nothing to carry it on: sweep again"
+    say(f"interrupted by {signal.Signals(stop.received).name} before job {number}; {carry}")
     sys.exit(128 + stop.received)

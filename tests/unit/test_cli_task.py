@@ -208,22 +208,51 @@ def test_a_sweeps_job_resumed_alone_keeps_its_job_number(monkeypatch, tmp_path):
                    cli._resume_args([f"resume={job}"]))      # a single run: none
 
 
-def test_a_signal_while_a_resumed_sweep_keeps_its_jobs_stops_it_there(tmp_path, capsys,
-                                                                      monkeypatch):
-    """Ctrl-C while a resumed sweep passed over its finished jobs started the next one
-    (interrupted at iteration 0)."""
+def test_a_signal_before_a_sweeps_job_stops_the_sweep_there(tmp_path, capsys):
+    """Ctrl-C while Hydra set a sweep up, or while a resumed sweep passed over its
+    finished jobs, started the next job (interrupted after its first iteration)."""
     import signal
 
     from lptrain import stops
+    from lptrain.rundir import SWEEP_FILE
     from lptrain.train.stop import StopSignals
     stop = StopSignals()
-    stops.stop_between_jobs(stop, tmp_path, 1)          # no signal: the sweep goes on
+    stops.stop_before_job(stop, tmp_path, 1, 0)          # no signal: the sweep goes on
     stop.received = signal.SIGINT
     with pytest.raises(SystemExit) as exc:
-        stops.stop_between_jobs(stop, tmp_path, 2)
+        stops.stop_before_job(stop, tmp_path, 2, 0)
     assert exc.value.code == 130
-    assert capsys.readouterr().err == (f"lptrain: interrupted by SIGINT between jobs; "
+    assert capsys.readouterr().err == ("lptrain: interrupted by SIGINT before job 0; its "
+                                       "sweeper saved nothing to carry it on: sweep again\n")
+    (tmp_path / SWEEP_FILE).write_text("hydra: {}\n")
+    stop.received = signal.SIGTERM
+    with pytest.raises(SystemExit) as exc:
+        stops.stop_before_job(stop, tmp_path, 2, 3)
+    assert exc.value.code == 143
+    assert capsys.readouterr().err == (f"lptrain: interrupted by SIGTERM before job 3; "
                                        f"resume with: mpiexec -n 2 lptrain resume={tmp_path}\n")
+
+
+def test_the_task_of_a_sweeps_job_checks_for_a_signal_first(tmp_path, capsys, monkeypatch):
+    import signal
+
+    from hydra.types import RunMode
+
+    from lptrain.train.stop import StopSignals
+    task = _job(tmp_path / "0", TINY)
+    hydra = copy.deepcopy(HydraConfig.get())
+    OmegaConf.set_readonly(hydra, False)
+    hydra.mode, hydra.job.num, hydra.sweep.dir = RunMode.MULTIRUN, 0, str(tmp_path)
+    HydraConfig.instance().set_config(OmegaConf.create({"hydra": hydra}))
+    stop = StopSignals()
+    stop.received = signal.SIGINT
+    monkeypatch.setattr(cli, "_stop", [stop])
+    monkeypatch.setattr(cli, "_jobs", [0])
+    with pytest.raises(SystemExit) as exc:
+        cli._task(task)
+    assert exc.value.code == 130
+    assert "interrupted by SIGINT before job 0" in capsys.readouterr().err
+    assert not (tmp_path / "0").exists()
 
 
 def test_a_resumed_runs_own_split_these_ranks_cannot_take_says_how_to_give_another(
