@@ -178,21 +178,24 @@ def add_speedup(rows: list[dict]) -> list[dict]:
              "vs_serial": _against_serial(row, rows)} for row in rows]
 
 
-def _serial_runs(row: dict, rows: list[dict], timed: bool = True) -> list[dict]:
-    """The serial runs `row` is compared with (add_speedup): of its problem, on the fewest
-    ranks, of its seed where there are any (with `timed`, else none: another seed's
-    objective is another start's), with `timed` only those with an iteration time."""
+def _serial_runs(row: dict, rows: list[dict], timed_only: bool,
+                 other_seeds: bool) -> list[dict]:
+    """The serial runs `row` is compared with: of its problem, on the fewest ranks, of its
+    seed where there are any, else (with `other_seeds`) of any seed; with `timed_only`
+    only those with an iteration time."""
     serial = [r for r in rows if r["mode"] == s.MODE_SERIAL and r.get("problem") ==
-              row.get("problem") and (not timed or r["iteration_time"] is not None)]
+              row.get("problem") and (not timed_only or r["iteration_time"] is not None)]
     fewest = min((r.get("ranks") or 1 for r in serial), default=None)
     fewer = [r for r in serial if (r.get("ranks") or 1) == fewest]
     paired = [r for r in fewer if r.get("seed") == row.get("seed")]
-    return paired or (fewer if timed else [])
+    return paired or (fewer if other_seeds else [])
 
 
 def _baseline(row: dict, rows: list[dict]) -> float | None:
     """The baseline's iteration time for `row` (add_speedup), None where there is none."""
-    times = [r["iteration_time"] for r in _serial_runs(row, rows)]
+    # an iteration's time hardly depends on the seed: another seed's run will do
+    times = [r["iteration_time"] for r in _serial_runs(row, rows, timed_only=True,
+                                                        other_seeds=True)]
     return float(np.median(times)) if times else None
 
 
@@ -202,7 +205,8 @@ def _against_serial(row: dict, rows: list[dict]) -> float | None:
     its, values = row.get("trajectory") or (None, None)
     if its is None or values is None or not len(its):
         return None
-    for base in _serial_runs(row, rows, timed=False):
+    # another seed's objective is another start's: no baseline for this one
+    for base in _serial_runs(row, rows, timed_only=False, other_seeds=False):
         b_its, b_values = base.get("trajectory") or (None, None)
         at = np.flatnonzero(np.asarray(b_its if b_its is not None else []) == its[-1])
         if at.size and b_values[at[0]] != 0:
