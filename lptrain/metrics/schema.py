@@ -12,6 +12,7 @@ from lptrain import modes
 from lptrain.errors import REFUSED, LptrainError
 
 FILE_NAME = "metrics.h5"
+UNITS = "units"    # the attribute of a dataset that has a unit (the table's unit column)
 
 # -- root attributes ----------------------------------------------------------------------
 ROOT = "/"
@@ -281,6 +282,7 @@ Rank 0 writes one HDF5 file per run, `metrics.h5` in the run directory. Every da
 resizable and the file is flushed after each logged row, so a killed run keeps every
 finished iteration (its `status` then stays `running`). A field that a log call leaves out
 is stored as NaN (floats) or -1 (integers). Groups that a mode does not use are absent.
+A dataset with a unit in the tables below carries it as its `units` attribute.
 
 Shapes: n = optimizer iterations logged, v = validation evaluations, k = one more than
 the most MGRIT iterations of any solve of that history recorded so far (the accepted

@@ -71,6 +71,7 @@ class MetricsWriter:
         values = {name: _attr_value(name, value) for name, value in attrs.items()}
         self._file = _create(self.path)
         self._closed, self._columns, self._groups = False, Columns(), {}
+        self._labelled: set[str] = set()     # groups whose datasets carry their units
         self.failure: s.MetricsFileError | None = None
         self._grid, self._skip_timing = _grid_of(attrs), False
         for name, value in values.items():
@@ -94,7 +95,7 @@ class MetricsWriter:
         ran on them); their per-rank columns cannot widen: rows on more ranks are left out."""
         self = cls.__new__(cls)
         self.path, self._closed, self.failure = Path(path), False, None
-        self._columns, self._groups = Columns(), {}
+        self._columns, self._groups, self._labelled = Columns(), {}, set()
         # HDF5 would take an empty file for a new one and the resumed run would lose the
         # earlier rows silently
         if not self.path.exists():
@@ -317,6 +318,17 @@ class MetricsWriter:
             else:
                 _append_scalar(self._columns.get(g, name, field.dtype, s.FILL[field.dtype]),
                                field.dtype, value)
+        if group not in self._labelled:
+            label_units(g, s.FIELDS[group])
+            self._labelled.add(group)
+
+
+def label_units(g, fields: dict) -> None:
+    """Each dataset of `g` whose field has a unit gets it as its `units` attribute (what
+    h5dump, HDFView and xarray show), once per group and start of the writer."""
+    for name, field in fields.items():
+        if field.unit and name in g and g[name].attrs.get(s.UNITS) != field.unit:
+            g[name].attrs[s.UNITS] = field.unit
 
 
 class NullWriter:

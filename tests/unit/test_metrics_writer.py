@@ -62,6 +62,22 @@ def test_round_trip_of_every_field(tmp_path):
                        f"validation 1 row, mgrit 3 rows, timing 3 rows)")
 
 
+def test_every_dataset_with_a_unit_carries_it(tmp_path):
+    """The units were only in docs/metrics.md: h5dump and xarray showed bare numbers."""
+    path = tmp_path / s.FILE_NAME
+    with MetricsWriter(path, ATTRS) as w:
+        for i in (1, 2):
+            w.log_train(**_train_row(i))
+            w.log_timing(i, [1.0, 2.0, 3.0], [0.1, 0.2, 0.3], [0.0, 0.5, 1.5])
+        w.log_validation(2, 0.4, 0.85)
+    with h5py.File(path, "r") as f:
+        seen = {(g, n): f[g][n].attrs.get(s.UNITS) for g in (s.TRAIN, s.VALIDATION, s.TIMING)
+                for n in f[g]}
+    expected = {(g, n): s.FIELDS[g][n].unit or None for g, n in seen}
+    assert seen == expected
+    assert seen[(s.TRAIN, "step_time")] == "s" and seen[(s.VALIDATION, s.ACCURACY)] == "fraction"
+
+
 def test_left_out_fields_are_filled(tmp_path):
     with MetricsWriter(tmp_path / "m.h5", ATTRS) as w:
         w.log_train(iteration=1, loss=0.3, step_size=None)
