@@ -312,7 +312,7 @@ def _task(cfg) -> float | None:
         plan = _planned(cfg, HydraConfig.get())
         if plan is None or plan.action == "kept":     # the job's files stay as they were
             _put_back(lambda: _sweep[0].put_back(Path(HydraConfig.get().runtime.output_dir)))
-            return _ended(None if plan is None else plan.objective)
+            return _ended(None if plan is None else plan.objective, cfg)
         resume = plan.action == "resume"
     job = Job.of_hydra(cfg, HydraConfig.get(), resume=resume)
     channel = _channel[0] if _channel else None
@@ -325,7 +325,7 @@ def _task(cfg) -> float | None:
         channel.busy = False
     if _sweep and REFUSED in _failures[failed:]:     # the job stays as it was
         _put_back(lambda: _sweep[0].put_back(Path(job.run_dir)))
-    return _ended(objective)
+    return _ended(objective, cfg)
 
 
 def _stop_before_job(hydra_cfg) -> None:
@@ -350,17 +350,32 @@ def _refuse_mixed_job(hydra_cfg) -> None:
         check_command(task, source=_source[0] if _source else ConfigSource())
 
 
-def _ended(objective: float | None) -> float | None:
-    """`objective`, noted as the result of the sweep's job under way (its closing line)."""
+def _ended(objective: float | None, cfg=None) -> float | None:
+    """`objective`, noted as the result of the sweep's job under way (its closing line),
+    with the overrides its configuration `cfg` does not read."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     from lptrain.sweeps import JobResult
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN:       # a single run has no job number
-        _results.append(JobResult(hydra_cfg.job.num, tuple(hydra_cfg.overrides.task),
-                                  objective))
+        task = tuple(hydra_cfg.overrides.task)
+        _results.append(JobResult(hydra_cfg.job.num, task, objective, _unread(cfg, task)))
     return objective
+
+
+def _unread(cfg, overrides: tuple[str, ...]) -> tuple[str, ...]:
+    """The overrides a job of `cfg` does not read (config/inert.py's rules that need no
+    built network); none where cfg is None or too foreign to judge."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    from lptrain.config.inert import Built, reads
+    if cfg is None:
+        return ()
+    try:
+        return tuple(o for o in overrides if not reads(cfg, Built(None, None), override_key(o)))
+    except (OmegaConfBaseException, AttributeError, TypeError, ValueError):
+        return ()
 
 
 def _resume_line(job, run_dir: Path, ranks: int) -> str:

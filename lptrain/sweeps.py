@@ -224,12 +224,14 @@ def _shown(overrides: dict[str, str], keys: list[str]) -> str:
 
 @dataclass(frozen=True)
 class JobResult:
-    """A sweep job as the task ended it: Hydra's job number, its task overrides and its
-    final objective (None: the job failed or was refused)."""
+    """A sweep job as the task ended it: Hydra's job number, its task overrides, its
+    final objective (None: the job failed or was refused), and those of its overrides
+    it did not read (config/inert.py: a serial job's mgrit.* settings)."""
 
     number: int
     overrides: tuple[str, ...]
     objective: float | None
+    unread: tuple[str, ...] = ()
 
 
 # group switches whose jobs train other problems: their objectives are not compared
@@ -251,7 +253,8 @@ def sweep_summary(directory, results: list[JobResult], report: str) -> str:
         text += f"; no lowest named: the jobs train other {' and '.join(sorted(problems))}s"
     elif ranked:
         best = min(ranked, key=lambda r: r.objective)
-        apart = " ".join(o for o in best.overrides if o not in common)
+        apart = " ".join(o for o in best.overrides if o not in common and
+                         o not in best.unread)
         text += f"; lowest final objective {best.objective:.6g} (#{best.number}" \
                 f"{' ' + apart if apart else ''})"
     return text + f"; plots and a table of all: `{report}`"

@@ -104,6 +104,21 @@ def test_a_sweep_closes_with_its_jobs_its_best_and_the_report_command():
         "datasets; plots and a table of all: `r`")
 
 
+def test_the_closing_line_names_only_the_settings_the_best_job_read():
+    """`-m mode=serial,simultaneous mgrit.cfactor0=2,4` named the serial job by
+    `mode=serial mgrit.cfactor0=2`, a setting it did not read (held-out, stop 64)."""
+    from helpers import composed
+    from lptrain import cli
+    from lptrain.sweeps import JobResult, sweep_summary
+    serial = ("mode=serial", "mgrit.cfactor0=2")
+    cfg = composed(*serial)
+    assert cli._unread(cfg, serial) == ("mgrit.cfactor0=2",)
+    assert cli._unread(None, serial) == ()
+    jobs = [JobResult(0, serial, 0.2, cli._unread(cfg, serial)),
+            JobResult(1, ("mode=simultaneous", "mgrit.cfactor0=4"), 0.3)]
+    assert "(#0 mode=serial);" in sweep_summary("s", jobs, "r")
+
+
 def test_the_report_command_can_be_pasted(monkeypatch, tmp_path):
     """The closing line said `lptrain-report /tmp/sw 1` (a space, unquoted) and the bare
     name where the environment's bin is not on PATH (held-out)."""
