@@ -356,26 +356,12 @@ def _ended(objective: float | None, cfg=None) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from lptrain.sweeps import JobResult
+    from lptrain.sweeps import JobResult, unread
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN:       # a single run has no job number
         task = tuple(hydra_cfg.overrides.task)
-        _results.append(JobResult(hydra_cfg.job.num, task, objective, _unread(cfg, task)))
+        _results.append(JobResult(hydra_cfg.job.num, task, objective, unread(cfg, task)))
     return objective
-
-
-def _unread(cfg, overrides: tuple[str, ...]) -> tuple[str, ...]:
-    """The overrides a job of `cfg` does not read (config/inert.py's rules that need no
-    built network); none where cfg is None or too foreign to judge."""
-    from omegaconf.errors import OmegaConfBaseException
-
-    from lptrain.config.inert import Built, reads
-    if cfg is None:
-        return ()
-    try:
-        return tuple(o for o in overrides if not reads(cfg, Built(None, None), override_key(o)))
-    except (OmegaConfBaseException, AttributeError, TypeError, ValueError):
-        return ()
 
 
 def _resume_line(job, run_dir: Path, ranks: int) -> str:

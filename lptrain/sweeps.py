@@ -238,6 +238,20 @@ class JobResult:
 PROBLEM_GROUPS = ("dataset", "experiment")
 
 
+def unread(cfg, overrides: tuple[str, ...]) -> tuple[str, ...]:
+    """The overrides a job of `cfg` does not read (config/inert.py's rules that need no
+    built network); none where cfg is None or too foreign to judge."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    from lptrain.config.inert import Built, reads
+    if cfg is None:
+        return ()
+    try:
+        return tuple(o for o in overrides if not reads(cfg, Built(None, None), override_key(o)))
+    except (OmegaConfBaseException, AttributeError, TypeError, ValueError):
+        return ()
+
+
 def sweep_summary(directory, results: list[JobResult], report: str) -> str:
     """The line that closes a sweep: its jobs, how many finished, the lowest final
     objective with the job that reached it (by the overrides that tell the jobs apart),

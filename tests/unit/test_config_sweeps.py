@@ -108,13 +108,12 @@ def test_the_closing_line_names_only_the_settings_the_best_job_read():
     """`-m mode=serial,simultaneous mgrit.cfactor0=2,4` named the serial job by
     `mode=serial mgrit.cfactor0=2`, a setting it did not read (held-out, stop 64)."""
     from helpers import composed
-    from lptrain import cli
-    from lptrain.sweeps import JobResult, sweep_summary
+    from lptrain.sweeps import JobResult, sweep_summary, unread
     serial = ("mode=serial", "mgrit.cfactor0=2")
     cfg = composed(*serial)
-    assert cli._unread(cfg, serial) == ("mgrit.cfactor0=2",)
-    assert cli._unread(None, serial) == ()
-    jobs = [JobResult(0, serial, 0.2, cli._unread(cfg, serial)),
+    assert unread(cfg, serial) == ("mgrit.cfactor0=2",)
+    assert unread(None, serial) == ()
+    jobs = [JobResult(0, serial, 0.2, unread(cfg, serial)),
             JobResult(1, ("mode=simultaneous", "mgrit.cfactor0=4"), 0.3)]
     assert "(#0 mode=serial);" in sweep_summary("s", jobs, "r")
 
