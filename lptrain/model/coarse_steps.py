@@ -26,7 +26,7 @@ from torch import nn
 from torch.func import functional_call
 
 from lptrain.errors import ConfigError
-from lptrain.model.module_steps import kept_update, seeded
+from lptrain.model.module_steps import kept_update, seeded, value_only
 from lptrain.model.module_vjp import Linear, Params, with_params
 
 
@@ -119,7 +119,7 @@ class CoarseSteps:
     def step(self, u, step: CoarseStep, P: Params) -> torch.Tensor:
         """u + H·g(u) (a new tensor)."""
         y = kept_update(f"coarse step {step.level}:{step.index}", u, self.f(step, u, P))
-        return torch.add(u, y, alpha=step.h)
+        return torch.add(u, value_only(y, (u, *P.values())), alpha=step.h)
 
     def linearize(self, u, step: CoarseStep, P: Params, layout) -> Linear:
         """g's autograd graph at u (state products only)."""

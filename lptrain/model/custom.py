@@ -158,6 +158,29 @@ class CustomStep:
             raise ConfigError(f"{self.name} returns non-finite values (nan or inf) for "
                               f"finite states of shape {tuple(zero.shape)} (batch, "
                               f"*state), zero and random")
+        self._differentiable(module, rand.to(dtype=dtype, device=device))
+
+    def _differentiable(self, module: nn.Module, u: torch.Tensor) -> None:
+        """ConfigError where autograd through `module` at u, as every adjoint step runs
+        it, fails, or reaches none of its parameters: a step that detaches them, or
+        computes its update with autograd.grad without create_graph, had trained with
+        its layers' gradients zero, silently."""
+        x = u.clone().requires_grad_(True)
+        params = [p for p in module.parameters() if p.requires_grad]
+        try:
+            with torch.enable_grad():
+                y = module(x)
+                grads = torch.autograd.grad(y, [x, *params], torch.ones_like(y),
+                                            allow_unused=True) if y.requires_grad else []
+        except Exception as exc:
+            raise ConfigError(f"{self.name} fails under autograd (every adjoint step "
+                              f"differentiates it) on a state of shape {tuple(u.shape)}: "
+                              f"{type(exc).__name__}: {first_line(exc)}") from None
+        if params and all(g is None for g in grads[1:]):
+            raise ConfigError(f"{self.name}'s update does not depend on its parameters "
+                              f"under autograd: it detaches them, or takes autograd.grad "
+                              f"without create_graph=True, so its layers' gradients "
+                              f"would be zero")
 
     def _same_twice(self, y: torch.Tensor, again: torch.Tensor) -> None:
         """ConfigError where two calls on one state differ beyond REPEAT_TOL of the

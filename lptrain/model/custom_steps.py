@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from lptrain.model.custom import CustomStep
-from lptrain.model.module_steps import kept_update
+from lptrain.model.module_steps import kept_update, value_only
 from lptrain.model.steps import ConvSteps, DenseSteps
 
 
@@ -91,6 +91,7 @@ class ModuleThetaSteps:
         if save is not None:
             save.copy_(u)
         f = kept_update(self.spec.name, u, self.core.f(0, u, self.spec.unflatten(K)))
+        f = value_only(f, (u, K))
         y = torch.add(u, f, alpha=h, out=out)
         return y if plus is None else y.add_(plus)
 

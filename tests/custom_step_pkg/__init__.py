@@ -205,3 +205,33 @@ class TinyNoise(DenseStep):
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         return 1e-3 * super().forward(u) + 1e-5 * torch.randn_like(u)
+
+
+class Hamiltonian(DenseStep):
+    """f(u) = J ∇H(u), H(u) = Σ tanh(A u + a), J the antisymmetric shift: an update taken
+    by autograd.grad inside the step, with the graph kept for the adjoint."""
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        with torch.enable_grad():
+            x = u if u.requires_grad else u.detach().requires_grad_(True)
+            (g,) = torch.autograd.grad(torch.tanh(self.inner(x)).sum(), x,
+                                       create_graph=True)
+        return torch.roll(g, 1, dims=-1) - torch.roll(g, -1, dims=-1)
+
+
+class HamiltonianNoGraph(DenseStep):
+    """Hamiltonian without create_graph: its update carries no graph to its parameters."""
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        with torch.enable_grad():
+            x = u.detach().requires_grad_(True)
+            (g,) = torch.autograd.grad(torch.tanh(self.inner(x)).sum(), x)
+        return torch.roll(g, 1, dims=-1) - torch.roll(g, -1, dims=-1)
+
+
+class DetachedWeights(DenseStep):
+    """DenseStep with its weights detached: the update depends on the state only."""
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(u @ self.inner.weight.detach().T + self.inner.bias.detach())
+        return h @ self.outer.weight.detach().T + self.outer.bias.detach()

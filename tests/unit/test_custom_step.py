@@ -18,8 +18,9 @@ from lptrain.parallel.layer_parallel import LayerParallel
 CONV = {"_target_": "custom_step_pkg.MyStep", "channels": 3, "hidden": 4, "groups": 2}
 DENSE = {"_target_": "custom_step_pkg.DenseStep", "width": 5, "hidden": 3}
 CHECKPOINTED = {**DENSE, "_target_": "custom_step_pkg.Checkpointed"}
-STEPS = dict(argnames="step", argvalues=[CONV, DENSE, CHECKPOINTED],
-             ids=["conv-groupnorm", "dense", "checkpointed"])
+HAMILTONIAN = {**DENSE, "_target_": "custom_step_pkg.Hamiltonian"}   # autograd.grad inside
+STEPS = dict(argnames="step", argvalues=[CONV, DENSE, CHECKPOINTED, HAMILTONIAN],
+             ids=["conv-groupnorm", "dense", "checkpointed", "hamiltonian"])
 
 
 def custom_net(step, layers=8, seed=1, **kw):
@@ -31,7 +32,8 @@ def custom_net(step, layers=8, seed=1, **kw):
     return net, net.init_params(seed)
 
 
-@pytest.mark.parametrize("step", [CONV, DENSE], ids=["conv-groupnorm", "dense"])
+@pytest.mark.parametrize("step", [CONV, DENSE, HAMILTONIAN],
+                         ids=["conv-groupnorm", "dense", "hamiltonian"])
 def test_serial_gradient_equals_autograd(step):
     net, theta = custom_net(step)
     x, y = batch(net, n=6)
@@ -108,12 +110,23 @@ def test_initial_parameters_are_the_modules_own_and_seeded():
      r"Noisy\(width=5\) gives another update for the same state when called again"),
     ({"_target_": "custom_step_pkg.DenseStep", "width": 5}, "conv",
      r"network.opening='conv': choose one of dense, pad for network=custom"),
+    ({"_target_": "custom_step_pkg.HamiltonianNoGraph", "width": 5}, "dense",  # trained
+     r"HamiltonianNoGraph\(width=5\)'s update does not depend on its parameters under "
+     r"autograd: .* without create_graph=True"),                  # with zero gradients
+    ({"_target_": "custom_step_pkg.DetachedWeights", "width": 5}, "dense",
+     r"DetachedWeights\(width=5\)'s update does not depend on its parameters"),
 ])
 def test_bad_steps_are_refused_in_one_line(step, opening, message):
     o = NetworkOptions(name="custom", width=5, opening=opening, step=step)
     with pytest.raises(ConfigError, match=message) as err:
         ResNet(o, (2,), 3).custom.steps(torch.float64, "cpu")    # tried where it runs
     assert "\n" not in str(err.value)
+
+
+def test_a_step_that_takes_autograd_grad_with_its_graph_is_accepted():
+    o = NetworkOptions(name="custom", width=5, step={"_target_": "custom_step_pkg.Hamiltonian",
+                                                     "width": 5})
+    ResNet(o, (2,), 3).custom.steps(torch.float64, "cpu")
 
 
 def test_a_step_defined_for_non_negative_states_is_tried_at_zero_too():
