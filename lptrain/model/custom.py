@@ -154,6 +154,7 @@ class CustomStep:
                 raise ConfigError(str(exc)) from None
             finite = finite or bool(torch.isfinite(y).all())
             self._same_twice(y, again)
+        self._per_sample(module, rand.to(dtype=dtype, device=device))
         if not finite:
             raise ConfigError(f"{self.name} returns non-finite values (nan or inf) for "
                               f"finite states of shape {tuple(zero.shape)} (batch, "
@@ -194,6 +195,22 @@ class CustomStep:
                               f"called again (largest difference {gap:.3g}): a step must "
                               f"be a deterministic function of the state, which MGRIT "
                               f"computes more than once")
+
+    def _per_sample(self, module: nn.Module, u: torch.Tensor) -> None:
+        """ConfigError where f of a batch differs from f of each sample alone beyond
+        REPEAT_TOL of the update's size: a step that couples the samples (a mean over
+        the batch) had trained to another model on every rank count and data split."""
+        together = self._called(module, u)
+        alone = torch.cat([self._called(module, u[i:i + 1]) for i in range(u.shape[0])])
+        both = torch.isfinite(together) & torch.isfinite(alone)
+        if not both.any():
+            return
+        gap = (together - alone).abs()[both].max().item()
+        if gap > REPEAT_TOL * together[both].abs().max().item():
+            raise ConfigError(f"{self.name} couples the samples of a batch (a sample's "
+                              f"update changes by {gap:.3g} with the others beside it): "
+                              f"lptrain splits batches over ranks and evaluates in other "
+                              f"batches, so a step must act on each sample alone")
 
     def _called(self, module: nn.Module, u: torch.Tensor):
         """module(u) without a graph; ConfigError naming the step where it raises."""

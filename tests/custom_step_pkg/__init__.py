@@ -235,3 +235,11 @@ class DetachedWeights(DenseStep):
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         h = torch.tanh(u @ self.inner.weight.detach().T + self.inner.bias.detach())
         return h @ self.outer.weight.detach().T + self.outer.bias.detach()
+
+
+class Centred(DenseStep):
+    """DenseStep centred over the batch: a sample's update depends on the others."""
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        y = super().forward(u)
+        return y - y.mean(0, keepdim=True)

@@ -115,6 +115,9 @@ def test_initial_parameters_are_the_modules_own_and_seeded():
      r"autograd: .* without create_graph=True"),                  # with zero gradients
     ({"_target_": "custom_step_pkg.DetachedWeights", "width": 5}, "dense",
      r"DetachedWeights\(width=5\)'s update does not depend on its parameters"),
+    ({"_target_": "custom_step_pkg.Centred", "width": 5}, "dense",   # 1 and 2 ranks
+     r"Centred\(width=5\) couples the samples of a batch \(a sample's update changes "
+     r"by [0-9.e-]+ with the others beside it\)"),                  # trained apart
 ])
 def test_bad_steps_are_refused_in_one_line(step, opening, message):
     o = NetworkOptions(name="custom", width=5, opening=opening, step=step)
