@@ -216,6 +216,7 @@ def _heading(config_yaml: str, opts: Config, plan, data, net, saved, path: Path,
              + thread_notes(plan.node, torch.get_num_threads(), os.environ)
              + step_notes(net)
              + data_notes(data, plan.sizes) + precision_notes(opts) + plan.notes
+             + preflight.checkpoint_notes(opts, plan)
              + unused_notes(opts, typed, Built(len(net.state_shape) == 3,
                                                None if steps is None else len(steps))))
     if saved is not None and rank0:

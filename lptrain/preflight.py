@@ -91,6 +91,23 @@ def _kept_warm_starts(opts, sizes: Sizes) -> int:
     return min(opts.mode.warm_batches, math.ceil(sizes.n_train / opts.train.batch_size))
 
 
+# kept warm starts that make checkpoints this large get a line under the run's title
+LARGE_CHECKPOINT = 1e9     # bytes
+
+
+def checkpoint_notes(opts, plan: Plan) -> list[str]:
+    """A line under the title where the kept warm starts make every checkpoint large
+    (`dataset=mnist mode=simultaneous`: 48 batches, about 2.2 GB): rank 0 writes every
+    rank's, and the new file is written beside the old one."""
+    kept = _kept_warm_starts(opts, plan.sizes)
+    total = plan.need.warm * plan.grid.size
+    if kept == 0 or total < LARGE_CHECKPOINT:
+        return []
+    return [f"checkpoints: up to about {memory.gb(total)} each, the warm starts of {kept} kept "
+            f"batches (mode.warm_batches); the disk needs room for two while one is "
+            f"written"]
+
+
 def _network(opts, sizes: Sizes, device) -> ResNet:
     """The run's network, a user's step tried in the run's dtype on `device`."""
     net = ResNet(opts.network, sizes.feature_shape, sizes.n_classes)

@@ -207,6 +207,24 @@ def test_refusal_names_the_warm_starts_that_fit():
     assert _warm_hint(opts, sizes, full, full.total - full.warm + 0.5 * per_batch) == ""
 
 
+@pytest.mark.parametrize(("n_train", "ranks", "expect"), [
+    (4800, 1, "checkpoints: up to about 2.17 GB each, the warm starts of 48 kept batches"),
+    (4800, 2, "checkpoints: up to about 2.17 GB each, the warm starts of 48 kept batches"),
+    (600, 1, None)])          # 6 kept batches: 271 MB, no line
+def test_checkpoints_made_large_by_kept_warm_starts_are_said(n_train, ranks, expect):
+    """`dataset=mnist mode=simultaneous` wrote 2,168,101,422-byte checkpoints, unsaid."""
+    import dataclasses
+    from lptrain.config.schema import TrainOptions
+    from lptrain.preflight import Plan, checkpoint_notes, need
+    opts, sizes, net = _mnist_setup(n_train, 200)
+    opts = dataclasses.replace(opts, train=TrainOptions(iterations=1, batch_size=100))
+    g = Grid(1, ranks)       # the data groups' shards: each rank keeps half of a batch
+    plan = Plan(g, sizes, None, "cpu", need(opts, sizes, net, g), 1e12)
+    notes = checkpoint_notes(opts, plan)
+    assert notes == ([] if expect is None else [expect + " (mode.warm_batches); the disk "
+                                                "needs room for two while one is written"])
+
+
 def test_calibration_adds_a_serial_evaluation_of_the_layer_groups_share():
     import dataclasses
     from lptrain.preflight import need
