@@ -210,7 +210,8 @@ def measured(net, theta, batch: int, kernels, device: str, threads: int, fresh: 
     """(costs of `kernels` on this host, alone and beside host_ranks − 1 neighbours, where
     they came from): kept ones, the missing measured now and kept (all with fresh).
     With host_ranks 1 the kept file's shared costs stay in it, unused. `progress` (a
-    callable) hears, before any is timed, how many are."""
+    callable) hears, before any is timed, how many are, and after each round of timing
+    them how far it is."""
     from lptrain.model_perf.measure import measure_kernels
     host_ranks = 1 if str(device).startswith("cuda") else host_ranks
     config = cost_config(net, batch, str(theta.dtype).removeprefix("torch."), device, threads)
@@ -224,7 +225,8 @@ def measured(net, theta, batch: int, kernels, device: str, threads: int, fresh: 
                  f"later runs)")
     if todo:
         costs.load = max(costs.load, os.getloadavg()[0])    # the highest of those kept
-        alone, shared = measure_kernels(net, theta, batch, todo, device, host_ranks - 1)
+        alone, shared = measure_kernels(net, theta, batch, todo, device, host_ranks - 1,
+                                        progress)
         for name, states in todo:
             costs.one[(name, states)] = alone[(name, states, 1)]
             costs.full[(name, states)] = alone[(name, states, batch)]

@@ -25,7 +25,7 @@ _LAUNCHER_SIZE = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
 
 
 def seconds_per_call(fns: dict, device: str = "cpu", budget: float = 0.02,
-                     rounds: int = 5) -> dict:
+                     rounds: int = 5, progress=None) -> dict:
     """{key: seconds of one fn() call}: the median of single calls timed over `rounds`
     visits of ~budget s each, visiting every fn in turn.
 
@@ -34,16 +34,16 @@ def seconds_per_call(fns: dict, device: str = "cpu", budget: float = 0.02,
     and CPU time does not (their cache traffic still counts).  On a GPU, wall time
     after synchronising, and the 20th percentile: the least loaded calls.
     """
-    return _timed(fns, device, budget, rounds, None)[0]
+    return _timed(fns, device, budget, rounds, None, progress)[0]
 
 
-def seconds_alone_and_shared(fns: dict, copies: int, budget: float = 0.02, rounds: int = 5
-                             ) -> tuple[dict, dict]:
+def seconds_alone_and_shared(fns: dict, copies: int, budget: float = 0.02, rounds: int = 5,
+                             progress=None) -> tuple[dict, dict]:
     """({key: seconds of one call alone}, {key: ... while `copies` forked neighbours call
     the same fn}) on the CPU, both timed in the same visits (neighbours.py)."""
     from lptrain.model_perf.neighbours import Neighbours
     with Neighbours([whole(fn) for fn in fns.values()], copies) as nb:
-        alone, shared = _timed(fns, "cpu", budget, rounds, nb)
+        alone, shared = _timed(fns, "cpu", budget, rounds, nb, progress)
         ended, idle = copies - nb.alive(), sum(c == 0 for c in nb.calls())
         if ended or idle:
             raise RuntimeError(f"of {copies} neighbour processes {ended} ended and "
@@ -60,9 +60,11 @@ def cost_clock(device: str = "cpu"):
     return time.thread_time
 
 
-def _timed(fns: dict, device: str, budget: float, rounds: int, nb) -> tuple[dict, dict]:
+def _timed(fns: dict, device: str, budget: float, rounds: int, nb, progress=None
+           ) -> tuple[dict, dict]:
     """seconds_per_call's medians alone, and beside the neighbours `nb` (when given:
-    each visit times the fn alone, then with the neighbours playing it)."""
+    each visit times the fn alone, then with the neighbours playing it). `progress` (a
+    callable) hears after each round how far they are: on a loaded host, minutes."""
     gpu = str(device).startswith("cuda")
     sync = torch.cuda.synchronize if gpu else (lambda: None)
     clock = cost_clock(device)
@@ -76,10 +78,11 @@ def _timed(fns: dict, device: str, budget: float, rounds: int, nb) -> tuple[dict
         sync()
         longest = max(longest, time.perf_counter() - t0)
         reps[key] = max(1, int(budget / max(time.perf_counter() - t0, 1e-7)))
+    start = time.perf_counter()
     seen: dict = {key: [] for key in fns}
     beside: dict = {key: [] for key in fns} if nb is not None else {}
     settle = max(2 * longest, 0.002)  # the neighbours finish a call, or start the next fn
-    for _ in range(rounds):
+    for r in range(rounds):
         for i, (key, fn) in enumerate(fns.items()):
             phases = [(seen[key], False)] + ([(beside[key], True)] if nb is not None else [])
             for times, playing in phases:
@@ -97,6 +100,9 @@ def _timed(fns: dict, device: str, budget: float, rounds: int, nb) -> tuple[dict
                     times.append(clock() - t0)
         if nb is not None:
             nb.rest()
+        if progress is not None:
+            progress(f"timed round {r + 1} of {rounds} "
+                     f"({time.perf_counter() - start:.0f} s)")
     q = 0.2 if gpu else 0.5
     return tuple({key: sorted(t)[int(q * (len(t) - 1))] for key, t in d.items()}
                  for d in (seen, beside))
@@ -275,7 +281,7 @@ class _KernelCall:
 
 
 def measure_kernels(net, theta: torch.Tensor, batch: int, kernels, device: str = "cpu",
-                    neighbours: int = 0) -> tuple[dict, dict]:
+                    neighbours: int = 0, progress=None) -> tuple[dict, dict]:
     """({(name, states, b): seconds of one call} for b = 1 and b = batch, the same with
     `neighbours` forked copies of this process running each kernel beside it ({} without
     neighbours; CPU only)), all timed in the same rounds (a change of load hits them
@@ -289,8 +295,8 @@ def measure_kernels(net, theta: torch.Tensor, batch: int, kernels, device: str =
         calls.update({(*key, b): fn for key, fn in kernel_calls(net, theta, b, kernels).items()})
     with torch.no_grad():
         if neighbours and not str(device).startswith("cuda"):
-            return seconds_alone_and_shared(calls, neighbours)
-        return seconds_per_call(calls, device), {}
+            return seconds_alone_and_shared(calls, neighbours, progress=progress)
+        return seconds_per_call(calls, device, progress=progress), {}
 
 
 def host_ranks() -> int:

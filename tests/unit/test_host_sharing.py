@@ -86,7 +86,7 @@ def test_shared_costs_are_kept_beside_the_alone_ones(tmp_path, monkeypatch):
     net, theta = dense_net(layers=4)
     calls = []
 
-    def fake(net_, theta_, batch, kernels, device, neighbours=0):
+    def fake(net_, theta_, batch, kernels, device, neighbours=0, progress=None):
         calls.append((set(kernels), neighbours))
         alone = {(name, m, b): 1e-3 * b for name, m in kernels for b in (1, batch)}
         return alone, {k: 2 * t for k, t in alone.items()} if neighbours else {}
@@ -123,7 +123,7 @@ def test_the_load_kernels_were_timed_under_is_kept_and_told(tmp_path, monkeypatc
     monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path))
     net, theta = dense_net(layers=4)
     monkeypatch.setattr("lptrain.model_perf.measure.measure_kernels",
-                        lambda n, t, batch, kernels, device, neighbours=0: (
+                        lambda n, t, batch, kernels, device, neighbours=0, progress=None: (
                             {(k, m, b): 1e-3 for k, m in kernels for b in (1, batch)}, {}))
     loads = iter([0.2, 5.25, 0.1])
     monkeypatch.setattr(kc.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))

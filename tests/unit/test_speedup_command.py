@@ -26,7 +26,7 @@ def _no_measuring(monkeypatch, tmp_path):
     monkeypatch.setattr(auto, "_factory", None)
     monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path / "cache"))
 
-    def fake(net, theta, batch, kernels, device, neighbours=0):
+    def fake(net, theta, batch, kernels, device, neighbours=0, progress=None):
         alone = {(name, m, b): 1e-4 * m * b for name, m in kernels for b in (1, batch)}
         return alone, {key: 1.5 * t for key, t in alone.items()} if neighbours else {}
     monkeypatch.setattr("lptrain.model_perf.measure.measure_kernels", fake)

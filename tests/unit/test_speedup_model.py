@@ -296,7 +296,7 @@ def _fake_measuring(tmp_path, monkeypatch) -> tuple:
     net, theta = dense_net(layers=4)
     calls = []
 
-    def fake(net_, theta_, batch, kernels, device, neighbours=0):
+    def fake(net_, theta_, batch, kernels, device, neighbours=0, progress=None):
         calls.append(set(kernels))
         return {(name, m, b): 1e-3 * b for name, m in kernels for b in (1, batch)}, {}
     monkeypatch.setattr("lptrain.model_perf.measure.measure_kernels", fake)
@@ -503,3 +503,15 @@ def test_a_run_resumed_on_another_split_is_measured_on_its_last_one(tmp_path):
             writer.log_timing(k, [3.0, 3.0], [0.0, 0.0], [0.0, 0.0])
     run = load_run(path)
     assert (run.layer, run.iteration_time, len(run.work)) == (2, 3.0, 3)
+
+
+def test_timing_kernels_says_how_far_it_is_after_each_round():
+    """`lptrain-model experiment=peaks_deep` said 'timing 34 kernels' and then nothing
+    for eight minutes on a loaded host (held-out)."""
+    from lptrain.model_perf.measure import seconds_per_call
+    heard = []
+    costs = seconds_per_call({"a": lambda: None, "b": lambda: sum(range(100))},
+                             budget=1e-4, rounds=3, progress=heard.append)
+    assert set(costs) == {"a", "b"} and all(t >= 0 for t in costs.values())
+    assert [h.split(" (")[0] for h in heard] == [f"timed round {r} of 3" for r in (1, 2, 3)]
+    assert all(h.endswith(" s)") for h in heard)
