@@ -6,6 +6,7 @@ from __future__ import annotations
 from omegaconf import OmegaConf
 
 from lptrain.data.base import source_files
+from lptrain.errors import counted
 from lptrain.metrics import schema as ms
 from lptrain.modes import LAYERED, MGRIT, SERIAL
 
@@ -41,7 +42,8 @@ def data_notes(data, sizes) -> list[str]:
     (lptrain-eval names that split `test`). `sizes`: the whole sets', as `data` may be
     one data group's shard of them."""
     names = source_files(data.source)
-    files = names[0] + (f" +{len(names) - 1}" if len(names) > 1 else "")
+    more = len(names) - 1
+    files = names[0] + (f" and {counted(more, 'more file')}" if more else "")
     lines = [f"data: {sizes.n_train} training, {sizes.n_val} validation samples ({files})"]
     if data.validation_set == "test":
         lines += [f"validation: {data.name}'s test set ({sizes.n_val} images)"]

@@ -101,7 +101,7 @@ def test_the_test_set_note_counts_every_image_on_a_data_parallel_grid(tmp_path, 
     shard = app._shard(load_dataset(opts, 0), SimpleNamespace(data=2), 0)
     assert shard.x_val.shape[0] == N_VAL // 2
     assert title_notes.data_notes(shard, dataset_sizes(opts)) == [
-        f"data: {N_TRAIN} training, {N_VAL} validation samples (train-images-idx3-ubyte +3)",
+        f"data: {N_TRAIN} training, {N_VAL} validation samples (train-images-idx3-ubyte and 3 more files)",
         f"validation: mnist's test set ({N_VAL} images)"]
 
 
