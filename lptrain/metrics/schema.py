@@ -186,9 +186,13 @@ FIELDS: dict[str, dict[str, Field]] = {
     MGRIT: {
         ITERATION: Field(INT, _ROWS, "", "optimizer iteration (layer-parallel modes only)"),
         FWD_ITERATIONS: Field(INT, _ROWS, "", "MGRIT iterations of the forward solve"),
-        FWD_RESIDUAL: Field(FLOAT, _ROWS, "", "final residual norm of the forward solve"),
+        FWD_RESIDUAL: Field(FLOAT, _ROWS, "", "final residual norm of the forward solve: "
+                            "absolute, the 2-norm over the C-points' states of the batch "
+                            "(it grows with the batch and the state's size: compare runs "
+                            "of one problem)"),
         ADJ_ITERATIONS: Field(INT, _ROWS, "", "MGRIT iterations of the adjoint solve"),
-        ADJ_RESIDUAL: Field(FLOAT, _ROWS, "", "final residual norm of the adjoint solve"),
+        ADJ_RESIDUAL: Field(FLOAT, _ROWS, "", "final residual norm of the adjoint solve: "
+                            "absolute, as fwd_residual"),
         FWD_FACTOR: Field(FLOAT, _ROWS, "",
                           "forward convergence factor: geometric mean of successive "
                           "residual ratios, NaN with fewer than 2 residuals"),

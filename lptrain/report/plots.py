@@ -75,7 +75,7 @@ def figures(runs: Runs, context=lambda runs: "") -> dict[str, Figure]:
         residuals, factors = MGRIT_FIGURES
         named = context(solved)
         out[residuals] = _mgrit_figure(runs, (s.FWD_RESIDUAL, s.ADJ_RESIDUAL), True,
-                                       "final residual", named)
+                                       "final residual (absolute norm)", named)
         out[factors] = _mgrit_figure(runs, (s.FWD_FACTOR, s.ADJ_FACTOR), False,
                                      "convergence factor", named)
     return out

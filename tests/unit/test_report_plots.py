@@ -42,7 +42,7 @@ def test_figures_are_titled_with_dataset_experiment_and_modes(figures_of):
     assert titles["loss_vs_iteration"] == f"Loss against optimizer iteration\n{context}"
     assert titles["accuracy_vs_wall_time"] == f"Accuracy against wall time\n{context}"
     # the MGRIT figures show only the runs with solves, and name only those
-    assert titles["mgrit_residuals"] == ("MGRIT final residual of each iteration's "
+    assert titles["mgrit_residuals"] == ("MGRIT final residual (absolute norm) of each iteration's "
                                          "accepted point\n"
                                          "experiment=peaks_paper: simultaneous")
 
