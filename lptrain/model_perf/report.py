@@ -138,8 +138,9 @@ def figure(preds: Sequence[Prediction], baseline: float, measured: Measured | No
             for ax, ys in ((ax_t, ts), (ax_s, [baseline / t for t in ts])):
                 ax.plot(ps, ys, "--", color=_STYLE[mode], lw=1,
                         label=f"{_LABEL[mode]}, auto split (model)")
+        line_split = "1 x P" if mode == s.MODE_SERIAL else "P x 1"   # the model line's
         for line, face, what in ((True, _STYLE[mode], "measured"),
-                                 (False, "none", "measured, other split")):
+                                 (False, "none", f"measured, not {line_split}")):
             seen = sorted((p, _mean(v)) for (m, p, split), v in measured.items()
                           if m == mode and on_line(m, p, split) == line)
             if seen:

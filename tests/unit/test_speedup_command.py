@@ -371,7 +371,7 @@ def test_the_plot_keeps_measured_runs_apart_by_split_and_baseline():
     points = {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata()),
                                ln.get_markerfacecolor()) for ln in ax_t.lines}
     assert points["simultaneous (measured)"][:2] == ([2], [1.0])
-    simul = points["simultaneous (measured, other split)"]
+    simul = points["simultaneous (measured, not P x 1)"]
     assert simul[:2] == ([2], [4.0]) and simul[2] == "none"
     speedups = sorted((float(x), float(y)) for ln in ax_s.lines if ln.get_marker() == "o"
                       for x, y in zip(ln.get_xdata(), ln.get_ydata()))
