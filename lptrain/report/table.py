@@ -68,7 +68,7 @@ NOTES = ("final objective, loss and train acc: the last train/ row's (with mini-
          "problem and seed reached that iteration; on a long L-BFGS run a large value "
          "need not be the mode's error: round-off differences grow along the path "
          "(default network: mode=mgrit 1e-6 from serial after 50 iterations, +23 % "
-         "after 300, at equal accuracy). layer x data: the grid of "
+         "after 300). layer x data: the grid of "
          "the ranks, ranks per layer group (MGRIT across the layers) x data groups "
          "(shards of the batch). mean MGRIT fwd / adj it: the MGRIT iterations of the "
          "accepted point's forward and adjoint solve, averaged over the iterations "
