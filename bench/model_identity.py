@@ -31,7 +31,7 @@ GIVEN = ["--step-time", "1e-3", "--adjoint-time", "2e-3", "--weight-time", "5e-4
 LINK = ["--latency", "1e-5", "--bandwidth", "1e9", "--ranks", "1,2,4,8", "--host-ranks", "1"]
 
 
-def made_up(net, theta, batch, kernels, device, neighbours=0):
+def made_up(net, theta, batch, kernels, device, neighbours=0, progress=None):
     """Distinct costs per kernel name and states, in place of measuring them (alone;
     no shared ones)."""
     names = sorted({n for n, _ in kernels})

@@ -219,7 +219,7 @@ def test_a_cache_that_cannot_be_written_is_said(tmp_path, monkeypatch):
     (tmp_path / "file").write_text("x")
     monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path / "file" / "cache"))
     monkeypatch.setattr("lptrain.model_perf.measure.measure_kernels",
-                        lambda net, theta, batch, kernels, device, neighbours=0: (
+                        lambda net, theta, batch, kernels, device, neighbours=0, progress=None: (
                             {(n, m, b): 1e-4 * m * b for n, m in kernels for b in (1, batch)},
                             {}))
     opts, _ = compose(["mode=simultaneous", "network.layers=8", "dataset.n_train=100"])
