@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 from lptrain.data.base import Sizes, dataset_sizes
-from lptrain.errors import ConfigError, require
+from lptrain.errors import ConfigError
 from lptrain.model.dtypes import DTYPES
 from lptrain.model.network import ResNet
 from lptrain.modes import LAYERED, SIMULTANEOUS
@@ -19,6 +19,7 @@ from lptrain.parallel.auto import Recorded, agreed_grid, timer_for
 from lptrain.parallel.context import Node, make_exchange, node_of
 from lptrain.parallel.grid import Grid, c_intervals, candidates, coarse_steps, run_grids
 from lptrain.train import shards
+from lptrain.train.batching import check_batch
 from lptrain.train.collective import collectively
 
 
@@ -116,23 +117,13 @@ def _network(opts, sizes: Sizes, device) -> ResNet:
     return net
 
 
-def check_batch(opts, n_train: int) -> None:
-    """ConfigError where the mini-batch does not fit the data or the optimizer."""
-    bs = opts.train.batch_size
-    # (a dataset's recipe sets it where the command does not: say how to change it)
-    require(bs is None or bs <= n_train, "train.batch_size", bs,
-            f"larger than the {n_train} training samples; give train.batch_size={n_train} "
-            f"or less, or null for the full batch")
-    require(bs is None or opts.optimizer.name != "lbfgs", "train.batch_size", bs,
-            "optimizer=lbfgs is full batch: set train.batch_size=null or use sgd/adam")
-
-
 def plan(opts, comm) -> Plan:
     """Grid, device and memory of this run on `comm`'s ranks (ConfigError if impossible)."""
     node = node_of(comm)
     device = device_for(opts.device, node)
     sizes = dataset_sizes(opts.dataset)
-    check_batch(opts, sizes.n_train)    # before the split is timed (a minute on 2 ranks)
+    # before the split is timed (a minute on 2 ranks)
+    check_batch(opts.train.batch_size, opts.optimizer.name, sizes.n_train)
     # the user's step (network=custom) is built, then tried where it will compute, on
     # each rank's device: either may fail on some ranks only, and the others must not go
     # on to wait in the next collective

@@ -157,11 +157,13 @@ def group_value_error(exc: ValueError, overrides: Sequence[str]):
 
 
 
-# keys whose values decide together whether a layer x data split can be taken: their
-# sweeps are checked in every combination (up to JOINT_MOST), the others value by value
+# keys whose values decide together whether a layer x data split can be taken, or a
+# mini-batch: their sweeps are checked in every combination (up to JOINT_MOST), the
+# others value by value
 SPLIT_KEYS = ("network.layers", "mgrit.cfactor0", "mgrit.levels", "mgrit.min_coarse",
               "parallel.layer_ranks", "parallel.data_ranks", "mode", "experiment", "network",
-              "dataset", "mgrit", "recipe")
+              "dataset", "mgrit", "recipe", "train.batch_size", "dataset.n_train",
+              "optimizer")
 JOINT_MOST = 32
 
 
@@ -278,6 +280,7 @@ def check_command(args: list[str], ranks: int | None = None, source=None) -> Non
     overrides = [a for a in args if not a.startswith("-") and not a.startswith("hydra")
                  and not a.startswith("+hydra")]
     refuse_deletions(overrides)
+    refuse_group_lists(overrides)
     # a sweep's job resumed alone keeps its number (resume_args.resume_args); the
     # search path finds the user's group options
     overrides += [a for a in args if a.startswith(("hydra.job.num=", "hydra.searchpath="))]
@@ -290,6 +293,7 @@ def check_command(args: list[str], ranks: int | None = None, source=None) -> Non
                 cfg = compose_checked([*combination, *groups], job=job, name=source.name)
                 check_switches(cfg, combination)
                 typed = options(cfg)
+                _batch_fits(typed)
                 if ranks is not None:       # the split on these ranks, job by job
                     run_grids(typed, ranks, typed.mode.name in LAYERED)
     except (HydraException, OmegaConfBaseException) as exc:
@@ -301,6 +305,36 @@ def check_command(args: list[str], ranks: int | None = None, source=None) -> Non
         raise error from None
     except ValueError as exc:        # Hydra's own groups too (hydra/job_logging=null)
         raise group_value_error(exc, [*overrides, *groups]) from None
+
+
+def _batch_fits(typed) -> None:
+    """ConfigError where a job's mini-batch does not fit its data or optimizer (the
+    run's preflight check, made for every job of a sweep before any runs); data that
+    cannot be found is the run's to say when it loads it."""
+    from lptrain.data.base import dataset_sizes
+    from lptrain.errors import DataError
+    from lptrain.train.batching import check_batch
+    if typed.train.batch_size is None:
+        return
+    try:
+        n_train = dataset_sizes(typed.dataset).n_train
+    except DataError:
+        return
+    check_batch(typed.train.batch_size, typed.optimizer.name, n_train)
+
+
+def refuse_group_lists(overrides: list[str]) -> None:
+    """ConfigError for `GROUP=[a,b]`: Hydra merges the listed options into one config
+    (`mode=[serial,mgrit]` trained mgrit, unsaid; `optimizer=[sgd,adam]` failed in a
+    merge of their schemas)."""
+    from lptrain.config.meanings import GROUPS
+    from lptrain.errors import ConfigError
+    for o in overrides:
+        key, val = _key_value(o)
+        if key in GROUPS and val.strip().startswith("["):
+            raise ConfigError(f"{o}: {key} is a config group: a run takes one of its "
+                              f"options; a sweep over them needs -m "
+                              f"{key}={val.strip().strip('[]')}")
 
 
 def refuse_deletions(overrides: list[str]) -> None:

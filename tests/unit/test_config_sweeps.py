@@ -53,6 +53,34 @@ def test_a_value_read_from_hydras_runtime_is_checked_as_a_first_jobs():
     check_command(["dataset=mnist", "dataset.path=${hydra:runtime.cwd}/nodata"])
 
 
+@pytest.mark.parametrize("args, says", [
+    (["train.batch_size=100,200"], "train.batch_size=100: optimizer=lbfgs is full batch"),
+    (["optimizer=sgd", "train.batch_size=100,6000"],
+     "train.batch_size=6000: larger than the 5000 training samples"),
+    # only the combination is wrong: each value fits with the other key's first one
+    (["optimizer=sgd", "train.batch_size=4,8", "dataset.n_train=10,5"],
+     "train.batch_size=8: larger than the 5 training samples"),
+    (["optimizer=lbfgs,sgd", "train.batch_size=50"], "optimizer=lbfgs is full batch")])
+def test_a_sweeps_batches_are_checked_before_any_job(args, says):
+    """Every job started and failed on its batch (held-out): the check was preflight's."""
+    from lptrain.config import check_command
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        check_command(["-m", *args])
+
+
+@pytest.mark.parametrize("override", ["mode=[serial,mgrit]", "optimizer=[sgd,adam]",
+                                      "network=[dense,conv]", "+mode=[ serial, mgrit ]"])
+def test_a_list_of_a_groups_options_is_refused_with_the_sweep_it_meant(override):
+    """`mode=[serial,mgrit]` trained mgrit alone, unsaid; `optimizer=[sgd,adam]` failed
+    in a merge of schemas (held-out): Hydra merges a list of a group's options."""
+    from lptrain.config import check_command
+    key = override.lstrip("+").split("=")[0]
+    with pytest.raises(ConfigError, match=re.escape(
+            f"{override}: {key} is a config group: a run takes one of its options; a "
+            f"sweep over them needs -m {key}=")):
+        check_command([override])
+
+
 def test_a_sweeps_split_is_checked_on_the_commands_ranks_before_any_job():
     """`mpiexec -n 2 lptrain -m mode=mgrit parallel.layer_ranks=1,3`: job 0 trained,
     then job 1 was refused (README: a bad value of a sweep is found before any job)."""
