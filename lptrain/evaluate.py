@@ -60,6 +60,23 @@ def dataset_for(model, overrides: list[str]):
     return options, int(saved.seed)
 
 
+def _fits(options) -> None:
+    """ConfigError where the dataset as overridden needs more memory to load than this
+    host has free (`dataset.n_val=10000000000` was killed by the kernel's OOM killer),
+    as the lptrain command refuses it."""
+    from lptrain.data.base import dataset_sizes
+    from lptrain.errors import ConfigError
+    from lptrain.parallel import memory
+    from lptrain.preflight import data_need, smaller_source
+    sizes = dataset_sizes(options)
+    need, limit = data_need(sizes), memory.available(1)
+    if need > limit:
+        raise ConfigError(f"memory: {sizes.n_train} training and {sizes.n_val} validation "
+                          f"samples need about {memory.gb(need)} to load, more than the "
+                          f"{memory.gb(limit)} available; "
+                          f"{smaller_source(options.name, sizes)}")
+
+
 def evaluate(run: str | Path, overrides: list[str], split: str = "val",
              which: str | None = None) -> dict:
     """Load the `which` model of `run` (default best), its dataset (with overrides), and
@@ -77,6 +94,7 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val",
                              f"jobs{example}")
     model = load_model(run, which)
     options, seed = dataset_for(model, overrides)
+    _fits(options)
     data = load_dataset(options, seed, model.preprocessing)   # None: an earlier model's
     if data.feature_shape != model.feature_shape or data.n_classes > model.n_classes:
         raise DataError(f"dataset {data.name}: samples of shape {data.feature_shape} in "

@@ -85,6 +85,21 @@ def source_bytes(sizes: Sizes) -> float:
     return sizes.read * math.prod(sizes.feature_shape) * 8 * 2
 
 
+def smaller_source(dataset: str, sizes: Sizes) -> str:
+    """The advice where a dataset's source is too large to hold: the keys that make it so
+    (Peaks: its grid, or the drawn sets where they outnumber the grid's points)."""
+    drawn = sizes.n_train + sizes.n_val
+    if drawn >= sizes.n_source:
+        return "use fewer samples (dataset.n_train, dataset.n_val)"
+    return "use a smaller dataset" + (" (dataset.grid)" if dataset == "peaks" else "")
+
+
+def data_need(sizes: Sizes, item_bytes: int = 8) -> float:
+    """Bytes a process holds to load the dataset of `sizes` whole (lptrain-eval): its
+    source while the loader picks the sets, and the sets."""
+    return source_bytes(sizes) + sizes.read * math.prod(sizes.feature_shape) * item_bytes
+
+
 def _kept_warm_starts(opts, sizes: Sizes) -> int:
     """Mini-batches whose warm starts the simultaneous mode keeps (0: none kept)."""
     if opts.mode.name != SIMULTANEOUS or opts.train.batch_size is None:
@@ -171,8 +186,7 @@ def _memory_advice(opts, sizes: Sizes, net: ResNet, grid: Grid, need_g: memory.N
     if held + source > limit and source > held:     # more ranks help neither: the larger
         return (f"every rank reads all {sizes.read} samples of the source "
                 f"({memory.gb(source)}) before it takes its shard, so more ranks do not "
-                f"help: use a smaller dataset"
-                + (" (dataset.grid)" if opts.dataset.name == "peaks" else ""))
+                f"help: {smaller_source(opts.dataset.name, sizes)}")
     if held + source > limit:
         return (f"every rank holds all {net.layout.size} parameters and the optimizer's "
                 f"vectors ({memory.gb(held)} with the runtime), so more ranks do not help: "

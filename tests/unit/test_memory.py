@@ -1,5 +1,6 @@
 """The per-rank memory estimate and the memory a rank may use (parallel.memory, preflight)."""
 import math
+import re
 
 import pytest
 
@@ -313,3 +314,38 @@ def test_lbfgs_pairs_are_counted_as_each_ranks_part_where_theta_splits():
         by = {p: preflight.need(opts, sizes, net, Grid(1, p)).params for p in (1, 4)}
         assert by[1] == (2 * m + 9) * vector
         assert by[4] == ((2 * m) // 4 + 9 if split else 2 * m + 9) * vector
+
+
+@pytest.mark.parametrize("override, advice", [
+    ("dataset.grid=100000", "use a smaller dataset (dataset.grid)"),
+    ("dataset.n_train=10000000000", "use fewer samples (dataset.n_train, dataset.n_val)"),
+    ("dataset.n_val=10000000000", "use fewer samples (dataset.n_train, dataset.n_val)")])
+def test_a_source_beyond_memory_names_the_keys_that_make_it_so(override, advice):
+    """dataset.n_train=10¹⁰ was told to shrink dataset.grid, at its default (held-out)."""
+    from helpers import composed
+    from lptrain import app, preflight
+    from lptrain.errors import ConfigError
+    with pytest.raises(ConfigError, match=f"so more ranks do not help: {re.escape(advice)}$"):
+        preflight.plan(app.options(composed(override)), None)
+
+
+@pytest.mark.parametrize("override", ["dataset.n_val=10000000000", "dataset.grid=100000"])
+def test_lptrain_eval_refuses_a_dataset_beyond_memory_before_loading_it(override,
+                                                                         monkeypatch):
+    """`lptrain-eval RUN dataset.n_val=10000000000` was killed by the OOM killer after
+    taking 18 GB (held-out): the lptrain command's refusal, before the data is drawn."""
+    from lptrain import evaluate
+    from lptrain.config.schema import dataset_options
+    from lptrain.errors import ConfigError
+    from lptrain.parallel import memory as mem
+
+    def loaded(*a, **k):
+        raise AssertionError("the data was loaded")
+    monkeypatch.setattr("lptrain.data.load_dataset", loaded)
+    monkeypatch.setattr(mem, "available", lambda local_size: 19.2e9)
+    key, value = override.split("=")
+    options = dataset_options()["peaks"](**{key.split(".")[1]: int(value)})
+    with pytest.raises(ConfigError, match=r"^memory: \d+ training and \d+ validation "
+                       r"samples need about [\d.]+ GB to load, more than the 19.2 GB"):
+        evaluate._fits(options)
+    evaluate._fits(dataset_options()["peaks"]())      # the default fits
