@@ -161,14 +161,15 @@ def normalise(x_train: torch.Tensor, x_val: torch.Tensor, spec: dict | None = No
 
 @register_sizes("indian_pines")
 def indian_pines_sizes(options: IndianPinesOptions) -> Sizes:
-    """The 220-band size whatever the variant (an upper bound for the checks), and the
-    labelled pixels of the scene's ground truth (only that small file is read): sizes
-    they cannot hold are refused here, before the memory check suggests one."""
-    files, _ = find_scene(data_dirs(options), options.variant, not chosen(options))
+    """The bands of the variant found (the network's checks use them: `network.opening=pad`
+    with width 200 was refused on the 200-band scene as if it had 220), and the labelled
+    pixels of the scene's ground truth (only that small file is read): sizes they
+    cannot hold are refused here, before the memory check suggests one."""
+    files, variant = find_scene(data_dirs(options), options.variant, not chosen(options))
     gt = read_npy(files[1], 2) if files[1].suffix == ".npy" else read_mat(files[1], 2)
     labelled = int((gt > 0).sum())
     check_split(options.n_train, options.n_val, labelled)
-    return Sizes(options.n_train, options.n_val, (BANDS["full"],), N_CLASSES, labelled)
+    return Sizes(options.n_train, options.n_val, (BANDS[variant],), N_CLASSES, labelled)
 
 
 @register("indian_pines")

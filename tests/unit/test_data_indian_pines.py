@@ -148,6 +148,18 @@ def test_auto_prefers_220_bands_and_corrected_can_be_forced(tmp_path, no_tensorl
     assert load_dataset(options(tmp_path, variant="corrected"), seed=0).meta["bands"] == 200
 
 
+def test_the_sizes_have_the_bands_of_the_variant_found(tmp_path, no_tensorly):
+    """The sizes said 220 bands for the 200-band scene: `network.opening=pad` then refused
+    network.width=200 (held-out). They are the loaded data's, whichever variant."""
+    from lptrain.data.base import dataset_sizes
+    write_scene(tmp_path, "corrected")
+    assert dataset_sizes(options(tmp_path)).feature_shape == (200,) == \
+        load_dataset(options(tmp_path), seed=0).feature_shape
+    write_scene(tmp_path, "full")
+    assert dataset_sizes(options(tmp_path)).feature_shape == (220,)
+    assert dataset_sizes(options(tmp_path, variant="corrected")).feature_shape == (200,)
+
+
 def test_full_variant_without_file_names_it(tmp_path, no_tensorly):
     write_scene(tmp_path, "corrected")
     with pytest.raises(DataError, match="Indian_pines.mat together with Indian_pines_gt.mat"
