@@ -369,14 +369,17 @@ def _documented(key: str) -> bool:
 
 
 def _did_you_mean(key: str) -> str:
-    """' (did you mean K?)' for the documented key or group nearest a misspelt one."""
+    """' (did you mean K?)' for the documented key, group or section nearest a misspelt
+    one (`trian`, `Train`: train)."""
     from difflib import get_close_matches
 
     from lptrain.config.meanings import GROUPS, KEYS
+    sections = {k.split(".")[0] for k in [*KEYS, *GROUPS] if "." in k}
     parent, _, leaf = key.rpartition(".")
-    siblings = {k.rpartition(".")[2]: k for k in [*KEYS, *GROUPS]
+    siblings = {k.rpartition(".")[2]: k for k in [*KEYS, *GROUPS, *sections]
                 if k.rpartition(".")[0] == parent}
-    near = get_close_matches(leaf, siblings, n=1, cutoff=0.75)
+    near = get_close_matches(leaf, siblings, n=1, cutoff=0.75) or \
+        get_close_matches(leaf.lower(), siblings, n=1, cutoff=0.75)
     return f"; did you mean {siblings[near[0]]}?" if near else ""
 
 

@@ -41,6 +41,10 @@ def test_a_key_a_config_sets_is_said_with_its_reason_and_origin():
     ("network.widht=4", "network.widht: no such key; did you mean network.width? (lptrain "
                         "--cfg job shows them)"),
     ("netwrk.width=4", "netwrk: no such key; did you mean network?"),
+    # sections that are not groups (held-out: no suggestion)
+    ("trian.iterations=5", "trian: no such key; did you mean train?"),
+    ("paralel.layer_ranks=1", "paralel: no such key; did you mean parallel?"),
+    ("Train.iterations=3", "Train: no such key; did you mean train?"),
     ("mgrit.fwd_iter=4", "mgrit.fwd_iter: no such key; did you mean mgrit.fwd_iters?"),
     ("network.zzz=4", "network.zzz: no such key (lptrain --cfg job shows them)"),
     # another choice's key: said so, with the choice that lacks it (was its class name)
