@@ -73,6 +73,10 @@ class NetworkOptions:
         require(self.channels > 0, "network.channels", self.channels, "must be positive")
         require(self.layers > 0, "network.layers", self.layers, "must be positive")
         require(0 < self.T <= MAX_T, "network.T", self.T, f"must be in (0, {MAX_T:g}]")
+        most = int(MAX_T / MIN_H)      # layers that any T <= MAX_T steps at h >= MIN_H
+        require(self.layers <= most, "network.layers", self.layers,
+                f"the layer step h = T/N is below {MIN_H:g} for every network.T up to "
+                f"{MAX_T:g}: at most {most} layers")
         require(self.T >= MIN_H * self.layers * (1 - 1e-12), "network.T", self.T,
                 f"the layer step h = T/N = {self.T / self.layers:.3g} (N = {self.layers}) "
                 f"is below {MIN_H:g}: take T >= {MIN_H * self.layers:.3g}")

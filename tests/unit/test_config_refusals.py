@@ -211,6 +211,9 @@ def test_a_dataset_brings_no_float_option_the_optimizer_groups_lack(group):
     # a tiny step: a ZeroDivisionError (h² underflows) on every rank, or 'diverged'
     ("network.T=1e-300", "network.T=1e-300: the layer step h = T/N = 3.13e-302 (N = 32) is "
                          "below 1e-08: take T >= 3.2e-07"),
+    # no T can give these layers a step: the layers are named (was: take T >= 9.22e+10)
+    ("network.layers=9223372036854775807", "network.layers=9223372036854775807: the layer "
+     "step h = T/N is below 1e-08 for every network.T up to 10000: at most 1000000000000"),
     ("network.init_opening=1e200", "network.init_opening=1e+200: must be in [0, 100]"),
     ("network.init_hidden=-1", "network.init_hidden=-1.0: must be in [0, 100]"),
 ])
