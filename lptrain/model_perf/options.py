@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from lptrain.errors import ConfigError
+from lptrain.help_format import out_dir
 
 PROG = "lptrain-model"
 DEFAULT_RANKS = ",".join(str(2 ** k) for k in range(11))
@@ -48,7 +49,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--measured", nargs="+", type=Path, default=[], metavar="PATH",
                    help="metrics.h5 files or run directories to compare with")
     p.add_argument("--paper", action="store_true", help="mark the paper's speedups")
-    p.add_argument("--out", type=Path, default=Path("speedup_model"), metavar="DIR",
+    p.add_argument("--out", type=out_dir, default=Path("speedup_model"), metavar="DIR",
                    help="where speedup_model.md and .png go (default speedup_model/)")
     return p
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from lptrain.errors import reason
+from lptrain.help_format import out_dir
 from lptrain.metrics import schema as s
 from lptrain.metrics.streams import say
 from lptrain.metrics.reader import (RunMetrics, find_metrics, read_metrics,
@@ -79,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Plots and a summary table of one or more lptrain runs.")
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
                         help="metrics.h5 file, run directory or multirun directory")
-    parser.add_argument("--out", type=Path, default=Path("report"), metavar="DIR",
+    parser.add_argument("--out", type=out_dir, default=Path("report"), metavar="DIR",
                         help="directory for the PNG files and summary.md (default: report)")
     args = parser.parse_args(argv)
     try:

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import h5py
+import pytest
 import torch
 
 from helpers import fake_run
@@ -132,3 +133,15 @@ def test_a_metrics_file_cut_short_says_so_in_words(tmp_path, capsys):
     assert capsys.readouterr().err == (f"lptrain-report: error: {cut}: unreadable metrics "
                                        f"file (not whole: 1000 of its {len(data)} bytes; a "
                                        f"copy cut short, or a disk that filled)\n")
+
+
+@pytest.mark.parametrize("prog", ["report", "model"])
+def test_an_empty_out_directory_is_refused_not_taken_for_the_current_one(prog, tmp_path,
+                                                                         capsys):
+    """`lptrain-report RUN --out=` wrote its five files into the current directory
+    (held-out), as `hydra.run.dir=` is refused by lptrain."""
+    from lptrain.model_perf.cli import main as model
+    with pytest.raises(SystemExit) as exc:
+        main([str(tmp_path), "--out="]) if prog == "report" else model(["--out="])
+    assert exc.value.code == 2
+    assert "argument --out: an empty directory is the current one" in capsys.readouterr().err
