@@ -46,7 +46,8 @@ from lptrain.train.optimizers import OPTIMIZERS
 from lptrain.train.shards import split
 from lptrain.train.run_state import RunState
 from lptrain.title_notes import (data_notes, hierarchy_notes, joined, level_steps,
-                                 precision_notes, resume_notes, step_notes, thread_notes)
+                                 plan_notes, precision_notes, resume_notes, step_notes,
+                                 thread_notes)
 from lptrain.train.stall import NO_STEP
 from lptrain.train.terms import make_oracle
 
@@ -215,7 +216,8 @@ def _heading(config_yaml: str, opts: Config, plan, data, net, saved, path: Path,
     notes = (hierarchy_notes(opts, steps)
              + thread_notes(plan.node, torch.get_num_threads(), os.environ)
              + step_notes(net)
-             + data_notes(data, plan.sizes) + precision_notes(opts) + plan.notes
+             + data_notes(data, plan.sizes) + precision_notes(opts) + plan_notes(opts)
+             + plan.notes
              + preflight.checkpoint_notes(opts, plan)
              + unused_notes(opts, typed, Built(len(net.state_shape) == 3,
                                                None if steps is None else len(steps))))

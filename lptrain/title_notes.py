@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 from lptrain.data.base import source_files
 from lptrain.errors import counted
 from lptrain.metrics import schema as ms
-from lptrain.modes import LAYERED, MGRIT, SERIAL
+from lptrain.modes import LAYERED, MGRIT, SERIAL, SIMULTANEOUS
 
 
 def level_steps(opts, grid) -> list[int] | None:
@@ -62,6 +62,19 @@ def precision_notes(opts) -> list[str]:
         return []
     return [f"mgrit.tol={tol:g} is below {opts.dtype}'s round-off: solves stop at "
             f"10 eps |u|"]
+
+
+def plan_notes(opts) -> list[str]:
+    """A line under the title where the error control's first plans (mgrit.fwd_iters,
+    adj_iters) exceed mgrit.control_max_iters, which caps every plan: `fwd_iters=10
+    control_max_iters=6` ran 6 with nothing said."""
+    m = opts.mgrit
+    above = [f"mgrit.{k}={getattr(m, k)}" for k in ("fwd_iters", "adj_iters")
+             if getattr(m, k) > m.control_max_iters]
+    if opts.mode.name != SIMULTANEOUS or m.control != "error" or not above:
+        return []
+    return [f"{' and '.join(above)} above mgrit.control_max_iters={m.control_max_iters}: "
+            f"the plans are capped at {m.control_max_iters}"]
 
 
 def step_notes(net) -> list[str]:

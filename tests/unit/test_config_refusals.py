@@ -215,11 +215,14 @@ def test_a_dataset_brings_no_float_option_the_optimizer_groups_lack(group):
     ("network.layers=9223372036854775807", "network.layers=9223372036854775807: the layer "
      "step h = T/N is below 1e-08 for every network.T up to 10000: at most 1000000000000"),
     ("network.init_opening=1e200", "network.init_opening=1e+200: must be in [0, 100]"),
+    # torch.optim.SGD refuses it; the functional sgd lptrain calls ran plain SGD
+    ("optimizer=sgd optimizer.nesterov=true optimizer.momentum=0",
+     "optimizer.nesterov=True: needs optimizer.momentum > 0"),
     ("network.init_hidden=-1", "network.init_hidden=-1.0: must be in [0, 100]"),
 ])
 def test_numbers_the_code_cannot_handle_are_refused_naming_the_key(override, message):
     with pytest.raises(ConfigError) as err:
-        options(_compose(override))
+        options(_compose(*override.split()))
     assert str(err.value).startswith(message), err.value
 
 

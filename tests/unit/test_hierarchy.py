@@ -142,3 +142,16 @@ def test_a_tolerance_below_the_dtypes_round_off_is_said_under_the_title():
                   ["mode=mgrit", "dtype=float32", "mgrit.tol=1e-5"],
                   ["mode=mgrit", "dtype=float32", "mgrit.tol=0"]):
         assert precision_notes(options(composed(*given))) == []
+
+
+def test_first_plans_above_the_cap_are_said_under_the_title():
+    """`mgrit.fwd_iters=10 mgrit.control_max_iters=6` ran 6 iterations, unsaid (held-out)."""
+    from helpers import composed
+    from lptrain.config.typed import options
+    from lptrain.title_notes import plan_notes
+    assert plan_notes(options(composed("mode=simultaneous", "mgrit.fwd_iters=10",
+                                       "mgrit.control_max_iters=6"))) == [
+        "mgrit.fwd_iters=10 above mgrit.control_max_iters=6: the plans are capped at 6"]
+    for given in (["mode=simultaneous"], ["mode=mgrit", "mgrit.fwd_iters=10"],
+                  ["mode=simultaneous", "mgrit.fwd_iters=10", "mgrit.control=fixed"]):
+        assert plan_notes(options(composed(*given))) == []
