@@ -31,8 +31,9 @@ WHICH = ("best", "last")
 def dataset_for(model, overrides: list[str]):
     """The dataset options of the model's run with `overrides` applied (ConfigError)."""
     from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
+    from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+    from lptrain.config import did_you_mean
     from lptrain.config.schema import check_chosen, dataset_options
     from lptrain.errors import ConfigError, one_of
     saved = OmegaConf.create(model.config_yaml)
@@ -52,6 +53,10 @@ def dataset_for(model, overrides: list[str]):
                                  OmegaConf.from_dotlist([o[len("dataset."):] for o in overrides
                                                          if o.startswith("dataset.")]))
         options = OmegaConf.to_object(merged)
+    except ConfigKeyError as exc:     # as the lptrain command says it (was OmegaConf's)
+        key = f"dataset.{exc.full_key}"
+        raise ConfigError(f"{key}: no such key of dataset={node['name']}"
+                          f"{did_you_mean(key)}") from None
     except OmegaConfBaseException as exc:
         raise ConfigError(f"dataset.{exc.full_key}: {str(exc).splitlines()[0]}") from None
     except TypeError as exc:

@@ -368,7 +368,7 @@ def _documented(key: str) -> bool:
     return key in KEYS or key in GROUPS
 
 
-def _did_you_mean(key: str) -> str:
+def did_you_mean(key: str) -> str:
     """' (did you mean K?)' for the documented key, group or section nearest a misspelt
     one (`trian`, `Train`: train)."""
     from difflib import get_close_matches
@@ -427,7 +427,7 @@ def one_line_error(exc: Exception):
         group = key.rpartition(".")[0]
         head = (f"not an option of this {group} choice{_choice_of(group, known[1])}; "
                 f"lptrain --cfg job shows its options" if _documented(key) else
-                "no such key" + _did_you_mean(key) + " (lptrain --cfg job shows them)")
+                "no such key" + did_you_mean(key) + " (lptrain --cfg job shows them)")
     if key == "network.step._target_" and "not in struct" in head:
         head += "; only network=custom takes a step: network=custom network.step._target_=..."
     elif key and key.startswith("network.step.") and "not in struct" in head:

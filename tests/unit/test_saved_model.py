@@ -528,3 +528,17 @@ def test_the_training_split_is_stepped_in_chunks_that_fit_a_state_budget(
     monkeypatch.setattr(evaluate, "STATE_BYTES", 10 * per_sample)
     assert evaluate.evaluate(path, [], "train")["samples"] == 200
     assert seen == [max(model.validation_chunk or 1, 10)]
+
+
+@pytest.mark.parametrize("override, says", [
+    ("dataset.n_vall=10", "dataset.n_vall: no such key of dataset=peaks; did you mean "
+                          "dataset.n_val?"),
+    ("dataset.zzz=1", "dataset.zzz: no such key of dataset=peaks")])
+def test_lptrain_eval_says_a_misspelt_dataset_key_as_lptrain_does(serial_run, override,
+                                                                  says):
+    """It said OmegaConf's "Key 'n_vall' not in 'PeaksOptions'" (held-out)."""
+    from lptrain.errors import ConfigError
+    model = load_model(serial_run[0])
+    with pytest.raises(ConfigError) as err:
+        evaluate.dataset_for(model, [override])
+    assert str(err.value) == says
