@@ -53,6 +53,10 @@ def _override(arg: str) -> bool:
     return not arg.startswith("-") and ("=" in arg or arg.startswith("~"))
 
 
+# what Hydra's --shell-completion does (install=bash, ...): it takes exactly one
+COMPLETION_ACTIONS = ("install", "uninstall", "query")
+
+
 def check_flags(args: list[str]) -> None:
     """ConfigError in one line unless Hydra's parser takes the flags (it printed its
     usage, 7 lines, and exited after lptrain had made the run directory)."""
@@ -73,6 +77,10 @@ def check_flags(args: list[str]) -> None:
     ns = parser.parse_args(args)
     if ns.resolve and not (ns.cfg or ns.help):
         refuse("--resolve: it goes with --cfg (--cfg job --resolve)")
+    if ns.shell_completion and not any(o.split("=", 1)[0] in COMPLETION_ACTIONS
+                                       for o in ns.overrides):
+        refuse(f"--shell-completion: add one of {', '.join(COMPLETION_ACTIONS)}=SHELL "
+               f"(e.g. install=bash)")
 
 
 def _parsed(args: list[str]):

@@ -169,6 +169,15 @@ def test_resolve_alone_is_refused_before_anything_is_written():
     check_flags(["--cfg", "job", "--resolve"])
 
 
+def test_shell_completion_without_its_action_is_a_usage_error():
+    """`lptrain --shell-completion` exited 1 with Hydra's ValueError (held-out)."""
+    from lptrain.command_args import check_flags
+    with pytest.raises(ConfigError, match=r"^--shell-completion: add one of install, "
+                       r"uninstall, query=SHELL"):
+        check_flags(["--shell-completion"])
+    check_flags(["--shell-completion", "install=bash"])
+
+
 def test_a_resume_runs_with_the_configuration_source_the_run_had(tmp_path):
     """A run of `--config-dir DIR experiment=mine` (or hydra.searchpath, or its own
     primary config) could not be resumed: the resume rebuilt the command from
