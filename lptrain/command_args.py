@@ -201,6 +201,22 @@ def check_hydra_keys(args: list[str]) -> None:
             raise ConfigError(f"{arg}: {str(exc).splitlines()[0]}{hint}") from None
         if swept and key.lstrip("+") in DIR_KEYS:    # a ',': Hydra's list of values
             raise ConfigError(f"{arg}: a ',' makes it several directories{hint}")
+        if key.lstrip("+") in SWEEPER_COUNTS and not _at_least_one(rest):
+            raise ConfigError(f"{arg}: must be a whole number >= 1 "
+                              f"({SWEEPER_COUNTS[key.lstrip('+')]})")
+
+
+# a sampling sweeper's counts (Optuna's): 0 trials ended the sweep in the plugin's error
+# 'No trials are completed yet', exit 1
+SWEEPER_COUNTS = {"hydra.sweeper.n_trials": "the trials the sweeper runs",
+                  "hydra.sweeper.n_jobs": "the trials it runs at a time"}
+
+
+def _at_least_one(text: str) -> bool:
+    try:
+        return int(text) >= 1
+    except ValueError:
+        return False
 
 
 def one_value_each(args: list[str]) -> None:

@@ -1,5 +1,7 @@
 """The run, sweep and resume directories as typed: values lptrain refuses in one line,
 exit 2, before any directory is made or looked into."""
+import re
+
 import pytest
 
 from lptrain.errors import REFUSED
@@ -74,3 +76,15 @@ def test_an_unwritable_sweep_directory_is_named_as_such(tmp_path):
     (tmp_path / "file").write_text("")
     assert check_writable(str(tmp_path / "file" / "x"), "hydra.sweep.dir").startswith(
         f"hydra.sweep.dir='{tmp_path}/file/x': cannot write there")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "x", "2.5"])
+def test_a_sweepers_count_below_one_is_refused_before_the_sweep(value):
+    """`hydra.sweeper.n_trials=0` ended an Optuna sweep in the plugin's 'No trials are
+    completed yet', exit 1 (held-out)."""
+    from lptrain.command_args import check_hydra_keys
+    from lptrain.errors import ConfigError
+    with pytest.raises(ConfigError, match=re.escape(
+            f"hydra.sweeper.n_trials={value}: must be a whole number >= 1 (the trials")):
+        check_hydra_keys([f"hydra.sweeper.n_trials={value}"])
+    check_hydra_keys(["hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=1"])
