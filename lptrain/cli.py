@@ -96,12 +96,12 @@ def main(stop=None) -> None:
     """The command; `stop`: the StopSignals lptrain/entry.py installed before the imports."""
     if "--version" in sys.argv[1:]:      # before MPI and Hydra: Hydra's flag prints its own
         if launched_rank() == 0:         # under mpiexec: once
-            print(version_line())
+            _printed(version_line() + "\n")
         return
     if any(a in ("-h", "--help") for a in sys.argv[1:]):    # instead of Hydra's stock page
         if launched_rank() == 0:
             from lptrain.config.reference import text
-            print(text(), end="")
+            _printed(text())
         return
     from lptrain.train.stop import StopSignals      # torch-free: before the heavy imports
     _stop.append((stop or StopSignals()).install())   # a signal from here on stops cleanly
@@ -133,6 +133,21 @@ def main(stop=None) -> None:
             channel.finish(status)
     _quiet_teardown()
     sys.exit(status)
+
+
+def _printed(text: str) -> None:
+    """`text` on stdout; one line and exit 1 where it cannot be written (/dev/full), not
+    a traceback."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as exc:
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        _say(f"{exc.strerror or exc} while writing its output")
+        sys.exit(1)
 
 
 def _started():

@@ -79,8 +79,8 @@ def check_flags(args: list[str]) -> None:
         refuse("--resolve: it goes with --cfg (--cfg job --resolve)")
     if ns.shell_completion and not any(o.split("=", 1)[0] in COMPLETION_ACTIONS
                                        for o in ns.overrides):
-        refuse(f"--shell-completion: add one of {', '.join(COMPLETION_ACTIONS)}=SHELL "
-               f"(e.g. install=bash)")
+        refuse("--shell-completion: add one of "
+               + ", ".join(f"{a}=SHELL" for a in COMPLETION_ACTIONS) + " (e.g. install=bash)")
 
 
 def _parsed(args: list[str]):

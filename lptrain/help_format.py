@@ -11,7 +11,7 @@ from pathlib import Path
 def out_dir(text: str) -> Path:
     """An --out directory: `--out=` (empty, e.g. an unset variable) had written the
     report's files into the current directory; say `--out .` for that."""
-    if not text.strip():
+    if not text:
         raise argparse.ArgumentTypeError("an empty directory is the current one: give "
                                          "it as . if that is meant")
     return Path(text)

@@ -66,8 +66,9 @@ class SGDOptions(RateOptions):
         super().__post_init__()
         require(0 <= self.momentum < 1, "optimizer.momentum", self.momentum,
                 "must be in [0, 1)")
-        require(not self.nesterov or self.momentum > 0, "optimizer.nesterov", self.nesterov,
-                "needs optimizer.momentum > 0 (without momentum it is plain SGD)")
+        if self.nesterov and self.momentum == 0:       # as typed: true, not True
+            raise ConfigError("optimizer.nesterov=true: needs optimizer.momentum > 0 "
+                              "(without momentum it is plain SGD)")
 
 
 @dataclass

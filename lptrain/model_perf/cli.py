@@ -414,7 +414,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     try:
         run(args)       # prints the summary, with the files it wrote
-    except (LptrainError, OSError, ValueError) as exc:
+    except OSError as exc:
+        if exc.filename is None and exc.strerror is not None:
+            raise       # its output could not be written: commands._written says so
+        say(f"{PROG}: error: {exc}")
+        return EXIT_ERROR
+    except (LptrainError, ValueError) as exc:
         say(f"{PROG}: error: {exc}")
         return EXIT_ERROR
     return 0

@@ -113,6 +113,16 @@ def test_informational_flags_write_no_run_directory(flags, expect, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("flag", ["--version", "--help"])
+def test_an_informational_flags_unwritable_output_is_one_line(flag, tmp_path):
+    """`lptrain --version > /dev/full` ended in a traceback (held-out re-check)."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "lptrain", flag], cwd=tmp_path, env=ENV,
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 1
+    assert proc.stderr == "lptrain: error: No space left on device while writing its output\n"
+
+
 def test_python_dash_m_is_the_command(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "lptrain", "--help"], cwd=tmp_path, env=ENV,
                           capture_output=True, text=True, timeout=TIMEOUT)

@@ -217,7 +217,7 @@ def test_a_dataset_brings_no_float_option_the_optimizer_groups_lack(group):
     ("network.init_opening=1e200", "network.init_opening=1e+200: must be in [0, 100]"),
     # torch.optim.SGD refuses it; the functional sgd lptrain calls ran plain SGD
     ("optimizer=sgd optimizer.nesterov=true optimizer.momentum=0",
-     "optimizer.nesterov=True: needs optimizer.momentum > 0"),
+     "optimizer.nesterov=true: needs optimizer.momentum > 0"),
     ("network.init_hidden=-1", "network.init_hidden=-1.0: must be in [0, 100]"),
 ])
 def test_numbers_the_code_cannot_handle_are_refused_naming_the_key(override, message):

@@ -172,8 +172,8 @@ def test_resolve_alone_is_refused_before_anything_is_written():
 def test_shell_completion_without_its_action_is_a_usage_error():
     """`lptrain --shell-completion` exited 1 with Hydra's ValueError (held-out)."""
     from lptrain.command_args import check_flags
-    with pytest.raises(ConfigError, match=r"^--shell-completion: add one of install, "
-                       r"uninstall, query=SHELL"):
+    with pytest.raises(ConfigError, match=r"^--shell-completion: add one of install=SHELL, "
+                       r"uninstall=SHELL, query=SHELL"):
         check_flags(["--shell-completion"])
     check_flags(["--shell-completion", "install=bash"])
 

@@ -292,3 +292,25 @@ def test_hydra_s_job_lines_lose_their_tab(capsys):
                                None, None)
     assert HydraLines("[HYDRA] %(message)s").format(record) == \
         "[HYDRA] #2 : mode=simultaneous a=1"
+
+
+def test_lptrain_models_unwritable_output_is_said_as_the_other_tools_say_it(monkeypatch,
+                                                                           capfd):
+    """It said "[Errno 28] No space left on device" and exited 2, the other tools one
+    line and 1 (held-out re-check)."""
+    from lptrain import commands
+    from lptrain.model_perf import cli
+
+    def full(args):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(cli, "run", full)
+    monkeypatch.setattr(os, "dup2", lambda *a: None)
+    assert commands._written("lptrain-model", lambda: cli.main(["--step-time", "1e-3",
+                                                                 "--adjoint-time", "1e-3"])) == 1
+    assert capfd.readouterr().err == ("lptrain-model: error: No space left on device while "
+                                      "writing its output\n")
+
+    def missing(args):
+        raise FileNotFoundError(2, "No such file or directory", "costs.json")
+    monkeypatch.setattr(cli, "run", missing)
+    assert cli.main(["--step-time", "1e-3", "--adjoint-time", "1e-3"]) == cli.EXIT_ERROR
