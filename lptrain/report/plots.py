@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -86,16 +87,16 @@ def _curves(runs: Runs, x: str, field: str, what: str, context: str, log: bool) 
     fig, (ax,) = _figure(1)
     handles = []
     for i, (label, run) in enumerate(runs):
-        dash = dashes(i)
+        dash, tint = dashes(i), colour(i, len(runs))
         xs = _x(run, s.TRAIN, x)
-        ax.plot(xs, run.train.get(field, []), color=f"C{i}", linestyle=dash,
+        ax.plot(xs, run.train.get(field, []), color=tint, linestyle=dash,
                 **(TRAINING if len(xs) != 1 else ONE_POINT))
         at, values = _x(run, s.VALIDATION, x), run.validation.get(field, [])
         ax.plot(at, values, marker=_marker(i), **OUTLINE)
-        ax.plot(at, values, color=f"C{i}", marker=_marker(i), **VALIDATION)
+        ax.plot(at, values, color=tint, marker=_marker(i), **VALIDATION)
         if not len(run.train.get(s.ITERATION, [])):    # stopped before its first iteration
             label += " (no iterations yet)"
-        handles.append(Line2D([], [], color=f"C{i}", linestyle=dash, marker=_marker(i),
+        handles.append(Line2D([], [], color=tint, linestyle=dash, marker=_marker(i),
                               markerfacecolor="none", label=label))
     _finish(ax, x, what, log=log)
     _legend(fig, handles, STYLE_KEY)
@@ -113,7 +114,10 @@ def _mgrit_figure(runs: Runs, names: tuple[str, str], log: bool, what: str,
         for i, (label, run) in enumerate(runs):
             if run.mgrit:
                 iterations = run.mgrit[s.ITERATION]
-                line, = ax.plot(iterations, run.mgrit.get(name, []), color=f"C{i}",
+                # each run's colour and dash of the other figures (a run keeps its
+                # look across them), so that 15 of 30 runs do not share 5 colours
+                line, = ax.plot(iterations, run.mgrit.get(name, []),
+                                color=colour(i, len(runs)), linestyle=dashes(i),
                                 marker=_marker(i), markerfacecolor="none", markersize=5,
                                 markevery=max(1, len(iterations) // MGRIT_MARKS),
                                 label=label)   # hollow shapes: coinciding runs show
@@ -256,6 +260,17 @@ def _nothing_drawn(ax) -> None:
     ax.text(0.5, 0.5, "nothing to draw: every value is 0 or NaN" if xs.size else
             "no iterations yet", transform=ax.transAxes, ha="center", va="center",
             color="0.35")
+
+
+def colour(i: int, n: int):
+    """Run i's colour of n runs: matplotlib's ten (C0-C9) up to ten, tab20's up to twenty,
+    else n hues spread over a perceptual map; with C{i % 10} runs 0, 10 and 20 of a
+    30-job sweep were all blue, told apart by dashes too close to see."""
+    if n <= 10:
+        return f"C{i}"
+    if n <= 20:
+        return colormaps["tab20"](i)
+    return colormaps["turbo"](0.05 + 0.9 * i / (n - 1))
 
 
 def dashes(i: int):

@@ -227,3 +227,16 @@ def test_small_mgrit_factors_are_written_alike_on_both_panels(tmp_path):
     fig.canvas.draw()
     forward, adjoint = (ax.yaxis.get_offset_text().get_text() for ax in fig.axes[:2])
     assert forward == "" and "10^{\N{MINUS SIGN}5}" in adjoint, adjoint    # not 1e-5
+
+
+@pytest.mark.parametrize("n", [3, 10, 15, 20, 30, 48])
+def test_no_two_runs_of_a_report_share_a_colour(n):
+    """With C{i % 10}, runs 0, 10 and 20 of a 30-job sweep were all blue, and the 15
+    one-shot runs of an alternating sweep shared 5 colours in the MGRIT figures
+    (held-out)."""
+    from matplotlib.colors import to_hex
+    from lptrain.report.plots import colour
+    tints = [to_hex(colour(i, n)) for i in range(n)]
+    assert len(set(tints)) == n
+    if n <= 10:
+        assert tints == [to_hex(f"C{i}") for i in range(n)]   # the familiar ten
