@@ -401,7 +401,8 @@ def _planned(cfg, hydra_cfg):
         return None
     if plan.action == "kept":
         line = f"{PROG}: " + plan.describe(hydra_cfg)
-        print(line, flush=True)
+        from lptrain.metrics.streams import say as said    # broken between words on a
+        said(line, sys.stdout)                              # terminal, as the others
         log.info(line)
     if plan.failed:
         _failures.append(FAILED)
