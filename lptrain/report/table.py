@@ -29,6 +29,7 @@ COLUMNS = {
     "status": ("status", "{}"),
     "iterations": ("iterations", "{}"),
     "objective": ("final objective", "{:#.4g}"),
+    "epoch_objective": ("last epoch objective", "{:#.4g}"),
     "loss": ("final loss", "{:#.4g}"),
     "train_accuracy": ("final train acc", "{:.4f}"),
     "val_accuracy": ("final val acc", "{:.4f}"),
@@ -52,7 +53,9 @@ KILLED = "killed"   # the table's status of a run whose file says running, with 
 # what the table's derived columns mean, written below it in summary.md
 NOTES = ("final objective, loss and train acc: the last train/ row's (with mini-batches "
          "the last batch's; with SGD and Adam at the parameters the last step started "
-         "from). "
+         "from). last epoch objective: with mini-batches, the mean objective of the last "
+         "whole epoch's batches, what a sweep's closing line and its sweeper order "
+         "such runs by ('-' for full-batch runs and runs shorter than an epoch). "
          f"{ITERATION_TIME}: the median duration of an optimizer iteration "
          "(train/step_time: its objective and gradient evaluations with their MGRIT solves, "
          "no validation or checkpoints), the first iteration (one-time costs) left out, so "
@@ -106,6 +109,7 @@ def summarize(label: str, run: RunMetrics) -> dict:
         "status": shown_status(run),
         "iterations": n,
         "objective": _last(train.get(s.OBJECTIVE)),
+        "epoch_objective": run.attrs.get(s.EPOCH_OBJECTIVE),
         "loss": _last(train.get(s.LOSS)),
         "train_accuracy": _last(train.get(s.ACCURACY)),
         "val_accuracy": _last(val.get(s.ACCURACY)),

@@ -111,3 +111,16 @@ def test_iteration_time_is_the_median_after_the_first(tmp_path):
     with h5py.File(path, "a", locking=False) as f:
         f[s.TRAIN][s.STEP_TIME][:] = [5.0, 0.3, 0.9, 0.4]   # a cold first iteration
     assert summarize("x", read_metrics(path))["iteration_time"] == pytest.approx(0.4)
+
+
+def test_the_table_shows_what_a_sweep_ranks_a_mini_batch_run_by(tmp_path):
+    """An Optuna sweep's closing line named job 5 at 1.01937, a number the report did not
+    show (its final objective, one batch's, put job 1 first; held-out)."""
+    fake_run(tmp_path / "0", s.MODE_SERIAL, 0.4)
+    with h5py.File(fake_run(tmp_path / "1", s.MODE_SERIAL, 0.4), "a") as f:
+        f.attrs[s.EPOCH_OBJECTIVE] = 1.0193697
+    rows = _rows(tmp_path)
+    assert [r["epoch_objective"] for r in rows] == [None, 1.0193697]
+    header, _, *lines = to_markdown(rows).splitlines()
+    column = header.split(" | ").index("last epoch objective")
+    assert [line.split(" | ")[column] for line in lines] == ["-", "1.019"]
