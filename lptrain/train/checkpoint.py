@@ -41,7 +41,9 @@ models at least as new as its last checkpoint; a model that cannot be written do
 the checkpoint from being written (its error is raised after).
 `checkpoint_every=null` (the default) chooses the interval itself so that checkpoints
 cost under 2 % of the run: the first checkpoint is at iteration AUTO_FIRST, then the
-interval is max(AUTO_FIRST, 50 × (seconds per checkpoint) / (seconds per iteration)).
+interval is max(AUTO_FIRST, 50 × (seconds per checkpoint) / (seconds per iteration)),
+or longer where this start's checkpoints with the next would take more than 2 % of
+the wall time by then (checkpoints that grow).
 """
 from __future__ import annotations
 
@@ -87,6 +89,7 @@ class Checkpointer:
         self.saved_at: int | None = None
         self.full_at: int | None = None   # the iteration of this start's latest full file
         self.seconds = 0.0          # spent in the latest save (rank 0)
+        self.total = 0.0            # ... in all saves of this start (rank 0)
 
     def save(self, k: int, theta, batches, loop: LoopState, force: bool = False) -> None:
         """Write the checkpoint of iteration k (collective); when it cannot be written,
@@ -130,6 +133,7 @@ class Checkpointer:
             raise model_error
         self.saved_at = self.full_at = k
         self.seconds = time.perf_counter() - t0
+        self.total += self.seconds
         self.next = k + self._interval(k, loop.wall_time)
 
     def _kept(self, k: int, lean: bool) -> str:
@@ -178,16 +182,22 @@ class Checkpointer:
         return error
 
     def _interval(self, k: int, wall: float) -> int:
-        """Iterations to the next checkpoint; rank 0's times decide on every rank (each
-        rank's clocks differ, and ranks that disagree would wait in different gathers)."""
+        """Iterations to the next checkpoint: the latest one's seconds at most OVERHEAD of
+        the iterations to the next, and all of this start's with the next at most OVERHEAD
+        of the run's wall time by then (checkpoints that grow, as the image recipes' kept
+        warm starts do in their first epoch, had the next one chosen from a cheaper one).
+        Rank 0's times decide on every rank (each rank's clocks differ, and ranks that
+        disagree would wait in different gathers)."""
         if not self.auto:
             return self.every
-        seconds, wall = self.seconds, wall
+        seconds, total = self.seconds, self.total
         if self.exchange.size > 1:
-            seconds, wall = (self.exchange.allreduce_sum(v if self.enabled else 0.0)
-                             for v in (self.seconds, wall))
-        per_iteration = wall / max(k, 1)
-        return max(AUTO_FIRST, math.ceil(seconds / (OVERHEAD * max(per_iteration, 1e-9))))
+            seconds, total, wall = (self.exchange.allreduce_sum(v if self.enabled else 0.0)
+                                    for v in (self.seconds, self.total, wall))
+        per_iteration = max(wall / max(k, 1), 1e-9)
+        each = seconds / (OVERHEAD * per_iteration)
+        overall = ((total + seconds) / OVERHEAD - wall) / per_iteration
+        return max(AUTO_FIRST, math.ceil(max(each, overall)))
 
 
 def _anywhere(exchange, flag: bool) -> bool:

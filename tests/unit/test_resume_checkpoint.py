@@ -24,6 +24,19 @@ def test_automatic_interval_keeps_checkpoints_under_two_percent():
         10, 1.0) == 7
 
 
+def test_checkpoints_that_grow_are_spaced_by_their_share_of_the_whole_run():
+    """MNIST one-shot: 1.5 s at iteration 10 (10 of 48 batches' warm starts), 5.8 s at
+    44, 6.2 % of a 150-iteration run (held-out). After a dear checkpoint the next waits
+    until all of this start's, the next included, are 2 % of the wall time."""
+    class Ex:
+        size = 1
+    c = ck.Checkpointer(Path("x"), None, Ex(), True, None, None, None, "")
+    c.seconds = c.total = 1.5                # at iteration 10, 15 s into the run
+    assert c._interval(10, 15.0) == 90       # (1.5 + 1.5) / 2 % = 150 s: 135 s more
+    c.seconds, c.total = 6.0, 7.5            # at 110, 171 s: 6 s each 193 its is 2 %,
+    assert c._interval(110, 171.0) == 325    # but all 13.5 s need 675 s: 504 s more
+
+
 def test_ranks_agree_on_the_automatic_interval_whatever_their_clocks():
     # every rank gathers warm starts at a checkpoint: ranks that chose different
     # intervals from their own clocks would wait in different collectives (a hang seen
@@ -36,10 +49,13 @@ def test_ranks_agree_on_the_automatic_interval_whatever_their_clocks():
 
         def allreduce_sum(self, v):
             return v + next(self.peer)
-    rank0 = ck.Checkpointer(Path("x"), None, Ex([0.0, 0.0]), True, None, None, None, "")
-    rank1 = ck.Checkpointer(Path("x"), None, Ex([0.5, 1.0]), False, None, None, None, "")
+    rank0 = ck.Checkpointer(Path("x"), None, Ex([0.0, 0.0, 0.0]), True, None, None, None,
+                            "")
+    rank1 = ck.Checkpointer(Path("x"), None, Ex([0.5, 0.5, 1.0]), False, None, None, None,
+                            "")
     rank0.seconds, rank1.seconds = 0.5, 0.3
-    assert rank0._interval(10, 1.0) == rank1._interval(10, 7.0) == 250
+    rank0.total, rank1.total = 0.5, 0.3      # (0.5 + 0.5) s are 2 % of 50 s: 49 s more
+    assert rank0._interval(10, 1.0) == rank1._interval(10, 7.0) == 490
 
 
 class _Ranks:
