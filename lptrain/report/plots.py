@@ -23,6 +23,7 @@ from matplotlib.ticker import MaxNLocator
 
 from lptrain.metrics import schema as s
 from lptrain.metrics.reader import RunMetrics
+from lptrain.report.table import KILLED, shown_status
 
 Runs = Sequence[tuple[str, RunMetrics]]  # (label, metrics) per run
 _X_LABELS = {s.ITERATION: "optimizer iteration", s.WALL_TIME: "wall time [s]"}
@@ -38,6 +39,9 @@ DASHES = (None, (4.0, 2.0), (6.0, 2.0, 1.0, 2.0), (1.0, 1.5), (8.0, 3.0))
 VALIDATION = {"linestyle": "None", "markersize": 7, "markerfacecolor": "none",
               "markeredgewidth": 1.5, "zorder": 4}
 OUTLINE = {**VALIDATION, "color": "white", "markeredgewidth": 4.5, "zorder": 3}
+# statuses a legend names beside the run's label (a completed, stalled or stopped run
+# ends where its curve does)
+MARKED = (s.DIVERGED, s.FAILED, KILLED, s.RUNNING)
 MARKERS = "osD^vPX"     # validation markers, one shape per run: coinciding ones stay visible
 LEGEND_COLUMNS = 4
 LEGEND_LINE_INCHES = 0.2
@@ -96,6 +100,8 @@ def _curves(runs: Runs, x: str, field: str, what: str, context: str, log: bool) 
         ax.plot(at, values, color=tint, marker=_marker(i), **VALIDATION)
         if not len(run.train.get(s.ITERATION, [])):    # stopped before its first iteration
             label += " (no iterations yet)"
+        elif shown_status(run) in MARKED:              # its curve ends early or jumps: the
+            label += f" ({shown_status(run)})"         # table alone had said why
         handles.append(Line2D([], [], color=tint, linestyle=dash, marker=_marker(i),
                               markerfacecolor="none", label=label))
     _finish(ax, x, what, log=log)

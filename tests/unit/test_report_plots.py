@@ -135,6 +135,21 @@ def test_a_run_stopped_before_its_first_iteration_says_so(tmp_path):
         assert [t.get_text() for t in figs[name].axes[0].texts] == ["no iterations yet"]
 
 
+def test_a_diverged_or_killed_run_is_named_so_in_the_legend(tmp_path):
+    """Only the table said which runs of a sweep diverged (held-out): a curve that ends
+    early or jumps read as the run's result."""
+    import h5py
+    from lptrain.report.plots import figures
+    runs = []
+    for name, status in (("ok", s.COMPLETED), ("bad", s.DIVERGED), ("cut", s.RUNNING)):
+        path = fake_run(tmp_path / name, s.MODE_SERIAL, 0.1)
+        with h5py.File(path, "a") as f:
+            f.attrs[s.STATUS] = status       # running with no process holding it: killed
+        runs.append((name, read_metrics(path)))
+    labels = [t.get_text() for t in figures(runs)["loss_vs_iteration"].legends[0].get_texts()]
+    assert labels == ["ok", "bad (diverged)", "cut (killed)"]
+
+
 def test_a_run_validated_at_0_and_stopped_shows_it_at_wall_time_0(tmp_path):
     """Its validation showed on the iteration axes but not on the wall-time ones, which
     spanned matplotlib's -0.04..0.04 around nothing (held-out, stop 64)."""
