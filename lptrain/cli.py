@@ -142,11 +142,8 @@ def _printed(text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
     except OSError as exc:
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
-        _say(f"{exc.strerror or exc} while writing its output")
+        from lptrain.metrics.streams import output_lost
+        output_lost(PROG, exc)
         sys.exit(1)
 
 

@@ -26,7 +26,6 @@ def _written(prog: str, run) -> int:
     """run(), its output flushed; a write that fails (stdout to a full disk or /dev/full,
     an image on a full disk) ends it in one line and 1, not a traceback and Python's
     "Exception ignored" for the buffer it could not flush at exit."""
-    import os
     import sys
     try:
         status = run()
@@ -35,12 +34,8 @@ def _written(prog: str, run) -> int:
     except OSError as exc:
         if exc.filename is not None or exc.strerror is None:    # a file named: main's
             raise                                              # own one-line errors
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())     # the unwritten buffer goes nowhere
-        except (OSError, ValueError):
-            pass
-        print(f"{prog}: error: {exc.strerror} while writing its output", file=sys.stderr)
+        from lptrain.metrics.streams import output_lost
+        output_lost(prog, exc)
         return 1
 
 

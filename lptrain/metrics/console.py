@@ -35,7 +35,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lptrain.metrics import schema as s
-from lptrain.metrics.streams import colour_off, launcher_columns
+from lptrain.metrics.streams import colour_off, launcher_columns, to_devnull
 from lptrain.metrics.quantities import format_duration, iteration_time
 
 VAL_ACCURACY = "val_accuracy"  # validation accuracy (validation/accuracy in the file)
@@ -80,11 +80,7 @@ class _Terminal(RichConsole):
 
     def _gone(self, why: str) -> None:
         self.quiet = True
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, self.file.fileno())   # the stream's later flushes go nowhere
-        except (OSError, ValueError, AttributeError):
-            pass
+        to_devnull(self.file)
         log.warning(f"the console's output {why}; the run goes on (this log keeps "
                     "every line)")
 

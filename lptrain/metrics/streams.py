@@ -60,11 +60,30 @@ class HungUpStream:
     def _hung_up(self, exc: OSError) -> None:
         if exc.errno != errno.EIO:
             raise exc
+        to_devnull(self._stream)
+
+
+def to_devnull(stream) -> None:
+    """Point `stream`'s descriptor at /dev/null: what it still holds and every later
+    write go nowhere (its terminal hung up, its reader went away, its disk is full),
+    instead of failing again at the next flush or at exit."""
+    try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, self._stream.fileno())   # what the stream still holds too
-        finally:
-            os.close(devnull)
+    except OSError:
+        return
+    try:
+        os.dup2(devnull, stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    finally:
+        os.close(devnull)
+
+
+def output_lost(prog: str, exc: OSError, stream=None) -> None:
+    """A command's one line where its output (`stream`, default stdout) could not be
+    written: the stream is silenced first, so that nothing fails again at exit."""
+    to_devnull(stream or sys.stdout)
+    say(f"{prog}: error: {exc.strerror or exc} while writing its output")
 
 
 def survive_hangup(module) -> None:
