@@ -289,12 +289,11 @@ def check_command(args: list[str], ranks: int | None = None, source=None) -> Non
     job = "sweep" if sweep else "run"
     try:
         with initialized(source), _hydra_config_restored():
-            sizes: dict = {}         # the datasets' sizes, read once each
             for combination in sweep_samples(overrides, _group_options):
                 cfg = compose_checked([*combination, *groups], job=job, name=source.name)
                 check_switches(cfg, combination)
                 typed = options(cfg)
-                _batch_fits(typed, sizes)
+                _batch_fits(typed)
                 if ranks is not None:       # the split on these ranks, job by job
                     run_grids(typed, ranks, typed.mode.name in LAYERED)
     except (HydraException, OmegaConfBaseException) as exc:
@@ -308,24 +307,21 @@ def check_command(args: list[str], ranks: int | None = None, source=None) -> Non
         raise group_value_error(exc, [*overrides, *groups]) from None
 
 
-def _batch_fits(typed, sizes: dict) -> None:
+def _batch_fits(typed) -> None:
     """ConfigError where a job's mini-batch does not fit its data or optimizer (the
     run's preflight check, made for every job of a sweep before any runs); data that
-    cannot be found is the run's to say when it loads it. `sizes`: the training samples
-    of each dataset's options seen so far (32 jobs of MNIST read its files once)."""
+    cannot be found is the run's to say when it loads it (the sizes are read without
+    the samples)."""
     from lptrain.data.base import dataset_sizes
     from lptrain.errors import DataError
     from lptrain.train.batching import check_batch
     if typed.train.batch_size is None:
         return
-    key = repr(typed.dataset)
-    if key not in sizes:
-        try:
-            sizes[key] = dataset_sizes(typed.dataset).n_train
-        except DataError:
-            sizes[key] = None
-    if sizes[key] is not None:
-        check_batch(typed.train.batch_size, typed.optimizer.name, sizes[key])
+    try:
+        n_train = dataset_sizes(typed.dataset).n_train
+    except DataError:
+        return
+    check_batch(typed.train.batch_size, typed.optimizer.name, n_train)
 
 
 def refuse_group_lists(overrides: list[str]) -> None:
