@@ -36,6 +36,14 @@ INERT = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
 TEMPLATE_SEED = 0       # torch's seed while the module whose buffers every layer uses is built
 
 
+def _gap(y: torch.Tensor, other: torch.Tensor) -> tuple[float, float]:
+    """(largest |y − other|, largest |y|) where both are finite; (0, 0) where nowhere."""
+    both = torch.isfinite(y) & torch.isfinite(other)
+    if not both.any():
+        return 0.0, 0.0
+    return (y - other).abs()[both].max().item(), y[both].abs().max().item()
+
+
 def resolve(path: str):
     """The object a dotted path names (`pkg.module.Name`), ConfigError if none."""
     key = f"network.step.{TARGET}={path!r}"
@@ -145,8 +153,9 @@ class CustomStep:
         zero = torch.zeros(TRIAL_BATCH, *self.state_shape, dtype=dtype, device=device)
         with seeded(TEMPLATE_SEED):
             rand = torch.randn(TRIAL_BATCH, *self.state_shape, dtype=torch.float64)
+        rand = rand.to(dtype=dtype, device=device)
         finite = False
-        for u in (zero, rand.to(dtype=dtype, device=device)):
+        for u in (zero, rand):
             y, again = self._called(module, u), self._called(module, u)
             try:        # the rule every step of the run is held to (custom_steps.py)
                 kept_update(self.name, u, y)
@@ -154,12 +163,12 @@ class CustomStep:
                 raise ConfigError(str(exc)) from None
             finite = finite or bool(torch.isfinite(y).all())
             self._same_twice(y, again)
-        self._per_sample(module, rand.to(dtype=dtype, device=device))
+        self._per_sample(module, rand, y)        # y: the update of the random batch
         if not finite:
             raise ConfigError(f"{self.name} returns non-finite values (nan or inf) for "
                               f"finite states of shape {tuple(zero.shape)} (batch, "
                               f"*state), zero and random")
-        self._differentiable(module, rand.to(dtype=dtype, device=device))
+        self._differentiable(module, rand)
 
     def _differentiable(self, module: nn.Module, u: torch.Tensor) -> None:
         """ConfigError where autograd through `module` at u, as every adjoint step runs
@@ -186,9 +195,7 @@ class CustomStep:
     def _same_twice(self, y: torch.Tensor, again: torch.Tensor) -> None:
         """ConfigError where two calls on one state differ beyond REPEAT_TOL of the
         update's size (where both are finite; or where one is and the other not)."""
-        both = torch.isfinite(y) & torch.isfinite(again)
-        gap = (y - again).abs()[both].max().item() if both.any() else 0.0
-        scale = y[both].abs().max().item() if both.any() else 0.0
+        gap, scale = _gap(y, again)
         if gap > REPEAT_TOL * scale or not torch.equal(torch.isfinite(y),
                                                        torch.isfinite(again)):
             raise ConfigError(f"{self.name} gives another update for the same state when "
@@ -196,17 +203,15 @@ class CustomStep:
                               f"be a deterministic function of the state, which MGRIT "
                               f"computes more than once")
 
-    def _per_sample(self, module: nn.Module, u: torch.Tensor) -> None:
-        """ConfigError where f of a batch differs from f of each sample alone beyond
-        REPEAT_TOL of the update's size: a step that couples the samples (a mean over
-        the batch) had trained to another model on every rank count and data split."""
-        together = self._called(module, u)
+    def _per_sample(self, module: nn.Module, u: torch.Tensor, together: torch.Tensor
+                    ) -> None:
+        """ConfigError where f of the batch u (`together`) differs from f of each sample
+        alone beyond REPEAT_TOL of the update's size: a step that couples the samples (a
+        mean over the batch) had trained to another model on every rank count and data
+        split."""
         alone = torch.cat([self._called(module, u[i:i + 1]) for i in range(u.shape[0])])
-        both = torch.isfinite(together) & torch.isfinite(alone)
-        if not both.any():
-            return
-        gap = (together - alone).abs()[both].max().item()
-        if gap > REPEAT_TOL * together[both].abs().max().item():
+        gap, scale = _gap(together, alone)
+        if gap > REPEAT_TOL * scale:
             raise ConfigError(f"{self.name} couples the samples of a batch (a sample's "
                               f"update changes by {gap:.3g} with the others beside it): "
                               f"lptrain splits batches over ranks and evaluates in other "
