@@ -20,6 +20,7 @@ import functools
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import chain
 
 import torch
 from torch import nn
@@ -119,7 +120,7 @@ class CoarseSteps:
     def step(self, u, step: CoarseStep, P: Params) -> torch.Tensor:
         """u + H·g(u) (a new tensor)."""
         y = kept_update(f"coarse step {step.level}:{step.index}", u, self.f(step, u, P))
-        return torch.add(u, value_only(y, (u, *P.values())), alpha=step.h)
+        return torch.add(u, value_only(y, chain((u,), P.values())), alpha=step.h)
 
     def linearize(self, u, step: CoarseStep, P: Params, layout) -> Linear:
         """g's autograd graph at u (state products only)."""

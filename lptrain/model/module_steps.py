@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager, nullcontext
+from itertools import chain
 
 import torch
 from torch import nn
@@ -266,7 +267,7 @@ class ModuleSteps:
     def step(self, u, n: int, h: float, P: Params | None = None, out=None) -> torch.Tensor:
         """u + h·f_n(u) (a new tensor, or written into `out`)."""
         y = kept_update(n, u, self.f(n, u, P))
-        given = (u, *(self.module(n).parameters() if P is None else P.values()))
+        given = chain((u,), self.module(n).parameters() if P is None else P.values())
         return torch.add(u, value_only(y, given), alpha=h, out=out)
 
     def step_many(self, U, ns, hs, Ps) -> torch.Tensor:
@@ -277,7 +278,7 @@ class ModuleSteps:
             P = {k: torch.stack([p[k] for p in Ps]) for k in Ps[0]}
             module = self.module(ns[0])
             F = kept_update(ns[0], U, vmap(lambda p, u: functional_call(module, p, (u,)))(P, U))
-            F = value_only(F, (U, *P.values()))
+            F = value_only(F, chain((U,), P.values()))
             h = torch.as_tensor(hs, dtype=U.dtype, device=U.device)
             return torch.addcmul(U, h.view(-1, *([1] * (U.dim() - 1))), F)
         return torch.stack([self.step(U[i], n, hs[i], Ps[i]) for i, n in enumerate(ns)])
@@ -349,9 +350,10 @@ def _describe(structure) -> str:
 def value_only(y, inputs=()):
     """A forward step's update y, without its graph where no caller can want one (under
     torch.no_grad, or none of `inputs`, the state and parameters it was computed from,
-    requires grad): a step that takes autograd.grad with create_graph inside (a
-    Hamiltonian branch) returns a graph even then, which `out=` and in-place updates of
-    the state refuse. The adjoint differentiates f anew at the kept state (`linearize`)."""
+    requires grad; an iterable, looked at only where y has a graph): a step that takes
+    autograd.grad with create_graph inside (a Hamiltonian branch) returns a graph even
+    then, which `out=` and in-place updates of the state refuse. The adjoint
+    differentiates f anew at the kept state (`linearize`)."""
     if isinstance(y, torch.Tensor) and y.requires_grad and (
             not torch.is_grad_enabled() or not any(t.requires_grad for t in inputs)):
         return y.detach()
