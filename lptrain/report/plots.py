@@ -98,10 +98,11 @@ def _curves(runs: Runs, x: str, field: str, what: str, context: str, log: bool) 
         at, values = _x(run, s.VALIDATION, x), run.validation.get(field, [])
         ax.plot(at, values, marker=_marker(i), **OUTLINE)
         ax.plot(at, values, color=tint, marker=_marker(i), **VALIDATION)
+        status = shown_status(run)
         if not len(run.train.get(s.ITERATION, [])):    # stopped before its first iteration
             label += " (no iterations yet)"
-        elif shown_status(run) in MARKED:              # its curve ends early or jumps: the
-            label += f" ({shown_status(run)})"         # table alone had said why
+        elif status in MARKED:           # its curve ends early or jumps: the table alone
+            label += f" ({status})"      # had said why
         handles.append(Line2D([], [], color=tint, linestyle=dash, marker=_marker(i),
                               markerfacecolor="none", label=label))
     _finish(ax, x, what, log=log)
