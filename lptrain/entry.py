@@ -1,6 +1,6 @@
 """The `lptrain` command's first module: the stop handlers, then the command.
 
-lptrain.cli imports Hydra, h5py and numpy (half a second, more on a loaded host). A
+lptrain.cli imports Hydra, h5py and numpy before anything else. A
 SIGINT there had raised a KeyboardInterrupt traceback and a SIGTERM had ended the rank
 without a word; with the handlers installed first, such a signal stops the command as
 one that lands while torch and MPI load does (lptrain/train/stop.py, cli.main).

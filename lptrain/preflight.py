@@ -113,7 +113,7 @@ LARGE_CHECKPOINT = 1e9     # bytes
 
 def checkpoint_notes(opts, plan: Plan) -> list[str]:
     """A line under the title where the kept warm starts make every checkpoint large
-    (`dataset=mnist mode=simultaneous`: 48 batches, about 2.2 GB): rank 0 writes every
+    (`dataset=mnist mode=simultaneous`: all 48 batches of an epoch): rank 0 writes every
     rank's, and the new file is written beside the old one."""
     kept = _kept_warm_starts(opts, plan.sizes)
     total = plan.need.warm * plan.grid.size

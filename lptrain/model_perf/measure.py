@@ -64,7 +64,7 @@ def _timed(fns: dict, device: str, budget: float, rounds: int, nb, progress=None
            ) -> tuple[dict, dict]:
     """seconds_per_call's medians alone, and beside the neighbours `nb` (when given:
     each visit times the fn alone, then with the neighbours playing it). `progress` (a
-    callable) hears after each round how far they are: on a loaded host, minutes."""
+    callable) hears after each round how far they are: a loaded host stretches them."""
     gpu = str(device).startswith("cuda")
     sync = torch.cuda.synchronize if gpu else (lambda: None)
     clock = cost_clock(device)
