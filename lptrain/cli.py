@@ -21,7 +21,8 @@ from lptrain.command_args import (check_dir_values, check_flags, check_hydra_key
                                   check_launcher, check_writable, checked_args, config_source,
                                   configured_args, directory_args, hydra_failure,
                                   hydra_raising, informational, launched_rank, multirun,
-                                  overrides_first, value, version_line)
+                                  overrides_first, value)
+from lptrain.help_format import version_line
 from lptrain.jobs import END, Job, JobChannel
 from lptrain.resume_args import resume_args, sweep_switch
 from lptrain.rundir import (RunLock, SavedFiles, dir_value, is_sweep, refuse_earlier_run,

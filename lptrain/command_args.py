@@ -302,18 +302,3 @@ def hydra_failure(exc: Exception, directory: str | None, failures: list[int], jo
     except OSError:
         pass
     return line, max([*failures, FAILED])
-
-
-def version_line() -> str:
-    """`lptrain --version`: this package's version and the versions it runs on."""
-    import platform
-    from importlib.metadata import PackageNotFoundError, version
-
-    from lptrain import __version__
-    parts = []
-    for dist in ("torch", "mpi4py", "hydra-core"):
-        try:
-            parts.append(f"{dist} {version(dist)}")
-        except PackageNotFoundError:
-            parts.append(f"{dist} not installed")
-    return f"lptrain {__version__} ({', '.join(parts)}, Python {platform.python_version()})"

@@ -28,7 +28,11 @@ def _written(prog: str, run) -> int:
     "Exception ignored" for the buffer it could not flush at exit."""
     import sys
     try:
-        status = run()
+        try:
+            status = run()
+        except SystemExit:       # argparse's --help, --version and usage: their text too
+            sys.stdout.flush()
+            raise
         sys.stdout.flush()
         return status
     except OSError as exc:

@@ -17,7 +17,6 @@ process, no MPI.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import math
 import sys
@@ -226,13 +225,13 @@ def _files_lines(r: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `lptrain-eval`; returns the exit status."""
-    from lptrain.help_format import WordsFormatter
+    from lptrain.help_format import Parser, WordsFormatter
     from lptrain.metrics.streams import say
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=PROG, description="Loss and accuracy of a run's saved model on a dataset split.",
         formatter_class=WordsFormatter,
-        usage="%(prog)s [-h] [--split {val,train}] [--which {best,last}]\n"
-              "                    run [overrides ...]")
+        usage="%(prog)s [-h] [--version] [--split {val,train}]\n"
+              "                    [--which {best,last}] run [overrides ...]")
     # optional to argparse, which would name the optional overrides as required too
     parser.add_argument("run", nargs="?", help="run directory holding model.pt (or a model "
                         "file)")

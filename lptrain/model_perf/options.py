@@ -13,8 +13,8 @@ DEFAULT_RANKS = ",".join(str(2 ** k) for k in range(11))
 
 
 def parser() -> argparse.ArgumentParser:
-    from lptrain.help_format import WordsFormatter
-    p = argparse.ArgumentParser(prog=PROG, description="Predict time per optimizer "
+    from lptrain.help_format import Parser, WordsFormatter
+    p = Parser(prog=PROG, description="Predict time per optimizer "
                                 "iteration and speedup over serial for P ranks.",
                                 formatter_class=WordsFormatter)
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",

@@ -10,13 +10,12 @@ with status 2.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from lptrain.errors import reason
-from lptrain.help_format import out_dir
+from lptrain.help_format import Parser, out_dir
 from lptrain.metrics import schema as s
 from lptrain.metrics.streams import say
 from lptrain.metrics.reader import (RunMetrics, find_metrics, read_metrics,
@@ -75,7 +74,7 @@ def time_per_rank(runs: Sequence[RunMetrics], labels: Sequence[str]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `lptrain-report`; returns the exit status."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="lptrain-report",
         description="Plots and a summary table of one or more lptrain runs.")
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",

@@ -101,6 +101,37 @@ def test_a_tool_whose_output_cannot_be_written_ends_in_one_line(error, expect, c
     assert capfd.readouterr().err == expect
 
 
+def _tool_mains():
+    from lptrain.evaluate import main as evaluate
+    from lptrain.model_perf.cli import main as model
+    from lptrain.report.cli import main as report
+    return {"lptrain-eval": evaluate, "lptrain-report": report, "lptrain-model": model}
+
+
+@pytest.mark.parametrize("prog", ["lptrain-eval", "lptrain-report", "lptrain-model"])
+@pytest.mark.parametrize("flag", ["--help", "--version"])
+def test_a_tools_help_that_cannot_be_written_ends_in_one_line(prog, flag, capfd,
+                                                              monkeypatch):
+    """`lptrain-report --help > /dev/full` exited 0: argparse drops its write errors."""
+    from lptrain import commands
+    monkeypatch.setattr(os, "dup2", lambda *a: None)    # keep pytest's captured stdout
+    main = _tool_mains()[prog]
+    monkeypatch.setattr(sys, "stdout", _FullDisk())
+    assert commands._written(prog, lambda: main([flag])) == 1
+    assert capfd.readouterr().err == \
+        f"{prog}: error: No space left on device while writing its output\n"
+
+
+@pytest.mark.parametrize("prog", ["lptrain-eval", "lptrain-report", "lptrain-model"])
+def test_every_tool_says_its_version_as_lptrain_does(prog, capsys):
+    from lptrain.help_format import version_line
+    with pytest.raises(SystemExit) as stop:
+        _tool_mains()[prog](["--version"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert out == version_line() + "\n" and out.startswith("lptrain 0.")   # one line
+
+
 def test_a_tools_error_naming_a_file_is_not_taken_for_its_output():
     from lptrain import commands
 
