@@ -381,7 +381,22 @@ def did_you_mean(key: str) -> str:
                 if k.rpartition(".")[0] == parent}
     near = get_close_matches(leaf, siblings, n=1, cutoff=0.75) or \
         get_close_matches(leaf.lower(), siblings, n=1, cutoff=0.75)
-    return f"; did you mean {siblings[near[0]]}?" if near else ""
+    if near:
+        return f"; did you mean {siblings[near[0]]}?"
+    return _elsewhere(leaf, parent, KEYS)
+
+
+def _elsewhere(leaf: str, parent: str, keys) -> str:
+    """' (did you mean K?)' for a key of another section named as `leaf` or nearly
+    (`train.checkpoint_every`, `train.eval_evry`: the top level's), where only one is."""
+    from difflib import get_close_matches
+    by_leaf: dict = {}
+    for k in keys:
+        if k.rpartition(".")[0] != parent:
+            by_leaf.setdefault(k.rpartition(".")[2], []).append(k)
+    near = get_close_matches(leaf, by_leaf, n=1, cutoff=0.8)
+    found = by_leaf[near[0]] if near else []
+    return f"; did you mean {found[0]}?" if len(found) == 1 else ""
 
 
 def _choice_of(group: str, class_name: str) -> str:

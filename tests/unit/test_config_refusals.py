@@ -47,6 +47,14 @@ def test_a_key_a_config_sets_is_said_with_its_reason_and_origin():
     ("Train.iterations=3", "Train: no such key; did you mean train?"),
     ("mgrit.fwd_iter=4", "mgrit.fwd_iter: no such key; did you mean mgrit.fwd_iters?"),
     ("network.zzz=4", "network.zzz: no such key (lptrain --cfg job shows them)"),
+    # a key of another section (held-out: the top level's keys under train.)
+    ("train.checkpoint_every=5", "train.checkpoint_every: no such key; did you mean "
+                                 "checkpoint_every?"),
+    ("train.eval_evry=5", "train.eval_evry: no such key; did you mean eval_every?"),
+    ("mgrit.seed=5", "mgrit.seed: no such key; did you mean seed?"),
+    ("train.lr=0.1", "train.lr: no such key; did you mean optimizer.lr?"),
+    ("iterations=5", "iterations: no such key; did you mean train.iterations?"),
+    ("train.name=x", "train.name: no such key (lptrain"),     # name: in every group
     # another choice's key: said so, with the choice that lacks it (was its class name)
     ("optimizer.lr=0.1", "optimizer.lr: not an option of this optimizer choice "
                          "(optimizer=lbfgs); lptrain --cfg job shows its options"),
