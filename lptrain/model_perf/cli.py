@@ -399,8 +399,10 @@ def _compare(runs, model: Model, m: Machine, cfg):
     measured: dict = {}
     rows = []
     for r in runs:
-        pred, note = predict_run(r, model, m)
         differs = mismatch(r, cfg, torch.get_num_threads())
+        # kernel costs are this configuration's: a run of another network, batch or dtype
+        # predicted with them is a number of nothing (its own overrides predict it)
+        pred, note = (None, "") if differs else predict_run(r, model, m)
         rows.append((r, pred, note, differs))
         # beside the model's lines: its configuration only (a run of other layers or MGRIT
         # options has a model of its own, which its row compares it with)

@@ -86,8 +86,9 @@ def comparison_table(rows: Sequence[tuple]) -> str:
     for run, pred, note, differs in rows:
         ratio = "-" if pred is None else f"{pred / run.iteration_time:.2f}"
         if differs:
-            note = "; ".join(filter(None, [note, "costs from another config: "
-                                           + ", ".join(differs)]))
+            note = "; ".join(filter(None, [note, "another configuration, not predicted "
+                                           "(lptrain-model with its settings predicts "
+                                           "it): " + ", ".join(differs)]))
         out.append(f"| {run.path} | {run.mode} | {run.ranks} | {_t(run.iteration_time)} "
                    f"| {_t(pred)} | {ratio} | {note} |")
     return "\n".join(out) + "\n"
@@ -115,8 +116,9 @@ def figure(preds: Sequence[Prediction], baseline: float, measured: Measured | No
     as filled circles on the line's split (serial 1 x P, the others P x 1), hollow on
     another split, and the count of `left_out` runs of another configuration said in
     the legend; measured speedups over the measured serial run on one rank where there
-    is one; the paper's speedups of `dataset` (all three where it has none); the title
-    (the command) wrapped to the figure's width."""
+    is one (else over the model's serial time, said in the legend); the paper's
+    speedups of `dataset` (all three where it has none); the title (the command)
+    wrapped to the figure's width."""
     fig = Figure(figsize=(11, 5.5), layout="constrained")   # room for the legends below
     FigureCanvasAgg(fig)
     ax_t, ax_s = fig.subplots(1, 2)
@@ -147,8 +149,9 @@ def figure(preds: Sequence[Prediction], baseline: float, measured: Measured | No
                 ps, ts = zip(*seen)
                 ax_t.plot(ps, ts, "o", color=_STYLE[mode], markerfacecolor=face,
                           label=f"{mode} ({what})")
+                over = "" if own else ", over the model's serial"   # base_seen's
                 ax_s.plot(ps, [base_seen / t for t in ts], "o", color=_STYLE[mode],
-                          markerfacecolor=face, label=f"{mode} ({what})")
+                          markerfacecolor=face, label=f"{mode} ({what}{over})")
     starred = set()       # the paper's core counts: ticks of the speedup panel too
     if paper:
         points = [pt for pt in PAPER_POINTS if pt[0] == PAPER_NAMES.get(dataset)]

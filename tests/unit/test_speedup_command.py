@@ -357,6 +357,42 @@ def test_the_plot_draws_the_auto_split_and_says_what_it_left_out():
                    for t in ax.get_legend().get_texts())
 
 
+def test_a_measured_speedup_without_a_measured_serial_run_says_its_baseline():
+    """With no serial run on one rank the measured points' speedups are over the model's
+    serial time; the legend called them 'measured' alone (held-out check)."""
+    from lptrain.model_perf.predict import Prediction
+    from lptrain.model_perf.report import figure
+    preds = [Prediction(1, 1.0, 2.0, 1.5), Prediction(2, 0.5, 1.0, 0.8)]
+    fig = figure(preds, 1.0, {("simultaneous", 2, "2x1"): [0.5]})
+    ax_t, ax_s = fig.axes
+    named = [t.get_text() for t in ax_s.get_legend().get_texts()]
+    assert "simultaneous (measured, over the model's serial)" in named
+    assert [float(y) for ln in ax_s.lines if ln.get_marker() == "o"
+            for y in ln.get_ydata()] == [2.0]
+    assert "simultaneous (measured)" in [t.get_text() for t in ax_t.get_legend().get_texts()]
+
+
+def test_a_run_of_another_configuration_is_not_predicted(monkeypatch):
+    """A run of another batch was 'predicted' with the modelled configuration's kernel
+    costs (0.57 of its time, read as a result; held-out check)."""
+    from helpers import dense_net
+    from lptrain.model_perf import cli
+    from lptrain.model_perf.report import comparison_table
+    from lptrain.model_perf.runs import MeasuredRun
+    net, _ = dense_net(layers=12)
+    model = Model(net, OPTS, batch=40)
+    cfg = {"network": {"name": "dense", "width": 4}, "dataset": {"name": "peaks"},
+           "train": {"batch_size": None}, "optimizer": {"name": "lbfgs"}}
+    other = MeasuredRun(Path("b"), "serial", 1, 0.5, 1.0, 0.0, 0.0,
+                        {**cfg, "train": {"batch_size": 500}})
+    monkeypatch.setattr("lptrain.model_perf.runs.predict_run",
+                        lambda *a: pytest.fail("predicted with another's costs"))
+    measured, rows = cli._compare([other], model, None, cfg)
+    assert measured == {} and rows[0][1] is None
+    text = comparison_table(rows)
+    assert "| - | - | another configuration, not predicted" in text and "500" in text
+
+
 def test_the_plot_keeps_measured_runs_apart_by_split_and_baseline():
     """Runs of 1 x 2 and 2 x 1 were averaged into one circle on the P x 1 line; measured
     speedups were over the predicted serial time (a measured serial run on one rank sat
