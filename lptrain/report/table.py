@@ -105,7 +105,7 @@ def summarize(label: str, run: RunMetrics) -> dict:
         "mode": run.mode,
         "levels": run.attrs.get(s.MGRIT_LEVELS),
         "ranks": run.attrs.get(s.WORLD_SIZE),
-        "grid": _grid(run.attrs),
+        "grid": _grid(run.attrs, run.timing),
         "status": shown_status(run),
         "iterations": n,
         "objective": _last(train.get(s.OBJECTIVE)),
@@ -127,11 +127,20 @@ def summarize(label: str, run: RunMetrics) -> dict:
     }
 
 
-def _grid(attrs) -> str | None:
-    """'L x D' of a run's last grid (metrics.h5's root attributes); None in files
-    written before the grid was recorded."""
+def _grid(attrs, timing: dict) -> str | None:
+    """'L x D' of a run's last grid (metrics.h5's root attributes), after the grids it
+    ran on before where it was resumed on another ('1 x 1 → 2 x 1': its iteration time
+    counts them all, its computing share the last); None in files written before the
+    grid was recorded."""
     layer, data = attrs.get(s.LAYER_RANKS), attrs.get(s.DATA_RANKS)
-    return None if layer is None or data is None else f"{int(layer)} x {int(data)}"
+    if layer is None or data is None:
+        return None
+    grids = [f"{int(layer)} x {int(data)}"]
+    if s.LAYER_RANKS in timing and s.DATA_RANKS in timing:
+        for pair in zip(timing[s.LAYER_RANKS][::-1], timing[s.DATA_RANKS][::-1]):
+            if pair[0] > 0 and pair[1] > 0 and grids[0] != f"{pair[0]} x {pair[1]}":
+                grids.insert(0, f"{pair[0]} x {pair[1]}")
+    return " → ".join(grids)
 
 
 def flat_config(text: str) -> dict:

@@ -3,6 +3,7 @@ against its serial baseline, and the markdown it is written as."""
 import math
 
 import h5py
+import numpy as np
 import pytest
 
 from helpers import fake_run
@@ -44,6 +45,20 @@ def test_the_table_shows_each_runs_grid(tmp_path):
     header, _, *lines = to_markdown(rows).splitlines()
     column = header.split(" | ").index("layer x data")
     assert [line.split(" | ")[column] for line in lines] == ["1 x 2", "2 x 1", "-"]
+
+
+def test_a_run_resumed_on_another_grid_names_each_grid():
+    """A run resumed from 1 x 1 on 2 x 1 showed `2 x 1` beside an iteration time of both
+    grids' iterations (held-out check): the column names each, in order."""
+    from lptrain.report.table import _grid
+    attrs = {s.LAYER_RANKS: 2, s.DATA_RANKS: 1}
+    timing = {s.LAYER_RANKS: np.array([1, 1, 2, 2]), s.DATA_RANKS: np.array([1, 1, 1, 1])}
+    assert _grid(attrs, timing) == "1 x 1 → 2 x 1"
+    there_and_back = {s.LAYER_RANKS: np.array([2, 1, 1, 2]), s.DATA_RANKS: np.array([1, 2, 2, 1])}
+    assert _grid(attrs, there_and_back) == "2 x 1 → 1 x 2 → 2 x 1"
+    assert _grid(attrs, {s.LAYER_RANKS: np.array([2, -1]), s.DATA_RANKS: np.array([1, -1])}) \
+        == "2 x 1"          # a row without its grid (-1) names none
+    assert _grid(attrs, {}) == "2 x 1" and _grid({}, timing) is None
 
 
 def test_speedup_against_the_serial_run(two_runs):
