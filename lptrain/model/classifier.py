@@ -121,7 +121,7 @@ class Classifier(nn.Module):
         if self.preprocessing is None:
             raise ValueError("this model records no preprocessing (saved by an earlier "
                              "lptrain): pass features and preprocessed=True")
-        x = torch.as_tensor(np.asarray(raw) if not torch.is_tensor(raw) else raw)
+        x = as_tensor(raw)
         size = math.prod(self.feature_shape)
         if x.dim() < 2 or math.prod(x.shape[1:]) != size:
             raise ValueError(f"input of shape {tuple(x.shape)}: expected (batch, ...) with "
@@ -138,7 +138,7 @@ class Classifier(nn.Module):
         else a tensor. x holds raw samples (see `preprocess`), or features with
         `preprocessed=True`. NonFiniteLogitsError where a sample's logits hold NaN or
         ±inf: no class is the likeliest there (`evaluate` counts such a sample a miss)."""
-        features = torch.as_tensor(x) if preprocessed else self.preprocess(x)
+        features = as_tensor(x) if preprocessed else self.preprocess(x)
         logits = self.forward(features)
         bad = torch.nonzero(~torch.isfinite(logits).all(1)).squeeze(1)
         if bad.numel():
@@ -166,7 +166,7 @@ class Classifier(nn.Module):
             raise ValueError(f"evaluate: chunk={chunk}; give at least 1 sample (None: the "
                              f"run's validation chunks)")
         chunk = chunk or self.validation_chunk or EVAL_CHUNK
-        x, y = torch.as_tensor(x), torch.as_tensor(y)
+        x, y = as_tensor(x), as_tensor(y)
         if x.shape[0] == 0 or y.shape != (x.shape[0],):
             raise ValueError(f"evaluate: {x.shape[0]} samples with labels of shape "
                              f"{tuple(y.shape)}; give one label for each of at least one "
@@ -185,3 +185,13 @@ class Classifier(nn.Module):
                                          y[part].to(theta.device), n, False)
             loss, correct = loss + float(l), correct + c
         return loss, correct / n
+
+
+def as_tensor(a) -> torch.Tensor:
+    """A user's tensor, or their array (list, numpy) as one: a read-only numpy array
+    (np.frombuffer, a memory map) is copied, which torch.as_tensor shares with a
+    warning that writing it is undefined."""
+    if torch.is_tensor(a):
+        return a
+    a = np.asarray(a)
+    return torch.as_tensor(a if a.flags.writeable else a.copy())

@@ -3,6 +3,7 @@ import io
 import math
 import re
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -235,6 +236,14 @@ def test_predict_takes_arrays_and_tensors_alike(serial_run):
     assert model.preprocessing == {"kind": "identity", "domain": [[-3.0, 3.0], [-3.0, 3.0]]}
     with pytest.raises(ValueError, match="2 values per sample"):
         model.predict(np.zeros((4, 3)))
+    # a read-only array (np.frombuffer, a memory map) without torch's warning (held-out)
+    frozen = np.frombuffer(points.tobytes()).reshape(points.shape)
+    assert not frozen.flags.writeable
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(model.predict(frozen), from_array)
+        np.testing.assert_array_equal(model.predict(frozen, preprocessed=True), from_array)
+        model.evaluate(frozen, np.frombuffer(from_array.tobytes(), dtype=np.int64))
 
 
 def test_predict_names_no_class_where_the_logits_are_not_finite(serial_run):
