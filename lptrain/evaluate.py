@@ -210,7 +210,8 @@ def _split_lines(r: dict) -> list[str]:
                 f"among the run's training samples (the overrides change the validation "
                 f"split): not a held-out score"]
     return [f"{PROG}: note: the overrides change the validation split: these "
-            f"{r['samples']} samples are not the run's (none of them trained on)"]
+            f"{r['samples']} samples are another set than the run validated on (none "
+            f"of them among its training samples)"]
 
 
 def _files_lines(r: dict) -> list[str]:

@@ -144,6 +144,10 @@ def test_lptrain_eval_says_where_overrides_change_the_validation_split(ip_run, c
     kind = "warning" if want else "note"
     assert len(err) == 1 and err[0].startswith(f"lptrain-eval: {kind}: ")
     assert (f"{want} of these {n_val} samples" in err[0]) == (want > 0)
+    # "not the run's" read as "none of the run's samples" (held-out: Fashion-MNIST's test
+    # set holds the run's validation images)
+    assert want or err[0].endswith(f"these {n_val} samples are another set than the run "
+                                   f"validated on (none of them among its training samples)")
 
 
 def test_lptrain_eval_of_the_runs_own_split_says_nothing(ip_run, capsys):
