@@ -166,7 +166,8 @@ KEYS = {
     "optimizer.gtol": "stop when the gradient norm falls below this",
     "optimizer.lr": "learning rate (where a schedule starts)",
     "optimizer.schedule": "the learning rate over train.iterations",
-    "optimizer.lr_min": "the rate a cosine or linear schedule ends at",
+    "optimizer.lr_min": "the rate a cosine or linear schedule falls to, reached after the "
+                        "last iteration (as torch's schedulers)",
     "optimizer.momentum": "momentum",
     "optimizer.nesterov": "Nesterov's momentum instead",
     "optimizer.beta1": "decay of the gradient average",

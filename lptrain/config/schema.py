@@ -45,7 +45,7 @@ class RateOptions:
     name: str = ""
     lr: float = 0.01
     schedule: str = "constant"   # constant | cosine | linear (lptrain/train/schedules.py)
-    lr_min: float = 0.0          # the rate a cosine or linear schedule ends at
+    lr_min: float = 0.0          # the rate a schedule falls to, after the last iteration
 
     def __post_init__(self):
         require(self.lr > 0, "optimizer.lr", self.lr, "must be > 0")
