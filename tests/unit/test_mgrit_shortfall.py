@@ -50,8 +50,25 @@ def test_solves_stagnated_at_round_off_are_not_told_to_iterate_more(tmp_path, ca
                      "mgrit.max_iter=20")
     assert counts[0] >= 1
     text = "\n".join(caplog.messages)
-    assert "stagnated at round-off: raise mgrit.tol or use dtype=float64" in text
+    assert "stagnated at float32's round-off: raise mgrit.tol or use dtype=float64" in text
     assert "raise mgrit.max_iter" not in text
+
+
+def test_a_float64_run_is_not_told_to_use_float64(tmp_path, caplog):
+    """A custom step with noise below the build check's stalled mode=mgrit's solves at
+    6e-4 in float64, and the advice was 'use dtype=float64' (held-out check)."""
+    from lptrain.train.notes import _stall_advice
+    assert not any("dtype=float64" in line for custom in (False, True)
+                   for line in _stall_advice("float64", custom))
+    assert "deterministic" in " ".join(_stall_advice("float64", True))
+    assert "deterministic" not in " ".join(_stall_advice("float64", False))
+    assert "bfloat16's round-off" in _stall_advice("bfloat16", False)[0]
+    counts, _ = _run(tmp_path, caplog, "network=custom", "network.width=4",
+                     "network.step._target_=custom_step_pkg.BelowCheckNoise",
+                     "+network.step.width=4", "+network.step.hidden=3", "mgrit.max_iter=8")
+    assert counts[0] >= 1
+    text = "\n".join(caplog.messages)
+    assert "make network.step deterministic" in text and "dtype=float64" not in text
 
 
 def test_stagnation_is_the_last_ratios_near_one():
@@ -87,9 +104,9 @@ class _Lines:
 def _notes(control="error", most=6):
     from types import SimpleNamespace
 
-    from lptrain.train.loop import _Notes
+    from lptrain.train.notes import SolveNotes
     console = _Lines()
-    return _Notes(console, SimpleNamespace(control_max_iters=most, grad_tol=0.005,
+    return SolveNotes(console, SimpleNamespace(control_max_iters=most, grad_tol=0.005,
                                            control=control)), console
 
 

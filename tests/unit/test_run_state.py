@@ -71,7 +71,7 @@ def test_what_the_console_said_once_is_not_said_again_after_a_resume():
     uninterrupted run, was said again after each resume: the loop's record of what it
     had said was not in the checkpoint."""
     from lptrain.mgrit.options import MGRITOptions
-    from lptrain.train.loop import _Notes
+    from lptrain.train.notes import SolveNotes
 
     class Console:
         lines: list = []
@@ -80,11 +80,11 @@ def test_what_the_console_said_once_is_not_said_again_after_a_resume():
             self.lines.append(line)
     stats = {"unconverged": 1, "fwd_residual": 1.0, "adj_residual": 1.0,
              "fwd_history": [], "adj_history": []}
-    said = _Notes(Console(), MGRITOptions())
+    said = SolveNotes(Console(), MGRITOptions())
     said.after(3, stats)
     assert len(Console.lines) == 3
     loop = LoopState.from_record(LoopState(notes=said.state_dict()).to_record(3))
-    again = _Notes(Console(), MGRITOptions())
+    again = SolveNotes(Console(), MGRITOptions())
     again.load_state_dict(loop.notes)
     again.after(4, stats)
     assert len(Console.lines) == 3
