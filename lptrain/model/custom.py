@@ -36,6 +36,17 @@ INERT = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
 TEMPLATE_SEED = 0       # torch's seed while the module whose buffers every layer uses is built
 
 
+def _held(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Copies of the module's parameters and buffers by name."""
+    return {name: t.detach().clone() for name, t in
+            [*module.named_parameters(), *module.named_buffers()]}
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal values, NaN where the other has NaN."""
+    return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())
+
+
 def _gap(y: torch.Tensor, other: torch.Tensor) -> tuple[float, float]:
     """(largest |y − other|, largest |y|) where both are finite; (0, 0) where nowhere."""
     both = torch.isfinite(y) & torch.isfinite(other)
@@ -154,7 +165,7 @@ class CustomStep:
         with seeded(TEMPLATE_SEED):
             rand = torch.randn(TRIAL_BATCH, *self.state_shape, dtype=torch.float64)
         rand = rand.to(dtype=dtype, device=device)
-        finite = False
+        finite, before = False, _held(module)
         for u in (zero, rand):
             y, again = self._called(module, u), self._called(module, u)
             try:        # the rule every step of the run is held to (custom_steps.py)
@@ -163,6 +174,7 @@ class CustomStep:
                 raise ConfigError(str(exc)) from None
             finite = finite or bool(torch.isfinite(y).all())
             self._same_twice(y, again)
+        self._unwritten(module, before)
         self._per_sample(module, rand, y)        # y: the update of the random batch
         if not finite:
             raise ConfigError(f"{self.name} returns non-finite values (nan or inf) for "
@@ -202,6 +214,19 @@ class CustomStep:
                               f"called again (largest difference {gap:.3g}): a step must "
                               f"be a deterministic function of the state, which MGRIT "
                               f"computes more than once")
+
+    def _unwritten(self, module: nn.Module, before: dict) -> None:
+        """ConfigError where calling the step changed its parameters or buffers (a
+        weight clamped in place under no_grad): each call writes into θ's row of its
+        layer, which the optimizer and the other ranks do not see (an mgrit run on two
+        layer ranks had parted from one rank's at its first objective)."""
+        changed = [name for name, t in _held(module).items()
+                   if not _same(t, before[name])]
+        if changed:
+            raise ConfigError(f"{self.name} writes into its {', '.join(changed)} when "
+                              f"called: a step must leave its parameters and buffers as "
+                              f"they are (lptrain owns them in θ); constrain a weight "
+                              f"where it is used, e.g. weight.clamp(-c, c) in forward")
 
     def _per_sample(self, module: nn.Module, u: torch.Tensor, together: torch.Tensor
                     ) -> None:

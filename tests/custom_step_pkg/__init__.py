@@ -216,6 +216,15 @@ class BelowCheckNoise(DenseStep):
         return out * (1 + 1e-6 * torch.randn_like(out))
 
 
+class ClampsInPlace(DenseStep):
+    """Clips its inner weight in place at every call (the same each time): writes θ."""
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            self.inner.weight.clamp_(-0.2, 0.2)
+        return super().forward(u)
+
+
 class Hamiltonian(DenseStep):
     """f(u) = J ∇H(u), H(u) = Σ tanh(A u + a), J the antisymmetric shift: an update taken
     by autograd.grad inside the step, with the graph kept for the adjoint."""

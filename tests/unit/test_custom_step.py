@@ -118,6 +118,9 @@ def test_initial_parameters_are_the_modules_own_and_seeded():
     ({"_target_": "custom_step_pkg.Centred", "width": 5}, "dense",   # 1 and 2 ranks
      r"Centred\(width=5\) couples the samples of a batch \(a sample's update changes "
      r"by [0-9.e-]+ with the others beside it\)"),                  # trained apart
+    ({"_target_": "custom_step_pkg.ClampsInPlace", "width": 5}, "dense",   # 2 ranks parted
+     r"ClampsInPlace\(width=5\) writes into its inner.weight when called: a step must "
+     r"leave its parameters and buffers as they are"),
 ])
 def test_bad_steps_are_refused_in_one_line(step, opening, message):
     o = NetworkOptions(name="custom", width=5, opening=opening, step=step)
