@@ -78,6 +78,26 @@ def layout_order(t: torch.Tensor) -> tuple[int, ...]:
     return tuple(sorted(range(t.dim()), key=lambda d: -t.stride(d)))
 
 
+def fits_rows(buf: torch.Tensor | None, template: torch.Tensor, rows: int) -> bool:
+    """Whether `buf` has the form new_rows(template, rows) gives (shape, dtype, device and
+    the dense row layout), so that it can be written instead of a new block."""
+    return buf is not None and buf.shape == (rows, *template.shape) and \
+        buf.dtype == template.dtype and buf.device == template.device and \
+        buf.stride() == _row_strides(template, rows)
+
+
+def _row_strides(template: torch.Tensor, rows: int) -> tuple[int, ...]:
+    """The strides of new_rows(template, rows), without making it."""
+    order = layout_order(template)
+    sizes = [template.shape[d] for d in order]
+    dense, step = [], 1
+    for size in reversed(sizes):
+        dense.append(step)
+        step *= max(size, 1)
+    dense.reverse()                      # strides of the dims in memory order
+    return (step, *(dense[order.index(d)] for d in range(template.dim())))
+
+
 def zeros_rows(template: torch.Tensor, rows: int) -> torch.Tensor:
     """Zeros of shape (rows, *template.shape), each row laid out in memory as template
     is (e.g. channels_last rows for a channels_last template; contiguous for a

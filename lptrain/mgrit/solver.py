@@ -20,8 +20,8 @@ import torch
 from lptrain.errors import SolverError
 from lptrain.mgrit.fused import FusedLevelOps
 from lptrain.mgrit.hierarchy import Hierarchy
-from lptrain.mgrit.indexing import (gather, index_of, layout_order, new_rows, same_view,
-                                    scatter, zeros_rows)
+from lptrain.mgrit.indexing import (fits_rows, gather, index_of, layout_order, new_rows,
+                                    same_view, scatter, zeros_rows)
 from lptrain.mgrit.levels import LevelOps, LevelState
 
 # A level-0 residual below ROUNDOFF·eps·‖u_C‖ (eps of the states' dtype, u_C this solve's
@@ -151,12 +151,16 @@ class MGRIT:
         top = self.levels[0]
         return tuple(c - top.lo for c in top.cs)
 
-    def c_point_states(self, states: torch.Tensor) -> torch.Tensor:
+    def c_point_states(self, states: torch.Tensor, out: torch.Tensor | None = None
+                       ) -> torch.Tensor:
         """A compact copy of the C-point rows of this rank's level-0 `states`, each row laid
-        out as theirs (so that a warm start is copied back without a conversion)."""
+        out as theirs (so that a warm start is copied back without a conversion); written
+        into `out` where it has that form (a block of the caller's to reuse)."""
         if not self.c_rows:
             return states[:0].clone()
-        return new_rows(states[0], len(self.c_rows)).copy_(gather(states, list(self.c_rows)))
+        n = len(self.c_rows)
+        buf = out if fits_rows(out, states[0], n) else new_rows(states[0], n)
+        return buf.copy_(gather(states, list(self.c_rows)))
 
     def c_point_rows(self, states: torch.Tensor) -> torch.Tensor:
         """The C-point rows of this rank's level-0 `states` as a view where they are evenly

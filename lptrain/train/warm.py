@@ -16,9 +16,10 @@ from collections import OrderedDict
 from lptrain.parallel.blocks import ALL_ROWS, C_POINTS
 
 
-def compact(solver, states):
-    """The C-point rows of a block (None stays None)."""
-    return None if states is None else solver.c_point_states(states)
+def compact(solver, states, into=None):
+    """The C-point rows of a block (None stays None), written into the block `into`
+    where it has their form."""
+    return None if states is None else solver.c_point_states(states, into)
 
 
 def _saved(solvers, fwd, adj) -> tuple:
@@ -87,7 +88,10 @@ class WarmCache:
     buffers of `lp`, the LayerParallel) a batch's states are kept as compact copies of
     their C-point rows; without, the solver buffers themselves (a full-batch run: they
     stay valid until the next solve of the one batch), saved compact where `lp` is
-    given.
+    given.  A compact copy is written into the blocks the batch held, or those of a
+    dropped batch: a new block at every store had fragmented the heap (RSS grew past
+    the kept states, BENCHMARKS.md "Memory per rank").  Nothing else holds a kept block
+    (the solvers copy a warm start in and never write it).
     """
 
     def __init__(self, capacity: int, lp=None, keep_compact: bool = False):
@@ -95,6 +99,7 @@ class WarmCache:
             raise ValueError("WarmCache: keep_compact needs the solvers (lp)")
         self.capacity, self.lp, self.keep_compact = max(capacity, 1), lp, keep_compact
         self.cache: OrderedDict = OrderedDict()
+        self.spare: list = []     # blocks of dropped batches, for the next copies
 
     def holds(self, key: int) -> bool:
         return key in self.cache
@@ -103,13 +108,21 @@ class WarmCache:
         return self.cache.get(key, (None, None))
 
     def store(self, key: int, fwd=None, adj=None) -> None:
-        if self.keep_compact:
-            fwd, adj = compact(self.lp.fwd, fwd), compact(self.lp.adj, adj)
         old = self.cache.pop(key, (None, None))
+        if self.keep_compact:
+            fwd = compact(self.lp.fwd, fwd, self._block(old[0]) if fwd is not None else None)
+            adj = compact(self.lp.adj, adj, self._block(old[1]) if adj is not None else None)
         self.cache[key] = (fwd if fwd is not None else old[0],
                            adj if adj is not None else old[1])
         while len(self.cache) > self.capacity:
-            self.cache.popitem(last=False)
+            dropped = self.cache.popitem(last=False)[1]
+            if self.keep_compact:
+                self.spare = [t for t in dropped if t is not None][:2]
+
+    def _block(self, kept):
+        """A block to write a new compact copy into: the batch's own, else a spare one
+        (compact() checks its form)."""
+        return kept if kept is not None else self.spare.pop() if self.spare else None
 
     def state_dict(self) -> dict:
         return {"cache": [[key, *_saved(self.lp, fwd, adj)]

@@ -183,3 +183,58 @@ def test_the_least_recently_stored_batch_is_dropped():
     cache.store(3, "f3", "a3")
     assert not cache.holds(2) and cache.holds(1) and cache.holds(3)
     assert cache.get(1) == ("f1'", "a1") and list(cache.cache) == [1, 3]
+
+
+class FreshBlocks(WarmCache):
+    """The plain version: every compact copy in a new block."""
+
+    def _block(self, kept):
+        return None
+
+
+@pytest.mark.parametrize("capacity", [4, 2])
+def test_kept_blocks_are_rewritten_not_replaced(capacity):
+    """A batch's compact warm starts are written into the blocks it held, or (capacity 2
+    of 3 batches: one dropped at every store) into a dropped batch's: the iterates of
+    new blocks at every store, bitwise, with no new block after the first epoch (new
+    ones had fragmented the heap: RSS 0.6 GB past the kept states on MNIST)."""
+    net, theta0 = dense_net(layers=16)
+    x, y = batch(net, n=12)
+    runs = []
+    for cache in (WarmCache, FreshBlocks):
+        oracle = _oracle(net, capacity)
+        oracle.warm = cache(capacity, oracle.lp, keep_compact=True)
+        theta, trace, blocks = theta0.clone(), [], []
+        for epoch in range(3):
+            for key in range(3):
+                part = slice(4 * key, 4 * key + 4)
+                oracle.begin(Batch(x[part], y[part], key, 12))
+                ev = oracle.value(theta)
+                grad = oracle.gradient(ev)
+                oracle.accept(ev)
+                trace.append((ev.point.objective, oracle.stats.fwd_history,
+                              oracle.stats.adj_history))
+                theta = theta - 0.5 * grad
+                blocks.append({t.data_ptr() for kept in oracle.warm.cache.values()
+                               for t in kept})
+        runs.append((trace, theta, blocks))
+    (got, theta_got, reused), (want, theta_want, fresh) = runs
+    assert got == want and torch.equal(theta_got, theta_want)
+    first = set().union(*reused[:3])
+    assert set().union(*reused[3:]) <= first          # no block made after the first epoch
+    assert not set().union(*fresh[3:]) <= set().union(*fresh[:3])    # the plain version's are
+
+
+def test_a_block_of_another_form_is_not_written():
+    """A kept block whose form differs (another batch size) is left alone: a new one."""
+    net, theta = dense_net(layers=16)
+    x, _ = batch(net, n=5)
+    lp = LayerParallel(net, OPTIONS, SerialExchange())
+    states = lp.forward(theta, x, max_iter=1, tol=0.0).states
+    other = torch.zeros((5, states.shape[1] + 1, *states.shape[2:]), dtype=states.dtype)
+    got = lp.fwd.c_point_states(states, other)
+    assert got.data_ptr() != other.data_ptr() and not other.any()
+    assert torch.equal(got, states[0:17:4])
+    same = torch.empty_like(got)
+    assert lp.fwd.c_point_states(states, same).data_ptr() == same.data_ptr()
+    assert torch.equal(same, got)

@@ -77,3 +77,21 @@ def test_rows_are_written_in_an_order_that_reads_each_row_first(out, before, aft
     want = {"up": range(k), "down": range(k - 1, -1, -1), None: None}[order]
     assert got == want
     assert row_write_order(view(out), [torch.zeros(17, 3, 4)]) == range(k)   # other storage
+
+
+@pytest.mark.parametrize("template", [
+    torch.zeros(5, 3, dtype=torch.float64), torch.zeros(4, 8, 7, 7),
+    torch.zeros(4, 8, 7, 7).to(memory_format=torch.channels_last), torch.zeros(6),
+    torch.zeros(2, 1, 3), torch.zeros(3, 1, 1, 2).to(memory_format=torch.channels_last)])
+def test_a_block_fits_where_new_rows_would_make_its_form(template):
+    from lptrain.mgrit.indexing import fits_rows, new_rows
+    block = new_rows(template, 9)
+    assert fits_rows(block, template, 9)
+    assert not fits_rows(block, template, 8) and not fits_rows(None, template, 9)
+    assert not fits_rows(block.to(torch.float16), template, 9)
+    assert not fits_rows(new_rows(template, 18)[::2], template, 9)     # not dense
+    if template.dim() == 4 and template.shape[1] > 1:                  # the other layout
+        other = template.contiguous() if template.is_contiguous(
+            memory_format=torch.channels_last) else template.to(
+            memory_format=torch.channels_last)
+        assert not fits_rows(new_rows(other, 9), template, 9)
