@@ -92,19 +92,20 @@ def more_intervals(n_layers: int, cf0: int, max_layer: int) -> str:
 
 def candidates(size: int, layer_ranks, data_ranks: int | None, max_layer: int,
                layered: bool, more: str = "more layers or a smaller mgrit.cfactor0 "
-                                           "(2 at least)") -> list[Grid]:
+                                           "(2 at least)", one_level: bool = False
+               ) -> list[Grid]:
     """The grids a run on `size` ranks may use (several only for layer_ranks=auto).
 
     layered: whether the mode distributes layers at all (serial does not); `more`: how
-    to give the finest level more C-intervals (more_intervals).
+    to give the finest level more C-intervals (more_intervals); one_level: MGRIT has one
+    level (max_layer counts layer steps, which the ranks own, not C-intervals).
     Raises ConfigError, naming the value, for a split that cannot work.
     """
     layer = parse_layer_ranks(layer_ranks)
     given = None        # where the layer ranks follow from data_ranks: the key given
     if data_ranks is not None:
         if data_ranks < 1 or size % data_ranks:
-            raise ConfigError(f"parallel.data_ranks={data_ranks}: must divide the job's "
-                              f"{counted(size, 'rank')}")
+            raise ConfigError(_not_a_divisor("parallel.data_ranks", data_ranks, size))
         if layer == AUTO:
             layer = size // data_ranks
             given = f"parallel.data_ranks={data_ranks} (so {layer} layer ranks)"
@@ -116,17 +117,25 @@ def candidates(size: int, layer_ranks, data_ranks: int | None, max_layer: int,
             return [Grid(1, size)]
         return [Grid(d, size // d) for d in divisors(size) if d <= max_layer]
     if size % layer:
-        raise ConfigError(f"parallel.layer_ranks={layer}: must divide the job's "
-                          f"{counted(size, 'rank')} ({one_of(divisors(size))})")
+        raise ConfigError(_not_a_divisor("parallel.layer_ranks", layer, size))
     given = given or f"parallel.layer_ranks={layer}"
     if layer > 1 and not layered:
         raise ConfigError(f"{given}: mode=serial distributes only the batch; use 1 layer "
                           f"rank (or auto) or a layer-parallel mode")
     if layer > max_layer:
-        raise ConfigError(f"{given}: only "
-                          f"{counted(max_layer, 'C-interval')} on the finest level; use at "
-                          f"most {counted(max_layer, 'layer rank')}, or {more}")
+        what = f"{counted(max_layer, 'layer step')} (MGRIT has one level)" if one_level \
+            else f"{counted(max_layer, 'C-interval')} on the finest level"
+        raise ConfigError(f"{given}: only {what}; use at most "
+                          f"{counted(max_layer, 'layer rank')}, or {more}")
     return [Grid(layer, size // layer)]
+
+
+def _not_a_divisor(key: str, value: int, size: int) -> str:
+    """The refusal of `key`=value ranks that do not divide the job's `size`; a job of one
+    rank (started without mpiexec, likely) is told how to start more."""
+    if size == 1:
+        return f"{key}={value}: the job has 1 rank; start it with mpiexec -n P for P ranks"
+    return f"{key}={value}: must divide the job's {size} ranks ({one_of(divisors(size))})"
 
 
 def run_grids(opts, size: int, layered: bool) -> list[Grid]:
@@ -136,7 +145,7 @@ def run_grids(opts, size: int, layered: bool) -> list[Grid]:
     n = opts.network.layers
     most = c_intervals(n, mo.cfactor0, mo.levels, mo.min_coarse)
     return candidates(size, po.layer_ranks, po.data_ranks, most, layered,
-                      more_intervals(n, mo.cfactor0, most))
+                      more_intervals(n, mo.cfactor0, most), one_level=most >= n)
 
 
 def choose(grids: list[Grid], predict: Callable[[Grid], float]) -> Grid:

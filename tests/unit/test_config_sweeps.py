@@ -94,7 +94,8 @@ def test_a_sweeps_split_is_checked_on_the_commands_ranks_before_any_job():
     check_command(["-m", "mode=mgrit", "parallel.layer_ranks=1,2"], ranks=2)
     # a split only one combination cannot take (value by value, each was fine): every
     # combination of the keys a split depends on is tried
-    with pytest.raises(ConfigError, match=r"parallel.layer_ranks=2: only 1 C-interval"):
+    with pytest.raises(ConfigError, match=r"parallel.layer_ranks=2: only 1 layer step "
+                                          r"\(MGRIT has one level\)"):
         check_command(["-m", "mode=mgrit", "network.layers=64,1", "parallel.layer_ranks=1,2"],
                       ranks=2)
     # a group that sets cfactor0 and levels joins them (review)

@@ -4,7 +4,7 @@ import torch
 
 from lptrain.errors import ConfigError
 from lptrain.mgrit.hierarchy import build_levels
-from lptrain.parallel.grid import Grid, c_intervals, candidates, choose, shard
+from lptrain.parallel.grid import Grid, c_intervals, candidates, choose, more_intervals, shard
 from lptrain.train.loop import Batches
 
 
@@ -40,7 +40,12 @@ def test_auto_offers_every_divisor_up_to_the_c_intervals():
     (2, "2", None, 1, True, "only 1 C-interval on the finest level; use at most 1 layer "
                             "rank,"),                      # was '1 C-intervals'
     (6, "4", 3, 8, True, "parallel.layer_ranks=4: times parallel.data_ranks=3"),
-    (4, "auto", 3, 8, True, "parallel.data_ranks=3: must divide the job's 4 ranks"),
+    (4, "auto", 3, 8, True, "parallel.data_ranks=3: must divide the job's 4 ranks "
+                            "(choose one of 1, 2, 4)"),       # held-out: no choices named
+    # one rank: lptrain started without mpiexec, likely (held-out: no hint)
+    (1, "2", None, 8, True, "parallel.layer_ranks=2: the job has 1 rank; start it with "
+                            "mpiexec -n P for P ranks"),
+    (1, "auto", 2, 8, True, "parallel.data_ranks=2: the job has 1 rank; start it with "),
     (4, "2", None, 8, False, "parallel.layer_ranks=2: mode=serial"),
     # the layer ranks data_ranks implies: the key the user gave (held-out: named
     # parallel.layer_ranks, which they never typed)
@@ -53,6 +58,15 @@ def test_invalid_splits_are_one_line_config_errors(size, layer, data, most, laye
     with pytest.raises(ConfigError) as err:
         candidates(size, layer, data, most, layered)
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_one_level_hierarchy_counts_layer_steps_not_c_intervals():
+    """network.layers=3 mgrit.levels=1 on 4 layer ranks: 'only 3 C-intervals on the
+    finest level', where one level has none (held-out)."""
+    with pytest.raises(ConfigError, match=r"^parallel.layer_ranks=4: only 3 layer steps "
+                                          r"\(MGRIT has one level\); use at most 3 layer "
+                                          r"ranks, or more layers \(network.layers=3\)$"):
+        candidates(4, "4", None, 3, True, more_intervals(3, 4, 3), one_level=True)
 
 
 def test_the_way_to_more_c_intervals_is_one_that_gives_them():
