@@ -259,7 +259,7 @@ def test_a_resumed_runs_own_split_these_ranks_cannot_take_says_how_to_give_anoth
         monkeypatch, tmp_path):
     """`lptrain resume=DIR` on 1 rank of a run split 2 x 1: the refusal named a key the
     user never typed and no way out."""
-    message = "parallel.layer_ranks=2: must divide the job's 1 rank (choose one of 1)"
+    message = "parallel.layer_ranks=2: the job has 1 rank; start it with mpiexec -n P for P ranks"
     monkeypatch.setattr(cli, "_resuming", [tmp_path])
     monkeypatch.setattr(cli, "_typed", [f"resume={tmp_path}", "train.iterations=4"])
     assert cli._split_hint(message, 1) == (" (the run's own split: give parallel.layer_ranks="
