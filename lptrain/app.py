@@ -277,6 +277,9 @@ def placement(opts: Config, grid, data, net) -> Placement:
                      1 + net.batch_axis)
 
 
+LARGE_STEP = 2.0     # layer steps h from which a stall names h as a likely cause
+
+
 def _stall_message(opts: Config, outcome) -> str:
     """That the run stalled, why, and what to try (one line: the console breaks it)."""
     patience = f" (train.patience={opts.train.patience})"
@@ -296,6 +299,10 @@ def _stall_message(opts: Config, outcome) -> str:
         knob = "a smaller mgrit.grad_tol" if opts.mgrit.control == "error" else \
             "more mgrit.fwd_iters/adj_iters"
         hint += f"; if the one-shot gradient holds it back (mode=mgrit tells), {knob}"
+    h = opts.network.T / opts.network.layers
+    if h >= LARGE_STEP:     # forward Euler of σ(K u + b), ‖K‖ ~ 1: unstable past h ~ 2
+        hint += f"; a layer step network.T / N = {h:.3g} is large for forward Euler: " \
+                f"more layers or a smaller network.T"
     n = outcome.iterations
     return f"stalled after {n} iteration{'' if n == 1 else 's'}: {outcome.stalled}" \
            f"{patience}; {hint}"
