@@ -147,9 +147,9 @@ FIELDS: dict[str, dict[str, Field]] = {
                      "stopped an `interrupted` one (e.g. `interrupted by SIGINT after "
                      "iteration 85`); a resume that carries on removes it"),
         EPOCH_OBJECTIVE: Field(FLOAT, "scalar", "", "optional, mini-batches: the mean "
-                               "objective of the run's last whole epoch, written when it "
-                               "ends; what a sweep ranks it by (one batch's objective is "
-                               "too noisy)"),
+                               "objective of the run's last whole epoch, each batch "
+                               "weighed by its samples, written when it ends; what a "
+                               "sweep ranks it by (one batch's objective is too noisy)"),
         STARTED_AT: Field(STR, "scalar", "", "ISO 8601 local time the file was created"),
         THREADS: Field(INT, "scalar", "", "optional: torch's intra-op threads per rank at "
                        "the latest start (rank 0's: `OMP_NUM_THREADS`, else the node's "

@@ -169,13 +169,14 @@ def train(theta, optimizer, oracle, data, opts, writer, console, exchange,
 
     _checked(stop, exchange, k0, writer, save)
     for k in range(k0 + 1, opts.train.iterations + 1):
-        oracle.begin(batches.next())
+        batch = batches.next()
+        oracle.begin(batch)
         t0, c0, w0 = time.perf_counter(), exchange.clock.comm, exchange.clock.wait
         theta, info = optimizer.step(theta, oracle)
         dt = time.perf_counter() - t0
         spent = (exchange.clock.comm - c0, exchange.clock.wait - w0)   # the step's alone
         stats = oracle.record()      # collective on a data grid: every rank, every time
-        stalled = stall.update(info.objective, info.exhausted)
+        stalled = stall.update(info.objective, info.exhausted, batch.n or 1)
         last = k == opts.train.iterations or info.converged or stalled
         validate = k % opts.eval_every == 0 or last
         if validate:

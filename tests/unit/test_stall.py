@@ -64,6 +64,31 @@ def test_the_last_whole_epochs_mean_is_kept_and_carried_on():
     assert full.last_epoch is None
 
 
+def test_an_epochs_mean_weighs_each_batch_by_its_samples():
+    """Batches of 9 and 1 sample: the remainder batch's objective had counted as much as
+    the full one's (held-out: 1.318 where the epoch's samples give 1.454)."""
+    from lptrain.train.stall import epoch_mean
+    p = StallRule(patience=0, batches_per_epoch=2)
+    p.update(1.14857, samples=1)
+    p.update(1.48806, samples=9)
+    assert p.last_epoch == pytest.approx((1.14857 + 9 * 1.48806) / 10)
+    assert epoch_mean([(0.1, 3), (0.2, 3), (0.4, 3)]) == (0.1 + 0.2 + 0.4) / 3  # to the bit
+    q = StallRule(patience=0, batches_per_epoch=2)   # a checkpoint of objectives alone
+    q.load_state_dict({"best": 1.0, "since": 0, "epoch": [1.0]})
+    q.update(2.0, samples=1)
+    assert q.last_epoch == 1.5
+    r = StallRule(patience=0, batches_per_epoch=2)   # and one of this form
+    r.load_state_dict(p.state_dict() | {"epoch": [[1.0, 3]]})
+    r.update(2.0, samples=1)
+    assert r.last_epoch == pytest.approx(1.25)
+
+
+def test_one_iteration_without_progress_is_one_not_ones():
+    p = StallRule(patience=1)
+    p.update(1.0)
+    assert p.update(2.0).startswith("the objective has not decreased for 1 iteration (")
+
+
 def test_a_stalled_run_resumed_gets_its_patience_afresh():
     """Resumed, a stalled run stopped again after one iteration while its note said it
     trains on."""
@@ -101,6 +126,22 @@ def test_the_stall_hint_names_options_the_optimizer_has(optimizer, mode, why):
     assert ("mode=mgrit" in message) == (why != NO_STEP and mode == "simultaneous")
     named = re.findall(r"optimizer\.(\w+)", _stall_message(opts, outcome))
     assert named and all(hasattr(opts.optimizer, key) for key in named), named
+
+
+def test_a_stall_at_a_huge_layer_step_names_the_step():
+    """network.T=1e4 on 64 layers (h = 156) stalled at iteration 1 with J 424, and was
+    told the optimum may be reached (held-out check)."""
+    from lptrain.app import _stall_message
+    from lptrain.config import compose
+    from lptrain.train.loop import Outcome
+    outcome = Outcome(iterations=1, objective=424.0, loss=424.0, accuracy=0.1, val_loss=1.0,
+                      val_accuracy=0.1, best_val_accuracy=0.1, wall_time=1.0,
+                      converged=False, stalled=NO_STEP)
+    for T, said in ((1e4, True), (5.0, False)):
+        opts, _ = compose(["network.layers=64", f"network.T={T}"])
+        message = _stall_message(opts, outcome)
+        assert ("a layer step network.T / N = 156 is large for forward Euler: more layers "
+                "or a smaller network.T" in message) == said
 
 
 @pytest.mark.parametrize("optimizer, control, knob", [
