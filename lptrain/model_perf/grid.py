@@ -22,7 +22,7 @@ from lptrain.model_perf.costs import MODEL_BLIND, model_mgrit
 from lptrain.model_perf.measure import DEFAULT_LINK
 from lptrain.model_perf.predict import Collecting, Counts, Machine, Model
 from lptrain.modes import LAYERED, MGRIT
-from lptrain.parallel.grid import Grid, candidates, choose
+from lptrain.parallel.grid import Grid, c_intervals, candidates, choose
 
 
 def recommend(size: int, mode: str, model: Model, m: Machine, counts: Counts = Counts(),
@@ -118,7 +118,9 @@ class MeasuredTimer:
     @property
     def assumed(self) -> str:
         """What the times assume that no run has told yet: the cycles of a solve."""
-        c = self.counts
+        c, mo, n = self.counts, self.opts.mgrit, self.opts.network.layers
+        if c_intervals(n, mo.cfactor0, mo.levels, mo.min_coarse) >= n:
+            return "one MGRIT level: each solve is one serial sweep"
         if self.mode == MGRIT:
             return f"{c.mgrit_fwd:g} + {c.mgrit_adj:g} cycles a solve assumed (to tolerance)"
         fwd, adj = c.simultaneous(self.opts.mgrit)

@@ -252,6 +252,9 @@ def test_a_cache_that_cannot_be_written_is_said(tmp_path, monkeypatch):
     assert timer.assumed == "2 + 2 cycles a solve (mgrit.fwd_iters + adj_iters)"
     timer.mode = "mgrit"
     assert timer.assumed == "5 + 5 cycles a solve assumed (to tolerance)"
+    # one level: a solve is a serial sweep (held-out: 3 layers said 5 + 5 assumed)
+    timer.opts = replace(opts, mgrit=replace(opts.mgrit, levels=1))
+    assert timer.assumed == "one MGRIT level: each solve is one serial sweep"
 
 
 def test_kept_glue_is_taken_only_by_a_record_of_the_same_ops(tmp_path, monkeypatch):
