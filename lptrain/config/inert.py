@@ -35,6 +35,9 @@ class Built:
 COARSER = ("mgrit.cfactor", "mgrit.nrelax", "mgrit.cycle")
 ITERATING = COARSER + ("mgrit.nrelax0", "mgrit.coarse_weights", "mgrit.warm_down",
                        "mgrit.skip_first_down", "mgrit.level_ops")
+# ... and how many iterations a solve takes: one level solves in one serial sweep
+ONE_SWEEP = ITERATING + ("mgrit.tol", "mgrit.rtol", "mgrit.max_iter", "mgrit.adj_tol",
+                         "mgrit.adj_max_iter") + SIMULTANEOUS_ONLY
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ RULES = (
     Unused(("mgrit.",), "mode=serial runs no MGRIT", lambda o, b: o.mode.name == SERIAL),
     Unused(SIMULTANEOUS_ONLY, "read by mode=simultaneous only",
            lambda o, b: o.mode.name == MGRIT),
-    Unused(ITERATING, "one MGRIT level: the layers are stepped serially",
+    Unused(ONE_SWEEP, "one MGRIT level: the layers are stepped serially",
            lambda o, b: b.levels == 1),
     Unused(COARSER, "two MGRIT levels: the coarse one is stepped serially",
            lambda o, b: b.levels == 2),

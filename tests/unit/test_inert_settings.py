@@ -33,7 +33,11 @@ CASES = {
     "one level": (SMALL + ["mode=simultaneous", "mgrit.levels=1"],
                   ["mgrit.cfactor=2", "mgrit.nrelax=3", "mgrit.cycle=F", "mgrit.nrelax0=2",
                    "mgrit.coarse_weights=inject", "mgrit.warm_down=false",
-                   "mgrit.skip_first_down=false", "mgrit.level_ops=plain"]),
+                   "mgrit.skip_first_down=false", "mgrit.level_ops=plain",
+                   # ... and the solves' limits and plans: one sweep solves (held-out)
+                   "mgrit.tol=1e-3", "mgrit.max_iter=1", "mgrit.fwd_iters=5",
+                   "mgrit.adj_iters=1", "mgrit.control=fixed", "mgrit.grad_tol=1e-9",
+                   "mgrit.calibrate_every=1"]),
     "two levels": (SMALL + ["mode=simultaneous", "mgrit.levels=2"],
                    ["mgrit.cfactor=2", "mgrit.nrelax=3", "mgrit.cycle=F"]),
     "fixed": (SMALL + ["mode=simultaneous", "mgrit.control=fixed"],
