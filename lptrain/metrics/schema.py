@@ -185,12 +185,17 @@ FIELDS: dict[str, dict[str, Field]] = {
     },
     MGRIT: {
         ITERATION: Field(INT, _ROWS, "", "optimizer iteration (layer-parallel modes only)"),
-        FWD_ITERATIONS: Field(INT, _ROWS, "", "MGRIT iterations of the forward solve"),
+        FWD_ITERATIONS: Field(INT, _ROWS, "", "MGRIT iterations (cycles) of the forward "
+                              "solve; 0 where the relaxation before its first residual "
+                              "met the tolerance (a warm start, or mgrit.nrelax0 CF sweeps "
+                              "as many as the C-intervals: a serial solve; step_time "
+                              "shows their cost)"),
         FWD_RESIDUAL: Field(FLOAT, _ROWS, "", "final residual norm of the forward solve: "
                             "absolute, the 2-norm over the C-points' states of the batch "
                             "(it grows with the batch and the state's size: compare runs "
                             "of one problem)"),
-        ADJ_ITERATIONS: Field(INT, _ROWS, "", "MGRIT iterations of the adjoint solve"),
+        ADJ_ITERATIONS: Field(INT, _ROWS, "", "MGRIT iterations (cycles) of the adjoint "
+                              "solve; 0 as fwd_iterations"),
         ADJ_RESIDUAL: Field(FLOAT, _ROWS, "", "final residual norm of the adjoint solve: "
                             "absolute, as fwd_residual"),
         FWD_FACTOR: Field(FLOAT, _ROWS, "",
