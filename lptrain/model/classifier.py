@@ -8,6 +8,7 @@ validation does, so on the run's validation split it gives the run's numbers.
 """
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -94,6 +95,24 @@ class Classifier(nn.Module):
     def theta(self) -> torch.Tensor:
         """The parameters as one flat vector in the network's layout (a copy)."""
         return torch.cat([p.detach().reshape(-1) for p in self.parameters()])
+
+    def step_module(self, n: int) -> nn.Module:
+        """Layer n's step of a network=custom model as the user's own module, a copy: its
+        parameters by their own names (`inner.weight`, ...) with layer n's values, its
+        buffers those every layer uses; f_n(u) = step_module(n)(u)."""
+        custom, layers = self.net.custom, self.net.opts.layers
+        if custom is None:
+            raise ValueError(f"step_module: network={self.net.opts.name} steps with K and "
+                             f"b, no module of its own (network=custom models have one)")
+        if not 0 <= n < layers:
+            raise IndexError(f"step_module: layer {n} of a network of {layers} (0 to "
+                             f"{layers - 1})")
+        K, _ = self.net.hidden_views(self.theta)
+        module, rows = copy.deepcopy(custom.template), custom.unflatten(K[n])
+        with torch.no_grad():
+            for name, p in module.named_parameters():
+                p.copy_(rows[name])
+        return module.to(dtype=K.dtype, device=K.device)
 
     def _flat(self) -> torch.Tensor:
         """θ assembled from the parameters, differentiable (the network reads views of it)."""

@@ -81,6 +81,34 @@ def test_saved_model_rebuilds_the_users_module_and_scores_like_the_run(tmp_path)
         assert torch.equal(other(x).detach(), want), how
 
 
+def test_a_layers_step_comes_back_as_the_users_module(tmp_path):
+    """A saved custom model showed its layers as rows K (N, p) and an empty b (N, 0): no
+    way to see layer n's weights by the step's own names (held-out check)."""
+    _train(tmp_path, "train.iterations=2")
+    model = load_model(tmp_path, "last")
+    u = torch.randn(5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    theta, h = model.theta, model.net.h
+    for n in (0, 5, 7):
+        step = model.step_module(n)
+        assert type(step).__name__ == "DenseStep" and not step.training
+        assert set(dict(step.named_parameters())) == {"inner.weight", "inner.bias",
+                                                      "outer.weight", "outer.bias"}
+        with torch.no_grad():
+            want = model.net.stepper(theta).step(u, n, h)
+            torch.testing.assert_close(u + h * step(u), want, rtol=1e-14, atol=1e-15)
+    assert not torch.equal(model.step_module(0).inner.weight, model.step_module(1).inner.weight)
+    model.step_module(0).inner.weight.data.zero_()             # a copy: the model keeps its
+    assert torch.equal(model.theta, theta)
+    assert model.float().step_module(3).inner.weight.dtype == torch.float32
+    with pytest.raises(IndexError, match=r"layer 8 of a network of 8 \(0 to 7\)"):
+        model.step_module(8)
+    dense = tmp_path / "dense"
+    _train(dense, "network=dense", "train.iterations=1", base=[o for o in TINY
+                                                             if "step" not in o])
+    with pytest.raises(ValueError, match="network=dense steps with K and b"):
+        load_model(dense).step_module(0)
+
+
 def test_a_saved_custom_model_fine_tunes_with_the_training_gradient(tmp_path):
     """load_model's module: forward's autograd gradient equals the serial adjoint's."""
     _train(tmp_path, "mode=serial", "train.iterations=2")
