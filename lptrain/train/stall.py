@@ -30,7 +30,7 @@ class StallRule:
         self.patience = patience if self.per_epoch == 1 or patience == 0 else max(epochs, 2)
         self.best = math.inf
         self.since = 0               # iterations (epochs with mini-batches) without progress
-        self._epoch: list[tuple[float, int]] = []    # (objective, samples) per batch
+        self._epoch: list[tuple[float, int | None]] = []   # (objective, samples) a batch
         self.last_epoch: float | None = None   # mini-batches: the last whole epoch's mean
         self.stalled: str | None = None
 
@@ -59,25 +59,28 @@ class StallRule:
         return self.stalled
 
     def state_dict(self) -> dict:
-        return {"best": self.best, "since": self.since,
-                "epoch": [list(pair) for pair in self._epoch], "last_epoch": self.last_epoch}
+        """The objectives under "epoch" as before the weights (a checkpoint stays readable
+        by the code before them), their samples beside them."""
+        return {"best": self.best, "since": self.since, "epoch": [o for o, _ in self._epoch],
+                "epoch_samples": [n for _, n in self._epoch], "last_epoch": self.last_epoch}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state`; a run that had stalled and is resumed gets its patience
         afresh (else the first iteration without progress would stall it again)."""
         self.best, self.since = state["best"], state["since"]
-        # older checkpoints kept the objectives alone: batches of one weight
-        self._epoch = [tuple(e) if isinstance(e, (list, tuple)) else (e, 1)
-                       for e in state["epoch"]]
+        # older checkpoints kept the objectives alone: samples unknown (the plain mean)
+        samples = state.get("epoch_samples") or [None] * len(state["epoch"])
+        self._epoch = list(zip(state["epoch"], samples))
         self.last_epoch = state.get("last_epoch")      # (absent from older checkpoints)
         if self.patience and self.since >= self.patience:
             self.since = 0
 
 
-def epoch_mean(batches: list[tuple[float, int]]) -> float:
+def epoch_mean(batches: list[tuple[float, int | None]]) -> float:
     """The mean objective of an epoch's (objective, samples) batches, each weighed by its
-    samples; the plain mean where they are of one size (the same number, to the bit)."""
+    samples; the plain mean where they are of one size (the same number, to the bit) or
+    a size is unknown (None: a batch before a resume from an older checkpoint)."""
     sizes = {n for _, n in batches}
-    if len(sizes) == 1:
+    if len(sizes) == 1 or None in sizes:
         return sum(o for o, _ in batches) / len(batches)
     return sum(o * n for o, n in batches) / sum(n for _, n in batches)

@@ -73,12 +73,18 @@ def test_an_epochs_mean_weighs_each_batch_by_its_samples():
     p.update(1.48806, samples=9)
     assert p.last_epoch == pytest.approx((1.14857 + 9 * 1.48806) / 10)
     assert epoch_mean([(0.1, 3), (0.2, 3), (0.4, 3)]) == (0.1 + 0.2 + 0.4) / 3  # to the bit
-    q = StallRule(patience=0, batches_per_epoch=2)   # a checkpoint of objectives alone
+    # a checkpoint of objectives alone (older code): their samples are not known, so the
+    # epoch that spans the resume takes the plain mean (held-out: weights of 1 beside 30)
+    q = StallRule(patience=0, batches_per_epoch=2)
     q.load_state_dict({"best": 1.0, "since": 0, "epoch": [1.0]})
-    q.update(2.0, samples=1)
+    q.update(2.0, samples=30)
     assert q.last_epoch == 1.5
     r = StallRule(patience=0, batches_per_epoch=2)   # and one of this form
-    r.load_state_dict(p.state_dict() | {"epoch": [[1.0, 3]]})
+    mid = StallRule(patience=0, batches_per_epoch=2)
+    mid.update(1.0, samples=3)
+    state = mid.state_dict()
+    assert state["epoch"] == [1.0] and state["epoch_samples"] == [3]   # old code reads it
+    r.load_state_dict(state)
     r.update(2.0, samples=1)
     assert r.last_epoch == pytest.approx(1.25)
 
