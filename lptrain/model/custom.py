@@ -220,13 +220,18 @@ class CustomStep:
         weight clamped in place under no_grad): each call writes into θ's row of its
         layer, which the optimizer and the other ranks do not see (an mgrit run on two
         layer ranks had parted from one rank's at its first objective)."""
-        changed = [name for name, t in _held(module).items()
-                   if not _same(t, before[name])]
-        if changed:
-            raise ConfigError(f"{self.name} writes into its {', '.join(changed)} when "
-                              f"called: a step must leave its parameters and buffers as "
-                              f"they are (lptrain owns them in θ); constrain a weight "
-                              f"where it is used, e.g. weight.clamp(-c, c) in forward")
+        params = dict(module.named_parameters())
+        changed = [name for name, t in _held(module).items()      # one made in a call: new
+                   if name in before and not _same(t, before[name])]
+        if not changed:
+            return
+        if any(name in params for name in changed):
+            why = ("its parameters are θ's rows, which the optimizer alone moves; constrain "
+                   "a weight where it is used, e.g. weight.clamp(-c, c) in forward")
+        else:
+            why = "every layer shares its buffers, so a call's writes reach the others"
+        raise ConfigError(f"{self.name} writes into its {', '.join(changed)} when called: "
+                          f"a step must leave its parameters and buffers as they are ({why})")
 
     def _per_sample(self, module: nn.Module, u: torch.Tensor, together: torch.Tensor
                     ) -> None:

@@ -225,6 +225,27 @@ class ClampsInPlace(DenseStep):
         return super().forward(u)
 
 
+class CountsCalls(DenseStep):
+    """Counts its calls in a buffer: writes a buffer every layer shares."""
+
+    def __init__(self, width: int = 8, hidden: int = 6):
+        super().__init__(width, hidden)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return super().forward(u)
+
+
+class LazyBuffer(DenseStep):
+    """Registers a constant buffer at its first call (legitimate: it is the same after)."""
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        if not hasattr(self, "scale"):
+            self.register_buffer("scale", torch.full((), 0.5, dtype=u.dtype))
+        return self.scale * super().forward(u)
+
+
 class Hamiltonian(DenseStep):
     """f(u) = J ∇H(u), H(u) = Σ tanh(A u + a), J the antisymmetric shift: an update taken
     by autograd.grad inside the step, with the graph kept for the adjoint."""

@@ -120,13 +120,24 @@ def test_initial_parameters_are_the_modules_own_and_seeded():
      r"by [0-9.e-]+ with the others beside it\)"),                  # trained apart
     ({"_target_": "custom_step_pkg.ClampsInPlace", "width": 5}, "dense",   # 2 ranks parted
      r"ClampsInPlace\(width=5\) writes into its inner.weight when called: a step must "
-     r"leave its parameters and buffers as they are"),
+     r"leave its parameters and buffers as they are \(its parameters are θ's rows"),
+    ({"_target_": "custom_step_pkg.CountsCalls", "width": 5}, "dense",
+     r"CountsCalls\(width=5\) writes into its calls when called: .* \(every layer shares "
+     r"its buffers"),
 ])
 def test_bad_steps_are_refused_in_one_line(step, opening, message):
     o = NetworkOptions(name="custom", width=5, opening=opening, step=step)
     with pytest.raises(ConfigError, match=message) as err:
         ResNet(o, (2,), 3).custom.steps(torch.float64, "cpu")    # tried where it runs
     assert "\n" not in str(err.value)
+
+
+def test_a_step_that_makes_a_buffer_at_its_first_call_is_accepted():
+    """The parameter check raised KeyError for a buffer registered in forward (re-check:
+    the code before it trained this step)."""
+    o = NetworkOptions(name="custom", width=5, step={"_target_": "custom_step_pkg.LazyBuffer",
+                                                     "width": 5})
+    ResNet(o, (2,), 3).custom.steps(torch.float64, "cpu")
 
 
 def test_a_step_that_takes_autograd_grad_with_its_graph_is_accepted():
