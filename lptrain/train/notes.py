@@ -123,13 +123,14 @@ def _stall_advice(dtype: str, custom: bool) -> list[str]:
     dtype's round-off, which float64 lowers; in float64 round-off only where mgrit.tol is
     near it, and a step of the user's whose output varies between calls (noise below
     the build check's) stalls MGRIT far above it."""
+    if custom:      # noise in the step stalls them in any dtype (held-out: float32 too)
+        return ["  they stopped falling: a step whose output varies from call to call",
+                "  stalls MGRIT (make network.step deterministic), as does the round-off",
+                f"  of {dtype} where mgrit.tol is near it (raise mgrit.tol"
+                + (")" if dtype == "float64" else " or use dtype=float64)")]
     if dtype != "float64":
         return [f"  they stagnated at {dtype}'s round-off: raise mgrit.tol or use "
                 f"dtype=float64"]
-    if custom:
-        return ["  they stopped falling: a step whose output varies from call to call",
-                "  stalls MGRIT (make network.step deterministic), as does float64's",
-                "  round-off where mgrit.tol is near it (raise mgrit.tol)"]
     return ["  they stopped falling at float64's round-off: raise mgrit.tol"]
 
 

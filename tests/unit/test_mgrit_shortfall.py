@@ -63,6 +63,10 @@ def test_a_float64_run_is_not_told_to_use_float64(tmp_path, caplog):
     assert "deterministic" in " ".join(_stall_advice("float64", True))
     assert "deterministic" not in " ".join(_stall_advice("float64", False))
     assert "bfloat16's round-off" in _stall_advice("bfloat16", False)[0]
+    # a custom step in float32: noise first, float32's round-off beside it (re-check: a
+    # noisy step stalled alike in float64, which the advice alone named)
+    said = " ".join(_stall_advice("float32", True))
+    assert "make network.step deterministic" in said and "dtype=float64" in said
     counts, _ = _run(tmp_path, caplog, "network=custom", "network.width=4",
                      "network.step._target_=custom_step_pkg.BelowCheckNoise",
                      "+network.step.width=4", "+network.step.hidden=3", "mgrit.max_iter=8")
