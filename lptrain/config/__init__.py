@@ -396,7 +396,21 @@ def _elsewhere(leaf: str, parent: str, keys) -> str:
             by_leaf.setdefault(k.rpartition(".")[2], []).append(k)
     near = get_close_matches(leaf, by_leaf, n=1, cutoff=0.8)
     found = by_leaf[near[0]] if near else []
-    return f"; did you mean {found[0]}?" if len(found) == 1 else ""
+    return f"; did you mean {found[0]}{_choices_having(found[0])}?" if len(found) == 1 \
+        else ""
+
+
+def _choices_having(key: str) -> str:
+    """' (a key of optimizer=adam, sgd)' where only some choices of key's group take it
+    (a suggestion the run's choice then refused, re-check); '' where all do."""
+    from dataclasses import fields
+
+    from lptrain.config.schema import schema_nodes
+    group, _, leaf = key.partition(".")
+    nodes = schema_nodes().get(group, {})
+    having = sorted(node.removesuffix("_schema") for node, cls in nodes.items()
+                    if leaf in {f.name for f in fields(cls)})
+    return "" if len(having) == len(nodes) else f" (a key of {group}={', '.join(having)})"
 
 
 def _choice_of(group: str, class_name: str) -> str:

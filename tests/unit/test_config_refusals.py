@@ -52,7 +52,11 @@ def test_a_key_a_config_sets_is_said_with_its_reason_and_origin():
                                  "checkpoint_every?"),
     ("train.eval_evry=5", "train.eval_evry: no such key; did you mean eval_every?"),
     ("mgrit.seed=5", "mgrit.seed: no such key; did you mean seed?"),
-    ("train.lr=0.1", "train.lr: no such key; did you mean optimizer.lr?"),
+    # ... named with the choices that take it (re-check: lbfgs then refused optimizer.lr)
+    ("train.lr=0.1", "train.lr: no such key; did you mean optimizer.lr (a key of "
+                     "optimizer=adam, sgd)?"),
+    ("network.grid=64", "network.grid: no such key; did you mean dataset.grid (a key of "
+                        "dataset=peaks)?"),
     ("iterations=5", "iterations: no such key; did you mean train.iterations?"),
     ("train.name=x", "train.name: no such key (lptrain"),     # name: in every group
     # another choice's key: said so, with the choice that lacks it (was its class name)
