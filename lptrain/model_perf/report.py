@@ -87,8 +87,9 @@ def comparison_table(rows: Sequence[tuple]) -> str:
         ratio = "-" if pred is None else f"{pred / run.iteration_time:.2f}"
         if differs:
             note = "; ".join(filter(None, [note, "another configuration, not predicted "
-                                           "(lptrain-model with its settings predicts "
-                                           "it): " + ", ".join(differs)]))
+                                           "(lptrain-model with the overrides that run "
+                                           "had predicts it); it differs in "
+                                           + ", ".join(differs)]))
         out.append(f"| {run.path} | {run.mode} | {run.ranks} | {_t(run.iteration_time)} "
                    f"| {_t(pred)} | {ratio} | {note} |")
     return "\n".join(out) + "\n"
