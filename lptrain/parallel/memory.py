@@ -26,7 +26,7 @@ The estimate counts what grows with the run, per rank, in bytes:
   batch (compact warm starts, train/warm.py), copied out of the solver's buffers
   in a full-batch run; on more than one rank rank 0 also receives the ranks'
   states one at a time, `CHECKPOINT_COPIES` copies of one rank's (its pickled
-  message and the tensors), counted on every rank alike.
+  message, the tensors, and what writing them holds), counted on every rank alike.
 The coefficients are fitted to measured peaks (BENCHMARKS.md, "Memory per
 rank"), what the allocator keeps of freed memory included.
 """
@@ -47,7 +47,7 @@ COARSE_COPIES = 6.2     # per owned coarse step (MGRIT modes)
 STATE_EXTRA = {SERIAL: 30.0, MGRIT: 42.0, SIMULTANEOUS: 42.0}
 VAL_COPIES = 1.0       # per layer and sample of a validation sweep
 WARM_COPIES = 2.0       # per owned C-point and kept batch (measured; 2 are the states)
-CHECKPOINT_COPIES = 2.0  # of a rank's oracle state
+CHECKPOINT_COPIES = 3.0  # of a rank's oracle state (rank 0 at a checkpoint, measured)
 
 
 @dataclass(frozen=True)
