@@ -32,7 +32,7 @@ def dataset_for(model, overrides: list[str]):
     from omegaconf import OmegaConf
     from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-    from lptrain.config import did_you_mean
+    from lptrain.config.suggest import did_you_mean
     from lptrain.config.schema import check_chosen, dataset_options
     from lptrain.errors import ConfigError, one_of
     saved = OmegaConf.create(model.config_yaml)

@@ -369,50 +369,6 @@ def _documented(key: str) -> bool:
     return key in KEYS or key in GROUPS
 
 
-def did_you_mean(key: str) -> str:
-    """' (did you mean K?)' for the documented key, group or section nearest a misspelt
-    one (`trian`, `Train`: train)."""
-    from difflib import get_close_matches
-
-    from lptrain.config.meanings import GROUPS, KEYS
-    sections = {k.split(".")[0] for k in [*KEYS, *GROUPS] if "." in k}
-    parent, _, leaf = key.rpartition(".")
-    siblings = {k.rpartition(".")[2]: k for k in [*KEYS, *GROUPS, *sections]
-                if k.rpartition(".")[0] == parent}
-    near = get_close_matches(leaf, siblings, n=1, cutoff=0.75) or \
-        get_close_matches(leaf.lower(), siblings, n=1, cutoff=0.75)
-    if near:
-        return f"; did you mean {siblings[near[0]]}?"
-    return _elsewhere(leaf, parent, KEYS)
-
-
-def _elsewhere(leaf: str, parent: str, keys) -> str:
-    """' (did you mean K?)' for a key of another section named as `leaf` or nearly
-    (`train.checkpoint_every`, `train.eval_evry`: the top level's), where only one is."""
-    from difflib import get_close_matches
-    by_leaf: dict = {}
-    for k in keys:
-        if k.rpartition(".")[0] != parent:
-            by_leaf.setdefault(k.rpartition(".")[2], []).append(k)
-    near = get_close_matches(leaf, by_leaf, n=1, cutoff=0.8)
-    found = by_leaf[near[0]] if near else []
-    return f"; did you mean {found[0]}{_choices_having(found[0])}?" if len(found) == 1 \
-        else ""
-
-
-def _choices_having(key: str) -> str:
-    """' (a key of optimizer=adam, sgd)' where only some choices of key's group take it
-    (a suggestion the run's choice then refused, re-check); '' where all do."""
-    from dataclasses import fields
-
-    from lptrain.config.schema import schema_nodes
-    group, _, leaf = key.partition(".")
-    nodes = schema_nodes().get(group, {})
-    having = sorted(node.removesuffix("_schema") for node, cls in nodes.items()
-                    if leaf in {f.name for f in fields(cls)})
-    return "" if len(having) == len(nodes) else f" (a key of {group}={', '.join(having)})"
-
-
 def _choice_of(group: str, class_name: str) -> str:
     """' (optimizer=lbfgs)': the choice of `group` whose options class is `class_name`, as
     a user chooses it (the class name said nothing); '' where none is."""
@@ -453,6 +409,7 @@ def one_line_error(exc: Exception):
         key = key or (named[0] if named else None)
     known = re.fullmatch(r"Key '[\w-]+' not in '(\w+)'", head)
     if key and known and not key.startswith("hydra."):   # Hydra's own: --cfg hydra
+        from lptrain.config.suggest import did_you_mean
         # its schema's class name said nothing to a user
         group = key.rpartition(".")[0]
         head = (f"not an option of this {group} choice{_choice_of(group, known[1])}; "
