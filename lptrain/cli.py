@@ -219,7 +219,7 @@ def _lead(args: list[str], ranks: int) -> int:
             checked = checked_args(args)
             if checked is not None:
                 check_command(checked, source=config_source(args))
-            return _hydra(args) or 0      # Hydra's own error (a comma value) in one line
+            return _informed(args)
         check_hydra_keys([a for a in args if a.lstrip("+").startswith("hydra.")])
         checked, source = checked_args(args), config_source(args)
         _source[:] = [source]
@@ -255,6 +255,25 @@ def _lead(args: list[str], ranks: int) -> int:
     if fresh and _failures == [REFUSED]:   # nothing ran (a sweep: no job started)
         remove_refused(directory, empty_parents=made)
     return max(_failures, default=0)
+
+
+def _informed(args: list[str]) -> int:
+    """Hydra's answer to --cfg, --info ...: its exit status (its own error, a comma value,
+    in one line), 1 where stdout could not take it (--info logs it, which drops errors)."""
+    from lptrain.metrics.streams import WatchedStream, output_lost
+    watched = sys.stdout = WatchedStream(sys.stdout)
+    status = 0
+    try:
+        status = _hydra(args) or 0      # an error Hydra raised: said in its one line
+        sys.stdout.flush()
+    except OSError:
+        pass                            # noted
+    finally:
+        sys.stdout = watched.stream
+    if watched.error is not None and not status:
+        output_lost(PROG, watched.error)
+        return 1
+    return status
 
 
 def _hydra(args: list[str], directory: str | None = None, sweep: bool = False) -> int | None:

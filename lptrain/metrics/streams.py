@@ -86,6 +86,31 @@ def output_lost(prog: str, exc: OSError, stream=None) -> None:
     say(f"{prog}: error: {exc.strerror or exc} while writing its output")
 
 
+class WatchedStream:
+    """A stream that notes the first write or flush that fails (`error`) and raises it as
+    before: a logging handler drops such errors (Hydra's --info logs to stdout), and
+    what it printed is still said lost."""
+
+    def __init__(self, stream):
+        self.stream, self.error = stream, None
+
+    def write(self, text):
+        return self._noted(self.stream.write, text)
+
+    def flush(self):
+        return self._noted(self.stream.flush)
+
+    def _noted(self, call, *args):
+        try:
+            return call(*args)
+        except OSError as exc:
+            self.error = self.error or exc
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
 def survive_hangup(module) -> None:
     """`module`'s (sys's) stdout and stderr as HungUpStreams, where they are terminals."""
     for name in ("stdout", "stderr"):

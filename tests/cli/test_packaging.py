@@ -113,9 +113,10 @@ def test_informational_flags_write_no_run_directory(flags, expect, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("flag", ["--version", "--help"])
+@pytest.mark.parametrize("flag", ["--version", "--help", "--info"])
 def test_an_informational_flags_unwritable_output_is_one_line(flag, tmp_path):
-    """`lptrain --version > /dev/full` ended in a traceback (held-out re-check)."""
+    """`lptrain --version > /dev/full` ended in a traceback (held-out re-check); `--info`,
+    which Hydra logs (logging drops the error), exited 0."""
     with open("/dev/full", "w") as full:
         proc = subprocess.run([sys.executable, "-m", "lptrain", flag], cwd=tmp_path, env=ENV,
                               stdout=full, stderr=subprocess.PIPE, text=True, timeout=TIMEOUT)

@@ -101,6 +101,28 @@ def test_a_tool_whose_output_cannot_be_written_ends_in_one_line(error, expect, c
     assert capfd.readouterr().err == expect
 
 
+def test_a_watched_stream_notes_a_failed_write_that_a_handler_drops():
+    """Hydra's --info logs to stdout through a handler that drops a write's error: the
+    command exited 0 with its output lost."""
+    from lptrain.metrics.streams import WatchedStream
+    watched = WatchedStream(_FullDisk())
+    log = logging.getLogger("lptrain.test.watched")
+    handler = logging.StreamHandler(watched)
+    log.addHandler(handler)
+    raising = logging.raiseExceptions
+    logging.raiseExceptions = False               # as the lptrain command sets it
+    try:
+        log.warning("the info")                   # dropped by the handler
+    finally:
+        logging.raiseExceptions = raising
+        log.removeHandler(handler)
+    assert isinstance(watched.error, OSError) and watched.error.errno == 28
+    fine = WatchedStream(io.StringIO())
+    fine.write("x")
+    fine.flush()
+    assert fine.error is None and fine.getvalue() == "x"      # the rest passes through
+
+
 def _tool_mains():
     from lptrain.evaluate import main as evaluate
     from lptrain.model_perf.cli import main as model
