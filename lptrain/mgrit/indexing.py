@@ -80,22 +80,14 @@ def layout_order(t: torch.Tensor) -> tuple[int, ...]:
 
 def fits_rows(buf: torch.Tensor | None, template: torch.Tensor, rows: int) -> bool:
     """Whether `buf` has the form new_rows(template, rows) gives (shape, dtype, device and
-    the dense row layout), so that it can be written instead of a new block."""
-    return buf is not None and buf.shape == (rows, *template.shape) and \
-        buf.dtype == template.dtype and buf.device == template.device and \
-        buf.stride() == _row_strides(template, rows)
-
-
-def _row_strides(template: torch.Tensor, rows: int) -> tuple[int, ...]:
-    """The strides of new_rows(template, rows), without making it."""
-    order = layout_order(template)
-    sizes = [template.shape[d] for d in order]
-    dense, step = [], 1
-    for size in reversed(sizes):
-        dense.append(step)
-        step *= max(size, 1)
-    dense.reverse()                      # strides of the dims in memory order
-    return (step, *(dense[order.index(d)] for d in range(template.dim())))
+    the dense row layout), so that it can be written instead of a new block; the layout
+    is new_rows' own, made on the meta device (no memory)."""
+    if buf is None or buf.shape != (rows, *template.shape) or \
+            buf.dtype != template.dtype or buf.device != template.device:
+        return False
+    shape_only = torch.empty_strided(template.shape, template.stride(), dtype=template.dtype,
+                                     device="meta")
+    return buf.stride() == new_rows(shape_only, rows).stride()
 
 
 def zeros_rows(template: torch.Tensor, rows: int) -> torch.Tensor:
