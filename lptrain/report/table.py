@@ -6,6 +6,7 @@ row with the serial run of its problem, `to_markdown` renders them. Nothing here
 from __future__ import annotations
 
 import math
+from itertools import groupby
 
 import numpy as np
 import yaml
@@ -135,12 +136,9 @@ def _grid(attrs, timing: dict) -> str | None:
     layer, data = attrs.get(s.LAYER_RANKS), attrs.get(s.DATA_RANKS)
     if layer is None or data is None:
         return None
-    grids = [f"{int(layer)} x {int(data)}"]
-    if s.LAYER_RANKS in timing and s.DATA_RANKS in timing:
-        for pair in zip(timing[s.LAYER_RANKS][::-1], timing[s.DATA_RANKS][::-1]):
-            if pair[0] > 0 and pair[1] > 0 and grids[0] != f"{pair[0]} x {pair[1]}":
-                grids.insert(0, f"{pair[0]} x {pair[1]}")
-    return " → ".join(grids)
+    rows = zip(timing.get(s.LAYER_RANKS, ()), timing.get(s.DATA_RANKS, ()))
+    grids = [f"{int(lr)} x {int(dr)}" for lr, dr in rows if lr > 0 and dr > 0]  # -1: unknown
+    return " → ".join(g for g, _ in groupby([*grids, f"{int(layer)} x {int(data)}"]))
 
 
 def flat_config(text: str) -> dict:
