@@ -6,8 +6,8 @@ has not improved on its best value for `patience` iterations.  With
 mini-batches each iteration sees another batch, so epochs are compared: the
 mean objective of an epoch against the best earlier epoch mean, with the
 patience rounded up to whole epochs (at least two); the mean weighs each batch's
-objective by its samples (a remainder batch of one sample had counted as a full
-one).  Patience 0 turns the rule off; a failed line search still ends the run.
+objective by its samples, so that a small remainder batch counts by its size.
+Patience 0 turns the rule off; a failed line search still ends the run.
 """
 from __future__ import annotations
 

@@ -89,9 +89,9 @@ class WarmCache:
     their C-point rows; without, the solver buffers themselves (a full-batch run: they
     stay valid until the next solve of the one batch), saved compact where `lp` is
     given.  A compact copy is written into the blocks the batch held, or those of a
-    dropped batch: a new block at every store had fragmented the heap (RSS grew past
-    the kept states, BENCHMARKS.md "Memory per rank").  Nothing else holds a kept block
-    (the solvers copy a warm start in and never write it).
+    dropped batch: a new block at every store fragments the heap, which keeps freed
+    memory (BENCHMARKS.md "Kept blocks rewritten in place").  Nothing else holds a kept
+    block (the solvers copy a warm start in and never write it).
     """
 
     def __init__(self, capacity: int, lp=None, keep_compact: bool = False):
@@ -117,7 +117,7 @@ class WarmCache:
         while len(self.cache) > self.capacity:
             dropped = self.cache.popitem(last=False)[1]
             if self.keep_compact:
-                self.spare = [t for t in dropped if t is not None][:2]
+                self.spare = [t for t in dropped if t is not None]
 
     def _block(self, kept):
         """A block to write a new compact copy into: the batch's own, else a spare one
