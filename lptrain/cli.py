@@ -11,8 +11,6 @@ import gc
 import logging
 import os
 import sys
-import time
-import traceback
 from pathlib import Path
 
 from lptrain.errors import (FAILED, REFUSED, LptrainError, RunFileError, first_line,
@@ -23,12 +21,14 @@ from lptrain.command_args import (check_dir_values, check_flags, check_hydra_key
                                   hydra_raising, informational, launched_rank, multirun,
                                   overrides_first, value)
 from lptrain.help_format import version_line
+from lptrain.job_run import quiet_teardown as _quiet_teardown
+from lptrain.job_run import run_job
+from lptrain.job_run import say_error as _say
 from lptrain.jobs import END, Job, JobChannel
 from lptrain.resume_args import resume_args, sweep_switch
 from lptrain.rundir import (RunLock, SavedFiles, dir_value, is_sweep, refuse_earlier_run,
                             remove_refused)
-from lptrain.stops import (PROG, AgreedExit, again, resume_hint, say, signal_at_the_end,
-                           stop_before_job, stop_if_signalled, unexpected)
+from lptrain.stops import PROG, stop_before_job, stop_if_signalled
 
 from lptrain.config import CONF_MODULE, check_command, override_key
 log = logging.getLogger("lptrain")
@@ -41,11 +41,6 @@ _channel: list = []       # the JobChannel main() opened (empty when called othe
 _typed: list[str] = []    # the command's own arguments (rank 0)
 _results: list = []       # a sweep's JobResult of each job the task ended (rank 0)
 _source: list = []        # the command's config.source.ConfigSource (rank 0)
-
-
-def _say(msg: str) -> None:
-    from lptrain.metrics.streams import say as said
-    said(f"{PROG}: error: {msg}")
 
 
 def _claim(directory: str, args: list[str], ranks: int) -> None:
@@ -174,14 +169,6 @@ def _abort_before_mpi(exc: Exception) -> None:
         MPI.COMM_WORLD.Abort(1)
     finally:
         os._exit(1)
-
-
-def _quiet_teardown() -> None:
-    """Ignore SIGINT, SIGHUP and SIGTERM once the command's work is done: the
-    interpreter's teardown puts back the default handlers, and a signal then ended a
-    completed run with 130 or 143 and no word."""
-    from lptrain.train.stop import StopSignals
-    StopSignals.ignore()
 
 
 def _split_hint(message: str, ranks: int) -> str:
@@ -396,16 +383,6 @@ def _ended(objective: float | None, cfg=None) -> float | None:
     return objective
 
 
-def _resume_line(job, run_dir: Path, ranks: int) -> str:
-    """How a stopped run carries on: its resume command, or why it cannot (its
-    metrics.h5 removed while it ran: the resume would be refused)."""
-    from lptrain.metrics.schema import FILE_NAME
-    if not (run_dir / FILE_NAME).exists():
-        return (f"its {FILE_NAME} was removed during the run, so it cannot be resumed "
-                f"(the models are kept)")
-    return f"resume with: {resume_command(again(job), ranks)}"
-
-
 def _planned(cfg, hydra_cfg):
     """Rank 0, a job of a resumed sweep: its JobPlan, said where the job is kept; None
     where its directory allows neither (said too)."""
@@ -427,71 +404,8 @@ def _planned(cfg, hydra_cfg):
 
 
 def _run_job(job: Job) -> float | None:
-    """One job on this rank (every rank runs it together). Whatever fails after the
-    world is up ends here, an import that fails on one rank included, so that no rank
-    is left waiting for one that stopped."""
-    from lptrain.errors import Interrupted, LptrainError
-    from lptrain.parallel.context import world
-    comm = world()
-    run_dir = Path(job.run_dir)
-    try:
-        return _train(job, comm, run_dir)
-    except Interrupted as exc:       # every rank agreed on it after the same iteration
-        if comm.Get_rank() == 0:
-            say(f"{exc} (status interrupted); {_resume_line(job, run_dir, comm.Get_size())}")
-        _quiet_teardown()            # a second signal while exiting: 2 or 15, MPICH's banner
-        sys.exit(exc.exit_code)
-    except LptrainError as exc:      # raised identically on every rank
-        _failures.append(exc.exit_code)
-        if comm.Get_rank() == 0:
-            ranks = comm.Get_size()
-            message = str(exc) + _split_hint(str(exc), ranks) + resume_hint(exc, job, ranks)
-            log.error(message)
-            # a sweep's error line names its job (stderr apart from stdout did not)
-            _say(f"job {os.path.relpath(run_dir, job.sweep_dir)}: {message}"
-                 if job.sweep_dir else message)
-    except AgreedExit:               # every rank leaves together
-        raise
-    except (Exception, SystemExit, KeyboardInterrupt) as exc:   # unexpected, a user's
-        # step's sys.exit too: log, say it once, end every rank
-        trace = run_dir / f"error-rank{comm.Get_rank()}.log"
-        try:
-            trace.write_text(traceback.format_exc())
-        except OSError:
-            trace = None
-        message = unexpected(exc, comm.Get_rank(), trace, job, comm.Get_size())
-        if comm.Get_rank() > 0:      # where every rank failed alike, rank 0's abort ends
-            time.sleep(RANK0_FIRST)  # the job first: one line, not one per rank
-        _say(message)
-        log.error(message)
-        if comm.Get_size() > 1:
-            from lptrain.mgrit.exchange import abort
-            abort(comm, 1)
-        sys.exit(1)
-    return None
-
-
-RANK0_FIRST = 2.0   # seconds ranks > 0 leave rank 0 to report an error they all hit
-
-
-def _train(job: Job, comm, run_dir: Path) -> float:
-    """The job's training on this rank; what a sweep ranks it by (Outcome.ranked: the
-    final objective, with mini-batches the last whole epoch's mean)."""
-    from lptrain import app
-    from lptrain.parallel import auto
-    auto.install(_model_timer)
-    outcome = app.run(job.cfg, comm, run_dir, _stop[0] if _stop else None,
-                      resume=job.resume, typed=job.typed)
-    if _stop:
-        signal_at_the_end(job, comm, _stop[0])
-    return float(outcome.ranked)
-
-
-def _model_timer(opts, net, mode: str):
-    """parallel.layer_ranks=auto's timer: the speedup model, imported only when a run
-    has a choice of grids."""
-    from lptrain.model_perf.grid import model_timer
-    return model_timer(opts, net, mode, lambda text: say(text, logging.INFO))
+    """One job on this rank, with this command's stop handlers and failures."""
+    return run_job(job, _stop[0] if _stop else None, _failures, _split_hint)
 
 
 def _hydra_entry():

@@ -8,7 +8,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict
 
 from helpers import composed
-from lptrain import cli
+from lptrain import cli, job_run
 from lptrain.errors import REFUSED, ConfigError
 from lptrain.metrics import schema as ms
 from lptrain.metrics.reader import read_metrics
@@ -367,7 +367,7 @@ def test_a_failure_before_training_on_one_rank_ends_every_rank(monkeypatch, tmp_
     monkeypatch.setattr(context, "world", RankOneOfTwo)
     monkeypatch.setattr(auto, "install", broken)
     monkeypatch.setattr(exchange, "abort", lambda comm, code: aborted.append(code))
-    monkeypatch.setattr(cli, "RANK0_FIRST", 0.0)
+    monkeypatch.setattr(job_run, "RANK0_FIRST", 0.0)
     with pytest.raises(SystemExit) as end:
         cli._run_job(Job(cfg=None, run_dir=str(tmp_path)))
     assert end.value.code == 1 and aborted == [1]

@@ -411,8 +411,8 @@ def test_a_signal_after_the_last_iteration_is_said_and_ends_only_a_sweep(
 def test_the_command_ignores_signals_once_its_work_is_done(signals):
     """A SIGINT in the interpreter's teardown (default handlers put back) ended a
     completed run with 130 and no word."""
-    from lptrain import cli
-    cli._quiet_teardown()
+    from lptrain.job_run import quiet_teardown
+    quiet_teardown()
     assert signal.getsignal(signal.SIGINT) == signal.getsignal(signal.SIGTERM) == \
         signal.SIG_IGN
     os.kill(os.getpid(), signal.SIGINT)          # nothing happens
@@ -437,11 +437,11 @@ def test_a_metrics_file_removed_during_the_run_is_said(tmp_path, capsys):
            f"lost" in said.err
     assert (tmp_path / "model.pt").is_file() and f"metrics: {tmp_path}" not in said.out
     # its resume: was first told to ask for more iterations, then refused for the file
-    from lptrain import cli
+    from lptrain.job_run import _resume_line
     from lptrain.metrics.schema import MetricsInputError
     with pytest.raises(MetricsInputError, match="metrics.h5: gone .* cannot be resumed"):
         app.run(composed("network.layers=4", "dataset.n_train=100", "dataset.n_val=20",
                          "train.iterations=3"), None, tmp_path, resume=True)
     # a run stopped by a signal after the removal: its line offered that resume
-    assert cli._resume_line(None, tmp_path, 1) == "its metrics.h5 was removed during the " \
+    assert _resume_line(None, tmp_path, 1) == "its metrics.h5 was removed during the " \
         "run, so it cannot be resumed (the models are kept)"

@@ -131,13 +131,13 @@ def test_a_steps_failure_while_auto_times_is_the_runs_error_not_autos():
 
 
 def test_the_lptrain_command_installs_the_model_for_auto(monkeypatch):
-    from lptrain import cli
+    from lptrain import job_run
     from lptrain.model_perf.grid import MeasuredTimer
     from lptrain.parallel import auto
     from lptrain.parallel.auto import DataParallelFirst
     monkeypatch.setattr(auto, "_factory", None)
     assert isinstance(auto.timer_for(None, None, "mgrit"), DataParallelFirst)
-    timer = cli._model_timer("opts", "net", "mgrit")
+    timer = job_run.model_timer("opts", "net", "mgrit")
     assert isinstance(timer, MeasuredTimer) and (timer.opts, timer.mode) == ("opts", "mgrit")
 
 
