@@ -1,6 +1,7 @@
-"""An earlier run's metrics.h5 made fit to continue (resume=): rows after the iteration
-the run resumes after cut, columns an older version of lptrain did not write added; the
-refusal where the file is gone.  `MetricsWriter.reopen` (writer.py) applies them."""
+"""An earlier run's metrics.h5 made fit to continue (resume=): opened only where it is
+whole, lptrain's and no other process's to write; rows after the iteration the run
+resumes after cut, columns an older version of lptrain did not write added; the refusal
+where the file is gone.  `MetricsWriter.reopen` (writer.py) applies them."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -57,3 +58,64 @@ def add_grid_columns(timing: h5py.Group, root) -> None:
             timing.create_dataset(name, data=np.full(rows, value, dtype=np.int64),
                                   maxshape=(None,), chunks=(CHUNK_ROWS,),
                                   fillvalue=s.FILL[s.INT])
+
+
+def open_to_continue(path: Path) -> h5py.File:
+    """`path` opened to append to, without HDF5's file lock (as the writer opens a new
+    file); refused where it is gone, not HDF5, or written by another process."""
+    # HDF5 would take an empty file for a new one and the resumed run would lose the
+    # earlier rows silently
+    if not path.exists():
+        raise gone(path)
+    if path.is_file() and not h5py.is_hdf5(path):
+        raise s.MetricsInputError(f"{path}: cannot reopen metrics file (not an HDF5 file, "
+                                  f"{path.stat().st_size} bytes)")
+    _refuse_another_writer(path)
+    try:
+        return h5py.File(path, "r+", locking=False)
+    except OSError as exc:
+        raise s.MetricsInputError(f"{path}: cannot reopen metrics file ({exc})") from None
+
+
+def check_rows_reach(f: h5py.File, path: Path, iteration: int) -> None:
+    """MetricsInputError where `f` is not an lptrain file or its rows end before
+    `iteration`, the checkpoint's (each row is flushed before its iteration's
+    checkpoint, so a shorter file is another start's)."""
+    if s.STATUS not in f.attrs:
+        raise s.MetricsInputError(f"{path}: not an lptrain metrics file (no "
+                                  f"{s.STATUS!r} attribute)")
+    last = max((int(g[s.ITERATION][-1]) for g in map(f.get, s.GROUPS)
+                if g is not None and s.ITERATION in g and len(g[s.ITERATION])),
+               default=0)
+    if last < iteration:
+        raise s.MetricsInputError(
+            f"{path}: its rows end at iteration {last}, the checkpoint is of "
+            f"iteration {iteration}: not this file's checkpoint (copied in from "
+            f"another start?); resume would leave iterations {last + 1}-{iteration} "
+            f"out of it")
+
+
+def _refuse_another_writer(path: Path) -> None:
+    """MetricsInputError where another process holds `path` open for writing. lptrain
+    opens its files without HDF5's file lock (a reader must not stop the run, nor the
+    run a reader), so a writer elsewhere (h5py's "a", which locks) would go unseen and
+    its flushes would overwrite the resumed run's; a locked read is what its lock
+    refuses. A file system without locks says nothing either way."""
+    try:
+        h5py.File(path, "r", locking=True).close()
+    except BlockingIOError:
+        raise s.MetricsInputError(f"{path}: open for writing in another process; close "
+                                  f"it there, then resume again") from None
+    except OSError:
+        pass          # no locks here, or a damaged file: the open that follows says so
+
+
+def read_whole(f: h5py.File) -> None:
+    """Read every root attribute and column of `f` once: HDF5 finds a damaged heap or
+    chunk only where it reads, and a run resumed on one left a file no reader opens."""
+    dict(f.attrs.items())
+    for group in s.GROUPS:
+        if group in f:
+            for column in f[group].values():
+                if isinstance(column, h5py.Dataset):
+                    column[...]

@@ -19,7 +19,8 @@ from lptrain.errors import DivergedError, Interrupted, one_line, one_of
 from lptrain.metrics import schema as s
 from lptrain.metrics.columns import Columns, append_history, append_per_rank
 from lptrain.metrics.h5_faults import descriptor, discard, write_failure
-from lptrain.metrics.reopen import add_grid_columns, add_missing_columns, gone, truncate
+from lptrain.metrics.reopen import (add_grid_columns, add_missing_columns, check_rows_reach,
+                                    open_to_continue, read_whole, truncate)
 from lptrain.train.control import convergence_factor
 
 RESERVE_BYTES = 4 * 2 ** 20   # free space kept on the file's file system (see MetricsWriter)
@@ -96,20 +97,9 @@ class MetricsWriter:
         self = cls.__new__(cls)
         self.path, self._closed, self.failure = Path(path), False, None
         self._columns, self._groups, self._labelled = Columns(), {}, set()
-        # HDF5 would take an empty file for a new one and the resumed run would lose the
-        # earlier rows silently
-        if not self.path.exists():
-            raise gone(self.path)
-        if self.path.is_file() and not h5py.is_hdf5(self.path):
-            raise s.MetricsInputError(f"{path}: cannot reopen metrics file (not an HDF5 file, "
-                                      f"{self.path.stat().st_size} bytes)")
-        _refuse_another_writer(self.path)
+        self._file = open_to_continue(self.path)
         try:
-            self._file = h5py.File(self.path, "r+", locking=False)
-        except OSError as exc:
-            raise s.MetricsInputError(f"{path}: cannot reopen metrics file ({exc})") from None
-        try:
-            _read_whole(self._file)
+            read_whole(self._file)
             self._continue(iteration, attrs)
         except (OSError, RuntimeError, KeyError, ValueError) as exc:
             # HDF5's own checks of a file damaged inside (a heap, a dataspace message)
@@ -125,18 +115,7 @@ class MetricsWriter:
 
     def _continue(self, iteration: int, attrs: dict) -> None:
         """reopen's work on the open file (its rows, columns, attributes)."""
-        if s.STATUS not in self._file.attrs:
-            raise s.MetricsInputError(f"{self.path}: not an lptrain metrics file (no "
-                                      f"{s.STATUS!r} attribute)")
-        last = max((int(g[s.ITERATION][-1]) for g in map(self._file.get, s.GROUPS)
-                    if g is not None and s.ITERATION in g and len(g[s.ITERATION])),
-                   default=0)
-        if last < iteration:     # each row is flushed before its iteration's checkpoint
-            raise s.MetricsInputError(
-                f"{self.path}: its rows end at iteration {last}, the checkpoint is of "
-                f"iteration {iteration}: not this file's checkpoint (copied in from "
-                f"another start?); resume would leave iterations {last + 1}-{iteration} "
-                f"out of it")
+        check_rows_reach(self._file, self.path, iteration)
         for group in s.GROUPS:
             if group in self._file:
                 truncate(self._file[group], iteration)
@@ -434,29 +413,3 @@ def _append_scalar(column, dtype: str, value) -> None:
     if value is None:
         value = s.FILL[dtype]
     column.append(int(value) if dtype == s.INT else float(value))
-
-
-def _refuse_another_writer(path: Path) -> None:
-    """MetricsInputError where another process holds `path` open for writing. lptrain
-    opens its files without HDF5's file lock (a reader must not stop the run, nor the
-    run a reader), so a writer elsewhere (h5py's "a", which locks) would go unseen and
-    its flushes would overwrite the resumed run's; a locked read is what its lock
-    refuses. A file system without locks says nothing either way."""
-    try:
-        h5py.File(path, "r", locking=True).close()
-    except BlockingIOError:
-        raise s.MetricsInputError(f"{path}: open for writing in another process; close "
-                                  f"it there, then resume again") from None
-    except OSError:
-        pass          # no locks here, or a damaged file: the open that follows says so
-
-
-def _read_whole(f: h5py.File) -> None:
-    """Read every root attribute and column of `f` once: HDF5 finds a damaged heap or
-    chunk only where it reads, and a run resumed on one left a file no reader opens."""
-    dict(f.attrs.items())
-    for group in s.GROUPS:
-        if group in f:
-            for column in f[group].values():
-                if isinstance(column, h5py.Dataset):
-                    column[...]
