@@ -16,7 +16,8 @@ from lptrain.data import load_dataset
 from lptrain.data.base import same_source
 from lptrain.errors import ConfigError, DivergedError, InputFileError, StalledError
 from lptrain.metrics import schema as ms
-from lptrain.metrics.console import FRACTION, Console
+from lptrain.metrics.console import Console
+from lptrain.metrics.console_text import FRACTION
 from lptrain.metrics.reader import last_iteration, root_attr, root_attrs, run_status
 from lptrain.metrics.reopen import gone
 from lptrain.metrics.quantities import ITERATION_TIME

@@ -94,7 +94,7 @@ def test_the_timers_notes_fit_the_console():
     """An unwritable cache's note was one line of 155 columns; then broken at a fixed 75,
     which a 60-column terminal broke again (held-out): one line per note, which the
     console breaks at its width."""
-    from lptrain.metrics.console import broken
+    from lptrain.metrics.console_text import broken
     from lptrain.parallel.auto import Recorded
 
     class Timer:

@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from lptrain.metrics.console import FRACTION, SEPARATOR, Console, stat_parts, wrap_parts
+from lptrain.metrics.console import Console
+from lptrain.metrics.console_text import FRACTION, SEPARATOR, stat_parts, wrap_parts
 from lptrain.metrics.quantities import format_duration, iteration_time
 
 
@@ -55,7 +56,7 @@ def test_iteration_time_is_the_median_after_the_first():
     assert iteration_time([4.0]) is None                     # the first only: none
     assert iteration_time([]) is None and iteration_time(None) is None
     assert format_duration(3725.9) == "1:02:05" and format_duration(math.nan) == "-:--:--"
-    from lptrain.metrics.console import _format_value
+    from lptrain.metrics.console_text import format_value as _format_value
     assert _format_value(145.96, "s") == "146.0 s (0:02:25)"     # h:mm:ss as the bar has it
     assert _format_value(37250.3, "s") == "37250 s (10:20:50)"   # not 3.725e+04
 
@@ -110,7 +111,7 @@ def test_summary_title_is_one_line_whatever_the_values(plain_env):
 
 
 def test_progress_numbers_keep_their_digits_without_a_bare_point():
-    from lptrain.metrics.console import stat_parts
+    from lptrain.metrics.console_text import stat_parts
     from lptrain.metrics import schema as s
     assert stat_parts({s.OBJECTIVE: 0.5, s.LOSS: 0.4934}, 0.25) == \
         ["J 0.5000", "loss 0.4934", "0.250 s/it"]

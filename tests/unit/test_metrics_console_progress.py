@@ -8,7 +8,8 @@ import pytest
 from rich.console import Console as RichConsole
 
 from helpers import CONSOLE_TITLE, TTY_VARS
-from lptrain.metrics.console import SEPARATOR, Cadence, Console, stat_parts
+from lptrain.metrics.console import Cadence, Console
+from lptrain.metrics.console_text import SEPARATOR, stat_parts
 
 MGRIT = dict(loss=0.41234, accuracy=0.8391, val_accuracy=0.82, fwd_iterations=3,
              fwd_residual=7.4e-4, adj_iterations=3, adj_residual=8.8e-7, grad_error=4.4e-3)
