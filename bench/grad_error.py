@@ -5,7 +5,8 @@
 Runs mode=simultaneous with the overrides and, at every accepted gradient,
 computes the exact gradient layer-serially: prints the median true relative
 error ‖g̃ − g‖/‖g‖, the median estimate (mgrit/grad_error, docs/method.md §6),
-the median ratio estimate / true and the correlation of their logarithms.
+the median ratio estimate / true and the correlation of their logarithms, how often the
+estimate lay below the true error, and how many gradients missed mgrit.grad_tol.
 """
 from __future__ import annotations
 
@@ -41,12 +42,15 @@ def main():
     oracle.gradient = gradient
     train(theta, opt, oracle, data, opts, MemoryWriter(), Console(False, 1), ex)
     true, est = np.array(pairs).T
+    ratio = est / true
     print(f"{sys.argv[1]}: evaluations {len(pairs)}, median true error "
           f"{statistics.median(true):.2e}, median estimate {statistics.median(est):.2e}, "
-          f"median estimate / true {statistics.median(est / true):.1f} "
-          f"(min {min(est / true):.1f}), log correlation "
-          f"{np.corrcoef(np.log(true), np.log(est))[0, 1]:.2f}")
-
+          f"median estimate / true {statistics.median(ratio):.1f} "
+          f"(min {min(ratio):.2f}), log correlation "
+          f"{np.corrcoef(np.log(true), np.log(est))[0, 1]:.2f}; estimate below the true "
+          f"error in {np.mean(ratio < 1):.0%}; true error above grad_tol "
+          f"({opts.mgrit.grad_tol:g}) in {int(np.sum(true > opts.mgrit.grad_tol))}, "
+          f"largest {max(true):.2e}")
 
 if __name__ == "__main__":
     main()
