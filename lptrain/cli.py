@@ -27,7 +27,7 @@ from lptrain.job_run import say_error as _say
 from lptrain.jobs import END, Job, JobChannel
 from lptrain.resume_args import resume_args, sweep_switch
 from lptrain.rundir import (RunLock, SavedFiles, dir_value, is_sweep, refuse_earlier_run,
-                            remove_refused)
+                            refuse_inside_live_run, remove_refused)
 from lptrain.stops import PROG, stop_before_job, stop_if_signalled
 
 from lptrain.config import CONF_MODULE, check_command, override_key
@@ -37,6 +37,7 @@ _jobs: list[int] = [0]      # jobs Hydra handed to the task
 _stop: list = []          # the StopSignals main() installed (empty when called otherwise)
 _resuming: list = []      # the run directory given with resume=
 _sweep: list = []         # the SweepJobs of a sweep directory given with resume=
+_fresh: list = []         # a new sweep's FreshSweep (rank 0)
 _channel: list = []       # the JobChannel main() opened (empty when called otherwise)
 _typed: list[str] = []    # the command's own arguments (rank 0)
 _results: list = []       # a sweep's JobResult of each job the task ended (rank 0)
@@ -222,6 +223,7 @@ def _lead(args: list[str], ranks: int) -> int:
         made = 2 if given is None else sum(not p.exists()
                                            for p in Path(dir_value(given)).parents)
         args, directory = directory_args(args)
+        refuse_inside_live_run(directory, "resume" if _resuming else key)   # before made
         problem = check_writable(directory, key)
         if problem:
             raise RunFileError(problem, exit_code=REFUSED)
@@ -230,6 +232,9 @@ def _lead(args: list[str], ranks: int) -> int:
         _say(str(exc) + _split_hint(str(exc), ranks))
         return exc.exit_code
     saved = SavedFiles(_resuming[0] / ".hydra") if _resuming and not _sweep else None
+    if multirun(args) and not _sweep:
+        from lptrain.sweeps import FreshSweep
+        _fresh[:] = [FreshSweep()]
     try:
         status = _hydra(args, directory, multirun(args))
         if status is not None:
@@ -334,6 +339,8 @@ def _task(cfg) -> float | None:
             return _ended(None if plan is None else plan.objective, cfg)
         resume = plan.action == "resume"
     job = Job.of_hydra(cfg, HydraConfig.get(), resume=resume)
+    if _fresh and _refused_in_folder(job, HydraConfig.get().job.num):
+        return _ended(None)
     channel = _channel[0] if _channel else None
     if channel:
         channel.announce(job)
@@ -344,7 +351,22 @@ def _task(cfg) -> float | None:
         channel.busy = False
     if _sweep and REFUSED in _failures[failed:]:     # the job stays as it was
         _put_back(lambda: _sweep[0].put_back(Path(job.run_dir)))
+    if _fresh:
+        _fresh[0].record(Path(job.run_dir), HydraConfig.get().job.num)
     return _ended(objective, cfg)
+
+
+def _refused_in_folder(job: Job, number: int) -> bool:
+    """Whether a new sweep's job is sent into a folder an earlier job of it ran in: then
+    refused (said, counted) before any rank runs it, that job's files put back."""
+    try:
+        refusal = _fresh[0].refusal(Path(job.run_dir), number)
+    except LptrainError as exc:
+        refusal = str(exc)
+    if refusal is not None:
+        _failures.append(REFUSED)
+        _say(refusal)
+    return refusal is not None
 
 
 def _stop_before_job(hydra_cfg) -> None:

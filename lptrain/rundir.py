@@ -338,6 +338,27 @@ def run_alive(run_dir: str | Path) -> bool:
     return False
 
 
+def refuse_inside_live_run(directory: str | Path, key: str) -> None:
+    """RunDirectoryBusy where a folder above `directory` is the directory of a run or
+    sweep another lptrain process is running (its lock's owner alive): a sweep's later
+    job could take the folder, and Hydra rewrites a job folder's `.hydra/` before lptrain
+    can refuse it there."""
+    for parent in Path(directory).resolve().parents:
+        try:
+            host, pid = (parent / LOCK_FILE).read_text().split()[:2]
+            pid = int(pid)
+        except (OSError, ValueError):
+            continue
+        mine = host == socket.gethostname() and pid == os.getpid()
+        if not mine and _owner_alive(host, pid):
+            what = "sweep" if (parent / SWEEP_FILE).is_file() else "run"
+            then = f"stop that {what} first" if key == "resume" else \
+                "choose a folder outside it"
+            raise RunDirectoryBusy(f"{key}={directory}: inside {parent}, the directory of "
+                                   f"a {what} the lptrain process {pid} on {host} is "
+                                   f"running; {then}")
+
+
 class RunLock:
     """The lock of one run directory, taken by `acquire` and dropped by `release`."""
 

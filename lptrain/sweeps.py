@@ -217,6 +217,35 @@ class SweepJobs:
             remove_new_files(Path(run_dir) / ".hydra")
 
 
+class FreshSweep:
+    """The folders a new sweep's jobs ran in, each `.hydra/` as its job left it. Hydra
+    rewrites a job folder's `.hydra/` before the job starts, so a later job sent into a
+    folder an earlier one ran in (a `hydra.sweep.subdir` that names no swept key) is
+    refused there and the earlier job's files are put back: its run stays labelled as
+    itself, for lptrain-report and a resume."""
+
+    def __init__(self):
+        self.ran: dict[Path, tuple[int, SavedFiles]] = {}
+
+    def refusal(self, run_dir: Path, number: int) -> str | None:
+        """Why job `number` cannot run in `run_dir` (None: it can); the earlier job's
+        files put back (RunFileError if they cannot be)."""
+        earlier = self.ran.get(Path(run_dir).resolve())
+        if earlier is None:
+            return None
+        job, saved = earlier
+        saved.restore()
+        return (f"job {number}: {run_dir} holds the run of job {job} of this sweep "
+                f"({_SUBDIR} gives both one folder); give each job its own, e.g. "
+                f"{_SUBDIR}='${{hydra.job.num}}' (the default)")
+
+    def record(self, run_dir: Path, number: int) -> None:
+        """Job `number` ran in `run_dir`: where it left a run, its files are kept."""
+        from lptrain.metrics.schema import FILE_NAME
+        if (Path(run_dir) / FILE_NAME).is_file():
+            self.ran[Path(run_dir).resolve()] = (number, SavedFiles(Path(run_dir) / ".hydra"))
+
+
 def _shown(overrides: dict[str, str], keys: list[str]) -> str:
     """The overrides of `keys`, comma-separated, `no KEY` for one not given."""
     return ", ".join(overrides.get(k, f"no {k}") for k in keys)

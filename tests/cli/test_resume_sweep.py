@@ -137,3 +137,21 @@ def test_jobs_named_by_their_overrides_resume_in_their_directories(tmp_path):
     for job in jobs:
         np.testing.assert_array_equal(read_metrics(sweep / job / ms.FILE_NAME)
                                       .train[ms.ITERATION], [1, 2, 3])
+
+
+def test_a_job_sent_into_an_earlier_jobs_folder_is_refused_and_leaves_it(tmp_path):
+    """hydra.sweep.subdir naming no swept key gave two jobs one folder: the second failed
+    there ("metrics.h5: exists") after Hydra had rewritten the first run's .hydra/, which
+    then read as the second job's (lptrain-report's labels, the sweep's resume)."""
+    sweep = tmp_path / "sweep"
+    run = lptrain(["-m", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=same", *TINY,
+                   "seed=1,2", "train.iterations=3"], tmp_path)
+    assert run.returncode == 2
+    assert [ln for ln in run.stderr.splitlines() if "error" in ln] == [
+        f"lptrain: error: job 1: {sweep / 'same'} holds the run of job 0 of this sweep "
+        f"(hydra.sweep.subdir gives both one folder); give each job its own, e.g. "
+        f"hydra.sweep.subdir='${{hydra.job.num}}' (the default)"]
+    overrides = (sweep / "same" / ".hydra" / "overrides.yaml").read_text()
+    assert "- seed=1\n" in overrides and "seed=2" not in overrides
+    assert read_metrics(sweep / "same").n_iterations == 3
+    assert "1 finished, 1 failed" in run.stdout

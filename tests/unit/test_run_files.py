@@ -16,7 +16,7 @@ from lptrain.metrics import writer as w
 from lptrain.metrics.reader import read_metrics
 from lptrain.model.saved import write_atomically
 from lptrain.rundir import (LOCK_FILE, RunLock, claim_new, dir_override, dir_value,
-                            refuse_earlier_run)
+                            refuse_earlier_run, refuse_inside_live_run)
 
 ATTRS = {s.MODE: "serial", s.WORLD_SIZE: 1, s.SEED: 0, s.CONFIG: "x: 1\n"}
 
@@ -281,6 +281,36 @@ def test_lock_of_a_live_lptrain_process_on_this_host_is_honoured(tmp_path):
         proc.kill()
         proc.wait()
     RunLock(tmp_path).acquire().release()     # gone now: stale
+
+
+@pytest.mark.parametrize("key, then", [("hydra.run.dir", "choose a folder outside it"),
+                                       ("resume", "stop that sweep first")])
+def test_a_run_inside_the_folder_of_a_live_sweep_is_refused(tmp_path, capsys, monkeypatch,
+                                                            key, then):
+    """A run started into a running sweep's folder went ahead: the sweep's later job
+    there rewrote its .hydra/ and failed, and a resume of a job the sweep was running
+    wrote one metrics.h5 from two processes."""
+    from lptrain import cli
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text("{}\n")
+    (sweep / LOCK_FILE).write_text("elsewhere.example 12345\n")   # taken as alive
+    with pytest.raises(RunDirectoryBusy) as refused:
+        refuse_inside_live_run(sweep / "0", key)
+    assert str(refused.value) == (
+        f"{key}={sweep / '0'}: inside {sweep.resolve()}, the directory of a sweep the "
+        f"lptrain process 12345 on elsewhere.example is running; {then}")
+    if key == "hydra.run.dir":
+        assert cli._lead([f"hydra.run.dir={sweep / '0'}", "train.iterations=1"], 1) == \
+            REFUSED
+        assert "the lptrain process 12345" in capsys.readouterr().err
+        assert sorted(p.name for p in sweep.iterdir()) == [LOCK_FILE, "multirun.yaml"]
+    (sweep / LOCK_FILE).write_text(f"{socket.gethostname()} {os.getpid()}\n")
+    refuse_inside_live_run(sweep / "0", key)          # this process's own sweep's job
+    from lptrain import rundir
+    (sweep / LOCK_FILE).write_text(f"{socket.gethostname()} 12345\n")
+    monkeypatch.setattr(rundir, "_owner_alive", lambda host, pid: False)
+    refuse_inside_live_run(sweep / "0", key)          # its owner is gone: allowed
 
 
 def test_atomic_write_failure_names_the_path_and_leaves_nothing(tmp_path):
