@@ -27,6 +27,9 @@ def _written(prog: str, run) -> int:
     an image on a full disk) ends it in one line and 1, not a traceback and Python's
     "Exception ignored" for the buffer it could not flush at exit."""
     import sys
+
+    from lptrain.metrics.streams import encodable
+    encodable(sys.stdout, sys.stderr)
     try:
         try:
             status = run()

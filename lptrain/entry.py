@@ -12,6 +12,10 @@ import importlib
 
 def main(command: str = "lptrain.cli") -> None:
     """Install the stop handlers, then import `command` and run its main with them."""
+    import sys
+
+    from lptrain.metrics.streams import encodable
     from lptrain.train.stop import StopSignals    # torch-free and light
     early = StopSignals().install()
+    encodable(sys.stdout, sys.stderr)
     importlib.import_module(command).main(early)

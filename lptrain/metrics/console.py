@@ -40,6 +40,7 @@ from lptrain.metrics.quantities import format_duration, iteration_time
 
 INDENT = "  "                   # plain progress lines after an iteration's first
 MIN_BAR = 10                    # the bar's least width (or a fifth of the terminal)
+MIN_COLUMNS = 20                # the least width the console takes COLUMNS for
 log = logging.getLogger("lptrain")
 
 
@@ -122,11 +123,11 @@ class Console:
         # a rank: the terminal mpiexec writes to, which breaks nothing between words
         behind = launcher_columns(file or sys.stdout) \
             if width is None and "COLUMNS" not in os.environ else None
-        self._behind, width = behind is not None, behind or width
+        self._behind, width = behind is not None, behind or width or _narrowest(os.environ)
         self._out = _Terminal(file=file, highlight=False, width=width, no_color=colour_off())
         # stderr=True resolves sys.stderr at print time, so it lands above a live display
         self._err = _Terminal(file=err_file, stderr=err_file is None, highlight=False,
-                              no_color=colour_off())
+                              no_color=colour_off(), width=_narrowest(os.environ))
         self.live = self._out.is_interactive
         if self.live:
             self._live = Live(console=self._out, get_renderable=self.display,
@@ -323,6 +324,13 @@ class Console:
             elapsed = self._elapsed + (0.0 if now is None else now - self._updated)
         doing = self._doing if ticking and self._doing else f"eta {format_duration(eta)}"
         return f"{iteration}/{self.total}  {format_duration(elapsed)} elapsed  {doing}"
+
+
+def _narrowest(environ) -> int | None:
+    """MIN_COLUMNS where COLUMNS asks for fewer (COLUMNS=0 had printed nothing at all,
+    5 a summary of empty cells); None otherwise (rich reads COLUMNS itself)."""
+    given = environ.get("COLUMNS", "")
+    return MIN_COLUMNS if given.isdigit() and int(given) < MIN_COLUMNS else None
 
 
 def _bar_lines(title: str, completed: int, total: int, right: Text, width: int) -> list:

@@ -63,6 +63,19 @@ class HungUpStream:
         to_devnull(self._stream)
 
 
+def encodable(*streams) -> None:
+    """Each stream writes the characters its encoding lacks as escapes (\\xd7) instead of
+    raising: under LC_ALL=C with PYTHONUTF8=0, or PYTHONIOENCODING=ascii, the ×, α and ü
+    lptrain prints had ended --help in a traceback and a finished run as failed."""
+    import codecs
+    for stream in streams:
+        try:
+            if codecs.lookup(stream.encoding).name != "utf-8":
+                stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, LookupError, TypeError, ValueError):
+            pass          # not a text stream of the io module (a test's), or closed
+
+
 def to_devnull(stream) -> None:
     """Point `stream`'s descriptor at /dev/null: what it still holds and every later
     write go nowhere (its terminal hung up, its reader went away, its disk is full),

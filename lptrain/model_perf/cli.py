@@ -106,7 +106,13 @@ def link(args) -> tuple[Link, str, bool]:
         return Link(args.latency, args.bandwidth), "given", True
     go_on = True
     if measure.launched_size() >= 2:
-        from lptrain.parallel.context import world
+        from lptrain.parallel.context import foreign_launch, world
+        foreign = foreign_launch(os.environ, PROG)     # else MPI_Init's 40-line abort
+        if foreign and os.environ.get("OMPI_COMM_WORLD_RANK",
+                                      os.environ.get("PMIX_RANK", "0")) != "0":
+            raise SystemExit(EXIT_ERROR)               # said once, by rank 0
+        if foreign:
+            raise ConfigError(foreign)
         comm = world()
         found, note = measure.ping_pong(comm), "ping-pong between ranks 0 and 1"
         go_on = comm.Get_rank() == 0

@@ -48,8 +48,8 @@ def mpi_library() -> str:
     return " ".join(first.replace("Version:", "").split())
 
 
-def foreign_launch(env) -> str | None:
-    """A one-line explanation if a different MPI's launcher started lptrain, else None.
+def foreign_launch(env, prog: str = "lptrain") -> str | None:
+    """A one-line explanation if a different MPI's launcher started `prog`, else None.
 
     Checked before MPI is initialised: a rank of MPICH-built mpi4py started by
     Open MPI's mpirun would otherwise abort inside MPI_Init or run as P
@@ -67,7 +67,7 @@ def foreign_launch(env) -> str | None:
     bin_dir = Path(sys.executable).parent
     return (f"started by {found[0]}'s launcher ({found[1]} is set), but lptrain's mpi4py is "
             f"built for {library}: launch it with {bin_dir / 'mpirun'} -n P "
-            f"{bin_dir / 'lptrain'} ... (or {bin_dir / 'mpiexec'})")
+            f"{bin_dir / prog} ... (or {bin_dir / 'mpiexec'})")
 
 
 def _init_after_check() -> None:

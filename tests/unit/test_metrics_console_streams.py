@@ -65,6 +65,37 @@ def test_a_closed_output_lets_the_run_go_on(plain_env, caplog):
     assert "the console's output was closed; the run goes on" in caplog.text
 
 
+@pytest.mark.parametrize("columns", ["0", "5"])
+def test_a_console_asked_for_almost_no_columns_still_shows_the_run(plain_env, monkeypatch,
+                                                                    columns):
+    """COLUMNS=0 had printed nothing at all (no title, progress, summary or paths)."""
+    from lptrain.metrics.console import MIN_COLUMNS
+    monkeypatch.setenv("COLUMNS", columns)
+    out, err = io.StringIO(), io.StringIO()
+    c = Console(True, 2, CONSOLE_TITLE, file=out, err_file=err)
+    c.update(1, objective=0.5, step_time=0.1)
+    c.summary({"iterations": 1})
+    c.error("boom")
+    assert c.width == MIN_COLUMNS
+    assert CONSOLE_TITLE in out.getvalue() and "J 0.5000" in out.getvalue()
+    assert "iterations" in out.getvalue() and "boom" in err.getvalue()
+
+
+def test_characters_the_output_cannot_encode_are_escaped_not_raised():
+    """Under LC_ALL=C with PYTHONUTF8=0 `lptrain --help` ended in a traceback on its ×,
+    and a finished run failed on the ü of its directory."""
+    from lptrain.metrics.streams import encodable
+    raw = io.BytesIO()
+    ascii_out = io.TextIOWrapper(raw, encoding="ascii")
+    encodable(ascii_out, io.StringIO())          # a stream of no encoding: left alone
+    ascii_out.write("28×28 in /ü\n")
+    ascii_out.flush()
+    assert raw.getvalue() == b"28\\xd728 in /\\xfc\n"
+    utf8 = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict")
+    encodable(utf8)
+    assert utf8.errors == "strict"
+
+
 class _FullDisk(io.StringIO):
     """stdout to /dev/full or a file on a full disk: every write raises ENOSPC."""
 

@@ -478,3 +478,23 @@ def test_two_predictions_from_the_same_kept_costs_are_equal(tmp_path, monkeypatc
     assert cli.main([*over, "--fresh", "--out", str(tmp_path / "fresh")]) == 0
     fresh = (tmp_path / "fresh" / "speedup_model.md").read_text()
     assert "glue timed now" in fresh and fresh.split("Predicted ")[1] != tables[0]
+
+
+@pytest.mark.parametrize("rank, said", [("0", True), ("1", False)])
+def test_lptrain_model_under_another_mpis_launcher_says_so_once(monkeypatch, capsys, rank,
+                                                                said):
+    """Under Open MPI's mpirun it started MPICH's MPI, which aborted in 43 lines."""
+    from lptrain.model_perf import cli
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", rank)
+    args = ["--ranks", "2", "--step-time", "1e-5", "--adjoint-time", "1e-5"]
+    if said:
+        assert cli.main(args) == 2
+    else:                              # the other ranks end at once, as quietly
+        with pytest.raises(SystemExit) as ended:
+            cli.main(args)
+        assert ended.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lptrain-model: error: started by Open MPI's launcher "
+                          "(OMPI_COMM_WORLD_SIZE is set)") == said
+    assert ("/lptrain-model ... (or " in err) == said and err.count("\n") == said
