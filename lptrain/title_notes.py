@@ -99,8 +99,14 @@ def thread_notes(node, threads: int, environ=None) -> list[str]:
     fit = max(1, node.cores // node.local_size)
     ranks = f"{node.local_size} ranks x " if node.local_size > 1 else ""
     cores = f"{node.cores} core" + ("s" if node.cores != 1 else "")
-    return notes + [f"{ranks}{threads} threads on {cores} take turns (many times slower): "
-                    f"OMP_NUM_THREADS={fit}"]
+    # the ranks alone outnumber the cores: fewer threads cannot help, fewer ranks can,
+    # and MPICH's yielding waits let a waiting rank give its core away
+    yielding = (environ or {}).get("MPIR_CVAR_ENABLE_HEAVY_YIELD") == "1"
+    fix = f"OMP_NUM_THREADS={fit}" if node.local_size <= node.cores else \
+        f"at most {node.cores} ranks here" + \
+        ("" if yielding else ", or MPIR_CVAR_ENABLE_HEAVY_YIELD=1")
+    return notes + [f"{ranks}{threads} thread{'s' if threads != 1 else ''} on {cores} take "
+                    f"turns (many times slower): {fix}"]
 
 
 def joined(numbers, sep: str) -> str | None:

@@ -121,6 +121,12 @@ def test_more_threads_than_cores_is_said_under_the_title():
     assert thread_notes(Node(0, 1, 2), 4)[0].startswith("4 threads on 2 cores take turns")
     assert thread_notes(Node(0, 1, 1), 2)[0].startswith("2 threads on 1 core take")
     assert thread_notes(Node(0, 2, 2), 1) == thread_notes(Node(0, 1, 2), 2) == []
+    # the ranks alone outnumber the cores: fewer threads cannot help (held-out, stop 67)
+    assert thread_notes(Node(0, 6, 2), 1) == [
+        "6 ranks x 1 thread on 2 cores take turns (many times slower): at most 2 ranks "
+        "here, or MPIR_CVAR_ENABLE_HEAVY_YIELD=1"]
+    assert thread_notes(Node(0, 3, 2), 1, {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}) == [
+        "3 ranks x 1 thread on 2 cores take turns (many times slower): at most 2 ranks here"]
     assert thread_notes(Node(0, 4, 16), 4) == []
     # libgomp said it on each rank, lptrain nothing (held-out, stop 64)
     for bad in ("0", "abc", "-1", "1.5", ""):
