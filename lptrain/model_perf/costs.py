@@ -186,8 +186,9 @@ def keep_json(path: Path, payload: dict) -> str | None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(json.dumps(payload, default=str))
         tmp.replace(path)
-    except OSError as exc:
-        return f"{cache_dir()} cannot be written: {reason(exc)}"
+    except OSError as exc:     # the file named where it is the fault (a folder there)
+        where = path if exc.filename in (str(path), str(tmp)) else cache_dir()
+        return f"{where} cannot be written: {reason(exc)}"
     finally:
         try:
             tmp.unlink(missing_ok=True)

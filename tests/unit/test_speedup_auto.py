@@ -275,3 +275,14 @@ def test_kept_glue_is_taken_only_by_a_record_of_the_same_ops(tmp_path, monkeypat
     kept.records["mgrit/2/1/2/2"]["ops"] = "another"
     Model(net, OPTS, batch=8, glue=kept).record("mgrit", 2, 1, 2, 2)
     assert (kept.reused, kept.timed, kept.note) == (1, 1, "glue partly kept")
+
+
+def test_a_cache_entry_that_cannot_be_written_is_named(tmp_path, monkeypatch):
+    """A folder where a cache file goes was said as the cache's root being unwritable."""
+    from lptrain.model_perf.costs import keep_json
+    monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path))
+    entry = tmp_path / "grid_times" / "host.json"
+    entry.mkdir(parents=True)
+    assert keep_json(entry, {"a": 1}) == f"{entry} cannot be written: Is a directory"
+    assert sorted(p.name for p in entry.parent.iterdir()) == ["host.json"]   # no part left
+    assert keep_json(tmp_path / "grid_times" / "other.json", {"a": 1}) is None
