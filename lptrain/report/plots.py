@@ -89,10 +89,11 @@ def figures(runs: Runs, context=lambda runs: "") -> dict[str, Figure]:
 def _curves(runs: Runs, x: str, field: str, what: str, context: str, log: bool) -> Figure:
     """Training `field` (lines) and validation `field` (markers) of each run against x."""
     fig, (ax,) = _figure(1)
-    handles = []
+    handles, drawn = [], []
     for i, (label, run) in enumerate(runs):
         dash, tint = dashes(i), colour(i, len(runs))
         xs = _x(run, s.TRAIN, x)
+        same = _same_curve(drawn, xs, run.train.get(field, []), label)
         ax.plot(xs, run.train.get(field, []), color=tint, linestyle=dash,
                 **(TRAINING if len(xs) != 1 else ONE_POINT))
         at, values = _x(run, s.VALIDATION, x), run.validation.get(field, [])
@@ -103,12 +104,26 @@ def _curves(runs: Runs, x: str, field: str, what: str, context: str, log: bool) 
             label += " (no iterations yet)"
         elif status in MARKED:           # its curve ends early or jumps: the table alone
             label += f" ({status})"      # had said why
+        if same is not None:             # drawn over another run's: only one showed
+            label += f" (= {same})"
         handles.append(Line2D([], [], color=tint, linestyle=dash, marker=_marker(i),
                               markerfacecolor="none", label=label))
     _finish(ax, x, what, log=log)
     _legend(fig, handles, STYLE_KEY)
     _title(fig, f"{what} against {_X_LABELS[x].split(' [')[0]}", context)
     return fig
+
+
+def _same_curve(drawn: list, xs, ys, label: str) -> str | None:
+    """The label of an earlier run whose training curve (`drawn`: (xs, ys, label) so far)
+    this one equals, to 1e-12 (None: none); this one's is added. Six runs on one line
+    (make scaling's, equal on every P) showed one colour and nothing said why."""
+    xs, ys = np.asarray(xs, float), np.asarray(ys, float)
+    same = next((name for x0, y0, name in drawn if len(xs) and x0.shape == xs.shape
+                 and np.array_equal(x0, xs) and np.allclose(y0, ys, rtol=1e-12, atol=0,
+                                                            equal_nan=True)), None)
+    drawn.append((xs, ys, label))
+    return same
 
 
 def _mgrit_figure(runs: Runs, names: tuple[str, str], log: bool, what: str,

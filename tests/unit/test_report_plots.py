@@ -141,8 +141,9 @@ def test_a_diverged_or_killed_run_is_named_so_in_the_legend(tmp_path):
     import h5py
     from lptrain.report.plots import figures
     runs = []
-    for name, status in (("ok", s.COMPLETED), ("bad", s.DIVERGED), ("cut", s.RUNNING)):
-        path = fake_run(tmp_path / name, s.MODE_SERIAL, 0.1)
+    for name, status, n in (("ok", s.COMPLETED, 4), ("bad", s.DIVERGED, 3),
+                            ("cut", s.RUNNING, 2)):
+        path = fake_run(tmp_path / name, s.MODE_SERIAL, 0.1, n=n)
         with h5py.File(path, "a") as f:
             f.attrs[s.STATUS] = status       # running with no process holding it: killed
         runs.append((name, read_metrics(path)))
@@ -216,7 +217,7 @@ def test_legends_sit_below_the_axes_covering_no_curve(figures_of):
         box = legend.get_window_extent()
         for ax in fig.axes:
             assert box.y1 <= ax.get_window_extent().y0, name    # wholly below every panel
-        labels = [t.get_text() for t in legend.get_texts()]
+        labels = [t.get_text().split(" (= ")[0] for t in legend.get_texts()]
         runs = ["simultaneous P=4"] if name.startswith("mgrit") else ["serial P=1",
                                                                      "simultaneous P=4"]
         assert labels[:len(runs)] == runs, name
@@ -255,3 +256,17 @@ def test_no_two_runs_of_a_report_share_a_colour(n):
     assert len(set(tints)) == n
     if n <= 10:
         assert tints == [to_hex(f"C{i}") for i in range(n)]   # the familiar ten
+
+
+def test_a_run_drawn_over_an_equal_one_says_so_in_the_legend(tmp_path):
+    """make scaling's six runs, equal on every P, lay on one line in one colour and
+    nothing said the others were under it (held-out, stop 67)."""
+    from lptrain.report.plots import figures
+    runs = [(name, read_metrics(fake_run(tmp_path / name, s.MODE_SERIAL, step, n=n)))
+            for name, step, n in (("P=1", 0.1, 4), ("P=2", 0.15, 4), ("short", 0.1, 3),
+                                  ("P=4", 0.1, 4))]
+    figs = figures(runs)
+    labels = [t.get_text() for t in figs["loss_vs_iteration"].legends[0].get_texts()]
+    assert labels == ["P=1", "P=2 (= P=1)", "short", "P=4 (= P=1)"]
+    labels = [t.get_text() for t in figs["loss_vs_wall_time"].legends[0].get_texts()]
+    assert labels == ["P=1", "P=2", "short", "P=4 (= P=1)"]     # P=2 took longer
