@@ -80,15 +80,38 @@ def kept_line(run_dir: str | Path) -> str:
     return f"{run_dir}: kept ({how}, with these settings; FRESH=1 runs it again)"
 
 
+def replaced_line(run_dir: str | Path, ranks: int, overrides: list[str],
+                  fresh: bool) -> str | None:
+    """What the target says of a run it is about to replace (None: the folder holds
+    none): why, so that a run on another rank count is not lost unseen."""
+    run_dir = Path(run_dir)
+    metrics = run_dir / ms.FILE_NAME
+    if not metrics.is_file():
+        return None
+    if fresh:
+        why = "FRESH=1"
+    else:
+        try:
+            world = root_attrs(metrics, ms.WORLD_SIZE)[0]
+        except LptrainError:
+            world = None
+        why = f"it ran on {world} ranks, this on {ranks}" if world not in (None, ranks) \
+            else "it ran with other settings"
+    return f"{run_dir}: its run is replaced ({why}; OUT=DIR keeps both)"
+
+
 def main(argv: list[str]) -> str:
-    """plan() of the command line `[--fresh] DIR RANKS OVERRIDE...`; a kept run's line
-    on stderr."""
+    """plan() of the command line `[--fresh] DIR RANKS OVERRIDE...`; a kept or replaced
+    run's line on stderr."""
+    from lptrain.metrics.streams import say       # a terminal's lines broken between words
     fresh = argv[:1] == ["--fresh"]
     run_dir, ranks, *overrides = argv[fresh:]
     action = plan(run_dir, int(ranks), overrides, fresh)
-    if action in (KEPT, KEPT_FAILED):      # a terminal's lines broken between words
-        from lptrain.metrics.streams import say
+    if action in (KEPT, KEPT_FAILED):
         say(kept_line(run_dir))
+    line = replaced_line(run_dir, int(ranks), overrides, fresh) if action == FRESH else None
+    if line is not None:
+        say(line)
     return action
 
 

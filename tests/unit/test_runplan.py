@@ -85,7 +85,20 @@ def test_the_command_line_takes_fresh_first(tmp_path, capsys):
         [KEPT, FRESH]
     assert capsys.readouterr().err == \
         f"{kept}: kept (completed after 3 iterations, with these settings; FRESH=1 runs " \
-        "it again)\n"
+        "it again)\n" f"{kept}: its run is replaced (FRESH=1; OUT=DIR keeps both)\n"
+
+
+def test_a_run_it_replaces_is_named_with_why(tmp_path, capsys):
+    """make compare-modes NP=1 after NP=2 replaced the 2-rank runs without a word
+    (held-out, stop 67)."""
+    from lptrain.runplan import main
+    run = _run(tmp_path / "mgrit", ms.COMPLETED, ranks=2)
+    assert main([str(run), "1", *GIVEN]) == FRESH
+    assert main([str(run), "2", *GIVEN, "seed=3"]) == FRESH
+    assert main([str(tmp_path / "none"), "1", *GIVEN]) == FRESH     # nothing to replace
+    assert capsys.readouterr().err.splitlines() == [
+        f"{run}: its run is replaced (it ran on 2 ranks, this on 1; OUT=DIR keeps both)",
+        f"{run}: its run is replaced (it ran with other settings; OUT=DIR keeps both)"]
 
 
 def test_a_kept_diverged_run_says_so(tmp_path, capsys):
