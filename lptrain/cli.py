@@ -223,7 +223,12 @@ def _lead(args: list[str], ranks: int) -> int:
         made = 2 if given is None else sum(not p.exists()
                                            for p in Path(dir_value(given)).parents)
         args, directory = directory_args(args)
-        refuse_inside_live_run(directory, "resume" if _resuming else key)   # before made
+        try:
+            refuse_inside_live_run(directory, "resume" if _resuming else key)
+        except LptrainError:
+            if fresh:        # a default folder directory_args made: not left behind
+                remove_refused(directory, empty_parents=made)
+            raise
         problem = check_writable(directory, key)
         if problem:
             raise RunFileError(problem, exit_code=REFUSED)
@@ -353,6 +358,8 @@ def _task(cfg) -> float | None:
         _put_back(lambda: _sweep[0].put_back(Path(job.run_dir)))
     if _fresh:
         _fresh[0].record(Path(job.run_dir), HydraConfig.get().job.num)
+    elif _sweep and REFUSED not in _failures[failed:]:   # what a later refusal puts back
+        _sweep[0].ran(Path(job.run_dir))
     return _ended(objective, cfg)
 
 

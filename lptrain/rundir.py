@@ -356,7 +356,8 @@ def refuse_inside_live_run(directory: str | Path, key: str) -> None:
                 "choose a folder outside it"
             raise RunDirectoryBusy(f"{key}={directory}: inside {parent}, the directory of "
                                    f"a {what} the lptrain process {pid} on {host} is "
-                                   f"running; {then}")
+                                   f"running; {then} (lock file {parent / LOCK_FILE}; "
+                                   f"delete it if that {what} is gone)")
 
 
 class RunLock:

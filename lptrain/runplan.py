@@ -95,9 +95,13 @@ def replaced_line(run_dir: str | Path, ranks: int, overrides: list[str],
             world = root_attrs(metrics, ms.WORLD_SIZE)[0]
         except LptrainError:
             world = None
-        why = f"it ran on {world} ranks, this on {ranks}" if world not in (None, ranks) \
-            else "it ran with other settings"
+        why = f"it ran on {_ranks(world)}, this on {_ranks(ranks)}" \
+            if world not in (None, ranks) else "it ran with other settings"
     return f"{run_dir}: its run is replaced ({why}; OUT=DIR keeps both)"
+
+
+def _ranks(n: int) -> str:
+    return f"{n} rank" + ("s" if n != 1 else "")
 
 
 def main(argv: list[str]) -> str:

@@ -206,6 +206,12 @@ class SweepJobs:
         return {key: a for a in overrides
                 if (key := override_key(a)) not in self.may_change}
 
+    def ran(self, run_dir: Path) -> None:
+        """A job ran in `run_dir`: its `.hydra/` as it left it is what a later job's
+        refusal there puts back (the saved one was of before this resume)."""
+        if (Path(run_dir) / ".hydra").is_dir():
+            self.saved[Path(run_dir).resolve()] = SavedFiles(Path(run_dir) / ".hydra")
+
     def put_back(self, run_dir: Path) -> None:
         """The job's `.hydra/` files as they were, none where it had none (a refused job's
         next resume would read the ones Hydra wrote for it as its own); RunFileError if

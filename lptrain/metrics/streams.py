@@ -2,6 +2,7 @@
 stdout and stderr that outlive a terminal that hung up."""
 from __future__ import annotations
 
+import codecs
 import errno
 import logging
 import os
@@ -63,15 +64,33 @@ class HungUpStream:
         to_devnull(self._stream)
 
 
+ESCAPES = "lptrain_escape"     # the error handler `encodable` gives a stream
+
+
+def _escape(exc: UnicodeError):
+    """A character the encoding lacks as an escape (×: \\xd7); the bytes of a path that
+    were not UTF-8, which Python holds as lone surrogates, as those bytes again (what
+    the stream's own 'surrogateescape' wrote in the C locale)."""
+    if isinstance(exc, UnicodeEncodeError):
+        part = exc.object[exc.start:exc.end]
+        if all(0xDC80 <= ord(c) <= 0xDCFF for c in part):
+            return bytes(ord(c) - 0xDC00 for c in part), exc.end
+    return codecs.backslashreplace_errors(exc)
+
+
 def encodable(*streams) -> None:
-    """Each stream writes the characters its encoding lacks as escapes (\\xd7) instead of
+    """Each stream writes the characters its encoding lacks as escapes instead of
     raising: under LC_ALL=C with PYTHONUTF8=0, or PYTHONIOENCODING=ascii, the ×, α and ü
-    lptrain prints had ended --help in a traceback and a finished run as failed."""
-    import codecs
+    lptrain prints had ended --help in a traceback and a finished run as failed. A
+    path's undecodable bytes are written back as they were (`_escape`)."""
+    try:
+        codecs.lookup_error(ESCAPES)
+    except LookupError:
+        codecs.register_error(ESCAPES, _escape)
     for stream in streams:
         try:
             if codecs.lookup(stream.encoding).name != "utf-8":
-                stream.reconfigure(errors="backslashreplace")
+                stream.reconfigure(errors=ESCAPES)
         except (AttributeError, LookupError, TypeError, ValueError):
             pass          # not a text stream of the io module (a test's), or closed
 

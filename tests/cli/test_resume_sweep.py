@@ -155,3 +155,10 @@ def test_a_job_sent_into_an_earlier_jobs_folder_is_refused_and_leaves_it(tmp_pat
     assert "- seed=1\n" in overrides and "seed=2" not in overrides
     assert read_metrics(sweep / "same").n_iterations == 3
     assert "1 finished, 1 failed" in run.stdout
+    # resumed: job 0 runs on, job 1 is refused there again, and what is put back is job
+    # 0's .hydra/ as this resume left it (it was the one of before the resume)
+    again = lptrain([f"resume={sweep}", "train.iterations=5"], tmp_path)
+    assert again.returncode == 2
+    overrides = (sweep / "same" / ".hydra" / "overrides.yaml").read_text()
+    assert "- seed=1\n" in overrides and "- train.iterations=5\n" in overrides
+    assert read_metrics(sweep / "same").n_iterations == 5

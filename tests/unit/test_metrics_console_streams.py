@@ -89,8 +89,9 @@ def test_characters_the_output_cannot_encode_are_escaped_not_raised():
     ascii_out = io.TextIOWrapper(raw, encoding="ascii")
     encodable(ascii_out, io.StringIO())          # a stream of no encoding: left alone
     ascii_out.write("28×28 in /ü\n")
+    ascii_out.write("/t/\udcc3\udcbc_X\n")        # a path's bytes Python could not decode
     ascii_out.flush()
-    assert raw.getvalue() == b"28\\xd728 in /\\xfc\n"
+    assert raw.getvalue() == b"28\\xd728 in /\\xfc\n/t/\xc3\xbc_X\n"   # its bytes again
     utf8 = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict")
     encodable(utf8)
     assert utf8.errors == "strict"

@@ -299,11 +299,16 @@ def test_a_run_inside_the_folder_of_a_live_sweep_is_refused(tmp_path, capsys, mo
         refuse_inside_live_run(sweep / "0", key)
     assert str(refused.value) == (
         f"{key}={sweep / '0'}: inside {sweep.resolve()}, the directory of a sweep the "
-        f"lptrain process 12345 on elsewhere.example is running; {then}")
+        f"lptrain process 12345 on elsewhere.example is running; {then} (lock file "
+        f"{sweep.resolve() / LOCK_FILE}; delete it if that sweep is gone)")
     if key == "hydra.run.dir":
         assert cli._lead([f"hydra.run.dir={sweep / '0'}", "train.iterations=1"], 1) == \
             REFUSED
         assert "the lptrain process 12345" in capsys.readouterr().err
+        assert sorted(p.name for p in sweep.iterdir()) == [LOCK_FILE, "multirun.yaml"]
+        # a default folder below it, made for the run, is not left behind
+        monkeypatch.chdir(sweep)
+        assert cli._lead(["train.iterations=1"], 1) == REFUSED
         assert sorted(p.name for p in sweep.iterdir()) == [LOCK_FILE, "multirun.yaml"]
     (sweep / LOCK_FILE).write_text(f"{socket.gethostname()} {os.getpid()}\n")
     refuse_inside_live_run(sweep / "0", key)          # this process's own sweep's job

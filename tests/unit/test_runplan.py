@@ -97,7 +97,7 @@ def test_a_run_it_replaces_is_named_with_why(tmp_path, capsys):
     assert main([str(run), "2", *GIVEN, "seed=3"]) == FRESH
     assert main([str(tmp_path / "none"), "1", *GIVEN]) == FRESH     # nothing to replace
     assert capsys.readouterr().err.splitlines() == [
-        f"{run}: its run is replaced (it ran on 2 ranks, this on 1; OUT=DIR keeps both)",
+        f"{run}: its run is replaced (it ran on 2 ranks, this on 1 rank; OUT=DIR keeps both)",
         f"{run}: its run is replaced (it ran with other settings; OUT=DIR keeps both)"]
 
 
