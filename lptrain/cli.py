@@ -7,14 +7,12 @@ them (lptrain/jobs.py). Every error ends the whole job with one line printed onc
 from __future__ import annotations
 
 import atexit
-import gc
 import logging
 import os
 import sys
 from pathlib import Path
 
-from lptrain.errors import (FAILED, REFUSED, LptrainError, RunFileError, first_line,
-                            resume_command)
+from lptrain.errors import FAILED, REFUSED, LptrainError, RunFileError, resume_command
 from lptrain.command_args import (check_dir_values, check_flags, check_hydra_keys,
                                   check_launcher, check_writable, checked_args, config_source,
                                   configured_args, directory_args, hydra_failure,
@@ -23,12 +21,13 @@ from lptrain.command_args import (check_dir_values, check_flags, check_hydra_key
 from lptrain.help_format import version_line
 from lptrain.job_run import quiet_teardown as _quiet_teardown
 from lptrain.job_run import run_job
-from lptrain.job_run import say_error as _say
 from lptrain.jobs import END, Job, JobChannel
 from lptrain.resume_args import resume_args, sweep_switch
 from lptrain.rundir import (RunLock, SavedFiles, dir_value, is_sweep, refuse_earlier_run,
                             refuse_inside_live_run, remove_refused)
+from lptrain.startup import abort_before_mpi, printed, started
 from lptrain.stops import PROG, stop_before_job, stop_if_signalled
+from lptrain.stops import say_error as _say
 
 from lptrain.config import CONF_MODULE, check_command, override_key
 log = logging.getLogger("lptrain")
@@ -65,24 +64,6 @@ def _resume_args(args: list[str]) -> list[str]:
     return resumed.args
 
 
-def _world():
-    """MPI.COMM_WORLD; exits REFUSED with one line when MPI cannot start here (another MPI's
-    launcher, or no MPI library for mpi4py)."""
-    import os
-
-    from lptrain.parallel.context import foreign_launch, world
-    try:
-        foreign = foreign_launch(os.environ)
-        if not foreign:
-            return world()
-    except LptrainError as exc:      # no rank is known: every process says it
-        _say(str(exc))
-        sys.exit(exc.exit_code)
-    if os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", "0")) == "0":
-        _say(foreign)
-    sys.exit(REFUSED)
-
-
 def quiet_logging_errors() -> None:
     """A log record that cannot be written (lptrain.log on a full disk) is dropped: the
     error is said in one line on the console, not after logging's 65-line report."""
@@ -93,22 +74,22 @@ def main(stop=None) -> None:
     """The command; `stop`: the StopSignals lptrain/entry.py installed before the imports."""
     if "--version" in sys.argv[1:]:      # before MPI and Hydra: Hydra's flag prints its own
         if launched_rank() == 0:         # under mpiexec: once
-            _printed(version_line() + "\n")
+            printed(version_line() + "\n")
         return
     if any(a in ("-h", "--help") for a in sys.argv[1:]):    # instead of Hydra's stock page
         if launched_rank() == 0:
             from lptrain.config.reference import text
-            _printed(text())
+            printed(text())
         return
     from lptrain.train.stop import StopSignals      # torch-free: before the heavy imports
     _stop.append((stop or StopSignals()).install())   # a signal from here on stops cleanly
     quiet_logging_errors()
     try:
-        comm = _started()
+        comm = started()
     except Exception as exc:     # one rank alone (torch's import under a memory limit)
         if launched_rank(os.environ, None) is None:
             raise
-        _abort_before_mpi(exc)
+        abort_before_mpi(exc)
     _stop[0].install()       # again: MPI's libraries (UCX) take SIGHUP for their debugging
     from lptrain.parallel.context import limit_threads, node_of
     limit_threads(node_of(comm))
@@ -130,46 +111,6 @@ def main(stop=None) -> None:
             channel.finish(status)
     _quiet_teardown()
     sys.exit(status)
-
-
-def _printed(text: str) -> None:
-    """`text` on stdout; one line and exit 1 where it cannot be written (/dev/full), not
-    a traceback."""
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except OSError as exc:
-        from lptrain.metrics.streams import output_lost
-        output_lost(PROG, exc)
-        sys.exit(1)
-
-
-def _started():
-    """Streams, allocator and exit handlers set, the heavy imports done, MPI up: the
-    world communicator."""
-    from lptrain.metrics.streams import no_color_in_pipes, survive_hangup
-    no_color_in_pipes(sys.stderr, os.environ)       # before Hydra imports a sweeper
-    survive_hangup(sys)
-    from lptrain.parallel.context import keep_freed_memory
-    # runs after every later exit handler: by then each file is closed, so the cyclic
-    # garbage collector's passes over the interpreter's teardown (a few hundred thousand
-    # objects: seconds on a loaded machine) would only free memory the OS frees anyway
-    atexit.register(gc.freeze)
-    keep_freed_memory()
-    return _world()
-
-
-def _abort_before_mpi(exc: Exception) -> None:
-    """A rank of an MPI launch that failed before MPI was up: one line, then MPI started
-    only to end the job. The other ranks wait in MPI_Init for it for ever, where their
-    stop handlers cannot run (SIGTERM and Ctrl-C do nothing there)."""
-    _say(f"rank {launched_rank()}: {type(exc).__name__}: {first_line(exc)} (while "
-         f"starting, before MPI)")
-    try:
-        from mpi4py import MPI
-        MPI.COMM_WORLD.Abort(1)
-    finally:
-        os._exit(1)
 
 
 def _split_hint(message: str, ranks: int) -> str:

@@ -16,17 +16,12 @@ from typing import Callable
 
 from lptrain.errors import resume_command
 from lptrain.jobs import Job
-from lptrain.stops import PROG, AgreedExit, again, resume_hint, say, signal_at_the_end, unexpected
+from lptrain.stops import (AgreedExit, again, resume_hint, say, say_error, signal_at_the_end,
+                           unexpected)
 
 log = logging.getLogger("lptrain")
 
 RANK0_FIRST = 2.0   # seconds ranks > 0 leave rank 0 to report an error they all hit
-
-
-def say_error(msg: str) -> None:
-    """The command's error line, `lptrain: error: ...`, broken between words on a terminal."""
-    from lptrain.metrics.streams import say as said
-    said(f"{PROG}: error: {msg}")
 
 
 def quiet_teardown() -> None:

@@ -31,6 +31,12 @@ def say(message: str, level: int | None = logging.WARNING) -> None:
         log.log(level, message)
 
 
+def say_error(msg: str) -> None:
+    """The command's error line, `lptrain: error: ...`, broken between words on a terminal."""
+    from lptrain.metrics.streams import say as said
+    said(f"{PROG}: error: {msg}")
+
+
 def stop_if_signalled(comm, stop) -> None:
     """Collective: exit 128 + the signal on every rank when any rank received SIGINT,
     SIGHUP or SIGTERM while lptrain started (imports, MPI), before anything was written;
