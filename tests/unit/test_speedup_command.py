@@ -485,6 +485,10 @@ def test_lptrain_model_under_another_mpis_launcher_says_so_once(monkeypatch, cap
                                                                 said):
     """Under Open MPI's mpirun it started MPICH's MPI, which aborted in 43 lines."""
     from lptrain.model_perf import cli
+    from lptrain.parallel import context
+    # the library's name without importing mpi4py's MPI: mpi_library() imports it
+    # uninitialised, which would leave MPI unusable to this worker's later tests
+    monkeypatch.setattr(context, "mpi_library", lambda: "MPICH 5.0.2")
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
     monkeypatch.setenv("OMPI_COMM_WORLD_RANK", rank)
     args = ["--ranks", "2", "--step-time", "1e-5", "--adjoint-time", "1e-5"]
