@@ -154,9 +154,11 @@ def _against_run(model, overrides: list[str], options, seed: int, data) -> dict:
     validation split ("split_changed") and how many of `data`'s validation samples the
     run trained on ("trained_on"); without overrides, False and the count in the run's
     own split; both None for another dataset, or where the run's own samples cannot be
-    read. Those are loaded with the run's options (only a
-    `dataset.path` override kept) and mapped as `data` is, so equal rows are the same raw
-    sample."""
+    read. Those are loaded with the run's options from the run's own files, or where
+    those cannot be read (moved) with the `dataset.path` given, and mapped as `data` is,
+    so equal rows are the same raw sample. (With the path always given, other files
+    than the run's were taken for its training set: "none of them among its training
+    samples" of 400 digits 14 of which it had trained on.)"""
     import torch
 
     from lptrain.data import load_dataset
@@ -165,14 +167,17 @@ def _against_run(model, overrides: list[str], options, seed: int, data) -> dict:
     if not overrides:            # the run's own split: its training samples are `data`'s
         return {"split_changed": False, "trained_on": _trained_on(data.x_train, data.x_val)}
     moved = [o for o in overrides if o.partition("=")[0] == "dataset.path"]
-    own, _ = dataset_for(model, moved)
-    if own.name != options.name:
-        return unknown
-    try:        # a check of the overrides: not a reason to refuse the evaluation
-        run = load_dataset(own, seed, model.preprocessing or data.meta.get("preprocessing"))
-    except LptrainError:
-        return unknown
-    if run.feature_shape != data.feature_shape:
+    run = None
+    for given in [[], moved] if moved else [[]]:     # the run's own files first
+        own, _ = dataset_for(model, given)
+        if own.name != options.name:
+            return unknown
+        try:    # a check of the overrides: not a reason to refuse the evaluation
+            run = load_dataset(own, seed, model.preprocessing or data.meta.get("preprocessing"))
+            break
+        except LptrainError:
+            continue
+    if run is None or run.feature_shape != data.feature_shape:
         return unknown
     return {"split_changed": not (torch.equal(run.x_val, data.x_val)
                                   and torch.equal(run.y_val, data.y_val)),

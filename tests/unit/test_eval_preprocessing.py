@@ -179,3 +179,26 @@ def test_lptrain_eval_of_a_peaks_run_says_which_validation_points_it_trained_on(
         f"lptrain-eval: note: {want} of these 100 samples are also among the run's training "
         f"samples (its dataset drew both sets with replacement), as in the run's own "
         f"validation\n")
+
+
+def test_other_files_are_checked_against_the_runs_own_training_samples(mnist_run, tmp_path,
+                                                                      capsys):
+    """dataset.path= at other files: the run's training samples were read from those
+    files too, and lptrain-eval said "none of them among its training samples" of a test
+    set that held some of them (held-out, stop 67). The run's own files come first."""
+    import shutil
+    from helpers import fake_split, write_idx
+    run, _, _ = mnist_run
+    other = tmp_path / "other"
+    other.mkdir()
+    images, labels = fake_split(60, 99, 128)                 # another training set
+    write_idx(other / "train-images-idx3-ubyte", images, False)
+    write_idx(other / "train-labels-idx1-ubyte", labels, False)
+    for part in ("images-idx3", "labels-idx1"):              # a test set of the run's own
+        shutil.copy(tmp_path / "idx" / f"train-{part}-ubyte", other / f"t10k-{part}-ubyte")
+    overrides = [f"dataset.path={other}", "dataset.n_val=60"]
+    r = evaluate.evaluate(run, overrides)
+    assert r["split_changed"] and r["trained_on"] == r["samples"] == 60
+    assert evaluate.main([str(run), *overrides]) == 0
+    assert ("lptrain-eval: warning: 60 of these 60 samples are among the run's training "
+            "samples") in capsys.readouterr().err
