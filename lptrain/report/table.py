@@ -79,7 +79,8 @@ NOTES = ("final objective, loss and train acc: the last train/ row's (with mini-
          "(mgrit/fwd_iterations, adj_iterations; line-search trials and repeated "
          "evaluations: mgrit/fwd_total). computing: the "
          "share of the ranks' time (timing/) spent computing rather than communicating or "
-         f"waiting. status {KILLED}: metrics.h5 says running, but no lptrain process holds "
+         "waiting, on the run's last grid (a run resumed on another: the iterations on "
+         f"that one). status {KILLED}: metrics.h5 says running, but no lptrain process holds "
          "the run (a kill, or an error on another rank that ended the job first).\n")
 PER_RANK_NOTE = "Each run's time per rank, where it ran on several, follows below.\n"
 
