@@ -14,7 +14,7 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from lptrain.errors import resume_command
+from lptrain.errors import Interrupted, LptrainError, resume_command
 from lptrain.jobs import Job
 from lptrain.stops import (AgreedExit, again, resume_hint, say, say_error, signal_at_the_end,
                            unexpected)
@@ -37,7 +37,6 @@ def run_job(job: Job, stop, failures: list[int],
     """`job` on this rank: its ranked result, or None where it failed. `stop`: the
     command's StopSignals (None when called otherwise); an lptrain error's exit status is
     appended to `failures`, its message completed by `hint(message, ranks)`."""
-    from lptrain.errors import Interrupted, LptrainError
     from lptrain.parallel.context import world
     comm = world()
     run_dir = Path(job.run_dir)

@@ -304,6 +304,15 @@ def check_overrides(path: Path, overrides: list[str]) -> None:
                                  f"resumed") from None
 
 
+def _owner(lock: Path) -> tuple[str, int] | None:
+    """(host, pid) a lock file names; None where it is absent or unreadable."""
+    try:
+        host, pid = lock.read_text().split()[:2]
+        return host, int(pid)
+    except (OSError, ValueError):
+        return None
+
+
 def _owner_alive(host: str, pid: int) -> bool:
     if host != socket.gethostname():
         return True
@@ -328,14 +337,8 @@ def run_alive(run_dir: str | Path) -> bool:
     sweep = next((p for p in run_dir.parents if (p / SWEEP_FILE).is_file()), None)
     # its sweep's lock: the nearest folder above with the sweep's record (a subdir such as
     # s/${hydra.job.num} nests a job deeper), or the parent where there is none (Optuna)
-    for lock in (run_dir / LOCK_FILE, (sweep or run_dir.parent) / LOCK_FILE):
-        try:
-            host, pid = lock.read_text().split()[:2]
-            if _owner_alive(host, int(pid)):
-                return True
-        except (OSError, ValueError):
-            continue
-    return False
+    locks = (run_dir / LOCK_FILE, (sweep or run_dir.parent) / LOCK_FILE)
+    return any(owner is not None and _owner_alive(*owner) for owner in map(_owner, locks))
 
 
 def refuse_inside_live_run(directory: str | Path, key: str) -> None:
@@ -344,11 +347,10 @@ def refuse_inside_live_run(directory: str | Path, key: str) -> None:
     job could take the folder, and Hydra rewrites a job folder's `.hydra/` before lptrain
     can refuse it there."""
     for parent in Path(directory).resolve().parents:
-        try:
-            host, pid = (parent / LOCK_FILE).read_text().split()[:2]
-            pid = int(pid)
-        except (OSError, ValueError):
+        owner = _owner(parent / LOCK_FILE)
+        if owner is None:
             continue
+        host, pid = owner
         mine = host == socket.gethostname() and pid == os.getpid()
         if not mine and _owner_alive(host, pid):
             what = "sweep" if (parent / SWEEP_FILE).is_file() else "run"
@@ -393,11 +395,7 @@ class RunLock:
                                f"at the same moment")
 
     def _take_over_if_stale(self) -> None:
-        try:
-            host, pid = self.path.read_text().split()[:2]
-            pid = int(pid)
-        except (OSError, ValueError):
-            host, pid = "?", -1
+        host, pid = _owner(self.path) or ("?", -1)
         if pid > 0 and _owner_alive(host, pid):
             raise RunDirectoryBusy(f"{self.key}={self.path.parent}: in use by the lptrain "
                                    f"process {pid} on {host} (lock file {self.path}; delete "

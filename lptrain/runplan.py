@@ -80,8 +80,7 @@ def kept_line(run_dir: str | Path) -> str:
     return f"{run_dir}: kept ({how}, with these settings; FRESH=1 runs it again)"
 
 
-def replaced_line(run_dir: str | Path, ranks: int, overrides: list[str],
-                  fresh: bool) -> str | None:
+def replaced_line(run_dir: str | Path, ranks: int, fresh: bool) -> str | None:
     """What the target says of a run it is about to replace (None: the folder holds
     none): why, so that a run on another rank count is not lost unseen."""
     run_dir = Path(run_dir)
@@ -113,7 +112,7 @@ def main(argv: list[str]) -> str:
     action = plan(run_dir, int(ranks), overrides, fresh)
     if action in (KEPT, KEPT_FAILED):
         say(kept_line(run_dir))
-    line = replaced_line(run_dir, int(ranks), overrides, fresh) if action == FRESH else None
+    line = replaced_line(run_dir, int(ranks), fresh) if action == FRESH else None
     if line is not None:
         say(line)
     return action

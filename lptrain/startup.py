@@ -56,7 +56,7 @@ def abort_before_mpi(exc: Exception) -> None:
 def _world():
     """MPI.COMM_WORLD; exits REFUSED with one line when MPI cannot start here (another MPI's
     launcher, or no MPI library for mpi4py)."""
-    from lptrain.parallel.context import foreign_launch, world
+    from lptrain.parallel.context import foreign_launch, says_for_launch, world
     try:
         foreign = foreign_launch(os.environ)
         if not foreign:
@@ -64,6 +64,6 @@ def _world():
     except LptrainError as exc:      # no rank is known: every process says it
         _say(str(exc))
         sys.exit(exc.exit_code)
-    if os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", "0")) == "0":
+    if says_for_launch(os.environ):
         _say(foreign)
     sys.exit(REFUSED)

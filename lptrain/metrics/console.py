@@ -123,11 +123,12 @@ class Console:
         # a rank: the terminal mpiexec writes to, which breaks nothing between words
         behind = launcher_columns(file or sys.stdout) \
             if width is None and "COLUMNS" not in os.environ else None
-        self._behind, width = behind is not None, behind or width or _narrowest(os.environ)
+        narrowest = _narrowest(os.environ)
+        self._behind, width = behind is not None, behind or width or narrowest
         self._out = _Terminal(file=file, highlight=False, width=width, no_color=colour_off())
         # stderr=True resolves sys.stderr at print time, so it lands above a live display
         self._err = _Terminal(file=err_file, stderr=err_file is None, highlight=False,
-                              no_color=colour_off(), width=_narrowest(os.environ))
+                              no_color=colour_off(), width=narrowest)
         self.live = self._out.is_interactive
         if self.live:
             self._live = Live(console=self._out, get_renderable=self.display,

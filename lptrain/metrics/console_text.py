@@ -27,9 +27,10 @@ FIELDS = (*_SHOWN, s.STEP_TIME, s.FWD_ITERATIONS, s.FWD_RESIDUAL, s.ADJ_ITERATIO
           s.ADJ_RESIDUAL, GRAD_ERROR, VAL_ITERATION)
 SEPARATOR = "  "
 
+
 def _digits(value: float, digits: int) -> str:
     """`value` to `digits` significant digits with their trailing zeros (0.250, not
-    0.25), without a bare point (1234, not 1234.)."""
+    0.25), without a bare point (1234, not 1234.); nan and inf as they are."""
     return f"{value:#.{digits}g}".rstrip(".")
 
 
@@ -89,13 +90,8 @@ def format_value(value, unit: str = "") -> str:
         # whole seconds from 1000 on (not 3.725e+04); h:mm:ss as the progress line has
         # it (seconds rounded down: 119.6 s is 0:01:59)
         text = f"{value:.0f}" if math.isfinite(value) and value >= 1e3 else \
-            _digits_kept(value, 4)
+            _digits(value, 4)
         return f"{text} s ({format_duration(value)})" if value >= 60 else f"{text} s"
-    text = _digits_kept(value, 6) if isinstance(value, float) else str(value)
+    text = _digits(value, 6) if isinstance(value, float) else str(value)
     return f"{text} {unit}" if unit else text
 
-
-def _digits_kept(value: float, digits: int) -> str:
-    """`value` to `digits` significant digits, trailing zeros kept ('4.110'), no point
-    left bare ('3725')."""
-    return f"{value:#.{digits}g}".rstrip(".") if math.isfinite(value) else f"{value}"

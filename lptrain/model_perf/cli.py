@@ -106,10 +106,9 @@ def link(args) -> tuple[Link, str, bool]:
         return Link(args.latency, args.bandwidth), "given", True
     go_on = True
     if measure.launched_size() >= 2:
-        from lptrain.parallel.context import foreign_launch, world
+        from lptrain.parallel.context import foreign_launch, says_for_launch, world
         foreign = foreign_launch(os.environ, PROG)     # else MPI_Init's 40-line abort
-        if foreign and os.environ.get("OMPI_COMM_WORLD_RANK",
-                                      os.environ.get("PMIX_RANK", "0")) != "0":
+        if foreign and not says_for_launch(os.environ):
             raise SystemExit(EXIT_ERROR)               # said once, by rank 0
         if foreign:
             raise ConfigError(foreign)

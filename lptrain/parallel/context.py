@@ -70,6 +70,12 @@ def foreign_launch(env, prog: str = "lptrain") -> str | None:
             f"{bin_dir / prog} ... (or {bin_dir / 'mpiexec'})")
 
 
+def says_for_launch(env) -> bool:
+    """Whether this process is the one of a foreign launch (`foreign_launch`) that says
+    the refusal: its rank 0 by the launcher's own variables (MPI never starts there)."""
+    return env.get("OMPI_COMM_WORLD_RANK", env.get("PMIX_RANK", "0")) == "0"
+
+
 def _init_after_check() -> None:
     """Initialise MPI as mpi4py would have on import (mpi_library() deferred it)."""
     import mpi4py
