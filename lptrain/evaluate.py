@@ -157,9 +157,8 @@ def _against_run(model, overrides: list[str], options, seed: int, data) -> dict:
     own split; both None for another dataset, or where the run's own samples cannot be
     read. Those are loaded with the run's options from the run's own files, or where
     those cannot be read (moved) with the `dataset.path` given, and mapped as `data` is,
-    so equal rows are the same raw sample. (With the path always given, other files
-    than the run's were taken for its training set: "none of them among its training
-    samples" of 400 digits 14 of which it had trained on.)"""
+    so equal rows are the same raw sample (other files than the run's are not its
+    training set)."""
     import torch
 
     from lptrain.data import load_dataset

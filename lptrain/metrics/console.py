@@ -328,8 +328,8 @@ class Console:
 
 
 def _narrowest(environ) -> int | None:
-    """MIN_COLUMNS where COLUMNS asks for fewer (COLUMNS=0 had printed nothing at all,
-    5 a summary of empty cells); None otherwise (rich reads COLUMNS itself)."""
+    """MIN_COLUMNS where COLUMNS asks for fewer (at 0 rich prints nothing, at 5 empty
+    cells); None otherwise (rich reads COLUMNS itself)."""
     given = environ.get("COLUMNS", "")
     return MIN_COLUMNS if given.isdigit() and int(given) < MIN_COLUMNS else None
 

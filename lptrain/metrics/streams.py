@@ -80,9 +80,9 @@ def _escape(exc: UnicodeError):
 
 def encodable(*streams) -> None:
     """Each stream writes the characters its encoding lacks as escapes instead of
-    raising: under LC_ALL=C with PYTHONUTF8=0, or PYTHONIOENCODING=ascii, the ×, α and ü
-    lptrain prints had ended --help in a traceback and a finished run as failed. A
-    path's undecodable bytes are written back as they were (`_escape`)."""
+    raising (under LC_ALL=C with PYTHONUTF8=0, or PYTHONIOENCODING=ascii, the ×, α and ü
+    lptrain prints would end a command, or a finished run, in an error). A path's
+    undecodable bytes are written back as they were (`_escape`)."""
     try:
         codecs.lookup_error(ESCAPES)
     except LookupError:

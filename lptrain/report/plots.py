@@ -116,8 +116,8 @@ def _curves(runs: Runs, x: str, field: str, what: str, context: str, log: bool) 
 
 def _same_curve(drawn: list, xs, ys, label: str) -> str | None:
     """The label of an earlier run whose training curve (`drawn`: (xs, ys, label) so far)
-    this one equals, to 1e-12 (None: none); this one's is added. Six runs on one line
-    (make scaling's, equal on every P) showed one colour and nothing said why."""
+    this one equals, to 1e-12 (None: none); this one's is added. Drawn over it, the
+    earlier curve does not show, and the legend says where it is."""
     xs, ys = np.asarray(xs, float), np.asarray(ys, float)
     same = next((name for x0, y0, name in drawn if len(xs) and x0.shape == xs.shape
                  and np.array_equal(x0, xs) and np.allclose(y0, ys, rtol=1e-12, atol=0,

@@ -128,11 +128,9 @@ def next_iterations(k: int, eps: float, rho: float, target: float, lo: int, hi: 
 
     The estimate is proportional to the last residual, so one iteration earlier it was
     ε / `last_ratio` (r_last / r_before): measured, where the mean factor ρ predicts.
-    ρ predicted too little where a warm solve sped up in its last iteration (ratios
-    0.24, 0.009, 0.014: one fewer planned, and the next gradient 8× above the
-    prediction), and nothing where the last iteration made the solve exact (a two-level
-    hierarchy after N/c iterations: one fewer, then one fewer again, and gradient
-    errors of up to 99 %). Without the residual before the last: ε/ρ."""
+    ρ predicts too little where a warm solve speeds up in its last iterations, and
+    nothing where the last iteration made the solve exact (a two-level hierarchy after
+    N/c iterations). Without the residual before the last: ε/ρ."""
     if not math.isfinite(eps):
         return hi
     if eps > target:
