@@ -220,8 +220,9 @@ FIELDS: dict[str, dict[str, Field]] = {
         "rung": Field(INT, _ROWS, "",
                       "simultaneous: solve accuracy of the accepted point, 0 = the "
                       "controller's plan (mgrit.fwd_iters/adj_iters with "
-                      "mgrit.control=fixed), each rung 4x the iterations, the top "
-                      "rung solved to mgrit.tol; raised after a failed line search"),
+                      "mgrit.control=fixed), each rung 4x the iterations (at most "
+                      "mgrit.max_iter), the top rung solved to mgrit.tol; raised "
+                      "after a failed line search"),
         "fwd_total": Field(INT, _ROWS, "",
                            "forward MGRIT iterations of every solve of this optimizer "
                            "iteration (line-search trials and re-evaluations included; "

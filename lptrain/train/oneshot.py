@@ -55,23 +55,40 @@ class Rungs:
             self.plan_key = self.WARM_PLAN if warm else self.COLD_PLAN
 
     def budget(self) -> tuple[int, float, int, float]:
-        """(forward iterations, tol, adjoint iterations, tol) at the current rung."""
+        """(forward iterations, tol, adjoint iterations, tol) at the current rung.  Rung 0
+        runs the plan; no rung above it runs more than the top rung may (max_iter,
+        adj_max_iter), and one whose scaled plan reaches both is the top rung."""
         mgrit = self.mgrit
-        if self.rung >= self.top:
+        if self._at_top():
             return mgrit.max_iter, mgrit.tol, mgrit.adjoint_max_iter, mgrit.adjoint_tol
+        fwd, adj = self._scaled()
+        if self.rung == 0:
+            return fwd, 0.0, adj, 0.0
+        return min(fwd, mgrit.max_iter), 0.0, min(adj, mgrit.adjoint_max_iter), 0.0
+
+    def _scaled(self) -> tuple[int, int]:
+        """The plan times RUNG_FACTOR^rung."""
         scale = self.RUNG_FACTOR ** self.rung
         fwd, adj = self.controller.plan(self.plan_key)
-        return fwd * scale, 0.0, adj * scale, 0.0
+        return fwd * scale, adj * scale
+
+    def _at_top(self) -> bool:
+        """Whether this rung solves to tolerance: the top one, or one whose scaled plan
+        asks for both limits already (the plan has grown since `top` was counted)."""
+        if self.rung >= self.top:
+            return True
+        fwd, adj = self._scaled()
+        return fwd >= self.mgrit.max_iter and adj >= self.mgrit.adjoint_max_iter
 
     def more(self, history: list, grad_norm: float, extra: int) -> bool:
         """The adaptive guard: one more iteration while the residual exceeds
         mgrit.adaptive_ratio × the gradient norm (fixed-iteration rungs only)."""
         mgrit = self.mgrit
-        return mgrit.adaptive and self.rung < self.top and extra < mgrit.adaptive_max_extra \
+        return mgrit.adaptive and not self._at_top() and extra < mgrit.adaptive_max_extra \
             and bool(history) and history[-1] > mgrit.adaptive_ratio * grad_norm
 
     def tighten(self) -> bool:
-        if self.rung >= self.top:
+        if self._at_top():
             return False
         self.rung += 1
         return True
@@ -83,7 +100,7 @@ class Rungs:
         """Scale the gradient error estimate in `stats` by the controller's calibration
         and plan the batch's next iterations; only rung-0 evaluations re-plan (higher
         rungs multiply the plan)."""
-        scale = self.controller.scale
+        scale, to_tolerance = self.controller.scale, self._at_top()
         self._raw_error, self._observed = stats.fwd_error + stats.adj_error, stats
         stats.fwd_error, stats.adj_error = stats.fwd_error * scale, stats.adj_error * scale
         stats.error_scale = scale
@@ -106,7 +123,7 @@ class Rungs:
         # not taken again, and never more often than control_max_iters
         self._repeats = self._repeats + 1 if again else 0
         o = self.controller.o
-        self._refine = self.rung == 0 < self.top and o.control == "error" and \
+        self._refine = self.rung == 0 and not to_tolerance and o.control == "error" and \
             math.isfinite(grad_norm) and self._repeats < o.control_max_iters and refines(
                 (stats.fwd_error, stats.adj_error), o.grad_tol, ran,
                 (stats.fwd_plan, stats.adj_plan))

@@ -233,3 +233,21 @@ def test_each_rung_scales_the_forward_and_the_adjoint_plan_apart():
     while rungs.tighten():
         pass
     assert rungs.budget() == (100, 1e-9, 90, 1e-8)
+
+
+def test_no_rung_runs_more_than_the_top_rung_may():
+    """The top was counted from the first plan (2 × 4³ ≥ 50); once the plan had grown to
+    6, rung 2 ran 96 fixed iterations and the top rung above it at most max_iter = 50.
+    A rung whose scaled plan reaches both limits is the top one now, and a rung above
+    0 is capped at the limits."""
+    from lptrain.train.oneshot import Rungs
+    from lptrain.train.oracles import SolveStats
+    rungs = Rungs(MGRITOptions(fwd_iters=2, adj_iters=2, grad_tol=0.005, max_iter=50,
+                               adj_max_iter=20, tol=1e-9, adj_tol=1e-8))
+    rungs.observe(SolveStats(fwd_error=0.4, adj_error=0.4), measured(ratios=2), 1.0)
+    assert rungs.controller.plan(0) == (6, 6)
+    ladder = [rungs.budget()]
+    while rungs.tighten():
+        ladder.append(rungs.budget())
+    assert ladder == [(6, 0.0, 6, 0.0), (24, 0.0, 20, 0.0), (50, 1e-9, 20, 1e-8)]
+    assert not rungs.more([1.0], 1e-3, 0)          # the top solves to tolerance
