@@ -16,6 +16,7 @@ import numpy as np
 
 from lptrain.errors import counted
 from lptrain.metrics import schema as s
+from lptrain.metrics.console_text import SEPARATOR, wrap_parts
 
 KINDS = (s.COMPUTE, s.COMMUNICATION, s.WAITING)
 LISTED = 8          # ranks listed one by one; beyond, the fastest, median and slowest
@@ -136,16 +137,21 @@ def text_lines(t: TimingSummary, last: int | None = None, width: int = 80) -> li
         rank                  compute [s] communication [s]       waiting [s]  total [s]
         0                 26.510 ( 94.1%)    0.420 (  1.5%)    1.240 (  4.4%)     28.170
 
-    narrower than 80 `width` columns the seconds alone (57 columns; the first line
-    wraps where the terminal breaks it). A resumed run's tally is this start's: with
-    the run's `last` iteration the first line names them (`over iterations 106-300`)."""
+    narrower than 80 `width` columns the seconds alone (57 columns), and narrower
+    than that each rank's seconds named and broken at `width` (the first line wraps
+    where the terminal breaks it). A resumed run's tally is this start's: with the
+    run's `last` iteration the first line names them (`over iterations 106-300`)."""
     span = counted(t.iterations, 'iteration')
     if last is not None and last > t.iterations:
         span = f"iterations {last - t.iterations + 1}-{last}"
     first = f"time per rank over {span}: {t.compute_share:.1f} % computing, " \
             f"imbalance {t.imbalance:.2f}"
+    heads = ("compute", "comm.", "waiting", "total")
+    if width < _NARROW_LINE:
+        return [first] + [line for label, r in t.shown() for line in _named(
+            f"rank {label}", zip(heads, (r.compute, r.communication, r.waiting, r.total)),
+            width)]
     if width < 80:
-        heads = ("compute", "comm.", "waiting", "total")
         return [first, f"{'rank, seconds':<13s}" + "".join(f"{h:>{_NARROW}s}" for h in heads)] + [
             f"{label:<13s}" + "".join(f"{_seconds(v):>{_NARROW}s}" for v in (
                 r.compute, r.communication, r.waiting, r.total)) for label, r in t.shown()]
@@ -176,6 +182,16 @@ def markdown(t: TimingSummary) -> str:
 _CELL = 18      # a cell of text_lines: seconds in 9 columns, the share in 9; its
                 # header ends where the cell does, as the numbers below it do
 _NARROW = 11    # a cell of the narrow form: seconds only
+_NARROW_LINE = 13 + 4 * _NARROW     # the narrow form's lines: rank label, four cells
+
+
+def _named(label: str, cells, width: int) -> list[str]:
+    """'rank 0  compute 0.862 s  comm. 0.165 s  waiting 0.000 s  total 1.028 s' broken
+    between its parts at `width`, the lines after the first indented by two."""
+    parts = [label] + [f"{h} {_seconds(v)} s" for h, v in cells]
+    head = wrap_parts(parts, width)[0]
+    rest = parts[head.count(SEPARATOR) + 1:]
+    return [head] + [f"  {line}" for line in wrap_parts(rest, width - 2)]
 
 
 def _seconds(value: float) -> str:

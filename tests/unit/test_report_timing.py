@@ -111,3 +111,24 @@ def test_report_shows_time_per_rank_of_runs_on_several_ranks(tmp_path):
     assert "### serial" not in per_rank and "### mgrit P=3" in per_rank
     assert "| 2 | 30.000 (92.0 %) | 1.000 (3.1 %) | 1.600 (4.9 %) | 32.600 |" in per_rank
     assert sum(line.startswith("|") for line in per_rank.splitlines()) == 5   # 3 ranks
+
+
+@pytest.mark.parametrize("ranks", [2, 64])
+@pytest.mark.parametrize("width", [20, 40, 56])
+def test_time_per_rank_narrower_than_the_seconds_names_each_rank(ranks, width):
+    """At 40 columns the 57-column rows broke between words under their headers; narrower
+    than those rows each rank's seconds are named, broken between them at the width."""
+    tally = TimingTally()
+    tally.add([1e4 * (r + 1) for r in range(ranks)], [1.5] * ranks, [123.25] * ranks)
+    t = tally.summary()
+    lines = text_lines(t, width=width)
+    assert lines[0] == text_lines(t)[0]
+    # a part wider than the width has its line alone ('  compute 10000.000 s' at 20)
+    assert all(len(line) <= width or "  " not in line.strip() for line in lines[1:])
+    blocks = " ".join(lines[1:]).split("rank ")[1:]
+    assert len(blocks) == len(t.shown())
+    for block, (label, r) in zip(blocks, t.shown()):
+        assert block.startswith(label + " ")
+        got = dict(re.findall(r"(compute|comm\.|waiting|total) (\S+) s", block))
+        assert [float(got[h]) for h in ("compute", "comm.", "waiting", "total")] == \
+            pytest.approx([r.compute, r.communication, r.waiting, r.total], rel=1e-3)
