@@ -17,6 +17,7 @@ class SolveNotes:
     def __init__(self, console, mgrit, dtype: str = "float64", custom: bool = False):
         self.console, self.mgrit, self.said = console, mgrit, set()
         self.stalled = _stall_advice(dtype, custom)   # what a stagnated solve is told
+        self.dtype = dtype
         self.beyond = 0      # iterations in a row out of the controller's reach
 
     def state_dict(self) -> dict:
@@ -64,8 +65,18 @@ class SolveNotes:
         return _said(console, f"iteration {k}: with {counted(most, 'iteration')} a solve "
                      f"(mgrit.control_max_iters) the", f"  estimated gradient error "
                      f"{error:.1e} stays far above mgrit.grad_tol {mgrit.grad_tol:g};",
-                     "  try mode=mgrit, a larger control_max_iters, or smaller layer steps",
-                     "  (network.T) or weights (network.init_hidden)")
+                     *self._beyond_advice(stats))
+
+    def _beyond_advice(self, stats: dict) -> tuple[str, ...]:
+        """What to do about an error out of the controller's reach: below float64, solves
+        that converged fast and then `slowed` to a crawl met the dtype's round-off, which
+        more iterations do not lower; else more iterations or easier solves."""
+        if self.dtype != "float64" and any(slowed(stats.get(h) or []) for h in (
+                "fwd_history", "adj_history")):
+            return (f"  the solves slowed at {self.dtype}'s round-off: a larger "
+                    f"mgrit.grad_tol", "  or dtype=float64")
+        return ("  try mode=mgrit, a larger control_max_iters, or smaller layer steps",
+                "  (network.T) or weights (network.init_hidden)")
 
 
 # estimated gradient errors FAR times mgrit.grad_tol (train/control.py), with both solves
@@ -109,6 +120,15 @@ def _repeated(k: int, stats: dict, console, mgrit) -> bool:
     return _said(console, f"iteration {k}: a one-shot gradient far above mgrit.grad_tol "
                  f"was taken again", "  with more iterations before the step "
                  "(mgrit/refined counts these, fwd_total", "  and adj_total their cost)")
+
+
+def slowed(residuals, crawl: float = 0.5, slower: float = 5.0) -> bool:
+    """Whether a solve's last residual ratio is above `crawl` and `slower` times its
+    first: it converged, then stopped converging (round-off), unlike a solve whose
+    factor is uniformly poor (a large layer step, which more iterations do lower)."""
+    r = [float(x) for x in residuals]
+    return len(r) >= 3 and r[0] > 0 and r[-2] > 0 and \
+        r[-1] / r[-2] > max(crawl, slower * r[1] / r[0])
 
 
 def _said(console, *lines: str) -> bool:

@@ -217,3 +217,35 @@ def test_a_repeat_after_the_first_iteration_is_said_once():
     assert console.lines[0].startswith("iteration 3: a one-shot gradient far above ")
     assert len(console.lines) == 3 and all(len(line) <= 80 for line in console.lines)
 
+
+
+# a float32 run's forward residuals (dtype=float32 mgrit.grad_tol=1e-6, iteration 10):
+# fast, then slowed at round-off; and a large layer step's, uniformly slow
+FLOAT32_FLOOR = [11.5, 0.595, 2.46e-2, 5.34e-4, 4.07e-5, 2.64e-5, 1.90e-5]
+LARGE_STEP = [40.0, 25.0, 15.0, 9.5, 6.0, 3.8, 2.4]
+
+
+def test_a_solve_that_slowed_at_round_off_is_told_of_its_dtype():
+    """dtype=float32 mgrit.grad_tol=1e-6: the advice said more iterations or smaller
+    layer steps, where the solves had met float32's round-off (last ratio 0.72 after a
+    first of 0.05); a uniformly slow solve (a large step) keeps that advice."""
+    from types import SimpleNamespace
+
+    from lptrain.train.notes import SolveNotes, slowed
+    assert slowed(FLOAT32_FLOOR) and not slowed(LARGE_STEP)
+    assert not slowed([1.0, 0.1, 0.01, 0.001]) and not slowed([1.0, 0.5])
+    mgrit = SimpleNamespace(control_max_iters=6, grad_tol=1e-6, control="error")
+    stats = dict(fwd_iterations=6, adj_iterations=6, fwd_plan=6, adj_plan=6,
+                 grad_error=1.1e-5, fwd_history=FLOAT32_FLOOR, adj_history=[1e-3, 1e-5])
+    said = {}
+    for dtype, history in (("float32", FLOAT32_FLOOR), ("float64", FLOAT32_FLOOR),
+                           ("float32", LARGE_STEP)):
+        console = _Lines()
+        notes = SolveNotes(console, mgrit, dtype)
+        for k in range(1, 4):
+            notes.after(k, {**stats, "fwd_history": history})
+        said[dtype, history is LARGE_STEP] = " ".join(console.lines)
+    assert "float32's round-off" in said["float32", False] and \
+        "dtype=float64" in said["float32", False]
+    assert "control_max_iters, or smaller layer steps" in said["float64", False]
+    assert "control_max_iters, or smaller layer steps" in said["float32", True]
