@@ -14,6 +14,7 @@ another order, train differently. `lptrain-model --fresh` forgets them.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from dataclasses import asdict
 from typing import Sequence
@@ -136,12 +137,16 @@ def _times_file(key: dict):
 
 
 def kept_times(key: dict) -> dict[Grid, float] | None:
-    """The grid times kept for `key` on this host (None: none, or unreadable)."""
+    """The grid times kept for `key` on this host (None: none, unreadable, or not one
+    positive time for each of the key's grids, e.g. an entry edited by hand)."""
     try:
         rows = json.loads(_times_file(key).read_text())["times"]
-        return {Grid(int(layer), int(data)): float(t) for layer, data, t in rows}
+        times = {Grid(int(layer), int(data)): float(t) for layer, data, t in rows}
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    whole = len(times) == len(rows) and sorted([g.layer, g.data] for g in times) == \
+        sorted(key["grids"]) and all(math.isfinite(t) and t > 0 for t in times.values())
+    return times if whole else None
 
 
 def keep_times(key: dict, times: dict[Grid, float]) -> str | None:

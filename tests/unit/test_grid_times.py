@@ -145,3 +145,21 @@ def test_two_first_starts_predict_alike_from_the_kept_glue(tmp_path, monkeypatch
     assert second.times(GRIDS) == t1
     assert second.model.glue.reused == first.model.glue.timed and second.model.glue.timed == 0
 
+
+
+def test_a_kept_entry_edited_by_hand_is_predicted_anew(tmp_path, monkeypatch):
+    """A kept entry naming a split of 3 ranks (or a negative time) for a 2-rank start
+    was used as it stood: the run still took a valid split, but its note ranked the one
+    from the file. An entry that is not one positive time per grid of the start is
+    predicted again and kept afresh."""
+    import json
+    monkeypatch.setenv("LPTRAIN_CACHE", str(tmp_path))
+    seconds = {Grid(1, 2): 1.0, Grid(2, 1): 2.0}
+    _timer([], monkeypatch, seconds).times(GRIDS)
+    kept, = (tmp_path / "grid_times").rglob("*.json")
+    entry = json.loads(kept.read_text())
+    for rows in ([[3, 1, 0.1], [2, 1, 2.0]], [[1, 2, -1.0], [2, 1, 2.0]], [[1, 2, 1.0]],
+                 [[1, 2, 1.0], [1, 2, 0.5], [2, 1, 2.0]]):
+        kept.write_text(json.dumps({**entry, "times": rows}))
+        assert _timer([], monkeypatch, seconds).times(GRIDS) == seconds, rows
+        assert json.loads(kept.read_text())["times"] == [[1, 2, 1.0], [2, 1, 2.0]]
