@@ -179,3 +179,16 @@ def test_a_glob_over_a_group_is_checked_as_the_choices_it_takes():
                               "configs extend, not a choice; leave it out with exclude, "
                               "e.g. mode='glob(*,exclude=*_schema)'")
     check_command(["-m", "mode=glob(*,exclude=*_schema)"])
+
+
+@pytest.mark.parametrize("typed, shown", [
+    ("1e0", "1e0"), ("2.5", "2.5"), ("1e0,2", "1e0"), ("choice(3,2.0)", "2.0")])
+def test_an_integer_key_given_a_float_names_what_was_typed(typed, shown):
+    """train.iterations=1e0 said "Value '1.0' of type 'float' could not be converted to
+    Integer": a value the user had not typed. The message names the typed one (in a
+    sweep, the element that reads as a float)."""
+    from lptrain.config import check_command
+    with pytest.raises(ConfigError) as err:
+        check_command([f"train.iterations={typed}"])
+    assert str(err.value) == (f"train.iterations={typed}: {shown} is read as a float, and "
+                              f"train.iterations takes an integer (digits only, e.g. 300)")
