@@ -297,7 +297,8 @@ def check_command(args: list[str], ranks: int | None = None, source=None) -> Non
                 if ranks is not None:       # the split on these ranks, job by job
                     run_grids(typed, ranks, typed.mode.name in LAYERED)
     except (HydraException, OmegaConfBaseException) as exc:
-        error = _float_interval_hint(one_line_error(exc), overrides)
+        from lptrain.config.suggest import integer_hint
+        error = integer_hint(one_line_error(exc), overrides)
         if not sweep and ("hydra:job.num" in str(error) or "hydra.job.num" in str(error)):
             from lptrain.errors import ConfigError
             error = ConfigError(f"{error}: a single run has no job number (a sweep's "
@@ -347,39 +348,6 @@ def refuse_deletions(overrides: list[str]) -> None:
             key = override_key(o)
             raise ConfigError(f"{o}: lptrain's configuration keeps every key (a deleted one "
                               f"falls back to a hidden default); give {key} a value instead")
-
-
-def _float_interval_hint(error, overrides: list[str]):
-    """`error` with the way out where an integer key was given a float as typed: an
-    `interval`, which samples floats (README "Sweeps"), or a number like 1e0."""
-    key = str(error).split(":", 1)[0]
-    swept = next((a for a in overrides if a.lstrip("+").split("=", 1)[0] == key), "")
-    typed = swept.split("=", 1)[-1]
-    if "could not be converted to Integer" not in str(error) or not swept:
-        return error
-    from lptrain.errors import ConfigError
-    if typed.startswith("interval("):
-        return ConfigError(f"{error}; an interval samples floats: "
-                           f"{key}=int({typed}) for an integer key")
-    # '1e0' reads as the float 1.0, which the message shows in its place; in a sweep
-    # ('1e0,2', 'choice(1e0,2)') the value that does
-    floats = [v for v in re.split(r"[\s,()\[\]]+", typed) if _float_not_int(v)]
-    value = floats[0] if floats else typed
-    return ConfigError(f"{key}={typed}: {value} is read as a float, and {key} takes an "
-                       f"integer (digits only, e.g. 300)")
-
-
-def _float_not_int(text: str) -> bool:
-    """Whether `text` reads as a float but not as an integer ('1e0', '2.5')."""
-    try:
-        float(text)
-    except ValueError:
-        return False
-    try:
-        int(text)
-    except ValueError:
-        return True
-    return False
 
 
 def _documented(key: str) -> bool:

@@ -1,6 +1,9 @@
-"""'Did you mean' for a key no section has: the nearest key, group or section of the
-same section, else the one key of another section that has (nearly) its name."""
+"""What to type instead: 'did you mean' for a key no section has (the nearest key, group
+or section of the same section, else the one key of another section that has nearly its
+name), and an integer for an integer key given a float."""
 from __future__ import annotations
+
+import re
 
 
 def did_you_mean(key: str) -> str:
@@ -45,3 +48,36 @@ def _choices_having(key: str) -> str:
     having = sorted(node.removesuffix("_schema") for node, cls in nodes.items()
                     if leaf in {f.name for f in fields(cls)})
     return "" if len(having) == len(nodes) else f" (a key of {group}={', '.join(having)})"
+
+
+def integer_hint(error, overrides: list[str]):
+    """`error` with the way out where an integer key was given a float as typed: an
+    `interval`, which samples floats (README "Sweeps"), or a number like 1e0."""
+    key = str(error).split(":", 1)[0]
+    swept = next((a for a in overrides if a.lstrip("+").split("=", 1)[0] == key), "")
+    typed = swept.split("=", 1)[-1]
+    if "could not be converted to Integer" not in str(error) or not swept:
+        return error
+    from lptrain.errors import ConfigError
+    if typed.startswith("interval("):
+        return ConfigError(f"{error}; an interval samples floats: "
+                           f"{key}=int({typed}) for an integer key")
+    # '1e0' reads as the float 1.0, which the message shows in its place; in a sweep
+    # ('1e0,2', 'choice(1e0,2)') the value that does
+    floats = [v for v in re.split(r"[\s,()\[\]]+", typed) if _float_not_int(v)]
+    value = floats[0] if floats else typed
+    return ConfigError(f"{key}={typed}: {value} is read as a float, and {key} takes an "
+                       f"integer (digits only, e.g. 300)")
+
+
+def _float_not_int(text: str) -> bool:
+    """Whether `text` reads as a float but not as an integer ('1e0', '2.5')."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    try:
+        int(text)
+    except ValueError:
+        return True
+    return False
