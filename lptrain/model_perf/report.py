@@ -6,6 +6,7 @@ without layer parallelism.
 """
 from __future__ import annotations
 
+import math
 import textwrap
 from pathlib import Path
 from typing import Sequence
@@ -107,6 +108,14 @@ def plot(preds: Sequence[Prediction], baseline: float, path: Path,
     return path
 
 
+def _on_the_line(chosen: list, pts: list) -> bool:
+    """Whether the auto split's (P, seconds) are the model line's at every P (the
+    split auto takes is P x 1 there): drawn dashed, they lay hidden under the line
+    while the legend named them."""
+    line = dict(pts)
+    return all(p in line and math.isclose(t, line[p], rel_tol=1e-9) for p, t in chosen)
+
+
 def figure(preds: Sequence[Prediction], baseline: float, measured: Measured | None = None,
            paper: bool = False, title: str = "", dataset: str = "",
            auto: dict | None = None, left_out: int = 0) -> Figure:
@@ -129,14 +138,15 @@ def figure(preds: Sequence[Prediction], baseline: float, measured: Measured | No
     base_seen = _mean(own) if own else baseline
     for mode in MODES:
         pts = [(p.ranks, getattr(p, mode)) for p in preds if getattr(p, mode) is not None]
-        if pts:
-            ps, ts = zip(*pts)
-            ax_t.plot(ps, ts, ".-", color=_STYLE[mode], label=f"{_LABEL[mode]} (model)")
-            ax_s.plot(ps, [baseline / t for t in ts], ".-", color=_STYLE[mode],
-                      label=f"{_LABEL[mode]} (model)")
         chosen = sorted((p, t) for (p, m), t in (auto or {}).items()
                         if m == mode and t is not None)
-        if chosen:
+        hidden = bool(chosen) and _on_the_line(chosen, pts)   # a dash under the line
+        if pts:
+            ps, ts = zip(*pts)
+            label = f"{_LABEL[mode]} (model{'; also the auto split' if hidden else ''})"
+            ax_t.plot(ps, ts, ".-", color=_STYLE[mode], label=label)
+            ax_s.plot(ps, [baseline / t for t in ts], ".-", color=_STYLE[mode], label=label)
+        if chosen and not hidden:
             ps, ts = zip(*chosen)
             for ax, ys in ((ax_t, ts), (ax_s, [baseline / t for t in ts])):
                 ax.plot(ps, ys, "--", color=_STYLE[mode], lw=1,

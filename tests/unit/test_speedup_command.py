@@ -502,3 +502,19 @@ def test_lptrain_model_under_another_mpis_launcher_says_so_once(monkeypatch, cap
     assert err.startswith("lptrain-model: error: started by Open MPI's launcher "
                           "(OMPI_COMM_WORLD_SIZE is set)") == said
     assert ("/lptrain-model ... (or " in err) == said and err.count("\n") == said
+
+
+def test_an_auto_split_on_the_models_line_is_said_not_drawn_under_it():
+    """make scaling's plot (peaks_deep, P = 1, 2, 4: auto takes P x 1 every time) named
+    two dashed auto-split lines in its legends that lay hidden under the solid ones."""
+    from lptrain.model_perf.predict import Prediction
+    from lptrain.model_perf.report import figure
+    preds = [Prediction(1, 1.0, 2.0, 1.5), Prediction(2, 0.5, 1.0, 0.8)]
+    auto = {(1, "mgrit"): 2.0, (2, "mgrit"): 1.0,               # P x 1: the line
+            (1, "simultaneous"): 1.5, (2, "simultaneous"): 0.7}   # 1 x 2 at P = 2
+    for ax in figure(preds, 1.0, auto=auto).axes:
+        dashed = [ln.get_label() for ln in ax.lines if ln.get_linestyle() == "--"]
+        assert dashed == ["simultaneous, auto split (model)"]
+        named = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert "mgrit (model; also the auto split)" in named
+        assert "simultaneous (model)" in named
