@@ -54,7 +54,8 @@ def integer_hint(error, overrides: list[str]):
     """`error` with the way out where an integer key was given a float as typed: an
     `interval`, which samples floats (README "Sweeps"), or a number like 1e0."""
     key = str(error).split(":", 1)[0]
-    swept = next((a for a in overrides if a.lstrip("+").split("=", 1)[0] == key), "")
+    swept = next((a for a in reversed(overrides)        # the last one given counts
+                  if a.lstrip("+").split("=", 1)[0] == key), "")
     typed = swept.split("=", 1)[-1]
     if "could not be converted to Integer" not in str(error) or not swept:
         return error
@@ -65,7 +66,9 @@ def integer_hint(error, overrides: list[str]):
     # '1e0' reads as the float 1.0, which the message shows in its place; in a sweep
     # ('1e0,2', 'choice(1e0,2)') the value that does
     floats = [v for v in re.split(r"[\s,()\[\]]+", typed) if _float_not_int(v)]
-    value = floats[0] if floats else typed
+    if not floats:      # not a number at all ('abc'): Hydra's message says it
+        return error
+    value = floats[0]
     return ConfigError(f"{key}={typed}: {value} is read as a float, and {key} takes an "
                        f"integer (digits only, e.g. 300)")
 

@@ -192,3 +192,14 @@ def test_an_integer_key_given_a_float_names_what_was_typed(typed, shown):
         check_command([f"train.iterations={typed}"])
     assert str(err.value) == (f"train.iterations={typed}: {shown} is read as a float, and "
                               f"train.iterations takes an integer (digits only, e.g. 300)")
+
+
+def test_an_integer_key_given_no_number_keeps_hydras_message_of_the_last_value():
+    """network.width=4 network.width=abc was said as '4 is read as a float': the hint
+    took the first override of the key and assumed a float."""
+    from lptrain.config import check_command
+    with pytest.raises(ConfigError) as err:
+        check_command(["network.width=4", "network.width=abc"])
+    assert "abc" in str(err.value) and "read as a float" not in str(err.value)
+    with pytest.raises(ConfigError, match=r"^network.width=2.5: 2.5 is read as a float"):
+        check_command(["network.width=abc", "network.width=2.5"])
