@@ -53,6 +53,7 @@ SMALL_POWER = -2       # MGRIT panels below 10^this are written as m x 10^k, ali
 LOG_SPAN = 10.0         # a log axis where the largest value is this many times the least
 STYLE_KEY = "lines: training (every iteration)    hollow markers: validation"
 MGRIT_FIGURES = ("mgrit_residuals", "mgrit_factors")    # only where some run has solves
+SOLVES_RTOL = 1e-6      # MGRIT diagnostics this close are one line on the figure
 
 
 def write_plots(runs: Runs, out: Path, context=lambda runs: "") -> list[Path]:
@@ -114,23 +115,41 @@ def _curves(runs: Runs, x: str, field: str, what: str, context: str, log: bool) 
     return fig
 
 
-def _same_curve(drawn: list, xs, ys, label: str) -> str | None:
+def _same_curve(drawn: list, xs, ys, label: str, rtol: float = 1e-12) -> str | None:
     """The label of an earlier run whose training curve (`drawn`: (xs, ys, label) so far)
-    this one equals, to 1e-12 (None: none); this one's is added. Drawn over it, the
+    this one equals, to `rtol` (None: none); this one's is added. Drawn over it, the
     earlier curve does not show, and the legend says where it is."""
     xs, ys = np.asarray(xs, float), np.asarray(ys, float)
     same = next((name for x0, y0, name in drawn if len(xs) and x0.shape == xs.shape
-                 and np.array_equal(x0, xs) and np.allclose(y0, ys, rtol=1e-12, atol=0,
+                 and np.array_equal(x0, xs) and np.allclose(y0, ys, rtol=rtol, atol=0,
                                                             equal_nan=True)), None)
     drawn.append((xs, ys, label))
     return same
+
+
+def _same_solves(drawn: list, mgrit: dict, names: tuple[str, str], label: str):
+    """_same_curve of a run's two MGRIT panels together: the label of an earlier run
+    whose `names` both equal this one's at the same iterations, or None. To SOLVES_RTOL:
+    a residual is a small difference of the states, so one rounding apart in a state
+    (another split's sums) moves it by 1e-10 of itself, far below what a plot shows."""
+    iterations = np.asarray(mgrit[s.ITERATION], float)
+    values = [np.asarray(mgrit.get(name, []), float) for name in names]
+    if any(len(v) != len(iterations) for v in values):      # a field not recorded
+        return None
+    return _same_curve(drawn, np.concatenate([iterations] * len(names)),
+                       np.concatenate(values), label, SOLVES_RTOL)
 
 
 def _mgrit_figure(runs: Runs, names: tuple[str, str], log: bool, what: str,
                   context: str) -> Figure:
     """One panel per solve (forward, adjoint): `names` against optimizer iteration."""
     fig, axes = _figure(2)
-    handles, lines = [], []
+    handles, lines, drawn = [], [], []
+    shown = {}     # each run's legend label: '(= run)' where its lines lie under another's
+    for i, (label, run) in enumerate(runs):
+        if run.mgrit:
+            same = _same_solves(drawn, run.mgrit, names, label)
+            shown[i] = label + (f" (= {same})" if same else "")
     for ax, name, solve in zip(axes, names, ("forward", "adjoint")):
         lines.append([])
         for i, (label, run) in enumerate(runs):
@@ -142,7 +161,7 @@ def _mgrit_figure(runs: Runs, names: tuple[str, str], log: bool, what: str,
                                 color=colour(i, len(runs)), linestyle=dashes(i),
                                 marker=_marker(i), markerfacecolor="none", markersize=5,
                                 markevery=max(1, len(iterations) // MGRIT_MARKS),
-                                label=label)   # hollow shapes: coinciding runs show
+                                label=shown[i])   # hollow shapes: coinciding runs show
                 lines[-1].append(line)
                 if solve == "forward":
                     handles.append(line)

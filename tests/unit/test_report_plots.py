@@ -270,3 +270,20 @@ def test_a_run_drawn_over_an_equal_one_says_so_in_the_legend(tmp_path):
     assert labels == ["P=1", "P=2 (= P=1)", "short", "P=4 (= P=1)"]
     labels = [t.get_text() for t in figs["loss_vs_wall_time"].legends[0].get_texts()]
     assert labels == ["P=1", "P=2", "short", "P=4 (= P=1)"]     # P=2 took longer
+
+
+def test_runs_whose_solves_differ_by_rounding_say_so_in_the_mgrit_legends(tmp_path):
+    """make scaling's one-shot runs on 1, 2 and 4 layer ranks lay on one line in the
+    MGRIT figures (their residuals 1e-10 of themselves apart: another split's sums) and
+    the legend said nothing, though the loss figure did; a run 1e-3 apart is its own."""
+    from lptrain.report.plots import figures
+    paths = [fake_run(tmp_path / name, s.MODE_SIMULTANEOUS, 0.1) for name in "abc"]
+    for path, scale in zip(paths[1:], (1 + 1e-10, 1 + 1e-3)):
+        with h5py.File(path, "a", locking=False) as f:
+            for name in (s.FWD_RESIDUAL, s.ADJ_RESIDUAL):
+                f[s.MGRIT][name][:] = f[s.MGRIT][name][:] * scale
+    figs = figures([(name, read_metrics(p)) for name, p in zip("abc", paths)])
+    labels = [t.get_text() for t in figs["mgrit_residuals"].legends[0].get_texts()]
+    assert labels == ["a", "b (= a)", "c"]
+    labels = [t.get_text() for t in figs["mgrit_factors"].legends[0].get_texts()]
+    assert labels == ["a", "b (= a)", "c (= a)"]        # the factors were left alike
