@@ -3,6 +3,7 @@ or section of the same section, else the one key of another section that has nea
 name), and an integer for an integer key given a float."""
 from __future__ import annotations
 
+import math
 import re
 
 
@@ -52,25 +53,44 @@ def _choices_having(key: str) -> str:
 
 def integer_hint(error, overrides: list[str]):
     """`error` with the way out where an integer key was given a float as typed: an
-    `interval`, which samples floats (README "Sweeps"), or a number like 1e0."""
-    key = str(error).split(":", 1)[0]
-    swept = next((a for a in reversed(overrides)        # the last one given counts
-                  if a.lstrip("+").split("=", 1)[0] == key), "")
-    typed = swept.split("=", 1)[-1]
-    if "could not be converted to Integer" not in str(error) or not swept:
+    `interval`, which samples floats (README "Sweeps"), or a number like 1e0. Hydra
+    names the first float it could not convert (1e0 as '1.0'); the override named is
+    the first of the key holding that value."""
+    text = str(error)
+    key = text.split(":", 1)[0]
+    shown = re.search(r"Value '([^']*)' of type 'float' could not be converted to Integer",
+                      text)
+    given = [a.split("=", 1)[1] for a in overrides
+             if "=" in a and a.lstrip("+").split("=", 1)[0] == key]
+    if shown is None or not given:
         return error
     from lptrain.errors import ConfigError
-    if typed.startswith("interval("):
+    typed, value = next(((g, v) for g in given for v in _floats(g)
+                         if _same_number(v, shown[1])), (None, None))
+    if typed is None and given[-1].startswith("interval("):
         return ConfigError(f"{error}; an interval samples floats: "
-                           f"{key}=int({typed}) for an integer key")
-    # '1e0' reads as the float 1.0, which the message shows in its place; in a sweep
-    # ('1e0,2', 'choice(1e0,2)') the value that does
-    floats = [v for v in re.split(r"[\s,()\[\]]+", typed) if _float_not_int(v)]
-    if not floats:      # not a number at all ('abc'): Hydra's message says it
+                           f"{key}=int({given[-1]}) for an integer key")
+    if typed is None:
         return error
-    value = floats[0]
     return ConfigError(f"{key}={typed}: {value} is read as a float, and {key} takes an "
                        f"integer (digits only, e.g. 300)")
+
+
+def _floats(typed: str) -> list[str]:
+    """The elements of an override's value that read as floats but not as integers
+    ('1e0,2' and 'choice(3,2.0)' hold '1e0' and '2.0'); none in a list ('[2.5]')."""
+    if typed.lstrip().startswith("["):
+        return []
+    return [v for v in re.split(r"[\s,()]+", typed) if _float_not_int(v)]
+
+
+def _same_number(typed: str, shown: str) -> bool:
+    """Whether Hydra's `shown` value ('1.0', 'nan') is the float `typed` ('1e0')."""
+    try:
+        a, b = float(typed), float(shown)
+    except ValueError:
+        return False
+    return a == b or (math.isnan(a) and math.isnan(b))
 
 
 def _float_not_int(text: str) -> bool:

@@ -141,12 +141,21 @@ def kept_times(key: dict) -> dict[Grid, float] | None:
     positive time for each of the key's grids, e.g. an entry edited by hand)."""
     try:
         rows = json.loads(_times_file(key).read_text())["times"]
-        times = {Grid(int(layer), int(data)): float(t) for layer, data, t in rows}
+        if not all(_written(row) for row in rows):
+            return None
+        times = {Grid(layer, data): float(t) for layer, data, t in rows}
     except (OSError, ValueError, KeyError, TypeError):
         return None
     whole = len(times) == len(rows) and sorted([g.layer, g.data] for g in times) == \
         sorted(key["grids"]) and all(math.isfinite(t) and t > 0 for t in times.values())
     return times if whole else None
+
+
+def _written(row) -> bool:
+    """Whether a kept row is as keep_times writes it: [layer, data, seconds], two ints
+    and a number (not '0.01', 1.9 layers or true, which Python would read as 1)."""
+    return isinstance(row, list) and len(row) == 3 and \
+        all(type(v) is int for v in row[:2]) and type(row[2]) in (int, float)
 
 
 def keep_times(key: dict, times: dict[Grid, float]) -> str | None:

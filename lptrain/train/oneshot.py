@@ -73,10 +73,13 @@ class Rungs:
         return fwd * scale, adj * scale
 
     def _at_top(self) -> bool:
-        """Whether this rung solves to tolerance: the top one, or one whose scaled plan
-        asks for both limits already (the plan has grown since `top` was counted)."""
+        """Whether this rung solves to tolerance: the top one, or one above rung 0 whose
+        scaled plan asks for both limits already (the plan has grown since `top` was
+        counted). Rung 0 runs the plan, whatever the limits."""
         if self.rung >= self.top:
             return True
+        if self.rung == 0:
+            return False
         fwd, adj = self._scaled()
         return fwd >= self.mgrit.max_iter and adj >= self.mgrit.adjoint_max_iter
 

@@ -251,3 +251,17 @@ def test_no_rung_runs_more_than_the_top_rung_may():
         ladder.append(rungs.budget())
     assert ladder == [(6, 0.0, 6, 0.0), (24, 0.0, 20, 0.0), (50, 1e-9, 20, 1e-8)]
     assert not rungs.more([1.0], 1e-3, 0)          # the top solves to tolerance
+
+
+def test_rung_0_runs_the_plan_whatever_the_limits():
+    """mgrit.max_iter=4 with a plan grown to 6: rung 0 became the top rung (4 iterations
+    to tolerance), so a far-off evaluation was never taken again and a failed line
+    search could not climb (re-check, stop 68)."""
+    from lptrain.train.oneshot import Rungs
+    from lptrain.train.oracles import SolveStats
+    rungs = Rungs(MGRITOptions(fwd_iters=2, adj_iters=2, grad_tol=0.005, max_iter=4,
+                               tol=1e-9, adj_tol=1e-8))
+    rungs.observe(SolveStats(fwd_error=0.4, adj_error=0.4), measured(ratios=2), 1.0)
+    assert rungs.refine() and rungs.controller.plan(0) == (6, 6)
+    assert rungs.budget() == (6, 0.0, 6, 0.0)
+    assert rungs.tighten() and rungs.budget() == (4, 1e-9, 4, 1e-8) and not rungs.tighten()

@@ -159,7 +159,8 @@ def test_a_kept_entry_edited_by_hand_is_predicted_anew(tmp_path, monkeypatch):
     kept, = (tmp_path / "grid_times").rglob("*.json")
     entry = json.loads(kept.read_text())
     for rows in ([[3, 1, 0.1], [2, 1, 2.0]], [[1, 2, -1.0], [2, 1, 2.0]], [[1, 2, 1.0]],
-                 [[1, 2, 1.0], [1, 2, 0.5], [2, 1, 2.0]]):
+                 [[1, 2, 1.0], [1, 2, 0.5], [2, 1, 2.0]], [[1, 2, "0.01"], [2, 1, 2.0]],
+                 [[1.9, 2, 1.0], [2, 1, 2.0]], [[1, 2, True], [2, 1, 2.0]]):
         kept.write_text(json.dumps({**entry, "times": rows}))
         assert _timer([], monkeypatch, seconds).times(GRIDS) == seconds, rows
         assert json.loads(kept.read_text())["times"] == [[1, 2, 1.0], [2, 1, 2.0]]
