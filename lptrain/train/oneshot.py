@@ -103,7 +103,7 @@ class Rungs:
         """Scale the gradient error estimate in `stats` by the controller's calibration
         and plan the batch's next iterations; only rung-0 evaluations re-plan (higher
         rungs multiply the plan)."""
-        scale, to_tolerance = self.controller.scale, self._at_top()
+        scale = self.controller.scale
         self._raw_error, self._observed = stats.fwd_error + stats.adj_error, stats
         stats.fwd_error, stats.adj_error = stats.fwd_error * scale, stats.adj_error * scale
         stats.error_scale = scale
@@ -126,7 +126,7 @@ class Rungs:
         # not taken again, and never more often than control_max_iters
         self._repeats = self._repeats + 1 if again else 0
         o = self.controller.o
-        self._refine = self.rung == 0 and not to_tolerance and o.control == "error" and \
+        self._refine = self.rung == 0 < self.top and o.control == "error" and \
             math.isfinite(grad_norm) and self._repeats < o.control_max_iters and refines(
                 (stats.fwd_error, stats.adj_error), o.grad_tol, ran,
                 (stats.fwd_plan, stats.adj_plan))
